@@ -1,0 +1,4 @@
+set(STP_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wno-unused-parameter)
+if(STP_WERROR)
+  list(APPEND STP_WARNINGS -Werror)
+endif()

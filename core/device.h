@@ -1,0 +1,120 @@
+// The device runtime, drawn at three levels (aesthetics lesson L1):
+//
+//   Device — a compute device with a hard memory capacity: allocates device memory and pinned
+//            host memory (the host buffer type that async copies need), creates streams/events.
+//   Stream — an in-order queue: host tasks, kernels (core/launch.h), GEMM, async copies,
+//            event record / wait, synchronize. Everything enqueued is asynchronous to the caller.
+//   Event  — a point in a stream: recorded on one stream, waited on by another stream
+//            (a stream wait, not a host wait) or by the host, and queried.
+//
+// Semantics follow CUDA exactly, so code written against this interface runs unchanged on
+// CpuDevice (core/cpu) and CudaDevice (core/cuda):
+//   * Stream::wait(e) waits for the *most recent* record of e made before the call; waiting on
+//     a never-recorded event is a no-op.
+//   * A buffer passed to an async operation must stay alive and unmodified (source) or unread
+//     (destination) until an event recorded after that operation has completed.
+//   * An exception thrown by stream work is captured; later work on that stream is skipped,
+//     event records still complete (so no other stream hangs), and the error is rethrown by the
+//     next Stream::synchronize().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace stp {
+
+class Stream;
+class Event;
+class TraceRecorder;
+
+enum class DeviceKind { Cpu, Cuda };
+
+const char* to_string(DeviceKind kind);
+
+// Exact byte counts of one memory space of a device (device memory or pinned host memory).
+struct MemoryStats {
+  std::size_t capacity = 0;     // hard limit (bytes); SIZE_MAX = unlimited
+  std::size_t in_use = 0;       // bytes currently allocated
+  std::size_t peak = 0;         // high-water mark of in_use since creation / reset_peak()
+  std::uint64_t alloc_count = 0;
+  std::uint64_t free_count = 0;
+};
+
+// Row-major single-precision GEMM, the one BLAS operation of the runtime:
+//   C(M,N) = alpha * op(A) * op(B) + beta * C,  op(X) = X or X^T.
+// A is (M,K) if !trans_a else (K,M), leading dimension lda; same for B (K,N)/(N,K) and C (M,N).
+struct GemmArgs {
+  bool trans_a = false, trans_b = false;
+  int m = 0, n = 0, k = 0;
+  float alpha = 1.0f;
+  const float* a = nullptr;
+  int lda = 0;
+  const float* b = nullptr;
+  int ldb = 0;
+  float beta = 0.0f;
+  float* c = nullptr;
+  int ldc = 0;
+};
+
+class Event {
+ public:
+  virtual ~Event() = default;
+  // True when the most recent record has completed (or there was none).
+  virtual bool query() = 0;
+  // Blocks the calling host thread until the most recent record (at call time) has completed.
+  virtual void synchronize() = 0;
+};
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual class Device& device() = 0;
+  virtual const std::string& name() const = 0;
+
+  // Runs fn on the host in stream order (CUDA: cudaLaunchHostFunc; fn must not call CUDA).
+  virtual void enqueue_host(std::function<void()> fn) = 0;
+  // Async copy of `bytes` between any two buffers of this device or its pinned host memory.
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  // Async memset of device memory to zero bytes.
+  virtual void zero(void* dst, std::size_t bytes) = 0;
+  virtual void gemm(const GemmArgs& args) = 0;
+
+  virtual void record(Event& event) = 0;
+  virtual void wait(Event& event) = 0;
+  // Blocks until all enqueued work has finished; rethrows the first error of stream work.
+  virtual void synchronize() = 0;
+
+  // Tracing: a span covers the stream work enqueued between begin and end; its time is the
+  // time that work ran on the device. No-op unless a recorder is attached.
+  virtual void trace_begin(std::string name, std::string category, std::string args_json = {}) = 0;
+  virtual void trace_end() = 0;
+  virtual void set_trace(TraceRecorder* recorder, int pid, std::string tid) = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual int index() const = 0;
+  virtual std::string name() const = 0;
+
+  // Device memory. allocate() throws OutOfMemoryError naming requested, in use, capacity, peak.
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* ptr) = 0;
+  virtual MemoryStats memory_stats() const = 0;
+  virtual void reset_peak() = 0;
+
+  // Pinned (page-locked) host memory for async copies. Never silently pageable: a failure to
+  // pin is an error. On the CPU backend pinned memory is host memory (mlock-ed when allowed).
+  virtual void* allocate_pinned_host(std::size_t bytes) = 0;
+  virtual void deallocate_pinned_host(void* ptr) = 0;
+  virtual MemoryStats pinned_host_stats() const = 0;
+
+  virtual std::unique_ptr<Stream> create_stream(std::string name) = 0;
+  virtual std::unique_ptr<Event> create_event() = 0;
+};
+
+}  // namespace stp

@@ -1,0 +1,66 @@
+// Error model of every stp library layer (core, memory, offload, schedule, models):
+//
+//   * stp::Error            — a user-facing problem: bad config value, missing file, infeasible
+//                             budget, device out of memory. The message names the value, the
+//                             limit and what to change. Thrown, caught only by main() (or tests).
+//   * stp::OutOfMemoryError — an Error raised by device/host allocators; carries the numbers.
+//   * stp::InternalError    — a broken invariant (a bug in stp, never the user's fault), raised by
+//                             STP_ASSERT, which stays on in release builds.
+//
+// Only tools/*main* functions catch and exit. Work done on stream threads that throws is
+// captured and rethrown on the host at the next synchronize/wait of that stream.
+#pragma once
+
+#include <cstddef>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace stp {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+class OutOfMemoryError : public Error {
+ public:
+  OutOfMemoryError(const std::string& what, std::size_t requested)
+      : Error(what), requested_(requested) {}
+  std::size_t requested() const { return requested_; }
+
+ private:
+  std::size_t requested_;
+};
+
+class InternalError : public std::logic_error {
+ public:
+  explicit InternalError(const std::string& what) : std::logic_error(what) {}
+};
+
+// str(a, b, c) streams every argument into one string: the message builder for errors.
+template <typename... Args>
+std::string str(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+// Human-readable byte count, e.g. "256.0 MiB (268435456 B)".
+std::string format_bytes(std::size_t bytes);
+
+[[noreturn]] void throw_internal(const char* file, int line, const char* cond, const std::string& msg);
+
+}  // namespace stp
+
+// Invariant check, on in every build type. Message arguments are streamed like stp::str.
+#define STP_ASSERT(cond, ...)                                                         \
+  do {                                                                                \
+    if (!(cond)) ::stp::throw_internal(__FILE__, __LINE__, #cond, ::stp::str(__VA_ARGS__)); \
+  } while (0)
+
+// User-error check: throws stp::Error with the streamed message.
+#define STP_CHECK(cond, ...)                                        \
+  do {                                                              \
+    if (!(cond)) throw ::stp::Error(::stp::str(__VA_ARGS__));       \
+  } while (0)

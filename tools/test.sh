@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs the whole stp test suite from a clean clone: installs what is missing, builds, runs ctest.
+#   tools/test.sh               release build (warnings as errors) + every test suite
+#   tools/test.sh --sanitizers  also the runtime suites under ThreadSanitizer and ASan+UBSan
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sanitizers=0
+for a in "$@"; do
+  case "$a" in
+    --sanitizers) sanitizers=1 ;;
+    *) echo "usage: tools/test.sh [--sanitizers]" >&2; exit 2 ;;
+  esac
+done
+jobs="${STP_JOBS:-$(nproc)}"
+
+STP_BUILD_DIR=build tools/setup.sh -DSTP_WERROR=ON
+(cd build && ctest --output-on-failure -j "$jobs")
+
+if ((sanitizers)); then
+  for san in thread address; do
+    echo "== runtime tests under ${san} sanitizer =="
+    STP_BUILD_DIR="build-$san" tools/setup.sh -DSTP_WERROR=ON -DSTP_SANITIZE="$san" -DSTP_RUNTIME_ONLY=ON \
+      -DCMAKE_BUILD_TYPE=Debug
+    (cd "build-$san" && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+       ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1" \
+       ctest --output-on-failure -j "$jobs")
+  done
+fi
