@@ -1,0 +1,50 @@
+// Communicators: one interface for the collectives and point-to-point transfers of the runtime,
+// enqueued on a stream like any other work and completing through that stream's events.
+//
+//   HostComm  (core/host_comm.h)  — CPU ranks: threads of one process, shared memory.
+//   NcclComm  (core/cuda)         — GPUs: NCCL communicators, one thread per GPU.
+//
+// Contract (both backends):
+//   * every rank of a communicator issues the same collectives in the same order;
+//   * all_reduce_sum reduces in place; the result is identical on every rank (HostComm sums
+//     in rank order, so it is also deterministic run to run);
+//   * send/recv on a directed pair (src -> dst) deliver in issue order; `tag` is a debugging
+//     aid that HostComm checks (a mismatch — e.g. two ranks disagreeing on the order of message
+//     kinds on a channel — is an error instead of silent corruption); sizes must match;
+//   * errors inside a collective abort the whole communicator: every rank's pending operation
+//     fails (rethrown at Stream::synchronize) instead of hanging.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+
+namespace stp {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  virtual void all_reduce_sum(Stream& stream, float* data, std::size_t count) = 0;  // (count,)
+  virtual void send(Stream& stream, const void* data, std::size_t bytes, int peer, std::uint32_t tag) = 0;
+  virtual void recv(Stream& stream, void* data, std::size_t bytes, int peer, std::uint32_t tag) = 0;
+  virtual void barrier(Stream& stream) = 0;
+
+  // Makes every pending and future operation of the group fail with `why` (on all ranks), so a
+  // rank that hit an error never leaves its peers waiting forever.
+  virtual void abort(const std::string& why) = 0;
+
+  // Bytes this rank has sent (all-reduce counts its buffer once per call), for accounting.
+  virtual std::uint64_t bytes_sent() const = 0;
+};
+
+// `size` in-process communicators forming one group (index i = rank i). CPU streams only.
+std::vector<std::unique_ptr<Communicator>> make_host_comms(int size);
+
+}  // namespace stp

@@ -1,0 +1,25 @@
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include "core/cpu/cpu_stream.h"
+#include "core/launch.h"
+
+namespace stp {
+
+void cpu_parallel_for(Stream& stream, std::size_t n, std::size_t grain,
+                      std::function<void(std::size_t, std::size_t)> body) {
+  CpuStream& s = as_cpu_stream(stream);
+  grain = grain == 0 ? 1 : grain;
+  s.enqueue(
+      [n, grain, body = std::move(body)] {
+        if (n <= grain) {  // small kernels: no scheduling overhead
+          body(0, n);
+          return;
+        }
+        tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, grain),
+                          [&](const tbb::blocked_range<std::size_t>& r) { body(r.begin(), r.end()); });
+      },
+      false);
+}
+
+}  // namespace stp

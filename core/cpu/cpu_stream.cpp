@@ -1,0 +1,200 @@
+#include "core/cpu/cpu_stream.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "core/cpu/cpu_device.h"
+#include "core/error.h"
+#include "core/trace.h"
+
+namespace stp {
+
+// ---- CpuEvent ---------------------------------------------------------------------------
+
+bool CpuEvent::query() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return completed_ >= recorded_;
+}
+
+void CpuEvent::synchronize() { wait_for(latest()); }
+
+std::uint64_t CpuEvent::mark_recorded() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ++recorded_;
+}
+
+std::uint64_t CpuEvent::latest() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return recorded_;
+}
+
+void CpuEvent::complete(std::uint64_t generation) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    completed_ = std::max(completed_, generation);
+  }
+  cv_.notify_all();
+}
+
+void CpuEvent::wait_for(std::uint64_t generation) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return completed_ >= generation; });
+}
+
+// ---- CpuStream --------------------------------------------------------------------------
+
+CpuStream::CpuStream(CpuDevice& device, std::string name)
+    : device_(device), name_(std::move(name)), worker_([this] { worker_loop(); }) {}
+
+CpuStream::~CpuStream() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  worker_.join();
+}
+
+Device& CpuStream::device() { return device_; }
+
+void CpuStream::enqueue(std::function<void()> fn, bool always) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    STP_ASSERT(!stopping_, "enqueue on a stream that is being destroyed");
+    queue_.push_back(Task{std::move(fn), always});
+    ++pending_;
+  }
+  work_cv_.notify_one();
+}
+
+void CpuStream::worker_loop() {
+  for (;;) {
+    Task task;
+    bool failed;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      failed = error_ != nullptr;
+    }
+    if (!failed || task.always) {
+      try {
+        task.fn();
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+    }
+    task.fn = nullptr;  // release captures before the stream reports idle
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--pending_ == 0) idle_cv_.notify_all();
+    }
+  }
+}
+
+void CpuStream::synchronize() {
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_cv_.wait(lock, [&] { return pending_ == 0; });
+    std::swap(error, error_);
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+void CpuStream::copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  // The link model applies to device <-> pinned host transfers (the PCIe analogue).
+  double rate = device_.options().link_bytes_per_s;
+  bool over_link = rate > 0 && (device_.is_pinned_host(dst) != device_.is_pinned_host(src));
+  enqueue(
+      [dst, src, bytes, over_link, rate] {
+        auto start = std::chrono::steady_clock::now();
+        std::memcpy(dst, src, bytes);
+        if (over_link) {
+          auto min_time = std::chrono::duration<double>(static_cast<double>(bytes) / rate);
+          std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(min_time));
+        }
+      },
+      false);
+}
+
+void CpuStream::zero(void* dst, std::size_t bytes) {
+  if (bytes == 0) return;
+  enqueue([dst, bytes] { std::memset(dst, 0, bytes); }, false);
+}
+
+void CpuStream::gemm(const GemmArgs& g) {
+  STP_ASSERT(g.m >= 0 && g.n >= 0 && g.k >= 0, "negative GEMM dimension");
+  if (g.m == 0 || g.n == 0) return;
+  enqueue(
+      [g] {
+        cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans,
+                    g.m, g.n, g.k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c, g.ldc);
+      },
+      false);
+}
+
+void CpuStream::record(Event& event) {
+  CpuEvent& e = as_cpu_event(event);
+  std::uint64_t generation = e.mark_recorded();
+  enqueue([&e, generation] { e.complete(generation); }, true);
+}
+
+void CpuStream::wait(Event& event) {
+  CpuEvent& e = as_cpu_event(event);
+  std::uint64_t generation = e.latest();
+  if (generation == 0) return;  // never recorded: nothing to wait for (CUDA semantics)
+  enqueue([&e, generation] { e.wait_for(generation); }, true);
+}
+
+void CpuStream::set_trace(TraceRecorder* recorder, int pid, std::string tid) {
+  synchronize();  // spans already open on the worker belong to the old recorder
+  trace_ = recorder;
+  trace_pid_ = pid;
+  trace_tid_ = std::move(tid);
+}
+
+void CpuStream::trace_begin(std::string span_name, std::string category, std::string args_json) {
+  if (!trace_) return;
+  enqueue(
+      [this, n = std::move(span_name), c = std::move(category), a = std::move(args_json)]() mutable {
+        open_spans_.push_back(OpenSpan{std::move(n), std::move(c), std::move(a), trace_->now_us()});
+      },
+      true);
+}
+
+void CpuStream::trace_end() {
+  if (!trace_) return;
+  enqueue(
+      [this] {
+        STP_ASSERT(!open_spans_.empty(), "trace_end without trace_begin on stream ", name_);
+        OpenSpan s = std::move(open_spans_.back());
+        open_spans_.pop_back();
+        double end = trace_->now_us();
+        trace_->add(TraceSpan{trace_pid_, trace_tid_, std::move(s.name), std::move(s.category),
+                              std::move(s.args), s.start_us, end - s.start_us});
+      },
+      true);
+}
+
+CpuStream& as_cpu_stream(Stream& stream) {
+  auto* s = dynamic_cast<CpuStream*>(&stream);
+  STP_ASSERT(s, "stream '", stream.name(), "' is not a CPU stream");
+  return *s;
+}
+
+CpuEvent& as_cpu_event(Event& event) {
+  auto* e = dynamic_cast<CpuEvent*>(&event);
+  STP_ASSERT(e, "event is not a CPU event");
+  return *e;
+}
+
+}  // namespace stp

@@ -1,0 +1,92 @@
+// Internals of the CPU backend's streams and events, shared by CpuDevice, HostComm and the
+// CPU kernel launcher. Not for use outside core/.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/device.h"
+
+namespace stp {
+
+class CpuDevice;
+
+class CpuEvent final : public Event {
+ public:
+  bool query() override;
+  void synchronize() override;
+
+  std::uint64_t mark_recorded();           // host side of Stream::record: a new generation
+  std::uint64_t latest() const;            // most recent generation recorded (0 = never)
+  void complete(std::uint64_t generation); // stream side: this generation has been reached
+  void wait_for(std::uint64_t generation); // block until `generation` completed
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::uint64_t recorded_ = 0;
+  std::uint64_t completed_ = 0;
+};
+
+class CpuStream final : public Stream {
+ public:
+  CpuStream(CpuDevice& device, std::string name);
+  ~CpuStream() override;
+
+  Device& device() override;
+  const std::string& name() const override { return name_; }
+
+  void enqueue_host(std::function<void()> fn) override { enqueue(std::move(fn), false); }
+  void copy(void* dst, const void* src, std::size_t bytes) override;
+  void zero(void* dst, std::size_t bytes) override;
+  void gemm(const GemmArgs& args) override;
+  void record(Event& event) override;
+  void wait(Event& event) override;
+  void synchronize() override;
+
+  void trace_begin(std::string name, std::string category, std::string args_json) override;
+  void trace_end() override;
+  void set_trace(TraceRecorder* recorder, int pid, std::string tid) override;
+
+  // `always`: run even after an earlier task failed (event records/waits, collectives,
+  // trace markers), so other streams and ranks never wait forever on a failed stream.
+  void enqueue(std::function<void()> fn, bool always);
+
+ private:
+  struct Task {
+    std::function<void()> fn;
+    bool always;
+  };
+  struct OpenSpan {
+    std::string name, category, args;
+    double start_us;
+  };
+  void worker_loop();
+
+  CpuDevice& device_;
+  std::string name_;
+  std::mutex mu_;
+  std::condition_variable work_cv_, idle_cv_;
+  std::deque<Task> queue_;
+  std::size_t pending_ = 0;
+  bool stopping_ = false;
+  std::exception_ptr error_;
+  // Tracing: set before work is enqueued (set_trace); spans are opened/closed on the worker.
+  TraceRecorder* trace_ = nullptr;
+  int trace_pid_ = 0;
+  std::string trace_tid_;
+  std::vector<OpenSpan> open_spans_;  // worker thread only
+  std::thread worker_;
+};
+
+CpuStream& as_cpu_stream(Stream& stream);  // asserts the stream belongs to the CPU backend
+CpuEvent& as_cpu_event(Event& event);
+
+}  // namespace stp

@@ -1,0 +1,62 @@
+// Kernels written once for both backends.
+//
+// A kernel is a functor with `STP_HD void operator()(std::size_t i) const` that does element
+// (or row) i. launch(stream, n, f) runs f(0..n-1) in stream order:
+//   * CPU stream: one host task that splits [0, n) into grains across oneTBB workers;
+//   * CUDA stream: one generic kernel, one thread per index (only in files compiled by nvcc:
+//     name them *_kernels.cpp and the build compiles them as CUDA when the backend is on).
+// So the math the CPU tests prove is the code the GPU runs. Functors capture raw pointers by
+// value; buffers must outlive the stream work (see core/device.h).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+#include "core/device.h"
+#include "core/error.h"
+
+#if defined(__CUDACC__)
+#define STP_HD __host__ __device__
+#else
+#define STP_HD
+#endif
+
+namespace stp {
+
+// CPU backend entry: enqueues one task on a CPU stream that runs body(begin, end) over [0, n)
+// in chunks of at least `grain` indices, in parallel on oneTBB's workers.
+void cpu_parallel_for(Stream& stream, std::size_t n, std::size_t grain,
+                      std::function<void(std::size_t, std::size_t)> body);
+
+#if defined(__CUDACC__)
+template <typename F>
+__global__ void stp_generic_kernel(std::size_t n, F f) {
+  std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) f(i);
+}
+// Provided by core/cuda: the cudaStream_t of a CUDA stream (as void* to keep CUDA types out).
+void* cuda_stream_handle(Stream& stream);
+void cuda_check_launch(const char* kernel_name);
+#endif
+
+// grain: minimum indices per CPU task (pick ~ 16K scalar ops of work per grain).
+template <typename F>
+void launch(Stream& stream, std::size_t n, F f, std::size_t grain = 4096) {
+  if (n == 0) return;
+  if (stream.device().kind() == DeviceKind::Cpu) {
+    cpu_parallel_for(stream, n, grain, [f](std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) f(i);
+    });
+    return;
+  }
+#if defined(__CUDACC__)
+  constexpr unsigned threads = 256;
+  unsigned blocks = static_cast<unsigned>((n + threads - 1) / threads);
+  stp_generic_kernel<<<blocks, threads, 0, static_cast<cudaStream_t>(cuda_stream_handle(stream))>>>(n, f);
+  cuda_check_launch(__PRETTY_FUNCTION__);
+#else
+  STP_ASSERT(false, "CUDA kernel launched from a file not compiled by nvcc (name it *_kernels.cpp)");
+#endif
+}
+
+}  // namespace stp

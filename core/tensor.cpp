@@ -1,0 +1,91 @@
+#include "core/tensor.h"
+
+#include "core/error.h"
+
+namespace stp {
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return 4;
+    case DType::BF16: return 2;
+  }
+  STP_ASSERT(false, "unknown dtype");
+}
+
+const char* to_string(DType dtype) { return dtype == DType::F32 ? "f32" : "bf16"; }
+
+std::int64_t numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::string to_string(const Shape& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+Storage::Storage(Device* dev, void* d, std::size_t b, std::function<void(void*)> r)
+    : device(dev), data(d), bytes(b), release(std::move(r)) {}
+
+Storage::~Storage() {
+  if (release) release(data);
+}
+
+std::shared_ptr<Storage> DeviceAllocator::allocate(std::size_t bytes) {
+  Device* dev = &device_;
+  if (pinned_host_) {
+    void* p = dev->allocate_pinned_host(bytes);
+    return std::make_shared<Storage>(dev, p, bytes, [dev](void* q) { dev->deallocate_pinned_host(q); });
+  }
+  void* p = dev->allocate(bytes);
+  return std::make_shared<Storage>(dev, p, bytes, [dev](void* q) { dev->deallocate(q); });
+}
+
+Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, DType dtype, std::size_t offset_bytes)
+    : storage_(std::move(storage)), shape_(std::move(shape)), dtype_(dtype), offset_bytes_(offset_bytes) {
+  for (auto d : shape_) STP_ASSERT(d >= 0, "negative dimension in shape ", to_string(shape_));
+  STP_ASSERT(!storage_ || offset_bytes_ + bytes() <= storage_->bytes, "tensor ", to_string(shape_),
+             " at offset ", offset_bytes_, " exceeds its storage of ", storage_->bytes, " bytes");
+}
+
+Tensor Tensor::empty(Allocator& alloc, Shape shape, DType dtype) {
+  std::size_t bytes = static_cast<std::size_t>(stp::numel(shape)) * dtype_size(dtype);
+  return Tensor(alloc.allocate(bytes), std::move(shape), dtype);
+}
+
+std::int64_t Tensor::dim(int i) const {
+  int r = rank();
+  if (i < 0) i += r;
+  STP_ASSERT(i >= 0 && i < r, "dim ", i, " of a rank-", r, " tensor");
+  return shape_[static_cast<std::size_t>(i)];
+}
+
+Device& Tensor::device() const {
+  STP_ASSERT(storage_, "device() of an undefined tensor");
+  return *storage_->device;
+}
+
+void* Tensor::raw() const {
+  STP_ASSERT(storage_, "data of an undefined tensor");
+  return static_cast<char*>(storage_->data) + offset_bytes_;
+}
+
+float* Tensor::f32() const {
+  STP_ASSERT(dtype_ == DType::F32, "f32() of a ", to_string(dtype_), " tensor");
+  return static_cast<float*>(raw());
+}
+
+Tensor Tensor::view(std::int64_t offset, Shape shape) const {
+  STP_ASSERT(offset >= 0 && offset + stp::numel(shape) <= numel(), "view [", offset, ", +", stp::numel(shape),
+             ") out of a tensor of ", numel(), " elements");
+  return Tensor(storage_, std::move(shape), dtype_, offset_bytes_ + static_cast<std::size_t>(offset) * dtype_size(dtype_));
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  STP_ASSERT(stp::numel(shape) == numel(), "reshape ", to_string(shape_), " -> ", to_string(shape));
+  return Tensor(storage_, std::move(shape), dtype_, offset_bytes_);
+}
+
+}  // namespace stp

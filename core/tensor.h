@@ -1,0 +1,96 @@
+// Tensor: a typed, shaped view into reference-counted device (or pinned host) storage.
+// Storage comes from an Allocator: DeviceAllocator allocates straight from a Device; the caching
+// allocator in memory/ implements the same interface. Views share storage (offset + shape).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+
+namespace stp {
+
+enum class DType : std::uint8_t { F32, BF16 };
+
+std::size_t dtype_size(DType dtype);
+const char* to_string(DType dtype);
+
+using Shape = std::vector<std::int64_t>;
+
+std::int64_t numel(const Shape& shape);
+std::string to_string(const Shape& shape);
+
+// Bytes owned by one allocation; released through `release` when the last reference goes.
+struct Storage {
+  Storage(Device* device, void* data, std::size_t bytes, std::function<void(void*)> release);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  Device* device;
+  void* data;
+  std::size_t bytes;
+  std::function<void(void*)> release;
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual std::shared_ptr<Storage> allocate(std::size_t bytes) = 0;
+  virtual Device& device() = 0;
+};
+
+// Allocates straight from Device::allocate / allocate_pinned_host (no caching).
+class DeviceAllocator final : public Allocator {
+ public:
+  explicit DeviceAllocator(Device& device, bool pinned_host = false)
+      : device_(device), pinned_host_(pinned_host) {}
+  std::shared_ptr<Storage> allocate(std::size_t bytes) override;
+  Device& device() override { return device_; }
+
+ private:
+  Device& device_;
+  bool pinned_host_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(std::shared_ptr<Storage> storage, Shape shape, DType dtype, std::size_t offset_bytes = 0);
+
+  static Tensor empty(Allocator& alloc, Shape shape, DType dtype = DType::F32);
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  std::int64_t dim(int i) const;  // negative i counts from the end
+  int rank() const { return static_cast<int>(shape_.size()); }
+  std::int64_t numel() const { return stp::numel(shape_); }
+  std::size_t bytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
+  DType dtype() const { return dtype_; }
+  Device& device() const;
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+
+  void* raw() const;
+  template <typename T>
+  T* data() const {
+    return static_cast<T*>(raw());
+  }
+  float* f32() const;  // asserts dtype F32
+
+  // A view of `shape` starting `offset` elements into this tensor (contiguous).
+  Tensor view(std::int64_t offset, Shape shape) const;
+  Tensor reshape(Shape shape) const;  // same numel
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  Shape shape_;
+  DType dtype_ = DType::F32;
+  std::size_t offset_bytes_ = 0;
+};
+
+}  // namespace stp
