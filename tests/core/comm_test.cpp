@@ -1,0 +1,158 @@
+// HostComm with 8 ranks: collectives equal the serial result, p2p delivers in order, errors abort.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/cpu/cpu_device.h"
+#include "core/error.h"
+
+namespace {
+
+constexpr int kRanks = 8;
+
+struct Ranks {
+  std::vector<std::unique_ptr<stp::CpuDevice>> devs = stp::make_cpu_devices(kRanks);
+  std::vector<std::unique_ptr<stp::Communicator>> comms = stp::make_host_comms(kRanks);
+  std::vector<std::unique_ptr<stp::Stream>> streams;
+  Ranks() {
+    for (auto& d : devs) streams.push_back(d->create_stream("tp-comm"));
+  }
+  // Runs fn(rank) on one host thread per rank, as the executor does.
+  template <typename F>
+  void each(F fn) {
+    std::vector<std::thread> ts;
+    for (int r = 0; r < kRanks; ++r) ts.emplace_back([&fn, r] { fn(r); });
+    for (auto& t : ts) t.join();
+  }
+};
+
+TEST(HostComm, AllReduceEqualsSerialSumOnEveryRank) {
+  Ranks g;
+  const std::size_t n = 10007;  // not divisible by the rank count
+  std::vector<std::vector<float>> data(kRanks, std::vector<float>(n));
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& v : data)
+    for (auto& x : v) x = u(rng);
+  std::vector<float> expect(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    float s = data[0][i];
+    for (int r = 1; r < kRanks; ++r) s += data[static_cast<std::size_t>(r)][i];  // rank order
+    expect[i] = s;
+  }
+  g.each([&](int r) {
+    auto& s = *g.streams[static_cast<std::size_t>(r)];
+    g.comms[static_cast<std::size_t>(r)]->all_reduce_sum(s, data[static_cast<std::size_t>(r)].data(), n);
+    s.synchronize();
+  });
+  for (int r = 0; r < kRanks; ++r)
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(data[static_cast<std::size_t>(r)][i], expect[i]) << r << " " << i;
+  EXPECT_EQ(g.comms[0]->bytes_sent(), n * sizeof(float));
+}
+
+TEST(HostComm, ManyAllReducesInARowStayMatched) {
+  Ranks g;
+  const int rounds = 50;
+  std::vector<std::vector<float>> vals(kRanks, std::vector<float>(rounds));
+  g.each([&](int r) {
+    auto& s = *g.streams[static_cast<std::size_t>(r)];
+    for (int k = 0; k < rounds; ++k) {
+      vals[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)] = static_cast<float>(k * 100 + r);
+      g.comms[static_cast<std::size_t>(r)]->all_reduce_sum(s, &vals[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)], 1);
+    }
+    s.synchronize();
+  });
+  for (int r = 0; r < kRanks; ++r)
+    for (int k = 0; k < rounds; ++k)
+      EXPECT_EQ(vals[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)], static_cast<float>(k * 100 * kRanks + 28));
+}
+
+// Every rank sends a sequence of tagged messages to every other rank over two streams (one for
+// sends, one for receives, as the executor's p2p stream pairs do) and receives in order.
+TEST(HostComm, InterleavedSendRecvDeliverInOrderWithoutDeadlock) {
+  Ranks g;
+  const int msgs = 20;
+  std::vector<std::vector<int>> received(kRanks * kRanks, std::vector<int>(msgs, -1));
+  std::vector<std::vector<int>> sent(kRanks * kRanks, std::vector<int>(msgs));
+  g.each([&](int r) {
+    auto& dev = *g.devs[static_cast<std::size_t>(r)];
+    auto send_s = dev.create_stream("p2p-send");
+    auto recv_s = dev.create_stream("p2p-recv");
+    auto& comm = *g.comms[static_cast<std::size_t>(r)];
+    for (int k = 0; k < msgs; ++k) {
+      for (int step = 1; step < kRanks; ++step) {
+        int to = (r + step) % kRanks, from = (r - step + kRanks) % kRanks;
+        auto& out = sent[static_cast<std::size_t>(r * kRanks + to)][static_cast<std::size_t>(k)];
+        out = r * 10000 + to * 100 + k;
+        comm.send(*send_s, &out, sizeof(int), to, static_cast<std::uint32_t>(k));
+        comm.recv(*recv_s, &received[static_cast<std::size_t>(from * kRanks + r)][static_cast<std::size_t>(k)],
+                  sizeof(int), from, static_cast<std::uint32_t>(k));
+      }
+    }
+    send_s->synchronize();
+    recv_s->synchronize();
+  });
+  for (int a = 0; a < kRanks; ++a) {
+    for (int b = 0; b < kRanks; ++b) {
+      if (a == b) continue;
+      for (int k = 0; k < msgs; ++k)
+        EXPECT_EQ(received[static_cast<std::size_t>(a * kRanks + b)][static_cast<std::size_t>(k)], a * 10000 + b * 100 + k);
+    }
+  }
+}
+
+TEST(HostComm, TagMismatchIsAnErrorNotSilentCorruption) {
+  auto devs = stp::make_cpu_devices(2);
+  auto comms = stp::make_host_comms(2);
+  auto s0 = devs[0]->create_stream("p2p");
+  auto s1 = devs[1]->create_stream("p2p");
+  float x = 1, y = 0;
+  comms[0]->send(*s0, &x, sizeof x, 1, /*tag=*/1);  // e.g. an activation
+  comms[1]->recv(*s1, &y, sizeof y, 0, /*tag=*/2);  // but the receiver expects a gradient
+  s0->synchronize();
+  try {
+    s1->synchronize();
+    FAIL() << "mismatch not detected";
+  } catch (const stp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected message tag 2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(HostComm, AbortReleasesRanksWaitingInACollective) {
+  auto devs = stp::make_cpu_devices(2);
+  auto comms = stp::make_host_comms(2);
+  auto s0 = devs[0]->create_stream("tp");
+  float x = 1;
+  comms[0]->all_reduce_sum(*s0, &x, 1);  // rank 1 never joins
+  comms[1]->abort("rank 1 failed while loading data");
+  try {
+    s0->synchronize();
+    FAIL() << "collective did not fail";
+  } catch (const stp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 failed while loading data"), std::string::npos) << e.what();
+  }
+}
+
+TEST(HostComm, BarrierHoldsEveryRankUntilAllArrived) {
+  Ranks g;
+  std::atomic<int> arrived{0};
+  std::vector<int> seen(kRanks, -1);
+  g.each([&](int r) {
+    auto& s = *g.streams[static_cast<std::size_t>(r)];
+    s.enqueue_host([&, r] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(r));  // arrive at different times
+      ++arrived;
+    });
+    g.comms[static_cast<std::size_t>(r)]->barrier(s);
+    s.enqueue_host([&, r] { seen[static_cast<std::size_t>(r)] = arrived.load(); });
+    s.synchronize();
+  });
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(seen[static_cast<std::size_t>(r)], kRanks);
+}
+
+}  // namespace
