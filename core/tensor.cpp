@@ -9,7 +9,7 @@ std::size_t dtype_size(DType dtype) {
     case DType::F32: return 4;
     case DType::BF16: return 2;
   }
-  STP_ASSERT(false, "unknown dtype");
+  throw_internal(__FILE__, __LINE__, "dtype", "unknown dtype");
 }
 
 const char* to_string(DType dtype) { return dtype == DType::F32 ? "f32" : "bf16"; }

@@ -13,34 +13,30 @@
 
 namespace stp {
 
-// ---- CpuEvent ---------------------------------------------------------------------------
+// ---- CpuEventState ----------------------------------------------------------------------
 
-bool CpuEvent::query() {
+bool CpuEventState::query() const {
   std::lock_guard<std::mutex> lock(mu_);
   return completed_ >= recorded_;
 }
 
-void CpuEvent::synchronize() { wait_for(latest()); }
-
-std::uint64_t CpuEvent::mark_recorded() {
+std::uint64_t CpuEventState::mark_recorded() {
   std::lock_guard<std::mutex> lock(mu_);
   return ++recorded_;
 }
 
-std::uint64_t CpuEvent::latest() const {
+std::uint64_t CpuEventState::latest() const {
   std::lock_guard<std::mutex> lock(mu_);
   return recorded_;
 }
 
-void CpuEvent::complete(std::uint64_t generation) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    completed_ = std::max(completed_, generation);
-  }
+void CpuEventState::complete(std::uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  completed_ = std::max(completed_, generation);
   cv_.notify_all();
 }
 
-void CpuEvent::wait_for(std::uint64_t generation) {
+void CpuEventState::wait_for(std::uint64_t generation) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return completed_ >= generation; });
 }
@@ -143,16 +139,16 @@ void CpuStream::gemm(const GemmArgs& g) {
 }
 
 void CpuStream::record(Event& event) {
-  CpuEvent& e = as_cpu_event(event);
-  std::uint64_t generation = e.mark_recorded();
-  enqueue([&e, generation] { e.complete(generation); }, true);
+  auto state = as_cpu_event(event).state();
+  std::uint64_t generation = state->mark_recorded();
+  enqueue([state, generation] { state->complete(generation); }, true);
 }
 
 void CpuStream::wait(Event& event) {
-  CpuEvent& e = as_cpu_event(event);
-  std::uint64_t generation = e.latest();
+  auto state = as_cpu_event(event).state();
+  std::uint64_t generation = state->latest();
   if (generation == 0) return;  // never recorded: nothing to wait for (CUDA semantics)
-  enqueue([&e, generation] { e.wait_for(generation); }, true);
+  enqueue([state, generation] { state->wait_for(generation); }, true);
 }
 
 void CpuStream::set_trace(TraceRecorder* recorder, int pid, std::string tid) {

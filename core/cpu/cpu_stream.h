@@ -7,6 +7,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -18,21 +19,30 @@ namespace stp {
 
 class CpuDevice;
 
-class CpuEvent final : public Event {
- public:
-  bool query() override;
-  void synchronize() override;
-
-  std::uint64_t mark_recorded();           // host side of Stream::record: a new generation
-  std::uint64_t latest() const;            // most recent generation recorded (0 = never)
-  void complete(std::uint64_t generation); // stream side: this generation has been reached
-  void wait_for(std::uint64_t generation); // block until `generation` completed
+// Event state is shared with the stream tasks that record or wait on it, so an event may be
+// destroyed while a record is still pending (as cudaEventDestroy allows).
+struct CpuEventState {
+  std::uint64_t mark_recorded();            // host side of Stream::record: a new generation
+  std::uint64_t latest() const;             // most recent generation recorded (0 = never)
+  void complete(std::uint64_t generation);  // stream side: this generation has been reached
+  void wait_for(std::uint64_t generation);  // block until `generation` completed
+  bool query() const;
 
  private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::uint64_t recorded_ = 0;
   std::uint64_t completed_ = 0;
+};
+
+class CpuEvent final : public Event {
+ public:
+  bool query() override { return state_->query(); }
+  void synchronize() override { state_->wait_for(state_->latest()); }
+  const std::shared_ptr<CpuEventState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<CpuEventState> state_ = std::make_shared<CpuEventState>();
 };
 
 class CpuStream final : public Stream {

@@ -1,0 +1,115 @@
+// Transformer kernels, written once for both backends (core/launch.h): every function enqueues
+// STP_HD functors with launch() and GEMMs with Stream::gemm on `s`, reads and writes device
+// memory only, and never waits. Pointers carry their shape in a comment; all tensors are
+// contiguous row-major f32 unless stated. N = rows (B*T tokens).
+//
+// Determinism: every reduction runs in a fixed index order inside one index of the launch
+// (a row, a channel or a vocabulary entry), so results do not depend on the thread count, the
+// grain or the backend's scheduling. Runs are bitwise reproducible on one backend.
+//
+// Accumulation: functions named *_accumulate add into their output (gradients accumulate over
+// microbatches); the others overwrite.
+#pragma once
+
+#include <cstdint>
+
+#include "core/device.h"
+
+namespace stp {
+
+// ---- LayerNorm (eps as HF GPT-2: 1e-5) ------------------------------------------------------
+
+// out = (x - mean) * rstd * w + b per row; saves mean and rstd (N,) for the backward.
+void layernorm_forward(Stream& s, float* out /*(N,C)*/, float* mean /*(N,)*/, float* rstd /*(N,)*/,
+                       const float* x /*(N,C)*/, const float* w /*(C,)*/, const float* b /*(C,)*/,
+                       std::int64_t N, std::int64_t C, float eps = 1e-5f);
+
+// dx = resid + LN^T(dout): the input gradient of LayerNorm plus an optional residual gradient
+// (resid may be nullptr, or alias dx).
+void layernorm_backward_input(Stream& s, float* dx /*(N,C)*/, const float* resid /*(N,C) or null*/,
+                              const float* dout /*(N,C)*/, const float* x /*(N,C)*/, const float* mean /*(N,)*/,
+                              const float* rstd /*(N,)*/, const float* w /*(C,)*/, std::int64_t N, std::int64_t C);
+
+// dw += sum_n dout * xhat, db += sum_n dout (per channel, rows in order).
+void layernorm_backward_weight_accumulate(Stream& s, float* dw /*(C,)*/, float* db /*(C,)*/,
+                                          const float* dout /*(N,C)*/, const float* x /*(N,C)*/,
+                                          const float* mean /*(N,)*/, const float* rstd /*(N,)*/,
+                                          std::int64_t N, std::int64_t C);
+
+// ---- Linear layers (HF Conv1D layout: y = x @ W + b, W is (in, out)) --------------------------
+
+// y = x @ W + bias (+ resid): the forward of a linear layer. bias and resid may be nullptr.
+// resid (N,out) is added before the product (row-parallel layers fold the residual into rank
+// 0's partial sum; see models/gpt2_units.h).
+void linear_forward(Stream& s, float* y /*(N,out)*/, const float* x /*(N,in)*/, const float* W /*(in,out)*/,
+                    const float* bias /*(out,) or null*/, const float* resid /*(N,out) or null*/,
+                    std::int64_t N, std::int64_t in, std::int64_t out);
+
+// dx = dy @ W^T (overwrites dx).
+void linear_backward_input(Stream& s, float* dx /*(N,in)*/, const float* dy /*(N,out)*/, const float* W /*(in,out)*/,
+                           std::int64_t N, std::int64_t in, std::int64_t out);
+
+// dW += x^T @ dy; dbias += sum_n dy (dbias may be nullptr).
+void linear_backward_weight_accumulate(Stream& s, float* dW /*(in,out)*/, float* dbias /*(out,) or null*/,
+                                       const float* x /*(N,in)*/, const float* dy /*(N,out)*/, std::int64_t N,
+                                       std::int64_t in, std::int64_t out);
+
+// db[j] += sum_n dy[n, j].
+void column_sum_accumulate(Stream& s, float* db /*(M,)*/, const float* dy /*(N,M)*/, std::int64_t N, std::int64_t M);
+
+// ---- GELU (tanh approximation, HF "gelu_new") --------------------------------------------------
+
+void gelu_forward(Stream& s, float* y /*(n,)*/, const float* x /*(n,)*/, std::int64_t n);
+// dx = dy * gelu'(x); dx may alias dy.
+void gelu_backward(Stream& s, float* dx /*(n,)*/, const float* dy /*(n,)*/, const float* x /*(n,)*/, std::int64_t n);
+
+// ---- Elementwise ---------------------------------------------------------------------------------
+
+// y = a + b (y may alias a or b).
+void add(Stream& s, float* y /*(n,)*/, const float* a /*(n,)*/, const float* b /*(n,)*/, std::int64_t n);
+
+// ---- Embedding (tokens are int32 stored in 4-byte elements) ----------------------------------
+
+// out[b,t] = wte[tokens[b,t]] + wpe[t]. Tokens must lie in [0, V) (validated by the data loader).
+void embedding_forward(Stream& s, float* out /*(B*T,C)*/, const std::int32_t* tokens /*(B*T,)*/,
+                       const float* wte /*(V,C)*/, const float* wpe /*(>=T,C)*/, std::int64_t B, std::int64_t T,
+                       std::int64_t C);
+
+// Int32 workspace elements embedding_backward_accumulate needs: V + 1 + B*T.
+std::int64_t embedding_backward_workspace(std::int64_t V, std::int64_t BT);
+
+// dwte[v] += sum of dout rows whose token is v (rows summed in order, then added once: the
+// result is dwte + (sum), independent of what dwte held); dwpe[t] += sum_b dout[b,t].
+// workspace: embedding_backward_workspace(V, B*T) int32 elements of device memory.
+void embedding_backward_accumulate(Stream& s, float* dwte /*(V,C)*/, float* dwpe /*(>=T,C)*/,
+                                   const float* dout /*(B*T,C)*/, const std::int32_t* tokens /*(B*T,)*/,
+                                   std::int32_t* workspace, std::int64_t B, std::int64_t T, std::int64_t C,
+                                   std::int64_t V);
+
+// ---- Causal self-attention over local heads -------------------------------------------------
+// qkv rows hold [q | k | v], each NH*D wide (NH local heads of size D, head h at columns h*D).
+// att (B,NH,T,T) is the softmax of the scaled, causally masked scores (zero above the diagonal).
+
+void attention_forward(Stream& s, float* y /*(B,T,NH*D)*/, float* att /*(B,NH,T,T)*/, const float* qkv /*(B,T,3*NH*D)*/,
+                       std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t D);
+
+// dqkv = gradient w.r.t. qkv (overwritten). datt: workspace (B,NH,T,T).
+void attention_backward(Stream& s, float* dqkv /*(B,T,3*NH*D)*/, float* datt /*(B,NH,T,T)*/, const float* dy /*(B,T,NH*D)*/,
+                        const float* qkv /*(B,T,3*NH*D)*/, const float* att /*(B,NH,T,T)*/, std::int64_t B,
+                        std::int64_t T, std::int64_t NH, std::int64_t D);
+
+// ---- Cross-entropy (mean over tokens) -----------------------------------------------------------
+
+// losses[n] = logsumexp(logits[n]) - logits[n, targets[n]]; lse[n] saved for the backward;
+// *loss = mean of losses (summed in row order by one thread).
+void cross_entropy_forward(Stream& s, float* loss /*(1,)*/, float* losses /*(N,)*/, float* lse /*(N,)*/,
+                           const float* logits /*(N,V)*/, const std::int32_t* targets /*(N,)*/, std::int64_t N,
+                           std::int64_t V);
+
+// dlogits = (softmax(logits) - onehot(targets)) * scale, in place over logits; scale =
+// loss_scale / N for a mean loss.
+void cross_entropy_backward_inplace(Stream& s, float* logits /*(N,V) -> dlogits*/, const float* lse /*(N,)*/,
+                                    const std::int32_t* targets /*(N,)*/, float scale, std::int64_t N,
+                                    std::int64_t V);
+
+}  // namespace stp
