@@ -98,30 +98,46 @@ void check_counts_and_w(const Schedule& s) {
   }
 }
 
-// 6. both ends of every directed channel see the same message sequence.
-void check_channels(const Schedule& s) {
+// 6. both ends of every directed channel (or lane, Note [Channel lanes]) see the same message sequence.
+void check_sequence(const Schedule& s, const Channel& c, int lane) {
+  auto pick = [lane](const std::vector<Message>& msgs) {
+    std::vector<int> idx;
+    for (int k = 0; k < static_cast<int>(msgs.size()); ++k)
+      if (lane < 0 || static_cast<int>(msgs[k].pass) == lane) idx.push_back(k);
+    return idx;
+  };
+  std::vector<int> sent = pick(c.sent), recv = pick(c.received);
+  for (std::size_t k = 0; k < std::max(sent.size(), recv.size()); ++k) {
+    if (k < sent.size() && k < recv.size() && c.sent[sent[k]] == c.received[recv[k]]) continue;
+    std::string what = k < sent.size() ? str(where(s, c.src, c.sent_op[sent[k]]), " sends the ",
+                                             to_string(c.sent[sent[k]]))
+                                       : str("rank ", c.src, " sends nothing more");
+    std::string want = k < recv.size() ? str(where(s, c.dst, c.received_op[recv[k]]), " expects the ",
+                                             to_string(c.received[recv[k]]))
+                                       : str("rank ", c.dst, " expects nothing more");
+    throw Error(str("channel rank ", c.src, " -> rank ", c.dst, lane < 0 ? "" : lane == 0 ? " (activations)" : " (gradients)",
+                    " disagrees at message ", k, ": ", what, " but ", want));
+  }
+}
+
+void check_channels(const Schedule& s, ChannelModel model) {
   for (const Channel& c : channels(s)) {
-    std::size_t n = std::max(c.sent.size(), c.received.size());
-    for (std::size_t k = 0; k < n; ++k) {
-      if (k < c.sent.size() && k < c.received.size() && c.sent[k] == c.received[k]) continue;
-      std::string sent = k < c.sent.size() ? str(where(s, c.src, c.sent_op[k]), " sends the ", to_string(c.sent[k]))
-                                           : str("rank ", c.src, " sends nothing more");
-      std::string recv = k < c.received.size()
-                             ? str(where(s, c.dst, c.received_op[k]), " expects the ", to_string(c.received[k]))
-                             : str("rank ", c.dst, " expects nothing more");
-      throw Error(str("channel rank ", c.src, " -> rank ", c.dst, " disagrees at message ", k, ": ", sent, " but ",
-                      recv));
+    if (model == ChannelModel::SHARED_FIFO) {
+      check_sequence(s, c, -1);
+    } else {
+      check_sequence(s, c, static_cast<int>(Pass::F));
+      check_sequence(s, c, static_cast<int>(Pass::B));
     }
   }
 }
 
 }  // namespace
 
-void validate(const Schedule& s) {
+void validate(const Schedule& s, ChannelModel channel_model) {
   check_placement(s);
   check_parts(s);
   check_counts_and_w(s);
-  check_channels(s);
+  check_channels(s, channel_model);
   walk_dataflow(s, [](int, int) {});  // 7. no deadlock
 }
 

@@ -7,8 +7,9 @@
 //   4. order       on its rank, each B runs after its F;
 //   5. W           each deferred B (B*) is consumed by exactly one later W or F&W on its rank, and no W
 //                  names a B that did not defer;
-//   6. channels    on every directed rank→rank channel, the sender's message sequence equals the
-//                  receiver's (messages have one shape, so a mismatch would be silent data corruption);
+//   6. channels    on every directed rank→rank channel, the sequence of messages the sender sends equals the
+//                  sequence the receiver consumes (messages have one shape, so a mismatch would be silent data
+//                  corruption). See Note [Channel lanes] for what "channel" means;
 //   7. deadlock    the dependency walk (dataflow.h) runs every op.
 #pragma once
 
@@ -16,6 +17,15 @@
 
 namespace stp::sched {
 
-void validate(const Schedule& s);
+// Note [Channel lanes]
+// A directed rank pair carries activations (F outputs) and input gradients (B outputs). With
+// ChannelModel::LANES (the default) each kind is its own FIFO lane — the executor keeps them apart with two
+// tags or communicators — and the check compares each lane's sequence. With ChannelModel::SHARED_FIFO both
+// kinds share one FIFO and the mixed sequence must agree. STP, GPipe, 1F1B, 1F1B-I and ZB-H1 satisfy both;
+// ZB-V's handcrafted order needs lanes: on rank 0 → rank 1 it sends F0.7's activation (op 6) before B1.1's
+// gradient (op 8), while rank 1 consumes the gradient at op 8 and the activation only at op 16.
+enum class ChannelModel : std::uint8_t { LANES, SHARED_FIFO };
+
+void validate(const Schedule& s, ChannelModel channel_model = ChannelModel::LANES);
 
 }  // namespace stp::sched
