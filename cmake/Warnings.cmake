@@ -1,4 +1,6 @@
 set(STP_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wno-unused-parameter)
+set(STP_CUDA_WARNINGS -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter)
 if(STP_WERROR)
   list(APPEND STP_WARNINGS -Werror)
+  list(APPEND STP_CUDA_WARNINGS -Werror=all-warnings -Xcompiler=-Werror)
 endif()
