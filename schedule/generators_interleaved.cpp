@@ -27,11 +27,20 @@ std::vector<ChunkMb> forward_table(int m, int v, int g) {
 // then the w_r remaining backwards. The k-th backward is the k-th table entry with its chunk mirrored
 // (v−1−c): backwards retrace the forwards in reverse chunk order. Group size g = p (Megatron's default),
 // or m when m < p. The "2·" per hop admits enough forwards that each rank stays busy while the first
-// backward travels back (Megatron issues #169/#675). Any m ≥ 1 (Megatron's own "m mod g ≥ p" rule only
-// avoids dependency bubbles; the validator proves every m deadlock-free).
+// backward travels back (Megatron issues #169/#675).
+//
+// Group size: Megatron requires p ≤ g ≤ m and m mod g ∈ {0} ∪ [p, g), else it refuses ("dependency
+// bubbles"); the condition is real — with g = p = 8 and m = 10 the short last group deadlocks. We take the
+// smallest g ≥ min(p, m) that meets it (g = m always does), so any m ≥ 1 works: g = p when p divides m,
+// g = m when m < p. A larger g only adds warm-up forwards (memory), never changes the steady state.
+static int group_size(int pp, int m) {
+  for (int g = std::min(pp, m);; ++g)
+    if (m % g == 0 || m % g >= pp) return g;
+}
+
 Schedule generate_1f1b_i(int pp, int m) {
   const int v = 2;
-  const int g = std::min(pp, m);
+  const int g = group_size(pp, m);
   Schedule s = make_schedule("1f1b-i", pp, m, v, Placement::INTERLEAVED);
   std::vector<ChunkMb> table = forward_table(m, v, g);
   const int total = m * v;

@@ -75,7 +75,7 @@ void check_counts_and_w(const Schedule& s) {
                     " runs before its B");
           const Op& bop = ops[b];
           const Part& bp = bop.a.pass == Pass::B ? bop.a : bop.b;
-          STP_CHECK(bp.defer_w, where(s, r, i), ": ", to_string(bop), " at op ", b, " did not defer its W");
+          STP_CHECK(bp.defer_w, where(s, r, i), ": '", to_string(bop), "' at op ", b, " did not defer its W");
         }
         seen[out] = i;
       }
