@@ -1,0 +1,61 @@
+#include "core/backend.h"
+
+#include "core/cpu/cpu_device.h"
+#include "core/error.h"
+#if defined(STP_HAVE_CUDA)
+#include "core/cuda/cuda_backend.h"
+#endif
+
+namespace stp {
+
+bool cuda_built() {
+#if defined(STP_HAVE_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool cuda_usable(int needed, std::string* why) {
+#if defined(STP_HAVE_CUDA)
+  return cuda_devices_usable(needed, why);
+#else
+  if (why) *why = "this stp was built without the CUDA backend (nvcc was not found at configure time)";
+  (void)needed;
+  return false;
+#endif
+}
+
+std::vector<std::unique_ptr<Device>> make_devices(const BackendOptions& o) {
+  STP_CHECK(o.count >= 1, "need at least one device, got ", o.count);
+  std::vector<std::unique_ptr<Device>> out;
+  if (o.kind == DeviceKind::Cpu) {
+    CpuDeviceOptions cpu;
+    cpu.capacity = o.capacity;
+    cpu.link_bytes_per_s = o.link_bytes_per_s;
+    for (auto& d : make_cpu_devices(o.count, cpu)) out.push_back(std::move(d));
+    return out;
+  }
+  std::string why;
+  if (!cuda_usable(o.count, &why))
+    throw Error(str("parallel.backend is cuda but ", why, "; use parallel.backend: cpu or run on a GPU machine"));
+#if defined(STP_HAVE_CUDA)
+  out = make_cuda_devices(o.count, o.capacity);
+#endif
+  return out;
+}
+
+std::vector<std::unique_ptr<Communicator>> make_comms(const std::vector<Device*>& devices) {
+  STP_CHECK(!devices.empty(), "a communicator needs at least one device");
+  DeviceKind kind = devices.front()->kind();
+  for (auto* d : devices) STP_ASSERT(d->kind() == kind, "communicator over mixed device kinds");
+  if (kind == DeviceKind::Cpu) return make_host_comms(static_cast<int>(devices.size()));
+#if defined(STP_HAVE_CUDA)
+  return make_nccl_comms(devices);
+#else
+  STP_ASSERT(false, "CUDA device in a build without CUDA");
+  return {};
+#endif
+}
+
+}  // namespace stp

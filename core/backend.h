@@ -1,0 +1,35 @@
+// Backend selection: creates the devices of one process and the communicators between them,
+// for the CPU backend (emulated devices) or the CUDA backend (GPUs + NCCL), behind one API.
+#pragma once
+
+#include <cstddef>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/device.h"
+
+namespace stp {
+
+struct BackendOptions {
+  DeviceKind kind = DeviceKind::Cpu;
+  int count = 1;                                                   // devices (ranks) to create
+  std::size_t capacity = std::numeric_limits<std::size_t>::max();  // per-device memory limit
+  double link_bytes_per_s = 0;                                     // CPU only: emulated D2H/H2D rate
+};
+
+// Throws stp::Error with one clear line when the backend cannot provide `count` devices
+// (e.g. backend cuda on a build without CUDA or a machine without a usable GPU/driver).
+std::vector<std::unique_ptr<Device>> make_devices(const BackendOptions& options);
+
+// One communicator group over `devices` (rank i = devices[i]); all of one kind.
+// CPU: HostComm. CUDA: NCCL (ncclCommInitAll over the devices' ordinals).
+std::vector<std::unique_ptr<Communicator>> make_comms(const std::vector<Device*>& devices);
+
+// Whether this build has the CUDA backend, and whether a GPU is usable; `why` says why not.
+bool cuda_built();
+bool cuda_usable(int needed, std::string* why);
+
+}  // namespace stp

@@ -1,0 +1,25 @@
+// Entry points of the CUDA backend (built only with STP_HAVE_CUDA). This header includes no
+// CUDA headers, so core/backend.cpp can call it from plain C++.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/device.h"
+
+namespace stp {
+
+// True when the driver/runtime work and at least `needed` GPUs are visible; otherwise `why`
+// holds what was found ("no CUDA driver: ...", "1 GPU visible, 4 needed", ...).
+bool cuda_devices_usable(int needed, std::string* why);
+
+// GPUs 0..count-1, each with a memory limit of min(capacity, free memory at start-up).
+std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, std::size_t capacity);
+
+// One NCCL communicator group over the given CUDA devices (ncclCommInitAll).
+std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Device*>& devices);
+
+}  // namespace stp

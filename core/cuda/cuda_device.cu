@@ -1,0 +1,328 @@
+// CudaDevice, CudaStream, CudaEvent: core/device.h on the CUDA runtime.
+//
+// Ordering arguments (the same contract the CPU backend tests prove):
+//   * every Stream is a non-blocking cudaStream_t, so it never synchronizes implicitly with the
+//     legacy default stream; all cross-stream order comes from record()/wait() on cudaEvent_t;
+//   * copies are cudaMemcpyAsync(cudaMemcpyDefault) (unified addressing): asynchronous only
+//     between device memory and pinned host memory, which is why offload buffers come from
+//     allocate_pinned_host (cudaHostAlloc), never from pageable memory;
+//   * each stream owns its cuBLAS handle, bound to that stream once, so GEMMs are ordered with
+//     the stream's other work and streams never share cuBLAS workspace.
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+
+#include "core/cuda/cuda_backend.h"
+#include "core/cuda/cuda_check.h"
+#include "core/launch.h"
+#include "core/trace.h"
+
+namespace stp {
+
+namespace {
+
+class CudaDevice;
+
+class CudaEvent final : public Event {
+ public:
+  explicit CudaEvent(int ordinal) : ordinal_(ordinal) {
+    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+    STP_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+  }
+  ~CudaEvent() override { (void)cudaEventDestroy(event_); }  // safe with a pending record
+  bool query() override {
+    cudaError_t e = cudaEventQuery(event_);
+    if (e == cudaErrorNotReady) return false;
+    STP_CUDA_CHECK(e);
+    return true;
+  }
+  void synchronize() override { STP_CUDA_CHECK(cudaEventSynchronize(event_)); }
+  cudaEvent_t handle() const { return event_; }
+
+ private:
+  int ordinal_;
+  cudaEvent_t event_{};
+};
+
+class CudaStream final : public Stream {
+ public:
+  CudaStream(CudaDevice& device, int ordinal, std::string name);
+  ~CudaStream() override;
+
+  Device& device() override;
+  const std::string& name() const override { return name_; }
+  cudaStream_t handle() const { return stream_; }
+
+  void enqueue_host(std::function<void()> fn) override {
+    auto* heap = new std::function<void()>(std::move(fn));
+    STP_CUDA_CHECK(cudaLaunchHostFunc(stream_, &CudaStream::run_host_fn, heap));
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes) STP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+  }
+  void zero(void* dst, std::size_t bytes) override {
+    if (bytes) STP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
+  }
+  void gemm(const GemmArgs& g) override;
+  void record(Event& event) override {
+    STP_CUDA_CHECK(cudaEventRecord(as_cuda(event).handle(), stream_));
+  }
+  void wait(Event& event) override {
+    STP_CUDA_CHECK(cudaStreamWaitEvent(stream_, as_cuda(event).handle(), 0));
+  }
+  void synchronize() override {
+    STP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    flush_trace();
+  }
+  void trace_begin(std::string span_name, std::string category, std::string args_json) override;
+  void trace_end() override;
+  void set_trace(TraceRecorder* recorder, int pid, std::string tid) override;
+
+ private:
+  static void CUDART_CB run_host_fn(void* data) {
+    auto* fn = static_cast<std::function<void()>*>(data);
+    (*fn)();  // exceptions cannot cross the CUDA callback boundary: host tasks must not throw
+    delete fn;
+  }
+  static CudaEvent& as_cuda(Event& e) {
+    auto* c = dynamic_cast<CudaEvent*>(&e);
+    STP_ASSERT(c, "event is not a CUDA event");
+    return *c;
+  }
+  cudaEvent_t timing_event();
+  void flush_trace();
+
+  struct Span {
+    std::string name, category, args;
+    cudaEvent_t begin{}, end{};
+  };
+  CudaDevice& device_;
+  int ordinal_;
+  std::string name_;
+  cudaStream_t stream_{};
+  cublasHandle_t cublas_{};
+  // Tracing: spans are timed with CUDA events against a reference event whose host time is known.
+  TraceRecorder* trace_ = nullptr;
+  int trace_pid_ = 0;
+  std::string trace_tid_;
+  cudaEvent_t reference_{};
+  double reference_us_ = 0;
+  std::vector<Span> open_, closed_;
+};
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(int ordinal, std::size_t capacity) : ordinal_(ordinal) {
+    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+    std::size_t free_bytes = 0, total = 0;
+    STP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    device_.capacity = capacity < free_bytes ? capacity : free_bytes;
+    pinned_.capacity = SIZE_MAX;
+    cudaDeviceProp prop{};
+    STP_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
+    name_ = str("cuda:", ordinal_, " (", prop.name, ")");
+  }
+  ~CudaDevice() override {
+    (void)cudaSetDevice(ordinal_);
+    for (auto& [p, b] : live_) (void)cudaFree(p);
+    for (auto& [p, b] : pinned_live_) (void)cudaFreeHost(p);
+  }
+
+  DeviceKind kind() const override { return DeviceKind::Cuda; }
+  int index() const override { return ordinal_; }
+  std::string name() const override { return name_; }
+
+  void* allocate(std::size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bytes > device_.capacity - device_.in_use) throw oom(bytes, "limit");
+    void* p = nullptr;
+    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+    cudaError_t e = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      throw oom(bytes, "cudaMalloc");
+    }
+    STP_CUDA_CHECK(e);
+    account(device_, live_, p, bytes);
+    return p;
+  }
+  void deallocate(void* p) override {
+    if (!p) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    unaccount(device_, live_, p);
+    STP_CUDA_CHECK(cudaFree(p));
+  }
+  MemoryStats memory_stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return device_;
+  }
+  void reset_peak() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    device_.peak = device_.in_use;
+    pinned_.peak = pinned_.in_use;
+  }
+  void* allocate_pinned_host(std::size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    void* p = nullptr;
+    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+    // Never silently pageable: a failure to pin is an error with CUDA's message.
+    STP_CUDA_CHECK(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable));
+    account(pinned_, pinned_live_, p, bytes);
+    return p;
+  }
+  void deallocate_pinned_host(void* p) override {
+    if (!p) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    unaccount(pinned_, pinned_live_, p);
+    STP_CUDA_CHECK(cudaFreeHost(p));
+  }
+  MemoryStats pinned_host_stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pinned_;
+  }
+  std::unique_ptr<Stream> create_stream(std::string stream_name) override {
+    return std::make_unique<CudaStream>(*this, ordinal_, std::move(stream_name));
+  }
+  std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(ordinal_); }
+
+ private:
+  OutOfMemoryError oom(std::size_t bytes, const char* who) const {
+    return OutOfMemoryError(str(name_, ": out of device memory (", who, "): requested ", format_bytes(bytes),
+                                ", in use ", format_bytes(device_.in_use), ", capacity ",
+                                format_bytes(device_.capacity), ", peak ", format_bytes(device_.peak)),
+                            bytes);
+  }
+  static void account(MemoryStats& s, std::map<void*, std::size_t>& live, void* p, std::size_t bytes) {
+    live[p] = bytes;
+    s.in_use += bytes;
+    if (s.in_use > s.peak) s.peak = s.in_use;
+    ++s.alloc_count;
+  }
+  static void unaccount(MemoryStats& s, std::map<void*, std::size_t>& live, void* p) {
+    auto it = live.find(p);
+    STP_ASSERT(it != live.end(), "free of a pointer that is not a live allocation");
+    s.in_use -= it->second;
+    ++s.free_count;
+    live.erase(it);
+  }
+
+  int ordinal_;
+  std::string name_;
+  mutable std::mutex mu_;
+  MemoryStats device_, pinned_;
+  std::map<void*, std::size_t> live_, pinned_live_;
+};
+
+CudaStream::CudaStream(CudaDevice& device, int ordinal, std::string name)
+    : device_(device), ordinal_(ordinal), name_(std::move(name)) {
+  STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+  STP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  STP_CUDA_CHECK(cublasCreate(&cublas_));
+  STP_CUDA_CHECK(cublasSetStream(cublas_, stream_));
+}
+
+CudaStream::~CudaStream() {
+  (void)cudaSetDevice(ordinal_);
+  (void)cudaStreamSynchronize(stream_);
+  for (auto& s : closed_) {
+    (void)cudaEventDestroy(s.begin);
+    (void)cudaEventDestroy(s.end);
+  }
+  if (reference_) (void)cudaEventDestroy(reference_);
+  (void)cublasDestroy(cublas_);
+  (void)cudaStreamDestroy(stream_);
+}
+
+Device& CudaStream::device() { return device_; }
+
+void CudaStream::gemm(const GemmArgs& g) {
+  if (g.m == 0 || g.n == 0) return;
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
+  cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  STP_CUDA_CHECK(cublasGemmEx(cublas_, tb, ta, g.n, g.m, g.k, &g.alpha, g.b, CUDA_R_32F, g.ldb, g.a, CUDA_R_32F,
+                              g.lda, &g.beta, g.c, CUDA_R_32F, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+cudaEvent_t CudaStream::timing_event() {
+  cudaEvent_t e{};
+  STP_CUDA_CHECK(cudaEventCreate(&e));
+  STP_CUDA_CHECK(cudaEventRecord(e, stream_));
+  return e;
+}
+
+void CudaStream::set_trace(TraceRecorder* recorder, int pid, std::string tid) {
+  synchronize();
+  trace_ = recorder;
+  trace_pid_ = pid;
+  trace_tid_ = std::move(tid);
+  if (!trace_) return;
+  if (!reference_) reference_ = timing_event();
+  else STP_CUDA_CHECK(cudaEventRecord(reference_, stream_));
+  STP_CUDA_CHECK(cudaEventSynchronize(reference_));
+  reference_us_ = trace_->now_us();
+}
+
+void CudaStream::trace_begin(std::string span_name, std::string category, std::string args_json) {
+  if (!trace_) return;
+  open_.push_back(Span{std::move(span_name), std::move(category), std::move(args_json), timing_event(), {}});
+}
+
+void CudaStream::trace_end() {
+  if (!trace_) return;
+  STP_ASSERT(!open_.empty(), "trace_end without trace_begin on stream ", name_);
+  Span s = std::move(open_.back());
+  open_.pop_back();
+  s.end = timing_event();
+  closed_.push_back(std::move(s));
+}
+
+void CudaStream::flush_trace() {
+  for (auto& s : closed_) {
+    float begin_ms = 0, end_ms = 0;
+    STP_CUDA_CHECK(cudaEventElapsedTime(&begin_ms, reference_, s.begin));
+    STP_CUDA_CHECK(cudaEventElapsedTime(&end_ms, reference_, s.end));
+    trace_->add(TraceSpan{trace_pid_, trace_tid_, std::move(s.name), std::move(s.category), std::move(s.args),
+                          reference_us_ + 1e3 * begin_ms, 1e3 * (end_ms - begin_ms)});
+    (void)cudaEventDestroy(s.begin);
+    (void)cudaEventDestroy(s.end);
+  }
+  closed_.clear();
+}
+
+}  // namespace
+
+void* cuda_stream_handle(Stream& stream) {
+  auto* s = dynamic_cast<CudaStream*>(&stream);
+  STP_ASSERT(s, "stream '", stream.name(), "' is not a CUDA stream");
+  return s->handle();
+}
+
+void cuda_check_launch(const char* kernel_name) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw Error(str("CUDA kernel launch failed (", kernel_name, "): ", cudaGetErrorString(e)));
+}
+
+bool cuda_devices_usable(int needed, std::string* why) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (why) *why = str("no usable CUDA driver/GPU (cudaGetDeviceCount: ", cudaGetErrorString(e), ")");
+    return false;
+  }
+  if (count < needed) {
+    if (why) *why = str(count, " GPU(s) visible, ", needed, " needed (one per rank)");
+    return false;
+  }
+  return true;
+}
+
+std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, std::size_t capacity) {
+  std::vector<std::unique_ptr<Device>> out;
+  for (int i = 0; i < count; ++i) out.push_back(std::make_unique<CudaDevice>(i, capacity));
+  return out;
+}
+
+}  // namespace stp

@@ -1,0 +1,71 @@
+// NcclComm: core/comm.h on NCCL. One process, one thread per GPU; groups are created with
+// ncclCommInitAll over the devices of the group (TP and PP groups are separate communicators).
+// Every operation is enqueued on the caller's stream; its completion is that stream's order.
+// NCCL has no message tags: the tag is ignored here (HostComm checks it on the CPU backend, where
+// the same schedules run, so channel-order mismatches are caught before a GPU run).
+#include <cuda_runtime.h>
+
+#include <atomic>
+
+#include "core/cuda/cuda_backend.h"
+#include "core/cuda/cuda_check.h"
+#include "core/launch.h"
+
+namespace stp {
+
+namespace {
+
+class NcclComm final : public Communicator {
+ public:
+  NcclComm(ncclComm_t comm, int rank, int size, int ordinal) : comm_(comm), rank_(rank), size_(size), ordinal_(ordinal) {
+    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+    STP_CUDA_CHECK(cudaMalloc(&scratch_, sizeof(float)));
+  }
+  ~NcclComm() override {
+    (void)cudaSetDevice(ordinal_);
+    (void)cudaFree(scratch_);
+    (void)ncclCommDestroy(comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::uint64_t bytes_sent() const override { return bytes_sent_.load(); }
+
+  void all_reduce_sum(Stream& stream, float* data, std::size_t count) override {
+    bytes_sent_ += count * sizeof(float);
+    STP_CUDA_CHECK(ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm_, handle(stream)));
+  }
+  void send(Stream& stream, const void* data, std::size_t bytes, int peer, std::uint32_t) override {
+    bytes_sent_ += bytes;
+    STP_CUDA_CHECK(ncclSend(data, bytes, ncclChar, peer, comm_, handle(stream)));
+  }
+  void recv(Stream& stream, void* data, std::size_t bytes, int peer, std::uint32_t) override {
+    STP_CUDA_CHECK(ncclRecv(data, bytes, ncclChar, peer, comm_, handle(stream)));
+  }
+  void barrier(Stream& stream) override {
+    STP_CUDA_CHECK(ncclAllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum, comm_, handle(stream)));
+  }
+  void abort(const std::string&) override { (void)ncclCommAbort(comm_); }
+
+ private:
+  static cudaStream_t handle(Stream& s) { return static_cast<cudaStream_t>(cuda_stream_handle(s)); }
+  ncclComm_t comm_;
+  int rank_, size_, ordinal_;
+  float* scratch_ = nullptr;
+  std::atomic<std::uint64_t> bytes_sent_{0};
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Device*>& devices) {
+  int n = static_cast<int>(devices.size());
+  std::vector<int> ordinals;
+  for (auto* d : devices) ordinals.push_back(d->index());
+  std::vector<ncclComm_t> comms(devices.size());
+  STP_CUDA_CHECK(ncclCommInitAll(comms.data(), n, ordinals.data()));
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (int r = 0; r < n; ++r)
+    out.push_back(std::make_unique<NcclComm>(comms[static_cast<std::size_t>(r)], r, n, ordinals[static_cast<std::size_t>(r)]));
+  return out;
+}
+
+}  // namespace stp

@@ -1,0 +1,36 @@
+// Test helper: the device kinds a backend-generic test runs on. The CPU backend always; CUDA
+// when this build has it and a GPU is usable (otherwise the CUDA instance is GTEST_SKIP-ped,
+// so it is reported as skipped, never as passed).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+
+namespace stp::testing {
+
+inline std::vector<DeviceKind> all_kinds() { return {DeviceKind::Cpu, DeviceKind::Cuda}; }
+
+inline std::string kind_name(const ::testing::TestParamInfo<DeviceKind>& info) { return to_string(info.param); }
+
+// Devices of `kind`, or empty after GTEST_SKIP() when the kind is unavailable here.
+inline std::vector<std::unique_ptr<Device>> devices_or_skip(DeviceKind kind, int count = 1) {
+  if (kind == DeviceKind::Cuda) {
+    std::string why;
+    if (!cuda_usable(count, &why)) return {};
+  }
+  BackendOptions o;
+  o.kind = kind;
+  o.count = count;
+  return make_devices(o);
+}
+
+}  // namespace stp::testing
+
+#define STP_DEVICES_OR_SKIP(var, kind, count)                                          \
+  auto var = ::stp::testing::devices_or_skip(kind, count);                             \
+  if (var.empty()) GTEST_SKIP() << "no usable " << ::stp::to_string(kind) << " device here"
