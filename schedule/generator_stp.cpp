@@ -83,28 +83,33 @@ std::vector<Op> stp_rank(int p, int m, int r) {
   return std::move(k.ops);
 }
 
-// Drops every part on a microbatch > m: F&B → the surviving F or B, F+F → F, F&W → F or W. Each W names
-// its own (chunk, microbatch), so the deferred-W FIFO stays consistent: survivors keep their relative order.
-std::vector<Op> truncate(const std::vector<Op>& ops, int m) {
+// Keeps the parts whose microbatch maps to a new number (new_mb[j] > 0) and renumbers them: F&B → the
+// surviving F or B, F+F → F, F&W → F or W. Each W names its own (chunk, microbatch), so the deferred-W FIFO
+// stays consistent: survivors keep their relative order.
+std::vector<Op> keep_microbatches(const std::vector<Op>& ops, const std::vector<int>& new_mb) {
+  auto single = [](Pass p) { return p == Pass::F ? OpKind::F : p == Pass::B ? OpKind::B : OpKind::W; };
   std::vector<Op> out;
   for (const Op& op : ops) {
-    bool keep_a = op.a.mb <= m, keep_b = op.braided() && op.b.mb <= m;
+    bool keep_a = new_mb[op.a.mb] > 0, keep_b = op.braided() && new_mb[op.b.mb] > 0;
     Op t = op;
     t.reload.clear();
-    if (keep_a && keep_b) {
-      out.push_back(t);
-    } else if (keep_a) {
-      t.kind = op.a.pass == Pass::F ? OpKind::F : op.a.pass == Pass::B ? OpKind::B : OpKind::W;
-      t.b = Part{};
-      out.push_back(t);
-    } else if (keep_b) {
-      t.a = op.b;
-      t.b = Part{};
-      t.kind = t.a.pass == Pass::F ? OpKind::F : t.a.pass == Pass::B ? OpKind::B : OpKind::W;
-      out.push_back(t);
-    }
+    t.a.mb = new_mb[op.a.mb];
+    if (op.braided()) t.b.mb = new_mb[op.b.mb];
+    if (keep_a && !keep_b) t.kind = single(t.a.pass), t.b = Part{};
+    if (!keep_a && keep_b) t.a = t.b, t.kind = single(t.a.pass), t.b = Part{};
+    if (keep_a || keep_b) out.push_back(t);
   }
   return out;
+}
+
+// The fallback keeps microbatches 1..m of the 3p−1 schedule and drops the rest (stp-spec §4.4). We also
+// measured every other contiguous window of dropped microbatches (unit costs, p ∈ {2, 3, 4, 8}): dropping
+// the lowest ones is within ±1 time unit of this, any window in the middle is about twice as bad (it breaks
+// the steady F&B chain in two), so the spec's choice stays.
+std::vector<int> fallback_numbering(int rule_m, int m) {
+  std::vector<int> new_mb(rule_m + 1, 0);
+  for (int j = 1; j <= m; ++j) new_mb[j] = j;
+  return new_mb;
 }
 
 // Reload markers (stp-spec §5): the H2D copy of an offloaded forward's activations starts one op before the
@@ -125,15 +130,16 @@ void add_reloads(std::vector<Op>& ops, int m) {
 
 // m ≥ 3p−1: the rule of stp-spec §4.2. 2p ≤ m < 3p−1: the rule cannot run (S1–S4 alone issue 3p−r−1
 // chunk-0 forwards), so we generate for m' = 3p−1 and drop the microbatches above m (stp-spec §4.4).
-// The result keeps STP's braiding for the microbatches that remain; its bubble is measured in
-// docs/schedules.md and tests/schedule/test_table1.cpp.
+// The result keeps STP's braiding for the microbatches that remain. Its bubble (unit costs, no comm) is
+// p=2 m=4: 4 (vs 1 at m ≥ 5); p=4 m=8/9/10: 10/9/6 (vs 3); p=8 m=16/20/22: 22/16/10 (vs 7) —
+// docs/schedules.md, tests/schedule/test_table1.cpp.
 Schedule generate_stp(int pp, int m) {
   STP_CHECK(m >= 2 * pp, "schedule 'stp' needs at least 2p = ", 2 * pp, " microbatches for pp ", pp, ", got ", m);
   const int rule_m = std::max(m, stp_rule_min_microbatches(pp));
   Schedule s = make_schedule("stp", pp, m, 2, Placement::V);
   for (int r = 0; r < pp; ++r) {
     std::vector<Op> ops = stp_rank(pp, rule_m, r);
-    if (rule_m != m) ops = truncate(ops, m);
+    if (rule_m != m) ops = keep_microbatches(ops, fallback_numbering(rule_m, m));
     add_reloads(ops, m);
     s.ranks[r] = std::move(ops);
   }
