@@ -32,8 +32,8 @@ std::string rect(double x, double y, double w, double h, const char* fill, const
 std::string label(const Op& op) {
   std::string l;
   switch (op.kind) {
-    case OpKind::FB: l = str(op.a.mb, "&", op.b.mb, op.b.defer_w ? "*" : ""); break;
-    case OpKind::FW: l = str(op.a.mb, "&w"); break;
+    case OpKind::FB: l = str(op.a.mb, "&amp;", op.b.mb, op.b.defer_w ? "*" : ""); break;
+    case OpKind::FW: l = str(op.a.mb, "&amp;w"); break;
     case OpKind::FF: l = str(op.a.mb, "+", op.b.mb); break;
     default: l = str(op.a.mb, op.a.defer_w ? "*" : "");
   }
@@ -46,13 +46,15 @@ std::string draw_op(const Op& op, const OpTime& t, const Costs& c, double y, dou
     const Part& p = op.part(seg.part);
     double x = kLeft + seg.start * scale, w = (seg.end - seg.start) * scale;
     int pass = static_cast<int>(seg.pass);
-    if (seg.stream == 0) out += rect(x, y, w, kRow, kFill[p.chunk % 2][pass]);
+    // A thin white edge between units keeps the braid visible even where both parts share a colour (F+F).
+    if (seg.stream == 0) out += rect(x, y, w, kRow, kFill[p.chunk % 2][pass], " stroke=\"#fff\" stroke-width=\"0.4\"");
     else out += rect(x, y + kRow + 1, w, kLane, kFill[p.chunk % 2][pass], " opacity=\"0.8\"");
   }
   double x = kLeft + t.start * scale, w = (t.end - t.start) * scale;
   out += rect(x, y, w, kRow, "none", " stroke=\"#222\" stroke-width=\"0.8\"");
   std::string l = label(op);
-  double font = std::min(11.0, w / (0.62 * static_cast<double>(l.size()) + 0.2));
+  double visible = static_cast<double>(l.size()) - (op.kind == OpKind::FB || op.kind == OpKind::FW ? 4 : 0);
+  double font = std::min(11.0, w / (0.62 * visible + 0.2));
   if (font >= 5) {
     const char* ink = op.braided() ? "#000" : kInk[static_cast<int>(op.a.pass)];
     std::string halo = op.braided() ? " stroke=\"#fff\" stroke-width=\"2.2\" paint-order=\"stroke\"" : "";
