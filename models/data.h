@@ -1,0 +1,68 @@
+// Token data: loading (data.format) and sampling (data.sampling), DESIGN.md section 4.
+//
+// Formats (data.path is a file, or for `text` also a folder):
+//   text  every byte is a token (vocab 256). A folder means its regular files (symlinks and
+//         subfolders skipped), sorted by name, concatenated.
+//   u16   raw little-endian uint16 tokens (the file size must be even).
+//   llmc  llm.c token file: a header of 256 int32 (header[0] = 20240520 magic, header[1] = 1
+//         version, header[2] = token count), then exactly that many uint16 tokens.
+//
+// Sampling: number the sequences of a run b = 0, 1, 2, ... in the order step, data-parallel
+// replica, microbatch, row (sequence_index()). Sequence b reads the T + 1 tokens at offset
+//   sequential:  (b * T) mod (N - T)
+//   random:      splitmix64(splitmix64(seed) ^ b) mod (N - T)
+// (N tokens, T = seq_len); inputs are the first T, targets the last T. Both offsets are pure
+// functions of b (and the seed), so resuming from a checkpoint needs only the step number.
+//
+// Errors (stp::Error): missing path, empty folder, N < T + 1, odd u16 size, a bad llm.c header
+// (magic, version, or a token count that disagrees with the file size), a token >= vocab_size
+// (naming the token, its position and vocab_size).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace stp {
+
+struct Config;
+
+struct DataOptions {
+  std::string path;
+  std::string format = "text";       // text | u16 | llmc
+  std::string sampling = "random";   // random | sequential
+  int seq_len = 128;                 // T
+  int vocab_size = 256;
+  std::uint64_t seed = 0;
+
+  static DataOptions from_config(const Config& cfg);
+};
+
+class TokenDataset {
+ public:
+  explicit TokenDataset(const DataOptions& options);  // reads and validates every token
+
+  std::uint64_t num_tokens() const { return tokens_.size(); }  // N
+  const DataOptions& options() const { return options_; }
+  std::uint16_t token(std::uint64_t i) const { return tokens_[i]; }
+
+  // Offset of sequence b's first token (the formulas above); < N - T.
+  std::uint64_t sequence_offset(std::uint64_t b) const;
+
+  // Rows r = 0..rows-1 are sequences b0 + r: inputs (rows, T), targets (rows, T), host memory.
+  void fill_batch(std::uint64_t b0, int rows, std::int32_t* inputs, std::int32_t* targets) const;
+
+ private:
+  DataOptions options_;
+  std::vector<std::uint16_t> tokens_;
+};
+
+// b of the first row of (step, replica, microbatch): step is 1-based, replica in [0, dp),
+// microbatch in [0, microbatches).
+//   b = ((step - 1) * dp + replica) * microbatches * micro_batch_size + microbatch * micro_batch_size
+std::uint64_t sequence_index(std::int64_t step, int replica, int microbatch, int dp, int microbatches,
+                             int micro_batch_size);
+
+std::uint64_t splitmix64(std::uint64_t z);  // SplitMix64 output function (Steele et al.)
+
+}  // namespace stp
