@@ -1,0 +1,283 @@
+// GPT-2 unit passes. Each function narrates its steps; shapes use the names of GPT2Dims.
+#include "models/gpt2_units.h"
+
+#include "core/error.h"
+#include "core/kernels/nn_kernels.h"
+
+namespace stp {
+namespace {
+
+using i64 = std::int64_t;
+constexpr RecordReader kB = RecordReader::B, kW = RecordReader::W, kPrev = RecordReader::B_PREV;
+
+const std::int32_t* as_i32(const Tensor& t) { return t.data<std::int32_t>(); }
+
+// LN of the unit input; records the input and statistics for B(u-1) and the output for W.
+Tensor layernorm_with_records(const GPT2Dims& d, const LayerNormParams& p, const Tensor& x, RecordSet& rec,
+                              CallScope& cs, RecordReader stats_reader) {
+  const i64 N = d.N(), C = d.C;
+  Tensor out = cs.keep({N, C}), mean = cs.keep({N}), rstd = cs.keep({N});
+  layernorm_forward(cs.stream(), out.f32(), mean.f32(), rstd.f32(), x.f32(), p.w->param.f32(), p.b->param.f32(), N, C);
+  rec.save("ln.x", x, stats_reader);
+  rec.save("ln.mean", mean, stats_reader);
+  rec.save("ln.rstd", rstd, stats_reader);
+  return out;
+}
+
+// The row-parallel output: rank 0 folds residual and bias in (Note [Residual folded ...]).
+Tensor row_parallel_out(const GPT2Dims& d, const BranchParams& p, const Tensor& in, i64 in_width, const Tensor& x,
+                        CallScope& cs) {
+  const bool rank0 = d.tp_rank == 0;
+  Tensor y = cs.keep({d.B, d.T, d.C});
+  linear_forward(cs.stream(), y.f32(), in.f32(), p.out_w->param.f32(), rank0 ? p.out_b->param.f32() : nullptr,
+                 rank0 ? x.f32() : nullptr, d.N(), in_width, d.C);
+  return y;
+}
+
+}  // namespace
+
+// ---- CallScope -------------------------------------------------------------------------------------
+
+CallScope::~CallScope() {
+  if (dead_.empty()) return;
+  // The task owns the last references; CpuStream destroys a task's captures after running it.
+  s_.enqueue_host([dead = std::move(dead_)] {});
+}
+
+Tensor CallScope::tmp(Shape shape) {
+  Tensor t = Tensor::empty(alloc_, std::move(shape));
+  dead_.push_back(t);
+  return t;
+}
+
+Tensor CallScope::keep(Shape shape) { return Tensor::empty(alloc_, std::move(shape)); }
+
+void CallScope::release(Tensor t) {
+  if (t.defined()) dead_.push_back(std::move(t));
+}
+
+// ---- attention ---------------------------------------------------------------------------------------
+
+Tensor attn_forward(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  // 1. LN1 (replicated).
+  Tensor ln = layernorm_with_records(d, p.ln, x, rec, cs, kPrev);
+  // 2. Column-parallel c_attn: this rank's q, k, v heads.
+  Tensor qkv = cs.keep({d.B, d.T, 3 * d.Cl});
+  linear_forward(s, qkv.f32(), ln.f32(), p.in_w->param.f32(), p.in_b->param.f32(), nullptr, N, d.C, 3 * d.Cl);
+  // 3. Causal attention over the local heads.
+  Tensor att = cs.keep({d.B, d.H, d.T, d.T});
+  Tensor y = cs.keep({d.B, d.T, d.Cl});
+  attention_forward(s, y.f32(), att.f32(), qkv.f32(), d.B, d.T, d.H, d.D);
+  // 4. Row-parallel c_proj: the partial of the next residual stream.
+  Tensor out = row_parallel_out(d, p, y, d.Cl, x, cs);
+  rec.save("ln.out", ln, kW);
+  rec.save("qkv", qkv, kB);
+  rec.save("att", att, kB);
+  rec.save("y", y, kW);
+  return out;
+}
+
+Tensor attn_backward_input(const GPT2Dims& d, const BranchParams& p, const Tensor& dy, RecordSet& rec,
+                           CallScope& cs) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  // 1. c_proj^T: gradient w.r.t. the attention output of the local heads.
+  Tensor dyatt = cs.tmp({d.B, d.T, d.Cl});
+  linear_backward_input(s, dyatt.f32(), dy.f32(), p.out_w->param.f32(), N, d.Cl, d.C);
+  // 2. Attention backward: gradient w.r.t. q, k, v.
+  Tensor qkv = rec.take("qkv"), att = rec.take("att");
+  Tensor dqkv = cs.keep({d.B, d.T, 3 * d.Cl});
+  Tensor datt = cs.tmp({d.B, d.H, d.T, d.T});
+  attention_backward(s, dqkv.f32(), datt.f32(), dyatt.f32(), qkv.f32(), att.f32(), d.B, d.T, d.H, d.D);
+  cs.release(qkv);
+  cs.release(att);
+  // 3. c_attn^T: this rank's partial gradient w.r.t. the LN1 output (all-reduced by the caller).
+  Tensor g_part = cs.keep({d.B, d.T, d.C});
+  linear_backward_input(s, g_part.f32(), dqkv.f32(), p.in_w->param.f32(), N, d.C, 3 * d.Cl);
+  rec.save("dy", dy, kW, 'B');
+  rec.save("dqkv", dqkv, kW, 'B');
+  return g_part;
+}
+
+void attn_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  Tensor y = rec.take("y"), dy = rec.take("dy"), ln = rec.take("ln.out"), dqkv = rec.take("dqkv");
+  // c_proj bias is replicated: every rank has the full dy and computes the same gradient.
+  linear_backward_weight_accumulate(s, p.out_w->grad.f32(), p.out_b->grad.f32(), y.f32(), dy.f32(), N, d.Cl, d.C);
+  linear_backward_weight_accumulate(s, p.in_w->grad.f32(), p.in_b->grad.f32(), ln.f32(), dqkv.f32(), N, d.C,
+                                    3 * d.Cl);
+  for (Tensor* t : {&y, &dy, &ln, &dqkv}) cs.release(std::move(*t));
+}
+
+// ---- MLP -----------------------------------------------------------------------------------------------
+
+Tensor mlp_forward(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  // 1. LN2 (replicated).
+  Tensor ln = layernorm_with_records(d, p.ln, x, rec, cs, kPrev);
+  // 2. Column-parallel c_fc, then GELU.
+  Tensor h = cs.keep({d.B, d.T, d.Fl});
+  linear_forward(s, h.f32(), ln.f32(), p.in_w->param.f32(), p.in_b->param.f32(), nullptr, N, d.C, d.Fl);
+  Tensor g = cs.keep({d.B, d.T, d.Fl});
+  gelu_forward(s, g.f32(), h.f32(), N * d.Fl);
+  // 3. Row-parallel c_proj: the partial of the next residual stream.
+  Tensor out = row_parallel_out(d, p, g, d.Fl, x, cs);
+  rec.save("ln.out", ln, kW);
+  rec.save("h", h, kB);
+  rec.save("gelu", g, kW);
+  return out;
+}
+
+Tensor mlp_backward_input(const GPT2Dims& d, const BranchParams& p, const Tensor& dy, RecordSet& rec,
+                          CallScope& cs) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  // 1. c_proj^T, then GELU^T in place: gradient w.r.t. the c_fc output.
+  Tensor dh = cs.keep({d.B, d.T, d.Fl});
+  linear_backward_input(s, dh.f32(), dy.f32(), p.out_w->param.f32(), N, d.Fl, d.C);
+  Tensor h = rec.take("h");
+  gelu_backward(s, dh.f32(), dh.f32(), h.f32(), N * d.Fl);
+  cs.release(h);
+  // 2. c_fc^T: this rank's partial gradient w.r.t. the LN2 output (all-reduced by the caller).
+  Tensor g_part = cs.keep({d.B, d.T, d.C});
+  linear_backward_input(s, g_part.f32(), dh.f32(), p.in_w->param.f32(), N, d.C, d.Fl);
+  rec.save("dy", dy, kW, 'B');
+  rec.save("dh", dh, kW, 'B');
+  return g_part;
+}
+
+void mlp_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  Tensor g = rec.take("gelu"), dy = rec.take("dy"), ln = rec.take("ln.out"), dh = rec.take("dh");
+  linear_backward_weight_accumulate(s, p.out_w->grad.f32(), p.out_b->grad.f32(), g.f32(), dy.f32(), N, d.Fl, d.C);
+  linear_backward_weight_accumulate(s, p.in_w->grad.f32(), p.in_b->grad.f32(), ln.f32(), dh.f32(), N, d.C, d.Fl);
+  for (Tensor* t : {&g, &dy, &ln, &dh}) cs.release(std::move(*t));
+}
+
+// ---- LayerNorm finalize (Note [LayerNorm after the all-reduce]) -------------------------------------
+
+Tensor layernorm_finalize(const GPT2Dims& d, const LayerNormParams& p, const Tensor& dy, const Tensor& dln,
+                          RecordSet& rec, CallScope& cs) {
+  const i64 N = d.N(), C = d.C;
+  Stream& s = cs.stream();
+  Tensor x = rec.take("ln.x"), mean = rec.take("ln.mean"), rstd = rec.take("ln.rstd");
+  Tensor dx = cs.keep({d.B, d.T, C});
+  layernorm_backward_input(s, dx.f32(), dy.f32(), dln.f32(), x.f32(), mean.f32(), rstd.f32(), p.w->param.f32(), N, C);
+  layernorm_backward_weight_accumulate(s, p.w->grad.f32(), p.b->grad.f32(), dln.f32(), x.f32(), mean.f32(),
+                                       rstd.f32(), N, C);
+  for (Tensor* t : {&x, &mean, &rstd}) cs.release(std::move(*t));
+  return dx;
+}
+
+// ---- embedding ------------------------------------------------------------------------------------------
+
+Tensor embed_forward(const GPT2Dims& d, ParamInfo& wte, ParamInfo& wpe, const Tensor& tokens, RecordSet& rec,
+                     CallScope& cs) {
+  Tensor x = cs.keep({d.B, d.T, d.C});
+  embedding_forward(cs.stream(), x.f32(), as_i32(tokens), wte.param.f32(), wpe.param.f32(), d.B, d.T, d.C);
+  rec.save("tokens", tokens, kW);
+  return x;
+}
+
+void embed_backward_weight(const GPT2Dims& d, ParamInfo& wte, ParamInfo& wpe, RecordSet& rec, CallScope& cs) {
+  Tensor tokens = rec.take("tokens"), dx = rec.take("dx");
+  Tensor ws = cs.tmp({embedding_backward_workspace(d.V, d.N())});  // int32 in 4-byte elements
+  embedding_backward_accumulate(cs.stream(), wte.grad.f32(), wpe.grad.f32(), dx.f32(), as_i32(tokens),
+                                ws.data<std::int32_t>(), d.B, d.T, d.C, d.V);
+  cs.release(tokens);
+  cs.release(dx);
+}
+
+// ---- head -------------------------------------------------------------------------------------------------
+
+void head_forward(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, const Tensor& x,
+                  const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  // 1. ln_f; its statistics are read by this unit's own B (no all-reduce in the head).
+  Tensor ln = layernorm_with_records(d, ln_f, x, rec, cs, kB);
+  // 2. Tied LM head: logits = ln_f(x) wte^T.
+  Tensor logits = cs.keep({d.B, d.T, d.V});
+  GemmArgs g;
+  g.trans_b = true;
+  g.m = static_cast<int>(N);
+  g.n = static_cast<int>(d.V);
+  g.k = static_cast<int>(d.C);
+  g.a = ln.f32();
+  g.lda = static_cast<int>(d.C);
+  g.b = wte.param.f32();
+  g.ldb = static_cast<int>(d.C);
+  g.c = logits.f32();
+  g.ldc = static_cast<int>(d.V);
+  s.gemm(g);
+  // 3. Mean token cross-entropy.
+  Tensor losses = cs.tmp({N}), lse = cs.keep({N});
+  cross_entropy_forward(s, loss.f32(), losses.f32(), lse.f32(), logits.f32(), as_i32(targets), N, d.V);
+  rec.save("ln.out", ln, kW);
+  rec.save("logits", logits, kB);
+  rec.save("lse", lse, kB);
+  rec.save("targets", targets, kB);
+}
+
+Tensor head_backward_input(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, float loss_scale,
+                           RecordSet& rec, CallScope& cs) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  // 1. dlogits in place over the logits (the seed: loss_scale / N per token).
+  Tensor logits = rec.take("logits"), lse = rec.take("lse"), targets = rec.take("targets");
+  cross_entropy_backward_inplace(s, logits.f32(), lse.f32(), as_i32(targets), loss_scale / static_cast<float>(N), N,
+                                 d.V);
+  cs.release(lse);
+  cs.release(targets);
+  // 2. dln = dlogits wte.
+  Tensor dln = cs.tmp({d.B, d.T, d.C});
+  GemmArgs g;
+  g.m = static_cast<int>(N);
+  g.n = static_cast<int>(d.C);
+  g.k = static_cast<int>(d.V);
+  g.a = logits.f32();
+  g.lda = static_cast<int>(d.V);
+  g.b = wte.param.f32();
+  g.ldb = static_cast<int>(d.C);
+  g.c = dln.f32();
+  g.ldc = static_cast<int>(d.C);
+  s.gemm(g);
+  // 3. ln_f backward (replicated, exact: nothing to reduce). The head is the first gradient
+  //    source, so there is no residual gradient to add.
+  Tensor x = rec.take("ln.x"), mean = rec.take("ln.mean"), rstd = rec.take("ln.rstd");
+  Tensor dx = cs.keep({d.B, d.T, d.C});
+  layernorm_backward_input(s, dx.f32(), nullptr, dln.f32(), x.f32(), mean.f32(), rstd.f32(), ln_f.w->param.f32(), N,
+                           d.C);
+  layernorm_backward_weight_accumulate(s, ln_f.w->grad.f32(), ln_f.b->grad.f32(), dln.f32(), x.f32(), mean.f32(),
+                                       rstd.f32(), N, d.C);
+  for (Tensor* t : {&x, &mean, &rstd}) cs.release(std::move(*t));
+  rec.save("dlogits", logits, kW, 'B');
+  return dx;
+}
+
+void head_backward_weight(const GPT2Dims& d, ParamInfo& wte, RecordSet& rec, CallScope& cs) {
+  // dwte += dlogits^T ln_f(x).
+  Tensor dlogits = rec.take("dlogits"), ln = rec.take("ln.out");
+  GemmArgs g;
+  g.trans_a = true;
+  g.m = static_cast<int>(d.V);
+  g.n = static_cast<int>(d.C);
+  g.k = static_cast<int>(d.N());
+  g.a = dlogits.f32();
+  g.lda = static_cast<int>(d.V);
+  g.b = ln.f32();
+  g.ldb = static_cast<int>(d.C);
+  g.beta = 1.0f;
+  g.c = wte.grad.f32();
+  g.ldc = static_cast<int>(d.C);
+  cs.stream().gemm(g);
+  cs.release(dlogits);
+  cs.release(ln);
+}
+
+}  // namespace stp

@@ -1,0 +1,112 @@
+// The math of GPT-2's braidable units on one TP rank: F (forward), B (input gradient) and W
+// (weight gradient) of the embedding, attention, MLP and head units. Every pass enqueues kernels
+// (core/kernels/nn_kernels.h) on one stream; what a later pass needs goes into the unit's
+// RecordSet (models/activation.h) and nowhere else.
+//
+// Units of a stage, in forward order (models/gpt2_stage.h numbers them):
+//   embed  F: x0 = wte[tokens] + wpe                B: dx0 (finalize unit 1)   W: dwte, dwpe
+//   attn   F: LN1 -> c_attn (column) -> causal attention -> c_proj (row) -> partial sum
+//   mlp    F: LN2 -> c_fc (column) -> GELU -> c_proj (row) -> partial sum
+//   head   F: ln_f -> logits = x wte^T -> cross-entropy   (replicated on every TP rank)
+//
+// Note [Residual folded into rank 0's partial]
+//   A transformer sub-layer is x' = x + AR(P), P = this rank's row-parallel partial output. Rank 0
+//   adds the residual x and the (replicated) c_proj bias into its partial before the all-reduce,
+//   the other ranks contribute only their GEMM product, so the all-reduced tensor *is* the next
+//   residual stream x'. Each unit then maps one full tensor to one tensor, and a stage hands over
+//   exactly one (B,T,C) tensor. With tp = 1 the unit's output is x' directly.
+//
+// Note [LayerNorm after the all-reduce]
+//   B of a TP unit runs c_proj^T, the branch and c_attn^T/c_fc^T, ending with g_part, this rank's
+//   partial gradient w.r.t. the LayerNorm *output* — the tensor the caller all-reduces (AR_B).
+//   LayerNorm's backward is nonlinear in its statistics and its weight gradients need the full
+//   gradient, so it must run after the all-reduce: at the start of B of the previous unit
+//   ("finalize"):
+//       dx = dy + LN^T(AR(g_part))     dw_ln += sum(AR(g_part) * xhat), db_ln += sum(AR(g_part))
+//   where dy (the gradient w.r.t. the unit's output, full on every rank) is the residual gradient:
+//   added after the branch all-reduce and never reduced (stp-spec §3 pitfall). Hence the
+//   LayerNorm input and statistics of unit u are records read by B(u-1) (RecordReader::B_PREV),
+//   and LayerNorm weight gradients are computed in B, not W (they are tiny).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "models/activation.h"
+#include "models/stage.h"
+
+namespace stp {
+
+// Sizes one rank works with. N = B*T rows; H local heads of D; Cl = H*D; Fl = 4C/tp.
+struct GPT2Dims {
+  std::int64_t B = 0, T = 0, C = 0, V = 0, H = 0, D = 0, Cl = 0, Fl = 0;
+  int tp_rank = 0, tp_size = 1;
+  std::int64_t N() const { return B * T; }
+};
+
+// Temporaries of one call: allocated from the stage's allocator and released in stream order
+// when the scope ends (a host task on `s` holds them until the work enqueued before it is done).
+class CallScope {
+ public:
+  CallScope(Allocator& alloc, Stream& s) : alloc_(alloc), s_(s) {}
+  ~CallScope();
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+  Tensor tmp(Shape shape);          // dead after this call
+  Tensor keep(Shape shape);         // allocated here, kept by the caller (records, outputs)
+  void release(Tensor t);           // a record whose last reader is enqueued in this call
+  Stream& stream() { return s_; }
+
+ private:
+  Allocator& alloc_;
+  Stream& s_;
+  std::vector<Tensor> dead_;
+};
+
+struct LayerNormParams {
+  ParamInfo* w = nullptr;
+  ParamInfo* b = nullptr;
+};
+
+// Attention and MLP units share a shape: LN -> column-parallel -> op -> row-parallel.
+struct BranchParams {
+  LayerNormParams ln;
+  ParamInfo* in_w = nullptr;   // c_attn / c_fc (column-parallel shard)
+  ParamInfo* in_b = nullptr;
+  ParamInfo* out_w = nullptr;  // c_proj (row-parallel shard)
+  ParamInfo* out_b = nullptr;  // replicated, added by rank 0
+};
+
+// ---- attention / MLP units (records named "ln.x", "ln.mean", "ln.rstd", "ln.out", ...) ---------
+// F returns this rank's partial of the next residual stream; B returns g_part (see the notes).
+Tensor attn_forward(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs);
+Tensor attn_backward_input(const GPT2Dims& d, const BranchParams& p, const Tensor& dy, RecordSet& rec, CallScope& cs);
+void attn_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs);
+
+Tensor mlp_forward(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs);
+Tensor mlp_backward_input(const GPT2Dims& d, const BranchParams& p, const Tensor& dy, RecordSet& rec, CallScope& cs);
+void mlp_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs);
+
+// The LayerNorm backward of a TP unit after its all-reduce: returns dx = dy + LN^T(dln),
+// accumulates the LayerNorm weight grads and releases the unit's B_PREV records.
+Tensor layernorm_finalize(const GPT2Dims& d, const LayerNormParams& p, const Tensor& dy, const Tensor& dln,
+                          RecordSet& rec, CallScope& cs);
+
+// ---- embedding unit --------------------------------------------------------------------------
+Tensor embed_forward(const GPT2Dims& d, ParamInfo& wte, ParamInfo& wpe, const Tensor& tokens, RecordSet& rec,
+                     CallScope& cs);
+void embed_backward_weight(const GPT2Dims& d, ParamInfo& wte, ParamInfo& wpe, RecordSet& rec, CallScope& cs);
+
+// ---- head unit (ln_f, tied LM head, cross-entropy) --------------------------------------------
+// Writes the mean loss into `loss` (1,).
+void head_forward(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, const Tensor& x,
+                  const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs);
+// Returns dx, the gradient w.r.t. the head's input (full on every rank; nothing to reduce).
+Tensor head_backward_input(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, float loss_scale,
+                           RecordSet& rec, CallScope& cs);
+void head_backward_weight(const GPT2Dims& d, ParamInfo& wte, RecordSet& rec, CallScope& cs);
+
+}  // namespace stp

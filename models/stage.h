@@ -1,0 +1,148 @@
+// Stage: the contract between a model and the executor (schedule/). One pipeline stage = one
+// chunk (a contiguous range of layers, + the embedding if it is the first chunk, + the final
+// LayerNorm, LM head and loss if it is the last) on one TP rank.
+//
+// A stage is a list of *units* 0..U-1 in forward order. Units are cut at every TP all-reduce
+// (stp-spec §1, §3), so the executor places each all-reduce on its own communication stream
+// between units. Every unit has three passes:
+//
+//   F = forward(u, mb, s)           — in unit order 0..U-1;
+//   B = backward_input(u, mb, s)    — in reverse unit order U-1..0, after F(U-1, mb);
+//   W = backward_weight(u, mb, s)   — any time after B(u, mb) (fused right after it, or deferred
+//                                     past any other F/B/W); accumulates into the grads.
+//
+// All-reduce protocol (the caller's job, never done inside a unit). F and B return the tensor to
+// all-reduce (sum, in place, over the TP group), or an undefined Tensor when there is nothing to
+// reduce (always with tp = 1). With streams `compute` and `comm` and events e1, e2:
+//
+//   Tensor t = stage.forward(u, mb, compute);
+//   if (t.defined()) { compute.record(e1); comm.wait(e1);
+//                      comm_group.all_reduce_sum(comm, t.f32(), t.numel());
+//                      comm.record(e2); }
+//   ... any units of other microbatches / the other pass may run here on `compute` ...
+//   compute.wait(e2);                        // before F(u+1, mb) (resp. B(u-1, mb))
+//
+// Several microbatches are in flight at once: every per-microbatch state is keyed by mb, and F/B/W
+// of different microbatches may interleave in any order the schedule allows. The only ordering
+// rules are, per microbatch: F in unit order; B in reverse unit order after the last F; W(u)
+// after B(u); the all-reduce of a returned tensor between the producing unit and the next unit of
+// the same pass (W needs no all-reduce).
+//
+// Hand-over between stages (pipeline p2p) and microbatch inputs:
+//   * tokens(mb), targets(mb): (B,T) int32 values in 4-byte elements (tensor.h has no integer
+//     dtype yet), on the device; the executor fills them before F(0) (first stage) and before
+//     F(U-1) (last stage). Buffers are allocated by the stage on first access.
+//   * input_activation(mb): (B,T,C) the executor writes the hidden state received from the
+//     previous stage here before F(0) (stages that are not first).
+//   * output_activation(mb): (B,T,C) what the executor sends to the next stage, valid after F(U-1)
+//     and its all-reduce (stages that are not last).
+//   * grad_output(mb): (B,T,C) the executor writes the gradient received from the next stage here
+//     before B(U-1) (stages that are not last).
+//   * grad_input(mb): (B,T,C) what the executor sends to the previous stage, valid after B(0)
+//     (stages that are not first).
+//   * loss(mb): (1,) device scalar, the mean token cross-entropy of mb, valid after F(U-1) of the
+//     last stage. The backward seed is scaled by loss_scale() (1/m for m microbatches).
+//   The stage drops its own references to these buffers at release_microbatch(mb) or
+//   zero_grads(); the executor keeps a Tensor copy of anything it still sends/receives
+//   asynchronously (a Tensor holds its storage alive).
+//
+// Memory: the tensors saved between passes are the activation records (models/activation.h) —
+// nothing else is kept. Temporaries inside one call come from the stage's Allocator and are
+// released in stream order at the end of the call.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "models/activation.h"
+
+namespace stp {
+
+// How a rank's shard maps into the full (unsharded) tensor, both row-major:
+//   shard row i  <->  full row  row_begin + i           (i < shard_rows)
+//   within a row: for each segment, shard columns [shard_col, shard_col + len) <->
+//                 full columns [full_col, full_col + len).
+// A replicated tensor is one segment covering the row; a row-parallel weight selects rows; a
+// column-parallel weight selects columns (c_attn's [C, 3C] takes one slice of each of q, k, v).
+// Vectors are 1 x n.
+struct ShardSegment {
+  std::int64_t full_col = 0, shard_col = 0, len = 0;
+};
+
+struct ShardLayout {
+  std::int64_t full_rows = 1, full_cols = 1;
+  std::int64_t shard_rows = 1, shard_cols = 1;
+  std::int64_t row_begin = 0;
+  std::vector<ShardSegment> segments;
+
+  // Host-side data movement between a full tensor and this rank's shard (host buffers).
+  void scatter(const float* full, float* shard) const {
+    for (std::int64_t i = 0; i < shard_rows; ++i)
+      for (const ShardSegment& g : segments)
+        for (std::int64_t j = 0; j < g.len; ++j)
+          shard[i * shard_cols + g.shard_col + j] = full[(row_begin + i) * full_cols + g.full_col + j];
+  }
+  void gather(const float* shard, float* full) const {
+    for (std::int64_t i = 0; i < shard_rows; ++i)
+      for (const ShardSegment& g : segments)
+        for (std::int64_t j = 0; j < g.len; ++j)
+          full[(row_begin + i) * full_cols + g.full_col + j] = shard[i * shard_cols + g.shard_col + j];
+  }
+};
+
+struct ParamInfo {
+  std::string name;   // HF GPT-2 name, e.g. "h.0.attn.c_attn.weight" (no "transformer." prefix)
+  Tensor param;       // this rank's shard, on the device
+  Tensor grad;        // same shape; accumulated by W (and by B for LayerNorm weights)
+  Shape full_shape;   // HF layout ([C, 3C] for c_attn.weight, ...)
+  bool decay = false;       // weight decay applies (tensors with two or more dimensions)
+  bool replicated = false;  // every TP rank holds the full tensor with identical values and
+                            // identical grads: count it once in a global grad norm
+  bool tied = false;        // the same parameter lives in another stage too ("wte.weight" in the
+                            // first and the last stage when they differ): before the optimizer
+                            // step, sum its grads over those stages; update both copies alike
+  ShardLayout layout;
+};
+
+class Stage {
+ public:
+  virtual ~Stage() = default;
+
+  virtual int num_units() const = 0;                  // forward order 0..U-1
+  virtual std::string unit_name(int u) const = 0;     // "embed", "input", "h.3.attn", "h.3.mlp", "head"
+  virtual bool is_first() const = 0;                  // owns the embedding
+  virtual bool is_last() const = 0;                   // owns ln_f, the head and the loss
+
+  // Microbatch I/O (see the header comment).
+  virtual Tensor tokens(int mb) = 0;
+  virtual Tensor targets(int mb) = 0;
+  virtual Tensor input_activation(int mb) = 0;
+  virtual Tensor output_activation(int mb) = 0;
+  virtual Tensor grad_output(int mb) = 0;
+  virtual Tensor grad_input(int mb) = 0;
+  virtual Tensor loss(int mb) = 0;
+
+  virtual void set_loss_scale(float scale) = 0;       // default 1
+  virtual float loss_scale() const = 0;
+
+  // The three passes. F and B return the tensor to all-reduce before the next unit of the same
+  // pass and microbatch, or an undefined Tensor.
+  virtual Tensor forward(int u, int mb, Stream& s) = 0;
+  virtual Tensor backward_input(int u, int mb, Stream& s) = 0;
+  virtual void backward_weight(int u, int mb, Stream& s) = 0;
+
+  // The records unit u currently holds for mb (those saved by F and, after B, those kept for W).
+  virtual std::vector<ActivationRecord> activation_records(int u, int mb) const = 0;
+  // Records of every unit for every microbatch in flight (0 after all passes have run).
+  virtual std::size_t live_record_bytes() const = 0;
+
+  virtual std::vector<ParamInfo>& params() = 0;
+  virtual void zero_grads(Stream& s) = 0;             // also drops all microbatch state (in stream order)
+  // Drops mb's I/O buffers (its records must be gone), in stream order on s.
+  virtual void release_microbatch(int mb, Stream& s) = 0;
+};
+
+}  // namespace stp
