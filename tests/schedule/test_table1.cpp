@@ -131,3 +131,15 @@ TEST(Table1, CompareRowsCarryFormulaAndSimulation) {
   EXPECT_DOUBLE_EQ(rows[2].pp_formula, rows[2].pp_sim);
   EXPECT_NE(render_compare(4, 16, costs(1, 0)).find("warm-up + 1 = 3p-1"), std::string::npos);
 }
+
+// Unequal costs: with T_B = 2T_F (= 2T_W) STP's bubble is 3(p−1), not the formula's 2(p−1) (stp-spec §6):
+// the formula assumes balanced times.
+TEST(Table1, StpBubbleWithSlowBackwardExceedsFormula) {
+  for (int p : {2, 4, 8}) {
+    Costs c = costs(1, 0);
+    c.tb = 2;
+    SimResult r = sim("stp", p, 4 * p, c);
+    EXPECT_DOUBLE_EQ(r.makespan - 2 * 4 * p * 4, 3 * (p - 1)) << "p=" << p;
+    EXPECT_DOUBLE_EQ((p - 1) * (c.tf + c.tb - c.tw), 2 * (p - 1));
+  }
+}
