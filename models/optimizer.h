@@ -1,0 +1,82 @@
+// The optimizer of one rank: AdamW over that rank's parameter shards (ParamInfo, models/stage.h)
+// and global-norm gradient clipping across ranks. All math is stream work (optim_kernels.h);
+// nothing here synchronizes or reads device memory on the host.
+//
+// One training step on every rank, with `comm` spanning every rank that holds distinct grads
+// (TP x PP x DP; tied/replicated copies are counted once, see GradClipper):
+//
+//   clipper.local_sumsq(s);                          // sumsq = sum over counted grads of g^2
+//   comm.all_reduce_sum(s, clipper.sumsq(), 1);      // the global sum, identical on every rank
+//   clipper.clip(s, cfg.train.grad_clip);            // g *= min(1, max_norm / (norm + 1e-6))
+//   adamw.step(s, float(schedule.at(step)));         // torch.optim.AdamW update of every shard
+//
+// With grad_clip 0 skip the clipper (or call local_sumsq + all_reduce only to log the norm).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/kernels/optim_kernels.h"
+#include "core/tensor.h"
+#include "models/stage.h"
+
+namespace stp {
+
+struct OptimConfig;
+
+AdamWHyper adamw_hyper(const OptimConfig& optim);
+
+class AdamW {
+ public:
+  // exp_avg / exp_avg_sq (same shapes as the params) are allocated from `alloc` and zeroed on s.
+  // `params` must outlive the optimizer; its tensors may not be replaced.
+  AdamW(std::vector<ParamInfo>& params, const AdamWHyper& hyper, Allocator& alloc, Stream& s);
+
+  // Counts one step, then updates every parameter: decay iff ParamInfo::decay (>= 2 dims).
+  void step(Stream& s, float lr);
+
+  std::int64_t step_count() const { return step_count_; }  // steps taken (0 before the first)
+  void set_step_count(std::int64_t steps) { step_count_ = steps; }  // when resuming
+
+  std::size_t size() const { return exp_avg_.size(); }
+  const Tensor& exp_avg(std::size_t i) const { return exp_avg_[i]; }      // same order as params
+  const Tensor& exp_avg_sq(std::size_t i) const { return exp_avg_sq_[i]; }
+  const AdamWHyper& hyper() const { return hyper_; }
+
+ private:
+  std::vector<ParamInfo>& params_;
+  AdamWHyper hyper_;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_;
+  std::int64_t step_count_ = 0;
+};
+
+// Global-norm clipping (torch.nn.utils.clip_grad_norm_ semantics) over grads spread across ranks.
+class GradClipper {
+ public:
+  // counted(p): whether p's grad enters this rank's sum of squares. Count each distinct gradient
+  // once over all ranks: a replicated tensor only on TP rank 0, a tied copy only in one stage.
+  // Default: every parameter counts (a single rank).
+  GradClipper(std::vector<ParamInfo>& params, Allocator& alloc,
+              std::function<bool(const ParamInfo&)> counted = nullptr);
+
+  // Zeroes sumsq() and adds the squares of the counted grads (deterministic, optim_kernels.h).
+  void local_sumsq(Stream& s);
+  // Device scalar (1,): the caller all-reduces it (sum) across ranks between the two calls.
+  float* sumsq() { return scalars_ + 0; }
+  // norm = sqrt(sumsq); coef = min(1, max_norm / (norm + 1e-6)); every grad (counted or not) *= coef.
+  void clip(Stream& s, float max_norm);
+  // Device scalars (1,), valid once clip()'s work has run: the global norm before clipping and
+  // the applied coefficient.
+  const float* norm() const { return scalars_ + 1; }
+  const float* coef() const { return scalars_ + 2; }
+
+ private:
+  std::vector<ParamInfo>& params_;
+  std::vector<bool> counted_;
+  Tensor workspace_;  // [3 scalars | partials]
+  float* scalars_ = nullptr;
+  float* partials_ = nullptr;
+};
+
+}  // namespace stp
