@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/comm.h"
@@ -108,7 +109,6 @@ class TpStage {
       compute_.push_back(d.create_stream("compute"));
       comm_.push_back(d.create_stream("tp-comm"));
       produced_.push_back(d.create_event());
-      reduced_.push_back(d.create_event());
       spec.tp_rank = r;
       spec.tp_size = tp;
       stages_.push_back(std::make_unique<GPT2Stage>(cfg, spec, *allocs_.back()));
@@ -136,13 +136,19 @@ class TpStage {
   }
   void forward(int u, int mb) {
     std::vector<Tensor> t;
-    for (int r = 0; r < tp(); ++r) t.push_back(stage(r).forward(u, mb, compute(r)));
-    reduce(t);
+    for (int r = 0; r < tp(); ++r) {
+      compute(r).wait(reduced(r, mb, 'F'));
+      t.push_back(stage(r).forward(u, mb, compute(r)));
+    }
+    reduce(t, mb, 'F');
   }
   void backward_input(int u, int mb) {
     std::vector<Tensor> t;
-    for (int r = 0; r < tp(); ++r) t.push_back(stage(r).backward_input(u, mb, compute(r)));
-    reduce(t);
+    for (int r = 0; r < tp(); ++r) {
+      compute(r).wait(reduced(r, mb, 'B'));
+      t.push_back(stage(r).backward_input(u, mb, compute(r)));
+    }
+    reduce(t, mb, 'B');
   }
   void backward_weight(int u, int mb) {
     for (int r = 0; r < tp(); ++r) stage(r).backward_weight(u, mb, compute(r));
@@ -169,7 +175,13 @@ class TpStage {
   }
 
  private:
-  void reduce(const std::vector<Tensor>& t) {
+  // The event that marks the last all-reduce of (rank, mb, pass) on the comm stream.
+  Event& reduced(int r, int mb, char pass) {
+    auto& e = reduced_[{r, mb, pass}];
+    if (!e) e = devices_[static_cast<std::size_t>(r)]->create_event();
+    return *e;
+  }
+  void reduce(const std::vector<Tensor>& t, int mb, char pass) {
     if (!t[0].defined()) {
       for (const Tensor& x : t) EXPECT_FALSE(x.defined());
       return;
@@ -179,8 +191,7 @@ class TpStage {
       compute_[i]->record(*produced_[i]);
       comm_[i]->wait(*produced_[i]);
       comms_[i]->all_reduce_sum(*comm_[i], t[i].f32(), static_cast<std::size_t>(t[i].numel()));
-      comm_[i]->record(*reduced_[i]);
-      compute_[i]->wait(*reduced_[i]);
+      comm_[i]->record(reduced(r, mb, pass));
     }
   }
 
@@ -188,7 +199,8 @@ class TpStage {
   std::vector<std::unique_ptr<Communicator>> comms_;
   std::vector<std::unique_ptr<DeviceAllocator>> allocs_;
   std::vector<std::unique_ptr<Stream>> compute_, comm_;
-  std::vector<std::unique_ptr<Event>> produced_, reduced_;
+  std::vector<std::unique_ptr<Event>> produced_;
+  std::map<std::tuple<int, int, char>, std::unique_ptr<Event>> reduced_;
   std::vector<std::unique_ptr<GPT2Stage>> stages_;
 };
 
