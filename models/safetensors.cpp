@@ -105,12 +105,14 @@ void check_ranges(const std::string& path, std::vector<Entry>& entries, std::uin
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    const Entry& e = entries[i];
+  const Entry* furthest = nullptr;  // the non-empty range seen so far that ends last
+  for (const Entry& e : entries) {
     STP_CHECK(e.end <= data_bytes, path, ": tensor \"", e.name, "\" data_offsets [", e.begin, ", ", e.end,
               "] exceed the data section (", data_bytes, " bytes): the file is truncated or corrupt");
-    if (i > 0 && e.begin < entries[i - 1].end && e.begin != e.end)
-      throw Error(str(path, ": tensors \"", entries[i - 1].name, "\" and \"", e.name, "\" overlap in the data section"));
+    if (e.begin == e.end) continue;  // empty tensors occupy no bytes
+    if (furthest && e.begin < furthest->end)
+      throw Error(str(path, ": tensors \"", furthest->name, "\" and \"", e.name, "\" overlap in the data section"));
+    if (!furthest || e.end > furthest->end) furthest = &e;
   }
 }
 

@@ -116,6 +116,10 @@ TEST(Safetensors, EachCorruptionIsAClearError) {
       {"truncated data", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", d8.substr(0, 5)), {"truncated"}},
       {"overlap", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", d8),
        {"\"a\"", "\"b\"", "overlap"}},
+      {"overlap behind an empty tensor",
+       raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"z":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
+                R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", d8),
+       {"\"a\"", "\"b\"", "overlap"}},
       {"metadata not string", raw_file(R"({"__metadata__":{"k":1}})", ""), {"__metadata__", "\"k\""}},
       {"huge shape", raw_file(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,8]}})", d8), {"too large"}},
   };
