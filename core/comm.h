@@ -36,6 +36,11 @@ class Communicator {
   virtual void recv(Stream& stream, void* data, std::size_t bytes, int peer, std::uint32_t tag) = 0;
   virtual void barrier(Stream& stream) = 0;
 
+  // Point-to-point operations between group_begin and group_end are issued together (NCCL pairs
+  // blocking sends and receives only within a group). HostComm sends are buffered: no-ops there.
+  virtual void group_begin() {}
+  virtual void group_end() {}
+
   // Makes every pending and future operation of the group fail with `why` (on all ranks), so a
   // rank that hit an error never leaves its peers waiting forever.
   virtual void abort(const std::string& why) = 0;

@@ -78,6 +78,9 @@ class Stream {
   virtual void enqueue_host(std::function<void()> fn) = 0;
   // Async copy of `bytes` between any two buffers of this device or its pinned host memory.
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  // Keeps `object` (e.g. a tensor's storage) alive until all work enqueued so far has finished,
+  // then drops this reference: stream-ordered release of buffers that in-flight work still uses.
+  virtual void retain_until_done(std::shared_ptr<const void> object) = 0;
   // Async memset of device memory to zero bytes.
   virtual void zero(void* dst, std::size_t bytes) = 0;
   virtual void gemm(const GemmArgs& args) = 0;

@@ -56,6 +56,10 @@ class CpuStream final : public Stream {
   void enqueue_host(std::function<void()> fn) override { enqueue(std::move(fn), false); }
   void copy(void* dst, const void* src, std::size_t bytes) override;
   void zero(void* dst, std::size_t bytes) override;
+  // The reference is dropped on the worker thread once the stream reaches this point.
+  void retain_until_done(std::shared_ptr<const void> object) override {
+    enqueue([o = std::move(object)] {}, true);
+  }
   void gemm(const GemmArgs& args) override;
   void record(Event& event) override;
   void wait(Event& event) override;

@@ -10,6 +10,7 @@
 //     the stream's other work and streams never share cuBLAS workspace.
 #include <cuda_runtime.h>
 
+#include <deque>
 #include <map>
 #include <mutex>
 
@@ -61,6 +62,24 @@ class CudaStream final : public Stream {
   void copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes) STP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
   }
+  // CUDA forbids CUDA calls (cudaFree) inside host callbacks, so the reference is parked with an
+  // event and dropped on the host at a later call once the event has completed.
+  void retain_until_done(std::shared_ptr<const void> object) override {
+    reap_retained(false);
+    cudaEvent_t e{};
+    STP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    STP_CUDA_CHECK(cudaEventRecord(e, stream_));
+    retained_.push_back({e, std::move(object)});
+  }
+  void reap_retained(bool all) {
+    while (!retained_.empty()) {
+      cudaError_t q = all ? cudaEventSynchronize(retained_.front().first) : cudaEventQuery(retained_.front().first);
+      if (q == cudaErrorNotReady) return;
+      STP_CUDA_CHECK(q);
+      (void)cudaEventDestroy(retained_.front().first);
+      retained_.pop_front();
+    }
+  }
   void zero(void* dst, std::size_t bytes) override {
     if (bytes) STP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
   }
@@ -73,6 +92,7 @@ class CudaStream final : public Stream {
   }
   void synchronize() override {
     STP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    reap_retained(true);
     flush_trace();
   }
   void trace_begin(std::string span_name, std::string category, std::string args_json) override;
@@ -109,6 +129,7 @@ class CudaStream final : public Stream {
   cudaEvent_t reference_{};
   double reference_us_ = 0;
   std::vector<Span> open_, closed_;
+  std::deque<std::pair<cudaEvent_t, std::shared_ptr<const void>>> retained_;
 };
 
 class CudaDevice final : public Device {
@@ -225,6 +246,8 @@ CudaStream::CudaStream(CudaDevice& device, int ordinal, std::string name)
 CudaStream::~CudaStream() {
   (void)cudaSetDevice(ordinal_);
   (void)cudaStreamSynchronize(stream_);
+  for (auto& [e, o] : retained_) (void)cudaEventDestroy(e);
+  retained_.clear();
   for (auto& s : closed_) {
     (void)cudaEventDestroy(s.begin);
     (void)cudaEventDestroy(s.end);

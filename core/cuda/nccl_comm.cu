@@ -45,6 +45,8 @@ class NcclComm final : public Communicator {
     STP_CUDA_CHECK(ncclAllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum, comm_, handle(stream)));
   }
   void abort(const std::string&) override { (void)ncclCommAbort(comm_); }
+  void group_begin() override { STP_CUDA_CHECK(ncclGroupStart()); }
+  void group_end() override { STP_CUDA_CHECK(ncclGroupEnd()); }
 
  private:
   static cudaStream_t handle(Stream& s) { return static_cast<cudaStream_t>(cuda_stream_handle(s)); }

@@ -1,0 +1,166 @@
+// `stp train CONFIG.yaml [--set KEY=VALUE]...`: trains, printing a live progress line, writing
+// output.dir/metrics.jsonl, checkpoints, the resolved config and (output.trace) trace.json.
+//
+// Output safety: everything that can fail on bad input (config, data, schedule, model, budget)
+// is checked before output.dir is touched. A fresh run in an output.dir that holds an earlier
+// run first moves that run's files into output.dir/earlier-run-N/, so nothing is overwritten.
+// Ctrl-C (SIGINT) finishes the current step, writes a checkpoint and exits with status 130.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "models/checkpoint.h"
+#include "tools/command.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_sigint(int) { g_interrupted = true; }
+
+struct TrainArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+};
+
+TrainArgs parse_args(const stp::tools::Args& args) {
+  TrainArgs out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--set") {
+      STP_CHECK(i + 1 < args.size(), "--set needs KEY=VALUE");
+      out.overrides.push_back(args[++i]);
+    } else if (a.rfind("--set=", 0) == 0) {
+      out.overrides.push_back(a.substr(6));
+    } else if (!a.empty() && a[0] == '-') {
+      throw stp::Error(stp::str("unknown option '", a, "' (usage: stp train CONFIG.yaml [--set KEY=VALUE]...)"));
+    } else {
+      STP_CHECK(out.config_path.empty(), "more than one config file given ('", out.config_path, "', '", a, "')");
+      out.config_path = a;
+    }
+  }
+  STP_CHECK(!out.config_path.empty(), "usage: stp train CONFIG.yaml [--set KEY=VALUE]...");
+  return out;
+}
+
+// Moves the files of an earlier run out of the way (into earlier-run-N/) before a fresh run.
+void archive_earlier_run(const fs::path& dir) {
+  std::vector<fs::path> items;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::string n = e.path().filename().string();
+    if (n == "metrics.jsonl" || n == "trace.json" || n == "config.yaml" || n.rfind("checkpoint-", 0) == 0)
+      items.push_back(e.path());
+  }
+  if (items.empty()) return;
+  int k = 1;
+  while (fs::exists(dir / ("earlier-run-" + std::to_string(k)))) ++k;
+  fs::path dest = dir / ("earlier-run-" + std::to_string(k));
+  fs::create_directory(dest);
+  for (const auto& p : items) fs::rename(p, dest / p.filename());
+  std::fprintf(stderr, "stp train: %s held an earlier run; moved its files to %s\n", dir.c_str(), dest.c_str());
+}
+
+std::string metrics_line(const stp::StepResult& r) {
+  std::string peaks;
+  for (std::size_t i = 0; i < r.peak_device_bytes.size(); ++i) peaks += (i ? "," : "") + std::to_string(r.peak_device_bytes[i]);
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"peak_device_bytes\":[%s],"
+                "\"peak_host_pinned_bytes\":%llu}\n",
+                static_cast<long long>(r.step), r.loss, r.lr, r.step_ms, r.tokens_per_s, peaks.c_str(),
+                static_cast<unsigned long long>(r.peak_host_pinned_bytes));
+  return buf;
+}
+
+std::string format_duration(double seconds) {
+  long s = static_cast<long>(seconds + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+  return buf;
+}
+
+void print_progress(const stp::StepResult& r, std::int64_t total, double elapsed_s, std::int64_t done_this_run,
+                    bool tty) {
+  std::uint64_t peak = 0;
+  for (auto b : r.peak_device_bytes) peak = std::max<std::uint64_t>(peak, b);
+  double eta = done_this_run > 0 ? elapsed_s / static_cast<double>(done_this_run) * static_cast<double>(total - r.step) : 0;
+  std::fprintf(stderr, "%sstep %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | %.0f ms/step | peak device %.1f MiB | ETA %s%s",
+               tty ? "\r" : "", static_cast<long long>(r.step), static_cast<long long>(total), r.loss, r.lr,
+               r.tokens_per_s, r.step_ms, static_cast<double>(peak) / (1024.0 * 1024.0), format_duration(eta).c_str(),
+               tty ? "   " : "\n");
+  std::fflush(stderr);
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  STP_CHECK(f.good(), "cannot write '", path.string(), "'");
+}
+
+int run(const stp::tools::Args& argv) {
+  TrainArgs args = parse_args(argv);
+  stp::Config cfg = stp::load_config(args.config_path, args.overrides);
+  const bool resuming = !cfg.train.resume.empty();
+
+  // Everything that can fail on bad input happens here, before output.dir is touched.
+  stp::Trainer trainer(cfg);
+
+  fs::path dir = cfg.output.dir;
+  fs::create_directories(dir);
+  if (!resuming) archive_earlier_run(dir);
+  write_text(dir / "config.yaml", cfg.to_yaml());
+  std::ofstream metrics(dir / "metrics.jsonl", resuming ? std::ios::app : std::ios::trunc);
+  STP_CHECK(metrics.good(), "cannot write '", (dir / "metrics.jsonl").string(), "'");
+
+  std::fprintf(stderr, "stp train: %s | gpt2 %d layers, %d heads, %d embd, vocab %d, T %d | %s tp=%d pp=%d m=%d B=%d | %s backend, %d ranks%s\n",
+               args.config_path.c_str(), cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size,
+               cfg.model.seq_len, cfg.parallel.schedule.c_str(), cfg.parallel.tp, cfg.parallel.pp,
+               cfg.train.microbatches, cfg.train.micro_batch_size, cfg.parallel.backend.c_str(), trainer.world_size(),
+               resuming ? stp::str(" | resuming after step ", trainer.steps_done()).c_str() : "");
+
+  std::signal(SIGINT, on_sigint);
+  const bool tty = isatty(STDERR_FILENO);
+  auto t0 = std::chrono::steady_clock::now();
+  std::int64_t first = trainer.steps_done();
+  stp::StepResult last;
+  double first_loss = -1;
+  while (trainer.steps_done() < cfg.train.steps && !g_interrupted) {
+    last = trainer.step();
+    if (first_loss < 0) first_loss = last.loss;
+    bool log = last.step % cfg.output.log_every == 0 || last.step == cfg.train.steps;
+    if (log) {
+      metrics << metrics_line(last);
+      metrics.flush();
+    }
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (log) print_progress(last, cfg.train.steps, elapsed, last.step - first, tty);
+    if (cfg.output.checkpoint_every > 0 && last.step % cfg.output.checkpoint_every == 0 && last.step < cfg.train.steps)
+      trainer.save_checkpoint();
+  }
+  if (tty) std::fprintf(stderr, "\n");
+  std::signal(SIGINT, SIG_DFL);
+  std::string ck = trainer.save_checkpoint();
+  if (cfg.output.trace && trainer.trace()) trainer.trace()->write((dir / "trace.json").string());
+  if (g_interrupted) {
+    std::fprintf(stderr, "stp train: interrupted after step %lld; checkpoint %s (continue with --set train.resume=%s)\n",
+                 static_cast<long long>(trainer.steps_done()), ck.c_str(), ck.c_str());
+    return 130;
+  }
+  std::fprintf(stderr, "stp train: done, %lld steps; loss %.4f -> %.4f; checkpoint %s; metrics %s\n",
+               static_cast<long long>(trainer.steps_done()), first_loss, last.loss, ck.c_str(),
+               (dir / "metrics.jsonl").c_str());
+  return 0;
+}
+
+}  // namespace
+
+static const stp::tools::Command kCmd{"train", "train   CONFIG.yaml [--set KEY=VALUE]...   train; writes output.dir/metrics.jsonl", &run};

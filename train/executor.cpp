@@ -1,0 +1,257 @@
+#include "train/executor.h"
+
+#include "core/error.h"
+#include "schedule/op.h"
+
+namespace stp {
+
+using sched::Message;
+using sched::Op;
+using sched::Part;
+using sched::Pass;
+
+std::uint32_t p2p_tag(Pass pass, int from_stage, int mb) {
+  STP_ASSERT(from_stage < (1 << 10) && mb < (1 << 20), "p2p tag overflow: stage ", from_stage, " mb ", mb);
+  return (pass == Pass::F ? 0u : 1u) << 31 | static_cast<std::uint32_t>(from_stage) << 20 | static_cast<std::uint32_t>(mb);
+}
+
+// One part of the op being run: which unit comes next and which all-reduce it must wait for.
+struct Executor::Cursor {
+  Part part;
+  Stage* stage = nullptr;
+  int next = 0;             // next unit (F ascending; B and W descending)
+  int end = 0;              // one past the last unit in walking order
+  Event* pending = nullptr; // all-reduce the next step of this part waits for
+  std::string label;        // "F1.5", "B0.3*", "W1.2"
+  bool done() const { return next == end; }
+};
+
+Executor::Executor(RankResources resources) : r_(std::move(resources)) {
+  STP_ASSERT(r_.schedule && r_.compute && r_.tp_comm && r_.p2p && r_.device, "incomplete rank resources");
+  STP_ASSERT(static_cast<int>(r_.stages.size()) == r_.schedule->chunks, "rank ", r_.pp_rank, " has ",
+             r_.stages.size(), " stages, the schedule places ", r_.schedule->chunks, " chunks per rank");
+}
+
+Executor::~Executor() = default;
+
+// Events are reused from op to op. A wait captures the record made before it (core/device.h), so
+// re-recording after the waits of the previous op were enqueued is safe. Each event is only ever
+// recorded on one stream, so its records complete in order.
+Event& Executor::new_event(Stream& stream) {
+  auto& pool = pools_[&stream];
+  if (pool.used == pool.events.size()) pool.events.push_back(r_.device->create_event());
+  return *pool.events[pool.used++];
+}
+
+Stage& Executor::stage_of_chunk(int chunk) const { return *r_.stages[static_cast<std::size_t>(chunk)]; }
+
+int Executor::local_chunk_of_stage(int stage) const {
+  for (int c = 0; c < r_.schedule->chunks; ++c)
+    if (r_.schedule->stage(r_.pp_rank, c) == stage) return c;
+  STP_ASSERT(false, "stage ", stage, " is not on rank ", r_.pp_rank);
+  return -1;
+}
+
+void Executor::set_loss_output(Tensor losses) { losses_ = std::move(losses); }
+
+void Executor::run_step() {
+  for (const Op& op : r_.schedule->ranks[static_cast<std::size_t>(r_.pp_rank)]) {
+    for (auto& [stream, pool] : pools_) pool.used = 0;
+    post_receives(op);
+    if (r_.trace) r_.compute->trace_begin(sched::to_string(op), "op");
+    run_parts(op);
+    copy_losses(op);
+    local_handoffs(op);
+    if (r_.trace) r_.compute->trace_end();
+    post_sends(op);
+    release_finished(op);
+  }
+  if (group_open_) group_end();
+}
+
+Communicator& Executor::lane(Pass pass) const {
+  Communicator* c = pass == Pass::F ? r_.pp_act : r_.pp_grad;
+  STP_ASSERT(c, "rank ", r_.pp_rank, " exchanges pipeline messages but has no pipeline communicator");
+  return *c;
+}
+
+void Executor::group_begin() {
+  lane(Pass::F).group_begin();
+  lane(Pass::B).group_begin();
+  group_open_ = true;
+}
+
+void Executor::group_end() {
+  lane(Pass::B).group_end();
+  lane(Pass::F).group_end();
+  group_open_ = false;
+}
+
+// ---- pipeline messages ------------------------------------------------------------------------
+
+Tensor Executor::message_buffer(const Message& m, bool incoming) {
+  if (incoming) {
+    Stage& st = stage_of_chunk(local_chunk_of_stage(m.to_stage));
+    return m.pass == Pass::F ? st.input_activation(m.mb) : st.grad_output(m.mb);
+  }
+  Stage& st = stage_of_chunk(local_chunk_of_stage(m.from_stage));
+  return m.pass == Pass::F ? st.output_activation(m.mb) : st.grad_input(m.mb);
+}
+
+void Executor::post_receives(const Op& op) {
+  sched::OpMessages msgs = sched::op_messages(*r_.schedule, r_.pp_rank, op);
+  if (msgs.recv.empty()) return;
+  if (!group_open_) group_begin();
+  for (const Message& m : msgs.recv) {
+    Tensor buf = message_buffer(m, true);
+    if (r_.trace) r_.p2p->trace_begin(str("recv ", sched::to_string(m)), "p2p");
+    lane(m.pass).recv(*r_.p2p, buf.raw(), buf.bytes(), m.src, p2p_tag(m.pass, m.from_stage, m.mb));
+    if (r_.trace) r_.p2p->trace_end();
+  }
+  group_end();
+  Event& landed = new_event(*r_.p2p);
+  r_.p2p->record(landed);
+  r_.compute->wait(landed);
+}
+
+void Executor::post_sends(const Op& op) {
+  sched::OpMessages msgs = sched::op_messages(*r_.schedule, r_.pp_rank, op);
+  if (msgs.send.empty()) return;
+  Event& computed = new_event(*r_.compute);
+  r_.compute->record(computed);
+  r_.p2p->wait(computed);
+  if (group_open_) group_end();
+  group_begin();  // stays open for the next op's receives
+  for (const Message& m : msgs.send) {
+    Tensor buf = message_buffer(m, false);
+    if (r_.trace) r_.p2p->trace_begin(str("send ", sched::to_string(m)), "p2p");
+    lane(m.pass).send(*r_.p2p, buf.raw(), buf.bytes(), m.dst, p2p_tag(m.pass, m.from_stage, m.mb));
+    if (r_.trace) r_.p2p->trace_end();
+    r_.p2p->retain_until_done(buf.storage());  // the stage may drop it before the send runs
+  }
+}
+
+// Stage-to-stage hand-over on this rank: the V's turn (chunk 0 -> chunk 1 forward, chunk 1 ->
+// chunk 0 backward on rank p-1). Done when the producer finishes — after its op's last all-reduce
+// and before the producing stage may release the microbatch — as a device copy on compute.
+void Executor::local_handoffs(const Op& op) {
+  for (int i = 0; i < op.n_parts(); ++i) {
+    const Part& p = op.part(i);
+    if (p.pass == Pass::W) continue;
+    int to = sched::output_stage(*r_.schedule, r_.pp_rank, p);
+    if (to < 0 || sched::rank_of_stage(*r_.schedule, to) != r_.pp_rank) continue;
+    Stage& src = stage_of_chunk(p.chunk);
+    Stage& dst = stage_of_chunk(local_chunk_of_stage(to));
+    Tensor from = p.pass == Pass::F ? src.output_activation(p.mb) : src.grad_input(p.mb);
+    Tensor into = p.pass == Pass::F ? dst.input_activation(p.mb) : dst.grad_output(p.mb);
+    STP_ASSERT(from.bytes() == into.bytes(), "hand-over size mismatch");
+    r_.compute->copy(into.raw(), from.raw(), into.bytes());
+  }
+}
+
+// ---- compute: braided and plain parts -----------------------------------------------------------
+
+void Executor::run_parts(const Op& op) {
+  std::vector<Cursor> cursors;
+  for (int i = 0; i < op.n_parts(); ++i) {
+    const Part& p = op.part(i);
+    Cursor c;
+    c.part = p;
+    c.stage = &stage_of_chunk(p.chunk);
+    int units = c.stage->num_units();
+    c.next = p.pass == Pass::F ? 0 : units - 1;
+    c.end = p.pass == Pass::F ? units : -1;
+    c.label = sched::to_string(p);
+    cursors.push_back(std::move(c));
+  }
+  // Alternate one step of each part (a one-part op simply runs its steps in order).
+  for (bool progressed = true; progressed;) {
+    progressed = false;
+    for (Cursor& c : cursors) {
+      if (c.done()) continue;
+      step(c);
+      progressed = true;
+    }
+  }
+  // The tail all-reduce of each part has nothing left to hide under: later work waits for it.
+  for (Cursor& c : cursors)
+    if (c.pending) r_.compute->wait(*c.pending);
+}
+
+void Executor::step(Cursor& c) {
+  if (c.pending) {  // the previous unit of this part must be reduced first
+    r_.compute->wait(*c.pending);
+    c.pending = nullptr;
+  }
+  int u = c.next;
+  c.next += c.part.pass == Pass::F ? 1 : -1;
+  const int mb = c.part.mb;
+  Stage& st = *c.stage;
+  auto traced = [&](Pass pass, auto&& fn) {
+    if (r_.trace) {
+      const char* cat = pass == Pass::F ? "F" : pass == Pass::B ? "B" : "W";
+      r_.compute->trace_begin(str(c.label, " ", st.unit_name(u)), cat,
+                              str("{\"part\":\"", c.label, "\",\"unit\":", u, ",\"mb\":", mb, ",\"chunk\":", c.part.chunk,
+                                  ",\"pass\":\"", cat, "\"}"));
+    }
+    fn();
+    if (r_.trace) r_.compute->trace_end();
+  };
+  switch (c.part.pass) {
+    case Pass::F: {
+      Tensor t;
+      traced(Pass::F, [&] { t = st.forward(u, mb, *r_.compute); });
+      if (t.defined()) all_reduce_after(c, t, st.unit_name(u));
+      break;
+    }
+    case Pass::B: {
+      Tensor t;
+      traced(Pass::B, [&] { t = st.backward_input(u, mb, *r_.compute); });
+      if (t.defined()) all_reduce_after(c, t, st.unit_name(u));
+      if (!c.part.defer_w) traced(Pass::W, [&] { st.backward_weight(u, mb, *r_.compute); });  // hides the AR
+      break;
+    }
+    case Pass::W:
+      traced(Pass::W, [&] { st.backward_weight(u, mb, *r_.compute); });
+      break;
+  }
+}
+
+void Executor::all_reduce_after(Cursor& c, const Tensor& t, const std::string& unit) {
+  STP_ASSERT(r_.tp && r_.tp->size() > 1, "unit ", unit, " returned a tensor to all-reduce but tp = 1");
+  Event& produced = new_event(*r_.compute);
+  r_.compute->record(produced);
+  r_.tp_comm->wait(produced);
+  if (r_.trace)
+    r_.tp_comm->trace_begin(str("AR ", c.label, " ", unit), "tp-comm",
+                            str("{\"part\":\"", c.label, "\",\"bytes\":", t.bytes(), "}"));
+  r_.tp->all_reduce_sum(*r_.tp_comm, t.f32(), static_cast<std::size_t>(t.numel()));
+  if (r_.trace) r_.tp_comm->trace_end();
+  Event& reduced = new_event(*r_.tp_comm);
+  r_.tp_comm->record(reduced);
+  c.pending = &reduced;
+}
+
+// ---- losses and release -------------------------------------------------------------------------
+
+void Executor::copy_losses(const Op& op) {
+  if (!losses_.defined()) return;
+  for (int i = 0; i < op.n_parts(); ++i) {
+    const Part& p = op.part(i);
+    Stage& st = stage_of_chunk(p.chunk);
+    if (p.pass != Pass::F || !st.is_last()) continue;
+    STP_ASSERT(p.mb >= 1 && p.mb <= losses_.numel(), "microbatch ", p.mb, " outside the loss buffer");
+    r_.compute->copy(losses_.f32() + (p.mb - 1), st.loss(p.mb).raw(), sizeof(float));
+  }
+}
+
+// A chunk-microbatch is finished after its B with fused W, or after the W that consumes it.
+void Executor::release_finished(const Op& op) {
+  for (int i = 0; i < op.n_parts(); ++i) {
+    const Part& p = op.part(i);
+    bool finished = (p.pass == Pass::B && !p.defer_w) || p.pass == Pass::W;
+    if (finished) stage_of_chunk(p.chunk).release_microbatch(p.mb, *r_.compute);
+  }
+}
+
+}  // namespace stp

@@ -1,0 +1,99 @@
+// Executor: walks one rank's op list (schedule/) against that rank's stages (models/stage.h).
+// One executor per rank, each driven by its own host thread; all work goes onto three streams:
+//
+//   compute  — every unit's F, B, W, in the order the op list and the braiding rules give;
+//   tp-comm  — the TP all-reduce after each unit that returns a tensor (stage.h protocol);
+//   p2p      — pipeline sends and receives to neighbouring ranks.
+//
+// Braiding (stp-spec §2): a two-part op (F&B, F&W, F+F) alternates one step of each part on the
+// compute stream. A step is one unit (an F unit; a B unit followed by its W when W is fused; a W
+// unit). After a step whose unit returned a tensor, the all-reduce is enqueued on tp-comm right
+// away (tp-comm waits on an event recorded after the unit); the *next step of the same part*
+// waits on the all-reduce's event (a stream wait, never a host wait), while the other part's next
+// step runs meanwhile. A one-part op therefore exposes each all-reduce, except that a fused W
+// runs between a B unit and the wait, hiding that B's all-reduce under W (Megatron's async
+// input-grad all-reduce).
+//
+// Pipeline messages (schedule::op_messages): the receives of op k are posted on p2p before op k's
+// compute (compute waits on them); op k's sends are posted after its compute and its last
+// all-reduces. Sends of op k and receives of op k+1 form one communicator group (NCCL needs this
+// to pair blocking sends and receives, as the released STP trainer does). Stage-to-stage
+// hand-overs on the same rank (the V's turn) are device copies on compute. Every message carries
+// a tag (pass, source stage, microbatch) that HostComm checks, so a channel-order mismatch is an
+// error, never silent corruption.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/device.h"
+#include "models/stage.h"
+#include "schedule/schedule.h"
+
+namespace stp {
+
+struct RankResources {
+  const sched::Schedule* schedule = nullptr;
+  int pp_rank = 0;
+  std::vector<Stage*> stages;       // [local chunk]
+  Device* device = nullptr;
+  Stream* compute = nullptr;
+  Stream* tp_comm = nullptr;
+  Stream* p2p = nullptr;
+  Communicator* tp = nullptr;       // TP group; null or size 1: units return nothing to reduce
+  // PP groups (rank = pp_rank; null when pp == 1), one per message kind: activations and
+  // gradients are separate FIFO lanes, because schedules such as ZB-V consume the two kinds on a
+  // channel in a different order than they were sent (docs/schedules.md).
+  Communicator* pp_act = nullptr;
+  Communicator* pp_grad = nullptr;
+  bool trace = false;               // emit op / unit / all-reduce spans (streams have a recorder)
+};
+
+// The P2P tag of a message: pass, source stage and microbatch, so both ends can check it.
+std::uint32_t p2p_tag(sched::Pass pass, int from_stage, int mb);
+
+class Executor {
+ public:
+  explicit Executor(RankResources resources);
+  ~Executor();
+
+  // Last stage only: a (m,) device tensor that receives each microbatch's loss (copied on compute
+  // right after the forward that computes it, before the stage may drop it).
+  void set_loss_output(Tensor losses);
+
+  // Enqueues every op of this rank for one step. Returns when everything is enqueued (the streams
+  // may still be running); the caller synchronizes compute, tp-comm and p2p.
+  void run_step();
+
+ private:
+  struct Cursor;
+  struct EventPool {
+    std::vector<std::unique_ptr<Event>> events;
+    std::size_t used = 0;  // handed out during the current op
+  };
+  Event& new_event(Stream& stream);  // an event recorded only on `stream`
+  Tensor message_buffer(const sched::Message& m, bool incoming);
+  Communicator& lane(sched::Pass pass) const;
+  void group_begin();
+  void group_end();
+  void post_receives(const sched::Op& op);
+  void local_handoffs(const sched::Op& op);
+  void run_parts(const sched::Op& op);
+  void step(Cursor& c);
+  void all_reduce_after(Cursor& c, const Tensor& t, const std::string& unit);
+  void copy_losses(const sched::Op& op);
+  void post_sends(const sched::Op& op);
+  void release_finished(const sched::Op& op);
+  Stage& stage_of_chunk(int chunk) const;
+  int local_chunk_of_stage(int stage) const;
+
+  RankResources r_;
+  std::map<Stream*, EventPool> pools_;
+  Tensor losses_;            // (m,) last stage only
+  bool group_open_ = false;  // an open communicator group holds the previous op's sends
+};
+
+}  // namespace stp

@@ -1,0 +1,44 @@
+// One rank of a training process: its device, streams, stages, optimizer and communicators.
+// Internal to train/ (Trainer owns the ranks; tests reach them through Trainer).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/device.h"
+#include "core/tensor.h"
+#include "models/gpt2_stage.h"
+#include "models/optimizer.h"
+#include "train/executor.h"
+
+namespace stp {
+
+struct Rank {
+  int global = 0, pp_rank = 0, tp_rank = 0;
+  Device* device = nullptr;
+  std::unique_ptr<Allocator> alloc;
+  std::unique_ptr<Stream> compute, tp_comm, p2p;
+  std::vector<std::unique_ptr<GPT2Stage>> stages;  // [local chunk]
+  std::vector<ParamInfo> params;                   // every stage's parameters (views), chunk order
+  std::vector<int> param_chunk;                    // local chunk of params[i]
+  std::unique_ptr<AdamW> adamw;
+  std::unique_ptr<GradClipper> clipper;
+  std::unique_ptr<Executor> executor;
+  Communicator* tp = nullptr;
+  Communicator* pp_act = nullptr;
+  Communicator* pp_grad = nullptr;
+  Communicator* world = nullptr;
+  Communicator* tied = nullptr;  // ranks holding the first and the last stage, when they differ
+  Tensor losses;                 // (m,) on ranks that hold the last stage
+  std::vector<std::vector<std::int32_t>> staging;  // this step's host token buffers (until sync)
+
+  bool holds_first() const;
+  bool holds_last() const;
+  GPT2Stage* first_stage() const;  // nullptr when not held
+  GPT2Stage* last_stage() const;
+  void synchronize();              // every stream of the rank
+};
+
+}  // namespace stp

@@ -1,0 +1,179 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <exception>
+#include <thread>
+
+#include "core/backend.h"
+#include "core/error.h"
+#include "core/kernels/nn_kernels.h"
+#include "models/data.h"
+#include "models/lr_schedule.h"
+#include "train/rank.h"
+#include "train/trainer_impl.h"
+
+namespace stp {
+
+// ---- Rank ------------------------------------------------------------------------------------
+
+bool Rank::holds_first() const { return first_stage() != nullptr; }
+bool Rank::holds_last() const { return last_stage() != nullptr; }
+
+GPT2Stage* Rank::first_stage() const {
+  for (auto& s : stages)
+    if (s->is_first()) return s.get();
+  return nullptr;
+}
+
+GPT2Stage* Rank::last_stage() const {
+  for (auto& s : stages)
+    if (s->is_last()) return s.get();
+  return nullptr;
+}
+
+void Rank::synchronize() {
+  // All three, even when one fails, so no stream work outlives the step; first error wins.
+  std::exception_ptr first;
+  for (Stream* s : {compute.get(), tp_comm.get(), p2p.get()}) {
+    try {
+      s->synchronize();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+// ---- Trainer -----------------------------------------------------------------------------------
+
+Trainer::Trainer(const Config& config) : impl_(std::make_unique<Impl>(config)) {}
+Trainer::~Trainer() = default;
+
+std::int64_t Trainer::steps_done() const { return impl_->steps_done; }
+int Trainer::world_size() const { return static_cast<int>(impl_->ranks.size()); }
+const TraceRecorder* Trainer::trace() const { return impl_->trace.get(); }
+
+void Trainer::Impl::run_on_ranks(const std::function<void(Rank&)>& fn) {
+  std::vector<std::exception_ptr> errors(ranks.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        fn(*ranks[i]);
+      } catch (const std::exception& e) {
+        errors[i] = std::current_exception();
+        for (auto& c : comms) c->abort(str("rank ", i, " failed: ", e.what()));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Prefer the error that caused the abort over the "communicator aborted" echoes of it.
+  std::exception_ptr first;
+  for (auto& e : errors) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      bool echo = std::string(ex.what()).rfind("communicator aborted", 0) == 0;
+      if (!first || !echo) {
+        first = e;
+        if (!echo) break;
+      }
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+// Uploads this step's inputs: tokens to the ranks with the first stage, targets to those with
+// the last stage (DESIGN.md §4 sequence numbering; every TP rank reads the same rows).
+void Trainer::Impl::upload_batch(Rank& r, std::int64_t step) {
+  const int m = config.train.microbatches, B = config.train.micro_batch_size, T = config.model.seq_len;
+  r.staging.clear();
+  for (int mb = 1; mb <= m; ++mb) {
+    std::uint64_t b0 = sequence_index(step, 0, mb - 1, config.parallel.dp, m, B);
+    std::vector<std::int32_t> in(static_cast<std::size_t>(B) * T), tgt(in.size());
+    dataset->fill_batch(b0, B, in.data(), tgt.data());
+    if (GPT2Stage* s = r.first_stage()) r.compute->copy(s->tokens(mb).raw(), in.data(), in.size() * 4);
+    if (GPT2Stage* s = r.last_stage()) r.compute->copy(s->targets(mb).raw(), tgt.data(), tgt.size() * 4);
+    r.staging.push_back(std::move(in));
+    r.staging.push_back(std::move(tgt));
+  }
+}
+
+// Tied embedding: wte lives in the first and the last stage. Their grads are summed so both copies
+// take the same update (on one rank: a local add; across ranks: the tied group's all-reduce).
+void Trainer::Impl::sum_tied_grads(Rank& r) {
+  GPT2Stage* first = r.first_stage();
+  GPT2Stage* last = r.last_stage();
+  if (first && last && first != last) {
+    ParamInfo& a = first->param_store().at("wte.weight");
+    ParamInfo& b = last->param_store().at("wte.weight");
+    add(*r.compute, a.grad.f32(), a.grad.f32(), b.grad.f32(), a.grad.numel());
+    r.compute->copy(b.grad.raw(), a.grad.raw(), a.grad.bytes());
+    return;
+  }
+  if (!r.tied) return;
+  GPT2Stage* holder = first ? first : last;
+  ParamInfo& w = holder->param_store().at("wte.weight");
+  r.tied->all_reduce_sum(*r.compute, w.grad.f32(), static_cast<std::size_t>(w.grad.numel()));
+}
+
+void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
+  const float scale = 1.0f / static_cast<float>(config.train.microbatches);
+  for (auto& s : r.stages) {
+    s->zero_grads(*r.compute);
+    if (s->is_last()) s->set_loss_scale(scale);
+  }
+  upload_batch(r, step);
+  r.executor->run_step();
+  sum_tied_grads(r);
+  if (config.train.grad_clip > 0) {
+    r.clipper->local_sumsq(*r.compute);
+    r.world->all_reduce_sum(*r.compute, r.clipper->sumsq(), 1);
+    r.clipper->clip(*r.compute, static_cast<float>(config.train.grad_clip));
+  }
+  r.adamw->step(*r.compute, lr);
+  r.synchronize();
+  r.staging.clear();
+}
+
+StepResult Trainer::step() {
+  Impl& m = *impl_;
+  std::int64_t step = m.steps_done + 1;
+  float lr = static_cast<float>(m.lr_schedule.at(step));
+  auto t0 = std::chrono::steady_clock::now();
+  m.run_on_ranks([&](Rank& r) { m.rank_step(r, step, lr); });
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  m.steps_done = step;
+
+  StepResult out;
+  out.step = step;
+  out.lr = lr;
+  out.step_ms = ms;
+  out.loss = m.read_step_loss();
+  double tokens = static_cast<double>(m.config.train.microbatches) * m.config.train.micro_batch_size *
+                  m.config.model.seq_len * m.config.parallel.dp;
+  out.tokens_per_s = tokens / (ms / 1e3);
+  for (auto& d : m.devices) {
+    out.peak_device_bytes.push_back(d->memory_stats().peak);
+    out.peak_host_pinned_bytes += d->pinned_host_stats().peak;
+  }
+  return out;
+}
+
+// The loss of a step: the mean over microbatches, read from TP rank 0 of the last stage.
+double Trainer::Impl::read_step_loss() {
+  for (auto& r : ranks) {
+    if (!r->losses.defined() || r->tp_rank != 0) continue;
+    std::vector<float> host(static_cast<std::size_t>(r->losses.numel()));
+    r->compute->copy(host.data(), r->losses.raw(), r->losses.bytes());
+    r->compute->synchronize();
+    double sum = 0;
+    for (float x : host) sum += x;
+    return sum / static_cast<double>(host.size());
+  }
+  STP_ASSERT(false, "no rank holds the last stage");
+  return 0;
+}
+
+}  // namespace stp

@@ -1,0 +1,62 @@
+// Trainer: one process's training run. Builds pp × tp ranks (one device, one host thread and one
+// executor each; global rank = pp_rank * tp + tp_rank, TP innermost), the communicators between
+// them, each rank's stages, optimizer and gradient clipper, and runs optimizer steps.
+//
+// Usage (tools/cmd_train.cpp, tests):
+//   Trainer t(cfg);                     // validates the config against schedule and model, builds ranks
+//   StepResult r = t.step();            // one optimizer step over train.microbatches microbatches
+//   auto full = t.full_parameters();    // HF-named full tensors gathered from every shard
+//   t.save_checkpoint(); / Trainer t2(cfg) with train.resume = path
+//
+// One step on each rank: zero grads; upload this step's tokens/targets; walk the op list
+// (train/executor.h); sum tied embedding grads; global-norm clip over all ranks; AdamW.
+// Ranks run on their own threads; an error on one rank aborts every communicator so no rank
+// hangs, and the first error is rethrown by step().
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/trace.h"
+#include "models/safetensors.h"
+
+namespace stp {
+
+struct StepResult {
+  std::int64_t step = 0;          // 1-based step just completed
+  double loss = 0;                // mean over microbatches of the mean token cross-entropy
+  double lr = 0;
+  double step_ms = 0;
+  double tokens_per_s = 0;
+  std::vector<std::uint64_t> peak_device_bytes;  // per device (global rank order), since start
+  std::uint64_t peak_host_pinned_bytes = 0;
+};
+
+class Trainer {
+ public:
+  explicit Trainer(const Config& config);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  StepResult step();
+  std::int64_t steps_done() const;
+
+  // Full tensors with HF GPT-2 names, gathered from every rank's shards.
+  std::map<std::string, HostTensor> full_parameters();
+  // Writes output.dir/checkpoint-STEP (model, optimizer, state); returns its path.
+  std::string save_checkpoint();
+  // Trace of everything recorded so far (output.trace: true), or nullptr.
+  const TraceRecorder* trace() const;
+  int world_size() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace stp

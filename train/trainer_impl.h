@@ -1,0 +1,55 @@
+// Trainer internals shared by trainer.cpp (steps), trainer_setup.cpp (building the ranks) and
+// trainer_checkpoint.cpp (gathering shards, checkpoints). Not a public header.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/trace.h"
+#include "models/data.h"
+#include "models/lr_schedule.h"
+#include "schedule/schedule.h"
+#include "train/rank.h"
+#include "train/trainer.h"
+
+namespace stp {
+
+struct Trainer::Impl {
+  explicit Impl(const Config& config);
+
+  // Setup (trainer_setup.cpp).
+  void check_config() const;
+  void build_devices();
+  void build_communicators();
+  void build_rank(Rank& r);
+  void initialize_parameters();
+
+  // Steps (trainer.cpp).
+  void run_on_ranks(const std::function<void(Rank&)>& fn);
+  void upload_batch(Rank& r, std::int64_t step);
+  void sum_tied_grads(Rank& r);
+  void rank_step(Rank& r, std::int64_t step, float lr);
+  double read_step_loss();
+
+  // Full tensors <-> shards (trainer_checkpoint.cpp).
+  void load_full_tensors(const std::map<std::string, HostTensor>& full, const std::string& source);
+  void load_optimizer_state(const std::map<std::string, HostTensor>& exp_avg,
+                            const std::map<std::string, HostTensor>& exp_avg_sq, std::int64_t step);
+  void resume(const std::string& dir);
+
+  Config config;
+  sched::Schedule schedule;
+  int layers_per_stage = 0;
+  std::unique_ptr<TokenDataset> dataset;
+  LrSchedule lr_schedule;
+  std::unique_ptr<TraceRecorder> trace;
+  std::vector<std::unique_ptr<Device>> devices;       // [global rank]
+  std::vector<std::unique_ptr<Communicator>> comms;   // every communicator (owned here)
+  std::vector<std::unique_ptr<Rank>> ranks;           // [global rank]
+  std::int64_t steps_done = 0;
+};
+
+}  // namespace stp
