@@ -2,6 +2,8 @@
 // communicators (TP, PP lanes, world, tied embedding), and each rank's stages and optimizer.
 #include <cblas.h>
 
+#include <algorithm>
+
 #include "core/backend.h"
 #include "core/error.h"
 #include "models/checkpoint.h"
@@ -14,7 +16,11 @@ namespace stp {
 
 Trainer::Impl::Impl(const Config& cfg) : config(cfg) {
   check_config();
-  openblas_set_num_threads(config.parallel.cpu_threads);
+  // parallel.cpu_threads is the process's CPU budget. Every rank runs its GEMMs concurrently on
+  // its own stream thread, so each OpenBLAS call gets an equal share: oversubscribing the cores
+  // (4 ranks x 2 threads on 2 cores) costs about 4x on the CPU backend.
+  int ranks_in_process = config.parallel.tp * config.parallel.pp;
+  openblas_set_num_threads(std::max(1, config.parallel.cpu_threads / ranks_in_process));
   dataset = std::make_unique<TokenDataset>(DataOptions::from_config(config));
   lr_schedule = LrSchedule::from_config(config.train);
   if (config.output.trace) trace = std::make_unique<TraceRecorder>();
