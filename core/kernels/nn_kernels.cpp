@@ -124,24 +124,28 @@ struct ColumnSum {
 
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 
+// 0.5 * (1 + tanh(u)) = sigmoid(2u): one expf instead of tanhf (several times cheaper on CPUs).
+STP_HD inline float half_one_plus_tanh(float u) { return 1.0f / (1.0f + expf(-2.0f * u)); }
+
 struct GeluForward {
   float* y;
   const float* x;
   STP_HD void operator()(usize i) const {
     float v = x[i];
-    y[i] = 0.5f * v * (1.0f + tanhf(kGeluC * (v + 0.044715f * v * v * v)));
+    y[i] = v * half_one_plus_tanh(kGeluC * (v + 0.044715f * v * v * v));
   }
 };
 
+// d/dx [x * s(x)], s = 0.5 (1 + tanh(u)): s + x * u' * 2 s (1 - s)  (since tanh' = 1 - t^2 = 4 s (1 - s)).
 struct GeluBackward {
   float* dx;
   const float* dy;
   const float* x;
   STP_HD void operator()(usize i) const {
     float v = x[i];
-    float t = tanhf(kGeluC * (v + 0.044715f * v * v * v));
-    float dt = kGeluC * (1.0f + 3.0f * 0.044715f * v * v) * (1.0f - t * t);
-    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+    float sg = half_one_plus_tanh(kGeluC * (v + 0.044715f * v * v * v));
+    float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
+    dx[i] = dy[i] * (sg + v * du * 2.0f * sg * (1.0f - sg));
   }
 };
 
