@@ -1,0 +1,100 @@
+// Shared helpers of the trainer tests: a tiny GPT-2 config over a small generated text file.
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "models/safetensors.h"
+
+namespace stp::testing {
+
+// A deterministic English-ish text of ~20 KB, written once per test binary.
+inline std::string tiny_text_file() {
+  static const std::string path = [] {
+    std::string p = std::string(STP_BINARY_DIR) + "/tests/tiny_text.txt";
+    std::ofstream f(p, std::ios::binary);
+    const char* words[] = {"the ", "pipeline ", "braids ", "forward ", "and ", "backward ", "units ", "of ",
+                           "different ", "microbatches, ", "so ", "each ", "all-reduce ", "hides. "};
+    unsigned x = 12345;
+    for (int i = 0; i < 3000; ++i) {
+      x = x * 1103515245u + 12345u;
+      f << words[(x >> 16) % 14];
+    }
+    return p;
+  }();
+  return path;
+}
+
+// n_layer 8 splits into 8 stages (pp 4 with two chunks); m = 8 is STP's minimum for pp 4.
+inline Config tiny_config(const std::vector<std::string>& overrides) {
+  std::string yaml = R"(
+model: {arch: gpt2, n_layer: 8, n_head: 4, n_embd: 32, vocab_size: 256, seq_len: 16}
+data: {format: text, sampling: sequential}
+train: {steps: 3, micro_batch_size: 2, microbatches: 8, lr: 1.0e-3, lr_schedule: constant, warmup_steps: 0,
+        grad_clip: 1.0, seed: 7}
+optim: {name: adamw, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, weight_decay: 0.1}
+parallel: {backend: cpu, tp: 1, pp: 1, schedule: gpipe, cpu_threads: 1}
+memory: {offload: none, recompute: none}
+output: {dir: unused, log_every: 1}
+)";
+  std::vector<std::string> all = {"data.path=" + tiny_text_file()};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return load_config_from_string(yaml, "tiny test config", all);
+}
+
+// Worst per-tensor normwise relative error ||a - b||_2 / ||b||_2 over all tensors (b = reference).
+// Normwise, not elementwise: after AdamW steps, entries whose gradient is near eps (or exactly zero
+// in exact arithmetic, like GPT-2's key bias, to which softmax is invariant) carry Adam-normalised
+// rounding noise of order lr * g / eps, so an elementwise relative test would compare noise.
+//
+// The key bias (the middle third of c_attn.bias) is left out here and checked by
+// key_bias_max_abs_diff: its gradient is exactly zero in exact arithmetic, so its values are
+// pure Adam-amplified noise with no reference value to be relative to.
+inline bool is_key_bias(const std::string& name, std::size_t i, std::size_t n) {
+  return name.size() > 16 && name.compare(name.size() - 16, 16, "attn.c_attn.bias") == 0 && i >= n / 3 && i < 2 * n / 3;
+}
+
+inline double max_rel_diff(const std::map<std::string, HostTensor>& a, const std::map<std::string, HostTensor>& b,
+                           std::string* where = nullptr) {
+  double worst = 0;
+  for (const auto& [name, tb] : b) {
+    const HostTensor& ta = a.at(name);
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < tb.data.size(); ++i) {
+      if (is_key_bias(name, i, tb.data.size())) continue;
+      double d = static_cast<double>(ta.data[i]) - tb.data[i];
+      num += d * d;
+      den += static_cast<double>(tb.data[i]) * tb.data[i];
+    }
+    double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    if (rel > worst) {
+      worst = rel;
+      if (where) *where = name;
+    }
+  }
+  return worst;
+}
+
+inline double key_bias_max_abs_diff(const std::map<std::string, HostTensor>& a,
+                                    const std::map<std::string, HostTensor>& b) {
+  double worst = 0;
+  for (const auto& [name, tb] : b)
+    for (std::size_t i = 0; i < tb.data.size(); ++i)
+      if (is_key_bias(name, i, tb.data.size()))
+        worst = std::max(worst, std::fabs(static_cast<double>(a.at(name).data[i]) - tb.data[i]));
+  return worst;
+}
+
+inline bool bitwise_equal(const std::map<std::string, HostTensor>& a, const std::map<std::string, HostTensor>& b) {
+  for (const auto& [name, tb] : b)
+    if (a.at(name).data != tb.data) return false;
+  return a.size() == b.size();
+}
+
+}  // namespace stp::testing
