@@ -45,11 +45,12 @@ std::vector<std::unique_ptr<Device>> make_devices(const BackendOptions& o) {
   return out;
 }
 
-std::vector<std::unique_ptr<Communicator>> make_comms(const std::vector<Device*>& devices) {
+std::vector<std::unique_ptr<Communicator>> make_comms(const std::vector<Device*>& devices,
+                                                      const HostCommOptions& host) {
   STP_CHECK(!devices.empty(), "a communicator needs at least one device");
   DeviceKind kind = devices.front()->kind();
   for (auto* d : devices) STP_ASSERT(d->kind() == kind, "communicator over mixed device kinds");
-  if (kind == DeviceKind::Cpu) return make_host_comms(static_cast<int>(devices.size()));
+  if (kind == DeviceKind::Cpu) return make_host_comms(static_cast<int>(devices.size()), host);
 #if defined(STP_HAVE_CUDA)
   return make_nccl_comms(devices);
 #else

@@ -26,7 +26,9 @@ std::vector<std::unique_ptr<Device>> make_devices(const BackendOptions& options)
 
 // One communicator group over `devices` (rank i = devices[i]); all of one kind.
 // CPU: HostComm. CUDA: NCCL (ncclCommInitAll over the devices' ordinals).
-std::vector<std::unique_ptr<Communicator>> make_comms(const std::vector<Device*>& devices);
+// `host` configures the CPU backend's emulated link (ignored on CUDA).
+std::vector<std::unique_ptr<Communicator>> make_comms(const std::vector<Device*>& devices,
+                                                      const HostCommOptions& host = {});
 
 // Whether this build has the CUDA backend, and whether a GPU is usable; `why` says why not.
 bool cuda_built();

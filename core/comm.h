@@ -49,7 +49,14 @@ class Communicator {
   virtual std::uint64_t bytes_sent() const = 0;
 };
 
+// Emulated interconnect of HostComm: an all-reduce of `bytes` (one rank's buffer) takes at least
+// bytes / all_reduce_bytes_per_s seconds, so braiding can be studied on the CPU backend, where
+// shared-memory reductions are otherwise nearly free. 0 = as fast as memory allows.
+struct HostCommOptions {
+  double all_reduce_bytes_per_s = 0;
+};
+
 // `size` in-process communicators forming one group (index i = rank i). CPU streams only.
-std::vector<std::unique_ptr<Communicator>> make_host_comms(int size);
+std::vector<std::unique_ptr<Communicator>> make_host_comms(int size, const HostCommOptions& options = {});
 
 }  // namespace stp

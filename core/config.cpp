@@ -48,6 +48,7 @@ static const std::vector<Knob> kKnobs = {
   {"parallel.tp",            KnobType::KNOB_INT,    "2",              "", "tensor-parallel ranks per stage; divides model.n_head", STP_FIELD(parallel.tp)},
   {"parallel.pp",            KnobType::KNOB_INT,    "2",              "", "pipeline-parallel ranks", STP_FIELD(parallel.pp)},
   {"parallel.schedule",      KnobType::KNOB_CHOICE, "stp",            "gpipe|1f1b|1f1b-i|zb-h1|zb-v|stp", "pipeline schedule", STP_FIELD(parallel.schedule)},
+  {"parallel.tp_link_bandwidth", KnobType::KNOB_RATE, "0",           "", "CPU backend: emulated TP all-reduce link rate (a rank's bytes / rate per all-reduce), e.g. 2GB/s; 0 or null = unlimited", STP_FIELD(parallel.tp_link_bandwidth)},
   {"parallel.cpu_threads",   KnobType::KNOB_INT,    "0",              "", "OpenBLAS / oneTBB threads of the process; 0 = the number of processors", STP_FIELD(parallel.cpu_threads)},
   {"memory.device_budget",   KnobType::KNOB_BYTES,  "256MiB",         "", "memory per device; null = the device's capacity", STP_FIELD(memory.device_budget)},
   {"memory.host_budget",     KnobType::KNOB_BYTES,  "4GiB",           "", "pinned host memory for the whole process; null = unlimited", STP_FIELD(memory.host_budget)},

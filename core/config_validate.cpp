@@ -49,6 +49,7 @@ void validate_parallel(const Config& c) {
   check_at_least("parallel.tp", p.tp, 1);
   check_at_least("parallel.pp", p.pp, 1);
   check_at_least("parallel.cpu_threads", p.cpu_threads, 0);
+  check_at_least("parallel.tp_link_bandwidth", p.tp_link_bandwidth, 0.0);
   STP_CHECK(c.model.n_head % p.tp == 0, "config: parallel.tp (", p.tp, ") must divide model.n_head (", c.model.n_head,
             "): each tensor-parallel rank holds whole heads");
 }

@@ -8,6 +8,8 @@
 // Point-to-point sends are buffered (the sender's stream continues at once); a receive waits
 // for the oldest message on its (src -> dst) channel and checks its tag and size.
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -35,8 +37,9 @@ struct Collective {
 };
 
 struct HostGroup {
-  explicit HostGroup(int n) : size(n) {}
+  HostGroup(int n, HostCommOptions o) : size(n), options(o) {}
   const int size;
+  const HostCommOptions options;
   std::mutex mu;
   std::condition_variable cv;
   bool aborted = false;
@@ -124,6 +127,15 @@ class HostComm final : public Communicator {
   }
 
   static void run_all_reduce(HostGroup& g, int rank, std::uint64_t seq, float* data, std::size_t count) {
+    auto start = std::chrono::steady_clock::now();
+    reduce(g, rank, seq, data, count);
+    if (g.options.all_reduce_bytes_per_s > 0 && count > 0) {  // the emulated link's transfer time
+      std::chrono::duration<double> t(static_cast<double>(count * sizeof(float)) / g.options.all_reduce_bytes_per_s);
+      std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(t));
+    }
+  }
+
+  static void reduce(HostGroup& g, int rank, std::uint64_t seq, float* data, std::size_t count) {
     const int n = g.size;
     std::unique_lock<std::mutex> lock(g.mu);
     Collective& c = g.collectives[seq];
@@ -173,9 +185,9 @@ class HostComm final : public Communicator {
 
 }  // namespace
 
-std::vector<std::unique_ptr<Communicator>> make_host_comms(int size) {
+std::vector<std::unique_ptr<Communicator>> make_host_comms(int size, const HostCommOptions& options) {
   STP_CHECK(size >= 1, "communicator size must be >= 1, got ", size);
-  auto group = std::make_shared<HostGroup>(size);
+  auto group = std::make_shared<HostGroup>(size, options);
   std::vector<std::unique_ptr<Communicator>> comms;
   for (int r = 0; r < size; ++r) comms.push_back(std::make_unique<HostComm>(group, r));
   return comms;

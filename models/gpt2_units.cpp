@@ -39,9 +39,11 @@ Tensor row_parallel_out(const GPT2Dims& d, const BranchParams& p, const Tensor& 
 // ---- CallScope -------------------------------------------------------------------------------------
 
 CallScope::~CallScope() {
+  // Stream-ordered release: the stream holds the last references until the work enqueued so far
+  // has run (Stream::retain_until_done; safe on CUDA, where host tasks may not free memory).
   if (dead_.empty()) return;
-  // The task owns the last references; CpuStream destroys a task's captures after running it.
-  s_.enqueue_host([dead = std::move(dead_)] {});
+  s_.retain_until_done(std::make_shared<std::vector<Tensor>>(std::move(dead_)));
+  dead_.clear();
 }
 
 Tensor CallScope::tmp(Shape shape) {

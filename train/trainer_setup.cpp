@@ -79,7 +79,9 @@ void Trainer::Impl::build_communicators() {
   auto group = [&](const std::vector<Rank*>& members, Communicator* Rank::*slot) {
     std::vector<Device*> devs;
     for (Rank* m : members) devs.push_back(m->device);
-    auto made = make_comms(devs);
+    HostCommOptions link;
+    if (slot == &Rank::tp) link.all_reduce_bytes_per_s = config.parallel.tp_link_bandwidth;
+    auto made = make_comms(devs, link);
     for (std::size_t i = 0; i < members.size(); ++i) {
       members[i]->*slot = made[i].get();
       comms.push_back(std::move(made[i]));
