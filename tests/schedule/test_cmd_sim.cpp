@@ -5,41 +5,21 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <sys/wait.h>
 #include <filesystem>
 #include <string>
 
 #include "schedule/render.h"
+#include "tests/support/run_command.h"
 #include "schedule/simulator.h"
 #include "schedule/validator.h"
 
 namespace {
 
-struct Result {
-  int status;
-  std::string out, err;
-};
+using Result = stp::testing::CommandResult;
 
-std::string slurp(const std::string& path) {
-  std::string text;
-  if (FILE* f = std::fopen(path.c_str(), "rb")) {
-    char buf[4096];
-    std::size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-    std::fclose(f);
-  }
-  return text;
-}
+Result run_sim(const std::string& args) { return stp::testing::run_stp("sim " + args); }
 
-Result run_sim(const std::string& args) {
-  std::string dir = std::filesystem::temp_directory_path() / "stp_test_cmd_sim";
-  std::filesystem::create_directories(dir);
-  std::string cmd = std::string(STP_BINARY_DIR) + "/stp sim " + args + " >" + dir + "/out 2>" + dir + "/err";
-  int rc = std::system(cmd.c_str());
-  return {WEXITSTATUS(rc), slurp(dir + "/out"), slurp(dir + "/err")};
-}
-
-bool have_stp() { return std::filesystem::exists(std::string(STP_BINARY_DIR) + "/stp"); }
+using stp::testing::have_stp;
 
 }  // namespace
 
