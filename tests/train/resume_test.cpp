@@ -1,0 +1,91 @@
+// Checkpoint and resume: 6 steps straight equal 3 steps + checkpoint + resume + 3 steps, bitwise
+// (losses and parameters): the checkpoint holds every bit of model and optimizer state, and the
+// data position is a pure function of the step (DESIGN.md §4 sampling).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "tests/train/train_fixture.h"
+#include "train/trainer.h"
+
+namespace {
+
+std::string fresh_dir(const std::string& name) {
+  auto d = std::filesystem::path(STP_BINARY_DIR) / "tests" / name;
+  std::filesystem::remove_all(d);
+  return d.string();
+}
+
+TEST(Resume, SixStepsEqualThreePlusCheckpointPlusThreeBitwise) {
+  for (const char* layout : {"parallel.pp=1", "parallel.pp=2"}) {
+    const std::vector<std::string> base = {"parallel.schedule=stp", "parallel.tp=2", layout, "train.steps=6",
+                                           "train.lr_schedule=cosine", "train.warmup_steps=2", "data.sampling=random"};
+    std::vector<double> straight;
+    std::map<std::string, stp::HostTensor> straight_params;
+    {
+      auto cfg = stp::testing::tiny_config(base);
+      cfg.output.dir = fresh_dir("resume_straight");
+      stp::Trainer t(cfg);
+      for (int i = 0; i < 6; ++i) straight.push_back(t.step().loss);
+      straight_params = t.full_parameters();
+    }
+    std::string ckpt;
+    std::vector<double> resumed;
+    {
+      auto cfg = stp::testing::tiny_config(base);
+      cfg.output.dir = fresh_dir("resume_split");
+      stp::Trainer t(cfg);
+      for (int i = 0; i < 3; ++i) resumed.push_back(t.step().loss);
+      ckpt = t.save_checkpoint();
+    }
+    auto cfg = stp::testing::tiny_config(base);
+    cfg.output.dir = std::filesystem::path(ckpt).parent_path().string();
+    cfg.train.resume = ckpt;
+    stp::Trainer t(cfg);
+    EXPECT_EQ(t.steps_done(), 3);
+    for (int i = 0; i < 3; ++i) resumed.push_back(t.step().loss);
+    EXPECT_EQ(resumed, straight) << layout;
+    EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(), straight_params)) << layout;
+  }
+}
+
+TEST(Resume, CheckpointOfOneLayoutResumesInAnother) {
+  std::string ckpt;
+  double next_loss = 0;
+  {
+    auto cfg = stp::testing::tiny_config({"parallel.tp=2", "parallel.pp=2", "parallel.schedule=zb-v"});
+    cfg.output.dir = fresh_dir("resume_layout");
+    stp::Trainer t(cfg);
+    t.step();
+    ckpt = t.save_checkpoint();
+    next_loss = t.step().loss;
+  }
+  auto cfg = stp::testing::tiny_config({});
+  cfg.train.resume = ckpt;
+  stp::Trainer t(cfg);
+  EXPECT_NEAR(t.step().loss, next_loss, 1e-5 * next_loss);
+}
+
+TEST(Resume, TruncatedCheckpointIsAClearError) {
+  std::string ckpt;
+  {
+    auto cfg = stp::testing::tiny_config({});
+    cfg.output.dir = fresh_dir("resume_truncated");
+    stp::Trainer t(cfg);
+    t.step();
+    ckpt = t.save_checkpoint();
+  }
+  auto model = std::filesystem::path(ckpt) / "model.safetensors";
+  std::filesystem::resize_file(model, std::filesystem::file_size(model) / 2);
+  auto cfg = stp::testing::tiny_config({});
+  cfg.train.resume = ckpt;
+  try {
+    stp::Trainer t(cfg);
+    FAIL() << "a truncated checkpoint was accepted";
+  } catch (const stp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
