@@ -1,0 +1,131 @@
+// `stp train` end to end: bad input exits non-zero with a message naming the problem and leaves
+// an earlier run's output untouched; Ctrl-C finishes the step, checkpoints and exits with 130.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "core/backend.h"
+#include "tests/support/run_command.h"
+#include "tests/train/train_fixture.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct RunDir {
+  fs::path dir, config;
+  explicit RunDir(const std::string& name, const std::string& extra_yaml = "") {
+    dir = fs::path(STP_BINARY_DIR) / "tests" / name;
+    fs::remove_all(dir);
+    fs::create_directories(dir / "out");
+    std::ofstream(dir / "out" / "metrics.jsonl") << "{\"step\":1,\"loss\":9.0} earlier run\n";
+    config = dir / "config.yaml";
+    std::ofstream f(config);
+    f << "model: {arch: gpt2, n_layer: 4, n_head: 4, n_embd: 32, vocab_size: 256, seq_len: 16}\n"
+      << "data: {path: " << stp::testing::tiny_text_file() << ", format: text}\n"
+      << "train: {steps: 3, micro_batch_size: 2, microbatches: 4}\n"
+      << "parallel: {backend: cpu, tp: 2, pp: 2, schedule: stp, cpu_threads: 1}\n"
+      << "output: {dir: " << (dir / "out").string() << "}\n"
+      << extra_yaml;
+  }
+  std::string earlier_metrics() const { return stp::testing::slurp((dir / "out" / "metrics.jsonl").string()); }
+};
+
+void expect_clean_failure(const std::string& name, const std::string& sets, const std::string& needle,
+                          const std::string& extra_yaml = "") {
+  if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
+  RunDir run(name, extra_yaml);
+  auto r = stp::testing::run_stp("train " + run.config.string() + " " + sets);
+  EXPECT_NE(r.status, 0) << name;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << name << ": stderr was: " << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  EXPECT_EQ(run.earlier_metrics(), "{\"step\":1,\"loss\":9.0} earlier run\n") << name << ": earlier output changed";
+  EXPECT_FALSE(fs::exists(run.dir / "out" / "earlier-run-1")) << name << ": output dir was touched";
+}
+
+TEST(CmdTrain, UnknownKeyInTheFile) {
+  expect_clean_failure("bad_key_file", "", "optim.betta1", "optim: {betta1: 0.9}\n");
+}
+TEST(CmdTrain, UnknownKeyInSet) { expect_clean_failure("bad_key_set", "--set train.stepz=4", "train.stepz"); }
+TEST(CmdTrain, TpNotDividingHeads) { expect_clean_failure("bad_tp", "--set parallel.tp=3", "n_head"); }
+TEST(CmdTrain, LayersTheScheduleCannotPlace) {
+  expect_clean_failure("bad_layers", "--set model.n_layer=6", "model.n_layer = 6 cannot be split evenly into 4");
+}
+TEST(CmdTrain, TooFewMicrobatchesForTheSchedule) {
+  expect_clean_failure("bad_m", "--set train.microbatches=3", "needs at least 4 microbatches");
+}
+TEST(CmdTrain, MissingDataFile) {
+  expect_clean_failure("bad_data", "--set data.path=/nonexistent/corpus.txt", "/nonexistent/corpus.txt");
+}
+TEST(CmdTrain, CudaBackendWithoutAGpu) {
+  std::string why;
+  if (stp::cuda_usable(4, &why)) GTEST_SKIP() << "GPUs are usable here";
+  expect_clean_failure("bad_cuda", "--set parallel.backend=cuda", "parallel.backend is cuda but");
+}
+
+TEST(CmdTrain, TruncatedCheckpoint) {
+  if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
+  RunDir good("truncated_ckpt_source");
+  auto r = stp::testing::run_stp("train " + good.config.string() + " --set train.steps=1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  fs::path model = good.dir / "out" / "checkpoint-1" / "model.safetensors";
+  ASSERT_TRUE(fs::exists(model)) << r.err;
+  fs::resize_file(model, fs::file_size(model) - 100);
+  expect_clean_failure("truncated_ckpt", "--set train.resume=" + (good.dir / "out" / "checkpoint-1").string(),
+                       "model.safetensors");
+}
+
+TEST(CmdTrain, FreshRunKeepsTheEarlierRunAndWritesMetrics) {
+  if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
+  RunDir run("fresh_run");
+  auto r = stp::testing::run_stp("train " + run.config.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(stp::testing::slurp((run.dir / "out" / "earlier-run-1" / "metrics.jsonl").string()),
+            "{\"step\":1,\"loss\":9.0} earlier run\n");
+  std::string metrics = run.earlier_metrics();  // now the new run's file
+  EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 3);
+  for (const char* key : {"\"step\":3", "\"loss\":", "\"lr\":", "\"step_ms\":", "\"tokens_per_s\":", "\"peak_device_bytes\":[",
+                          "\"peak_host_pinned_bytes\":"})
+    EXPECT_NE(metrics.find(key), std::string::npos) << key << " missing in " << metrics;
+  EXPECT_TRUE(fs::exists(run.dir / "out" / "checkpoint-3" / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(run.dir / "out" / "config.yaml"));
+}
+
+TEST(CmdTrain, CtrlCFinishesTheStepCheckpointsAndExits) {
+  if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
+  RunDir run("sigint");
+  std::string stp_path = std::string(STP_BINARY_DIR) + "/stp";
+  std::string cfg = run.config.string();
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    freopen("/dev/null", "w", stderr);
+    execl(stp_path.c_str(), "stp", "train", cfg.c_str(), "--set", "train.steps=100000", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  fs::path metrics = run.dir / "out" / "metrics.jsonl";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {  // wait for the new run's first logged step
+    std::string m = stp::testing::slurp(metrics.string());
+    if (m.find("earlier run") == std::string::npos && m.find("\"step\":2") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed instead of exiting cleanly";
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  std::string m = stp::testing::slurp(metrics.string());
+  auto steps = std::count(m.begin(), m.end(), '\n');
+  EXPECT_GE(steps, 2);
+  EXPECT_TRUE(fs::exists(run.dir / "out" / ("checkpoint-" + std::to_string(steps)) / "model.safetensors"))
+      << "no checkpoint of the last finished step " << steps;
+}
+
+}  // namespace
