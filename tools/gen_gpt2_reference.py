@@ -25,6 +25,7 @@ Tensors:
                        (torch.optim.AdamW, decay on tensors with >= 2 dims, same batch each step)
 """
 import math
+import json
 import struct
 import sys
 
@@ -99,6 +100,25 @@ def write(path, tensors):
             f.write(t.numpy().astype("<f4").tobytes())
 
 
+def write_safetensors(path, named):
+    """The weights as Hugging Face GPT2LMHeadModel saves them: "transformer." names, F32, the tied
+    "lm_head.weight" stored as well. Written by hand (the format is 8 bytes of header length, a JSON
+    header, then the raw data); Debian has no safetensors package for Python."""
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, t in named:
+        blob = t.detach().numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/models/data/gpt2_tiny_ref.bin"
     gen = torch.Generator().manual_seed(20250101)
@@ -111,6 +131,8 @@ def main():
                ("adamw.hyper", torch.tensor([LR, BETA1, BETA2, EPS, WD], dtype=torch.float64)),
                ("tokens", tokens.double()), ("targets", targets.double())]
     tensors += [("param." + k, v.detach().clone()) for k, v in params.items()]  # AdamW updates in place
+    hf = [("transformer." + k, v) for k, v in params.items()] + [("lm_head.weight", params["wte.weight"])]
+    write_safetensors(out.rsplit(".", 1)[0] + ".safetensors", hf)
     logits, loss = forward(params, tokens, targets)
     loss.backward()
     tensors += [("logits", logits), ("loss", loss.reshape(1))]
