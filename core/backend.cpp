@@ -54,7 +54,7 @@ std::vector<std::unique_ptr<Communicator>> make_comms(const std::vector<Device*>
 #if defined(STP_HAVE_CUDA)
   return make_nccl_comms(devices);
 #else
-  STP_ASSERT(false, "CUDA device in a build without CUDA");
+  STP_UNREACHABLE("CUDA device in a build without CUDA");
   return {};
 #endif
 }

@@ -59,6 +59,10 @@ std::string format_bytes(std::size_t bytes);
     if (!(cond)) ::stp::throw_internal(__FILE__, __LINE__, #cond, ::stp::str(__VA_ARGS__)); \
   } while (0)
 
+// A path that must never run (a broken invariant); visibly [[noreturn]] to the compiler, so it can
+// end a non-void function.
+#define STP_UNREACHABLE(...) ::stp::throw_internal(__FILE__, __LINE__, "unreachable", ::stp::str(__VA_ARGS__))
+
 // User-error check: throws stp::Error with the streamed message.
 #define STP_CHECK(cond, ...)                                        \
   do {                                                              \

@@ -55,7 +55,7 @@ void launch(Stream& stream, std::size_t n, F f, std::size_t grain = 4096) {
   stp_generic_kernel<<<blocks, threads, 0, static_cast<cudaStream_t>(cuda_stream_handle(stream))>>>(n, f);
   cuda_check_launch(__PRETTY_FUNCTION__);
 #else
-  STP_ASSERT(false, "CUDA kernel launched from a file not compiled by nvcc (name it *_kernels.cpp)");
+  STP_UNREACHABLE("CUDA kernel launched from a file not compiled by nvcc (name it *_kernels.cpp)");
 #endif
 }
 

@@ -96,7 +96,7 @@ inline bool RecordSet::has(const std::string& name) const {
 inline const Tensor& RecordSet::get(const std::string& name) const {
   for (const ActivationRecord& r : records_)
     if (r.name == prefix_ + name) return r.tensor;
-  STP_ASSERT(false, "no record ", prefix_, name, " (already released, or its pass has not run)");
+  STP_UNREACHABLE("no record ", prefix_, name, " (already released, or its pass has not run)");
 }
 
 inline Tensor RecordSet::take(const std::string& name) {
@@ -107,7 +107,7 @@ inline Tensor RecordSet::take(const std::string& name) {
       return t;
     }
   }
-  STP_ASSERT(false, "no record ", prefix_, name, " (already released, or its pass has not run)");
+  STP_UNREACHABLE("no record ", prefix_, name, " (already released, or its pass has not run)");
 }
 
 inline std::size_t RecordSet::bytes() const {

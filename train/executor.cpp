@@ -48,7 +48,7 @@ Stage& Executor::stage_of_chunk(int chunk) const { return *r_.stages[static_cast
 int Executor::local_chunk_of_stage(int stage) const {
   for (int c = 0; c < r_.schedule->chunks; ++c)
     if (r_.schedule->stage(r_.pp_rank, c) == stage) return c;
-  STP_ASSERT(false, "stage ", stage, " is not on rank ", r_.pp_rank);
+  STP_UNREACHABLE("stage ", stage, " is not on rank ", r_.pp_rank);
   return -1;
 }
 

@@ -16,6 +16,13 @@
 namespace stp {
 
 struct Rank {
+  Rank() = default;
+  Rank(const Rank&) = delete;
+  Rank& operator=(const Rank&) = delete;
+  // Drains every stream before any member (stages, optimizer, buffers) is destroyed: queued work
+  // may still use them, e.g. when construction fails half way or a step threw.
+  ~Rank();
+
   int global = 0, pp_rank = 0, tp_rank = 0;
   Device* device = nullptr;
   std::unique_ptr<Allocator> alloc;

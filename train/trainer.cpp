@@ -16,6 +16,16 @@ namespace stp {
 
 // ---- Rank ------------------------------------------------------------------------------------
 
+Rank::~Rank() {
+  for (Stream* s : {compute.get(), tp_comm.get(), p2p.get()}) {
+    if (!s) continue;
+    try {
+      s->synchronize();
+    } catch (...) {  // the step that failed already reported its error
+    }
+  }
+}
+
 bool Rank::holds_first() const { return first_stage() != nullptr; }
 bool Rank::holds_last() const { return last_stage() != nullptr; }
 
@@ -172,7 +182,7 @@ double Trainer::Impl::read_step_loss() {
     for (float x : host) sum += x;
     return sum / static_cast<double>(host.size());
   }
-  STP_ASSERT(false, "no rank holds the last stage");
+  STP_UNREACHABLE("no rank holds the last stage");
   return 0;
 }
 
