@@ -88,4 +88,16 @@ Tensor Tensor::reshape(Shape shape) const {
   return Tensor(storage_, std::move(shape), dtype_, offset_bytes_);
 }
 
+std::vector<float> download(const Tensor& t, Stream& s) {
+  std::vector<float> host(static_cast<std::size_t>(t.numel()));
+  s.copy(host.data(), t.f32(), t.bytes());
+  s.synchronize();
+  return host;
+}
+
+void upload(const Tensor& t, const float* host, Stream& s) {
+  s.copy(t.f32(), host, t.bytes());
+  s.synchronize();
+}
+
 }  // namespace stp

@@ -93,4 +93,9 @@ class Tensor {
   std::size_t offset_bytes_ = 0;
 };
 
+// Synchronous host transfers of f32 tensors (start-up, checkpoints, loss read-back, tests): the
+// copy is enqueued on `s` and waited for, so the host buffer may be reused or freed on return.
+std::vector<float> download(const Tensor& t, Stream& s);
+void upload(const Tensor& t, const float* host, Stream& s);
+
 }  // namespace stp

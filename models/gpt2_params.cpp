@@ -132,15 +132,7 @@ void GPT2Params::load_full(const std::string& name, const std::vector<float>& fu
             numel(p.full_shape), " values (shape ", to_string(p.full_shape), "), got ", full.size());
   std::vector<float> shard(static_cast<std::size_t>(p.param.numel()));
   p.layout.scatter(full.data(), shard.data());
-  s.copy(p.param.raw(), shard.data(), p.param.bytes());
-  s.synchronize();  // `shard` is a host buffer that dies here
-}
-
-std::vector<float> GPT2Params::read_shard(const Tensor& t, Stream& s) const {
-  std::vector<float> host(static_cast<std::size_t>(t.numel()));
-  s.copy(host.data(), t.raw(), t.bytes());
-  s.synchronize();
-  return host;
+  upload(p.param, shard.data(), s);
 }
 
 void GPT2Params::init_random(std::uint64_t seed, Stream& s) {

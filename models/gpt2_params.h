@@ -46,8 +46,6 @@ class GPT2Params {
   void init_random(std::uint64_t seed, Stream& s);
   // Copies a full host tensor (HF layout) into this rank's shard. Synchronizes s.
   void load_full(const std::string& name, const std::vector<float>& full, Stream& s);
-  // The full-tensor positions of this rank's shard, read back to the host (for tests/checkpoints).
-  std::vector<float> read_shard(const Tensor& t, Stream& s) const;
 
  private:
   std::vector<ParamInfo> params_;

@@ -140,10 +140,9 @@ void Executor::local_handoffs(const Op& op) {
     if (p.pass == Pass::W) continue;
     int to = sched::output_stage(*r_.schedule, r_.pp_rank, p);
     if (to < 0 || sched::rank_of_stage(*r_.schedule, to) != r_.pp_rank) continue;
-    Stage& src = stage_of_chunk(p.chunk);
-    Stage& dst = stage_of_chunk(local_chunk_of_stage(to));
-    Tensor from = p.pass == Pass::F ? src.output_activation(p.mb) : src.grad_input(p.mb);
-    Tensor into = p.pass == Pass::F ? dst.input_activation(p.mb) : dst.grad_output(p.mb);
+    Message m{p.pass, r_.schedule->stage(r_.pp_rank, p.chunk), to, p.mb, r_.pp_rank, r_.pp_rank};
+    Tensor from = message_buffer(m, false);
+    Tensor into = message_buffer(m, true);
     STP_ASSERT(from.bytes() == into.bytes(), "hand-over size mismatch");
     r_.compute->copy(into.raw(), from.raw(), into.bytes());
   }

@@ -17,12 +17,9 @@ namespace stp {
 // ---- Rank ------------------------------------------------------------------------------------
 
 Rank::~Rank() {
-  for (Stream* s : {compute.get(), tp_comm.get(), p2p.get()}) {
-    if (!s) continue;
-    try {
-      s->synchronize();
-    } catch (...) {  // the step that failed already reported its error
-    }
+  try {
+    synchronize();
+  } catch (...) {  // the step that failed already reported its error
   }
 }
 
@@ -45,6 +42,7 @@ void Rank::synchronize() {
   // All three, even when one fails, so no stream work outlives the step; first error wins.
   std::exception_ptr first;
   for (Stream* s : {compute.get(), tp_comm.get(), p2p.get()}) {
+    if (!s) continue;  // a rank whose construction failed before its streams existed
     try {
       s->synchronize();
     } catch (...) {
@@ -175,9 +173,7 @@ StepResult Trainer::step() {
 double Trainer::Impl::read_step_loss() {
   for (auto& r : ranks) {
     if (!r->losses.defined() || r->tp_rank != 0) continue;
-    std::vector<float> host(static_cast<std::size_t>(r->losses.numel()));
-    r->compute->copy(host.data(), r->losses.raw(), r->losses.bytes());
-    r->compute->synchronize();
+    std::vector<float> host = download(r->losses, *r->compute);
     double sum = 0;
     for (float x : host) sum += x;
     return sum / static_cast<double>(host.size());

@@ -10,18 +10,6 @@ namespace stp {
 
 namespace {
 
-std::vector<float> read_device(const Tensor& t, Stream& s) {
-  std::vector<float> host(static_cast<std::size_t>(t.numel()));
-  s.copy(host.data(), t.raw(), t.bytes());
-  s.synchronize();
-  return host;
-}
-
-void write_device(const Tensor& t, const std::vector<float>& host, Stream& s) {
-  s.copy(t.raw(), host.data(), t.bytes());
-  s.synchronize();  // `host` may die after return
-}
-
 // Gathers, for every parameter name, the full tensor from the shards of all ranks. `pick(r, i)`
 // gives the device tensor of r.params[i] to read (the parameter, or an optimizer moment).
 std::map<std::string, HostTensor> gather(std::vector<std::unique_ptr<Rank>>& ranks,
@@ -36,7 +24,7 @@ std::map<std::string, HostTensor> gather(std::vector<std::unique_ptr<Rank>>& ran
         full.data.assign(static_cast<std::size_t>(numel(p.full_shape)), 0.0f);
       }
       // Tied / replicated copies hold identical values: writing them again is harmless.
-      p.layout.gather(read_device(pick(*r, i), *r->compute).data(), full.data.data());
+      p.layout.gather(download(pick(*r, i), *r->compute).data(), full.data.data());
     }
   }
   return out;
@@ -93,7 +81,7 @@ void Trainer::Impl::load_optimizer_state(const std::map<std::string, HostTensor>
         const HostTensor& full = moments->at(p.name);
         std::vector<float> shard(static_cast<std::size_t>(tensor.numel()));
         p.layout.scatter(full.data.data(), shard.data());
-        write_device(tensor, shard, *r.compute);
+        upload(tensor, shard.data(), *r.compute);
       }
     }
     r.adamw->set_step_count(step);
