@@ -57,13 +57,14 @@ void Executor::set_loss_output(Tensor losses) { losses_ = std::move(losses); }
 void Executor::run_step() {
   for (const Op& op : r_.schedule->ranks[static_cast<std::size_t>(r_.pp_rank)]) {
     for (auto& [stream, pool] : pools_) pool.used = 0;
-    post_receives(op);
+    const sched::OpMessages msgs = sched::op_messages(*r_.schedule, r_.pp_rank, op);
+    post_receives(msgs.recv);
     if (r_.trace) r_.compute->trace_begin(sched::to_string(op), "op");
     run_parts(op);
     copy_losses(op);
     local_handoffs(op);
     if (r_.trace) r_.compute->trace_end();
-    post_sends(op);
+    post_sends(msgs.send);
     release_finished(op);
   }
   if (group_open_) group_end();
@@ -98,11 +99,10 @@ Tensor Executor::message_buffer(const Message& m, bool incoming) {
   return m.pass == Pass::F ? st.output_activation(m.mb) : st.grad_input(m.mb);
 }
 
-void Executor::post_receives(const Op& op) {
-  sched::OpMessages msgs = sched::op_messages(*r_.schedule, r_.pp_rank, op);
-  if (msgs.recv.empty()) return;
+void Executor::post_receives(const std::vector<Message>& recv) {
+  if (recv.empty()) return;
   if (!group_open_) group_begin();
-  for (const Message& m : msgs.recv) {
+  for (const Message& m : recv) {
     Tensor buf = message_buffer(m, true);
     if (r_.trace) r_.p2p->trace_begin(str("recv ", sched::to_string(m)), "p2p");
     lane(m.pass).recv(*r_.p2p, buf.raw(), buf.bytes(), m.src, p2p_tag(m.pass, m.from_stage, m.mb));
@@ -114,15 +114,14 @@ void Executor::post_receives(const Op& op) {
   r_.compute->wait(landed);
 }
 
-void Executor::post_sends(const Op& op) {
-  sched::OpMessages msgs = sched::op_messages(*r_.schedule, r_.pp_rank, op);
-  if (msgs.send.empty()) return;
+void Executor::post_sends(const std::vector<Message>& send) {
+  if (send.empty()) return;
   Event& computed = new_event(*r_.compute);
   r_.compute->record(computed);
   r_.p2p->wait(computed);
   if (group_open_) group_end();
   group_begin();  // stays open for the next op's receives
-  for (const Message& m : msgs.send) {
+  for (const Message& m : send) {
     Tensor buf = message_buffer(m, false);
     if (r_.trace) r_.p2p->trace_begin(str("send ", sched::to_string(m)), "p2p");
     lane(m.pass).send(*r_.p2p, buf.raw(), buf.bytes(), m.dst, p2p_tag(m.pass, m.from_stage, m.mb));

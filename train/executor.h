@@ -79,13 +79,13 @@ class Executor {
   Communicator& lane(sched::Pass pass) const;
   void group_begin();
   void group_end();
-  void post_receives(const sched::Op& op);
+  void post_receives(const std::vector<sched::Message>& recv);
   void local_handoffs(const sched::Op& op);
   void run_parts(const sched::Op& op);
   void step(Cursor& c);
   void all_reduce_after(Cursor& c, const Tensor& t, const std::string& unit);
   void copy_losses(const sched::Op& op);
-  void post_sends(const sched::Op& op);
+  void post_sends(const std::vector<sched::Message>& send);
   void release_finished(const sched::Op& op);
   Stage& stage_of_chunk(int chunk) const;
   int local_chunk_of_stage(int stage) const;
