@@ -22,8 +22,16 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/error.h"
 
 namespace stp {
+
+// What a pending or later operation throws after Communicator::abort: an echo of another rank's
+// failure, so callers can report the original error instead.
+class CommunicatorAborted : public Error {
+ public:
+  using Error::Error;
+};
 
 class Communicator {
  public:

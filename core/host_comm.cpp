@@ -51,7 +51,7 @@ struct HostGroup {
   template <typename Pred>
   void wait(std::unique_lock<std::mutex>& lock, Pred pred) {
     cv.wait(lock, [&] { return aborted || pred(); });
-    if (aborted) throw Error("communicator aborted: " + abort_reason);
+    if (aborted) throw CommunicatorAborted("communicator aborted: " + abort_reason);
   }
   void abort_locked(const std::string& why) {
     if (!aborted) abort_reason = why;

@@ -75,21 +75,19 @@ void Trainer::Impl::run_on_ranks(const std::function<void(Rank&)>& fn) {
     });
   }
   for (auto& t : threads) t.join();
-  // Prefer the error that caused the abort over the "communicator aborted" echoes of it.
-  std::exception_ptr first;
+  // Prefer the error that caused the abort over the CommunicatorAborted echoes of it.
+  std::exception_ptr echo;
   for (auto& e : errors) {
     if (!e) continue;
     try {
       std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      bool echo = std::string(ex.what()).rfind("communicator aborted", 0) == 0;
-      if (!first || !echo) {
-        first = e;
-        if (!echo) break;
-      }
+    } catch (const CommunicatorAborted&) {
+      if (!echo) echo = e;
+    } catch (...) {
+      std::rethrow_exception(e);
     }
   }
-  if (first) std::rethrow_exception(first);
+  if (echo) std::rethrow_exception(echo);
 }
 
 // Uploads this step's inputs: tokens to the ranks with the first stage, targets to those with

@@ -133,7 +133,7 @@ TEST(HostComm, AbortReleasesRanksWaitingInACollective) {
   try {
     s0->synchronize();
     FAIL() << "collective did not fail";
-  } catch (const stp::Error& e) {
+  } catch (const stp::CommunicatorAborted& e) {
     EXPECT_NE(std::string(e.what()).find("rank 1 failed while loading data"), std::string::npos) << e.what();
   }
 }
