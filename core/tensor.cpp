@@ -26,21 +26,34 @@ std::string to_string(const Shape& shape) {
   return s + "]";
 }
 
-Storage::Storage(Device* dev, void* d, std::size_t b, std::function<void(void*)> r)
+Storage::Storage(Device* dev, void* d, std::size_t b, Release r)
     : device(dev), data(d), bytes(b), release(std::move(r)) {}
 
 Storage::~Storage() {
-  if (release) release(data);
+  if (release) release(data, uses_);
+}
+
+void Storage::record_use(Stream& s) {
+  for (Stream* u : uses_)
+    if (u == &s) return;
+  uses_.push_back(&s);
+}
+
+void Tensor::record_use(Stream& s) const {
+  if (storage_) storage_->record_use(s);
 }
 
 std::shared_ptr<Storage> DeviceAllocator::allocate(std::size_t bytes) {
   Device* dev = &device_;
-  if (pinned_host_) {
-    void* p = dev->allocate_pinned_host(bytes);
-    return std::make_shared<Storage>(dev, p, bytes, [dev](void* q) { dev->deallocate_pinned_host(q); });
-  }
-  void* p = dev->allocate(bytes);
-  return std::make_shared<Storage>(dev, p, bytes, [dev](void* q) { dev->deallocate(q); });
+  const bool pinned = pinned_host_;
+  void* p = pinned ? dev->allocate_pinned_host(bytes) : dev->allocate(bytes);
+  return std::make_shared<Storage>(dev, p, bytes, [dev, pinned](void* q, const std::vector<Stream*>& uses) {
+    auto free_now = [dev, pinned](void* x) { pinned ? dev->deallocate_pinned_host(x) : dev->deallocate(x); };
+    if (uses.empty()) return free_now(q);
+    // Freed by whichever stream passes its release point last.
+    std::shared_ptr<void> holder(q, free_now);
+    for (Stream* s : uses) s->retain_until_done(holder);
+  });
 }
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, DType dtype, std::size_t offset_bytes)
@@ -53,6 +66,11 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, DType dtype, std::
 Tensor Tensor::empty(Allocator& alloc, Shape shape, DType dtype) {
   std::size_t bytes = static_cast<std::size_t>(stp::numel(shape)) * dtype_size(dtype);
   return Tensor(alloc.allocate(bytes), std::move(shape), dtype);
+}
+
+Tensor Tensor::empty_on(Allocator& alloc, Stream& first_user, Shape shape, DType dtype) {
+  std::size_t bytes = static_cast<std::size_t>(stp::numel(shape)) * dtype_size(dtype);
+  return Tensor(alloc.allocate_on(bytes, first_user), std::move(shape), dtype);
 }
 
 std::int64_t Tensor::dim(int i) const {

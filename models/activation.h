@@ -70,6 +70,9 @@ class RecordSet {
   bool empty() const { return records_.empty(); }
   std::size_t bytes() const;
   const std::vector<ActivationRecord>& list() const { return records_; }
+  // For the offload engine, which swaps a record's tensor for a host copy and back (the record
+  // keeps its name, size and readers; `tensor` is undefined while only the host copy exists).
+  std::vector<ActivationRecord>& mutable_list() { return records_; }
 
  private:
   std::string prefix_;
@@ -94,14 +97,18 @@ inline bool RecordSet::has(const std::string& name) const {
 }
 
 inline const Tensor& RecordSet::get(const std::string& name) const {
-  for (const ActivationRecord& r : records_)
-    if (r.name == prefix_ + name) return r.tensor;
+  for (const ActivationRecord& r : records_) {
+    if (r.name != prefix_ + name) continue;
+    STP_ASSERT(r.tensor.defined(), "record ", r.name, " is offloaded and was not prefetched before its reader");
+    return r.tensor;
+  }
   STP_UNREACHABLE("no record ", prefix_, name, " (already released, or its pass has not run)");
 }
 
 inline Tensor RecordSet::take(const std::string& name) {
   for (auto it = records_.begin(); it != records_.end(); ++it) {
     if (it->name == prefix_ + name) {
+      STP_ASSERT(it->tensor.defined(), "record ", it->name, " is offloaded and was not prefetched before its reader");
       Tensor t = std::move(it->tensor);
       records_.erase(it);
       return t;

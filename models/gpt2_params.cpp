@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "memory/block_arena.h"
 #include "core/error.h"
 
 namespace stp {
@@ -105,7 +106,11 @@ GPT2Params::GPT2Params(const GPT2Config& config, const GPT2StageSpec& spec, Allo
     : params_(gpt2_param_table(config, spec)), n_layer_(config.n_layer) {
   i64 total = 0;
   for (const ParamInfo& p : params_) total += numel(shard_shape(p));
-  flat_params_ = Tensor::empty(alloc, {total});
+  {
+    MaybeCategoryScope as(alloc, MemoryCategory::Weights);
+    flat_params_ = Tensor::empty(alloc, {total});
+  }
+  MaybeCategoryScope as(alloc, MemoryCategory::Gradients);
   flat_grads_ = Tensor::empty(alloc, {total});
   i64 offset = 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {

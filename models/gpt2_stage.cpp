@@ -1,5 +1,6 @@
 #include "models/gpt2_stage.h"
 
+#include "memory/block_arena.h"
 #include "core/error.h"
 
 namespace stp {
@@ -69,8 +70,11 @@ void GPT2Stage::drop_empty_records(int u, int mb) {
   if (it != per_mb.end() && it->second.empty()) per_mb.erase(it);
 }
 
-Tensor GPT2Stage::io_buffer(Tensor& slot, Shape shape) {
-  if (!slot.defined()) slot = Tensor::empty(alloc_, std::move(shape));
+Tensor GPT2Stage::io_buffer(Tensor& slot, Shape shape, Stream* writer) {
+  if (!slot.defined()) {
+    MaybeCategoryScope as(alloc_, MemoryCategory::Buffers);
+    slot = writer ? Tensor::empty_on(alloc_, *writer, std::move(shape)) : Tensor::empty(alloc_, std::move(shape));
+  }
   return slot;
 }
 
@@ -84,10 +88,10 @@ Tensor GPT2Stage::targets(int mb) {
   return io_buffer(mb_state(mb).targets, {dims_.B, dims_.T});
 }
 
-Tensor GPT2Stage::input_activation(int mb) {
+Tensor GPT2Stage::input_activation(int mb, Stream* writer) {
   Microbatch& m = mb_state(mb);
   STP_ASSERT(!is_first() && m.next_f == 0, "input_activation(", mb, ") of the first stage or after F(0)");
-  return io_buffer(m.input, {dims_.B, dims_.T, dims_.C});
+  return io_buffer(m.input, {dims_.B, dims_.T, dims_.C}, writer);
 }
 
 Tensor GPT2Stage::output_activation(int mb) {
@@ -96,10 +100,10 @@ Tensor GPT2Stage::output_activation(int mb) {
   return m.output;
 }
 
-Tensor GPT2Stage::grad_output(int mb) {
+Tensor GPT2Stage::grad_output(int mb, Stream* writer) {
   Microbatch& m = mb_state(mb);
   STP_ASSERT(!is_last() && m.next_b < 0, "grad_output(", mb, ") of the last stage or after B started");
-  return io_buffer(m.grad_output, {dims_.B, dims_.T, dims_.C});
+  return io_buffer(m.grad_output, {dims_.B, dims_.T, dims_.C}, writer);
 }
 
 Tensor GPT2Stage::grad_input(int mb) {
@@ -235,6 +239,12 @@ std::vector<ActivationRecord> GPT2Stage::activation_records(int u, int mb) const
   const auto& per_mb = records_.at(static_cast<std::size_t>(u));
   auto it = per_mb.find(mb);
   return it == per_mb.end() ? std::vector<ActivationRecord>{} : it->second.list();
+}
+
+RecordSet* GPT2Stage::record_set(int u, int mb) {
+  auto& per_mb = records_.at(static_cast<std::size_t>(u));
+  auto it = per_mb.find(mb);
+  return it == per_mb.end() ? nullptr : &it->second;
 }
 
 std::size_t GPT2Stage::live_record_bytes() const {

@@ -39,9 +39,9 @@ class GPT2Stage final : public Stage {
 
   Tensor tokens(int mb) override;
   Tensor targets(int mb) override;
-  Tensor input_activation(int mb) override;
+  Tensor input_activation(int mb, Stream* writer = nullptr) override;
   Tensor output_activation(int mb) override;
-  Tensor grad_output(int mb) override;
+  Tensor grad_output(int mb, Stream* writer = nullptr) override;
   Tensor grad_input(int mb) override;
   Tensor loss(int mb) override;
   void set_loss_scale(float scale) override { loss_scale_ = scale; }
@@ -53,6 +53,7 @@ class GPT2Stage final : public Stage {
 
   std::vector<ActivationRecord> activation_records(int u, int mb) const override;
   std::size_t live_record_bytes() const override;
+  RecordSet* record_set(int u, int mb) override;
 
   std::vector<ParamInfo>& params() override { return params_.list(); }
   void zero_grads(Stream& s) override;
@@ -81,7 +82,7 @@ class GPT2Stage final : public Stage {
   Microbatch& mb_state(int mb);
   RecordSet& records(int u, int mb);
   void drop_empty_records(int u, int mb);
-  Tensor io_buffer(Tensor& slot, Shape shape);
+  Tensor io_buffer(Tensor& slot, Shape shape, Stream* writer = nullptr);
   Tensor finalize_next(int u, int mb, Microbatch& m, CallScope& cs);
 
   GPT2Config config_;

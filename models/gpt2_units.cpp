@@ -39,10 +39,8 @@ Tensor row_parallel_out(const GPT2Dims& d, const BranchParams& p, const Tensor& 
 // ---- CallScope -------------------------------------------------------------------------------------
 
 CallScope::~CallScope() {
-  // Stream-ordered release: the stream holds the last references until the work enqueued so far
-  // has run (Stream::retain_until_done; safe on CUDA, where host tasks may not free memory).
-  if (dead_.empty()) return;
-  s_.retain_until_done(std::make_shared<std::vector<Tensor>>(std::move(dead_)));
+  // Stream-ordered release (core/tensor.h): the bytes were used on this stream up to here.
+  for (const Tensor& t : dead_) t.record_use(s_);
   dead_.clear();
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "memory/block_arena.h"
 #include "core/config.h"
 #include "core/error.h"
 
@@ -17,6 +18,7 @@ AdamW::AdamW(std::vector<ParamInfo>& params, const AdamWHyper& hyper, Allocator&
     STP_ASSERT(p.param.defined() && p.grad.defined() && p.param.shape() == p.grad.shape() &&
                    p.param.dtype() == DType::F32 && p.grad.dtype() == DType::F32,
                "AdamW: parameter ", p.name, " needs f32 param and grad of one shape");
+    MaybeCategoryScope as(alloc, MemoryCategory::OptimizerState);
     exp_avg_.push_back(Tensor::empty(alloc, p.param.shape()));
     exp_avg_sq_.push_back(Tensor::empty(alloc, p.param.shape()));
     s.zero(exp_avg_.back().raw(), exp_avg_.back().bytes());
@@ -41,6 +43,7 @@ GradClipper::GradClipper(std::vector<ParamInfo>& params, Allocator& alloc, std::
     counted_.push_back(!counted || counted(p));
     partials = std::max(partials, sumsq_partials_count(static_cast<std::size_t>(p.grad.numel())));
   }
+  MaybeCategoryScope as(alloc, MemoryCategory::Buffers);
   workspace_ = Tensor::empty(alloc, Shape{static_cast<std::int64_t>(3 + partials)});
   scalars_ = workspace_.f32();
   partials_ = scalars_ + 3;

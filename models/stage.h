@@ -119,9 +119,11 @@ class Stage {
   // Microbatch I/O (see the header comment).
   virtual Tensor tokens(int mb) = 0;
   virtual Tensor targets(int mb) = 0;
-  virtual Tensor input_activation(int mb) = 0;
+  // `writer`: the stream that fills the buffer when it is not the stage's compute stream (the
+  // pipeline receive stream), so a freshly allocated buffer is ordered after its bytes' last use.
+  virtual Tensor input_activation(int mb, Stream* writer = nullptr) = 0;
   virtual Tensor output_activation(int mb) = 0;
-  virtual Tensor grad_output(int mb) = 0;
+  virtual Tensor grad_output(int mb, Stream* writer = nullptr) = 0;
   virtual Tensor grad_input(int mb) = 0;
   virtual Tensor loss(int mb) = 0;
 
@@ -136,6 +138,9 @@ class Stage {
 
   // The records unit u currently holds for mb (those saved by F and, after B, those kept for W).
   virtual std::vector<ActivationRecord> activation_records(int u, int mb) const = 0;
+  // The record set of (u, mb) itself, or nullptr when it holds none: the offload engine
+  // (offload/) moves record tensors to host memory and back in place.
+  virtual RecordSet* record_set(int u, int mb) = 0;
   // Records of every unit for every microbatch in flight (0 after all passes have run).
   virtual std::size_t live_record_bytes() const = 0;
 

@@ -28,6 +28,7 @@
 
 #include "core/cpu/cpu_device.h"
 #include "core/kernels/optim_kernels.h"
+#include "memory/block_arena.h"
 #include "models/gpt2_stage.h"
 
 namespace {
@@ -83,40 +84,6 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// A minimal caching allocator (exact-size free lists), standing in for memory/'s: freed blocks
-// are kept for reuse so the steady state does not page-fault fresh memory every step (the stage
-// allocates its records and temporaries per call). Storages are released on stream threads.
-class CachingAllocator final : public Allocator {
- public:
-  explicit CachingAllocator(Device& d) : device_(d) {}
-  ~CachingAllocator() override {
-    for (auto& [bytes, list] : free_)
-      for (void* p : list) device_.deallocate(p);
-  }
-  std::shared_ptr<Storage> allocate(std::size_t bytes) override {
-    void* p = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto& list = free_[bytes];
-      if (!list.empty()) {
-        p = list.back();
-        list.pop_back();
-      }
-    }
-    if (!p) p = device_.allocate(bytes);
-    return std::make_shared<Storage>(&device_, p, bytes, [this, bytes](void* q) {
-      std::lock_guard<std::mutex> lock(mu_);
-      free_[bytes].push_back(q);
-    });
-  }
-  Device& device() override { return device_; }
-
- private:
-  Device& device_;
-  std::mutex mu_;
-  std::map<std::size_t, std::vector<void*>> free_;
-};
-
 struct Optimizer {
   std::vector<Tensor> m, v;
   int step = 0;
@@ -170,8 +137,8 @@ int bench(int argc, char** argv) {
   Options o = parse(argc, argv);
   openblas_set_num_threads(2);
   auto devices = make_cpu_devices(1);
-  CachingAllocator alloc(*devices[0]);
   auto s = devices[0]->create_stream("compute");
+  BlockArena alloc(*devices[0], *s, device_arena_options(*devices[0]));  // the trainer's caching allocator
   GPT2Stage st(o.cfg, GPT2StageSpec{0, o.cfg.n_layer, 0, 1, o.batch}, alloc);
   st.param_store().init_random(1234, *s);
   Optimizer opt;

@@ -90,10 +90,10 @@ void Executor::group_end() {
 
 // ---- pipeline messages ------------------------------------------------------------------------
 
-Tensor Executor::message_buffer(const Message& m, bool incoming) {
+Tensor Executor::message_buffer(const Message& m, bool incoming, Stream* writer) {
   if (incoming) {
     Stage& st = stage_of_chunk(local_chunk_of_stage(m.to_stage));
-    return m.pass == Pass::F ? st.input_activation(m.mb) : st.grad_output(m.mb);
+    return m.pass == Pass::F ? st.input_activation(m.mb, writer) : st.grad_output(m.mb, writer);
   }
   Stage& st = stage_of_chunk(local_chunk_of_stage(m.from_stage));
   return m.pass == Pass::F ? st.output_activation(m.mb) : st.grad_input(m.mb);
@@ -103,9 +103,10 @@ void Executor::post_receives(const std::vector<Message>& recv) {
   if (recv.empty()) return;
   if (!group_open_) group_begin();
   for (const Message& m : recv) {
-    Tensor buf = message_buffer(m, true);
+    Tensor buf = message_buffer(m, true, r_.p2p);
     if (r_.trace) r_.p2p->trace_begin(str("recv ", sched::to_string(m)), "p2p");
     lane(m.pass).recv(*r_.p2p, buf.raw(), buf.bytes(), m.src, p2p_tag(m.pass, m.from_stage, m.mb));
+    buf.record_use(*r_.p2p);
     if (r_.trace) r_.p2p->trace_end();
   }
   group_end();
@@ -126,7 +127,7 @@ void Executor::post_sends(const std::vector<Message>& send) {
     if (r_.trace) r_.p2p->trace_begin(str("send ", sched::to_string(m)), "p2p");
     lane(m.pass).send(*r_.p2p, buf.raw(), buf.bytes(), m.dst, p2p_tag(m.pass, m.from_stage, m.mb));
     if (r_.trace) r_.p2p->trace_end();
-    r_.p2p->retain_until_done(buf.storage());  // the stage may drop it before the send runs
+    buf.record_use(*r_.p2p);  // the stage may drop it before the send runs
   }
 }
 
@@ -224,6 +225,7 @@ void Executor::all_reduce_after(Cursor& c, const Tensor& t, const std::string& u
     r_.tp_comm->trace_begin(str("AR ", c.label, " ", unit), "tp-comm",
                             str("{\"part\":\"", c.label, "\",\"bytes\":", t.bytes(), "}"));
   r_.tp->all_reduce_sum(*r_.tp_comm, t.f32(), static_cast<std::size_t>(t.numel()));
+  t.record_use(*r_.tp_comm);
   if (r_.trace) r_.tp_comm->trace_end();
   Event& reduced = new_event(*r_.tp_comm);
   r_.tp_comm->record(reduced);

@@ -75,7 +75,7 @@ class Executor {
     std::size_t used = 0;  // handed out during the current op
   };
   Event& new_event(Stream& stream);  // an event recorded only on `stream`
-  Tensor message_buffer(const sched::Message& m, bool incoming);
+  Tensor message_buffer(const sched::Message& m, bool incoming, Stream* writer = nullptr);
   Communicator& lane(sched::Pass pass) const;
   void group_begin();
   void group_end();

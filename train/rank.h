@@ -9,6 +9,7 @@
 #include "core/comm.h"
 #include "core/device.h"
 #include "core/tensor.h"
+#include "memory/block_arena.h"
 #include "models/gpt2_stage.h"
 #include "models/optimizer.h"
 #include "train/executor.h"
@@ -25,8 +26,8 @@ struct Rank {
 
   int global = 0, pp_rank = 0, tp_rank = 0;
   Device* device = nullptr;
-  std::unique_ptr<Allocator> alloc;
   std::unique_ptr<Stream> compute, tp_comm, p2p;
+  std::unique_ptr<BlockArena> alloc;  // the caching device allocator, capped at memory.device_budget
   std::vector<std::unique_ptr<GPT2Stage>> stages;  // [local chunk]
   std::vector<ParamInfo> params;                   // every stage's parameters (views), chunk order
   std::vector<int> param_chunk;                    // local chunk of params[i]

@@ -160,10 +160,12 @@ StepResult Trainer::step() {
   double tokens = static_cast<double>(m.config.train.microbatches) * m.config.train.micro_batch_size *
                   m.config.model.seq_len * m.config.parallel.dp;
   out.tokens_per_s = tokens / (ms / 1e3);
-  for (auto& d : m.devices) {
-    out.peak_device_bytes.push_back(d->memory_stats().peak);
-    out.peak_host_pinned_bytes += d->pinned_host_stats().peak;
+  for (auto& r : m.ranks) {
+    ArenaStats a = r->alloc->stats();
+    out.peak_device_bytes.push_back(a.peak_allocated);
+    out.peak_device_reserved_bytes.push_back(a.peak_reserved);
   }
+  for (auto& d : m.devices) out.peak_host_pinned_bytes += d->pinned_host_stats().peak;
   return out;
 }
 

@@ -32,7 +32,10 @@ struct StepResult {
   double lr = 0;
   double step_ms = 0;
   double tokens_per_s = 0;
-  std::vector<std::uint64_t> peak_device_bytes;  // per device (global rank order), since start
+  // Per device (global rank order), since start: bytes in live blocks of the caching allocator
+  // (what the planner predicts exactly), and bytes it reserved from the device (<= the budget).
+  std::vector<std::uint64_t> peak_device_bytes;
+  std::vector<std::uint64_t> peak_device_reserved_bytes;
   std::uint64_t peak_host_pinned_bytes = 0;
 };
 

@@ -110,10 +110,15 @@ void Trainer::Impl::build_communicators() {
 }
 
 void Trainer::Impl::build_rank(Rank& r) {
-  r.alloc = std::make_unique<DeviceAllocator>(*r.device);
   r.compute = r.device->create_stream("compute");
   r.tp_comm = r.device->create_stream("tp-comm");
   r.p2p = r.device->create_stream("p2p");
+  ArenaOptions arena = device_arena_options(*r.device, config.memory.device_budget
+                                                           ? static_cast<std::size_t>(*config.memory.device_budget)
+                                                           : SIZE_MAX);
+  arena.advice = "Raise memory.device_budget, let stp offload and recompute activations (memory.offload: auto, "
+                 "memory.recompute: auto; `stp plan CONFIG` shows what fits), or lower train.micro_batch_size.";
+  r.alloc = std::make_unique<BlockArena>(*r.device, *r.compute, std::move(arena));
   if (trace) {
     r.compute->set_trace(trace.get(), r.global, "compute");
     r.tp_comm->set_trace(trace.get(), r.global, "tp-comm");
@@ -168,6 +173,7 @@ void Trainer::Impl::build_rank(Rank& r) {
   res.trace = trace != nullptr;
   r.executor = std::make_unique<Executor>(res);
   if (r.holds_last()) {
+    BlockArena::CategoryScope as(*r.alloc, MemoryCategory::Buffers);
     r.losses = Tensor::empty(*r.alloc, {config.train.microbatches});
     r.executor->set_loss_output(r.losses);
   }

@@ -1,6 +1,8 @@
 // Shared helpers of the trainer tests: a tiny GPT-2 config over a small generated text file.
 #pragma once
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,11 +16,14 @@
 
 namespace stp::testing {
 
-// A deterministic English-ish text of ~20 KB, written once per test binary.
+// A deterministic English-ish text of ~20 KB, written once per test process. ctest runs tests as
+// parallel processes, so each writes a private file and renames it into place: a reader never
+// sees a half-written file.
 inline std::string tiny_text_file() {
   static const std::string path = [] {
     std::string p = std::string(STP_BINARY_DIR) + "/tests/tiny_text.txt";
-    std::ofstream f(p, std::ios::binary);
+    std::string tmp = p + ".tmp." + std::to_string(::getpid());
+    std::ofstream f(tmp, std::ios::binary);
     const char* words[] = {"the ", "pipeline ", "braids ", "forward ", "and ", "backward ", "units ", "of ",
                            "different ", "microbatches, ", "so ", "each ", "all-reduce ", "hides. "};
     unsigned x = 12345;
@@ -26,6 +31,8 @@ inline std::string tiny_text_file() {
       x = x * 1103515245u + 12345u;
       f << words[(x >> 16) % 14];
     }
+    f.close();
+    std::filesystem::rename(tmp, p);
     return p;
   }();
   return path;

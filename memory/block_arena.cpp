@@ -1,0 +1,343 @@
+#include "memory/block_arena.h"
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+
+namespace stp {
+
+const char* to_string(MemoryCategory c) {
+  switch (c) {
+    case MemoryCategory::Weights: return "weights";
+    case MemoryCategory::Gradients: return "gradients";
+    case MemoryCategory::OptimizerState: return "optimizer_state";
+    case MemoryCategory::Activations: return "activations";
+    case MemoryCategory::Buffers: return "buffers";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr std::size_t kAlign = 256;  // what cudaMalloc guarantees; keeps vector loads aligned
+
+std::size_t aligned(std::size_t bytes) { return (std::max<std::size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign; }
+
+// The last use of a block on one stream: an event recorded there when the block was freed.
+struct Use {
+  Stream* stream;
+  std::shared_ptr<Event> event;  // returns to its stream's pool when the last fence drops it
+  std::uint64_t seq;             // record order: on one stream, a later record covers an earlier one
+};
+using Fence = std::vector<Use>;
+
+// Union of two fences, keeping the latest record per stream.
+void merge_into(Fence& into, Fence&& from) {
+  for (Use& u : from) {
+    bool found = false;
+    for (Use& v : into) {
+      if (v.stream != u.stream) continue;
+      if (u.seq > v.seq) v = std::move(u);
+      found = true;
+      break;
+    }
+    if (!found) into.push_back(std::move(u));
+  }
+}
+
+struct Block {
+  std::size_t size = 0;
+  char* segment = nullptr;  // base of the owning segment
+  bool free = true;
+  MemoryCategory category = MemoryCategory::Activations;
+  Fence fence;              // free blocks: last uses to order after
+};
+
+}  // namespace
+
+struct BlockArena::State : std::enable_shared_from_this<BlockArena::State> {
+  State(Device& d, Stream& h, ArenaOptions o) : device(d), home(h), options(std::move(o)) {}
+  ~State();
+
+  Device& device;
+  Stream& home;
+  ArenaOptions options;
+
+  mutable std::mutex mu;
+  std::map<char*, std::size_t> segments;        // base -> bytes
+  std::map<char*, Block> blocks;                // every block, address order
+  std::set<std::pair<std::size_t, char*>> free_index;  // (size, address) of free blocks: best fit
+  ArenaStats stats;
+  MemoryCategory current = MemoryCategory::Activations;
+
+  // Events by the stream they are recorded on (an event is only ever recorded on one stream).
+  std::mutex pool_mu;
+  std::map<Stream*, std::vector<std::unique_ptr<Event>>> pool;
+  std::uint64_t next_seq = 0;
+
+  Fence record_fence(const std::vector<Stream*>& uses);
+  std::shared_ptr<Storage> allocate(std::size_t bytes, Stream& s);
+  void free_block(char* p, Fence fence);
+  char* find_block(std::size_t size);  // under mu: best fit, growing if allowed; nullptr if none
+  void add_segment(std::size_t bytes);
+  std::size_t release_free_segments();
+  std::string oom_report(std::size_t bytes) const;
+  void note_peak();
+};
+
+BlockArena::State::~State() {
+  // Storages are gone (they hold this state); give every segment back once its streams are done.
+  for (auto& [p, b] : blocks)
+    for (Use& u : b.fence) u.event->synchronize();
+  blocks.clear();
+  for (auto& [base, bytes] : segments) options.give(base);
+}
+
+Fence BlockArena::State::record_fence(const std::vector<Stream*>& uses) {
+  Fence fence;
+  for (Stream* s : uses) {
+    std::unique_ptr<Event> e;
+    std::uint64_t seq;
+    {
+      std::lock_guard<std::mutex> lock(pool_mu);
+      auto& list = pool[s];
+      if (!list.empty()) {
+        e = std::move(list.back());
+        list.pop_back();
+      }
+      seq = ++next_seq;
+    }
+    if (!e) e = device.create_event();
+    s->record(*e);
+    std::weak_ptr<State> weak = weak_from_this();
+    fence.push_back(Use{s, std::shared_ptr<Event>(e.release(), [weak, s](Event* ev) {
+                          if (auto st = weak.lock()) {
+                            std::lock_guard<std::mutex> lock(st->pool_mu);
+                            st->pool[s].emplace_back(ev);
+                          } else {
+                            delete ev;
+                          }
+                        }),
+                        seq});
+  }
+  return fence;
+}
+
+void BlockArena::State::note_peak() {
+  if (stats.allocated > stats.peak_allocated) {
+    stats.peak_allocated = stats.allocated;
+    stats.peak_by_category = stats.by_category;
+  }
+  if (stats.reserved > stats.peak_reserved) stats.peak_reserved = stats.reserved;
+}
+
+void BlockArena::State::add_segment(std::size_t bytes) {
+  char* base = static_cast<char*>(options.take(bytes));
+  segments.emplace(base, bytes);
+  blocks.emplace(base, Block{bytes, base, true, MemoryCategory::Activations, {}});
+  free_index.emplace(bytes, base);
+  stats.reserved += bytes;
+  ++stats.segment_allocs;
+  note_peak();
+}
+
+std::size_t BlockArena::State::release_free_segments() {
+  std::size_t released = 0;
+  for (auto it = segments.begin(); it != segments.end();) {
+    auto b = blocks.find(it->first);
+    if (!b->second.free || b->second.size != it->second) {
+      ++it;
+      continue;
+    }
+    for (Use& u : b->second.fence) u.event->synchronize();
+    free_index.erase({b->second.size, b->first});
+    blocks.erase(b);
+    options.give(it->first);
+    stats.reserved -= it->second;
+    ++stats.segment_frees;
+    released += it->second;
+    it = segments.erase(it);
+  }
+  return released;
+}
+
+char* BlockArena::State::find_block(std::size_t size) {
+  auto fit = free_index.lower_bound({size, nullptr});
+  if (fit != free_index.end()) return fit->second;
+  if (!options.grow) return nullptr;
+  std::size_t seg = std::max(size, options.segment_bytes);
+  if (stats.reserved + seg > options.budget) seg = size;  // the last segment may be smaller
+  if (stats.reserved + seg > options.budget) {
+    release_free_segments();
+    fit = free_index.lower_bound({size, nullptr});
+    if (fit != free_index.end()) return fit->second;
+    if (stats.reserved + size > options.budget) return nullptr;
+    seg = size;
+  }
+  add_segment(seg);
+  return free_index.lower_bound({size, nullptr})->second;
+}
+
+std::shared_ptr<Storage> BlockArena::State::allocate(std::size_t bytes, Stream& s) {
+  const std::size_t size = aligned(bytes);
+  Fence wait_for;
+  char* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    p = find_block(size);
+    if (!p) throw OutOfMemoryError(oom_report(bytes), bytes);
+    Block& b = blocks.at(p);
+    free_index.erase({b.size, p});
+    if (b.size > size) {  // split: the remainder keeps the fence (its bytes had the same users)
+      Block rest{b.size - size, b.segment, true, MemoryCategory::Activations, b.fence};
+      blocks.emplace(p + size, std::move(rest));
+      free_index.emplace(b.size - size, p + size);
+      b.size = size;
+    }
+    b.free = false;
+    b.category = current;
+    wait_for = std::move(b.fence);
+    b.fence.clear();
+    stats.allocated += size;
+    stats.by_category[static_cast<std::size_t>(current)] += size;
+    ++stats.alloc_count;
+    note_peak();
+  }
+  for (Use& u : wait_for) {
+    if (u.stream == &s || u.event->query()) continue;  // same stream: ordered already
+    s.wait(*u.event);
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.stream_waits;
+  }
+  std::shared_ptr<State> keep = shared_from_this();
+  auto storage = std::make_shared<Storage>(&device, p, bytes, [keep](void* q, const std::vector<Stream*>& uses) {
+    keep->free_block(static_cast<char*>(q), keep->record_fence(uses));
+  });
+  storage->record_use(s);
+  return storage;
+}
+
+void BlockArena::State::free_block(char* p, Fence fence) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = blocks.find(p);
+  STP_ASSERT(it != blocks.end() && !it->second.free, options.what, " arena: free of an unknown block");
+  Block& b = it->second;
+  stats.allocated -= b.size;
+  stats.by_category[static_cast<std::size_t>(b.category)] -= b.size;
+  ++stats.free_count;
+  b.free = true;
+  b.fence = std::move(fence);
+  // Coalesce with free neighbours in the same segment.
+  auto next = std::next(it);
+  if (next != blocks.end() && next->second.free && next->second.segment == b.segment) {
+    free_index.erase({next->second.size, next->first});
+    b.size += next->second.size;
+    merge_into(b.fence, std::move(next->second.fence));
+    blocks.erase(next);
+  }
+  if (it != blocks.begin()) {
+    auto prev = std::prev(it);
+    if (prev->second.free && prev->second.segment == b.segment) {
+      free_index.erase({prev->second.size, prev->first});
+      prev->second.size += b.size;
+      merge_into(prev->second.fence, std::move(b.fence));
+      blocks.erase(it);
+      it = prev;
+    }
+  }
+  free_index.emplace(it->second.size, it->first);
+}
+
+std::string BlockArena::State::oom_report(std::size_t bytes) const {
+  std::string live;
+  for (std::size_t c = 0; c < kMemoryCategories; ++c)
+    live += str(c ? ", " : "", to_string(static_cast<MemoryCategory>(c)), " ", format_bytes(stats.by_category[c]));
+  std::size_t largest = free_index.empty() ? 0 : free_index.rbegin()->first;
+  std::string budget = options.budget == SIZE_MAX ? std::string("unlimited") : format_bytes(options.budget);
+  return str("out of ", options.what, " memory on ", device.name(), ": cannot allocate ", format_bytes(bytes), "; ",
+             options.budget_knob, " = ", budget, ", ", format_bytes(stats.allocated), " live (", live, "), ",
+             format_bytes(stats.reserved), " reserved, largest free block ", format_bytes(largest), ".",
+             options.advice.empty() ? "" : " ", options.advice);
+}
+
+// ---- BlockArena ----------------------------------------------------------------------------------
+
+BlockArena::BlockArena(Device& device, Stream& home, ArenaOptions options) {
+  STP_ASSERT(options.take && options.give, "arena without a backend");
+  state_ = std::make_shared<State>(device, home, std::move(options));
+  state_->stats.budget = state_->options.budget;
+}
+
+BlockArena::~BlockArena() = default;
+
+std::shared_ptr<Storage> BlockArena::allocate(std::size_t bytes) { return state_->allocate(bytes, state_->home); }
+std::shared_ptr<Storage> BlockArena::allocate_on(std::size_t bytes, Stream& s) { return state_->allocate(bytes, s); }
+Device& BlockArena::device() { return state_->device; }
+
+void BlockArena::reserve(std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (bytes == 0) return;
+  std::size_t size = aligned(bytes);
+  if (state_->stats.reserved + size > state_->options.budget)
+    throw OutOfMemoryError(str("cannot reserve ", format_bytes(size), " of ", state_->options.what, " memory on ",
+                               state_->device.name(), ": ", state_->options.budget_knob, " = ",
+                               format_bytes(state_->options.budget), " and ", format_bytes(state_->stats.reserved),
+                               " are reserved already.", state_->options.advice.empty() ? "" : " ", state_->options.advice),
+                           size);
+  state_->add_segment(size);
+}
+
+void BlockArena::release_cached() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->release_free_segments();
+}
+
+ArenaStats BlockArena::stats() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  ArenaStats s = state_->stats;
+  s.largest_free = state_->free_index.empty() ? 0 : state_->free_index.rbegin()->first;
+  return s;
+}
+
+void BlockArena::reset_peak() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->stats.peak_allocated = state_->stats.allocated;
+  state_->stats.peak_by_category = state_->stats.by_category;
+  state_->stats.peak_reserved = state_->stats.reserved;
+}
+
+MemoryCategory BlockArena::category() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->current;
+}
+
+BlockArena::CategoryScope::CategoryScope(BlockArena& arena, MemoryCategory c) : arena_(arena) {
+  std::lock_guard<std::mutex> lock(arena_.state_->mu);
+  previous_ = arena_.state_->current;
+  arena_.state_->current = c;
+}
+
+BlockArena::CategoryScope::~CategoryScope() {
+  std::lock_guard<std::mutex> lock(arena_.state_->mu);
+  arena_.state_->current = previous_;
+}
+
+ArenaOptions device_arena_options(Device& device, std::size_t budget) {
+  ArenaOptions o;
+  o.budget = budget;
+  o.take = [&device](std::size_t bytes) { return device.allocate(bytes); };
+  o.give = [&device](void* p) { device.deallocate(p); };
+  return o;
+}
+
+MaybeCategoryScope::MaybeCategoryScope(Allocator& alloc, MemoryCategory c) {
+  if (auto* arena = dynamic_cast<BlockArena*>(&alloc)) scope_ = std::make_unique<BlockArena::CategoryScope>(*arena, c);
+}
+
+MaybeCategoryScope::~MaybeCategoryScope() = default;
+
+}  // namespace stp

@@ -1,0 +1,124 @@
+// BlockArena: the one allocator behind stp's memory budget, used for device memory (the caching
+// device allocator) and for the pinned host pool (memory/pinned_pool.h).
+//
+//   * Segments: memory is taken from the backend in segments (Device::allocate or pinned host
+//     memory) and carved with best fit, splitting blocks and coalescing neighbours — exact fit
+//     up to a 256-byte alignment, never power-of-two rounding. Segments are kept (cached) and
+//     reused; they go back to the backend only when a new segment would break the budget.
+//   * Budget: reserved bytes (all segments) never exceed `budget`. An allocation that cannot be
+//     served throws OutOfMemoryError with a report: the budget and its knob, what is live by
+//     category (weights, gradients, optimizer state, activations, buffers), and what to change.
+//   * Stream-ordered reuse: a freed block carries one event per stream that used it
+//     (Storage::record_use, plus the stream it was allocated for). Whoever reuses any of its
+//     bytes on stream t makes t wait for the events of the *other* streams (a stream wait, never
+//     a host wait); a segment goes back to the backend only after a host wait on its events.
+//   * Determinism: allocation and free happen in host program order (a block is free as soon as
+//     its last reference drops, whatever the streams are doing), so the statistics of a run are
+//     the same every time — which is what lets the planner predict peaks exactly (memory/plan.h).
+//
+// Thread-safe (one mutex); in practice each arena serves one rank's host thread.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/device.h"
+#include "core/tensor.h"
+
+namespace stp {
+
+enum class MemoryCategory : std::uint8_t { Weights, Gradients, OptimizerState, Activations, Buffers };
+constexpr std::size_t kMemoryCategories = 5;
+const char* to_string(MemoryCategory c);  // "weights", "gradients", "optimizer_state", ...
+
+struct ArenaStats {
+  std::size_t budget = 0;           // reserved never exceeds this
+  std::size_t allocated = 0;        // bytes in live blocks (aligned sizes)
+  std::size_t peak_allocated = 0;   // high-water mark of `allocated`
+  std::size_t reserved = 0;         // bytes in segments (allocated + cached free)
+  std::size_t peak_reserved = 0;
+  std::size_t largest_free = 0;     // largest free block (fragmentation indicator)
+  std::array<std::size_t, kMemoryCategories> by_category{};       // live bytes now
+  std::array<std::size_t, kMemoryCategories> peak_by_category{};  // at the moment of peak_allocated
+  std::uint64_t alloc_count = 0, free_count = 0;
+  std::uint64_t segment_allocs = 0, segment_frees = 0;  // backend calls (flat in steady state)
+  std::uint64_t stream_waits = 0;   // reuses that had to order a stream after another one
+  // 1 - allocated / reserved: the share of reserved memory not in live blocks.
+  double fragmentation() const { return reserved ? 1.0 - static_cast<double>(allocated) / static_cast<double>(reserved) : 0.0; }
+};
+
+struct ArenaOptions {
+  std::string what = "device";                       // "device", "pinned host": names errors
+  std::string budget_knob = "memory.device_budget";  // the knob an OOM report tells users to raise
+  std::size_t budget = SIZE_MAX;
+  std::size_t segment_bytes = 32ull << 20;           // growth granularity; larger requests get their own segment
+  bool grow = true;                                  // false: only reserve() adds segments (a fixed pool)
+  // Backend: take and give back one segment (e.g. Device::allocate / deallocate). `give` is called
+  // only after every stream that used the segment has passed its last use.
+  std::function<void*(std::size_t)> take;
+  std::function<void(void*)> give;
+  std::string advice;  // appended to OOM reports ("raise ..., or ...")
+};
+
+class BlockArena final : public Allocator {
+ public:
+  // `home`: the stream allocations are ordered on unless allocate_on() names another.
+  BlockArena(Device& device, Stream& home, ArenaOptions options);
+  ~BlockArena() override;  // waits for the streams, then gives every segment back
+  BlockArena(const BlockArena&) = delete;
+  BlockArena& operator=(const BlockArena&) = delete;
+
+  std::shared_ptr<Storage> allocate(std::size_t bytes) override;  // on the home stream
+  // A block whose first user is stream `s`: s waits for the last uses of any reused bytes.
+  std::shared_ptr<Storage> allocate_on(std::size_t bytes, Stream& s) override;
+  Device& device() override;
+
+  // Adds one segment of `bytes` now (a pool sized at start-up). Counts against the budget.
+  void reserve(std::size_t bytes);
+  // Gives every fully free segment back to the backend (host-waits on their streams).
+  void release_cached();
+
+  ArenaStats stats() const;
+  void reset_peak();  // peak_* := current
+
+  // Allocations made while a CategoryScope lives are counted under `c` (default: Activations).
+  MemoryCategory category() const;
+  class CategoryScope {
+   public:
+    CategoryScope(BlockArena& arena, MemoryCategory c);
+    ~CategoryScope();
+    CategoryScope(const CategoryScope&) = delete;
+    CategoryScope& operator=(const CategoryScope&) = delete;
+
+   private:
+    BlockArena& arena_;
+    MemoryCategory previous_;
+  };
+
+  struct State;  // shared with the storages, which may outlive the arena object
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// Options for an arena over `device`'s memory (Device::allocate / deallocate), the caching device
+// allocator: segments of 32 MiB (or the request), growing up to `budget`.
+ArenaOptions device_arena_options(Device& device, std::size_t budget = SIZE_MAX);
+
+// The category scope of an allocator that may or may not be an arena (tests use DeviceAllocator).
+class MaybeCategoryScope {
+ public:
+  MaybeCategoryScope(Allocator& alloc, MemoryCategory c);
+  ~MaybeCategoryScope();
+  MaybeCategoryScope(const MaybeCategoryScope&) = delete;
+  MaybeCategoryScope& operator=(const MaybeCategoryScope&) = delete;
+
+ private:
+  std::unique_ptr<BlockArena::CategoryScope> scope_;
+};
+
+}  // namespace stp
