@@ -1,6 +1,7 @@
 #include "core/backend.h"
 
 #include "core/cpu/cpu_device.h"
+#include "core/cpu/dry_stream.h"
 #include "core/error.h"
 #if defined(STP_HAVE_CUDA)
 #include "core/cuda/cuda_backend.h"
@@ -29,10 +30,11 @@ bool cuda_usable(int needed, std::string* why) {
 std::vector<std::unique_ptr<Device>> make_devices(const BackendOptions& o) {
   STP_CHECK(o.count >= 1, "need at least one device, got ", o.count);
   std::vector<std::unique_ptr<Device>> out;
-  if (o.kind == DeviceKind::Cpu) {
+  if (o.kind == DeviceKind::Cpu || o.dry_run) {
     CpuDeviceOptions cpu;
     cpu.capacity = o.capacity;
     cpu.link_bytes_per_s = o.link_bytes_per_s;
+    cpu.dry_run = o.dry_run;
     for (auto& d : make_cpu_devices(o.count, cpu)) out.push_back(std::move(d));
     return out;
   }
@@ -50,7 +52,11 @@ std::vector<std::unique_ptr<Communicator>> make_comms(const std::vector<Device*>
   STP_CHECK(!devices.empty(), "a communicator needs at least one device");
   DeviceKind kind = devices.front()->kind();
   for (auto* d : devices) STP_ASSERT(d->kind() == kind, "communicator over mixed device kinds");
-  if (kind == DeviceKind::Cpu) return make_host_comms(static_cast<int>(devices.size()), host);
+  if (kind == DeviceKind::Cpu) {
+    auto* cpu = dynamic_cast<CpuDevice*>(devices.front());
+    if (cpu && cpu->options().dry_run) return make_null_comms(static_cast<int>(devices.size()));
+    return make_host_comms(static_cast<int>(devices.size()), host);
+  }
 #if defined(STP_HAVE_CUDA)
   return make_nccl_comms(devices);
 #else

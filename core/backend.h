@@ -18,6 +18,8 @@ struct BackendOptions {
   int count = 1;                                                   // devices (ranks) to create
   std::size_t capacity = std::numeric_limits<std::size_t>::max();  // per-device memory limit
   double link_bytes_per_s = 0;                                     // CPU only: emulated D2H/H2D rate
+  bool dry_run = false;  // CPU devices that count allocations and run nothing, for any `kind`
+                         // (core/cpu/dry_stream.h); their communicators do nothing
 };
 
 // Throws stp::Error with one clear line when the backend cannot provide `count` devices

@@ -82,9 +82,14 @@ struct BlockArena::State : std::enable_shared_from_this<BlockArena::State> {
   Fence record_fence(const std::vector<Stream*>& uses);
   std::shared_ptr<Storage> allocate(std::size_t bytes, Stream& s);
   void free_block(char* p, Fence fence);
-  char* find_block(std::size_t size);  // under mu: best fit, growing if allowed; nullptr if none
+  struct Detached {
+    char* base;
+    Fence fence;
+  };
+  char* find_block(std::size_t size, bool may_release, bool& retry);
+  std::vector<Detached> detach_free_segments();
+  void give_back(std::vector<Detached> detached);
   void add_segment(std::size_t bytes);
-  std::size_t release_free_segments();
   std::string oom_report(std::size_t bytes) const;
   void note_peak();
 };
@@ -145,41 +150,60 @@ void BlockArena::State::add_segment(std::size_t bytes) {
   note_peak();
 }
 
-std::size_t BlockArena::State::release_free_segments() {
-  std::size_t released = 0;
+// Takes every fully free segment out of the arena (under mu). The caller gives them back with
+// give_back() *after* unlocking: waiting for their last uses under the lock could deadlock with a
+// stream worker that drops a storage (free_block needs the lock).
+std::vector<BlockArena::State::Detached> BlockArena::State::detach_free_segments() {
+  std::vector<Detached> out;
   for (auto it = segments.begin(); it != segments.end();) {
     auto b = blocks.find(it->first);
     if (!b->second.free || b->second.size != it->second) {
       ++it;
       continue;
     }
-    for (Use& u : b->second.fence) u.event->synchronize();
+    out.push_back(Detached{it->first, std::move(b->second.fence)});
     free_index.erase({b->second.size, b->first});
     blocks.erase(b);
-    options.give(it->first);
     stats.reserved -= it->second;
     ++stats.segment_frees;
-    released += it->second;
     it = segments.erase(it);
   }
-  return released;
+  return out;
 }
 
-char* BlockArena::State::find_block(std::size_t size) {
-  auto fit = free_index.lower_bound({size, nullptr});
-  if (fit != free_index.end()) return fit->second;
+void BlockArena::State::give_back(std::vector<Detached> detached) {
+  for (Detached& d : detached) {
+    for (Use& u : d.fence) u.event->synchronize();
+    options.give(d.base);
+  }
+}
+
+// Under mu: a free block of `size`, growing the arena if allowed. Returns nullptr when only giving
+// cached segments back could help (`retry` set) or when nothing can.
+char* BlockArena::State::find_block(std::size_t size, bool may_release, bool& retry) {
+  retry = false;
+  if (options.first_fit) {
+    for (auto& [p, b] : blocks)
+      if (b.free && b.size >= size) return p;
+  } else {
+    auto fit = free_index.lower_bound({size, nullptr});
+    if (fit != free_index.end()) return fit->second;
+  }
   if (!options.grow) return nullptr;
   std::size_t seg = std::max(size, options.segment_bytes);
   if (stats.reserved + seg > options.budget) seg = size;  // the last segment may be smaller
   if (stats.reserved + seg > options.budget) {
-    release_free_segments();
-    fit = free_index.lower_bound({size, nullptr});
-    if (fit != free_index.end()) return fit->second;
-    if (stats.reserved + size > options.budget) return nullptr;
-    seg = size;
+    retry = may_release && stats.reserved > stats.allocated;
+    return nullptr;
   }
-  add_segment(seg);
-  return free_index.lower_bound({size, nullptr})->second;
+  try {
+    add_segment(seg);
+  } catch (const OutOfMemoryError&) {  // the device itself is full: cached segments may help
+    retry = may_release && stats.reserved > stats.allocated;
+    if (!retry) throw;
+    return nullptr;
+  }
+  return find_block(size, false, retry);
 }
 
 std::shared_ptr<Storage> BlockArena::State::allocate(std::size_t bytes, Stream& s) {
@@ -187,8 +211,16 @@ std::shared_ptr<Storage> BlockArena::State::allocate(std::size_t bytes, Stream& 
   Fence wait_for;
   char* p = nullptr;
   {
-    std::lock_guard<std::mutex> lock(mu);
-    p = find_block(size);
+    std::unique_lock<std::mutex> lock(mu);
+    bool retry = false;
+    p = find_block(size, true, retry);
+    if (!p && retry) {  // give cached segments back (waiting outside the lock), then try again
+      std::vector<Detached> detached = detach_free_segments();
+      lock.unlock();
+      give_back(std::move(detached));
+      lock.lock();
+      p = find_block(size, false, retry);
+    }
     if (!p) throw OutOfMemoryError(oom_report(bytes), bytes);
     Block& b = blocks.at(p);
     free_index.erase({b.size, p});
@@ -203,6 +235,7 @@ std::shared_ptr<Storage> BlockArena::State::allocate(std::size_t bytes, Stream& 
     wait_for = std::move(b.fence);
     b.fence.clear();
     stats.allocated += size;
+    stats.high_water = std::max(stats.high_water, static_cast<std::size_t>(p + size - b.segment));
     stats.by_category[static_cast<std::size_t>(current)] += size;
     ++stats.alloc_count;
     note_peak();
@@ -292,8 +325,12 @@ void BlockArena::reserve(std::size_t bytes) {
 }
 
 void BlockArena::release_cached() {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  state_->release_free_segments();
+  std::vector<State::Detached> detached;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    detached = state_->detach_free_segments();
+  }
+  state_->give_back(std::move(detached));
 }
 
 ArenaStats BlockArena::stats() const {

@@ -16,7 +16,9 @@
 //     its last reference drops, whatever the streams are doing), so the statistics of a run are
 //     the same every time — which is what lets the planner predict peaks exactly (memory/plan.h).
 //
-// Thread-safe (one mutex); in practice each arena serves one rank's host thread.
+// Thread-safe (one mutex, never held while waiting on the host); in practice each arena serves
+// one rank's host thread. On CUDA a storage must not be released inside a host callback
+// (releasing records an event, which CUDA forbids there) — stp never captures storages in them.
 #pragma once
 
 #include <array>
@@ -42,6 +44,7 @@ struct ArenaStats {
   std::size_t reserved = 0;         // bytes in segments (allocated + cached free)
   std::size_t peak_reserved = 0;
   std::size_t largest_free = 0;     // largest free block (fragmentation indicator)
+  std::size_t high_water = 0;       // furthest end of a live block from its segment's base
   std::array<std::size_t, kMemoryCategories> by_category{};       // live bytes now
   std::array<std::size_t, kMemoryCategories> peak_by_category{};  // at the moment of peak_allocated
   std::uint64_t alloc_count = 0, free_count = 0;
@@ -57,6 +60,9 @@ struct ArenaOptions {
   std::size_t budget = SIZE_MAX;
   std::size_t segment_bytes = 32ull << 20;           // growth granularity; larger requests get their own segment
   bool grow = true;                                  // false: only reserve() adds segments (a fixed pool)
+  // Lowest-address fit instead of best fit. A fixed pool uses it: its layout then does not depend
+  // on the pool's size, so high_water from a run with a big pool is the exact size it needs.
+  bool first_fit = false;
   // Backend: take and give back one segment (e.g. Device::allocate / deallocate). `give` is called
   // only after every stream that used the segment has passed its last use.
   std::function<void*(std::size_t)> take;

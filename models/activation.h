@@ -15,6 +15,10 @@
 // Lifetime: a record is released as soon as its last reader has been enqueued (the release is
 // stream-ordered, so work already enqueued that reads it stays valid). After W(u, mb) and
 // B(u-1, mb) have run, unit u holds nothing for mb.
+//
+// Recompute (models/stage.h): under a unit's policy, F(u) drops some of its records right away
+// and B(u) saves them again at the start of its call (same name, reader, size; saved_by stays
+// 'F'), so between F(u) and B(u) they are absent from the unit's RecordSet.
 #pragma once
 
 #include <cstddef>

@@ -142,6 +142,7 @@ Tensor GPT2Stage::forward(int u, int mb, Stream& s) {
               unit.kind == Kind::ATTN ? attn_forward(dims_, unit.branch, m.fwd_x, rec, cs)
                                       : mlp_forward(dims_, unit.branch, m.fwd_x, rec, cs),
               cs);
+      drop_recomputed(recomputed_records(u, unit.recompute), rec, cs);
       if (dims_.tp_size > 1) reduce = m.fwd_x;
       break;
     case Kind::HEAD:
@@ -195,6 +196,9 @@ Tensor GPT2Stage::backward_input(int u, int mb, Stream& s) {
       break;
     case Kind::ATTN:
     case Kind::MLP: {
+      // Regenerate what F dropped first: B below, B(u-1) and W(u) read the records as usual.
+      if (unit.kind == Kind::ATTN) attn_recompute(dims_, unit.branch, unit.recompute, rec, cs);
+      else mlp_recompute(dims_, unit.branch, unit.recompute, rec, cs);
       Tensor dy = finalize_next(u, mb, m, cs);
       m.bwd_pending = unit.kind == Kind::ATTN ? attn_backward_input(dims_, unit.branch, dy, rec, cs)
                                               : mlp_backward_input(dims_, unit.branch, dy, rec, cs);
@@ -252,6 +256,49 @@ std::size_t GPT2Stage::live_record_bytes() const {
   for (const auto& per_mb : records_)
     for (const auto& [mb, rec] : per_mb) total += rec.bytes();
   return total;
+}
+
+// ---- recompute -------------------------------------------------------------------------------------------
+
+const GPT2Stage::Unit& GPT2Stage::unit_at(int u) const {
+  STP_CHECK(u >= 0 && u < num_units(), "unit ", u, " outside [0, ", num_units(), ")");
+  return units_[static_cast<std::size_t>(u)];
+}
+
+std::vector<RecomputedRecord> GPT2Stage::recomputed_records(int u, Recompute r) const {
+  switch (unit_at(u).kind) {
+    case Kind::ATTN: return attn_recomputed_records(dims_, r);
+    case Kind::MLP: return mlp_recomputed_records(dims_, r);
+    default: return {};
+  }
+}
+
+void GPT2Stage::set_recompute(int u, Recompute r) {
+  STP_CHECK(u >= 0 && u < num_units(), "set_recompute: unit ", u, " outside [0, ", num_units(), ")");
+  Unit& unit = units_[static_cast<std::size_t>(u)];
+  STP_CHECK(r == Recompute::None || unit.kind == Kind::ATTN || unit.kind == Kind::MLP, "set_recompute(", unit.name,
+            ", ", to_string(r), "): only attention and MLP units can recompute; ", unit.name, " accepts only none");
+  // B regenerates what F dropped under the policy F ran with: no microbatch may be in between.
+  STP_CHECK(records_[static_cast<std::size_t>(u)].empty(), "set_recompute(", unit.name, ", ", to_string(r),
+            ") while a microbatch holds records of the unit: change the policy between steps");
+  unit.recompute = r;
+}
+
+Recompute GPT2Stage::recompute(int u) const { return unit_at(u).recompute; }
+
+double GPT2Stage::recompute_cost(int u, Recompute r) const {
+  switch (unit_at(u).kind) {
+    case Kind::ATTN: return attn_recompute_cost(dims_, r);
+    case Kind::MLP: return mlp_recompute_cost(dims_, r);
+    default: return 0.0;
+  }
+}
+
+std::size_t GPT2Stage::recompute_saving(int u, Recompute r) const {
+  std::size_t bytes = 0;
+  for (const RecomputedRecord& rec : recomputed_records(u, r))
+    bytes += static_cast<std::size_t>(rec.numel) * sizeof(float);
+  return bytes;
 }
 
 void GPT2Stage::zero_grads(Stream& s) {

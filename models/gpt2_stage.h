@@ -12,6 +12,8 @@
 // attn/mlp returns this rank's partial gradient w.r.t. the unit's LayerNorm output when tp > 1
 // (models/gpt2_units.h, Notes [Residual folded into rank 0's partial] and [LayerNorm after the
 // all-reduce]). Embed, input and head units return nothing (they are replicated).
+// Recompute (models/stage.h): attn/mlp units drop their policy's records at the end of F and
+// regenerate them at the start of B (models/gpt2_units.h lists the records per policy).
 #pragma once
 
 #include <map>
@@ -55,6 +57,11 @@ class GPT2Stage final : public Stage {
   std::size_t live_record_bytes() const override;
   RecordSet* record_set(int u, int mb) override;
 
+  void set_recompute(int u, Recompute r) override;
+  Recompute recompute(int u) const override;
+  double recompute_cost(int u, Recompute r) const override;
+  std::size_t recompute_saving(int u, Recompute r) const override;
+
   std::vector<ParamInfo>& params() override { return params_.list(); }
   void zero_grads(Stream& s) override;
   void release_microbatch(int mb, Stream& s) override;
@@ -68,6 +75,7 @@ class GPT2Stage final : public Stage {
     Kind kind;
     std::string name;     // "embed", "input", "h.3.attn", "h.3.mlp", "head"
     BranchParams branch;  // ATTN / MLP
+    Recompute recompute = Recompute::None;  // ATTN / MLP only
   };
   // Per-microbatch state between calls (besides the records). Tensors are handles, not copies.
   struct Microbatch {
@@ -84,6 +92,9 @@ class GPT2Stage final : public Stage {
   void drop_empty_records(int u, int mb);
   Tensor io_buffer(Tensor& slot, Shape shape, Stream* writer = nullptr);
   Tensor finalize_next(int u, int mb, Microbatch& m, CallScope& cs);
+  const Unit& unit_at(int u) const;
+  // The records of unit u that policy r drops (empty for None and for units without a policy).
+  std::vector<RecomputedRecord> recomputed_records(int u, Recompute r) const;
 
   GPT2Config config_;
   GPT2StageSpec spec_;

@@ -12,16 +12,68 @@ constexpr RecordReader kB = RecordReader::B, kW = RecordReader::W, kPrev = Recor
 
 const std::int32_t* as_i32(const Tensor& t) { return t.data<std::int32_t>(); }
 
-// LN of the unit input; records the input and statistics for B(u-1) and the output for W.
+// The steps of F that a recompute re-runs. F and the recompute both call these, so they run the
+// same kernels with the same arguments on the same inputs: the regenerated records are bitwise
+// F's.
+struct LayerNormOut {
+  Tensor out, mean, rstd;
+};
+
+// LN of the unit input. `keep_stats`: the statistics are records (F, Full recompute) rather than
+// temporaries (Selective recompute, which keeps F's).
+LayerNormOut layernorm_step(const GPT2Dims& d, const LayerNormParams& p, const Tensor& x, CallScope& cs,
+                            bool keep_stats = true) {
+  const i64 N = d.N(), C = d.C;
+  LayerNormOut r{cs.keep({N, C}), keep_stats ? cs.keep({N}) : cs.tmp({N}), keep_stats ? cs.keep({N}) : cs.tmp({N})};
+  layernorm_forward(cs.stream(), r.out.f32(), r.mean.f32(), r.rstd.f32(), x.f32(), p.w->param.f32(),
+                    p.b->param.f32(), N, C);
+  return r;
+}
+
+// Column-parallel c_attn / c_fc: (B, T, width) from the LN output (B, T, C).
+Tensor column_parallel_in(const GPT2Dims& d, const BranchParams& p, const Tensor& ln, i64 width, CallScope& cs) {
+  Tensor out = cs.keep({d.B, d.T, width});
+  linear_forward(cs.stream(), out.f32(), ln.f32(), p.in_w->param.f32(), p.in_b->param.f32(), nullptr, d.N(), d.C,
+                 width);
+  return out;
+}
+
+struct AttentionOut {
+  Tensor att, y;  // (B, H, T, T) probabilities, (B, T, Cl) output of the local heads
+};
+
+AttentionOut attention_step(const GPT2Dims& d, const Tensor& qkv /*(B, T, 3Cl)*/, CallScope& cs) {
+  AttentionOut r{cs.keep({d.B, d.H, d.T, d.T}), cs.keep({d.B, d.T, d.Cl})};
+  attention_forward(cs.stream(), r.y.f32(), r.att.f32(), qkv.f32(), d.B, d.T, d.H, d.D);
+  return r;
+}
+
+Tensor gelu_step(const GPT2Dims& d, const Tensor& h /*(B, T, Fl)*/, CallScope& cs) {
+  Tensor g = cs.keep({d.B, d.T, d.Fl});
+  gelu_forward(cs.stream(), g.f32(), h.f32(), d.N() * d.Fl);
+  return g;
+}
+
+// LN of the unit input; records the input and statistics for B(u-1) and returns the output.
 Tensor layernorm_with_records(const GPT2Dims& d, const LayerNormParams& p, const Tensor& x, RecordSet& rec,
                               CallScope& cs, RecordReader stats_reader) {
-  const i64 N = d.N(), C = d.C;
-  Tensor out = cs.keep({N, C}), mean = cs.keep({N}), rstd = cs.keep({N});
-  layernorm_forward(cs.stream(), out.f32(), mean.f32(), rstd.f32(), x.f32(), p.w->param.f32(), p.b->param.f32(), N, C);
+  LayerNormOut ln = layernorm_step(d, p, x, cs);
   rec.save("ln.x", x, stats_reader);
-  rec.save("ln.mean", mean, stats_reader);
-  rec.save("ln.rstd", rstd, stats_reader);
-  return out;
+  rec.save("ln.mean", ln.mean, stats_reader);
+  rec.save("ln.rstd", ln.rstd, stats_reader);
+  return ln.out;
+}
+
+// The recompute's LN: regenerates ln.out, and the statistics when they were dropped (Full).
+Tensor layernorm_recompute(const GPT2Dims& d, const LayerNormParams& p, Recompute r, RecordSet& rec, CallScope& cs) {
+  const bool stats_dropped = r == Recompute::Full;
+  LayerNormOut ln = layernorm_step(d, p, rec.get("ln.x"), cs, stats_dropped);
+  if (stats_dropped) {
+    rec.save("ln.mean", ln.mean, kPrev);
+    rec.save("ln.rstd", ln.rstd, kPrev);
+  }
+  rec.save("ln.out", ln.out, kW);
+  return ln.out;
 }
 
 // The row-parallel output: rank 0 folds residual and bias in (Note [Residual folded ...]).
@@ -59,23 +111,18 @@ void CallScope::release(Tensor t) {
 // ---- attention ---------------------------------------------------------------------------------------
 
 Tensor attn_forward(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
-  const i64 N = d.N();
-  Stream& s = cs.stream();
   // 1. LN1 (replicated).
   Tensor ln = layernorm_with_records(d, p.ln, x, rec, cs, kPrev);
   // 2. Column-parallel c_attn: this rank's q, k, v heads.
-  Tensor qkv = cs.keep({d.B, d.T, 3 * d.Cl});
-  linear_forward(s, qkv.f32(), ln.f32(), p.in_w->param.f32(), p.in_b->param.f32(), nullptr, N, d.C, 3 * d.Cl);
+  Tensor qkv = column_parallel_in(d, p, ln, 3 * d.Cl, cs);
   // 3. Causal attention over the local heads.
-  Tensor att = cs.keep({d.B, d.H, d.T, d.T});
-  Tensor y = cs.keep({d.B, d.T, d.Cl});
-  attention_forward(s, y.f32(), att.f32(), qkv.f32(), d.B, d.T, d.H, d.D);
+  AttentionOut a = attention_step(d, qkv, cs);
   // 4. Row-parallel c_proj: the partial of the next residual stream.
-  Tensor out = row_parallel_out(d, p, y, d.Cl, x, cs);
+  Tensor out = row_parallel_out(d, p, a.y, d.Cl, x, cs);
   rec.save("ln.out", ln, kW);
   rec.save("qkv", qkv, kB);
-  rec.save("att", att, kB);
-  rec.save("y", y, kW);
+  rec.save("att", a.att, kB);
+  rec.save("y", a.y, kW);
   return out;
 }
 
@@ -115,15 +162,11 @@ void attn_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& r
 // ---- MLP -----------------------------------------------------------------------------------------------
 
 Tensor mlp_forward(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
-  const i64 N = d.N();
-  Stream& s = cs.stream();
   // 1. LN2 (replicated).
   Tensor ln = layernorm_with_records(d, p.ln, x, rec, cs, kPrev);
   // 2. Column-parallel c_fc, then GELU.
-  Tensor h = cs.keep({d.B, d.T, d.Fl});
-  linear_forward(s, h.f32(), ln.f32(), p.in_w->param.f32(), p.in_b->param.f32(), nullptr, N, d.C, d.Fl);
-  Tensor g = cs.keep({d.B, d.T, d.Fl});
-  gelu_forward(s, g.f32(), h.f32(), N * d.Fl);
+  Tensor h = column_parallel_in(d, p, ln, d.Fl, cs);
+  Tensor g = gelu_step(d, h, cs);
   // 3. Row-parallel c_proj: the partial of the next residual stream.
   Tensor out = row_parallel_out(d, p, g, d.Fl, x, cs);
   rec.save("ln.out", ln, kW);
@@ -157,6 +200,98 @@ void mlp_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& re
   linear_backward_weight_accumulate(s, p.out_w->grad.f32(), p.out_b->grad.f32(), g.f32(), dy.f32(), N, d.Fl, d.C);
   linear_backward_weight_accumulate(s, p.in_w->grad.f32(), p.in_b->grad.f32(), ln.f32(), dh.f32(), N, d.C, d.Fl);
   for (Tensor* t : {&g, &dy, &ln, &dh}) cs.release(std::move(*t));
+}
+
+// ---- recompute -------------------------------------------------------------------------------------
+
+std::vector<RecomputedRecord> attn_recomputed_records(const GPT2Dims& d, Recompute r) {
+  const i64 N = d.N();
+  switch (r) {
+    case Recompute::None: return {};
+    case Recompute::Selective: return {{"ln.out", N * d.C}, {"att", d.B * d.H * d.T * d.T}, {"y", N * d.Cl}};
+    case Recompute::Full:
+      return {{"ln.mean", N}, {"ln.rstd", N}, {"ln.out", N * d.C}, {"qkv", N * 3 * d.Cl},
+              {"att", d.B * d.H * d.T * d.T}, {"y", N * d.Cl}};
+  }
+  STP_UNREACHABLE("bad Recompute");
+}
+
+std::vector<RecomputedRecord> mlp_recomputed_records(const GPT2Dims& d, Recompute r) {
+  const i64 N = d.N();
+  switch (r) {
+    case Recompute::None: return {};
+    case Recompute::Selective: return {{"ln.out", N * d.C}, {"gelu", N * d.Fl}};
+    case Recompute::Full:
+      return {{"ln.mean", N}, {"ln.rstd", N}, {"ln.out", N * d.C}, {"h", N * d.Fl}, {"gelu", N * d.Fl}};
+  }
+  STP_UNREACHABLE("bad Recompute");
+}
+
+// FLOP model (per rank, one microbatch; N = B*T). GEMMs count 2*m*n*k as the kernels run them
+// (attention is dense T x T per head: the causal mask is applied by the softmax, not skipped);
+// elementwise kernels count their arithmetic per element, tanh/exp/rsqrt as one:
+//   LayerNorm  8 N C                 (mean 1, variance 3, normalize 2, affine 2 per element)
+//   c_attn     2 N C 3Cl             attention core 4 B T^2 Cl (q k^T and att v)
+//   softmax    5 B H T^2             (max, subtract, exp, sum, scale per score)
+//   c_fc       2 N C Fl              GELU 9 N Fl (x^3 2, 4 mul/add around tanh, tanh 1, 2 mul)
+//   c_proj     2 N Cl C (attn), 2 N Fl C (mlp)
+// Bias and residual adds are left out (N x width each, negligible next to the GEMMs).
+// Selective re-runs LayerNorm and the attention core + softmax (attn) or GELU (mlp); Full re-runs
+// everything up to c_proj. The cost is what is re-run over the whole forward.
+namespace {
+struct BranchFlops {
+  double ln, in, op, out;  // LayerNorm, column GEMM, the op between (attention / GELU), row GEMM
+  double cost(Recompute r) const {
+    const double total = ln + in + op + out;
+    switch (r) {
+      case Recompute::None: return 0.0;
+      case Recompute::Selective: return (ln + op) / total;
+      case Recompute::Full: return (ln + in + op) / total;
+    }
+    STP_UNREACHABLE("bad Recompute");
+  }
+};
+}  // namespace
+
+double attn_recompute_cost(const GPT2Dims& d, Recompute r) {
+  const double N = static_cast<double>(d.N()), C = static_cast<double>(d.C), Cl = static_cast<double>(d.Cl);
+  const double B = static_cast<double>(d.B), T = static_cast<double>(d.T), H = static_cast<double>(d.H);
+  return BranchFlops{8 * N * C, 2 * N * C * 3 * Cl, 4 * B * T * T * Cl + 5 * B * H * T * T, 2 * N * Cl * C}.cost(r);
+}
+
+double mlp_recompute_cost(const GPT2Dims& d, Recompute r) {
+  const double N = static_cast<double>(d.N()), C = static_cast<double>(d.C), Fl = static_cast<double>(d.Fl);
+  return BranchFlops{8 * N * C, 2 * N * C * Fl, 9 * N * Fl, 2 * N * Fl * C}.cost(r);
+}
+
+void drop_recomputed(const std::vector<RecomputedRecord>& dropped, RecordSet& rec, CallScope& cs) {
+  for (const RecomputedRecord& r : dropped) {
+    Tensor t = rec.take(r.name);
+    STP_ASSERT(t.numel() == r.numel, "recomputed record ", r.name, " has ", t.numel(), " elements, not ", r.numel);
+    cs.release(std::move(t));
+  }
+}
+
+void attn_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs) {
+  if (r == Recompute::None) return;
+  // 1. LN1 from the kept input (and its statistics when Full dropped them).
+  Tensor ln = layernorm_recompute(d, p.ln, r, rec, cs);
+  // 2. c_attn when Full dropped qkv; Selective kept it.
+  if (r == Recompute::Full) rec.save("qkv", column_parallel_in(d, p, ln, 3 * d.Cl, cs), kB);
+  // 3. The attention probabilities and output.
+  AttentionOut a = attention_step(d, rec.get("qkv"), cs);
+  rec.save("att", a.att, kB);
+  rec.save("y", a.y, kW);
+}
+
+void mlp_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs) {
+  if (r == Recompute::None) return;
+  // 1. LN2 from the kept input (and its statistics when Full dropped them).
+  Tensor ln = layernorm_recompute(d, p.ln, r, rec, cs);
+  // 2. c_fc when Full dropped h; Selective kept it.
+  if (r == Recompute::Full) rec.save("h", column_parallel_in(d, p, ln, d.Fl, cs), kB);
+  // 3. GELU.
+  rec.save("gelu", gelu_step(d, rec.get("h"), cs), kW);
 }
 
 // ---- LayerNorm finalize (Note [LayerNorm after the all-reduce]) -------------------------------------

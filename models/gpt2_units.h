@@ -95,6 +95,32 @@ void mlp_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& re
 Tensor layernorm_finalize(const GPT2Dims& d, const LayerNormParams& p, const Tensor& dy, const Tensor& dln,
                           RecordSet& rec, CallScope& cs);
 
+// ---- recompute (activation checkpointing) of attention / MLP units ---------------------------
+// Policies are described in models/stage.h. Per policy, the records F keeps are:
+//   attn  Selective: ln.x, ln.mean, ln.rstd, qkv      (drops ln.out, att, y)
+//         Full:      ln.x                             (drops ln.mean, ln.rstd, ln.out, qkv, att, y)
+//   mlp   Selective: ln.x, ln.mean, ln.rstd, h        (drops ln.out, gelu)
+//         Full:      ln.x                             (drops ln.mean, ln.rstd, ln.out, h, gelu)
+struct RecomputedRecord {
+  const char* name;      // without the unit prefix, e.g. "att"
+  std::int64_t numel;    // float32 elements
+};
+std::vector<RecomputedRecord> attn_recomputed_records(const GPT2Dims& d, Recompute r);
+std::vector<RecomputedRecord> mlp_recomputed_records(const GPT2Dims& d, Recompute r);
+
+// The fraction of the unit's forward FLOPs the recompute re-runs (formula in gpt2_units.cpp).
+double attn_recompute_cost(const GPT2Dims& d, Recompute r);
+double mlp_recompute_cost(const GPT2Dims& d, Recompute r);
+
+// Right after F: releases (in stream order) the records policy r drops.
+void drop_recomputed(const std::vector<RecomputedRecord>& dropped, RecordSet& rec, CallScope& cs);
+
+// At the start of B: regenerates the records policy r dropped from the kept ones, with F's
+// kernels on F's inputs (bitwise F's values) and F's names and readers. The row-parallel output
+// GEMM is not re-run (its result is not a record).
+void attn_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs);
+void mlp_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs);
+
 // ---- embedding unit --------------------------------------------------------------------------
 Tensor embed_forward(const GPT2Dims& d, ParamInfo& wte, ParamInfo& wpe, const Tensor& tokens, RecordSet& rec,
                      CallScope& cs);

@@ -49,6 +49,18 @@
 // Memory: the tensors saved between passes are the activation records (models/activation.h) —
 // nothing else is kept. Temporaries inside one call come from the stage's Allocator and are
 // released in stream order at the end of the call.
+//
+// Recompute (activation checkpointing), per unit: a policy drops some of the records F(u) saved
+// and B(u) regenerates them (re-running F's kernels on F's inputs: bitwise the same values) at
+// the start of its call, before its own math, on B's stream, from the stage's allocator. The
+// regenerated records have their usual names, readers and sizes, so W(u) and B(u-1) find them
+// whenever they run (deferred W included); the executor calls F/B/W exactly as without it.
+// What changes for the executor/planner/offload:
+//   * between F(u) and B(u), unit u holds recompute_saving(u, r) fewer bytes;
+//   * B(u) allocates the dropped records again (plus the recompute's temporaries) and does
+//     recompute_cost(u, r) of F(u)'s FLOPs more work;
+//   * B(u) then also reads the records the recompute starts from (the unit input "ln.x", tagged
+//     B_PREV, and for Selective "qkv" / "h"): an offloaded one must be back before B(u).
 #pragma once
 
 #include <cstdint>
@@ -57,9 +69,19 @@
 
 #include "core/device.h"
 #include "core/tensor.h"
+#include "memory/recompute.h"
 #include "models/activation.h"
 
 namespace stp {
+
+// Recompute (memory/recompute.h, shared with the planner) is a unit's policy; what it means here:
+//   None       keep every record.
+//   Selective  drop the records that are cheap to regenerate from kept ones (no GEMM with the
+//              unit's weights is re-run): the LayerNorm output, and the attention probabilities
+//              and output (attention) or the GELU output (MLP).
+//   Full       keep only the unit input (the checkpoint); re-run the unit's forward up to its
+//              row-parallel GEMM (whose output is not a record, so it is not re-run).
+// Only attention and MLP units support a policy other than None.
 
 // How a rank's shard maps into the full (unsharded) tensor, both row-major:
 //   shard row i  <->  full row  row_begin + i           (i < shard_rows)
@@ -143,6 +165,18 @@ class Stage {
   virtual RecordSet* record_set(int u, int mb) = 0;
   // Records of every unit for every microbatch in flight (0 after all passes have run).
   virtual std::size_t live_record_bytes() const = 0;
+
+  // Recompute policy of unit u (default None). Set it between steps: an stp::Error while some
+  // microbatch holds records of u, or for r != None on a unit that does not support it (embed,
+  // input, head).
+  virtual void set_recompute(int u, Recompute r) = 0;
+  virtual Recompute recompute(int u) const = 0;
+  // The fraction of unit u's forward FLOPs that policy r re-runs in B(u), in [0, 1]; 0 for None
+  // and for a policy the unit does not support. Counted from the dims (docs/model.md).
+  virtual double recompute_cost(int u, Recompute r) const = 0;
+  // Device bytes per microbatch that policy r drops between F(u) and B(u): exactly the bytes of
+  // the dropped records (0 for None and for a policy the unit does not support).
+  virtual std::size_t recompute_saving(int u, Recompute r) const = 0;
 
   virtual std::vector<ParamInfo>& params() = 0;
   virtual void zero_grads(Stream& s) = 0;             // also drops all microbatch state (in stream order)

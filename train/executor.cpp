@@ -28,6 +28,10 @@ struct Executor::Cursor {
 
 Executor::Executor(RankResources resources) : r_(std::move(resources)) {
   STP_ASSERT(r_.schedule && r_.compute && r_.tp_comm && r_.p2p && r_.device, "incomplete rank resources");
+  for (Communicator* c : {r_.pp_act, r_.pp_grad})
+    STP_ASSERT(!c || c->rank() == r_.pp_rank, "pipeline communicator of rank ", c->rank(), " given to pp rank ", r_.pp_rank);
+  STP_ASSERT(!r_.plan || !r_.plan->offloads() || r_.offload, "the memory plan offloads but rank ", r_.pp_rank,
+             " has no offload engine");
   STP_ASSERT(static_cast<int>(r_.stages.size()) == r_.schedule->chunks, "rank ", r_.pp_rank, " has ",
              r_.stages.size(), " stages, the schedule places ", r_.schedule->chunks, " chunks per rank");
 }
@@ -55,8 +59,12 @@ int Executor::local_chunk_of_stage(int stage) const {
 void Executor::set_loss_output(Tensor losses) { losses_ = std::move(losses); }
 
 void Executor::run_step() {
-  for (const Op& op : r_.schedule->ranks[static_cast<std::size_t>(r_.pp_rank)]) {
+  const auto& ops = r_.schedule->ranks[static_cast<std::size_t>(r_.pp_rank)];
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    const Op& op = ops[k];
     for (auto& [stream, pool] : pools_) pool.used = 0;
+    if (r_.plan && k < r_.plan->prefetch.size())
+      for (const PrefetchPoint& p : r_.plan->prefetch[k]) r_.offload->prefetch({p.chunk, p.mb});
     const sched::OpMessages msgs = sched::op_messages(*r_.schedule, r_.pp_rank, op);
     post_receives(msgs.recv);
     if (r_.trace) r_.compute->trace_begin(sched::to_string(op), "op");
@@ -201,9 +209,11 @@ void Executor::step(Cursor& c) {
       Tensor t;
       traced(Pass::F, [&] { t = st.forward(u, mb, *r_.compute); });
       if (t.defined()) all_reduce_after(c, t, st.unit_name(u));
+      offload_after_forward(c.part.chunk, u, mb);
       break;
     }
     case Pass::B: {
+      if (r_.offload && u == st.num_units() - 1) r_.offload->make_ready({c.part.chunk, mb}, *r_.compute);
       Tensor t;
       traced(Pass::B, [&] { t = st.backward_input(u, mb, *r_.compute); });
       if (t.defined()) all_reduce_after(c, t, st.unit_name(u));
@@ -214,6 +224,13 @@ void Executor::step(Cursor& c) {
       traced(Pass::W, [&] { st.backward_weight(u, mb, *r_.compute); });
       break;
   }
+}
+
+void Executor::offload_after_forward(int chunk, int u, int mb) {
+  if (!r_.plan) return;
+  const auto& units = r_.plan->units[static_cast<std::size_t>(chunk)];
+  if (!units[static_cast<std::size_t>(u)].offload) return;
+  if (RecordSet* set = stage_of_chunk(chunk).record_set(u, mb)) r_.offload->offload({chunk, mb}, u, *set);
 }
 
 void Executor::all_reduce_after(Cursor& c, const Tensor& t, const std::string& unit) {

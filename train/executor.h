@@ -21,6 +21,11 @@
 // hand-overs on the same rank (the V's turn) are device copies on compute. Every message carries
 // a tag (pass, source stage, microbatch) that HostComm checks, so a channel-order mismatch is an
 // error, never silent corruption.
+//
+// Memory plan (memory/plan.h): after each F unit the plan offloads, the unit's records go to host
+// on the D2H stream (offload/offload_engine.h); before op k the sets the plan lists for k start
+// their prefetch on the H2D stream; the first B unit of a chunk-microbatch waits for its reload
+// (a stream wait). Recompute needs nothing here: the stage re-runs forwards itself.
 #pragma once
 
 #include <map>
@@ -30,7 +35,9 @@
 
 #include "core/comm.h"
 #include "core/device.h"
+#include "memory/plan.h"
 #include "models/stage.h"
+#include "offload/offload_engine.h"
 #include "schedule/schedule.h"
 
 namespace stp {
@@ -50,6 +57,9 @@ struct RankResources {
   Communicator* pp_act = nullptr;
   Communicator* pp_grad = nullptr;
   bool trace = false;               // emit op / unit / all-reduce spans (streams have a recorder)
+  // Memory plan of this rank (null: keep everything) and the engine that moves offloaded records.
+  const RankPlan* plan = nullptr;
+  OffloadEngine* offload = nullptr;  // required when the plan offloads
 };
 
 // The P2P tag of a message: pass, source stage and microbatch, so both ends can check it.
@@ -84,6 +94,7 @@ class Executor {
   void run_parts(const sched::Op& op);
   void step(Cursor& c);
   void all_reduce_after(Cursor& c, const Tensor& t, const std::string& unit);
+  void offload_after_forward(int chunk, int u, int mb);
   void copy_losses(const sched::Op& op);
   void post_sends(const std::vector<sched::Message>& send);
   void release_finished(const sched::Op& op);

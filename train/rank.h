@@ -10,6 +10,8 @@
 #include "core/device.h"
 #include "core/tensor.h"
 #include "memory/block_arena.h"
+#include "memory/pinned_pool.h"
+#include "offload/offload_engine.h"
 #include "models/gpt2_stage.h"
 #include "models/optimizer.h"
 #include "train/executor.h"
@@ -28,6 +30,8 @@ struct Rank {
   Device* device = nullptr;
   std::unique_ptr<Stream> compute, tp_comm, p2p;
   std::unique_ptr<BlockArena> alloc;  // the caching device allocator, capped at memory.device_budget
+  std::unique_ptr<PinnedPool> pool;   // pinned host pool (ranks whose plan offloads)
+  std::unique_ptr<OffloadEngine> offload;
   std::vector<std::unique_ptr<GPT2Stage>> stages;  // [local chunk]
   std::vector<ParamInfo> params;                   // every stage's parameters (views), chunk order
   std::vector<int> param_chunk;                    // local chunk of params[i]

@@ -41,7 +41,12 @@ GPT2Stage* Rank::last_stage() const {
 void Rank::synchronize() {
   // All three, even when one fails, so no stream work outlives the step; first error wins.
   std::exception_ptr first;
-  for (Stream* s : {compute.get(), tp_comm.get(), p2p.get()}) {
+  std::vector<Stream*> streams = {compute.get(), tp_comm.get(), p2p.get()};
+  if (offload) {
+    streams.push_back(&offload->d2h());
+    streams.push_back(&offload->h2d());
+  }
+  for (Stream* s : streams) {
     if (!s) continue;  // a rank whose construction failed before its streams existed
     try {
       s->synchronize();
@@ -54,7 +59,26 @@ void Rank::synchronize() {
 
 // ---- Trainer -----------------------------------------------------------------------------------
 
-Trainer::Trainer(const Config& config) : impl_(std::make_unique<Impl>(config)) {}
+Trainer::Trainer(const Config& config, TrainerOptions options) : impl_(std::make_unique<Impl>(config, options)) {}
+
+const MemoryPlan& Trainer::memory_plan() const { return impl_->plan; }
+
+std::vector<Trainer::DeviceMemory> Trainer::device_memory() const {
+  std::vector<DeviceMemory> out;
+  for (auto& r : impl_->ranks) {
+    DeviceMemory d;
+    d.device = r->alloc->stats();
+    if (r->pool) d.pinned = r->pool->stats();
+    if (r->offload) {
+      OffloadCounters c = r->offload->counters();
+      d.d2h_bytes = c.d2h_bytes;
+      d.h2d_bytes = c.h2d_bytes;
+      d.late_prefetches = c.late_prefetches;
+    }
+    out.push_back(d);
+  }
+  return out;
+}
 Trainer::~Trainer() = default;
 
 std::int64_t Trainer::steps_done() const { return impl_->steps_done; }
@@ -98,7 +122,7 @@ void Trainer::Impl::upload_batch(Rank& r, std::int64_t step) {
   for (int mb = 1; mb <= m; ++mb) {
     std::uint64_t b0 = sequence_index(step, 0, mb - 1, config.parallel.dp, m, B);
     std::vector<std::int32_t> in(static_cast<std::size_t>(B) * T), tgt(in.size());
-    dataset->fill_batch(b0, B, in.data(), tgt.data());
+    if (dataset) dataset->fill_batch(b0, B, in.data(), tgt.data());  // a dry run reads no data
     if (GPT2Stage* s = r.first_stage()) r.compute->copy(s->tokens(mb).raw(), in.data(), in.size() * 4);
     if (GPT2Stage* s = r.last_stage()) r.compute->copy(s->targets(mb).raw(), tgt.data(), tgt.size() * 4);
     r.staging.push_back(std::move(in));

@@ -22,6 +22,7 @@
 
 #include "core/config.h"
 #include "core/trace.h"
+#include "memory/plan.h"
 #include "models/safetensors.h"
 
 namespace stp {
@@ -39,9 +40,19 @@ struct StepResult {
   std::uint64_t peak_host_pinned_bytes = 0;
 };
 
+struct TrainerOptions {
+  // Dry run (core/cpu/dry_stream.h): devices that count allocations and run nothing, no data
+  // read, no initialisation — how the planner predicts a real run's memory exactly.
+  bool dry_run = false;
+  // Use this plan instead of planning (dry runs of the planner; tests).
+  const MemoryPlan* plan = nullptr;
+};
+
 class Trainer {
  public:
-  explicit Trainer(const Config& config);
+  // Plans memory (memory/planner.h) unless options.plan is given; throws stp::Error before any
+  // step when no plan fits memory.device_budget or the pinned pools exceed memory.host_budget.
+  explicit Trainer(const Config& config, TrainerOptions options = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -56,6 +67,15 @@ class Trainer {
   // Trace of everything recorded so far (output.trace: true), or nullptr.
   const TraceRecorder* trace() const;
   int world_size() const;
+  const MemoryPlan& memory_plan() const;
+  // Per device (global rank): the caching allocator's statistics, offload counters and the
+  // pinned pool's statistics (zero when the rank does not offload).
+  struct DeviceMemory {
+    ArenaStats device;
+    ArenaStats pinned;
+    std::uint64_t d2h_bytes = 0, h2d_bytes = 0, late_prefetches = 0;
+  };
+  std::vector<DeviceMemory> device_memory() const;
 
  private:
   struct Impl;

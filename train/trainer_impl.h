@@ -18,13 +18,14 @@
 namespace stp {
 
 struct Trainer::Impl {
-  explicit Impl(const Config& config);
+  Impl(const Config& config, TrainerOptions options);
 
   // Setup (trainer_setup.cpp).
   void check_config() const;
   void build_devices();
   void build_communicators();
   void build_rank(Rank& r);
+  void build_offload(Rank& r);
   void initialize_parameters();
 
   // Steps (trainer.cpp).
@@ -41,6 +42,8 @@ struct Trainer::Impl {
   void resume(const std::string& dir);
 
   Config config;
+  TrainerOptions options;
+  MemoryPlan plan;
   sched::Schedule schedule;
   int layers_per_stage = 0;
   std::unique_ptr<TokenDataset> dataset;

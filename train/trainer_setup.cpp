@@ -8,20 +8,27 @@
 #include "core/error.h"
 #include "models/checkpoint.h"
 #include "models/gpt2_config.h"
+#include "train/memory_planning.h"
 #include "train/trainer_impl.h"
 
 extern "C" void openblas_set_num_threads(int);
 
 namespace stp {
 
-Trainer::Impl::Impl(const Config& cfg) : config(cfg) {
+Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), options(opts) {
   check_config();
+  if (options.plan) {
+    plan = *options.plan;
+  } else {
+    plan = make_memory_plan(config);
+    check_plan(plan, config);
+  }
   // parallel.cpu_threads is the process's CPU budget. Every rank runs its GEMMs concurrently on
   // its own stream thread, so each OpenBLAS call gets an equal share: oversubscribing the cores
   // (4 ranks x 2 threads on 2 cores) costs about 4x on the CPU backend.
   int ranks_in_process = config.parallel.tp * config.parallel.pp;
   openblas_set_num_threads(std::max(1, config.parallel.cpu_threads / ranks_in_process));
-  dataset = std::make_unique<TokenDataset>(DataOptions::from_config(config));
+  if (!options.dry_run) dataset = std::make_unique<TokenDataset>(DataOptions::from_config(config));
   lr_schedule = LrSchedule::from_config(config.train);
   if (config.output.trace) trace = std::make_unique<TraceRecorder>();
   build_devices();
@@ -35,9 +42,6 @@ void Trainer::Impl::check_config() const {
   const Config& c = config;
   STP_CHECK(c.parallel.dp == 1, "parallel.dp = ", c.parallel.dp,
             ": data parallelism needs a multi-process launch, which this build does not support yet; set parallel.dp: 1");
-  STP_CHECK(c.memory.offload != "all" && c.memory.recompute != "selective" && c.memory.recompute != "full",
-            "memory.offload: ", c.memory.offload, " / memory.recompute: ", c.memory.recompute,
-            " are not available in this build yet; use auto or none");
   STP_CHECK(c.train.precision == "f32", "train.precision: ", c.train.precision,
             " is not available in this build yet; use f32");
   try {
@@ -61,6 +65,7 @@ void Trainer::Impl::build_devices() {
   o.count = config.parallel.pp * config.parallel.tp;
   if (config.memory.device_budget) o.capacity = static_cast<std::size_t>(*config.memory.device_budget);
   o.link_bytes_per_s = config.memory.link_bandwidth;
+  o.dry_run = options.dry_run;
   devices = make_devices(o);
   for (int g = 0; g < o.count; ++g) {
     auto r = std::make_unique<Rank>();
@@ -119,6 +124,8 @@ void Trainer::Impl::build_rank(Rank& r) {
   arena.advice = "Raise memory.device_budget, let stp offload and recompute activations (memory.offload: auto, "
                  "memory.recompute: auto; `stp plan CONFIG` shows what fits), or lower train.micro_batch_size.";
   r.alloc = std::make_unique<BlockArena>(*r.device, *r.compute, std::move(arena));
+  const RankPlan& rank_plan = plan.ranks.at(static_cast<std::size_t>(r.pp_rank));
+  if (rank_plan.offloads()) build_offload(r);
   if (trace) {
     r.compute->set_trace(trace.get(), r.global, "compute");
     r.tp_comm->set_trace(trace.get(), r.global, "tp-comm");
@@ -140,6 +147,9 @@ void Trainer::Impl::build_rank(Rank& r) {
     spec.micro_batch_size = config.train.micro_batch_size;
     validate(model, spec);
     r.stages.push_back(std::make_unique<GPT2Stage>(model, spec, *r.alloc));
+    const auto& decisions = rank_plan.units.at(static_cast<std::size_t>(c));
+    for (int u = 0; u < r.stages.back()->num_units(); ++u)
+      r.stages.back()->set_recompute(u, decisions.at(static_cast<std::size_t>(u)).recompute);
     for (ParamInfo& p : r.stages.back()->params()) {
       r.params.push_back(p);
       r.param_chunk.push_back(c);
@@ -171,6 +181,8 @@ void Trainer::Impl::build_rank(Rank& r) {
   res.pp_act = r.pp_act;
   res.pp_grad = r.pp_grad;
   res.trace = trace != nullptr;
+  res.plan = &rank_plan;
+  res.offload = r.offload.get();
   r.executor = std::make_unique<Executor>(res);
   if (r.holds_last()) {
     BlockArena::CategoryScope as(*r.alloc, MemoryCategory::Buffers);
@@ -179,7 +191,28 @@ void Trainer::Impl::build_rank(Rank& r) {
   }
 }
 
+// The pinned pool is sized by the plan (the exact bytes the dry run needed); a dry run itself
+// gets a pool as large as the host budget allows, and reports what it used.
+void Trainer::Impl::build_offload(Rank& r) {
+  const std::size_t host_budget = config.memory.host_budget ? static_cast<std::size_t>(*config.memory.host_budget) : SIZE_MAX;
+  PinnedPoolOptions p;
+  p.host_budget = host_budget;
+  if (options.dry_run) {
+    p.bytes = std::min<std::size_t>(host_budget, std::size_t{1} << 40);
+  } else {
+    p.bytes = plan.predicted.at(static_cast<std::size_t>(r.global)).host_pinned_bytes;
+  }
+  // Home stream: the engine names each pool buffer's first user (the D2H stream) when it allocates.
+  r.pool = std::make_unique<PinnedPool>(*r.device, *r.compute, p);
+  r.offload = std::make_unique<OffloadEngine>(*r.device, *r.compute, *r.alloc, *r.pool);
+  if (trace) {
+    r.offload->d2h().set_trace(trace.get(), r.global, "d2h");
+    r.offload->h2d().set_trace(trace.get(), r.global, "h2d");
+  }
+}
+
 void Trainer::Impl::initialize_parameters() {
+  if (options.dry_run) return;
   if (!config.train.resume.empty()) {
     resume(config.train.resume);
     return;

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "core/cpu/cpu_stream.h"
+#include "core/cpu/dry_stream.h"
 #include "core/error.h"
 
 namespace stp {
@@ -26,6 +27,7 @@ CpuDevice::CpuDevice(int index, CpuDeviceOptions options) : index_(index), optio
 
 CpuDevice::~CpuDevice() {
   // Leaked buffers are a bug in the caller; free them so sanitizers point at the real owner.
+  if (options_.dry_run) return;
   for (auto& [ptr, bytes] : device_.live) std::free(const_cast<char*>(ptr));
   for (auto& [ptr, bytes] : pinned_.live) std::free(const_cast<char*>(ptr));
 }
@@ -42,7 +44,13 @@ void* CpuDevice::allocate_in(Space& space, std::size_t bytes, const char* what) 
             format_bytes(s.peak)),
         bytes);
   }
-  void* ptr = aligned_host_alloc(bytes);
+  void* ptr = nullptr;
+  if (options_.dry_run) {
+    ptr = reinterpret_cast<void*>(next_fake_);
+    next_fake_ += (bytes + 2 * kAlignment - 1) / kAlignment * kAlignment;  // distinct even for 0 bytes
+  } else {
+    ptr = aligned_host_alloc(bytes);
+  }
   if (!ptr) throw OutOfMemoryError(str(name(), ": host allocation of ", format_bytes(bytes), " failed"), bytes);
   space.live.emplace(static_cast<const char*>(ptr), bytes);
   s.in_use += bytes;
@@ -61,7 +69,7 @@ void CpuDevice::release_in(Space& space, void* ptr, const char* what) {
     ++space.stats.free_count;
     space.live.erase(it);
   }
-  std::free(ptr);
+  if (!options_.dry_run) std::free(ptr);
 }
 
 void* CpuDevice::allocate(std::size_t bytes) { return allocate_in(device_, bytes, "device"); }
@@ -80,7 +88,7 @@ void CpuDevice::reset_peak() {
 
 void* CpuDevice::allocate_pinned_host(std::size_t bytes) {
   void* ptr = allocate_in(pinned_, bytes, "pinned host");
-  if (options_.lock_pinned && bytes > 0 && mlock(ptr, bytes) != 0) {
+  if (options_.lock_pinned && !options_.dry_run && bytes > 0 && mlock(ptr, bytes) != 0) {
     std::lock_guard<std::mutex> lock(mu_);
     ++lock_failures_;
   }
@@ -88,7 +96,7 @@ void* CpuDevice::allocate_pinned_host(std::size_t bytes) {
 }
 
 void CpuDevice::deallocate_pinned_host(void* ptr) {
-  if (options_.lock_pinned && ptr) {
+  if (options_.lock_pinned && !options_.dry_run && ptr) {
     std::size_t bytes = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -120,6 +128,7 @@ std::uint64_t CpuDevice::lock_failures() const {
 }
 
 std::unique_ptr<Stream> CpuDevice::create_stream(std::string stream_name) {
+  if (options_.dry_run) return std::make_unique<DryStream>(*this, std::move(stream_name));
   return std::make_unique<CpuStream>(*this, std::move(stream_name));
 }
 

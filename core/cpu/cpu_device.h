@@ -28,6 +28,7 @@ struct CpuDeviceOptions {
   std::size_t capacity = std::numeric_limits<std::size_t>::max();  // device memory limit
   double link_bytes_per_s = 0;  // D2H/H2D copy rate limit; 0 = memcpy speed
   bool lock_pinned = false;     // mlock() pinned host allocations (best effort, counted)
+  bool dry_run = false;         // count allocations, run nothing (core/cpu/dry_stream.h)
 };
 
 class CpuDevice final : public Device {
@@ -69,6 +70,7 @@ class CpuDevice final : public Device {
   Space device_;
   Space pinned_;
   std::uint64_t lock_failures_ = 0;
+  std::uintptr_t next_fake_ = 1ull << 44;  // dry run: addresses handed out, never dereferenced
 };
 
 std::vector<std::unique_ptr<CpuDevice>> make_cpu_devices(int count, const CpuDeviceOptions& options = {});

@@ -2,12 +2,14 @@
 #include <tbb/parallel_for.h>
 
 #include "core/cpu/cpu_stream.h"
+#include "core/cpu/dry_stream.h"
 #include "core/launch.h"
 
 namespace stp {
 
 void cpu_parallel_for(Stream& stream, std::size_t n, std::size_t grain,
                       std::function<void(std::size_t, std::size_t)> body) {
+  if (is_dry(stream)) return;
   CpuStream& s = as_cpu_stream(stream);
   grain = grain == 0 ? 1 : grain;
   s.enqueue(

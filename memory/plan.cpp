@@ -1,0 +1,19 @@
+#include "memory/plan.h"
+
+namespace stp {
+
+bool RankPlan::offloads() const {
+  for (const auto& chunk : units)
+    for (const UnitPlan& u : chunk)
+      if (u.offload) return true;
+  return false;
+}
+
+bool RankPlan::recomputes() const {
+  for (const auto& chunk : units)
+    for (const UnitPlan& u : chunk)
+      if (u.recompute != Recompute::None) return true;
+  return false;
+}
+
+}  // namespace stp

@@ -1,0 +1,57 @@
+// A memory plan: per rank, what happens to each unit's activation records between its forward
+// and its backward (keep, offload to pinned host memory, recompute), when offloaded sets are
+// prefetched, and what the planner predicts. Made by memory/planner.h, carried out by the
+// executor (train/executor.h), the offload engine (offload/) and the model (Stage::set_recompute).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memory/block_arena.h"
+#include "memory/recompute.h"
+
+namespace stp {
+
+struct UnitPlan {
+  Recompute recompute = Recompute::None;
+  bool offload = false;  // move the records F leaves behind (after any recompute drops) to host
+};
+
+struct PrefetchPoint {
+  int chunk = 0, mb = 0;  // the activation set (local chunk, 1-based microbatch)
+};
+
+// One pipeline rank's decisions (every TP rank of it runs the same plan).
+struct RankPlan {
+  std::vector<std::vector<UnitPlan>> units;           // [local chunk][unit]
+  std::vector<std::vector<PrefetchPoint>> prefetch;   // [op index]: sets to prefetch before the op
+  bool offloads() const;
+  bool recomputes() const;
+};
+
+// What the planner predicts for one device (global rank).
+struct RankPrediction {
+  std::size_t peak_device_bytes = 0;  // live bytes of the caching allocator: exact on every backend
+  std::size_t peak_reserved_bytes = 0;
+  std::array<std::size_t, kMemoryCategories> peak_by_category{};
+  std::size_t host_pinned_bytes = 0;  // peak pool bytes this device's offload needs
+  std::uint64_t offload_bytes_per_step = 0;  // D2H bytes (= H2D bytes)
+  double compute_s = 0;                // estimated compute time per step (FLOPs / rate)
+  double recompute_s = 0;              // added forward work per step
+  double exposed_copy_s = 0;           // copy time per step the compute cannot hide
+  double step_cost_s() const { return recompute_s + exposed_copy_s; }
+};
+
+struct MemoryPlan {
+  bool feasible = true;
+  std::size_t device_budget = SIZE_MAX;
+  std::size_t min_device_budget = 0;      // the smallest budget any plan of this config fits
+  std::vector<RankPlan> ranks;            // [pp rank]
+  std::vector<RankPrediction> predicted;  // [global rank]
+  std::string summary;                    // one line per decision group, for people
+};
+
+}  // namespace stp

@@ -1,0 +1,161 @@
+#include "memory/planner.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+
+namespace stp {
+namespace {
+
+std::vector<RankPlan> empty_plans(const PlannerInput& in) {
+  std::vector<RankPlan> plans(static_cast<std::size_t>(in.pp));
+  for (int r = 0; r < in.pp; ++r)
+    for (int n : in.units[static_cast<std::size_t>(r)]) plans[static_cast<std::size_t>(r)].units.emplace_back(static_cast<std::size_t>(n));
+  return plans;
+}
+
+UnitPlan& at(std::vector<RankPlan>& plans, const PlanCandidate& c) {
+  return plans[static_cast<std::size_t>(c.pp_rank)].units[static_cast<std::size_t>(c.chunk)][static_cast<std::size_t>(c.unit)];
+}
+
+// The strongest recompute level a mode allows for a candidate.
+Recompute strongest(const std::string& mode, const PlanCandidate& c) {
+  if (mode == "none") return Recompute::None;
+  if (mode == "selective") return c.selective_saving ? Recompute::Selective : Recompute::None;
+  if (c.full_saving) return Recompute::Full;
+  return c.selective_saving ? Recompute::Selective : Recompute::None;
+}
+
+std::size_t peak_of_pp_rank(const PlannerInput& in, const std::vector<RankPrediction>& pred, int pp_rank) {
+  std::size_t peak = 0;
+  for (int t = 0; t < in.tp; ++t) peak = std::max(peak, pred[static_cast<std::size_t>(pp_rank * in.tp + t)].peak_device_bytes);
+  return peak;
+}
+
+struct Move {
+  const PlanCandidate* c = nullptr;
+  bool offload = false;
+  Recompute level = Recompute::None;
+  double cost_per_byte = 0;
+};
+
+// The cheapest move left for one pp rank, given its current decisions and prediction.
+Move cheapest_move(const PlannerInput& in, std::vector<RankPlan>& plans, const RankPrediction& pred, int pp_rank) {
+  Move best;
+  double best_key = std::numeric_limits<double>::infinity();
+  const double m = in.microbatches;
+  const double copy_s = static_cast<double>(pred.offload_bytes_per_step) / in.link_bytes_per_s;
+  for (const PlanCandidate& c : in.candidates) {
+    if (c.pp_rank != pp_rank) continue;
+    UnitPlan& u = at(plans, c);
+    auto consider = [&](Move mv, double cost, std::size_t bytes) {
+      if (bytes == 0) return;
+      // Ties (e.g. offloads that all hide under compute) go to the longest-lived sets first:
+      // lower chunks, then earlier units, whose backward comes last.
+      double key = cost / static_cast<double>(bytes) + 1e-15 * (c.chunk * 1000 + c.unit);
+      if (key < best_key) {
+        best_key = key;
+        mv.cost_per_byte = cost / static_cast<double>(bytes);
+        best = mv;
+      }
+    };
+    if (in.offload == "auto" && !u.offload && c.offload_bytes) {
+      double more = copy_s + m * static_cast<double>(c.offload_bytes) / in.link_bytes_per_s;
+      double exposed_now = std::max(0.0, copy_s - pred.compute_s);
+      double exposed_next = std::max(0.0, more - pred.compute_s);
+      consider(Move{&c, true, u.recompute, 0}, exposed_next - exposed_now, c.offload_bytes);
+    }
+    if (in.recompute == "auto" || in.recompute == "selective" || in.recompute == "full") {
+      if (in.recompute == "auto" || in.recompute == "full") {
+        if (u.recompute == Recompute::None && c.selective_saving)
+          consider(Move{&c, u.offload, Recompute::Selective, 0}, m * c.forward_s * c.selective_cost, c.selective_saving);
+        if (u.recompute != Recompute::Full && c.full_saving) {
+          double have = u.recompute == Recompute::Selective ? c.selective_cost : 0;
+          std::size_t saved = u.recompute == Recompute::Selective ? c.selective_saving : 0;
+          if (c.full_saving > saved)
+            consider(Move{&c, u.offload, Recompute::Full, 0}, m * c.forward_s * (c.full_cost - have), c.full_saving - saved);
+        }
+      }
+    }
+  }
+  return best;
+}
+
+std::string summarize(const PlannerInput& in, const std::vector<RankPlan>& plans) {
+  std::string out;
+  for (const PlanCandidate& c : in.candidates) {
+    const UnitPlan& u = plans[static_cast<std::size_t>(c.pp_rank)].units[static_cast<std::size_t>(c.chunk)][static_cast<std::size_t>(c.unit)];
+    if (!u.offload && u.recompute == Recompute::None) continue;
+    out += str("rank ", c.pp_rank, " chunk ", c.chunk, " ", c.name, ": ", u.offload ? "offload" : "keep",
+               u.recompute != Recompute::None ? str(" + recompute ", to_string(u.recompute)) : std::string(), "\n");
+  }
+  return out.empty() ? "keep every activation\n" : out;
+}
+
+}  // namespace
+
+std::string describe_categories(const RankPrediction& p) {
+  std::string s;
+  for (std::size_t c = 0; c < kMemoryCategories; ++c)
+    s += str(c ? ", " : "", to_string(static_cast<MemoryCategory>(c)), " ", format_bytes(p.peak_by_category[c]));
+  return s;
+}
+
+MemoryPlan plan_memory(const PlannerInput& in) {
+  STP_ASSERT(in.evaluate && static_cast<int>(in.units.size()) == in.pp && in.link_bytes_per_s > 0, "bad planner input");
+  MemoryPlan out;
+  out.device_budget = in.device_budget;
+
+  // The most the enabled levers can do: the minimum feasible budget.
+  std::vector<RankPlan> most = empty_plans(in);
+  for (const PlanCandidate& c : in.candidates) {
+    UnitPlan& u = at(most, c);
+    u.recompute = strongest(in.recompute, c);
+    u.offload = in.offload != "none" && c.offload_bytes > 0;
+  }
+  std::vector<RankPrediction> most_pred = in.evaluate(most);
+  for (const RankPrediction& p : most_pred) out.min_device_budget = std::max(out.min_device_budget, p.peak_device_bytes);
+  if (out.min_device_budget > in.device_budget) {
+    out.feasible = false;
+    out.ranks = std::move(most);
+    out.predicted = std::move(most_pred);
+    out.summary = summarize(in, out.ranks);
+    return out;
+  }
+
+  // Forced levers, then greedy moves for ranks over budget.
+  std::vector<RankPlan> plans = empty_plans(in);
+  for (const PlanCandidate& c : in.candidates) {
+    UnitPlan& u = at(plans, c);
+    if (in.offload == "all") u.offload = c.offload_bytes > 0;
+    if (in.recompute == "selective" || in.recompute == "full") u.recompute = strongest(in.recompute, c);
+  }
+  std::vector<RankPrediction> pred = in.evaluate(plans);
+  for (int round = 0;; ++round) {
+    bool over = false, moved = false;
+    for (int r = 0; r < in.pp; ++r) {
+      if (peak_of_pp_rank(in, pred, r) <= in.device_budget) continue;
+      over = true;
+      Move mv = cheapest_move(in, plans, pred[static_cast<std::size_t>(r * in.tp)], r);
+      if (!mv.c) continue;
+      UnitPlan& u = at(plans, *mv.c);
+      u.offload = mv.offload;
+      u.recompute = mv.level;
+      moved = true;
+    }
+    if (!over) break;
+    if (!moved) {  // every lever used and still over: the levers' most is the answer
+      plans = most;
+      pred = most_pred;
+      break;
+    }
+    pred = in.evaluate(plans);
+  }
+  out.ranks = std::move(plans);
+  out.predicted = std::move(pred);
+  out.summary = summarize(in, out.ranks);
+  return out;
+}
+
+}  // namespace stp

@@ -1,0 +1,58 @@
+// The memory planner: chooses per (rank, chunk, unit) keep / offload / recompute so that every
+// device's predicted peak stays within memory.device_budget at the least predicted slowdown.
+//
+// Policy only (aesthetics: policy apart from mechanism). The caller supplies
+//   * the candidates: which units can be offloaded or recomputed, how many bytes per microbatch
+//     each lever frees, and what it costs (forward seconds re-run; bytes over the link);
+//   * an evaluator that predicts every device's peaks for a set of decisions. stp's evaluator is
+//     a dry run of one training process (core/cpu/dry_stream.h): the same host program with the
+//     same allocation sequence, so its peaks are exactly what a real run measures.
+//
+// Search: levers set to `none` are never used, `all` / `selective` / `full` are forced on every
+// candidate, `auto` levers are added greedily. First the most the enabled levers can do is
+// evaluated: if even that exceeds the budget the config is infeasible and min_device_budget says
+// what would fit. Otherwise, starting from the forced decisions, each round gives every rank that
+// is over budget its cheapest remaining move — cost per byte freed, where offloading costs only
+// the copy time the compute of a step cannot hide and recomputing costs its forward time — and
+// re-evaluates, until every rank fits.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "memory/plan.h"
+
+namespace stp {
+
+struct PlanCandidate {
+  int pp_rank = 0, chunk = 0, unit = 0;
+  std::string name;                   // "h.3.attn"
+  std::size_t offload_bytes = 0;      // bytes per microbatch F leaves behind (after recompute drops)
+  std::size_t selective_saving = 0;   // bytes per microbatch Selective drops (0: not supported)
+  std::size_t full_saving = 0;        // bytes per microbatch Full drops (0: not supported)
+  double forward_s = 0;               // forward time of the unit per microbatch
+  double selective_cost = 0, full_cost = 0;  // fraction of the forward re-run
+};
+
+struct PlannerInput {
+  std::size_t device_budget = SIZE_MAX;
+  std::string offload = "auto";       // auto | none | all
+  std::string recompute = "auto";     // auto | none | selective | full
+  int pp = 1;
+  int tp = 1;                         // global rank = pp_rank * tp + tp_rank
+  int microbatches = 1;
+  std::vector<std::vector<int>> units;  // [pp rank][local chunk] unit count
+  std::vector<PlanCandidate> candidates;
+  double link_bytes_per_s = 1;        // D2H / H2D rate (each direction)
+  // Fills each plan's prefetch points and returns predictions [global rank].
+  std::function<std::vector<RankPrediction>(std::vector<RankPlan>&)> evaluate;
+};
+
+MemoryPlan plan_memory(const PlannerInput& in);
+
+// "weights 1.2 MiB, gradients ..., activations ..." of one prediction.
+std::string describe_categories(const RankPrediction& p);
+
+}  // namespace stp

@@ -1,0 +1,103 @@
+// OffloadEngine: moves activation records (models/activation.h) of one rank to the pinned host
+// pool right after the forward that produced them, and back before the backward that reads them.
+//
+// Per record a handle walks  resident -> offloading -> offloaded -> prefetching -> resident:
+//   offload(set, unit)   after F(u, mb) is enqueued on compute. The D2H stream waits on an event
+//                        recorded on compute (the producer), copies each record into a pool
+//                        buffer, and the record drops its device tensor at once: the caching
+//                        allocator's fence (memory/block_arena.h) keeps the bytes from being
+//                        reused before the copy has read them.
+//   prefetch(key)        ahead of the consuming backward (the executor decides how far ahead).
+//                        The H2D stream first waits for the D2H of the same records (Megatron-
+//                        LM#7398 reloaded before its own offload had finished), copies into a
+//                        fresh device buffer, and the host buffer returns to the pool fenced by
+//                        the H2D stream.
+//   make_ready(key, s)   before the first unit of that backward: stream s waits on the prefetch
+//                        event (a stream wait, never a host wait); prefetches first if the
+//                        executor had not.
+// Records that share their storage with another live tensor are not moved (nothing would be
+// freed); they are counted in `skipped_shared`.
+//
+// Counters: bytes each way, copies, and (when tracing) d2h / h2d spans with their bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "models/activation.h"
+
+namespace stp {
+
+struct OffloadCounters {
+  std::uint64_t d2h_bytes = 0, h2d_bytes = 0;
+  std::uint64_t d2h_copies = 0, h2d_copies = 0;
+  std::uint64_t skipped_shared = 0;  // records not moved: their storage is shared
+  std::uint64_t late_prefetches = 0; // prefetches issued by make_ready itself (no lookahead)
+};
+
+struct OffloadEngineOptions {
+  // Test-only fault injection: omit the H2D stream's wait for the D2H of the same records, the
+  // ordering bug of Megatron-LM#7398. Tests prove the equivalence checks catch it.
+  bool fault_skip_d2h_wait = false;
+};
+
+class OffloadEngine {
+ public:
+  // compute: the stream that produces and consumes records; device_alloc: where reloaded records
+  // go; host_pool: pinned host memory (memory/pinned_pool.h). All must outlive the engine.
+  OffloadEngine(Device& device, Stream& compute, Allocator& device_alloc, Allocator& host_pool,
+                OffloadEngineOptions options = {});
+  ~OffloadEngine();  // drains the copy streams
+
+  // Identifies one chunk-microbatch activation set.
+  struct Key {
+    int chunk = 0, mb = 0;
+    auto operator<=>(const Key&) const = default;
+  };
+
+  // Moves the records F(u, mb) saved into `set` (those saved by F and resident) to host.
+  void offload(Key key, int unit, RecordSet& set);
+  // Starts bringing every offloaded record of `key` back (no-op if none or already under way).
+  void prefetch(Key key);
+  // Orders `consumer` after the reload of `key` (prefetching now if needed).
+  void make_ready(Key key, Stream& consumer);
+  bool has_offloaded(Key key) const;  // records of key are on host or on their way back
+
+  Stream& d2h() { return *d2h_; }
+  Stream& h2d() { return *h2d_; }
+  OffloadCounters counters() const { return counters_; }
+  void synchronize();  // both copy streams; rethrows their errors
+
+ private:
+  enum class State : std::uint8_t { Offloading, Prefetching };
+  struct Moved {           // one record away from its device tensor
+    RecordSet* set;        // the stage's record set (map nodes: stable while the record lives)
+    std::string name;      // the record's full name
+    Tensor host;           // pinned copy
+    Tensor device;         // the reload buffer (Prefetching)
+  };
+  struct Entry {
+    State state = State::Offloading;
+    std::vector<Moved> records;
+    std::vector<std::unique_ptr<Event>> offloaded;  // one per offload() call: D2H done
+    std::unique_ptr<Event> reloaded;                // H2D done
+  };
+
+  Device& device_;
+  Stream& compute_;
+  Allocator& device_alloc_;
+  Allocator& host_pool_;
+  OffloadEngineOptions options_;
+  std::unique_ptr<Stream> d2h_, h2d_;
+  std::map<Key, Entry> entries_;
+  OffloadCounters counters_;
+};
+
+}  // namespace stp

@@ -1,0 +1,252 @@
+#include "train/memory_planning.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "core/cpu/cpu_device.h"
+#include "core/error.h"
+#include "memory/planner.h"
+#include "models/gpt2_stage.h"
+#include "schedule/schedule.h"
+#include "train/trainer.h"
+
+namespace stp {
+namespace {
+
+// Nominal rates where nothing better is known (documented in docs/memory.md).
+constexpr double kCpuLinkBytesPerS = 8e9;    // memcpy between host buffers
+constexpr double kCudaLinkBytesPerS = 25e9;  // PCIe 4.0 x16, one direction
+constexpr double kCudaFlops = 20e12;         // FP32 GEMM class throughput of a datacenter GPU
+
+GPT2Config model_of(const Config& c) {
+  GPT2Config m;
+  m.n_layer = c.model.n_layer;
+  m.n_head = c.model.n_head;
+  m.n_embd = c.model.n_embd;
+  m.vocab_size = c.model.vocab_size;
+  m.seq_len = c.model.seq_len;
+  return m;
+}
+
+// GEMM throughput one rank gets: a short probe on this host with the thread share a rank has
+// (the trainer gives each rank cpu_threads / ranks OpenBLAS threads), or a nominal GPU figure.
+double rank_flops(const Config& c) {
+  if (c.parallel.backend == "cuda") return kCudaFlops;
+  const int n = 256;
+  std::vector<float> a(static_cast<std::size_t>(n) * n, 1.0f), b(a), out(a.size());
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, out.data(), n);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * n * n * n / best;
+}
+
+// Forward FLOPs of one unit for one microbatch on one TP rank.
+double unit_flops(const Config& c, const std::string& name) {
+  const double B = c.train.micro_batch_size, T = c.model.seq_len, C = c.model.n_embd, V = c.model.vocab_size;
+  const double tp = c.parallel.tp, N = B * T;
+  auto ends_with = [&](const char* s) { return name.size() >= std::string(s).size() && name.compare(name.size() - std::string(s).size(), std::string::npos, s) == 0; };
+  if (ends_with(".attn")) return 2 * N * C * 3 * C / tp + 4 * B * T * T * C / tp + 2 * N * C * C / tp;
+  if (ends_with(".mlp")) return 2 * 2 * N * C * 4 * C / tp;
+  if (name == "head") return 2 * N * C * V;
+  return N * C;  // embed / input: elementwise
+}
+
+struct ModelLayout {
+  sched::Schedule schedule;
+  int layers_per_stage = 0;
+  std::unique_ptr<CpuDevice> device;  // declared before the stages, which free into it
+  std::unique_ptr<Allocator> alloc;
+  std::vector<std::vector<std::unique_ptr<GPT2Stage>>> stages;  // [pp rank][chunk], TP rank 0, dry device
+};
+
+// The stages of TP rank 0 of every pipeline rank on a dry device: unit names, counts, savings.
+ModelLayout build_shape(const Config& c) {
+  ModelLayout s;
+  s.schedule = sched::generate(c.parallel.schedule, c.parallel.pp, c.train.microbatches);
+  s.layers_per_stage = c.model.n_layer / s.schedule.n_stages();
+  CpuDeviceOptions dry;
+  dry.dry_run = true;
+  s.device = std::make_unique<CpuDevice>(0, dry);
+  s.alloc = std::make_unique<DeviceAllocator>(*s.device);
+  for (int r = 0; r < c.parallel.pp; ++r) {
+    s.stages.emplace_back();
+    for (int ch = 0; ch < s.schedule.chunks; ++ch) {
+      GPT2StageSpec spec;
+      spec.layer_begin = s.schedule.stage(r, ch) * s.layers_per_stage;
+      spec.layer_end = spec.layer_begin + s.layers_per_stage;
+      spec.tp_rank = 0;
+      spec.tp_size = c.parallel.tp;
+      spec.micro_batch_size = c.train.micro_batch_size;
+      s.stages.back().push_back(std::make_unique<GPT2Stage>(model_of(c), spec, *s.alloc));
+    }
+  }
+  return s;
+}
+
+// Where each offloaded set starts its reload: `lookahead` ops before its first backward, never
+// before the op after its last forward; STP's reload markers (stp-spec §5) win where present.
+void place_prefetches(RankPlan& plan, const std::vector<sched::Op>& ops, int lookahead) {
+  plan.prefetch.assign(ops.size(), {});
+  std::map<std::pair<int, int>, int> last_f, first_b, marker;
+  for (int k = 0; k < static_cast<int>(ops.size()); ++k) {
+    const sched::Op& op = ops[static_cast<std::size_t>(k)];
+    for (int i = 0; i < op.n_parts(); ++i) {
+      const sched::Part& p = op.part(i);
+      if (p.pass == sched::Pass::F) last_f[{p.chunk, p.mb}] = k;
+      if (p.pass == sched::Pass::B && !first_b.count({p.chunk, p.mb})) first_b[{p.chunk, p.mb}] = k;
+    }
+    for (const sched::ChunkMb& m : op.reload)
+      if (!marker.count({m.chunk, m.mb})) marker[{m.chunk, m.mb}] = k;
+  }
+  for (auto& [key, b] : first_b) {
+    const auto& units = plan.units[static_cast<std::size_t>(key.first)];
+    if (std::none_of(units.begin(), units.end(), [](const UnitPlan& u) { return u.offload; })) continue;
+    int f = last_f.count(key) ? last_f[key] : -1;
+    int at = std::max(f + 1, b - lookahead);
+    auto m = marker.find(key);
+    if (m != marker.end() && m->second > f && m->second <= b) at = m->second;
+    plan.prefetch[static_cast<std::size_t>(at)].push_back({key.first, key.second});
+  }
+}
+
+MemoryPlan keep_everything(const ModelLayout& s, int pp) {
+  MemoryPlan mp;
+  for (int r = 0; r < pp; ++r) {
+    RankPlan rp;
+    for (auto& st : s.stages[static_cast<std::size_t>(r)]) rp.units.emplace_back(static_cast<std::size_t>(st->num_units()));
+    rp.prefetch.assign(s.schedule.ranks[static_cast<std::size_t>(r)].size(), {});
+    mp.ranks.push_back(std::move(rp));
+  }
+  return mp;
+}
+
+}  // namespace
+
+MemoryPlan make_memory_plan(const Config& config) {
+  ModelLayout shape = build_shape(config);
+  const int pp = config.parallel.pp, tp = config.parallel.tp, m = config.train.microbatches;
+  const double flops = rank_flops(config);
+  double link = config.memory.link_bandwidth;
+  if (link <= 0) link = config.parallel.backend == "cuda" ? kCudaLinkBytesPerS : kCpuLinkBytesPerS;
+
+  PlannerInput in;
+  in.device_budget = config.memory.device_budget ? static_cast<std::size_t>(*config.memory.device_budget) : SIZE_MAX;
+  in.offload = config.memory.offload;
+  in.recompute = config.memory.recompute;
+  in.pp = pp;
+  in.tp = tp;
+  in.microbatches = m;
+  in.link_bytes_per_s = link;
+  std::vector<double> compute_s(static_cast<std::size_t>(pp), 0.0);  // per step, per pp rank
+  for (int r = 0; r < pp; ++r) {
+    in.units.emplace_back();
+    for (int ch = 0; ch < shape.schedule.chunks; ++ch) {
+      GPT2Stage& st = *shape.stages[static_cast<std::size_t>(r)][static_cast<std::size_t>(ch)];
+      in.units.back().push_back(st.num_units());
+      for (int u = 0; u < st.num_units(); ++u) {
+        double fs = unit_flops(config, st.unit_name(u)) / flops;
+        compute_s[static_cast<std::size_t>(r)] += 3.0 * m * fs;  // F + B + W ~ 3 F
+        std::size_t full = st.recompute_saving(u, Recompute::Full);
+        if (full == 0) continue;  // only the transformer units have records worth moving
+        PlanCandidate c;
+        c.pp_rank = r;
+        c.chunk = ch;
+        c.unit = u;
+        c.name = st.unit_name(u);
+        // What F leaves behind: everything Full drops plus the kept input (B, T, C).
+        c.offload_bytes = full + static_cast<std::size_t>(config.train.micro_batch_size) * config.model.seq_len *
+                                     config.model.n_embd * sizeof(float);
+        c.selective_saving = st.recompute_saving(u, Recompute::Selective);
+        c.full_saving = full;
+        c.forward_s = fs;
+        c.selective_cost = st.recompute_cost(u, Recompute::Selective);
+        c.full_cost = st.recompute_cost(u, Recompute::Full);
+        in.candidates.push_back(c);
+      }
+    }
+  }
+
+  Config dry_config = config;
+  dry_config.output.trace = false;
+  in.evaluate = [&](std::vector<RankPlan>& plans) {
+    MemoryPlan mp;
+    for (int r = 0; r < pp; ++r) {
+      // Lookahead in ops: enough average op time to cover one set's copy.
+      const auto& ops = shape.schedule.ranks[static_cast<std::size_t>(r)];
+      double set_bytes = 0;
+      for (const PlanCandidate& c : in.candidates)
+        if (c.pp_rank == r && plans[static_cast<std::size_t>(r)].units[static_cast<std::size_t>(c.chunk)][static_cast<std::size_t>(c.unit)].offload)
+          set_bytes += static_cast<double>(c.offload_bytes) / shape.schedule.chunks;
+      double op_s = compute_s[static_cast<std::size_t>(r)] / std::max<std::size_t>(1, ops.size());
+      int lookahead = std::max(1, static_cast<int>(std::ceil(set_bytes / link / std::max(op_s, 1e-12))));
+      place_prefetches(plans[static_cast<std::size_t>(r)], ops, lookahead);
+    }
+    mp.ranks = plans;
+    TrainerOptions o;
+    o.dry_run = true;
+    o.plan = &mp;
+    Trainer dry(dry_config, o);
+    dry.step();
+    dry.step();  // the steady state: optimizer state exists, caches are warm
+    std::vector<RankPrediction> out;
+    auto mem = dry.device_memory();
+    for (int g = 0; g < pp * tp; ++g) {
+      const auto& d = mem[static_cast<std::size_t>(g)];
+      const int r = g / tp;
+      RankPrediction p;
+      p.peak_device_bytes = d.device.peak_allocated;
+      p.peak_reserved_bytes = d.device.peak_reserved;
+      p.peak_by_category = d.device.peak_by_category;
+      p.host_pinned_bytes = d.pinned.high_water;
+      p.offload_bytes_per_step = d.d2h_bytes / 2;
+      p.compute_s = compute_s[static_cast<std::size_t>(r)];
+      for (const PlanCandidate& c : in.candidates) {
+        if (c.pp_rank != r) continue;
+        Recompute level = plans[static_cast<std::size_t>(r)].units[static_cast<std::size_t>(c.chunk)][static_cast<std::size_t>(c.unit)].recompute;
+        double cost = level == Recompute::Full ? c.full_cost : level == Recompute::Selective ? c.selective_cost : 0;
+        p.recompute_s += m * c.forward_s * cost;
+      }
+      p.exposed_copy_s = std::max(0.0, static_cast<double>(p.offload_bytes_per_step) / link - p.compute_s);
+      out.push_back(p);
+    }
+    return out;
+  };
+  MemoryPlan plan = plan_memory(in);
+  if (plan.ranks.empty()) plan = keep_everything(shape, pp);
+  return plan;
+}
+
+void check_plan(const MemoryPlan& plan, const Config& config) {
+  if (!plan.feasible) {
+    std::size_t worst = 0;
+    for (std::size_t g = 0; g < plan.predicted.size(); ++g)
+      if (plan.predicted[g].peak_device_bytes > plan.predicted[worst].peak_device_bytes) worst = g;
+    const RankPrediction& p = plan.predicted[worst];
+    throw Error(str("memory.device_budget = ", format_bytes(plan.device_budget), " is too small: with memory.offload: ",
+                    config.memory.offload, " and memory.recompute: ", config.memory.recompute, " device ", worst,
+                    " still needs ", format_bytes(p.peak_device_bytes), " (", describe_categories(p),
+                    "). The minimum feasible budget is ", format_bytes(plan.min_device_budget), " (",
+                    plan.min_device_budget, " bytes); raise memory.device_budget to at least that",
+                    config.memory.offload == "none" || config.memory.recompute == "none"
+                        ? ", or set memory.offload / memory.recompute to auto"
+                        : "",
+                    ", or lower train.micro_batch_size."));
+  }
+  std::size_t pinned = 0;
+  for (const RankPrediction& p : plan.predicted) pinned += p.host_pinned_bytes;
+  if (config.memory.host_budget && pinned > *config.memory.host_budget)
+    throw Error(str("the plan offloads ", format_bytes(pinned), " of activations to pinned host memory but memory.host_budget = ",
+                    format_bytes(static_cast<std::size_t>(*config.memory.host_budget)),
+                    "; raise memory.host_budget, or set memory.offload: none to recompute instead"));
+}
+
+}  // namespace stp

@@ -1,0 +1,19 @@
+// Memory planning for a training config: builds the planner's input (memory/planner.h) from the
+// model and schedule, and evaluates candidate plans by dry runs of the trainer
+// (TrainerOptions::dry_run), whose allocation sequence is the real run's. Used by Trainer (before
+// any step) and by `stp plan`.
+#pragma once
+
+#include "core/config.h"
+#include "memory/plan.h"
+
+namespace stp {
+
+// Always returns a plan; `feasible` is false when nothing fits memory.device_budget.
+MemoryPlan make_memory_plan(const Config& config);
+
+// Throws stp::Error (before any step) when the plan is infeasible — naming the budget, the minimum
+// feasible budget and what consumes it — or when the pinned pools exceed memory.host_budget.
+void check_plan(const MemoryPlan& plan, const Config& config);
+
+}  // namespace stp
