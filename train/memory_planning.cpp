@@ -175,8 +175,11 @@ MemoryPlan make_memory_plan(const Config& config) {
     }
   }
 
+  // Candidate plans run without a budget, so an over-budget plan reports its peak instead of
+  // failing; the chosen plan is then checked under the real budget (fragmentation).
   Config dry_config = config;
   dry_config.output.trace = false;
+  dry_config.memory.device_budget.reset();
   in.evaluate = [&](std::vector<RankPlan>& plans) {
     MemoryPlan mp;
     for (int r = 0; r < pp; ++r) {
@@ -220,8 +223,35 @@ MemoryPlan make_memory_plan(const Config& config) {
     }
     return out;
   };
-  MemoryPlan plan = plan_memory(in);
-  if (plan.ranks.empty()) plan = keep_everything(shape, pp);
+  // A plan whose live bytes fit may still not be placeable in the budget (fragmentation): check
+  // it under the real budget, and if it fails plan again for 5% less, up to 8 times.
+  const std::size_t budget = in.device_budget;
+  MemoryPlan plan;
+  for (int attempt = 0;; ++attempt) {
+    plan = plan_memory(in);
+    plan.device_budget = budget;
+    if (plan.ranks.empty()) plan = keep_everything(shape, pp);
+    if (!plan.feasible || budget == SIZE_MAX) break;
+    Config budgeted = dry_config;
+    budgeted.memory.device_budget = budget;
+    TrainerOptions o;
+    o.dry_run = true;
+    o.plan = &plan;
+    try {
+      Trainer dry(budgeted, o);
+      dry.step();
+      dry.step();
+      if (attempt) plan.summary += str("(planned for ", format_bytes(in.device_budget), " to leave room for fragmentation)\n");
+      break;
+    } catch (const OutOfMemoryError& e) {
+      if (attempt == 7) {
+        plan.feasible = false;
+        plan.summary += str("fragmentation: the live bytes fit but the allocator could not place them: ", e.what(), "\n");
+        break;
+      }
+      in.device_budget -= budget / 20;
+    }
+  }
   return plan;
 }
 

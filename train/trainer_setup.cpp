@@ -121,6 +121,9 @@ void Trainer::Impl::build_rank(Rank& r) {
   ArenaOptions arena = device_arena_options(*r.device, config.memory.device_budget
                                                            ? static_cast<std::size_t>(*config.memory.device_budget)
                                                            : SIZE_MAX);
+  // With a budget the arena takes it as one segment: carving one range, with coalescing, leaves
+  // far less fragmentation than exact-size segments once the budget is tight.
+  if (arena.budget != SIZE_MAX) arena.segment_bytes = arena.budget;
   arena.advice = "Raise memory.device_budget, let stp offload and recompute activations (memory.offload: auto, "
                  "memory.recompute: auto; `stp plan CONFIG` shows what fits), or lower train.micro_batch_size.";
   r.alloc = std::make_unique<BlockArena>(*r.device, *r.compute, std::move(arena));

@@ -1,0 +1,141 @@
+// The memory levers end to end on the CPU backend (exact peaks): offload, recompute and the
+// planner's mix train bitwise like keeping everything; the planner's predicted peaks equal the
+// measured ones and stay within the budget; infeasible budgets fail before any step.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "tests/train/train_fixture.h"
+#include "train/trainer.h"
+
+namespace {
+
+using stp::testing::tiny_config;
+
+struct TrainRun {
+  std::vector<double> losses;
+  std::map<std::string, stp::HostTensor> params;
+  std::vector<std::uint64_t> peaks;
+  std::uint64_t pinned = 0;
+  stp::MemoryPlan plan;
+};
+
+TrainRun train(std::vector<std::string> overrides, int steps = 3) {
+  overrides.insert(overrides.begin(), {"parallel.tp=2", "parallel.pp=2", "model.n_layer=4"});
+  stp::Trainer t(tiny_config(overrides));
+  TrainRun out;
+  for (int i = 0; i < steps; ++i) {
+    stp::StepResult r = t.step();
+    out.losses.push_back(r.loss);
+    out.peaks = r.peak_device_bytes;
+    out.pinned = r.peak_host_pinned_bytes;
+  }
+  out.params = t.full_parameters();
+  out.plan = t.memory_plan();
+  return out;
+}
+
+void expect_bitwise_equal(const TrainRun& a, const TrainRun& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (const auto& [name, t] : a.params) {
+    const stp::HostTensor& u = b.params.at(name);
+    ASSERT_EQ(t.data.size(), u.data.size()) << name;
+    EXPECT_EQ(0, std::memcmp(t.data.data(), u.data.data(), 4 * t.data.size())) << name;
+  }
+}
+
+
+// Same kernels on the same inputs in the same order: every lever must be bitwise neutral.
+TEST(MemoryLevers, OffloadRecomputeAndThePlannerTrainBitwiseLikeKeepingEverything) {
+  for (const char* schedule : {"stp", "zb-v", "1f1b-i"}) {
+    SCOPED_TRACE(schedule);
+    std::string sched = std::string("parallel.schedule=") + schedule;
+    TrainRun keep = train({sched});
+    std::size_t minimum = train({sched, "memory.offload=auto", "memory.recompute=auto"}, 1).plan.min_device_budget;
+    for (std::vector<std::string> lever : std::vector<std::vector<std::string>>{
+             {"memory.offload=all"}, {"memory.recompute=full"}, {"memory.recompute=selective"},
+             {"memory.offload=auto", "memory.recompute=auto", "memory.device_budget=" + std::to_string((keep.peaks[0] + minimum) / 2)}}) {
+      SCOPED_TRACE(lever.back());
+      lever.push_back(sched);
+      TrainRun r = train(lever);
+      expect_bitwise_equal(r, keep);
+      EXPECT_LT(r.peaks[0], keep.peaks[0]) << "the lever saved nothing";
+    }
+  }
+}
+
+// For budgets from generous down to (nearly) the minimum: the measured peak of every device
+// equals the plan's prediction exactly and never exceeds the budget; the pinned pools are exactly
+// as large as predicted.
+TEST(MemoryPlanner, PredictedPeaksEqualMeasuredPeaksWithinEveryBudget) {
+  for (const char* schedule : {"stp", "zb-v", "1f1b-i"}) {
+    SCOPED_TRACE(schedule);
+    std::string sched = std::string("parallel.schedule=") + schedule;
+    TrainRun keep = train({sched, "memory.offload=auto", "memory.recompute=auto"}, 2);
+    std::size_t generous = keep.peaks[0] * 2;
+    std::size_t minimum = keep.plan.min_device_budget;
+    ASSERT_LT(minimum, keep.peaks[0]);
+    // min_device_budget counts live bytes; placing them needs more (fragmentation, which the
+    // planner handles by planning below the budget): the tightest budget tested is a quarter of the
+    // way from the minimum to the unconstrained peak. Known gap: at the exact minimum placement
+    // can fail on this tiny model (docs/memory.md).
+    for (std::size_t budget : {generous, (keep.peaks[0] + minimum) / 2, minimum + (keep.peaks[0] - minimum) / 4}) {
+      SCOPED_TRACE(budget);
+      TrainRun r = train({sched, "memory.offload=auto", "memory.recompute=auto", "memory.device_budget=" + std::to_string(budget)}, 2);
+      std::uint64_t pinned = 0;
+      ASSERT_EQ(r.peaks.size(), r.plan.predicted.size());
+      for (std::size_t g = 0; g < r.peaks.size(); ++g) {
+        EXPECT_EQ(r.peaks[g], r.plan.predicted[g].peak_device_bytes) << "device " << g;
+        EXPECT_LE(r.peaks[g], budget) << "device " << g;
+        pinned += r.plan.predicted[g].host_pinned_bytes;
+      }
+      EXPECT_EQ(r.pinned, pinned);
+    }
+  }
+}
+
+TEST(MemoryPlanner, InfeasibleBudgetFailsBeforeAnyStepNamingTheMinimum) {
+  try {
+    stp::Trainer t(tiny_config({"parallel.tp=2", "parallel.pp=2", "model.n_layer=4", "memory.device_budget=64KiB"}));
+    FAIL() << "a 64 KiB budget was accepted";
+  } catch (const stp::Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("memory.device_budget"), std::string::npos) << what;
+    EXPECT_NE(what.find("minimum feasible budget"), std::string::npos) << what;
+    EXPECT_NE(what.find("activations"), std::string::npos) << what;
+  }
+}
+
+TEST(MemoryPlanner, HostBudgetExceededIsAClearError) {
+  try {
+    stp::Trainer t(tiny_config({"parallel.tp=2", "parallel.pp=2", "model.n_layer=4", "memory.offload=all", "memory.host_budget=4KiB"}));
+    FAIL() << "a 4 KiB host budget was accepted with offload: all";
+  } catch (const stp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("memory.host_budget"), std::string::npos) << e.what();
+  }
+}
+
+// After the first step the allocators never go back to the backend: no new segments, and the
+// pinned pool is the one segment reserved at start-up.
+TEST(MemoryPlanner, PoolsDoNotGrowInSteadyState) {
+  stp::Trainer t(tiny_config({"parallel.tp=2", "parallel.pp=2", "model.n_layer=4", "memory.offload=all"}));
+  t.step();
+  auto after_first = t.device_memory();
+  t.step();
+  t.step();
+  auto later = t.device_memory();
+  for (std::size_t g = 0; g < later.size(); ++g) {
+    EXPECT_EQ(later[g].device.segment_allocs, after_first[g].device.segment_allocs) << "device " << g;
+    EXPECT_EQ(later[g].pinned.segment_allocs, 1u) << "device " << g;
+    EXPECT_GT(later[g].d2h_bytes, 0u);
+    EXPECT_EQ(later[g].d2h_bytes, later[g].h2d_bytes);
+  }
+}
+
+}  // namespace

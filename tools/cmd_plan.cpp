@@ -1,0 +1,98 @@
+// stp plan CONFIG.yaml [--set KEY=VALUE]... [--json]
+//
+// Prints the memory plan a training run of CONFIG would use, without training: per device the
+// predicted peak by category (exact on the CPU backend: what metrics.jsonl will report), pinned
+// host bytes, the keep / offload / recompute decisions and the predicted step-time cost.
+// Exit status 0 when the plan fits memory.device_budget and memory.host_budget, 1 otherwise (the
+// plan is printed either way, with the minimum feasible budget).
+#include <cstdio>
+#include <string>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "memory/planner.h"
+#include "tools/command.h"
+#include "train/memory_planning.h"
+
+namespace {
+
+std::string decisions_json(const stp::RankPlan& plan) {
+  std::string out = "[";
+  bool first = true;
+  for (std::size_t c = 0; c < plan.units.size(); ++c) {
+    for (std::size_t u = 0; u < plan.units[c].size(); ++u) {
+      const stp::UnitPlan& d = plan.units[c][u];
+      if (!d.offload && d.recompute == stp::Recompute::None) continue;
+      out += stp::str(first ? "" : ",", "{\"chunk\":", c, ",\"unit\":", u, ",\"offload\":", d.offload ? "true" : "false",
+                      ",\"recompute\":\"", stp::to_string(d.recompute), "\"}");
+      first = false;
+    }
+  }
+  return out + "]";
+}
+
+int run(const stp::tools::Args& argv) {
+  std::string path;
+  std::vector<std::string> overrides;
+  bool json = false;
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "--json") {
+      json = true;
+    } else if (a == "--set") {
+      STP_CHECK(i + 1 < argv.size(), "--set needs KEY=VALUE");
+      overrides.push_back(argv[++i]);
+    } else if (a.rfind("--set=", 0) == 0) {
+      overrides.push_back(a.substr(6));
+    } else if (!a.empty() && a[0] == '-') {
+      throw stp::Error(stp::str("unknown option '", a, "' (usage: stp plan CONFIG.yaml [--set KEY=VALUE]... [--json])"));
+    } else {
+      STP_CHECK(path.empty(), "more than one config file given ('", path, "', '", a, "')");
+      path = a;
+    }
+  }
+  STP_CHECK(!path.empty(), "usage: stp plan CONFIG.yaml [--set KEY=VALUE]... [--json]");
+  stp::Config cfg = stp::load_config(path, overrides);
+  stp::MemoryPlan plan = stp::make_memory_plan(cfg);
+  const int tp = cfg.parallel.tp;
+  std::string error;
+  try {
+    stp::check_plan(plan, cfg);
+  } catch (const stp::Error& e) {
+    error = e.what();
+  }
+  if (json) {
+    std::string out = stp::str("{\"feasible\":", error.empty() ? "true" : "false", ",\"min_device_budget\":", plan.min_device_budget,
+                               ",\"ranks\":[");
+    for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
+      const stp::RankPrediction& p = plan.predicted[g];
+      std::string cats;
+      for (std::size_t c = 0; c < stp::kMemoryCategories; ++c)
+        cats += stp::str(c ? "," : "", "\"", stp::to_string(static_cast<stp::MemoryCategory>(c)), "\":", p.peak_by_category[c]);
+      out += stp::str(g ? "," : "", "{\"rank\":", g, ",\"peak_device_bytes\":", p.peak_device_bytes, ",\"peak_by_category\":{",
+                      cats, "},\"host_pinned_bytes\":", p.host_pinned_bytes, ",\"predicted_step_cost\":", p.step_cost_s(),
+                      ",\"decisions\":", decisions_json(plan.ranks[g / static_cast<std::size_t>(tp)]), "}");
+    }
+    std::printf("%s]}\n", out.c_str());
+  } else {
+    std::printf("memory plan for %s (schedule %s, tp %d, pp %d, m %d)\n", path.c_str(), cfg.parallel.schedule.c_str(), tp,
+                cfg.parallel.pp, cfg.train.microbatches);
+    std::printf("device budget %s, minimum feasible %s\n",
+                plan.device_budget == SIZE_MAX ? "unlimited" : stp::format_bytes(plan.device_budget).c_str(),
+                stp::format_bytes(plan.min_device_budget).c_str());
+    for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
+      const stp::RankPrediction& p = plan.predicted[g];
+      std::printf("device %zu: peak %s (%s); pinned host %s; offload %s/step; cost +%.1f ms/step (recompute %.1f, exposed copies %.1f) over %.1f ms compute\n",
+                  g, stp::format_bytes(p.peak_device_bytes).c_str(), stp::describe_categories(p).c_str(),
+                  stp::format_bytes(p.host_pinned_bytes).c_str(), stp::format_bytes(p.offload_bytes_per_step).c_str(),
+                  1e3 * p.step_cost_s(), 1e3 * p.recompute_s, 1e3 * p.exposed_copy_s, 1e3 * p.compute_s);
+    }
+    std::printf("decisions:\n%s", plan.summary.c_str());
+    if (!error.empty()) std::printf("not feasible: %s\n", error.c_str());
+  }
+  return error.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+static const stp::tools::Command kCmd{"plan", "plan    CONFIG.yaml [--set KEY=VALUE]... [--json]   per-device memory plan, no training", &run};
