@@ -53,8 +53,7 @@ std::vector<std::unique_ptr<Communicator>> make_comms(const std::vector<Device*>
   DeviceKind kind = devices.front()->kind();
   for (auto* d : devices) STP_ASSERT(d->kind() == kind, "communicator over mixed device kinds");
   if (kind == DeviceKind::Cpu) {
-    auto* cpu = dynamic_cast<CpuDevice*>(devices.front());
-    if (cpu && cpu->options().dry_run) return make_null_comms(static_cast<int>(devices.size()));
+    if (is_dry(*devices.front())) return make_null_comms(static_cast<int>(devices.size()));
     return make_host_comms(static_cast<int>(devices.size()), host);
   }
 #if defined(STP_HAVE_CUDA)

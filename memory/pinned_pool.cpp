@@ -4,18 +4,13 @@
 
 #include <algorithm>
 
-#include "core/cpu/cpu_device.h"
+#include "core/cpu/dry_stream.h"
 #include "core/error.h"
 #include "memory/numa.h"
 
 namespace stp {
 
 namespace {
-
-bool is_dry_run(Device& device) {
-  auto* cpu = dynamic_cast<CpuDevice*>(&device);
-  return cpu && cpu->options().dry_run;
-}
 
 constexpr std::size_t kBlockAlign = 256;  // BlockArena's block alignment: the segment is rounded to it
 
@@ -63,7 +58,7 @@ PinnedPool::PinnedPool(Device& device, Stream& home, PinnedPoolOptions options)
   // only. `take` runs once, from reserve() below.
   a.take = [&device, nearest, chunk = options.chunk_bytes, placement](std::size_t bytes) -> void* {
     char* p = static_cast<char*>(device.allocate_pinned_host(bytes));
-    if (is_dry_run(device)) return p;  // no memory behind it: nothing to place or touch
+    if (is_dry(device)) return p;  // no memory behind it: nothing to place or touch
     try {
       // Bind before touching: untouched pages are then allocated on the node directly. Pages the
       // backend already faulted in (CpuDevice mlock()s with lock_pinned; a recycled heap range)

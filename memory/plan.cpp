@@ -9,11 +9,4 @@ bool RankPlan::offloads() const {
   return false;
 }
 
-bool RankPlan::recomputes() const {
-  for (const auto& chunk : units)
-    for (const UnitPlan& u : chunk)
-      if (u.recompute != Recompute::None) return true;
-  return false;
-}
-
 }  // namespace stp

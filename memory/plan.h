@@ -29,7 +29,6 @@ struct RankPlan {
   std::vector<std::vector<UnitPlan>> units;           // [local chunk][unit]
   std::vector<std::vector<PrefetchPoint>> prefetch;   // [op index]: sets to prefetch before the op
   bool offloads() const;
-  bool recomputes() const;
 };
 
 // What the planner predicts for one device (global rank).

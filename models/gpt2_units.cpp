@@ -86,6 +86,20 @@ Tensor row_parallel_out(const GPT2Dims& d, const BranchParams& p, const Tensor& 
   return y;
 }
 
+// W of a branch (attention or MLP): both row- and column-parallel weight gradients, from the
+// records B left. `act` (N, act_width) is the c_proj input, `dact` (N, in_width) the gradient of
+// the c_attn / c_fc output; "dy" (N, C) and "ln.out" (N, C) are common to both branches.
+void branch_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs,
+                            const char* act_name, i64 act_width, const char* dact_name, i64 in_width) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  Tensor act = rec.take(act_name), dy = rec.take("dy"), ln = rec.take("ln.out"), dact = rec.take(dact_name);
+  // c_proj bias is replicated: every rank has the full dy and computes the same gradient.
+  linear_backward_weight_accumulate(s, p.out_w->grad.f32(), p.out_b->grad.f32(), act.f32(), dy.f32(), N, act_width, d.C);
+  linear_backward_weight_accumulate(s, p.in_w->grad.f32(), p.in_b->grad.f32(), ln.f32(), dact.f32(), N, d.C, in_width);
+  for (Tensor* t : {&act, &dy, &ln, &dact}) cs.release(std::move(*t));
+}
+
 }  // namespace
 
 // ---- CallScope -------------------------------------------------------------------------------------
@@ -149,14 +163,7 @@ Tensor attn_backward_input(const GPT2Dims& d, const BranchParams& p, const Tenso
 }
 
 void attn_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs) {
-  const i64 N = d.N();
-  Stream& s = cs.stream();
-  Tensor y = rec.take("y"), dy = rec.take("dy"), ln = rec.take("ln.out"), dqkv = rec.take("dqkv");
-  // c_proj bias is replicated: every rank has the full dy and computes the same gradient.
-  linear_backward_weight_accumulate(s, p.out_w->grad.f32(), p.out_b->grad.f32(), y.f32(), dy.f32(), N, d.Cl, d.C);
-  linear_backward_weight_accumulate(s, p.in_w->grad.f32(), p.in_b->grad.f32(), ln.f32(), dqkv.f32(), N, d.C,
-                                    3 * d.Cl);
-  for (Tensor* t : {&y, &dy, &ln, &dqkv}) cs.release(std::move(*t));
+  branch_backward_weight(d, p, rec, cs, "y", d.Cl, "dqkv", 3 * d.Cl);
 }
 
 // ---- MLP -----------------------------------------------------------------------------------------------
@@ -194,12 +201,7 @@ Tensor mlp_backward_input(const GPT2Dims& d, const BranchParams& p, const Tensor
 }
 
 void mlp_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs) {
-  const i64 N = d.N();
-  Stream& s = cs.stream();
-  Tensor g = rec.take("gelu"), dy = rec.take("dy"), ln = rec.take("ln.out"), dh = rec.take("dh");
-  linear_backward_weight_accumulate(s, p.out_w->grad.f32(), p.out_b->grad.f32(), g.f32(), dy.f32(), N, d.Fl, d.C);
-  linear_backward_weight_accumulate(s, p.in_w->grad.f32(), p.in_b->grad.f32(), ln.f32(), dh.f32(), N, d.C, d.Fl);
-  for (Tensor* t : {&g, &dy, &ln, &dh}) cs.release(std::move(*t));
+  branch_backward_weight(d, p, rec, cs, "gelu", d.Fl, "dh", d.Fl);
 }
 
 // ---- recompute -------------------------------------------------------------------------------------

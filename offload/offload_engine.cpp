@@ -35,8 +35,6 @@ void OffloadEngine::synchronize() {
   if (first) std::rethrow_exception(first);
 }
 
-bool OffloadEngine::has_offloaded(Key key) const { return entries_.count(key) != 0; }
-
 void OffloadEngine::offload(Key key, int unit, RecordSet& set) {
   Entry& e = entries_[key];
   STP_ASSERT(e.state == State::Offloading, "offload of chunk ", key.chunk, " mb ", key.mb,

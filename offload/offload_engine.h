@@ -68,7 +68,6 @@ class OffloadEngine {
   void prefetch(Key key);
   // Orders `consumer` after the reload of `key` (prefetching now if needed).
   void make_ready(Key key, Stream& consumer);
-  bool has_offloaded(Key key) const;  // records of key are on host or on their way back
 
   Stream& d2h() { return *d2h_; }
   Stream& h2d() { return *h2d_; }

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "memory/planner.h"
 #include "tools/command.h"
+#include "tools/config_args.h"
 #include "train/memory_planning.h"
 
 namespace {
@@ -32,27 +33,11 @@ std::string decisions_json(const stp::RankPlan& plan) {
 }
 
 int run(const stp::tools::Args& argv) {
-  std::string path;
-  std::vector<std::string> overrides;
-  bool json = false;
-  for (std::size_t i = 0; i < argv.size(); ++i) {
-    const std::string& a = argv[i];
-    if (a == "--json") {
-      json = true;
-    } else if (a == "--set") {
-      STP_CHECK(i + 1 < argv.size(), "--set needs KEY=VALUE");
-      overrides.push_back(argv[++i]);
-    } else if (a.rfind("--set=", 0) == 0) {
-      overrides.push_back(a.substr(6));
-    } else if (!a.empty() && a[0] == '-') {
-      throw stp::Error(stp::str("unknown option '", a, "' (usage: stp plan CONFIG.yaml [--set KEY=VALUE]... [--json])"));
-    } else {
-      STP_CHECK(path.empty(), "more than one config file given ('", path, "', '", a, "')");
-      path = a;
-    }
-  }
-  STP_CHECK(!path.empty(), "usage: stp plan CONFIG.yaml [--set KEY=VALUE]... [--json]");
-  stp::Config cfg = stp::load_config(path, overrides);
+  stp::tools::ConfigArgs args =
+      stp::tools::parse_config_args(argv, "stp plan CONFIG.yaml [--set KEY=VALUE]... [--json]", {"--json"});
+  const bool json = args.flags.count("--json") != 0;
+  const std::string& path = args.config_path;
+  stp::Config cfg = stp::load_config(path, args.overrides);
   stp::MemoryPlan plan = stp::make_memory_plan(cfg);
   const int tp = cfg.parallel.tp;
   std::string error;

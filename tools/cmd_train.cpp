@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "models/checkpoint.h"
 #include "tools/command.h"
+#include "tools/config_args.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -26,31 +27,6 @@ namespace {
 
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) { g_interrupted = true; }
-
-struct TrainArgs {
-  std::string config_path;
-  std::vector<std::string> overrides;
-};
-
-TrainArgs parse_args(const stp::tools::Args& args) {
-  TrainArgs out;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--set") {
-      STP_CHECK(i + 1 < args.size(), "--set needs KEY=VALUE");
-      out.overrides.push_back(args[++i]);
-    } else if (a.rfind("--set=", 0) == 0) {
-      out.overrides.push_back(a.substr(6));
-    } else if (!a.empty() && a[0] == '-') {
-      throw stp::Error(stp::str("unknown option '", a, "' (usage: stp train CONFIG.yaml [--set KEY=VALUE]...)"));
-    } else {
-      STP_CHECK(out.config_path.empty(), "more than one config file given ('", out.config_path, "', '", a, "')");
-      out.config_path = a;
-    }
-  }
-  STP_CHECK(!out.config_path.empty(), "usage: stp train CONFIG.yaml [--set KEY=VALUE]...");
-  return out;
-}
 
 // Moves the files of an earlier run out of the way (into earlier-run-N/) before a fresh run.
 void archive_earlier_run(const fs::path& dir) {
@@ -107,7 +83,7 @@ void write_text(const fs::path& path, const std::string& text) {
 }
 
 int run(const stp::tools::Args& argv) {
-  TrainArgs args = parse_args(argv);
+  stp::tools::ConfigArgs args = stp::tools::parse_config_args(argv, "stp train CONFIG.yaml [--set KEY=VALUE]...");
   stp::Config cfg = stp::load_config(args.config_path, args.overrides);
   const bool resuming = !cfg.train.resume.empty();
 

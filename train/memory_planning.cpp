@@ -14,6 +14,7 @@
 #include "memory/planner.h"
 #include "models/gpt2_stage.h"
 #include "schedule/schedule.h"
+#include "train/stage_layout.h"
 #include "train/trainer.h"
 
 namespace stp {
@@ -23,16 +24,6 @@ namespace {
 constexpr double kCpuLinkBytesPerS = 8e9;    // memcpy between host buffers
 constexpr double kCudaLinkBytesPerS = 25e9;  // PCIe 4.0 x16, one direction
 constexpr double kCudaFlops = 20e12;         // FP32 GEMM class throughput of a datacenter GPU
-
-GPT2Config model_of(const Config& c) {
-  GPT2Config m;
-  m.n_layer = c.model.n_layer;
-  m.n_head = c.model.n_head;
-  m.n_embd = c.model.n_embd;
-  m.vocab_size = c.model.vocab_size;
-  m.seq_len = c.model.seq_len;
-  return m;
-}
 
 // GEMM throughput one rank gets: a short probe on this host with the thread share a rank has
 // (the trainer gives each rank cpu_threads / ranks OpenBLAS threads), or a nominal GPU figure.
@@ -62,7 +53,6 @@ double unit_flops(const Config& c, const std::string& name) {
 
 struct ModelLayout {
   sched::Schedule schedule;
-  int layers_per_stage = 0;
   std::unique_ptr<CpuDevice> device;  // declared before the stages, which free into it
   std::unique_ptr<Allocator> alloc;
   std::vector<std::vector<std::unique_ptr<GPT2Stage>>> stages;  // [pp rank][chunk], TP rank 0, dry device
@@ -72,22 +62,15 @@ struct ModelLayout {
 ModelLayout build_shape(const Config& c) {
   ModelLayout s;
   s.schedule = sched::generate(c.parallel.schedule, c.parallel.pp, c.train.microbatches);
-  s.layers_per_stage = c.model.n_layer / s.schedule.n_stages();
   CpuDeviceOptions dry;
   dry.dry_run = true;
   s.device = std::make_unique<CpuDevice>(0, dry);
   s.alloc = std::make_unique<DeviceAllocator>(*s.device);
   for (int r = 0; r < c.parallel.pp; ++r) {
     s.stages.emplace_back();
-    for (int ch = 0; ch < s.schedule.chunks; ++ch) {
-      GPT2StageSpec spec;
-      spec.layer_begin = s.schedule.stage(r, ch) * s.layers_per_stage;
-      spec.layer_end = spec.layer_begin + s.layers_per_stage;
-      spec.tp_rank = 0;
-      spec.tp_size = c.parallel.tp;
-      spec.micro_batch_size = c.train.micro_batch_size;
-      s.stages.back().push_back(std::make_unique<GPT2Stage>(model_of(c), spec, *s.alloc));
-    }
+    for (int ch = 0; ch < s.schedule.chunks; ++ch)
+      s.stages.back().push_back(
+          std::make_unique<GPT2Stage>(gpt2_config_of(c), stage_spec_of(c, s.schedule, r, ch, 0), *s.alloc));
   }
   return s;
 }
@@ -116,6 +99,18 @@ void place_prefetches(RankPlan& plan, const std::vector<sched::Op>& ops, int loo
     if (m != marker.end() && m->second > f && m->second <= b) at = m->second;
     plan.prefetch[static_cast<std::size_t>(at)].push_back({key.first, key.second});
   }
+}
+
+// Two steps of the training process on dry-run devices (the second is the steady state: optimizer
+// state exists, caches are warm); what each device's allocators and offload engine saw.
+std::vector<Trainer::DeviceMemory> dry_run(const Config& config, const MemoryPlan& plan) {
+  TrainerOptions o;
+  o.dry_run = true;
+  o.plan = &plan;
+  Trainer dry(config, o);
+  dry.step();
+  dry.step();
+  return dry.device_memory();
 }
 
 MemoryPlan keep_everything(const ModelLayout& s, int pp) {
@@ -194,14 +189,8 @@ MemoryPlan make_memory_plan(const Config& config) {
       place_prefetches(plans[static_cast<std::size_t>(r)], ops, lookahead);
     }
     mp.ranks = plans;
-    TrainerOptions o;
-    o.dry_run = true;
-    o.plan = &mp;
-    Trainer dry(dry_config, o);
-    dry.step();
-    dry.step();  // the steady state: optimizer state exists, caches are warm
     std::vector<RankPrediction> out;
-    auto mem = dry.device_memory();
+    auto mem = dry_run(dry_config, mp);
     for (int g = 0; g < pp * tp; ++g) {
       const auto& d = mem[static_cast<std::size_t>(g)];
       const int r = g / tp;
@@ -234,13 +223,8 @@ MemoryPlan make_memory_plan(const Config& config) {
     if (!plan.feasible || budget == SIZE_MAX) break;
     Config budgeted = dry_config;
     budgeted.memory.device_budget = budget;
-    TrainerOptions o;
-    o.dry_run = true;
-    o.plan = &plan;
     try {
-      Trainer dry(budgeted, o);
-      dry.step();
-      dry.step();
+      dry_run(budgeted, plan);
       if (attempt) plan.summary += str("(planned for ", format_bytes(in.device_budget), " to leave room for fragmentation)\n");
       break;
     } catch (const OutOfMemoryError& e) {

@@ -45,7 +45,6 @@ struct Trainer::Impl {
   TrainerOptions options;
   MemoryPlan plan;
   sched::Schedule schedule;
-  int layers_per_stage = 0;
   std::unique_ptr<TokenDataset> dataset;
   LrSchedule lr_schedule;
   std::unique_ptr<TraceRecorder> trace;

@@ -9,6 +9,7 @@
 #include "models/checkpoint.h"
 #include "models/gpt2_config.h"
 #include "train/memory_planning.h"
+#include "train/stage_layout.h"
 #include "train/trainer_impl.h"
 
 extern "C" void openblas_set_num_threads(int);
@@ -59,7 +60,6 @@ void Trainer::Impl::check_config() const {
 
 void Trainer::Impl::build_devices() {
   schedule = sched::generate(config.parallel.schedule, config.parallel.pp, config.train.microbatches);
-  layers_per_stage = config.model.n_layer / schedule.n_stages();
   BackendOptions o;
   o.kind = config.parallel.backend == "cuda" ? DeviceKind::Cuda : DeviceKind::Cpu;
   o.count = config.parallel.pp * config.parallel.tp;
@@ -134,20 +134,9 @@ void Trainer::Impl::build_rank(Rank& r) {
     r.tp_comm->set_trace(trace.get(), r.global, "tp-comm");
     r.p2p->set_trace(trace.get(), r.global, "p2p");
   }
-  GPT2Config model;
-  model.n_layer = config.model.n_layer;
-  model.n_head = config.model.n_head;
-  model.n_embd = config.model.n_embd;
-  model.vocab_size = config.model.vocab_size;
-  model.seq_len = config.model.seq_len;
+  const GPT2Config model = gpt2_config_of(config);
   for (int c = 0; c < schedule.chunks; ++c) {
-    int stage = schedule.stage(r.pp_rank, c);
-    GPT2StageSpec spec;
-    spec.layer_begin = stage * layers_per_stage;
-    spec.layer_end = spec.layer_begin + layers_per_stage;
-    spec.tp_rank = r.tp_rank;
-    spec.tp_size = config.parallel.tp;
-    spec.micro_batch_size = config.train.micro_batch_size;
+    GPT2StageSpec spec = stage_spec_of(config, schedule, r.pp_rank, c, r.tp_rank);
     validate(model, spec);
     r.stages.push_back(std::make_unique<GPT2Stage>(model, spec, *r.alloc));
     const auto& decisions = rank_plan.units.at(static_cast<std::size_t>(c));

@@ -1,5 +1,6 @@
 #include "core/cpu/dry_stream.h"
 
+#include "core/cpu/cpu_device.h"
 #include "core/cpu/cpu_stream.h"
 
 namespace stp {
@@ -10,6 +11,11 @@ void DryStream::record(Event& event) {
 }
 
 bool is_dry(Stream& stream) { return dynamic_cast<DryStream*>(&stream) != nullptr; }
+
+bool is_dry(const Device& device) {
+  auto* cpu = dynamic_cast<const CpuDevice*>(&device);
+  return cpu && cpu->options().dry_run;
+}
 
 namespace {
 

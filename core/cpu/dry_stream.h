@@ -39,6 +39,7 @@ class DryStream final : public Stream {
 };
 
 bool is_dry(Stream& stream);
+bool is_dry(const Device& device);  // a CpuDevice with CpuDeviceOptions::dry_run
 
 // `size` communicators whose collectives and messages do nothing (for dry-run devices).
 std::vector<std::unique_ptr<Communicator>> make_null_comms(int size);
