@@ -1,10 +1,42 @@
 #include "offload/offload_engine.h"
 
+#include <chrono>
 #include <exception>
+#include <mutex>
 
 #include "core/error.h"
 
 namespace stp {
+
+namespace {
+
+std::uint64_t now_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+}  // namespace
+
+// The reload's end (on the H2D stream) and its consumer's arrival at the wait (on the consumer
+// stream) happen on different threads in either order; whichever comes second books the stall.
+struct OffloadEngine::StallProbe {
+  std::mutex mu;
+  std::uint64_t done_ns = 0, arrived_ns = 0;
+  void mark(std::uint64_t OffloadEngine::StallProbe::*which, std::atomic<std::uint64_t>& stall_ns) {
+    std::lock_guard lock(mu);
+    this->*which = now_ns();
+    if (done_ns && arrived_ns && done_ns > arrived_ns) stall_ns += done_ns - arrived_ns;
+  }
+};
+
+template <class Fn>
+void OffloadEngine::timed(Stream& s, std::atomic<std::uint64_t>& ns, Fn&& fn) {
+  // Both tasks run in order on s, so the start time needs no lock; the total is atomic.
+  auto start = std::make_shared<std::uint64_t>(0);
+  s.enqueue_host([start] { *start = now_ns(); });
+  fn();
+  s.enqueue_host([start, &ns, keep = clocks_] { ns += now_ns() - *start; });
+}
 
 OffloadEngine::OffloadEngine(Device& device, Stream& compute, Allocator& device_alloc, Allocator& host_pool,
                              OffloadEngineOptions options)
@@ -35,31 +67,45 @@ void OffloadEngine::synchronize() {
   if (first) std::rethrow_exception(first);
 }
 
+OffloadCounters OffloadEngine::counters() const {
+  OffloadCounters c = counters_;
+  c.d2h_busy_s = static_cast<double>(clocks_->d2h_ns.load()) * 1e-9;
+  c.h2d_busy_s = static_cast<double>(clocks_->h2d_ns.load()) * 1e-9;
+  c.compute_stall_s = static_cast<double>(clocks_->stall_ns.load()) * 1e-9;
+  return c;
+}
+
 void OffloadEngine::offload(Key key, int unit, RecordSet& set) {
   Entry& e = entries_[key];
   STP_ASSERT(e.state == State::Offloading, "offload of chunk ", key.chunk, " mb ", key.mb,
              " after its prefetch started (a forward after its backward began?)");
-  auto produced = device_.create_event();
-  compute_.record(*produced);
-  d2h_->wait(*produced);  // the copies read what F(unit) wrote
+  std::vector<ActivationRecord*> moving;
   std::uint64_t bytes = 0;
-  d2h_->trace_begin(str("offload ", key.chunk, ".", key.mb, " u", unit), "d2h");
   for (ActivationRecord& r : set.mutable_list()) {
     if (r.saved_by != 'F' || !r.tensor.defined()) continue;
     if (r.tensor.storage().use_count() > 1) {  // another tensor shares these bytes: nothing to free
       ++counters_.skipped_shared;
       continue;
     }
-    Tensor host = Tensor::empty_on(host_pool_, *d2h_, r.tensor.shape(), r.tensor.dtype());
-    d2h_->copy(host.raw(), r.tensor.raw(), r.bytes);
-    r.tensor.record_use(*d2h_);
-    r.tensor = Tensor();  // freed now; the allocator's fence orders any reuse after the copy
-    e.records.push_back(Moved{&set, r.name, std::move(host), Tensor()});
+    moving.push_back(&r);
     bytes += r.bytes;
-    ++counters_.d2h_copies;
   }
+  auto produced = device_.create_event();
+  compute_.record(*produced);
+  d2h_->wait(*produced);  // the copies read what F(unit) wrote
+  d2h_->trace_begin(str("offload ", key.chunk, ".", key.mb, " u", unit), "d2h", str("{\"bytes\":", bytes, "}"));
+  timed(*d2h_, clocks_->d2h_ns, [&] {
+    for (ActivationRecord* r : moving) {
+      Tensor host = Tensor::empty_on(host_pool_, *d2h_, r->tensor.shape(), r->tensor.dtype());
+      d2h_->copy(host.raw(), r->tensor.raw(), r->bytes);
+      r->tensor.record_use(*d2h_);
+      r->tensor = Tensor();  // freed now; the allocator's fence orders any reuse after the copy
+      e.records.push_back(Moved{&set, r->name, std::move(host), Tensor()});
+    }
+  });
   d2h_->trace_end();
   counters_.d2h_bytes += bytes;
+  counters_.d2h_copies += moving.size();
   auto done = device_.create_event();
   d2h_->record(*done);
   e.offloaded.push_back(std::move(done));
@@ -72,17 +118,21 @@ void OffloadEngine::prefetch(Key key) {
   if (!options_.fault_skip_d2h_wait)
     for (auto& ev : e.offloaded) h2d_->wait(*ev);  // never read a host buffer its D2H is still writing
   std::uint64_t bytes = 0;
-  h2d_->trace_begin(str("reload ", key.chunk, ".", key.mb), "h2d");
-  for (Moved& m : e.records) {
-    m.device = Tensor::empty_on(device_alloc_, *h2d_, m.host.shape(), m.host.dtype());
-    h2d_->copy(m.device.raw(), m.host.raw(), m.host.bytes());
-    m.host.record_use(*h2d_);
-    bytes += m.host.bytes();
-    m.host = Tensor();  // back to the pool, fenced by this copy
-    ++counters_.h2d_copies;
-  }
+  for (const Moved& m : e.records) bytes += m.host.bytes();
+  h2d_->trace_begin(str("reload ", key.chunk, ".", key.mb), "h2d", str("{\"bytes\":", bytes, "}"));
+  timed(*h2d_, clocks_->h2d_ns, [&] {
+    for (Moved& m : e.records) {
+      m.device = Tensor::empty_on(device_alloc_, *h2d_, m.host.shape(), m.host.dtype());
+      h2d_->copy(m.device.raw(), m.host.raw(), m.host.bytes());
+      m.host.record_use(*h2d_);
+      m.host = Tensor();  // back to the pool, fenced by this copy
+    }
+  });
   h2d_->trace_end();
   counters_.h2d_bytes += bytes;
+  counters_.h2d_copies += e.records.size();
+  e.probe = std::make_shared<StallProbe>();
+  h2d_->enqueue_host([p = e.probe, c = clocks_] { p->mark(&StallProbe::done_ns, c->stall_ns); });
   e.reloaded = device_.create_event();
   h2d_->record(*e.reloaded);
   e.state = State::Prefetching;
@@ -96,6 +146,7 @@ void OffloadEngine::make_ready(Key key, Stream& consumer) {
     ++counters_.late_prefetches;
   }
   Entry& e = it->second;
+  consumer.enqueue_host([p = e.probe, c = clocks_] { p->mark(&StallProbe::arrived_ns, c->stall_ns); });
   consumer.wait(*e.reloaded);
   for (Moved& m : e.records) {
     bool found = false;

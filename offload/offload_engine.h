@@ -18,9 +18,13 @@
 // Records that share their storage with another live tensor are not moved (nothing would be
 // freed); they are counted in `skipped_shared`.
 //
-// Counters: bytes each way, copies, and (when tracing) d2h / h2d spans with their bytes.
+// Counters: bytes each way, copies, the time each copy stream spent copying (so the achieved
+// rate), and how long the consumer stream stalled waiting for a reload. Both times are taken by
+// host tasks on the streams themselves (Stream::enqueue_host), so they are what the device did,
+// not what the host saw; when tracing, d2h / h2d spans carry the same copies and their bytes.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -40,6 +44,10 @@ struct OffloadCounters {
   std::uint64_t d2h_copies = 0, h2d_copies = 0;
   std::uint64_t skipped_shared = 0;  // records not moved: their storage is shared
   std::uint64_t late_prefetches = 0; // prefetches issued by make_ready itself (no lookahead)
+  double d2h_busy_s = 0, h2d_busy_s = 0;  // time the copy streams spent in offload/reload batches
+  double compute_stall_s = 0;             // time consumers waited for a reload to finish
+  double d2h_bytes_per_s() const { return d2h_busy_s > 0 ? static_cast<double>(d2h_bytes) / d2h_busy_s : 0; }
+  double h2d_bytes_per_s() const { return h2d_busy_s > 0 ? static_cast<double>(h2d_bytes) / h2d_busy_s : 0; }
 };
 
 struct OffloadEngineOptions {
@@ -71,7 +79,9 @@ class OffloadEngine {
 
   Stream& d2h() { return *d2h_; }
   Stream& h2d() { return *h2d_; }
-  OffloadCounters counters() const { return counters_; }
+  // Byte and copy counts are current when this returns; the times cover the work the streams
+  // have finished (synchronize() first for exact totals).
+  OffloadCounters counters() const;
   void synchronize();  // both copy streams; rethrows their errors
 
  private:
@@ -82,12 +92,22 @@ class OffloadEngine {
     Tensor host;           // pinned copy
     Tensor device;         // the reload buffer (Prefetching)
   };
+  // Written by stream threads (host tasks), read by counters(); shared so that tasks still queued
+  // on the consumer stream never outlive it.
+  struct Clocks {
+    std::atomic<std::uint64_t> d2h_ns{0}, h2d_ns{0}, stall_ns{0};
+  };
+  struct StallProbe;  // when the reload finished vs when its consumer arrived
   struct Entry {
     State state = State::Offloading;
     std::vector<Moved> records;
     std::vector<std::unique_ptr<Event>> offloaded;  // one per offload() call: D2H done
     std::unique_ptr<Event> reloaded;                // H2D done
+    std::shared_ptr<StallProbe> probe;
   };
+  // Runs fn on stream s between two host tasks that add the time s spent on it to `ns`.
+  template <class Fn>
+  void timed(Stream& s, std::atomic<std::uint64_t>& ns, Fn&& fn);
 
   Device& device_;
   Stream& compute_;
@@ -97,6 +117,7 @@ class OffloadEngine {
   std::unique_ptr<Stream> d2h_, h2d_;
   std::map<Key, Entry> entries_;
   OffloadCounters counters_;
+  std::shared_ptr<Clocks> clocks_ = std::make_shared<Clocks>();
 };
 
 }  // namespace stp
