@@ -116,6 +116,7 @@ MemoryPlan plan_memory(const PlannerInput& in) {
   }
   std::vector<RankPrediction> most_pred = in.evaluate(most);
   for (const RankPrediction& p : most_pred) out.min_device_budget = std::max(out.min_device_budget, p.peak_device_bytes);
+  if (in.placeable_budget) out.min_device_budget = in.placeable_budget(most, out.min_device_budget);
   if (out.min_device_budget > in.device_budget) {
     out.feasible = false;
     out.ranks = std::move(most);

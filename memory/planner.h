@@ -48,6 +48,10 @@ struct PlannerInput {
   double link_bytes_per_s = 1;        // D2H / H2D rate (each direction)
   // Fills each plan's prefetch points and returns predictions [global rank].
   std::function<std::vector<RankPrediction>(std::vector<RankPlan>&)> evaluate;
+  // Optional: the smallest budget in which the allocator can place `plans` (prefetches filled by
+  // evaluate), at least `live_peak` (their largest live-byte peak). It turns the levers' live-byte
+  // minimum into the minimum feasible budget; without it the live-byte peak is used.
+  std::function<std::size_t(const std::vector<RankPlan>& plans, std::size_t live_peak)> placeable_budget;
 };
 
 MemoryPlan plan_memory(const PlannerInput& in);

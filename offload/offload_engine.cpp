@@ -94,13 +94,16 @@ void OffloadEngine::offload(Key key, int unit, RecordSet& set) {
   compute_.record(*produced);
   d2h_->wait(*produced);  // the copies read what F(unit) wrote
   d2h_->trace_begin(str("offload ", key.chunk, ".", key.mb, " u", unit), "d2h", str("{\"bytes\":", bytes, "}"));
+  // Buffers first: reusing pool bytes may enqueue waits for other streams, which are not copy time.
+  std::size_t first = e.records.size();
+  for (ActivationRecord* r : moving)
+    e.records.push_back(Moved{&set, r->name, Tensor::empty_on(host_pool_, *d2h_, r->tensor.shape(), r->tensor.dtype()), Tensor()});
   timed(*d2h_, clocks_->d2h_ns, [&] {
-    for (ActivationRecord* r : moving) {
-      Tensor host = Tensor::empty_on(host_pool_, *d2h_, r->tensor.shape(), r->tensor.dtype());
-      d2h_->copy(host.raw(), r->tensor.raw(), r->bytes);
-      r->tensor.record_use(*d2h_);
-      r->tensor = Tensor();  // freed now; the allocator's fence orders any reuse after the copy
-      e.records.push_back(Moved{&set, r->name, std::move(host), Tensor()});
+    for (std::size_t i = 0; i < moving.size(); ++i) {
+      ActivationRecord& r = *moving[i];
+      d2h_->copy(e.records[first + i].host.raw(), r.tensor.raw(), r.bytes);
+      r.tensor.record_use(*d2h_);
+      r.tensor = Tensor();  // freed now; the allocator's fence orders any reuse after the copy
     }
   });
   d2h_->trace_end();
@@ -120,9 +123,10 @@ void OffloadEngine::prefetch(Key key) {
   std::uint64_t bytes = 0;
   for (const Moved& m : e.records) bytes += m.host.bytes();
   h2d_->trace_begin(str("reload ", key.chunk, ".", key.mb), "h2d", str("{\"bytes\":", bytes, "}"));
+  // Buffers first: reusing device bytes may enqueue waits for other streams, which are not copy time.
+  for (Moved& m : e.records) m.device = Tensor::empty_on(device_alloc_, *h2d_, m.host.shape(), m.host.dtype());
   timed(*h2d_, clocks_->h2d_ns, [&] {
     for (Moved& m : e.records) {
-      m.device = Tensor::empty_on(device_alloc_, *h2d_, m.host.shape(), m.host.dtype());
       h2d_->copy(m.device.raw(), m.host.raw(), m.host.bytes());
       m.host.record_use(*h2d_);
       m.host = Tensor();  // back to the pool, fenced by this copy

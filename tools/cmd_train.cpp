@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -45,16 +47,37 @@ void archive_earlier_run(const fs::path& dir) {
   std::fprintf(stderr, "stp train: %s held an earlier run; moved its files to %s\n", dir.c_str(), dest.c_str());
 }
 
-std::string metrics_line(const stp::StepResult& r) {
-  std::string peaks;
-  for (std::size_t i = 0; i < r.peak_device_bytes.size(); ++i) peaks += (i ? "," : "") + std::to_string(r.peak_device_bytes[i]);
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"peak_device_bytes\":[%s],"
-                "\"peak_host_pinned_bytes\":%llu}\n",
-                static_cast<long long>(r.step), r.loss, r.lr, r.step_ms, r.tokens_per_s, peaks.c_str(),
-                static_cast<unsigned long long>(r.peak_host_pinned_bytes));
+// "[a,b,...]" of one number per device.
+template <class T, class Fn>
+std::string per_device(const std::vector<T>& v, Fn&& value) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + value(v[i]);
+  return out + "]";
+}
+
+std::string fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
   return buf;
+}
+
+std::string metrics_line(const stp::StepResult& r) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"step_ms\":%.3f,\"tokens_per_s\":%.1f",
+                static_cast<long long>(r.step), r.loss, r.lr, r.step_ms, r.tokens_per_s);
+  std::string line = buf;
+  line += ",\"peak_device_bytes\":" + per_device(r.peak_device_bytes, [](auto b) { return std::to_string(b); });
+  line += ",\"peak_host_pinned_bytes\":" + std::to_string(r.peak_host_pinned_bytes);
+  if (!r.offload.empty()) {
+    using O = stp::StepResult::Offload;
+    auto rate = [](std::uint64_t bytes, double s) { return fixed(s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0, 3); };
+    line += ",\"offload\":{\"d2h_bytes\":" + per_device(r.offload, [](const O& o) { return std::to_string(o.d2h_bytes); }) +
+            ",\"h2d_bytes\":" + per_device(r.offload, [](const O& o) { return std::to_string(o.h2d_bytes); }) +
+            ",\"d2h_GBps\":" + per_device(r.offload, [&](const O& o) { return rate(o.d2h_bytes, o.d2h_busy_s); }) +
+            ",\"h2d_GBps\":" + per_device(r.offload, [&](const O& o) { return rate(o.h2d_bytes, o.h2d_busy_s); }) +
+            ",\"stall_ms\":" + per_device(r.offload, [](const O& o) { return fixed(o.stall_s * 1e3, 3); }) + "}";
+  }
+  return line + "}\n";
 }
 
 std::string format_duration(double seconds) {

@@ -1,11 +1,8 @@
 #include "train/memory_planning.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <map>
 #include <memory>
-#include <chrono>
 #include <cmath>
 #include <vector>
 
@@ -20,24 +17,20 @@
 namespace stp {
 namespace {
 
-// Nominal rates where nothing better is known (documented in docs/memory.md).
-constexpr double kCpuLinkBytesPerS = 8e9;    // memcpy between host buffers
-constexpr double kCudaLinkBytesPerS = 25e9;  // PCIe 4.0 x16, one direction
-constexpr double kCudaFlops = 20e12;         // FP32 GEMM class throughput of a datacenter GPU
+// Nominal rates (documented in docs/memory.md). Plans must not depend on a timing probe: `stp
+// plan` and `stp train` of one config must choose the same plan and report the same minimum
+// budget, run to run, on a loaded machine or an idle one.
+constexpr double kCpuLinkBytesPerS = 8e9;       // memcpy between host buffers
+constexpr double kCudaLinkBytesPerS = 25e9;     // PCIe 4.0 x16, one direction
+constexpr double kCpuFlopsPerThread = 100e9;    // FP32 GEMM of one AVX-512 core (120 measured on the dev host)
+constexpr double kCudaFlops = 20e12;            // FP32 GEMM class throughput of a datacenter GPU
 
-// GEMM throughput one rank gets: a short probe on this host with the thread share a rank has
-// (the trainer gives each rank cpu_threads / ranks OpenBLAS threads), or a nominal GPU figure.
+// GEMM throughput one rank gets: on the CPU backend every rank's stream runs its GEMMs at once,
+// so a rank gets its share of parallel.cpu_threads (which may be a fraction of a core).
 double rank_flops(const Config& c) {
   if (c.parallel.backend == "cuda") return kCudaFlops;
-  const int n = 256;
-  std::vector<float> a(static_cast<std::size_t>(n) * n, 1.0f), b(a), out(a.size());
-  double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    auto t0 = std::chrono::steady_clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, out.data(), n);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return 2.0 * n * n * n / best;
+  const double threads = std::max(1, c.parallel.cpu_threads);
+  return kCpuFlopsPerThread * threads / (c.parallel.tp * c.parallel.pp);
 }
 
 // Forward FLOPs of one unit for one microbatch on one TP rank.
@@ -212,29 +205,63 @@ MemoryPlan make_memory_plan(const Config& config) {
     }
     return out;
   };
-  // A plan whose live bytes fit may still not be placeable in the budget (fragmentation): check
-  // it under the real budget, and if it fails plan again for 5% less, up to 8 times.
-  const std::size_t budget = in.device_budget;
-  MemoryPlan plan;
-  for (int attempt = 0;; ++attempt) {
-    plan = plan_memory(in);
-    plan.device_budget = budget;
-    if (plan.ranks.empty()) plan = keep_everything(shape, pp);
-    if (!plan.feasible || budget == SIZE_MAX) break;
+  // Live bytes that fit a budget may still not be placeable in it (fragmentation). The dry run
+  // places them exactly as the real run will, so "does plan P fit budget B" is one dry run.
+  auto places = [&](const std::vector<RankPlan>& plans, std::size_t budget) {
+    MemoryPlan mp;
+    mp.ranks = plans;
     Config budgeted = dry_config;
     budgeted.memory.device_budget = budget;
     try {
-      dry_run(budgeted, plan);
+      dry_run(budgeted, mp);
+      return true;
+    } catch (const OutOfMemoryError&) {
+      return false;
+    }
+  };
+  // The minimum feasible budget: the smallest budget (to 1/2048 of it) that places the levers'
+  // strongest plan; found by growing from its live peak, then bisecting.
+  in.placeable_budget = [&](const std::vector<RankPlan>& plans, std::size_t live_peak) {
+    std::size_t lo = 0, hi = live_peak, step = std::max<std::size_t>(live_peak / 64, 4096);
+    for (; !places(plans, hi); step *= 2) lo = hi, hi += step;
+    const std::size_t resolution = std::max<std::size_t>(256, live_peak / 2048);
+    while (lo && hi - lo > resolution) {
+      std::size_t mid = lo + (hi - lo) / 2;
+      (places(plans, mid) ? hi : lo) = mid;
+    }
+    return hi;
+  };
+  // The greedy plan for the budget is checked the same way; if it cannot be placed, plan again
+  // for 5% less, up to 8 times. A budget at or above the minimum always ends feasible: when the
+  // shrunken budget leaves only the strongest plan, that plan places in the real budget.
+  const std::size_t budget = in.device_budget;
+  MemoryPlan plan;
+  std::size_t min_budget = 0;
+  for (int attempt = 0;; ++attempt) {
+    plan = plan_memory(in);
+    plan.device_budget = budget;
+    if (attempt == 0) min_budget = plan.min_device_budget;
+    plan.min_device_budget = min_budget;
+    if (plan.ranks.empty()) plan = keep_everything(shape, pp);
+    if (budget == SIZE_MAX) break;
+    if (!plan.feasible) {
+      if (attempt && budget >= plan.min_device_budget) {
+        plan.feasible = true;
+        plan.summary += "(the strongest plan: weaker ones could not be placed in the budget)\n";
+      }
+      break;
+    }
+    if (places(plan.ranks, budget)) {
       if (attempt) plan.summary += str("(planned for ", format_bytes(in.device_budget), " to leave room for fragmentation)\n");
       break;
-    } catch (const OutOfMemoryError& e) {
-      if (attempt == 7) {
-        plan.feasible = false;
-        plan.summary += str("fragmentation: the live bytes fit but the allocator could not place them: ", e.what(), "\n");
-        break;
-      }
-      in.device_budget -= budget / 20;
     }
+    if (attempt == 7) {
+      plan.feasible = false;
+      plan.summary += "fragmentation: the live bytes fit but the allocator could not place them\n";
+      break;
+    }
+    in.device_budget -= budget / 20;
+    in.placeable_budget = nullptr;  // min_budget is known
   }
   return plan;
 }

@@ -32,6 +32,7 @@ struct Rank {
   std::unique_ptr<BlockArena> alloc;  // the caching device allocator, capped at memory.device_budget
   std::unique_ptr<PinnedPool> pool;   // pinned host pool (ranks whose plan offloads)
   std::unique_ptr<OffloadEngine> offload;
+  OffloadCounters offload_before;     // the engine's counters at the start of this step
   std::vector<std::unique_ptr<GPT2Stage>> stages;  // [local chunk]
   std::vector<ParamInfo> params;                   // every stage's parameters (views), chunk order
   std::vector<int> param_chunk;                    // local chunk of params[i]

@@ -38,6 +38,13 @@ struct StepResult {
   std::vector<std::uint64_t> peak_device_bytes;
   std::vector<std::uint64_t> peak_device_reserved_bytes;
   std::uint64_t peak_host_pinned_bytes = 0;
+  // This step's activation offload per device (global rank order; empty when nothing offloads).
+  struct Offload {
+    std::uint64_t d2h_bytes = 0, h2d_bytes = 0;
+    double d2h_busy_s = 0, h2d_busy_s = 0;  // copy-stream time spent copying (bytes / busy = rate)
+    double stall_s = 0;                     // compute waited for reloads
+  };
+  std::vector<Offload> offload;
 };
 
 struct TrainerOptions {
