@@ -55,6 +55,7 @@ static const std::vector<Knob> kKnobs = {
   {"memory.offload",         KnobType::KNOB_CHOICE, "auto",           "auto|none|all", "activation offload to pinned host memory", STP_FIELD(memory.offload)},
   {"memory.recompute",       KnobType::KNOB_CHOICE, "auto",           "auto|none|selective|full", "activation recomputation", STP_FIELD(memory.recompute)},
   {"memory.link_bandwidth",  KnobType::KNOB_RATE,   "0",              "", "CPU backend: emulated D2H/H2D link rate, e.g. 12GB/s; 0 or null = unlimited", STP_FIELD(memory.link_bandwidth)},
+  {"memory.copy_engine_cpus", KnobType::KNOB_INT,   "0",              "", "CPU backend: the last N CPUs run only the D2H/H2D copy streams (an emulated copy engine, as a GPU's DMA engines do not take compute); 0 = copies share every CPU", STP_FIELD(memory.copy_engine_cpus)},
   {"output.dir",             KnobType::KNOB_STRING, "runs/tiny",      "", "run folder: metrics.jsonl, config.yaml, checkpoints, trace.json", STP_FIELD(output.dir)},
   {"output.log_every",       KnobType::KNOB_INT,    "1",              "", "write a metrics.jsonl line every N steps", STP_FIELD(output.log_every)},
   {"output.checkpoint_every", KnobType::KNOB_INT,   "0",              "", "write output.dir/checkpoint-STEP every N steps; 0 = only at the end", STP_FIELD(output.checkpoint_every)},

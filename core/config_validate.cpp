@@ -58,6 +58,9 @@ void validate_memory_output(const Config& c) {
   STP_CHECK(!c.memory.device_budget || *c.memory.device_budget > 0,
             "config: memory.device_budget must be > 0 (or null for the device's capacity)");
   check_at_least("memory.link_bandwidth", c.memory.link_bandwidth, 0.0);
+  check_at_least("memory.copy_engine_cpus", c.memory.copy_engine_cpus, 0);
+  STP_CHECK(c.memory.copy_engine_cpus == 0 || c.parallel.backend == "cpu",
+            "config: memory.copy_engine_cpus applies to the CPU backend only (GPUs have copy engines); set it to 0");
   check_at_least("output.log_every", c.output.log_every, std::int64_t{1});
   check_at_least("output.checkpoint_every", c.output.checkpoint_every, std::int64_t{0});
 }

@@ -1,8 +1,10 @@
 #include "memory/numa.h"
 
 #include <hwloc.h>
+#include <sched.h>
 
 #include <cerrno>
+#include <cstring>
 #include <system_error>
 #include <vector>
 
@@ -122,6 +124,45 @@ bool bind_current_thread_near(int node) {
 void bind_stream_threads_near(Stream& stream, int node) {
   if (stream.device().kind() != DeviceKind::Cpu || node < 0) return;
   stream.enqueue_host([node] { bind_current_thread_near(node); });
+}
+
+std::vector<int> allowed_cpus() {
+  static const std::vector<int> cpus = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    STP_CHECK(sched_getaffinity(0, sizeof set, &set) == 0, "sched_getaffinity failed: ", std::strerror(errno));
+    std::vector<int> out;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) out.push_back(c);
+    return out;
+  }();
+  return cpus;
+}
+
+CpuSplit split_cpus_for_copies(int copy_cpus) {
+  std::vector<int> cpus = allowed_cpus();
+  STP_CHECK(copy_cpus >= 0 && copy_cpus < static_cast<int>(cpus.size()), "memory.copy_engine_cpus = ", copy_cpus,
+            " leaves no CPU for compute: this process may run on ", cpus.size(),
+            " CPU(s); use at most ", cpus.size() - 1, ", or 0 to share every CPU");
+  CpuSplit split;
+  split.copy.assign(cpus.end() - copy_cpus, cpus.end());
+  split.compute.assign(cpus.begin(), cpus.end() - copy_cpus);
+  return split;
+}
+
+bool bind_current_thread_to_cpus(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  if (sched_setaffinity(0, sizeof set, &set) == 0) return true;
+  int err = errno;
+  if (unsupported(err)) return false;
+  throw Error(str("cannot bind a thread to CPUs ", cpus.size(), ": ", std::strerror(err)));
+}
+
+void bind_stream_threads_to_cpus(Stream& stream, std::vector<int> cpus) {
+  if (stream.device().kind() != DeviceKind::Cpu || cpus.empty()) return;
+  stream.enqueue_host([cpus = std::move(cpus)] { bind_current_thread_to_cpus(cpus); });
 }
 
 }  // namespace stp

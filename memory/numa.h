@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "core/device.h"
 
@@ -42,5 +43,25 @@ bool bind_current_thread_near(int node);
 // Asynchronous like any stream work: a failure surfaces at the stream's next synchronize().
 // Non-CPU streams are left alone (a CUDA host callback runs on a driver thread, not a copy engine).
 void bind_stream_threads_near(Stream& stream, int node);
+
+// The CPUs this process may run on, in increasing order: the affinity mask of the thread that
+// first asks (taskset / numactl bindings count), remembered, so stp's own later bindings of the
+// main thread (memory.copy_engine_cpus) do not shrink what the next trainer can split.
+std::vector<int> allowed_cpus();
+
+// Splits allowed_cpus() for an emulated copy engine (memory.copy_engine_cpus): the last
+// `copy_cpus` CPUs for the D2H/H2D stream threads, the rest for everything else. Throws
+// stp::Error naming the knob when that leaves no CPU for compute.
+struct CpuSplit {
+  std::vector<int> compute, copy;
+};
+CpuSplit split_cpus_for_copies(int copy_cpus);
+
+// Binds the calling thread to exactly `cpus` (threads it creates later inherit the mask). Same
+// return contract as bind_memory.
+bool bind_current_thread_to_cpus(const std::vector<int>& cpus);
+
+// Like bind_stream_threads_near, to exactly `cpus`.
+void bind_stream_threads_to_cpus(Stream& stream, std::vector<int> cpus);
 
 }  // namespace stp

@@ -9,6 +9,7 @@
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/trace.h"
+#include "memory/numa.h"
 #include "models/data.h"
 #include "models/lr_schedule.h"
 #include "schedule/schedule.h"
@@ -44,6 +45,7 @@ struct Trainer::Impl {
   Config config;
   TrainerOptions options;
   MemoryPlan plan;
+  CpuSplit cpus;  // memory.copy_engine_cpus: compute and copy-engine CPUs (empty: shared)
   sched::Schedule schedule;
   std::unique_ptr<TokenDataset> dataset;
   LrSchedule lr_schedule;

@@ -7,6 +7,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "models/checkpoint.h"
+#include "memory/numa.h"
 #include "models/gpt2_config.h"
 #include "train/memory_planning.h"
 #include "train/stage_layout.h"
@@ -32,6 +33,12 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
   if (!options.dry_run) dataset = std::make_unique<TokenDataset>(DataOptions::from_config(config));
   lr_schedule = LrSchedule::from_config(config.train);
   if (config.output.trace) trace = std::make_unique<TraceRecorder>();
+  if (config.memory.copy_engine_cpus > 0 && !options.dry_run) {
+    // Every thread made from here on (stream workers, oneTBB and OpenBLAS workers, the per-step
+    // rank threads) inherits the compute CPUs; build_offload moves the copy streams off them.
+    cpus = split_cpus_for_copies(config.memory.copy_engine_cpus);
+    bind_current_thread_to_cpus(cpus.compute);
+  }
   build_devices();
   build_communicators();
   for (int g = 0; g < static_cast<int>(devices.size()); ++g) build_rank(*ranks[static_cast<std::size_t>(g)]);
@@ -197,6 +204,11 @@ void Trainer::Impl::build_offload(Rank& r) {
   // Home stream: the engine names each pool buffer's first user (the D2H stream) when it allocates.
   r.pool = std::make_unique<PinnedPool>(*r.device, *r.compute, p);
   r.offload = std::make_unique<OffloadEngine>(*r.device, *r.compute, *r.alloc, *r.pool);
+  // The copy threads run next to the pool's pages (or on the emulated copy engine's CPUs).
+  for (Stream* s : {&r.offload->d2h(), &r.offload->h2d()}) {
+    if (!cpus.copy.empty()) bind_stream_threads_to_cpus(*s, cpus.copy);
+    else if (r.pool->numa_node() >= 0) bind_stream_threads_near(*s, r.pool->numa_node());
+  }
   if (trace) {
     r.offload->d2h().set_trace(trace.get(), r.global, "d2h");
     r.offload->h2d().set_trace(trace.get(), r.global, "h2d");

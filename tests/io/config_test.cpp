@@ -122,7 +122,7 @@ TEST(Config, RegistryCoversEveryFieldOnceAndDefaultsAreValid) {
     EXPECT_NE(std::string(k.doc), "") << k.key;
     EXPECT_EQ(find_knob(k.key), &k);
   }
-  EXPECT_EQ(keys.size(), 42u);  // 36 DESIGN.md keys + precision, link_bandwidth, tp_link_bandwidth, cpu_threads, ... (update on purpose)
+  EXPECT_EQ(keys.size(), 43u);  // 36 DESIGN.md keys + precision, link_bandwidth, tp_link_bandwidth, cpu_threads, copy_engine_cpus, ... (update on purpose)
   EXPECT_NO_THROW(validate_config(default_config()));
 }
 

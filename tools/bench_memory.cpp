@@ -1,0 +1,243 @@
+// Memory-budget benchmark on the CPU backend (issue #6). Two parts, numbers and ratios from one run:
+//
+//  1. Capacity. At a fixed width and a fixed memory.device_budget, the largest GPT-2 depth
+//     (n_layer, in steps of one layer per pipeline stage) whose memory plan fits the budget:
+//       - without offload or recompute (memory.offload: none, memory.recompute: none);
+//       - with the planner (auto, auto).
+//     Plans are exact dry runs (docs/memory.md), so the search is by planning; the largest depth of
+//     each mode is then trained for one real step, and its measured peak must be within the budget.
+//     Target: planner depth / plain depth >= 3.
+//  2. Cost. The unconstrained peak P of the config (no offload, no recompute), then step time with
+//     the planner at a budget of 60% of P divided by the unconstrained step time, with the D2H/H2D
+//     copies rate-limited to memory.link_bandwidth (--link). Runs alternate (plain, planned, plain,
+//     ...) so machine noise hits both alike; the ratio is the median of per-pair ratios. Target:
+//     <= 1.10x when the plan predicts its copies fit under compute (predicted exposed copy time 0).
+//
+//     Both runs of a pair reserve --copy-cpus CPUs (default 1) for the D2H/H2D streams
+//     (memory.copy_engine_cpus): on the CPU backend a copy is a memcpy that would otherwise take
+//     CPU from compute, which a GPU's DMA engines do not; 0 measures the shared case.
+//
+// Usage: build/bench_memory [--config PATH] [--budget BYTES] [--link BYTES_PER_S] [--steps N]
+//                           [--pairs N] [--max-layers N] [--copy-cpus N] [--set KEY=VALUE]...
+//                           [--capacity-only | --cost-only]
+// Sizes and rates take the config's units (e.g. 48MiB, 4GB/s).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "train/memory_planning.h"
+#include "train/trainer.h"
+
+namespace {
+
+struct Options {
+  std::string config = "configs/tiny.yaml";
+  std::string budget = "40MiB";
+  std::string link = "4GB/s";
+  int copy_cpus = 1;   // memory.copy_engine_cpus for the cost runs (both of each pair)
+  int steps = 3;       // measured steps per run (after one warm-up step)
+  int pairs = 3;       // plain/planned run pairs
+  int max_layers = 256;
+  std::vector<std::string> overrides;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+double mib(std::size_t b) { return static_cast<double>(b) / (1 << 20); }
+
+std::size_t max_peak(const stp::MemoryPlan& plan) {
+  std::size_t p = 0;
+  for (const auto& r : plan.predicted) p = std::max(p, r.peak_device_bytes);
+  return p;
+}
+
+stp::Config config_with(const Options& o, std::vector<std::string> extra) {
+  std::vector<std::string> all = o.overrides;
+  all.insert(all.end(), {"output.trace=false", "output.dir=runs/bench-memory", "memory.link_bandwidth=" + o.link});
+  all.insert(all.end(), extra.begin(), extra.end());
+  return stp::load_config(o.config, all);
+}
+
+bool fits(const stp::Config& c, stp::MemoryPlan* out = nullptr) {
+  stp::MemoryPlan plan = stp::make_memory_plan(c);
+  if (out) *out = plan;
+  try {
+    stp::check_plan(plan, c);
+    return true;
+  } catch (const stp::Error&) {
+    return false;
+  }
+}
+
+// Largest n_layer (a multiple of `step`) for which fits(levers) holds: doubling, then bisection.
+int largest_depth(const Options& o, const std::vector<std::string>& levers, int step) {
+  auto ok = [&](int layers) {
+    std::vector<std::string> x = levers;
+    x.push_back("model.n_layer=" + std::to_string(layers));
+    return fits(config_with(o, x));
+  };
+  if (!ok(step)) return 0;
+  int lo = step, hi = 2 * step;
+  while (hi <= o.max_layers && ok(hi)) lo = hi, hi *= 2;
+  if (hi > o.max_layers) return lo;  // capped: report the cap reached
+  while (hi - lo > step) {
+    int mid = (lo + hi) / 2 / step * step;
+    (ok(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+void capacity(const Options& o) {
+  stp::Config base = config_with(o, {"memory.device_budget=" + o.budget});
+  const std::size_t budget = static_cast<std::size_t>(*base.memory.device_budget);
+  const int stages = base.parallel.pp * (base.parallel.schedule == "stp" || base.parallel.schedule == "zb-v" ||
+                                                 base.parallel.schedule == "1f1b-i" ? 2 : 1);
+  std::printf("\n== capacity: n_embd %lld, %s tp %d pp %d, m %d, micro batch %d, device budget %.1f MiB ==\n",
+              static_cast<long long>(base.model.n_embd), base.parallel.schedule.c_str(), base.parallel.tp,
+              base.parallel.pp, base.train.microbatches, base.train.micro_batch_size, mib(budget));
+  struct Mode {
+    const char* name;
+    std::vector<std::string> levers;
+    int depth = 0;
+  };
+  std::vector<Mode> modes = {{"no offload, no recompute", {"memory.offload=none", "memory.recompute=none"}},
+                             {"planner (auto, auto)", {"memory.offload=auto", "memory.recompute=auto"}}};
+  for (Mode& m : modes) {
+    m.levers.push_back("memory.device_budget=" + o.budget);
+    auto t0 = std::chrono::steady_clock::now();
+    m.depth = largest_depth(o, m.levers, stages);
+    double search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (m.depth == 0) {
+      std::printf("%-26s: not even %d layers fit\n", m.name, stages);
+      continue;
+    }
+    // Train the largest depth for one real step: the measured peak must stay within the budget.
+    std::vector<std::string> x = m.levers;
+    x.push_back("model.n_layer=" + std::to_string(m.depth));
+    stp::Trainer t(config_with(o, x));
+    stp::StepResult r = t.step();
+    std::size_t measured = *std::max_element(r.peak_device_bytes.begin(), r.peak_device_bytes.end());
+    std::size_t predicted = max_peak(t.memory_plan());
+    std::printf("%-26s: largest n_layer %3d (search %.1f s); one step: peak %.2f MiB (predicted %.2f MiB, "
+                "%s budget), pinned host %.1f MiB, step %.0f ms\n",
+                m.name, m.depth, search_s, mib(measured), mib(predicted), measured <= budget ? "within" : "OVER",
+                mib(r.peak_host_pinned_bytes), r.step_ms);
+  }
+  if (modes[0].depth > 0)
+    std::printf("capacity ratio: %.2fx (planner %d / plain %d layers; target >= 3x)\n",
+                static_cast<double>(modes[1].depth) / modes[0].depth, modes[1].depth, modes[0].depth);
+}
+
+struct StepTimes {
+  double step_ms = 0;    // median step time
+  double stall_ms = 0;   // median over steps of the largest per-device compute stall on reloads
+  double copy_ms = 0;    // median over steps of the largest per-device D2H + H2D busy time
+};
+
+StepTimes run_steps(const stp::Config& c, int steps) {
+  stp::Trainer t(c);
+  t.step();  // warm-up: first-touch of memory, caches
+  std::vector<double> ms, stall, copy;
+  for (int i = 0; i < steps; ++i) {
+    stp::StepResult r = t.step();
+    ms.push_back(r.step_ms);
+    double s = 0, cp = 0;
+    for (const auto& o : r.offload) s = std::max(s, o.stall_s), cp = std::max(cp, o.d2h_busy_s + o.h2d_busy_s);
+    stall.push_back(s * 1e3), copy.push_back(cp * 1e3);
+  }
+  return {median(ms), median(stall), median(copy)};
+}
+
+void cost(const Options& o) {
+  stp::MemoryPlan free_plan;
+  // Both runs of a pair get the same compute CPUs: with an emulated copy engine (the last
+  // copy_cpus CPUs run only D2H/H2D) copies contend with compute as little as a GPU's DMA engines.
+  const std::string engine = "memory.copy_engine_cpus=" + std::to_string(o.copy_cpus);
+  stp::Config plain = config_with(o, {"memory.offload=none", "memory.recompute=none", engine});
+  fits(plain, &free_plan);
+  const std::size_t peak = max_peak(free_plan);
+  const std::size_t budget = peak * 6 / 10;
+  stp::Config planned = config_with(o, {"memory.offload=auto", "memory.recompute=auto", engine,
+                                         "memory.device_budget=" + std::to_string(budget)});
+  std::printf("\n== cost: n_layer %lld, %s tp %d pp %d, link %.2f GB/s, copy-engine CPUs %d, unconstrained peak %.2f MiB, "
+              "budget 60%% = %.2f MiB ==\n",
+              static_cast<long long>(plain.model.n_layer), plain.parallel.schedule.c_str(), plain.parallel.tp,
+              plain.parallel.pp, planned.memory.link_bandwidth / 1e9, o.copy_cpus, mib(peak), mib(budget));
+  stp::MemoryPlan plan;
+  if (!fits(planned, &plan)) {
+    std::printf("the planner finds no plan for 60%% (minimum feasible %.2f MiB): no cost to measure\n", mib(plan.min_device_budget));
+    return;
+  }
+  double exposed = 0, recompute = 0, compute = 0;
+  std::uint64_t offload = 0;
+  for (const auto& p : plan.predicted) {
+    exposed = std::max(exposed, p.exposed_copy_s);
+    recompute = std::max(recompute, p.recompute_s);
+    compute = std::max(compute, p.compute_s);
+    offload = std::max(offload, p.offload_bytes_per_step);
+  }
+  std::printf("plan: predicted peak %.2f MiB; per device at most %.1f MiB offloaded/step, predicted exposed copy %.1f ms, "
+              "recompute %.1f ms over %.1f ms compute -> copies %s\n%s",
+              mib(max_peak(plan)), mib(offload), exposed * 1e3, recompute * 1e3, compute * 1e3,
+              exposed == 0 ? "fit under compute" : "do NOT fit under compute", plan.summary.c_str());
+  std::vector<double> ratios, plain_ms, planned_ms;
+  for (int i = 0; i < o.pairs; ++i) {
+    StepTimes a = run_steps(plain, o.steps), b = run_steps(planned, o.steps);
+    plain_ms.push_back(a.step_ms), planned_ms.push_back(b.step_ms), ratios.push_back(b.step_ms / a.step_ms);
+    std::printf("pair %d: unconstrained %.1f ms/step, planned %.1f ms/step (copy streams busy %.1f ms, compute "
+                "stalled on reloads %.2f ms), ratio %.3f\n",
+                i + 1, a.step_ms, b.step_ms, b.copy_ms, b.stall_ms, b.step_ms / a.step_ms);
+  }
+  std::printf("cost ratio: %.3fx (median of %d pairs; unconstrained %.1f ms, planned %.1f ms; target <= 1.10x %s)\n",
+              median(ratios), o.pairs, median(plain_ms), median(planned_ms),
+              exposed == 0 ? "applies: copies predicted to fit" : "does not apply: copies predicted exposed");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  bool run_capacity = true, run_cost = true;
+  for (int i = 1; i < argc; ++i) {
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_memory: %s needs a value\n", argv[i]);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    std::string a = argv[i];
+    if (a == "--config") o.config = value();
+    else if (a == "--budget") o.budget = value();
+    else if (a == "--link") o.link = value();
+    else if (a == "--steps") o.steps = std::stoi(value());
+    else if (a == "--pairs") o.pairs = std::stoi(value());
+    else if (a == "--max-layers") o.max_layers = std::stoi(value());
+    else if (a == "--copy-cpus") o.copy_cpus = std::stoi(value());
+    else if (a == "--set") o.overrides.push_back(value());
+    else if (a == "--capacity-only") run_cost = false;
+    else if (a == "--cost-only") run_capacity = false;
+    else {
+      std::fprintf(stderr, "usage: bench_memory [--config PATH] [--budget BYTES] [--link BYTES_PER_S] [--steps N] "
+                           "[--pairs N] [--max-layers N] [--copy-cpus N] [--set KEY=VALUE]... [--capacity-only | --cost-only]\n");
+      return 2;
+    }
+  }
+  try {
+    if (run_capacity) capacity(o);
+    if (run_cost) cost(o);
+  } catch (const stp::Error& e) {
+    std::fprintf(stderr, "bench_memory: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
