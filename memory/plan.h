@@ -22,6 +22,7 @@ struct UnitPlan {
 
 struct PrefetchPoint {
   int chunk = 0, mb = 0;  // the activation set (local chunk, 1-based microbatch)
+  bool weight = false;    // its W-only records (a deferred W), not the records B reads
 };
 
 // One pipeline rank's decisions (every TP rank of it runs the same plan).

@@ -75,11 +75,13 @@ OffloadCounters OffloadEngine::counters() const {
   return c;
 }
 
-void OffloadEngine::offload(Key key, int unit, RecordSet& set) {
+void OffloadEngine::offload(Key key, int unit, RecordSet& set, bool split_weight) {
+  STP_ASSERT(!key.weight, "offload takes the set's key; split_weight files the W-only records");
   Entry& e = entries_[key];
-  STP_ASSERT(e.state == State::Offloading, "offload of chunk ", key.chunk, " mb ", key.mb,
-             " after its prefetch started (a forward after its backward began?)");
-  std::vector<ActivationRecord*> moving;
+  Entry* w = split_weight ? &entries_[Key{key.chunk, key.mb, true}] : &e;
+  STP_ASSERT(e.state == State::Offloading && w->state == State::Offloading, "offload of chunk ", key.chunk, " mb ",
+             key.mb, " after its prefetch started (a forward after its backward began?)");
+  std::vector<std::pair<ActivationRecord*, Entry*>> moving;
   std::uint64_t bytes = 0;
   for (ActivationRecord& r : set.mutable_list()) {
     if (r.saved_by != 'F' || !r.tensor.defined()) continue;
@@ -87,7 +89,7 @@ void OffloadEngine::offload(Key key, int unit, RecordSet& set) {
       ++counters_.skipped_shared;
       continue;
     }
-    moving.push_back(&r);
+    moving.emplace_back(&r, r.reader == RecordReader::W ? w : &e);
     bytes += r.bytes;
   }
   auto produced = device_.create_event();
@@ -95,13 +97,16 @@ void OffloadEngine::offload(Key key, int unit, RecordSet& set) {
   d2h_->wait(*produced);  // the copies read what F(unit) wrote
   d2h_->trace_begin(str("offload ", key.chunk, ".", key.mb, " u", unit), "d2h", str("{\"bytes\":", bytes, "}"));
   // Buffers first: reusing pool bytes may enqueue waits for other streams, which are not copy time.
-  std::size_t first = e.records.size();
-  for (ActivationRecord* r : moving)
-    e.records.push_back(Moved{&set, r->name, Tensor::empty_on(host_pool_, *d2h_, r->tensor.shape(), r->tensor.dtype()), Tensor()});
+  std::vector<void*> dest;  // the host buffers' bytes (the Moved entries may still reallocate)
+  for (auto& [r, entry] : moving) {
+    Tensor host = Tensor::empty_on(host_pool_, *d2h_, r->tensor.shape(), r->tensor.dtype());
+    dest.push_back(host.raw());
+    entry->records.push_back(Moved{&set, r->name, std::move(host), Tensor()});
+  }
   timed(*d2h_, clocks_->d2h_ns, [&] {
     for (std::size_t i = 0; i < moving.size(); ++i) {
-      ActivationRecord& r = *moving[i];
-      d2h_->copy(e.records[first + i].host.raw(), r.tensor.raw(), r.bytes);
+      ActivationRecord& r = *moving[i].first;
+      d2h_->copy(dest[i], r.tensor.raw(), r.bytes);
       r.tensor.record_use(*d2h_);
       r.tensor = Tensor();  // freed now; the allocator's fence orders any reuse after the copy
     }
@@ -109,9 +114,10 @@ void OffloadEngine::offload(Key key, int unit, RecordSet& set) {
   d2h_->trace_end();
   counters_.d2h_bytes += bytes;
   counters_.d2h_copies += moving.size();
-  auto done = device_.create_event();
+  std::shared_ptr<Event> done = device_.create_event();
   d2h_->record(*done);
-  e.offloaded.push_back(std::move(done));
+  e.offloaded.push_back(done);
+  if (w != &e) w->offloaded.push_back(done);
 }
 
 void OffloadEngine::prefetch(Key key) {
@@ -122,7 +128,7 @@ void OffloadEngine::prefetch(Key key) {
     for (auto& ev : e.offloaded) h2d_->wait(*ev);  // never read a host buffer its D2H is still writing
   std::uint64_t bytes = 0;
   for (const Moved& m : e.records) bytes += m.host.bytes();
-  h2d_->trace_begin(str("reload ", key.chunk, ".", key.mb), "h2d", str("{\"bytes\":", bytes, "}"));
+  h2d_->trace_begin(str("reload ", key.chunk, ".", key.mb, key.weight ? " W" : ""), "h2d", str("{\"bytes\":", bytes, "}"));
   // Buffers first: reusing device bytes may enqueue waits for other streams, which are not copy time.
   for (Moved& m : e.records) m.device = Tensor::empty_on(device_alloc_, *h2d_, m.host.shape(), m.host.dtype());
   timed(*h2d_, clocks_->h2d_ns, [&] {

@@ -15,6 +15,10 @@
 //   make_ready(key, s)   before the first unit of that backward: stream s waits on the prefetch
 //                        event (a stream wait, never a host wait); prefetches first if the
 //                        executor had not.
+// Deferred W: when the set's weight gradients run in a later op (ZB/STP schedules), offload(...,
+// split_weight = true) files the records only W reads under the set's weight key ({chunk, mb,
+// weight = true}): they stay on the host through B and come back for W (prefetch / make_ready
+// with the weight key), instead of occupying the device from B until W.
 // Records that share their storage with another live tensor are not moved (nothing would be
 // freed); they are counted in `skipped_shared`.
 //
@@ -67,11 +71,13 @@ class OffloadEngine {
   // Identifies one chunk-microbatch activation set.
   struct Key {
     int chunk = 0, mb = 0;
+    bool weight = false;  // the records only the (deferred) weight-gradient pass reads
     auto operator<=>(const Key&) const = default;
   };
 
   // Moves the records F(u, mb) saved into `set` (those saved by F and resident) to host.
-  void offload(Key key, int unit, RecordSet& set);
+  // split_weight: file records read only by W under {key.chunk, key.mb, weight = true}.
+  void offload(Key key, int unit, RecordSet& set, bool split_weight = false);
   // Starts bringing every offloaded record of `key` back (no-op if none or already under way).
   void prefetch(Key key);
   // Orders `consumer` after the reload of `key` (prefetching now if needed).
@@ -101,7 +107,7 @@ class OffloadEngine {
   struct Entry {
     State state = State::Offloading;
     std::vector<Moved> records;
-    std::vector<std::unique_ptr<Event>> offloaded;  // one per offload() call: D2H done
+    std::vector<std::shared_ptr<Event>> offloaded;  // one per offload() call: D2H done
     std::unique_ptr<Event> reloaded;                // H2D done
     std::shared_ptr<StallProbe> probe;
   };

@@ -34,6 +34,9 @@ Executor::Executor(RankResources resources) : r_(std::move(resources)) {
              " has no offload engine");
   STP_ASSERT(static_cast<int>(r_.stages.size()) == r_.schedule->chunks, "rank ", r_.pp_rank, " has ",
              r_.stages.size(), " stages, the schedule places ", r_.schedule->chunks, " chunks per rank");
+  for (const Op& op : r_.schedule->ranks[static_cast<std::size_t>(r_.pp_rank)])
+    for (int i = 0; i < op.n_parts(); ++i)
+      if (op.part(i).pass == Pass::B && op.part(i).defer_w) deferred_w_.insert({op.part(i).chunk, op.part(i).mb});
 }
 
 Executor::~Executor() = default;
@@ -64,7 +67,7 @@ void Executor::run_step() {
     const Op& op = ops[k];
     for (auto& [stream, pool] : pools_) pool.used = 0;
     if (r_.plan && k < r_.plan->prefetch.size())
-      for (const PrefetchPoint& p : r_.plan->prefetch[k]) r_.offload->prefetch({p.chunk, p.mb});
+      for (const PrefetchPoint& p : r_.plan->prefetch[k]) r_.offload->prefetch({p.chunk, p.mb, p.weight});
     const sched::OpMessages msgs = sched::op_messages(*r_.schedule, r_.pp_rank, op);
     post_receives(msgs.recv);
     if (r_.trace) r_.compute->trace_begin(sched::to_string(op), "op");
@@ -221,6 +224,7 @@ void Executor::step(Cursor& c) {
       break;
     }
     case Pass::W:
+      if (r_.offload) r_.offload->make_ready({c.part.chunk, mb, true}, *r_.compute);  // no-op after the first unit
       traced(Pass::W, [&] { st.backward_weight(u, mb, *r_.compute); });
       break;
   }
@@ -230,7 +234,8 @@ void Executor::offload_after_forward(int chunk, int u, int mb) {
   if (!r_.plan) return;
   const auto& units = r_.plan->units[static_cast<std::size_t>(chunk)];
   if (!units[static_cast<std::size_t>(u)].offload) return;
-  if (RecordSet* set = stage_of_chunk(chunk).record_set(u, mb)) r_.offload->offload({chunk, mb}, u, *set);
+  if (RecordSet* set = stage_of_chunk(chunk).record_set(u, mb))
+    r_.offload->offload({chunk, mb}, u, *set, deferred_w_.count({chunk, mb}) != 0);
 }
 
 void Executor::all_reduce_after(Cursor& c, const Tensor& t, const std::string& unit) {

@@ -25,12 +25,16 @@
 // Memory plan (memory/plan.h): after each F unit the plan offloads, the unit's records go to host
 // on the D2H stream (offload/offload_engine.h); before op k the sets the plan lists for k start
 // their prefetch on the H2D stream; the first B unit of a chunk-microbatch waits for its reload
-// (a stream wait). Recompute needs nothing here: the stage re-runs forwards itself.
+// (a stream wait). When the schedule defers that set's W, the records only W reads are filed
+// apart (OffloadEngine weight key): they come back before the set's first W unit instead, so they
+// do not occupy the device from B to W. Recompute needs nothing here: the stage re-runs forwards.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/comm.h"
@@ -105,6 +109,7 @@ class Executor {
   std::map<Stream*, EventPool> pools_;
   Tensor losses_;            // (m,) last stage only
   bool group_open_ = false;  // an open communicator group holds the previous op's sends
+  std::set<std::pair<int, int>> deferred_w_;  // (local chunk, mb) whose B defers W on this rank
 };
 
 }  // namespace stp

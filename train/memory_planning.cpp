@@ -70,15 +70,18 @@ ModelLayout build_shape(const Config& c) {
 
 // Where each offloaded set starts its reload: `lookahead` ops before its first backward, never
 // before the op after its last forward; STP's reload markers (stp-spec §5) win where present.
+// A set whose W is deferred also reloads its W-only records `lookahead` ops before its first W,
+// never before the op after its B.
 void place_prefetches(RankPlan& plan, const std::vector<sched::Op>& ops, int lookahead) {
   plan.prefetch.assign(ops.size(), {});
-  std::map<std::pair<int, int>, int> last_f, first_b, marker;
+  std::map<std::pair<int, int>, int> last_f, first_b, first_w, marker;
   for (int k = 0; k < static_cast<int>(ops.size()); ++k) {
     const sched::Op& op = ops[static_cast<std::size_t>(k)];
     for (int i = 0; i < op.n_parts(); ++i) {
       const sched::Part& p = op.part(i);
       if (p.pass == sched::Pass::F) last_f[{p.chunk, p.mb}] = k;
       if (p.pass == sched::Pass::B && !first_b.count({p.chunk, p.mb})) first_b[{p.chunk, p.mb}] = k;
+      if (p.pass == sched::Pass::W && !first_w.count({p.chunk, p.mb})) first_w[{p.chunk, p.mb}] = k;
     }
     for (const sched::ChunkMb& m : op.reload)
       if (!marker.count({m.chunk, m.mb})) marker[{m.chunk, m.mb}] = k;
@@ -90,7 +93,11 @@ void place_prefetches(RankPlan& plan, const std::vector<sched::Op>& ops, int loo
     int at = std::max(f + 1, b - lookahead);
     auto m = marker.find(key);
     if (m != marker.end() && m->second > f && m->second <= b) at = m->second;
-    plan.prefetch[static_cast<std::size_t>(at)].push_back({key.first, key.second});
+    plan.prefetch[static_cast<std::size_t>(at)].push_back({key.first, key.second, false});
+    auto w = first_w.find(key);
+    if (w == first_w.end()) continue;
+    int w_at = std::min(w->second, std::max(b + 1, w->second - lookahead));
+    plan.prefetch[static_cast<std::size_t>(w_at)].push_back({key.first, key.second, true});
   }
 }
 

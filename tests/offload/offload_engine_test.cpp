@@ -144,6 +144,30 @@ TEST(OffloadEngine, SharedRecordsStayAndMakeReadyPrefetchesLateOnes) {
   EXPECT_EQ(rig.engine.counters().d2h_bytes, kBytes);
 }
 
+// A deferred W: the records only W reads stay on the host through B and come back with the
+// set's weight key.
+TEST(OffloadEngine, WeightOnlyRecordsWaitOnTheHostForADeferredW) {
+  Rig rig;
+  stp::RecordSet set("h.0.mlp.");
+  set.save("h", rig.produce(1.0f), stp::RecordReader::B);
+  set.save("gelu", rig.produce(2.0f), stp::RecordReader::W);
+  set.save("x", rig.produce(3.0f), stp::RecordReader::BW);
+  std::size_t before = rig.arena.stats().allocated;
+  rig.engine.offload({1, 2}, 0, set, /*split_weight=*/true);
+  rig.engine.make_ready({1, 2}, *rig.compute);  // before B
+  EXPECT_TRUE(set.list()[0].tensor.defined());
+  EXPECT_FALSE(set.list()[1].tensor.defined()) << "a W-only record came back for B";
+  EXPECT_TRUE(set.list()[2].tensor.defined());
+  EXPECT_EQ(rig.arena.stats().allocated, before - kBytes);
+  rig.engine.make_ready({1, 2, true}, *rig.compute);  // before W
+  EXPECT_TRUE(holds(rig.read(set.get("gelu"), *rig.compute), 2.0f));
+  EXPECT_TRUE(holds(rig.read(set.get("h"), *rig.compute), 1.0f));
+  EXPECT_TRUE(holds(rig.read(set.get("x"), *rig.compute), 3.0f));
+  rig.engine.synchronize();
+  EXPECT_EQ(rig.engine.counters().h2d_bytes, 3 * kBytes);
+  EXPECT_EQ(rig.pool.stats().allocated, 0u);
+}
+
 // The freed device bytes are handed out again at once; the new owner's writes must wait for the
 // D2H copy that still reads them.
 TEST(OffloadEngine, FreedDeviceBytesAreNotOverwrittenBeforeTheirCopy) {
