@@ -1,5 +1,6 @@
 #include "offload/offload_engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <mutex>
@@ -77,25 +78,46 @@ OffloadCounters OffloadEngine::counters() const {
 
 void OffloadEngine::offload(Key key, int unit, RecordSet& set, bool split_weight) {
   STP_ASSERT(!key.weight, "offload takes the set's key; split_weight files the W-only records");
-  Entry& e = entries_[key];
-  Entry* w = split_weight ? &entries_[Key{key.chunk, key.mb, true}] : &e;
-  STP_ASSERT(e.state == State::Offloading && w->state == State::Offloading, "offload of chunk ", key.chunk, " mb ",
-             key.mb, " after its prefetch started (a forward after its backward began?)");
+  Entry& e = entry_for_offload(key);
+  Entry& w = split_weight ? entry_for_offload({key.chunk, key.mb, true}) : e;
   std::vector<std::pair<ActivationRecord*, Entry*>> moving;
+  for (ActivationRecord& r : set.mutable_list())
+    if (r.saved_by == 'F') moving.emplace_back(&r, r.reader == RecordReader::W ? &w : &e);
+  copy_out(std::move(moving), set, str("offload ", key.chunk, ".", key.mb, " u", unit));
+}
+
+void OffloadEngine::offload_for_weight(Key key, int unit, RecordSet& set) {
+  Entry& w = entry_for_offload({key.chunk, key.mb, true});
+  std::vector<std::pair<ActivationRecord*, Entry*>> moving;
+  for (ActivationRecord& r : set.mutable_list())
+    if (r.reader == RecordReader::W || r.reader == RecordReader::BW) moving.emplace_back(&r, &w);
+  copy_out(std::move(moving), set, str("offload ", key.chunk, ".", key.mb, " u", unit, " W"));
+}
+
+OffloadEngine::Entry& OffloadEngine::entry_for_offload(Key key) {
+  Entry& e = entries_[key];
+  STP_ASSERT(e.state == State::Offloading, "offload of chunk ", key.chunk, " mb ", key.mb, key.weight ? " (W records)" : "",
+             " after its prefetch started (a forward after its backward began?)");
+  return e;
+}
+
+void OffloadEngine::copy_out(std::vector<std::pair<ActivationRecord*, Entry*>> moving, RecordSet& set,
+                             const std::string& label) {
   std::uint64_t bytes = 0;
-  for (ActivationRecord& r : set.mutable_list()) {
-    if (r.saved_by != 'F' || !r.tensor.defined()) continue;
+  std::erase_if(moving, [&](const auto& m) {
+    const ActivationRecord& r = *m.first;
+    if (!r.tensor.defined()) return true;      // already away, or dropped for recompute
     if (r.tensor.storage().use_count() > 1) {  // another tensor shares these bytes: nothing to free
       ++counters_.skipped_shared;
-      continue;
+      return true;
     }
-    moving.emplace_back(&r, r.reader == RecordReader::W ? w : &e);
     bytes += r.bytes;
-  }
+    return false;
+  });
   auto produced = device_.create_event();
   compute_.record(*produced);
-  d2h_->wait(*produced);  // the copies read what F(unit) wrote
-  d2h_->trace_begin(str("offload ", key.chunk, ".", key.mb, " u", unit), "d2h", str("{\"bytes\":", bytes, "}"));
+  d2h_->wait(*produced);  // the copies read what the unit just wrote
+  d2h_->trace_begin(label, "d2h", str("{\"bytes\":", bytes, "}"));
   // Buffers first: reusing pool bytes may enqueue waits for other streams, which are not copy time.
   std::vector<void*> dest;  // the host buffers' bytes (the Moved entries may still reallocate)
   for (auto& [r, entry] : moving) {
@@ -116,8 +138,10 @@ void OffloadEngine::offload(Key key, int unit, RecordSet& set, bool split_weight
   counters_.d2h_copies += moving.size();
   std::shared_ptr<Event> done = device_.create_event();
   d2h_->record(*done);
-  e.offloaded.push_back(done);
-  if (w != &e) w->offloaded.push_back(done);
+  std::vector<Entry*> entries;
+  for (auto& m : moving)
+    if (std::find(entries.begin(), entries.end(), m.second) == entries.end()) entries.push_back(m.second);
+  for (Entry* entry : entries) entry->offloaded.push_back(done);
 }
 
 void OffloadEngine::prefetch(Key key) {

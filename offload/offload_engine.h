@@ -35,6 +35,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
@@ -78,6 +79,9 @@ class OffloadEngine {
   // Moves the records F(u, mb) saved into `set` (those saved by F and resident) to host.
   // split_weight: file records read only by W under {key.chunk, key.mb, weight = true}.
   void offload(Key key, int unit, RecordSet& set, bool split_weight = false);
+  // After B(unit, mb) when its W is deferred: moves what is left for W (records W reads, incl. the
+  // gradients B saved for it) to host under the weight key.
+  void offload_for_weight(Key key, int unit, RecordSet& set);
   // Starts bringing every offloaded record of `key` back (no-op if none or already under way).
   void prefetch(Key key);
   // Orders `consumer` after the reload of `key` (prefetching now if needed).
@@ -111,6 +115,9 @@ class OffloadEngine {
     std::unique_ptr<Event> reloaded;                // H2D done
     std::shared_ptr<StallProbe> probe;
   };
+  Entry& entry_for_offload(Key key);  // asserts its reload has not started
+  // D2H of each (record, entry it is filed under) after the compute work enqueued so far.
+  void copy_out(std::vector<std::pair<ActivationRecord*, Entry*>> moving, RecordSet& set, const std::string& label);
   // Runs fn on stream s between two host tasks that add the time s spent on it to `ns`.
   template <class Fn>
   void timed(Stream& s, std::atomic<std::uint64_t>& ns, Fn&& fn);

@@ -221,6 +221,7 @@ void Executor::step(Cursor& c) {
       traced(Pass::B, [&] { t = st.backward_input(u, mb, *r_.compute); });
       if (t.defined()) all_reduce_after(c, t, st.unit_name(u));
       if (!c.part.defer_w) traced(Pass::W, [&] { st.backward_weight(u, mb, *r_.compute); });  // hides the AR
+      else offload_after_backward(c.part.chunk, u, mb);
       break;
     }
     case Pass::W:
@@ -236,6 +237,12 @@ void Executor::offload_after_forward(int chunk, int u, int mb) {
   if (!units[static_cast<std::size_t>(u)].offload) return;
   if (RecordSet* set = stage_of_chunk(chunk).record_set(u, mb))
     r_.offload->offload({chunk, mb}, u, *set, deferred_w_.count({chunk, mb}) != 0);
+}
+
+void Executor::offload_after_backward(int chunk, int u, int mb) {
+  if (!r_.plan) return;
+  if (!r_.plan->units[static_cast<std::size_t>(chunk)][static_cast<std::size_t>(u)].offload) return;
+  if (RecordSet* set = stage_of_chunk(chunk).record_set(u, mb)) r_.offload->offload_for_weight({chunk, mb}, u, *set);
 }
 
 void Executor::all_reduce_after(Cursor& c, const Tensor& t, const std::string& unit) {

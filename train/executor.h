@@ -26,8 +26,10 @@
 // on the D2H stream (offload/offload_engine.h); before op k the sets the plan lists for k start
 // their prefetch on the H2D stream; the first B unit of a chunk-microbatch waits for its reload
 // (a stream wait). When the schedule defers that set's W, the records only W reads are filed
-// apart (OffloadEngine weight key): they come back before the set's first W unit instead, so they
-// do not occupy the device from B to W. Recompute needs nothing here: the stage re-runs forwards.
+// apart (OffloadEngine weight key), and after each B unit what is left for W (records W reads,
+// the gradients B saved for it) joins them: they come back before the set's first W unit, so
+// they do not occupy the device from B to W. Recompute needs nothing here: the stage re-runs
+// forwards itself.
 #pragma once
 
 #include <map>
@@ -99,6 +101,7 @@ class Executor {
   void step(Cursor& c);
   void all_reduce_after(Cursor& c, const Tensor& t, const std::string& unit);
   void offload_after_forward(int chunk, int u, int mb);
+  void offload_after_backward(int chunk, int u, int mb);  // deferred W: what W reads goes to host
   void copy_losses(const sched::Op& op);
   void post_sends(const std::vector<sched::Message>& send);
   void release_finished(const sched::Op& op);
