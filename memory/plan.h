@@ -22,7 +22,7 @@ struct UnitPlan {
 
 struct PrefetchPoint {
   int chunk = 0, mb = 0;  // the activation set (local chunk, 1-based microbatch)
-  bool weight = false;    // its W-only records (a deferred W), not the records B reads
+  bool weight = false;    // its W-only records (a deferred W; the first unit W walks), not what B reads
 };
 
 // One pipeline rank's decisions (every TP rank of it runs the same plan).

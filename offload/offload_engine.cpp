@@ -79,7 +79,7 @@ OffloadCounters OffloadEngine::counters() const {
 void OffloadEngine::offload(Key key, int unit, RecordSet& set, bool split_weight) {
   STP_ASSERT(!key.weight, "offload takes the set's key; split_weight files the W-only records");
   Entry& e = entry_for_offload(key);
-  Entry& w = split_weight ? entry_for_offload({key.chunk, key.mb, true}) : e;
+  Entry& w = split_weight ? entry_for_offload({key.chunk, key.mb, true, unit}) : e;
   std::vector<std::pair<ActivationRecord*, Entry*>> moving;
   for (ActivationRecord& r : set.mutable_list())
     if (r.saved_by == 'F') moving.emplace_back(&r, r.reader == RecordReader::W ? &w : &e);
@@ -87,7 +87,7 @@ void OffloadEngine::offload(Key key, int unit, RecordSet& set, bool split_weight
 }
 
 void OffloadEngine::offload_for_weight(Key key, int unit, RecordSet& set) {
-  Entry& w = entry_for_offload({key.chunk, key.mb, true});
+  Entry& w = entry_for_offload({key.chunk, key.mb, true, unit});
   std::vector<std::pair<ActivationRecord*, Entry*>> moving;
   for (ActivationRecord& r : set.mutable_list())
     if (r.reader == RecordReader::W || r.reader == RecordReader::BW) moving.emplace_back(&r, &w);
@@ -96,7 +96,8 @@ void OffloadEngine::offload_for_weight(Key key, int unit, RecordSet& set) {
 
 OffloadEngine::Entry& OffloadEngine::entry_for_offload(Key key) {
   Entry& e = entries_[key];
-  STP_ASSERT(e.state == State::Offloading, "offload of chunk ", key.chunk, " mb ", key.mb, key.weight ? " (W records)" : "",
+  STP_ASSERT(e.state == State::Offloading, "offload of chunk ", key.chunk, " mb ", key.mb,
+             key.weight ? str(" (W records of unit ", key.unit, ")") : "",
              " after its prefetch started (a forward after its backward began?)");
   return e;
 }
@@ -152,7 +153,8 @@ void OffloadEngine::prefetch(Key key) {
     for (auto& ev : e.offloaded) h2d_->wait(*ev);  // never read a host buffer its D2H is still writing
   std::uint64_t bytes = 0;
   for (const Moved& m : e.records) bytes += m.host.bytes();
-  h2d_->trace_begin(str("reload ", key.chunk, ".", key.mb, key.weight ? " W" : ""), "h2d", str("{\"bytes\":", bytes, "}"));
+  h2d_->trace_begin(str("reload ", key.chunk, ".", key.mb, key.weight ? str(" u", key.unit, " W") : ""), "h2d",
+                    str("{\"bytes\":", bytes, "}"));
   // Buffers first: reusing device bytes may enqueue waits for other streams, which are not copy time.
   for (Moved& m : e.records) m.device = Tensor::empty_on(device_alloc_, *h2d_, m.host.shape(), m.host.dtype());
   timed(*h2d_, clocks_->h2d_ns, [&] {

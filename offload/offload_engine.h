@@ -16,9 +16,10 @@
 //                        event (a stream wait, never a host wait); prefetches first if the
 //                        executor had not.
 // Deferred W: when the set's weight gradients run in a later op (ZB/STP schedules), offload(...,
-// split_weight = true) files the records only W reads under the set's weight key ({chunk, mb,
-// weight = true}): they stay on the host through B and come back for W (prefetch / make_ready
-// with the weight key), instead of occupying the device from B until W.
+// split_weight = true) files the records only W reads under the unit's weight key ({chunk, mb,
+// weight = true, unit}), and offload_for_weight adds what W still reads after B(unit): they stay
+// on the host through B and come back unit by unit for W (prefetch / make_ready with the weight
+// key), instead of occupying the device from B until W.
 // Records that share their storage with another live tensor are not moved (nothing would be
 // freed); they are counted in `skipped_shared`.
 //
@@ -72,12 +73,13 @@ class OffloadEngine {
   // Identifies one chunk-microbatch activation set.
   struct Key {
     int chunk = 0, mb = 0;
-    bool weight = false;  // the records only the (deferred) weight-gradient pass reads
+    bool weight = false;  // the records only the (deferred) weight-gradient pass reads ...
+    int unit = -1;        // ... of this unit (weight keys only; a set's key spans its units)
     auto operator<=>(const Key&) const = default;
   };
 
   // Moves the records F(u, mb) saved into `set` (those saved by F and resident) to host.
-  // split_weight: file records read only by W under {key.chunk, key.mb, weight = true}.
+  // split_weight: file records read only by W under {key.chunk, key.mb, weight = true, unit}.
   void offload(Key key, int unit, RecordSet& set, bool split_weight = false);
   // After B(unit, mb) when its W is deferred: moves what is left for W (records W reads, incl. the
   // gradients B saved for it) to host under the weight key.

@@ -67,7 +67,8 @@ void Executor::run_step() {
     const Op& op = ops[k];
     for (auto& [stream, pool] : pools_) pool.used = 0;
     if (r_.plan && k < r_.plan->prefetch.size())
-      for (const PrefetchPoint& p : r_.plan->prefetch[k]) r_.offload->prefetch({p.chunk, p.mb, p.weight});
+      for (const PrefetchPoint& p : r_.plan->prefetch[k])  // a W point starts with the first unit W walks
+        r_.offload->prefetch({p.chunk, p.mb, p.weight, p.weight ? stage_of_chunk(p.chunk).num_units() - 1 : -1});
     const sched::OpMessages msgs = sched::op_messages(*r_.schedule, r_.pp_rank, op);
     post_receives(msgs.recv);
     if (r_.trace) r_.compute->trace_begin(sched::to_string(op), "op");
@@ -225,7 +226,10 @@ void Executor::step(Cursor& c) {
       break;
     }
     case Pass::W:
-      if (r_.offload) r_.offload->make_ready({c.part.chunk, mb, true}, *r_.compute);  // no-op after the first unit
+      if (r_.offload) {  // unit by unit: this unit's W records, and the next unit's start coming back
+        r_.offload->make_ready({c.part.chunk, mb, true, u}, *r_.compute);
+        if (!c.done()) r_.offload->prefetch({c.part.chunk, mb, true, c.next});
+      }
       traced(Pass::W, [&] { st.backward_weight(u, mb, *r_.compute); });
       break;
   }
@@ -242,7 +246,7 @@ void Executor::offload_after_forward(int chunk, int u, int mb) {
 void Executor::offload_after_backward(int chunk, int u, int mb) {
   if (!r_.plan) return;
   if (!r_.plan->units[static_cast<std::size_t>(chunk)][static_cast<std::size_t>(u)].offload) return;
-  if (RecordSet* set = stage_of_chunk(chunk).record_set(u, mb)) r_.offload->offload_for_weight({chunk, mb}, u, *set);
+  if (RecordSet* set = stage_of_chunk(chunk).record_set(u, mb)) r_.offload->offload_for_weight({chunk, mb, true, u}, u, *set);
 }
 
 void Executor::all_reduce_after(Cursor& c, const Tensor& t, const std::string& unit) {

@@ -159,7 +159,7 @@ TEST(OffloadEngine, WeightOnlyRecordsWaitOnTheHostForADeferredW) {
   EXPECT_FALSE(set.list()[1].tensor.defined()) << "a W-only record came back for B";
   EXPECT_TRUE(set.list()[2].tensor.defined());
   EXPECT_EQ(rig.arena.stats().allocated, before - kBytes);
-  rig.engine.make_ready({1, 2, true}, *rig.compute);  // before W
+  rig.engine.make_ready({1, 2, true, 0}, *rig.compute);  // before W(unit 0)
   EXPECT_TRUE(holds(rig.read(set.get("gelu"), *rig.compute), 2.0f));
   EXPECT_TRUE(holds(rig.read(set.get("h"), *rig.compute), 1.0f));
   EXPECT_TRUE(holds(rig.read(set.get("x"), *rig.compute), 3.0f));
