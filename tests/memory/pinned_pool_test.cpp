@@ -2,10 +2,12 @@
 // the budget check before any pinning, exhaustion, no growth, NUMA placement, thread binding.
 #include <gtest/gtest.h>
 #include <hwloc.h>
+#include <sched.h>
 
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/cpu/cpu_device.h"
@@ -191,6 +193,42 @@ TEST(Numa, CopyStreamThreadIsBoundNearTheNode) {
   copy->synchronize();
   hwloc_bitmap_free(one);
   hwloc_topology_destroy(topo);
+}
+
+// memory.copy_engine_cpus: the split covers the process's CPUs exactly, the copy CPUs are the last
+// ones, and a stream bound to them runs there; asking for every CPU is a clear error.
+TEST(CopyEngineCpus, SplitsTheProcessCpusAndBindsCopyThreads) {
+  std::vector<int> all = stp::allowed_cpus();
+  ASSERT_FALSE(all.empty());
+  try {
+    stp::split_cpus_for_copies(static_cast<int>(all.size()));
+    FAIL() << "reserving every CPU for copies was accepted";
+  } catch (const stp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("memory.copy_engine_cpus"), std::string::npos) << e.what();
+  }
+  if (all.size() < 2) GTEST_SKIP() << "one CPU: nothing to split";
+  stp::CpuSplit split = stp::split_cpus_for_copies(1);
+  EXPECT_EQ(split.copy, std::vector<int>{all.back()});
+  std::vector<int> joined = split.compute;
+  joined.insert(joined.end(), split.copy.begin(), split.copy.end());
+  EXPECT_EQ(joined, all);
+
+  bool permitted = false;  // a sandbox may forbid affinity changes (then bindings are skipped)
+  std::thread([&] { permitted = stp::bind_current_thread_to_cpus(split.copy); }).join();
+  if (!permitted) GTEST_SKIP() << "this sandbox does not allow binding threads to CPUs";
+  stp::CpuDevice dev(0, {});
+  auto copy = dev.create_stream("d2h");
+  stp::bind_stream_threads_to_cpus(*copy, split.copy);
+  std::vector<int> seen;  // written on the stream's worker, read after synchronize()
+  copy->enqueue_host([&seen] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) seen.push_back(c);
+  });
+  copy->synchronize();
+  EXPECT_EQ(seen, split.copy) << "the copy stream's thread does not run on the copy-engine CPU";
 }
 
 }  // namespace
