@@ -48,7 +48,8 @@ struct RankPrediction {
 struct MemoryPlan {
   bool feasible = true;
   std::size_t device_budget = SIZE_MAX;
-  std::size_t min_device_budget = 0;      // the smallest budget any plan of this config fits
+  std::size_t min_device_budget = 0;      // the smallest budget any plan of this config fits ...
+  bool min_budget_exact = false;          // ... or, when false, a lower bound of it (live bytes)
   std::vector<RankPlan> ranks;            // [pp rank]
   std::vector<RankPrediction> predicted;  // [global rank]
   std::string summary;                    // one line per decision group, for people

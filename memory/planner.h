@@ -50,7 +50,8 @@ struct PlannerInput {
   std::function<std::vector<RankPrediction>(std::vector<RankPlan>&)> evaluate;
   // Optional: the smallest budget in which the allocator can place `plans` (prefetches filled by
   // evaluate), at least `live_peak` (their largest live-byte peak). It turns the levers' live-byte
-  // minimum into the minimum feasible budget; without it the live-byte peak is used.
+  // minimum into the minimum feasible budget; without it (or when it returns `live_peak` unchecked,
+  // as a cheap lower bound) the live-byte peak is used.
   std::function<std::size_t(const std::vector<RankPlan>& plans, std::size_t live_peak)> placeable_budget;
 };
 

@@ -38,7 +38,7 @@ int run(const stp::tools::Args& argv) {
   const bool json = args.flags.count("--json") != 0;
   const std::string& path = args.config_path;
   stp::Config cfg = stp::load_config(path, args.overrides);
-  stp::MemoryPlan plan = stp::make_memory_plan(cfg);
+  stp::MemoryPlan plan = stp::make_memory_plan(cfg, /*exact_minimum=*/true);
   const int tp = cfg.parallel.tp;
   std::string error;
   try {

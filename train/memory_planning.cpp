@@ -126,7 +126,7 @@ MemoryPlan keep_everything(const ModelLayout& s, int pp) {
 
 }  // namespace
 
-MemoryPlan make_memory_plan(const Config& config) {
+MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
   ModelLayout shape = build_shape(config);
   const int pp = config.parallel.pp, tp = config.parallel.tp, m = config.train.microbatches;
   const double flops = rank_flops(config);
@@ -227,8 +227,11 @@ MemoryPlan make_memory_plan(const Config& config) {
     }
   };
   // The minimum feasible budget: the smallest budget (to 1/2048 of it) that places the levers'
-  // strongest plan; found by growing from its live peak, then bisecting.
-  in.placeable_budget = [&](const std::vector<RankPlan>& plans, std::size_t live_peak) {
+  // strongest plan; found by growing from its live peak, then bisecting. A dozen dry runs, so only
+  // when asked for or when the budget is infeasible anyway (the error names the minimum).
+  bool min_exact = false;
+  auto placeable = [&](const std::vector<RankPlan>& plans, std::size_t live_peak) {
+    min_exact = true;
     std::size_t lo = 0, hi = live_peak, step = std::max<std::size_t>(live_peak / 64, 4096);
     for (; !places(plans, hi); step *= 2) lo = hi, hi += step;
     const std::size_t resolution = std::max<std::size_t>(256, live_peak / 2048);
@@ -238,6 +241,9 @@ MemoryPlan make_memory_plan(const Config& config) {
     }
     return hi;
   };
+  in.placeable_budget = [&](const std::vector<RankPlan>& plans, std::size_t live_peak) {
+    return exact_minimum || live_peak > in.device_budget ? placeable(plans, live_peak) : live_peak;
+  };
   // The greedy plan for the budget is checked the same way; if it cannot be placed, plan again
   // for 5% less, up to 8 times. A budget at or above the minimum always ends feasible: when the
   // shrunken budget leaves only the strongest plan, that plan places in the real budget.
@@ -246,10 +252,16 @@ MemoryPlan make_memory_plan(const Config& config) {
   std::size_t min_budget = 0;
   for (int attempt = 0;; ++attempt) {
     plan = plan_memory(in);
+    if (plan.ranks.empty()) {  // no candidates: nothing to decide
+      MemoryPlan keep = keep_everything(shape, pp);
+      plan.ranks = std::move(keep.ranks);
+    }
     plan.device_budget = budget;
     if (attempt == 0) min_budget = plan.min_device_budget;
+    if (budget != SIZE_MAX && !plan.feasible && attempt && !min_exact)  // plan.ranks: the strongest plan
+      min_budget = placeable(plan.ranks, min_budget);
     plan.min_device_budget = min_budget;
-    if (plan.ranks.empty()) plan = keep_everything(shape, pp);
+    plan.min_budget_exact = min_exact;
     if (budget == SIZE_MAX) break;
     if (!plan.feasible) {
       if (attempt && budget >= plan.min_device_budget) {

@@ -10,7 +10,10 @@
 namespace stp {
 
 // Always returns a plan; `feasible` is false when nothing fits memory.device_budget.
-MemoryPlan make_memory_plan(const Config& config);
+// min_device_budget is the exact minimum feasible budget (the strongest plan placed by the real
+// allocator; a dozen dry runs) when `exact_minimum` is set or the budget is infeasible; otherwise
+// it may be the cheaper lower bound, the strongest plan's live-byte peak (min_budget_exact says).
+MemoryPlan make_memory_plan(const Config& config, bool exact_minimum = false);
 
 // Throws stp::Error (before any step) when the plan is infeasible — naming the budget, the minimum
 // feasible budget and what consumes it — or when the pinned pools exceed memory.host_budget.

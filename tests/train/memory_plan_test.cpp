@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "tests/train/train_fixture.h"
+#include "train/memory_planning.h"
 #include "train/trainer.h"
 
 namespace {
@@ -82,7 +83,12 @@ TEST(MemoryPlanner, PredictedPeaksEqualMeasuredPeaksWithinEveryBudget) {
     std::string sched = std::string("parallel.schedule=") + schedule;
     TrainRun keep = train({sched, "memory.offload=auto", "memory.recompute=auto"}, 2);
     std::size_t generous = keep.peaks[0] * 2;
-    std::size_t minimum = keep.plan.min_device_budget;
+    stp::MemoryPlan exact = stp::make_memory_plan(
+        tiny_config({"parallel.tp=2", "parallel.pp=2", "model.n_layer=4", sched, "memory.offload=auto", "memory.recompute=auto"}),
+        /*exact_minimum=*/true);
+    ASSERT_TRUE(exact.min_budget_exact);
+    std::size_t minimum = exact.min_device_budget;
+    EXPECT_GE(minimum, keep.plan.min_device_budget) << "the live-byte bound is above the exact minimum";
     ASSERT_LT(minimum, keep.peaks[0]);
     // min_device_budget is the smallest budget the allocator can place the strongest plan in (live
     // bytes plus fragmentation, found by dry runs): the tightest budget tested is exactly that.
