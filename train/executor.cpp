@@ -251,6 +251,11 @@ void Executor::offload_after_backward(int chunk, int u, int mb) {
 
 void Executor::all_reduce_after(Cursor& c, const Tensor& t, const std::string& unit) {
   STP_ASSERT(r_.tp && r_.tp->size() > 1, "unit ", unit, " returned a tensor to all-reduce but tp = 1");
+  // A group left open by the previous op's sends (this op posted no receives) must be closed
+  // first: an NCCL group is per host thread and spans communicators, so an all-reduce issued
+  // inside it would only be enqueued at the group's end — after `reduced` below is recorded,
+  // and the next unit would read unreduced data. (HostComm groups are no-ops.)
+  if (group_open_) group_end();
   Event& produced = new_event(*r_.compute);
   r_.compute->record(produced);
   r_.tp_comm->wait(produced);

@@ -17,7 +17,9 @@
 // Pipeline messages (schedule::op_messages): the receives of op k are posted on p2p before op k's
 // compute (compute waits on them); op k's sends are posted after its compute and its last
 // all-reduces. Sends of op k and receives of op k+1 form one communicator group (NCCL needs this
-// to pair blocking sends and receives, as the released STP trainer does). Stage-to-stage
+// to pair blocking sends and receives, as the released STP trainer does); when op k+1 posts no
+// receives, the group is closed before its first TP all-reduce (an NCCL group defers every call
+// of the thread, on any communicator, to the group's end). Stage-to-stage
 // hand-overs on the same rank (the V's turn) are device copies on compute. Every message carries
 // a tag (pass, source stage, microbatch) that HostComm checks, so a channel-order mismatch is an
 // error, never silent corruption.

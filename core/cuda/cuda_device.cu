@@ -7,10 +7,18 @@
 //     between device memory and pinned host memory, which is why offload buffers come from
 //     allocate_pinned_host (cudaHostAlloc), never from pageable memory;
 //   * each stream owns its cuBLAS handle, bound to that stream once, so GEMMs are ordered with
-//     the stream's other work and streams never share cuBLAS workspace.
+//     the stream's other work and streams never share cuBLAS workspace;
+//   * every call that enqueues work first makes the stream's GPU current on the calling thread
+//     (CudaStream::bind): CUDA's current device is per host thread, the trainer drives each rank
+//     from a fresh thread every step, and kernel launches, cuBLAS calls and event records on a
+//     stream of another device fail (CUDA Programming Guide, "Stream and Event Behavior").
+//   * host tasks (enqueue_host) run on CUDA's callback thread: an exception there is captured and
+//     rethrown by the stream's next synchronize(), as on the CPU backend (it cannot cross the
+//     callback boundary). Unlike the CPU backend, later work on the stream still runs.
 #include <cuda_runtime.h>
 
 #include <deque>
+#include <exception>
 #include <map>
 #include <mutex>
 
@@ -56,15 +64,20 @@ class CudaStream final : public Stream {
   cudaStream_t handle() const { return stream_; }
 
   void enqueue_host(std::function<void()> fn) override {
-    auto* heap = new std::function<void()>(std::move(fn));
-    STP_CUDA_CHECK(cudaLaunchHostFunc(stream_, &CudaStream::run_host_fn, heap));
+    bind();
+    auto task = std::make_unique<HostTask>(HostTask{std::move(fn), this});
+    STP_CUDA_CHECK(cudaLaunchHostFunc(stream_, &CudaStream::run_host_fn, task.get()));
+    (void)task.release();  // owned by the callback from here on
   }
   void copy(void* dst, const void* src, std::size_t bytes) override {
-    if (bytes) STP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+    if (!bytes) return;
+    bind();
+    STP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
   }
   // CUDA forbids CUDA calls (cudaFree) inside host callbacks, so the reference is parked with an
   // event and dropped on the host at a later call once the event has completed.
   void retain_until_done(std::shared_ptr<const void> object) override {
+    bind();  // the event below is created on the current device and recorded on this stream
     reap_retained(false);
     cudaEvent_t e{};
     STP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -81,29 +94,52 @@ class CudaStream final : public Stream {
     }
   }
   void zero(void* dst, std::size_t bytes) override {
-    if (bytes) STP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
+    if (!bytes) return;
+    bind();
+    STP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
   }
   void gemm(const GemmArgs& g) override;
   void record(Event& event) override {
+    bind();
     STP_CUDA_CHECK(cudaEventRecord(as_cuda(event).handle(), stream_));
   }
   void wait(Event& event) override {
+    bind();
     STP_CUDA_CHECK(cudaStreamWaitEvent(stream_, as_cuda(event).handle(), 0));
   }
   void synchronize() override {
+    bind();
     STP_CUDA_CHECK(cudaStreamSynchronize(stream_));
     reap_retained(true);
     flush_trace();
+    std::exception_ptr host_error;
+    {
+      std::lock_guard<std::mutex> lock(host_error_mu_);
+      std::swap(host_error, host_error_);
+    }
+    if (host_error) std::rethrow_exception(host_error);
   }
+  // Makes this stream's GPU the calling thread's current device (cheap when it already is).
+  void bind() const { STP_CUDA_CHECK(cudaSetDevice(ordinal_)); }
   void trace_begin(std::string span_name, std::string category, std::string args_json) override;
   void trace_end() override;
   void set_trace(TraceRecorder* recorder, int pid, std::string tid) override;
 
  private:
+  struct HostTask {
+    std::function<void()> fn;
+    CudaStream* stream;  // outlives the task: ~CudaStream synchronizes first
+  };
+  // Exceptions cannot cross the CUDA callback boundary: the first one is kept for synchronize().
+  // The task (and what it captured) is destroyed here, so it must not own CUDA resources.
   static void CUDART_CB run_host_fn(void* data) {
-    auto* fn = static_cast<std::function<void()>*>(data);
-    (*fn)();  // exceptions cannot cross the CUDA callback boundary: host tasks must not throw
-    delete fn;
+    std::unique_ptr<HostTask> task(static_cast<HostTask*>(data));
+    try {
+      task->fn();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(task->stream->host_error_mu_);
+      if (!task->stream->host_error_) task->stream->host_error_ = std::current_exception();
+    }
   }
   static CudaEvent& as_cuda(Event& e) {
     auto* c = dynamic_cast<CudaEvent*>(&e);
@@ -130,6 +166,8 @@ class CudaStream final : public Stream {
   double reference_us_ = 0;
   std::vector<Span> open_, closed_;
   std::deque<std::pair<cudaEvent_t, std::shared_ptr<const void>>> retained_;
+  std::mutex host_error_mu_;
+  std::exception_ptr host_error_;  // first exception of a host task, rethrown by synchronize()
 };
 
 class CudaDevice final : public Device {
@@ -172,6 +210,7 @@ class CudaDevice final : public Device {
     if (!p) return;
     std::lock_guard<std::mutex> lock(mu_);
     unaccount(device_, live_, p);
+    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
     STP_CUDA_CHECK(cudaFree(p));
   }
   MemoryStats memory_stats() const override {
@@ -261,6 +300,7 @@ Device& CudaStream::device() { return device_; }
 
 void CudaStream::gemm(const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return;
+  bind();  // a cuBLAS handle belongs to the device that was current at cublasCreate
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
   cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -269,6 +309,7 @@ void CudaStream::gemm(const GemmArgs& g) {
 }
 
 cudaEvent_t CudaStream::timing_event() {
+  bind();
   cudaEvent_t e{};
   STP_CUDA_CHECK(cudaEventCreate(&e));
   STP_CUDA_CHECK(cudaEventRecord(e, stream_));
@@ -319,6 +360,7 @@ void CudaStream::flush_trace() {
 void* cuda_stream_handle(Stream& stream) {
   auto* s = dynamic_cast<CudaStream*>(&stream);
   STP_ASSERT(s, "stream '", stream.name(), "' is not a CUDA stream");
+  s->bind();  // launch() and NCCL enqueue on this handle next: its device must be current
   return s->handle();
 }
 
@@ -332,7 +374,19 @@ bool cuda_devices_usable(int needed, std::string* why) {
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    if (why) *why = str("no usable CUDA driver/GPU (cudaGetDeviceCount: ", cudaGetErrorString(e), ")");
+    // Without libcuda the runtime says "driver version is insufficient", which misleads: the
+    // driver's own version (0 = no driver loaded) tells the two cases apart.
+    int driver = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+    (void)cudaGetLastError();
+    if (!why) return false;
+    if (driver == 0)
+      *why = "no NVIDIA driver was found (libcuda.so.1 could not be loaded; nvidia-smi shows whether one is installed)";
+    else if (e == cudaErrorInsufficientDriver)
+      *why = str("the NVIDIA driver supports CUDA ", driver / 1000, ".", driver % 1000 / 10, ", older than this stp's CUDA runtime ",
+                 CUDART_VERSION / 1000, ".", CUDART_VERSION % 1000 / 10, " (update the driver)");
+    else
+      *why = str("no usable GPU (cudaGetDeviceCount: ", cudaGetErrorString(e), ")");
     return false;
   }
   if (count < needed) {

@@ -3,9 +3,17 @@
 // Every operation is enqueued on the caller's stream; its completion is that stream's order.
 // NCCL has no message tags: the tag is ignored here (HostComm checks it on the CPU backend, where
 // the same schedules run, so channel-order mismatches are caught before a GPU run).
+//
+// abort(): ncclCommAbort frees the communicator, so it runs once, and every later operation of
+// this object throws CommunicatorAborted instead of touching the freed handle; the destructor
+// does not destroy an aborted communicator again. Known limit (docs/gpu-readiness.md): the
+// trainer aborts every rank's communicator from the failing rank's thread, and an operation
+// another rank's thread is enqueueing at that very moment is not fenced against the abort.
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <mutex>
+#include <string>
 
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_check.h"
@@ -24,36 +32,57 @@ class NcclComm final : public Communicator {
   ~NcclComm() override {
     (void)cudaSetDevice(ordinal_);
     (void)cudaFree(scratch_);
-    (void)ncclCommDestroy(comm_);
+    if (!aborted_.load()) (void)ncclCommDestroy(comm_);  // ncclCommAbort already freed it
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::uint64_t bytes_sent() const override { return bytes_sent_.load(); }
 
   void all_reduce_sum(Stream& stream, float* data, std::size_t count) override {
+    check_alive();
     bytes_sent_ += count * sizeof(float);
     STP_CUDA_CHECK(ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm_, handle(stream)));
   }
   void send(Stream& stream, const void* data, std::size_t bytes, int peer, std::uint32_t) override {
+    check_alive();
     bytes_sent_ += bytes;
     STP_CUDA_CHECK(ncclSend(data, bytes, ncclChar, peer, comm_, handle(stream)));
   }
   void recv(Stream& stream, void* data, std::size_t bytes, int peer, std::uint32_t) override {
+    check_alive();
     STP_CUDA_CHECK(ncclRecv(data, bytes, ncclChar, peer, comm_, handle(stream)));
   }
   void barrier(Stream& stream) override {
+    check_alive();
     STP_CUDA_CHECK(ncclAllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum, comm_, handle(stream)));
   }
-  void abort(const std::string&) override { (void)ncclCommAbort(comm_); }
+  void abort(const std::string& why) override {
+    {
+      std::lock_guard<std::mutex> lock(why_mu_);
+      if (aborted_.load()) return;  // once: a second ncclCommAbort would free the comm twice
+      why_ = why;
+      aborted_.store(true);
+    }
+    (void)ncclCommAbort(comm_);
+  }
+  // Groups are per host thread and span communicators (ncclGroupStart/End); they touch no comm.
   void group_begin() override { STP_CUDA_CHECK(ncclGroupStart()); }
   void group_end() override { STP_CUDA_CHECK(ncclGroupEnd()); }
 
  private:
+  void check_alive() {
+    if (!aborted_.load()) return;
+    std::lock_guard<std::mutex> lock(why_mu_);
+    throw CommunicatorAborted(str("communicator aborted: ", why_));
+  }
   static cudaStream_t handle(Stream& s) { return static_cast<cudaStream_t>(cuda_stream_handle(s)); }
   ncclComm_t comm_;
   int rank_, size_, ordinal_;
   float* scratch_ = nullptr;
   std::atomic<std::uint64_t> bytes_sent_{0};
+  std::atomic<bool> aborted_{false};
+  std::mutex why_mu_;
+  std::string why_;
 };
 
 }  // namespace

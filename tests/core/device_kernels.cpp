@@ -156,8 +156,10 @@ TEST(CudaBackend, WithoutAUsableGpuTheErrorIsOneClearLine) {
   } catch (const stp::Error& e) {
     std::string msg = e.what();
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    EXPECT_NE(msg.find("parallel.backend is cuda but"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("use parallel.backend: cpu"), std::string::npos) << msg;
+    // What was found (cuda_usable's reason: no CUDA in this build, no driver, too few GPUs) and
+    // what to do, in that order.
+    EXPECT_EQ(msg.find("parallel.backend is cuda but " + why), 0u) << msg;
+    EXPECT_NE(msg.find("; use parallel.backend: cpu or run on a GPU machine"), std::string::npos) << msg;
   }
 }
 

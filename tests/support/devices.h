@@ -17,11 +17,14 @@ inline std::vector<DeviceKind> all_kinds() { return {DeviceKind::Cpu, DeviceKind
 
 inline std::string kind_name(const ::testing::TestParamInfo<DeviceKind>& info) { return to_string(info.param); }
 
-// Devices of `kind`, or empty after GTEST_SKIP() when the kind is unavailable here.
-inline std::vector<std::unique_ptr<Device>> devices_or_skip(DeviceKind kind, int count = 1) {
+// Devices of `kind`, or empty when the kind is unavailable here (`why` then says what was found).
+inline std::vector<std::unique_ptr<Device>> devices_or_skip(DeviceKind kind, int count = 1, std::string* why = nullptr) {
   if (kind == DeviceKind::Cuda) {
-    std::string why;
-    if (!cuda_usable(count, &why)) return {};
+    std::string reason;
+    if (!cuda_usable(count, &reason)) {
+      if (why) *why = reason;
+      return {};
+    }
   }
   BackendOptions o;
   o.kind = kind;
@@ -31,6 +34,10 @@ inline std::vector<std::unique_ptr<Device>> devices_or_skip(DeviceKind kind, int
 
 }  // namespace stp::testing
 
-#define STP_DEVICES_OR_SKIP(var, kind, count)                                          \
-  auto var = ::stp::testing::devices_or_skip(kind, count);                             \
-  if (var.empty()) GTEST_SKIP() << "no usable " << ::stp::to_string(kind) << " device here"
+// The skip message carries cuda_usable's reason ("1 GPU(s) visible, 2 needed (one per rank)", "no
+// NVIDIA driver was found ..."): tools/gpu-check reads it to tell a legitimate skip (more GPUs
+// needed than the machine has) from a CUDA case that should have run.
+#define STP_DEVICES_OR_SKIP(var, kind, count)                                                 \
+  std::string var##_why;                                                                      \
+  auto var = ::stp::testing::devices_or_skip(kind, count, &var##_why);                        \
+  if (var.empty()) GTEST_SKIP() << "no usable " << ::stp::to_string(kind) << " device here: " << var##_why

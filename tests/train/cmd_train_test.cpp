@@ -66,7 +66,8 @@ TEST(CmdTrain, MissingDataFile) {
 TEST(CmdTrain, CudaBackendWithoutAGpu) {
   std::string why;
   if (stp::cuda_usable(4, &why)) GTEST_SKIP() << "GPUs are usable here";
-  expect_clean_failure("bad_cuda", "--set parallel.backend=cuda", "parallel.backend is cuda but");
+  // One line naming what was found (this build without CUDA, no driver, too few GPUs) and what to do.
+  expect_clean_failure("bad_cuda", "--set parallel.backend=cuda", "parallel.backend is cuda but " + why + "; use parallel.backend: cpu");
 }
 
 TEST(CmdTrain, TruncatedCheckpoint) {

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# CTest: tools.gpu_check_test SOURCE_DIR BINARY_DIR CUDA_ENABLED
+# tools/gpu-check without a GPU (always through a fake or missing nvidia-smi, so this test behaves
+# the same on a GPU machine): it stops at once with one clear line, status 1, and writes nothing;
+# --detect-only reports what it found and chose. Then the helpers that read CTest's and stp's
+# results (tools/gpu_check.py) on small inputs whose answers are known.
+set -euo pipefail
+src="$1"
+check="$src/tools/gpu-check"
+helper="$src/tools/gpu_check.py"
+command -v python3 >/dev/null || { echo "python3 not found: skipped"; exit 77; }
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+bad() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+export STP_GPU_CHECK_DIR="$tmp/out" STP_GPU_CHECK_BUILD_DIR="$tmp/build"
+repo_runs_existed=0
+[ -e "$src/runs/gpu-check" ] && repo_runs_existed=1
+
+# expect_one_line NAME NEEDLE [gpu-check args]: status 1 within 10 s, exactly one output line
+# (stdout + stderr) holding NEEDLE, and no output folder or build folder created.
+expect_one_line() {
+  local name=$1 needle=$2
+  shift 2
+  local start=$SECONDS rc=0
+  timeout 60 "$check" "$@" >"$tmp/$name.out" 2>&1 || rc=$?
+  local lines
+  lines=$(wc -l <"$tmp/$name.out")
+  [ "$rc" = 1 ] || bad "$name: status $rc, expected 1: $(cat "$tmp/$name.out")"
+  [ "$lines" = 1 ] || bad "$name: $lines lines, expected one: $(cat "$tmp/$name.out")"
+  grep -qF -- "$needle" "$tmp/$name.out" || bad "$name: '$needle' not in: $(cat "$tmp/$name.out")"
+  grep -q '^gpu-check: error: ' "$tmp/$name.out" || bad "$name: not a 'gpu-check: error:' line: $(cat "$tmp/$name.out")"
+  ((SECONDS - start <= 10)) || bad "$name: took $((SECONDS - start)) s, expected at once"
+  [ ! -e "$tmp/out" ] || bad "$name: wrote $tmp/out"
+  [ ! -e "$tmp/build" ] || bad "$name: created the build folder"
+}
+
+fake() {  # fake nvidia-smi: prints $2 (backslash escapes expanded) and exits with status $1
+  printf '%b' "$2" >"$tmp/nvidia-smi.txt"
+  printf '#!/usr/bin/env bash\ncat "%s"\nexit %d\n' "$tmp/nvidia-smi.txt" "$1" >"$tmp/nvidia-smi"
+  chmod +x "$tmp/nvidia-smi"
+}
+
+STP_NVIDIA_SMI="$tmp/missing/nvidia-smi" expect_one_line no-smi "no NVIDIA GPU here: '$tmp/missing/nvidia-smi' was not found"
+fake 9 "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\n\n"
+STP_NVIDIA_SMI="$tmp/nvidia-smi" expect_one_line no-driver "couldn't communicate with the NVIDIA driver"
+fake 6 "No devices were found\n"
+STP_NVIDIA_SMI="$tmp/nvidia-smi" expect_one_line no-devices "No devices were found"
+fake 0 ""
+STP_NVIDIA_SMI="$tmp/nvidia-smi" expect_one_line empty-list "lists none"
+# On this machine the real nvidia-smi decides: with no GPU the plain command stops the same way.
+if ! command -v nvidia-smi >/dev/null 2>&1; then expect_one_line plain "no NVIDIA GPU here"; fi
+
+rc=0
+"$check" --bogus >"$tmp/usage.out" 2>&1 || rc=$?
+[ "$rc" = 2 ] || bad "unknown option: status $rc, expected 2"
+
+# --detect-only with two H100s: peak from the table, layout tp=1 pp=2, nothing written.
+fake 0 "0, NVIDIA H100 80GB HBM3, 81559, 550.54.15\n1, NVIDIA H100 80GB HBM3, 81559, 550.54.15\n"
+out="$(STP_NVIDIA_SMI="$tmp/nvidia-smi" "$check" --detect-only 2>&1)" || bad "detect-only H100: status $?: $out"
+for needle in "2 GPU(s): NVIDIA H100 80GB HBM3, 81559 MiB" "FP32 67 TFLOPS, BF16 dense 989.4 TFLOPS" "tp=1 pp=2"; do
+  grep -qF "$needle" <<<"$out" || bad "detect-only H100: '$needle' not in: $out"
+done
+[ ! -e "$tmp/out" ] || bad "detect-only wrote $tmp/out"
+# Eight GPUs of an unknown kind: no peak unless STP_PEAK_TFLOPS; layout tp=2 pp=4.
+fake 0 "$(for i in 0 1 2 3 4 5 6 7; do printf '%s, Future GPU, 1000, 999.1\\n' "$i"; done)"
+out="$(STP_NVIDIA_SMI="$tmp/nvidia-smi" "$check" --detect-only 2>&1)" || bad "detect-only unknown: status $?: $out"
+grep -qF "FP32 unknown (set STP_PEAK_TFLOPS" <<<"$out" || bad "unknown GPU: no hint to set STP_PEAK_TFLOPS: $out"
+grep -qF "tp=2 pp=4" <<<"$out" || bad "8 GPUs: layout: $out"
+out="$(STP_PEAK_TFLOPS=123.5 STP_NVIDIA_SMI="$tmp/nvidia-smi" "$check" --detect-only 2>&1)" || bad "STP_PEAK_TFLOPS: status $?"
+grep -qF "FP32 123.5 TFLOPS" <<<"$out" || bad "STP_PEAK_TFLOPS ignored: $out"
+rc=0
+STP_PEAK_TFLOPS=fast STP_NVIDIA_SMI="$tmp/nvidia-smi" "$check" --detect-only >/dev/null 2>&1 || rc=$?
+[ "$rc" = 1 ] || bad "STP_PEAK_TFLOPS=fast accepted"
+rc=0
+STP_GPU_CHECK_TP=4 STP_GPU_CHECK_PP=4 STP_NVIDIA_SMI="$tmp/nvidia-smi" "$check" --detect-only >"$tmp/tp.out" 2>&1 || rc=$?
+if [ "$rc" != 1 ] || ! grep -qF "needs 16 GPUs, this machine has 8" "$tmp/tp.out"; then
+  bad "tp x pp above the GPU count accepted: $(cat "$tmp/tp.out")"
+fi
+
+if [ "$repo_runs_existed" = 0 ] && [ -e "$src/runs/gpu-check" ]; then bad "wrote $src/runs/gpu-check"; fi
+
+# ---- tools/gpu_check.py ----------------------------------------------------------------------
+[ "$(python3 "$helper" flops 24 1024 256 1024)" = 2115502080 ] || bad "flops: $(python3 "$helper" flops 24 1024 256 1024)"
+[ "$(python3 "$helper" peak "NVIDIA A100-SXM4-80GB")" = "19.5 312" ] || bad "peak A100"
+[ "$(python3 "$helper" peak "NVIDIA L4")" = "30.3 121" ] || bad "peak L4 (must not match L40)"
+[ "$(python3 "$helper" peak "NVIDIA H100 PCIe")" = "51.2 756" ] || bad "peak H100 PCIe"
+
+junit() {  # junit FILE then "name|status|output" lines
+  local f=$1
+  shift
+  { echo '<?xml version="1.0" encoding="UTF-8"?>'; echo '<testsuite name="stp">'
+    for c in "$@"; do
+      IFS='|' read -r n st o <<<"$c"
+      echo "<testcase name=\"$n\" classname=\"$n\" time=\"0.1\" status=\"$st\">"
+      [ "$st" = fail ] && echo '<failure message=""/>'
+      [ "$st" = notrun ] && echo '<skipped message="SKIP_REGULAR_EXPRESSION_MATCHED"/>'
+      printf '<system-out>%b</system-out>\n</testcase>\n' "$o"
+    done
+    echo '</testsuite>'; } >"$f"
+}
+ok_cases=("Backends/OnDevice.Launch/cpu|run|[       OK ]"
+          "Backends/OnDevice.Launch/cuda  # GetParam() = 4-byte object &lt;01-00 00-00&gt;|run|[       OK ]"
+          "Backends/OnDevice.AllReduce/cuda  # GetParam() = 4-byte object &lt;01-00 00-00&gt;|notrun|x.cpp:1: Skipped\nno usable cuda device here: 1 GPU(s) visible, 2 needed (one per rank)\n[  SKIPPED ]"
+          "CudaBackend.WithoutAUsableGpu|notrun|x.cpp:2: Skipped\na GPU is usable here\n[  SKIPPED ]"
+          "CmdTrain.TruncatedCheckpoint|notrun|x.cpp:3: Skipped\nstp not built\n[  SKIPPED ]")
+junit "$tmp/ok.xml" "${ok_cases[@]}"
+python3 "$helper" ctest "$tmp/ok.xml" 1 >"$tmp/ok.md" || bad "ctest: legitimate skips rejected: $(cat "$tmp/ok.md")"
+grep -qF "5 tests: 2 passed, 0 failed, 3 skipped." "$tmp/ok.md" || bad "ctest counts: $(cat "$tmp/ok.md")"
+# CTest names parameterised cases "…/cuda  # GetParam() = …": they must count as CUDA cases.
+grep -qF "CUDA cases (3)" "$tmp/ok.md" || bad "ctest: CUDA cases not recognised: $(cat "$tmp/ok.md")"
+grep -qF "needs 2 GPUs, this machine has 1" "$tmp/ok.md" || bad "ctest: needs-more-GPUs verdict missing"
+junit "$tmp/more.xml" "${ok_cases[@]}"
+python3 "$helper" ctest "$tmp/more.xml" 2 >"$tmp/more.md" && bad "ctest: a 2-GPU case skipped on a 2-GPU machine was accepted"
+junit "$tmp/driver.xml" "Backends/OnDevice.Launch/cuda  # GetParam() = 4-byte object &lt;01-00 00-00&gt;|notrun|no usable cuda device here: no NVIDIA driver was found\n[  SKIPPED ]"
+python3 "$helper" ctest "$tmp/driver.xml" 1 >"$tmp/driver.md" && bad "ctest: a CUDA case skipped for want of a driver was accepted"
+grep -qF "FAILED: skipped on a machine with 1 GPU(s)" "$tmp/driver.md" || bad "ctest: verdict: $(cat "$tmp/driver.md")"
+junit "$tmp/fail.xml" "Backends/OnDevice.Launch/cuda|run|ok" "OffloadEngine.Roundtrip|fail|boom"
+python3 "$helper" ctest "$tmp/fail.xml" 1 >/dev/null && bad "ctest: a failed test was accepted"
+junit "$tmp/nocuda.xml" "Backends/OnDevice.Launch/cpu|run|ok"
+python3 "$helper" ctest "$tmp/nocuda.xml" 1 >/dev/null && bad "ctest: results without any CUDA case were accepted"
+
+printf '%s\n' '{"step":1,"loss":5.000000,"lr":1e-3,"step_ms":900.0,"tokens_per_s":100.0,"peak_device_bytes":[10,30],"peak_host_pinned_bytes":0}' \
+  '{"step":2,"loss":4.000000,"lr":1e-3,"step_ms":500.0,"tokens_per_s":200.0,"peak_device_bytes":[10,20],"peak_host_pinned_bytes":0}' \
+  '{"step":3,"loss":3.000000,"lr":1e-3,"step_ms":100.0,"tokens_per_s":1000.0,"peak_device_bytes":[10,20],"peak_host_pinned_bytes":5,"offload":{"d2h_bytes":[4,6],"h2d_bytes":[4,6],"d2h_GBps":[12.5,0],"h2d_GBps":[1,1],"stall_ms":[0.5,0.25]}}' \
+  '{"step":4,"loss":2.000000,"lr":1e-3,"step_ms":300.0,"tokens_per_s":300.0,"peak_device_bytes":[10,20],"peak_host_pinned_bytes":5,"offload":{"d2h_bytes":[4,6],"h2d_bytes":[4,6],"d2h_GBps":[12.5,0],"h2d_GBps":[1,1],"stall_ms":[0.5,0.25]}}' \
+  >"$tmp/ref.jsonl"
+sum="$(python3 "$helper" summary "$tmp/ref.jsonl" 2)"
+want='{"steps": 4, "timed_steps": 2, "step_ms": 200.0, "tokens_per_s": 650.0, "peak_device_bytes": 30, "peak_host_pinned_bytes": 5, "last_loss": 2.0, "d2h_bytes_per_step": 10.0, "h2d_bytes_per_step": 10.0, "stall_ms_per_step": 0.75, "d2h_GBps": 12.5}'
+[ "$sum" = "$want" ] || bad "summary: $sum"
+sed 's/"loss":3.000000/"loss":3.002000/' "$tmp/ref.jsonl" >"$tmp/got.jsonl"
+python3 "$helper" losses "$tmp/ref.jsonl" "$tmp/got.jsonl" 1e-3 >"$tmp/l1.md" || bad "losses: 6.7e-4 relative rejected at 1e-3: $(cat "$tmp/l1.md")"
+python3 "$helper" losses "$tmp/ref.jsonl" "$tmp/got.jsonl" 1e-4 >/dev/null && bad "losses: 6.7e-4 relative accepted at 1e-4"
+echo '{"feasible":true,"min_device_budget":7,"ranks":[{"rank":0,"peak_device_bytes":11,"host_pinned_bytes":3},{"rank":1,"peak_device_bytes":42,"host_pinned_bytes":0}]}' >"$tmp/plan.json"
+[ "$(python3 "$helper" plan "$tmp/plan.json")" = '{"feasible": true, "min_device_budget": 7, "peak_device_bytes": 42, "host_pinned_bytes": 3}' ] ||
+  bad "plan: $(python3 "$helper" plan "$tmp/plan.json")"
+printf '0, 1200\n1, 80500\n0, 900\n' >"$tmp/smi.log"
+[ "$(python3 "$helper" smi-max "$tmp/smi.log")" = 80500 ] || bad "smi-max"
+
+if ((failures)); then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "gpu-check: no-GPU exits, detection, and result readers behave"
