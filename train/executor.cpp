@@ -98,6 +98,9 @@ void Executor::group_end() {
   lane(Pass::B).group_end();
   lane(Pass::F).group_end();
   group_open_ = false;
+  // Only now are the group's sends enqueued (NCCL): dropping the buffers earlier would record
+  // their free fence on p2p before the sends that read them, so their bytes could be reused early.
+  held_sends_.clear();
 }
 
 // ---- pipeline messages ------------------------------------------------------------------------
@@ -140,6 +143,7 @@ void Executor::post_sends(const std::vector<Message>& send) {
     lane(m.pass).send(*r_.p2p, buf.raw(), buf.bytes(), m.dst, p2p_tag(m.pass, m.from_stage, m.mb));
     if (r_.trace) r_.p2p->trace_end();
     buf.record_use(*r_.p2p);  // the stage may drop it before the send runs
+    held_sends_.push_back(std::move(buf));
   }
 }
 

@@ -114,6 +114,7 @@ class Executor {
   std::map<Stream*, EventPool> pools_;
   Tensor losses_;            // (m,) last stage only
   bool group_open_ = false;  // an open communicator group holds the previous op's sends
+  std::vector<Tensor> held_sends_;  // their buffers, released when the group closes
   std::set<std::pair<int, int>> deferred_w_;  // (local chunk, mb) whose B defers W on this rank
 };
 
