@@ -34,6 +34,11 @@ Executor::Executor(RankResources resources) : r_(std::move(resources)) {
              " has no offload engine");
   STP_ASSERT(static_cast<int>(r_.stages.size()) == r_.schedule->chunks, "rank ", r_.pp_rank, " has ",
              r_.stages.size(), " stages, the schedule places ", r_.schedule->chunks, " chunks per rank");
+  const auto& ops = r_.schedule->ranks[static_cast<std::size_t>(r_.pp_rank)];
+  last_backward_.assign(r_.stages.size(), ops.size());
+  for (std::size_t k = 0; k < ops.size(); ++k)
+    for (int i = 0; i < ops[k].n_parts(); ++i)
+      if (ops[k].part(i).pass != Pass::F) last_backward_[static_cast<std::size_t>(ops[k].part(i).chunk)] = k;
 }
 
 Executor::~Executor() = default;
@@ -74,6 +79,9 @@ void Executor::run_step() {
     if (r_.trace) r_.compute->trace_end();
     post_sends(msgs.send);
     release_finished(op);
+    if (r_.grads_final)
+      for (std::size_t c = 0; c < last_backward_.size(); ++c)
+        if (last_backward_[c] == k) r_.grads_final(static_cast<int>(c));
   }
   if (group_open_) group_end();
 }

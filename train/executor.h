@@ -28,6 +28,7 @@
 // (a stream wait). Recompute needs nothing here: the stage re-runs forwards itself.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -60,6 +61,10 @@ struct RankResources {
   // Memory plan of this rank (null: keep everything) and the engine that moves offloaded records.
   const RankPlan* plan = nullptr;
   OffloadEngine* offload = nullptr;  // required when the plan offloads
+  // Called once per local chunk and step, right after the compute of the last op that runs a
+  // backward (B or W) of that chunk has been enqueued: its gradients are final at that point of
+  // the compute stream (data-parallel reduction starts there, train/dp_grads.h). Optional.
+  std::function<void(int chunk)> grads_final;
 };
 
 // The P2P tag of a message: pass, source stage and microbatch, so both ends can check it.
@@ -102,6 +107,7 @@ class Executor {
   int local_chunk_of_stage(int stage) const;
 
   RankResources r_;
+  std::vector<std::size_t> last_backward_;  // [local chunk] index of its last op with B or W
   std::map<Stream*, EventPool> pools_;
   Tensor losses_;            // (m,) last stage only
   bool group_open_ = false;  // an open communicator group holds the previous op's sends
