@@ -77,9 +77,10 @@ class Trainer {
   StepResult step();
   std::int64_t steps_done() const;
 
-  // Full tensors with HF GPT-2 names, gathered from replica 0's shards. Multi-process: collective
-  // (every process calls it); process 0 gets the tensors, the others an empty map.
-  std::map<std::string, HostTensor> full_parameters();
+  // Full tensors with HF GPT-2 names, gathered from the shards of data-parallel replica `replica`
+  // (all replicas hold the same values; tests check it). Multi-process: collective (every process
+  // calls it), replica 0 only; process 0 gets the tensors, the others an empty map.
+  std::map<std::string, HostTensor> full_parameters(int replica = 0);
   // Writes output.dir/checkpoint-STEP (model, optimizer, state); returns its path. Multi-process:
   // collective, written once by process 0 (the others return "").
   // A checkpoint does not depend on dp: it loads with any dp × pp × tp.

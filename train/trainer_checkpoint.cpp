@@ -26,14 +26,17 @@ void place(const ParamInfo& p, const std::vector<float>& shard, std::map<std::st
 
 }  // namespace
 
-// For every parameter name, the full tensor from the shards of replica 0 (every replica holds the
-// same values). `pick(r, i)` gives the device tensor of r.params[i] to read (the parameter, or an
+// For every parameter name, the full tensor from the shards of one replica (every replica holds
+// the same values; checkpoints read replica 0). `pick(r, i)` gives the device tensor of r.params[i] to read (the parameter, or an
 // optimizer moment). Across processes, replica 0's ranks send their shards in parameter order over
 // the replica communicator to global rank 0, which knows every rank's parameter table.
-std::map<std::string, HostTensor> Trainer::Impl::gather(const std::function<Tensor(Rank&, std::size_t)>& pick) {
+std::map<std::string, HostTensor> Trainer::Impl::gather(const std::function<Tensor(Rank&, std::size_t)>& pick,
+                                                         int replica) {
+  STP_CHECK(replica >= 0 && replica < layout.dp && (replica == 0 || !multi_process()), "replica ", replica,
+            " cannot be gathered here (dp = ", layout.dp, multi_process() ? ", only replica 0 across processes)" : ")");
   std::map<std::string, HostTensor> out;
   for (auto& r : ranks) {
-    if (r->dp_rank != 0) continue;
+    if (r->dp_rank != replica) continue;
     if (multi_process() && r->global != 0) {  // a sender
       for (std::size_t i = 0; i < r->params.size(); ++i) {
         Tensor t = pick(*r, i);
@@ -61,8 +64,8 @@ std::map<std::string, HostTensor> Trainer::Impl::gather(const std::function<Tens
   return out;
 }
 
-std::map<std::string, HostTensor> Trainer::full_parameters() {
-  return impl_->gather([](Rank& r, std::size_t i) { return r.params[i].param; });
+std::map<std::string, HostTensor> Trainer::full_parameters(int replica) {
+  return impl_->gather([](Rank& r, std::size_t i) { return r.params[i].param; }, replica);
 }
 
 std::string Trainer::save_checkpoint() {
