@@ -46,10 +46,12 @@ class MpiJob final : public ProcessGroup {
     abort_ = std::make_shared<mpi::JobAbort>(MPI_COMM_WORLD);
   }
 
+  // After an abort, requests of the aborted communicators stay pending (they are never freed);
+  // MPI_Finalize still completes when every process reaches it. After an error that was not
+  // raised by every process main() terminates the job instead (core/process.h).
   ~MpiJob() override {
-    bool aborted = abort_->aborted();
     abort_.reset();
-    if (!aborted) MPI_Finalize();
+    MPI_Finalize();
   }
 
   int rank() const override { return rank_; }
