@@ -3,6 +3,7 @@
 // V placements (the V's local turn sends nothing), tied-embedding sums, DP with small buckets.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,10 @@ struct Case {
   const char* schedule;
   int microbatches;
 };
+
+void PrintTo(const Case& l, std::ostream* os) {
+  *os << "dp " << l.dp << " pp " << l.pp << " tp " << l.tp << " " << l.schedule;
+}
 
 class CommVolume : public ::testing::TestWithParam<Case> {};
 

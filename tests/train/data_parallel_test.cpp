@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,10 @@ struct Layout {
   int dp, pp, tp;
   const char* schedule;
 };
+
+void PrintTo(const Layout& l, std::ostream* os) {
+  *os << "dp " << l.dp << " pp " << l.pp << " tp " << l.tp << " " << l.schedule;
+}
 
 std::vector<std::string> overrides(const Layout& l) {
   return {"parallel.dp=" + std::to_string(l.dp), "parallel.pp=" + std::to_string(l.pp),
