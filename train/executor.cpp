@@ -77,13 +77,25 @@ void Executor::run_step() {
     copy_losses(op);
     local_handoffs(op);
     if (r_.trace) r_.compute->trace_end();
+    for (std::size_t c = 0; c < last_backward_.size(); ++c)
+      if (last_backward_[c] == k) final_pending_.push_back(static_cast<int>(c));
     post_sends(msgs.send);
     release_finished(op);
-    if (r_.grads_final)
-      for (std::size_t c = 0; c < last_backward_.size(); ++c)
-        if (last_backward_[c] == k) r_.grads_final(static_cast<int>(c));
+    report_grads_final();
   }
   if (group_open_) group_end();
+  report_grads_final();
+}
+
+// Chunks whose gradients became final are reported only while no communicator group is open: a
+// group holds the pipeline's sends until the next op's receives, and NCCL would batch the
+// data-parallel all-reduce the report starts into it (every NCCL call of a thread between
+// ncclGroupStart and ncclGroupEnd is one group). Usually that is right away, in post_sends.
+void Executor::report_grads_final() {
+  if (group_open_) return;
+  for (int c : final_pending_)
+    if (r_.grads_final) r_.grads_final(c);
+  final_pending_.clear();
 }
 
 Communicator& Executor::lane(Pass pass) const {
@@ -126,6 +138,7 @@ void Executor::post_receives(const std::vector<Message>& recv) {
     if (r_.trace) r_.p2p->trace_end();
   }
   group_end();
+  report_grads_final();
   Event& landed = new_event(*r_.p2p);
   r_.p2p->record(landed);
   r_.compute->wait(landed);
@@ -137,6 +150,7 @@ void Executor::post_sends(const std::vector<Message>& send) {
   r_.compute->record(computed);
   r_.p2p->wait(computed);
   if (group_open_) group_end();
+  report_grads_final();
   group_begin();  // stays open for the next op's receives
   for (const Message& m : send) {
     Tensor buf = message_buffer(m, false);
