@@ -130,7 +130,7 @@ int run(const stp::tools::Args& argv) {
   std::int64_t first = trainer.steps_done();
   stp::StepResult last;
   double first_loss = -1;
-  // Every process must stop after the same step: they agree on Ctrl-C (mpirun forwards it to all).
+  // Every process must stop after the same step: they agree on SIGINT, which may reach only some.
   auto interrupted = [&] { return procs ? procs->any(g_interrupted) : g_interrupted.load(); };
   bool stop = false;
   while (trainer.steps_done() < cfg.train.steps && !(stop = interrupted())) {
