@@ -35,14 +35,14 @@ std::vector<std::unique_ptr<Device>> make_devices(const BackendOptions& o) {
     cpu.capacity = o.capacity;
     cpu.link_bytes_per_s = o.link_bytes_per_s;
     cpu.dry_run = o.dry_run;
-    for (auto& d : make_cpu_devices(o.count, cpu)) out.push_back(std::move(d));
+    for (auto& d : make_cpu_devices(o.count, cpu, o.first)) out.push_back(std::move(d));
     return out;
   }
   std::string why;
-  if (!cuda_usable(o.count, &why))
+  if (!cuda_usable(o.first + o.count, &why))
     throw Error(str("parallel.backend is cuda but ", why, "; use parallel.backend: cpu or run on a GPU machine"));
 #if defined(STP_HAVE_CUDA)
-  out = make_cuda_devices(o.count, o.capacity);
+  out = make_cuda_devices(o.count, o.capacity, o.first);
 #endif
   return out;
 }

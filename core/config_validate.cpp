@@ -46,6 +46,8 @@ void validate_train(const Config& c) {
 void validate_parallel(const Config& c) {
   const ParallelConfig& p = c.parallel;
   check_at_least("parallel.dp", p.dp, 1);
+  STP_CHECK(!p.dp_bucket || *p.dp_bucket >= sizeof(float),
+            "config: parallel.dp_bucket must be at least 4 bytes (one gradient), or null for one bucket per chunk");
   check_at_least("parallel.tp", p.tp, 1);
   check_at_least("parallel.pp", p.pp, 1);
   check_at_least("parallel.cpu_threads", p.cpu_threads, 0);

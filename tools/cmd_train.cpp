@@ -5,6 +5,10 @@
 // is checked before output.dir is touched. A fresh run in an output.dir that holds an earlier
 // run first moves that run's files into output.dir/earlier-run-N/, so nothing is overwritten.
 // Ctrl-C (SIGINT) finishes the current step, writes a checkpoint and exits with status 130.
+//
+// Under mpirun (docs/scale-out.md) every process runs this: the config and rank-layout checks fail
+// together on every process; process 0 alone prints progress and writes output.dir (metrics,
+// config.yaml, trace of its rank, checkpoints); the processes agree after every step on stopping.
 #include <unistd.h>
 
 #include <atomic>
@@ -18,9 +22,11 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/process.h"
 #include "models/checkpoint.h"
 #include "tools/command.h"
 #include "tools/config_args.h"
+#include "train/rank_layout.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -106,25 +112,40 @@ void write_text(const fs::path& path, const std::string& text) {
 }
 
 int run(const stp::tools::Args& argv) {
-  stp::tools::ConfigArgs args = stp::tools::parse_config_args(argv, "stp train CONFIG.yaml [--set KEY=VALUE]...");
-  stp::Config cfg = stp::load_config(args.config_path, args.overrides);
+  stp::ProcessGroup* procs = stp::tools::processes();
+  const int processes = procs ? procs->size() : 1;
+  const bool lead = !procs || procs->rank() == 0;  // prints and writes output.dir
+  stp::tools::ConfigArgs args;
+  stp::Config cfg;
+  auto setup = [&] {
+    args = stp::tools::parse_config_args(argv, "stp train CONFIG.yaml [--set KEY=VALUE]...");
+    cfg = stp::load_config(args.config_path, args.overrides);
+    stp::check_processes(stp::RankLayout::of(cfg), processes);
+  };
+  if (procs) procs->check_together(setup);
+  else setup();
   const bool resuming = !cfg.train.resume.empty();
 
   // Everything that can fail on bad input happens here, before output.dir is touched.
-  stp::Trainer trainer(cfg);
+  stp::TrainerOptions options;
+  options.processes = procs;
+  stp::Trainer trainer(cfg, options);
 
   fs::path dir = cfg.output.dir;
-  fs::create_directories(dir);
-  if (!resuming) archive_earlier_run(dir);
-  write_text(dir / "config.yaml", cfg.to_yaml());
-  std::ofstream metrics(dir / "metrics.jsonl", resuming ? std::ios::app : std::ios::trunc);
-  STP_CHECK(metrics.good(), "cannot write '", (dir / "metrics.jsonl").string(), "'");
-
-  std::fprintf(stderr, "stp train: %s | gpt2 %d layers, %d heads, %d embd, vocab %d, T %d | %s tp=%d pp=%d m=%d B=%d | %s backend, %d ranks%s\n",
-               args.config_path.c_str(), cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size,
-               cfg.model.seq_len, cfg.parallel.schedule.c_str(), cfg.parallel.tp, cfg.parallel.pp,
-               cfg.train.microbatches, cfg.train.micro_batch_size, cfg.parallel.backend.c_str(), trainer.world_size(),
-               resuming ? stp::str(" | resuming after step ", trainer.steps_done()).c_str() : "");
+  std::ofstream metrics;
+  if (lead) {
+    fs::create_directories(dir);
+    if (!resuming) archive_earlier_run(dir);
+    write_text(dir / "config.yaml", cfg.to_yaml());
+    metrics.open(dir / "metrics.jsonl", resuming ? std::ios::app : std::ios::trunc);
+    STP_CHECK(metrics.good(), "cannot write '", (dir / "metrics.jsonl").string(), "'");
+    std::fprintf(stderr, "stp train: %s | gpt2 %d layers, %d heads, %d embd, vocab %d, T %d | %s dp=%d tp=%d pp=%d m=%d B=%d | %s backend, %d ranks in %d process%s%s\n",
+                 args.config_path.c_str(), cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size,
+                 cfg.model.seq_len, cfg.parallel.schedule.c_str(), cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp,
+                 cfg.train.microbatches, cfg.train.micro_batch_size, cfg.parallel.backend.c_str(), trainer.world_size(),
+                 processes, processes == 1 ? "" : "es",
+                 resuming ? stp::str(" | resuming after step ", trainer.steps_done()).c_str() : "");
+  }
 
   std::signal(SIGINT, on_sigint);
   const bool tty = isatty(STDERR_FILENO);
@@ -132,10 +153,13 @@ int run(const stp::tools::Args& argv) {
   std::int64_t first = trainer.steps_done();
   stp::StepResult last;
   double first_loss = -1;
-  while (trainer.steps_done() < cfg.train.steps && !g_interrupted) {
+  // Every process must stop after the same step: they agree on SIGINT, which may reach only some.
+  auto interrupted = [&] { return procs ? procs->any(g_interrupted) : g_interrupted.load(); };
+  bool stop = false;
+  while (trainer.steps_done() < cfg.train.steps && !(stop = interrupted())) {
     last = trainer.step();
     if (first_loss < 0) first_loss = last.loss;
-    bool log = last.step % cfg.output.log_every == 0 || last.step == cfg.train.steps;
+    bool log = lead && (last.step % cfg.output.log_every == 0 || last.step == cfg.train.steps);
     if (log) {
       metrics << metrics_line(last);
       metrics.flush();
@@ -145,11 +169,13 @@ int run(const stp::tools::Args& argv) {
     if (cfg.output.checkpoint_every > 0 && last.step % cfg.output.checkpoint_every == 0 && last.step < cfg.train.steps)
       trainer.save_checkpoint();
   }
-  if (tty) std::fprintf(stderr, "\n");
+  if (!stop) stop = interrupted();  // Ctrl-C during the last step
+  if (tty && lead) std::fprintf(stderr, "\n");
   std::signal(SIGINT, SIG_DFL);
   std::string ck = trainer.save_checkpoint();
+  if (!lead) return stop ? 130 : 0;
   if (cfg.output.trace && trainer.trace()) trainer.trace()->write((dir / "trace.json").string());
-  if (g_interrupted) {
+  if (stop) {
     std::fprintf(stderr, "stp train: interrupted after step %lld; checkpoint %s (continue with --set train.resume=%s)\n",
                  static_cast<long long>(trainer.steps_done()), ck.c_str(), ck.c_str());
     return 130;

@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+namespace stp {
+class ProcessGroup;
+}
+
 namespace stp::tools {
 
 using Args = std::vector<std::string>;  // argv after the subcommand name
@@ -21,5 +25,10 @@ struct Command {
 };
 
 const std::vector<const Command*>& commands();
+
+// The job's processes when an MPI launcher started stp (main() starts MPI before the command
+// runs, core/process.h), else nullptr. A command that fails on one process of a multi-process job
+// just throws: main() reports it and ends every process.
+ProcessGroup* processes();
 
 }  // namespace stp::tools

@@ -34,9 +34,14 @@ Executor::Executor(RankResources resources) : r_(std::move(resources)) {
              " has no offload engine");
   STP_ASSERT(static_cast<int>(r_.stages.size()) == r_.schedule->chunks, "rank ", r_.pp_rank, " has ",
              r_.stages.size(), " stages, the schedule places ", r_.schedule->chunks, " chunks per rank");
-  for (const Op& op : r_.schedule->ranks[static_cast<std::size_t>(r_.pp_rank)])
-    for (int i = 0; i < op.n_parts(); ++i)
-      if (op.part(i).pass == Pass::B && op.part(i).defer_w) deferred_w_.insert({op.part(i).chunk, op.part(i).mb});
+  const auto& ops = r_.schedule->ranks[static_cast<std::size_t>(r_.pp_rank)];
+  last_backward_.assign(r_.stages.size(), ops.size());
+  for (std::size_t k = 0; k < ops.size(); ++k)
+    for (int i = 0; i < ops[k].n_parts(); ++i) {
+      const Part& p = ops[k].part(i);
+      if (p.pass != Pass::F) last_backward_[static_cast<std::size_t>(p.chunk)] = k;
+      if (p.pass == Pass::B && p.defer_w) deferred_w_.insert({p.chunk, p.mb});
+    }
 }
 
 Executor::~Executor() = default;
@@ -76,10 +81,25 @@ void Executor::run_step() {
     copy_losses(op);
     local_handoffs(op);
     if (r_.trace) r_.compute->trace_end();
+    for (std::size_t c = 0; c < last_backward_.size(); ++c)
+      if (last_backward_[c] == k) final_pending_.push_back(static_cast<int>(c));
     post_sends(msgs.send);
     release_finished(op);
+    report_grads_final();
   }
   if (group_open_) group_end();
+  report_grads_final();
+}
+
+// Chunks whose gradients became final are reported only while no communicator group is open: a
+// group holds the pipeline's sends until the next op's receives, and NCCL would batch the
+// data-parallel all-reduce the report starts into it (every NCCL call of a thread between
+// ncclGroupStart and ncclGroupEnd is one group). Usually that is right away, in post_sends.
+void Executor::report_grads_final() {
+  if (group_open_) return;
+  for (int c : final_pending_)
+    if (r_.grads_final) r_.grads_final(c);
+  final_pending_.clear();
 }
 
 Communicator& Executor::lane(Pass pass) const {
@@ -125,6 +145,7 @@ void Executor::post_receives(const std::vector<Message>& recv) {
     if (r_.trace) r_.p2p->trace_end();
   }
   group_end();
+  report_grads_final();
   Event& landed = new_event(*r_.p2p);
   r_.p2p->record(landed);
   r_.compute->wait(landed);
@@ -136,6 +157,7 @@ void Executor::post_sends(const std::vector<Message>& send) {
   r_.compute->record(computed);
   r_.p2p->wait(computed);
   if (group_open_) group_end();
+  report_grads_final();
   group_begin();  // stays open for the next op's receives
   for (const Message& m : send) {
     Tensor buf = message_buffer(m, false);

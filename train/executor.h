@@ -24,6 +24,10 @@
 // a tag (pass, source stage, microbatch) that HostComm checks, so a channel-order mismatch is an
 // error, never silent corruption.
 //
+// Data parallelism: once the last op that runs a backward of a chunk is enqueued, the executor
+// reports that chunk's gradients final (RankResources::grads_final), outside any open group, and
+// the chunk's data-parallel all-reduce starts behind the compute stream (train/dp_grads.h).
+//
 // Memory plan (memory/plan.h): after each F unit the plan offloads, the unit's records go to host
 // on the D2H stream (offload/offload_engine.h); before op k the sets the plan lists for k start
 // their prefetch on the H2D stream; the first B unit of a chunk-microbatch waits for its reload
@@ -34,6 +38,7 @@
 // forwards itself.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -68,6 +73,11 @@ struct RankResources {
   // Memory plan of this rank (null: keep everything) and the engine that moves offloaded records.
   const RankPlan* plan = nullptr;
   OffloadEngine* offload = nullptr;  // required when the plan offloads
+  // Called once per local chunk and step, after the compute of the last op that runs a backward
+  // (B or W) of that chunk has been enqueued — as soon as no communicator group is open, usually
+  // right away: its gradients are final at that point of the compute stream (data-parallel
+  // reduction starts there, train/dp_grads.h). Optional.
+  std::function<void(int chunk)> grads_final;
 };
 
 // The P2P tag of a message: pass, source stage and microbatch, so both ends can check it.
@@ -107,10 +117,13 @@ class Executor {
   void copy_losses(const sched::Op& op);
   void post_sends(const std::vector<sched::Message>& send);
   void release_finished(const sched::Op& op);
+  void report_grads_final();
   Stage& stage_of_chunk(int chunk) const;
   int local_chunk_of_stage(int stage) const;
 
   RankResources r_;
+  std::vector<std::size_t> last_backward_;  // [local chunk] index of its last op with B or W
+  std::vector<int> final_pending_;          // chunks final but not reported yet (a group was open)
   std::map<Stream*, EventPool> pools_;
   Tensor losses_;            // (m,) last stage only
   bool group_open_ = false;  // an open communicator group holds the previous op's sends

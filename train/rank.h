@@ -14,6 +14,7 @@
 #include "offload/offload_engine.h"
 #include "models/gpt2_stage.h"
 #include "models/optimizer.h"
+#include "train/dp_grads.h"
 #include "train/executor.h"
 
 namespace stp {
@@ -26,9 +27,11 @@ struct Rank {
   // may still use them, e.g. when construction fails half way or a step threw.
   ~Rank();
 
-  int global = 0, pp_rank = 0, tp_rank = 0;
+  int global = 0, dp_rank = 0, pp_rank = 0, tp_rank = 0;  // train/rank_layout.h
   Device* device = nullptr;
   std::unique_ptr<Stream> compute, tp_comm, p2p;
+  std::unique_ptr<Stream> dp_comm;    // data-parallel gradient all-reduces (dp > 1)
+  std::unique_ptr<DpGradSync> dp_grads;
   std::unique_ptr<BlockArena> alloc;  // the caching device allocator, capped at memory.device_budget
   std::unique_ptr<PinnedPool> pool;   // pinned host pool (ranks whose plan offloads)
   std::unique_ptr<OffloadEngine> offload;
@@ -42,9 +45,14 @@ struct Rank {
   Communicator* tp = nullptr;
   Communicator* pp_act = nullptr;
   Communicator* pp_grad = nullptr;
-  Communicator* world = nullptr;
+  Communicator* dp = nullptr;       // the DP group: same pp and tp rank in every replica (dp > 1)
+  Communicator* replica = nullptr;  // every rank of this replica: global grad norm, checkpoint gather
+  Communicator* world = nullptr;    // every rank of the job: the step's losses
   Communicator* tied = nullptr;  // ranks holding the first and the last stage, when they differ
-  Tensor losses;                 // (m,) on ranks that hold the last stage
+  // (dp · m,) the step's per-microbatch losses, slot replica · m + mb − 1: written by the last
+  // stage's TP rank 0 of each replica, zero elsewhere, then summed over the world (so every rank
+  // holds every loss, exactly).
+  Tensor losses;
   std::vector<std::vector<std::int32_t>> staging;  // this step's host token buffers (until sync)
 
   bool holds_first() const;

@@ -39,9 +39,9 @@ GPT2Stage* Rank::last_stage() const {
 }
 
 void Rank::synchronize() {
-  // All three, even when one fails, so no stream work outlives the step; first error wins.
+  // All of them, even when one fails, so no stream work outlives the step; first error wins.
   std::exception_ptr first;
-  std::vector<Stream*> streams = {compute.get(), tp_comm.get(), p2p.get()};
+  std::vector<Stream*> streams = {compute.get(), tp_comm.get(), p2p.get(), dp_comm.get()};
   if (offload) {
     streams.push_back(&offload->d2h());
     streams.push_back(&offload->h2d());
@@ -82,7 +82,16 @@ std::vector<Trainer::DeviceMemory> Trainer::device_memory() const {
 Trainer::~Trainer() = default;
 
 std::int64_t Trainer::steps_done() const { return impl_->steps_done; }
-int Trainer::world_size() const { return static_cast<int>(impl_->ranks.size()); }
+int Trainer::world_size() const { return impl_->layout.size(); }
+
+std::vector<CommBytes> Trainer::comm_bytes() const {
+  auto sent = [](const Communicator* c) { return c ? c->bytes_sent() : 0; };
+  std::vector<CommBytes> out;
+  for (auto& r : impl_->ranks)
+    out.push_back(CommBytes{r->global, sent(r->tp), sent(r->pp_act) + sent(r->pp_grad), sent(r->dp),
+                            sent(r->tied) + sent(r->replica) + sent(r->world)});
+  return out;
+}
 const TraceRecorder* Trainer::trace() const { return impl_->trace.get(); }
 
 void Trainer::Impl::run_on_ranks(const std::function<void(Rank&)>& fn) {
@@ -94,7 +103,9 @@ void Trainer::Impl::run_on_ranks(const std::function<void(Rank&)>& fn) {
         fn(*ranks[i]);
       } catch (const std::exception& e) {
         errors[i] = std::current_exception();
-        for (auto& c : comms) c->abort(str("rank ", i, " failed: ", e.what()));
+        std::string why = str("rank ", ranks[i]->global, " failed: ", e.what());
+        for (auto& c : comms) c->abort(why);
+        if (multi_process()) options.processes->abort(why);  // every process of the job
       }
     });
   }
@@ -115,12 +126,13 @@ void Trainer::Impl::run_on_ranks(const std::function<void(Rank&)>& fn) {
 }
 
 // Uploads this step's inputs: tokens to the ranks with the first stage, targets to those with
-// the last stage (DESIGN.md §4 sequence numbering; every TP rank reads the same rows).
+// the last stage (DESIGN.md §4 sequence numbering: replica d reads its own share of the global
+// batch; every TP rank of a replica reads the same rows).
 void Trainer::Impl::upload_batch(Rank& r, std::int64_t step) {
   const int m = config.train.microbatches, B = config.train.micro_batch_size, T = config.model.seq_len;
   r.staging.clear();
   for (int mb = 1; mb <= m; ++mb) {
-    std::uint64_t b0 = sequence_index(step, 0, mb - 1, config.parallel.dp, m, B);
+    std::uint64_t b0 = sequence_index(step, r.dp_rank, mb - 1, config.parallel.dp, m, B);
     std::vector<std::int32_t> in(static_cast<std::size_t>(B) * T), tgt(in.size());
     if (dataset) dataset->fill_batch(b0, B, in.data(), tgt.data());  // a dry run reads no data
     if (GPT2Stage* s = r.first_stage()) r.compute->copy(s->tokens(mb).raw(), in.data(), in.size() * 4);
@@ -148,18 +160,27 @@ void Trainer::Impl::sum_tied_grads(Rank& r) {
   r.tied->all_reduce_sum(*r.compute, w.grad.f32(), static_cast<std::size_t>(w.grad.numel()));
 }
 
+// The loss scale 1 / (microbatches · dp) makes the sum of the replicas' gradients (the DP
+// all-reduce) the gradient of the mean loss over the global batch. After the DP reduction every
+// replica holds the same gradients, so the grad norm is summed over one replica's ranks and
+// every replica computes the same norm, clip coefficient and AdamW step.
 void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
-  const float scale = 1.0f / static_cast<float>(config.train.microbatches);
+  const float scale = 1.0f / static_cast<float>(config.train.microbatches * config.parallel.dp);
   for (auto& s : r.stages) {
     s->zero_grads(*r.compute);
     if (s->is_last()) s->set_loss_scale(scale);
   }
+  r.compute->zero(r.losses.raw(), r.losses.bytes());
   upload_batch(r, step);
+  fault.maybe_fail(r.global, step);
+  if (r.dp_grads) r.dp_grads->begin_step();
   r.executor->run_step();
+  if (r.dp_grads) r.dp_grads->finish();
   sum_tied_grads(r);
+  r.world->all_reduce_sum(*r.compute, r.losses.f32(), static_cast<std::size_t>(r.losses.numel()));
   if (config.train.grad_clip > 0) {
     r.clipper->local_sumsq(*r.compute);
-    r.world->all_reduce_sum(*r.compute, r.clipper->sumsq(), 1);
+    r.replica->all_reduce_sum(*r.compute, r.clipper->sumsq(), 1);
     r.clipper->clip(*r.compute, static_cast<float>(config.train.grad_clip));
   }
   r.adamw->step(*r.compute, lr);
@@ -206,17 +227,14 @@ StepResult Trainer::step() {
   return out;
 }
 
-// The loss of a step: the mean over microbatches, read from TP rank 0 of the last stage.
+// The loss of a step: the mean over every replica's microbatches, in replica then microbatch order
+// (the same sum as one replica running all of them). Every rank holds every loss after the step.
 double Trainer::Impl::read_step_loss() {
-  for (auto& r : ranks) {
-    if (!r->losses.defined() || r->tp_rank != 0) continue;
-    std::vector<float> host = download(r->losses, *r->compute);
-    double sum = 0;
-    for (float x : host) sum += x;
-    return sum / static_cast<double>(host.size());
-  }
-  STP_UNREACHABLE("no rank holds the last stage");
-  return 0;
+  Rank& r = *ranks.front();
+  std::vector<float> host = download(r.losses, *r.compute);
+  double sum = 0;
+  for (float x : host) sum += x;
+  return sum / static_cast<double>(host.size());
 }
 
 }  // namespace stp

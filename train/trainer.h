@@ -1,6 +1,8 @@
-// Trainer: one process's training run. Builds pp × tp ranks (one device, one host thread and one
-// executor each; global rank = pp_rank * tp + tp_rank, TP innermost), the communicators between
-// them, each rank's stages, optimizer and gradient clipper, and runs optimizer steps.
+// Trainer: one process's part of a training run. Builds the ranks this process drives (one device,
+// one host thread and one executor each) — all dp × pp × tp of them, or under a multi-process
+// launch exactly one (train/rank_layout.h: global rank = (dp_rank * pp + pp_rank) * tp + tp_rank,
+// TP innermost) — the communicators between all ranks, each rank's stages, optimizer and
+// gradient clipper, and runs optimizer steps. Multi-process jobs: docs/scale-out.md.
 //
 // Usage (tools/cmd_train.cpp, tests):
 //   Trainer t(cfg);                     // validates the config against schedule and model, builds ranks
@@ -8,8 +10,10 @@
 //   auto full = t.full_parameters();    // HF-named full tensors gathered from every shard
 //   t.save_checkpoint(); / Trainer t2(cfg) with train.resume = path
 //
-// One step on each rank: zero grads; upload this step's tokens/targets; walk the op list
-// (train/executor.h); sum tied embedding grads; global-norm clip over all ranks; AdamW.
+// One step on each rank: zero grads; upload this step's tokens/targets (its replica's share of the
+// global batch); walk the op list (train/executor.h), all-reducing gradients over the data-parallel
+// replicas as chunks finish (train/dp_grads.h); sum tied embedding grads; gather the losses;
+// global-norm clip over the replica; AdamW (identical on every replica).
 // Ranks run on their own threads; an error on one rank aborts every communicator so no rank
 // hangs, and the first error is rethrown by step().
 #pragma once
@@ -27,13 +31,15 @@
 
 namespace stp {
 
+class ProcessGroup;
+
 struct StepResult {
   std::int64_t step = 0;          // 1-based step just completed
-  double loss = 0;                // mean over microbatches of the mean token cross-entropy
+  double loss = 0;                // mean over every replica's microbatches of the mean token cross-entropy
   double lr = 0;
   double step_ms = 0;
-  double tokens_per_s = 0;
-  // Per device (global rank order), since start: bytes in live blocks of the caching allocator
+  double tokens_per_s = 0;        // of the global batch
+  // Per device of this process (global rank order), since start: bytes in live blocks of the caching allocator
   // (what the planner predicts exactly), and bytes it reserved from the device (<= the budget).
   std::vector<std::uint64_t> peak_device_bytes;
   std::vector<std::uint64_t> peak_device_reserved_bytes;
@@ -53,6 +59,17 @@ struct TrainerOptions {
   bool dry_run = false;
   // Use this plan instead of planning (dry runs of the planner; tests).
   const MemoryPlan* plan = nullptr;
+  // The job's processes (core/process.h) when launched by MPI; null or one process: this process
+  // drives every rank. With several processes, dp × pp × tp must equal their number.
+  ProcessGroup* processes = nullptr;
+};
+
+// Bytes one rank sent by kind (Communicator::bytes_sent: an all-reduce counts its buffer once):
+// tp = TP all-reduces; pp = pipeline activations and gradients; dp = data-parallel gradient
+// all-reduces; other = tied-embedding gradient sum, global grad norm, step losses.
+struct CommBytes {
+  int global = 0;
+  std::uint64_t tp = 0, pp = 0, dp = 0, other = 0;
 };
 
 class Trainer {
@@ -67,13 +84,19 @@ class Trainer {
   StepResult step();
   std::int64_t steps_done() const;
 
-  // Full tensors with HF GPT-2 names, gathered from every rank's shards.
-  std::map<std::string, HostTensor> full_parameters();
-  // Writes output.dir/checkpoint-STEP (model, optimizer, state); returns its path.
+  // Full tensors with HF GPT-2 names, gathered from the shards of data-parallel replica `replica`
+  // (all replicas hold the same values; tests check it). Multi-process: collective (every process
+  // calls it), replica 0 only; process 0 gets the tensors, the others an empty map.
+  std::map<std::string, HostTensor> full_parameters(int replica = 0);
+  // Writes output.dir/checkpoint-STEP (model, optimizer, state); returns its path. Multi-process:
+  // collective, written once by process 0 (the others return "").
+  // A checkpoint does not depend on dp: it loads with any dp × pp × tp.
   std::string save_checkpoint();
   // Trace of everything recorded so far (output.trace: true), or nullptr.
   const TraceRecorder* trace() const;
-  int world_size() const;
+  int world_size() const;  // ranks of the job (dp × pp × tp)
+  // Bytes sent so far by each rank this process drives (global order).
+  std::vector<CommBytes> comm_bytes() const;
   const MemoryPlan& memory_plan() const;
   // Per device (global rank): the caching allocator's statistics, offload counters and the
   // pinned pool's statistics (zero when the rank does not offload).

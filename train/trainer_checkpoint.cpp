@@ -1,46 +1,79 @@
-// Full tensors <-> per-rank shards: gathering the model and optimizer state for checkpoints, and
-// loading them back (model.init_from, train.resume) into any tp × pp layout.
+// Full tensors <-> per-rank shards: gathering the model and optimizer state for checkpoints (from
+// replica 0, across processes when the job has several), and loading them back (model.init_from,
+// train.resume) into any dp × tp × pp layout.
 #include <set>
 
 #include "core/error.h"
 #include "models/checkpoint.h"
+#include "models/gpt2_config.h"
+#include "models/gpt2_params.h"
+#include "train/stage_layout.h"
 #include "train/trainer_impl.h"
 
 namespace stp {
 
 namespace {
 
-// Gathers, for every parameter name, the full tensor from the shards of all ranks. `pick(r, i)`
-// gives the device tensor of r.params[i] to read (the parameter, or an optimizer moment).
-std::map<std::string, HostTensor> gather(std::vector<std::unique_ptr<Rank>>& ranks,
-                                         const std::function<Tensor(Rank&, std::size_t)>& pick) {
+void place(const ParamInfo& p, const std::vector<float>& shard, std::map<std::string, HostTensor>& out) {
+  HostTensor& full = out[p.name];
+  if (full.data.empty()) {
+    full.shape = p.full_shape;
+    full.data.assign(static_cast<std::size_t>(numel(p.full_shape)), 0.0f);
+  }
+  // Tied / replicated copies hold identical values: writing them again is harmless.
+  p.layout.gather(shard.data(), full.data.data());
+}
+
+}  // namespace
+
+// For every parameter name, the full tensor from the shards of one replica (every replica holds
+// the same values; checkpoints read replica 0). `pick(r, i)` gives the device tensor of r.params[i] to read (the parameter, or an
+// optimizer moment). Across processes, replica 0's ranks send their shards in parameter order over
+// the replica communicator to global rank 0, which knows every rank's parameter table.
+std::map<std::string, HostTensor> Trainer::Impl::gather(const std::function<Tensor(Rank&, std::size_t)>& pick,
+                                                         int replica) {
+  STP_CHECK(replica >= 0 && replica < layout.dp && (replica == 0 || !multi_process()), "replica ", replica,
+            " cannot be gathered here (dp = ", layout.dp, multi_process() ? ", only replica 0 across processes)" : ")");
   std::map<std::string, HostTensor> out;
   for (auto& r : ranks) {
-    for (std::size_t i = 0; i < r->params.size(); ++i) {
-      const ParamInfo& p = r->params[i];
-      HostTensor& full = out[p.name];
-      if (full.data.empty()) {
-        full.shape = p.full_shape;
-        full.data.assign(static_cast<std::size_t>(numel(p.full_shape)), 0.0f);
+    if (r->dp_rank != replica) continue;
+    if (multi_process() && r->global != 0) {  // a sender
+      for (std::size_t i = 0; i < r->params.size(); ++i) {
+        Tensor t = pick(*r, i);
+        r->replica->send(*r->compute, t.raw(), t.bytes(), 0, static_cast<std::uint32_t>(i));
       }
-      // Tied / replicated copies hold identical values: writing them again is harmless.
-      p.layout.gather(download(pick(*r, i), *r->compute).data(), full.data.data());
+      r->synchronize();
+      continue;
+    }
+    for (std::size_t i = 0; i < r->params.size(); ++i) place(r->params[i], download(pick(*r, i), *r->compute), out);
+  }
+  if (!multi_process() || ranks.front()->global != 0) return out;
+  Rank& r = *ranks.front();
+  const GPT2Config model = gpt2_config_of(config);
+  for (int src = 1; src < layout.replica_size(); ++src) {
+    std::uint32_t i = 0;
+    for (int c = 0; c < schedule.chunks; ++c) {
+      for (const ParamInfo& p : gpt2_param_table(model, stage_spec_of(config, schedule, layout.pp_rank(src), c,
+                                                                      layout.tp_rank(src)))) {
+        Tensor shard = Tensor::empty(*r.alloc, {p.layout.shard_rows * p.layout.shard_cols});
+        r.replica->recv(*r.compute, shard.raw(), shard.bytes(), src, i++);
+        place(p, download(shard, *r.compute), out);
+      }
     }
   }
   return out;
 }
 
-}  // namespace
-
-std::map<std::string, HostTensor> Trainer::full_parameters() {
-  return gather(impl_->ranks, [](Rank& r, std::size_t i) { return r.params[i].param; });
+std::map<std::string, HostTensor> Trainer::full_parameters(int replica) {
+  return impl_->gather([](Rank& r, std::size_t i) { return r.params[i].param; }, replica);
 }
 
 std::string Trainer::save_checkpoint() {
   Impl& m = *impl_;
   auto model = full_parameters();
-  auto exp_avg = gather(m.ranks, [](Rank& r, std::size_t i) { return r.adamw->exp_avg(i); });
-  auto exp_avg_sq = gather(m.ranks, [](Rank& r, std::size_t i) { return r.adamw->exp_avg_sq(i); });
+  auto exp_avg = m.gather([](Rank& r, std::size_t i) { return r.adamw->exp_avg(i); });
+  auto exp_avg_sq = m.gather([](Rank& r, std::size_t i) { return r.adamw->exp_avg_sq(i); });
+  if (m.multi_process() && m.options.processes->rank() != 0) return "";  // process 0 writes it
   CheckpointData data;
   for (auto& [name, t] : model) {
     data.model.emplace_back(name, &t);

@@ -8,12 +8,15 @@
 
 #include "core/comm.h"
 #include "core/config.h"
+#include "core/process.h"
 #include "core/trace.h"
 #include "memory/numa.h"
 #include "models/data.h"
 #include "models/lr_schedule.h"
 #include "schedule/schedule.h"
+#include "train/fault_hook.h"
 #include "train/rank.h"
+#include "train/rank_layout.h"
 #include "train/trainer.h"
 
 namespace stp {
@@ -30,6 +33,8 @@ struct Trainer::Impl {
   void initialize_parameters();
 
   // Steps (trainer.cpp).
+  bool multi_process() const { return options.processes && options.processes->size() > 1; }
+  Rank* local_rank(int global) const;  // nullptr when another process drives it
   void run_on_ranks(const std::function<void(Rank&)>& fn);
   void upload_batch(Rank& r, std::int64_t step);
   void sum_tied_grads(Rank& r);
@@ -37,6 +42,7 @@ struct Trainer::Impl {
   double read_step_loss();
 
   // Full tensors <-> shards (trainer_checkpoint.cpp).
+  std::map<std::string, HostTensor> gather(const std::function<Tensor(Rank&, std::size_t)>& pick, int replica = 0);
   void load_full_tensors(const std::map<std::string, HostTensor>& full, const std::string& source);
   void load_optimizer_state(const std::map<std::string, HostTensor>& exp_avg,
                             const std::map<std::string, HostTensor>& exp_avg_sq, std::int64_t step);
@@ -46,13 +52,16 @@ struct Trainer::Impl {
   TrainerOptions options;
   MemoryPlan plan;
   CpuSplit cpus;  // memory.copy_engine_cpus: compute and copy-engine CPUs (empty: shared)
+  // The layout this process builds: the config's, except that a dry run builds one replica.
+  RankLayout layout;
+  FaultHook fault;
   sched::Schedule schedule;
   std::unique_ptr<TokenDataset> dataset;
   LrSchedule lr_schedule;
   std::unique_ptr<TraceRecorder> trace;
-  std::vector<std::unique_ptr<Device>> devices;       // [global rank]
+  std::vector<std::unique_ptr<Device>> devices;       // [local rank]
   std::vector<std::unique_ptr<Communicator>> comms;   // every communicator (owned here)
-  std::vector<std::unique_ptr<Rank>> ranks;           // [global rank]
+  std::vector<std::unique_ptr<Rank>> ranks;           // the ranks this process drives, global order
   std::int64_t steps_done = 0;
 };
 

@@ -1,5 +1,6 @@
 // Building a training process: config checks that need the schedule and model together, devices,
-// communicators (TP, PP lanes, world, tied embedding), and each rank's stages and optimizer.
+// communicators (TP, PP lanes, tied embedding, DP, replica, world — in one process or across the
+// job's processes), and each rank's stages and optimizer.
 #include <cblas.h>
 
 #include <algorithm>
@@ -18,6 +19,12 @@ extern "C" void openblas_set_num_threads(int);
 namespace stp {
 
 Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), options(opts) {
+  layout = RankLayout::of(config);
+  if (options.dry_run) {  // one replica: the others are identical; never across processes
+    layout.dp = 1;
+    options.processes = nullptr;
+  }
+  fault = FaultHook::from_env();
   check_config();
   if (options.plan) {
     plan = *options.plan;
@@ -28,7 +35,7 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
   // parallel.cpu_threads is the process's CPU budget. Every rank runs its GEMMs concurrently on
   // its own stream thread, so each OpenBLAS call gets an equal share: oversubscribing the cores
   // (4 ranks x 2 threads on 2 cores) costs about 4x on the CPU backend.
-  int ranks_in_process = config.parallel.tp * config.parallel.pp;
+  int ranks_in_process = multi_process() ? 1 : layout.size();
   openblas_set_num_threads(std::max(1, config.parallel.cpu_threads / ranks_in_process));
   if (!options.dry_run) dataset = std::make_unique<TokenDataset>(DataOptions::from_config(config));
   lr_schedule = LrSchedule::from_config(config.train);
@@ -48,8 +55,7 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
 // Checks that need more than one section of the config (the rest is validate_config's job).
 void Trainer::Impl::check_config() const {
   const Config& c = config;
-  STP_CHECK(c.parallel.dp == 1, "parallel.dp = ", c.parallel.dp,
-            ": data parallelism needs a multi-process launch, which this build does not support yet; set parallel.dp: 1");
+  if (multi_process()) check_processes(RankLayout::of(c), options.processes->size());
   STP_CHECK(c.train.precision == "f32", "train.precision: ", c.train.precision,
             " is not available in this build yet; use f32");
   try {
@@ -69,62 +75,91 @@ void Trainer::Impl::build_devices() {
   schedule = sched::generate(config.parallel.schedule, config.parallel.pp, config.train.microbatches);
   BackendOptions o;
   o.kind = config.parallel.backend == "cuda" ? DeviceKind::Cuda : DeviceKind::Cpu;
-  o.count = config.parallel.pp * config.parallel.tp;
+  const std::vector<int> mine = multi_process()
+                                    ? layout.ranks_of_process(options.processes->rank(), options.processes->size())
+                                    : layout.ranks_of_process(0, 1);
+  o.count = static_cast<int>(mine.size());
+  o.first = multi_process() ? options.processes->node_rank() : 0;
   if (config.memory.device_budget) o.capacity = static_cast<std::size_t>(*config.memory.device_budget);
   o.link_bytes_per_s = config.memory.link_bandwidth;
   o.dry_run = options.dry_run;
   devices = make_devices(o);
-  for (int g = 0; g < o.count; ++g) {
+  for (std::size_t i = 0; i < mine.size(); ++i) {
     auto r = std::make_unique<Rank>();
-    r->global = g;
-    r->pp_rank = g / config.parallel.tp;
-    r->tp_rank = g % config.parallel.tp;
-    r->device = devices[static_cast<std::size_t>(g)].get();
+    r->global = mine[i];
+    r->dp_rank = layout.dp_rank(mine[i]);
+    r->pp_rank = layout.pp_rank(mine[i]);
+    r->tp_rank = layout.tp_rank(mine[i]);
+    r->device = devices[i].get();
     ranks.push_back(std::move(r));
   }
 }
 
-// Groups: TP (same pp rank), two PP lanes (same tp rank), the world (clipping), and the tied-
-// embedding pair (ranks holding the first and the last stage, when those are different ranks).
+Rank* Trainer::Impl::local_rank(int global) const {
+  for (auto& r : ranks)
+    if (r->global == global) return r.get();
+  return nullptr;
+}
+
+// Groups (members as global ranks, group rank = position): TP (same dp and pp rank), two PP lanes
+// (same dp and tp rank), the tied-embedding pair (ranks holding the first and the last stage, when
+// those differ), DP (same pp and tp rank), the replica (grad norm, checkpoint gather) and the world
+// (losses). In one process a group is a HostComm (or NCCL) group over local devices; across
+// processes every process takes part in creating every group, in this order (ProcessGroup::make_comm).
 void Trainer::Impl::build_communicators() {
-  const int tp = config.parallel.tp, pp = config.parallel.pp;
-  auto group = [&](const std::vector<Rank*>& members, Communicator* Rank::*slot) {
+  const int dp = layout.dp, tp = layout.tp, pp = layout.pp;
+  auto group = [&](const std::vector<int>& members, Communicator* Rank::*slot) {
+    if (multi_process()) {
+      Rank& me = *ranks.front();
+      if (auto made = options.processes->make_comm(members, *me.device)) {
+        me.*slot = made.get();
+        comms.push_back(std::move(made));
+      }
+      return;
+    }
     std::vector<Device*> devs;
-    for (Rank* m : members) devs.push_back(m->device);
+    for (int g : members) devs.push_back(local_rank(g)->device);
     HostCommOptions link;
     if (slot == &Rank::tp) link.all_reduce_bytes_per_s = config.parallel.tp_link_bandwidth;
     auto made = make_comms(devs, link);
     for (std::size_t i = 0; i < members.size(); ++i) {
-      members[i]->*slot = made[i].get();
+      local_rank(members[i])->*slot = made[i].get();
       comms.push_back(std::move(made[i]));
     }
   };
-  auto at = [&](int p, int t) { return ranks[static_cast<std::size_t>(p * tp + t)].get(); };
-  for (int p = 0; p < pp; ++p) {
-    std::vector<Rank*> members;
-    for (int t = 0; t < tp; ++t) members.push_back(at(p, t));
-    if (tp > 1) group(members, &Rank::tp);
-  }
+  auto members = [](int n, const std::function<int(int)>& global) {
+    std::vector<int> out;
+    for (int i = 0; i < n; ++i) out.push_back(global(i));
+    return out;
+  };
+  for (int d = 0; d < dp; ++d)
+    for (int p = 0; p < pp; ++p)
+      if (tp > 1) group(members(tp, [&](int t) { return layout.global(d, p, t); }), &Rank::tp);
   int first_rank = sched::rank_of_stage(schedule, 0);
   int last_rank = sched::rank_of_stage(schedule, schedule.n_stages() - 1);
-  for (int t = 0; t < tp; ++t) {
-    std::vector<Rank*> members;
-    for (int p = 0; p < pp; ++p) members.push_back(at(p, t));
-    if (pp > 1) {
-      group(members, &Rank::pp_act);
-      group(members, &Rank::pp_grad);
+  for (int d = 0; d < dp; ++d) {
+    for (int t = 0; t < tp; ++t) {
+      if (pp > 1) {
+        auto lane = members(pp, [&](int p) { return layout.global(d, p, t); });
+        group(lane, &Rank::pp_act);
+        group(lane, &Rank::pp_grad);
+      }
+      if (first_rank != last_rank) group({layout.global(d, first_rank, t), layout.global(d, last_rank, t)}, &Rank::tied);
     }
-    if (first_rank != last_rank) group({at(first_rank, t), at(last_rank, t)}, &Rank::tied);
   }
-  std::vector<Rank*> all;
-  for (auto& r : ranks) all.push_back(r.get());
-  group(all, &Rank::world);
+  for (int p = 0; p < pp; ++p)
+    for (int t = 0; t < tp; ++t)
+      if (dp > 1) group(members(dp, [&](int d) { return layout.global(d, p, t); }), &Rank::dp);
+  for (int d = 0; d < dp; ++d)
+    group(members(layout.replica_size(), [&](int i) { return layout.global(d, 0, 0) + i; }), &Rank::replica);
+  group(members(layout.size(), [](int g) { return g; }), &Rank::world);
 }
 
 void Trainer::Impl::build_rank(Rank& r) {
   r.compute = r.device->create_stream("compute");
   r.tp_comm = r.device->create_stream("tp-comm");
   r.p2p = r.device->create_stream("p2p");
+  if (layout.dp > 1) r.dp_comm = r.device->create_stream("dp-comm");
   ArenaOptions arena = device_arena_options(*r.device, config.memory.device_budget
                                                            ? static_cast<std::size_t>(*config.memory.device_budget)
                                                            : SIZE_MAX);
@@ -140,6 +175,7 @@ void Trainer::Impl::build_rank(Rank& r) {
     r.compute->set_trace(trace.get(), r.global, "compute");
     r.tp_comm->set_trace(trace.get(), r.global, "tp-comm");
     r.p2p->set_trace(trace.get(), r.global, "p2p");
+    if (r.dp_comm) r.dp_comm->set_trace(trace.get(), r.global, "dp-comm");
   }
   const GPT2Config model = gpt2_config_of(config);
   for (int c = 0; c < schedule.chunks; ++c) {
@@ -182,12 +218,21 @@ void Trainer::Impl::build_rank(Rank& r) {
   res.trace = trace != nullptr;
   res.plan = &rank_plan;
   res.offload = r.offload.get();
-  r.executor = std::make_unique<Executor>(res);
-  if (r.holds_last()) {
-    BlockArena::CategoryScope as(*r.alloc, MemoryCategory::Buffers);
-    r.losses = Tensor::empty(*r.alloc, {config.train.microbatches});
-    r.executor->set_loss_output(r.losses);
+  if (layout.dp > 1) {
+    std::vector<Tensor> grads;
+    for (auto& s : r.stages) grads.push_back(s->param_store().flat_grads());
+    r.dp_grads = std::make_unique<DpGradSync>(std::move(grads), *r.dp, *r.device, *r.compute, *r.dp_comm,
+                                              static_cast<std::size_t>(config.parallel.dp_bucket.value_or(0)),
+                                              trace != nullptr);
+    res.grads_final = [sync = r.dp_grads.get()](int chunk) { sync->chunk_final(chunk); };
   }
+  r.executor = std::make_unique<Executor>(res);
+  const int m = config.train.microbatches;
+  {
+    BlockArena::CategoryScope as(*r.alloc, MemoryCategory::Buffers);
+    r.losses = Tensor::empty(*r.alloc, {config.parallel.dp * m});
+  }
+  if (r.holds_last() && r.tp_rank == 0) r.executor->set_loss_output(r.losses.view(std::int64_t{r.dp_rank} * m, {m}));
 }
 
 // The pinned pool is sized by the plan (the exact bytes the dry run needed); a dry run itself
@@ -199,7 +244,7 @@ void Trainer::Impl::build_offload(Rank& r) {
   if (options.dry_run) {
     p.bytes = std::min<std::size_t>(host_budget, std::size_t{1} << 40);
   } else {
-    p.bytes = plan.predicted.at(static_cast<std::size_t>(r.global)).host_pinned_bytes;
+    p.bytes = plan.predicted.at(static_cast<std::size_t>(r.pp_rank * layout.tp + r.tp_rank)).host_pinned_bytes;
   }
   // Home stream: the engine names each pool buffer's first user (the D2H stream) when it allocates.
   r.pool = std::make_unique<PinnedPool>(*r.device, *r.compute, p);

@@ -134,10 +134,10 @@ std::unique_ptr<Stream> CpuDevice::create_stream(std::string stream_name) {
 
 std::unique_ptr<Event> CpuDevice::create_event() { return std::make_unique<CpuEvent>(); }
 
-std::vector<std::unique_ptr<CpuDevice>> make_cpu_devices(int count, const CpuDeviceOptions& options) {
+std::vector<std::unique_ptr<CpuDevice>> make_cpu_devices(int count, const CpuDeviceOptions& options, int first) {
   STP_CHECK(count >= 1, "need at least one CPU device, got ", count);
   std::vector<std::unique_ptr<CpuDevice>> devices;
-  for (int i = 0; i < count; ++i) devices.push_back(std::make_unique<CpuDevice>(i, options));
+  for (int i = first; i < first + count; ++i) devices.push_back(std::make_unique<CpuDevice>(i, options));
   return devices;
 }
 

@@ -73,6 +73,6 @@ class CpuDevice final : public Device {
   std::uintptr_t next_fake_ = 1ull << 44;  // dry run: addresses handed out, never dereferenced
 };
 
-std::vector<std::unique_ptr<CpuDevice>> make_cpu_devices(int count, const CpuDeviceOptions& options = {});
+std::vector<std::unique_ptr<CpuDevice>> make_cpu_devices(int count, const CpuDeviceOptions& options = {}, int first = 0);
 
 }  // namespace stp

@@ -16,10 +16,17 @@ namespace stp {
 // holds what was found ("no CUDA driver: ...", "1 GPU visible, 4 needed", ...).
 bool cuda_devices_usable(int needed, std::string* why);
 
-// GPUs 0..count-1, each with a memory limit of min(capacity, free memory at start-up).
-std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, std::size_t capacity);
+// GPUs first..first+count-1, each with a memory limit of min(capacity, free memory at start-up).
+std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, std::size_t capacity, int first = 0);
 
-// One NCCL communicator group over the given CUDA devices (ncclCommInitAll).
+// One NCCL communicator group over the given CUDA devices of this process (ncclCommInitAll).
 std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Device*>& devices);
+
+// NCCL across processes (one GPU per process): the group's rank 0 creates the unique id, the
+// caller broadcasts its bytes to every member (core/mpi does it over MPI), and every member then
+// joins with make_nccl_comm_rank (ncclCommInitRank, collective over the members).
+std::vector<char> nccl_unique_id();
+std::size_t nccl_unique_id_size();
+std::unique_ptr<Communicator> make_nccl_comm_rank(Device& device, int size, int rank, const std::vector<char>& unique_id);
 
 }  // namespace stp

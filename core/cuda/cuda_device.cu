@@ -396,9 +396,9 @@ bool cuda_devices_usable(int needed, std::string* why) {
   return true;
 }
 
-std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, std::size_t capacity) {
+std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, std::size_t capacity, int first) {
   std::vector<std::unique_ptr<Device>> out;
-  for (int i = 0; i < count; ++i) out.push_back(std::make_unique<CudaDevice>(i, capacity));
+  for (int i = first; i < first + count; ++i) out.push_back(std::make_unique<CudaDevice>(i, capacity));
   return out;
 }
 

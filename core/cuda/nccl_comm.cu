@@ -1,5 +1,7 @@
-// NcclComm: core/comm.h on NCCL. One process, one thread per GPU; groups are created with
-// ncclCommInitAll over the devices of the group (TP and PP groups are separate communicators).
+// NcclComm: core/comm.h on NCCL. In one process (one thread per GPU) groups are created with
+// ncclCommInitAll over the devices of the group (TP and PP groups are separate communicators);
+// across processes (one GPU each) with ncclCommInitRank from a unique id that rank 0 of the group
+// creates and core/mpi broadcasts over MPI.
 // Every operation is enqueued on the caller's stream; its completion is that stream's order.
 // NCCL has no message tags: the tag is ignored here (HostComm checks it on the CPU backend, where
 // the same schedules run, so channel-order mismatches are caught before a GPU run).
@@ -12,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -97,6 +100,26 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Dev
   for (int r = 0; r < n; ++r)
     out.push_back(std::make_unique<NcclComm>(comms[static_cast<std::size_t>(r)], r, n, ordinals[static_cast<std::size_t>(r)]));
   return out;
+}
+
+std::vector<char> nccl_unique_id() {
+  ncclUniqueId id;
+  STP_CUDA_CHECK(ncclGetUniqueId(&id));
+  const char* bytes = reinterpret_cast<const char*>(&id);
+  return std::vector<char>(bytes, bytes + sizeof id);
+}
+
+std::size_t nccl_unique_id_size() { return sizeof(ncclUniqueId); }
+
+std::unique_ptr<Communicator> make_nccl_comm_rank(Device& device, int size, int rank, const std::vector<char>& unique_id) {
+  STP_ASSERT(unique_id.size() == sizeof(ncclUniqueId), "NCCL unique id of ", unique_id.size(), " bytes, expected ",
+             sizeof(ncclUniqueId));
+  ncclUniqueId id;
+  std::memcpy(&id, unique_id.data(), sizeof id);
+  STP_CUDA_CHECK(cudaSetDevice(device.index()));
+  ncclComm_t comm;
+  STP_CUDA_CHECK(ncclCommInitRank(&comm, size, id, rank));
+  return std::make_unique<NcclComm>(comm, rank, size, device.index());
 }
 
 }  // namespace stp

@@ -100,6 +100,7 @@ TEST(Config, DesignExampleParsesAndEqualsTheDefaults) {
   EXPECT_DOUBLE_EQ(c.optim.weight_decay, 0.1);
   EXPECT_EQ(c.parallel.backend, "cpu");
   EXPECT_EQ(c.parallel.dp, 1);
+  EXPECT_EQ(c.parallel.dp_bucket, std::optional<std::uint64_t>(4u << 20));
   EXPECT_EQ(c.parallel.tp, 2);
   EXPECT_EQ(c.parallel.pp, 2);
   EXPECT_EQ(c.parallel.schedule, "stp");
@@ -122,7 +123,7 @@ TEST(Config, RegistryCoversEveryFieldOnceAndDefaultsAreValid) {
     EXPECT_NE(std::string(k.doc), "") << k.key;
     EXPECT_EQ(find_knob(k.key), &k);
   }
-  EXPECT_EQ(keys.size(), 43u);  // 36 DESIGN.md keys + precision, link_bandwidth, tp_link_bandwidth, cpu_threads, copy_engine_cpus, ... (update on purpose)
+  EXPECT_EQ(keys.size(), 44u);  // 36 DESIGN.md keys + precision, link_bandwidth, tp_link_bandwidth, cpu_threads, copy_engine_cpus, dp_bucket, ... (update on purpose)
   EXPECT_NO_THROW(validate_config(default_config()));
 }
 
@@ -178,6 +179,8 @@ TEST(Config, ConsistencyChecksNameTheKeys) {
   expect_error([] { load("train:\n  min_lr: 1.0\n"); }, {"train.min_lr", "train.lr"});
   expect_error([] { load("optim:\n  beta2: 1.0\n"); }, {"optim.beta2", "[0, 1)"});
   expect_error([] { load("memory:\n  device_budget: 0\n"); }, {"memory.device_budget must be > 0"});
+  expect_error([] { load("", {"parallel.dp_bucket=2"}); }, {"parallel.dp_bucket must be at least 4 bytes"});
+  EXPECT_FALSE(load("", {"parallel.dp_bucket=null"}).parallel.dp_bucket.has_value());
 }
 
 TEST(Config, SetOverridesByDottedPath) {

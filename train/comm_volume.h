@@ -1,0 +1,37 @@
+// The analytic communication volume of a training config: bytes each rank sends per optimizer step,
+// by kind, as Trainer::comm_bytes measures them (Communicator::bytes_sent: an all-reduce counts the
+// rank's buffer once, a send its bytes). Benchmarked against the measurement by tools/bench_comm
+// and asserted equal in tests/train/comm_volume_test.cpp.
+//
+// Notation: B = micro_batch_size, T = seq_len, C = n_embd, V = vocab_size, L = n_layer,
+// m = microbatches, d = dp, p = pp, t = tp, v = the schedule's chunks per rank; a = 4·B·T·C
+// (one activation of a microbatch: a pipeline message, or one TP all-reduce). For rank
+// (dp_rank, pp rank r, tp rank):
+//
+//   TP    = [t > 1] · 4 · m · (L / p) · a
+//           (attention and MLP each all-reduce once in F and once in B; L / p layers per rank)
+//   PP    = [p > 1] · m · a · (f + b), the cross-rank sends per microbatch:
+//             interleaved placement: f = v − [r = p − 1],  b = v − [r = 0]
+//             V placement:           f = b = [r ≠ p − 1] + [r ≠ 0]   (the V's turn is local)
+//   DP    = [d > 1] · 4 · P_r, P_r = parameters of the rank's stages (each stage's copy of the
+//           tied wte counted), per layer 12C²/t + 7C/t + 6C, plus V·C + T·C on the first stage,
+//           2C + V·C on the last stage (V·C once if first and last are one stage)
+//   other = tied [p > 1, interleaved placement, r = 0 or r = p − 1] · 4·V·C (first and last stage
+//           on different ranks sum the wte gradient)
+//           + clip [grad_clip > 0] · 4 + losses 4 · d · m
+#pragma once
+
+#include <cstdint>
+
+namespace stp {
+
+struct Config;
+
+struct CommVolume {
+  std::uint64_t tp = 0, pp = 0, dp = 0, other = 0;
+};
+
+// Bytes global rank `global` sends in one step (train/rank_layout.h numbering).
+CommVolume expected_comm_bytes(const Config& config, int global);
+
+}  // namespace stp

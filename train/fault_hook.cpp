@@ -1,0 +1,35 @@
+#include "train/fault_hook.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+
+namespace stp {
+
+namespace {
+
+std::int64_t env_int(const char* name, std::int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  long long x = std::strtoll(v, &end, 10);
+  STP_CHECK(end && *end == '\0' && x >= 0, name, "='", v, "' is not a non-negative integer (a test hook; unset it)");
+  return x;
+}
+
+}  // namespace
+
+FaultHook FaultHook::from_env() {
+  FaultHook h;
+  h.rank = static_cast<int>(env_int("STP_FAULT_RANK", -1));
+  h.step = env_int("STP_FAULT_STEP", 1);
+  return h;
+}
+
+void FaultHook::maybe_fail(int global, std::int64_t current_step) const {
+  if (global != rank || current_step != step) return;
+  throw Error(str("STP_FAULT_RANK: injected failure of rank ", global, " in step ", current_step, " (test hook)"));
+}
+
+}  // namespace stp

@@ -1,0 +1,26 @@
+// A test hook that makes one rank fail in the middle of a training step, so tests can check that
+// a failure anywhere ends the whole job quickly with the failing rank's message (in one process
+// and under mpirun). Read from the environment once per Trainer:
+//
+//   STP_FAULT_RANK=G   global rank G throws stp::Error in its step, after its batch is uploaded
+//                      and before it walks its op list, while every other rank is mid-step
+//                      waiting for it;
+//   STP_FAULT_STEP=S   in step S (1-based; default 1).
+//
+// Unset (the normal case): no effect. Not a feature: documented in docs/scale-out.md as a test hook.
+#pragma once
+
+#include <cstdint>
+
+namespace stp {
+
+struct FaultHook {
+  int rank = -1;
+  std::int64_t step = 1;
+
+  static FaultHook from_env();  // throws stp::Error on a malformed value
+  // Throws the injected failure when (global, step) is the configured one.
+  void maybe_fail(int global, std::int64_t current_step) const;
+};
+
+}  // namespace stp
