@@ -43,7 +43,11 @@ void OffloadEngine::offload(Key key, int unit, RecordSet& set) {
   compute_.record(*produced);
   d2h_->wait(*produced);  // the copies read what F(unit) wrote
   std::uint64_t bytes = 0;
-  d2h_->trace_begin(str("offload ", key.chunk, ".", key.mb, " u", unit), "d2h");
+  std::uint64_t moving = 0;  // the span's args carry the bytes it moves (stp profile)
+  for (const ActivationRecord& r : set.mutable_list())
+    if (r.saved_by == 'F' && r.tensor.defined() && r.tensor.storage().use_count() == 1) moving += r.bytes;
+  d2h_->trace_begin(str("offload ", key.chunk, ".", key.mb, " u", unit), "d2h",
+                    str("{\"bytes\":", moving, ",\"chunk\":", key.chunk, ",\"mb\":", key.mb, ",\"unit\":", unit, "}"));
   for (ActivationRecord& r : set.mutable_list()) {
     if (r.saved_by != 'F' || !r.tensor.defined()) continue;
     if (r.tensor.storage().use_count() > 1) {  // another tensor shares these bytes: nothing to free
@@ -72,7 +76,10 @@ void OffloadEngine::prefetch(Key key) {
   if (!options_.fault_skip_d2h_wait)
     for (auto& ev : e.offloaded) h2d_->wait(*ev);  // never read a host buffer its D2H is still writing
   std::uint64_t bytes = 0;
-  h2d_->trace_begin(str("reload ", key.chunk, ".", key.mb), "h2d");
+  std::uint64_t moving = 0;
+  for (const Moved& m : e.records) moving += m.host.bytes();
+  h2d_->trace_begin(str("reload ", key.chunk, ".", key.mb), "h2d",
+                    str("{\"bytes\":", moving, ",\"chunk\":", key.chunk, ",\"mb\":", key.mb, "}"));
   for (Moved& m : e.records) {
     m.device = Tensor::empty_on(device_alloc_, *h2d_, m.host.shape(), m.host.dtype());
     h2d_->copy(m.device.raw(), m.host.raw(), m.host.bytes());
