@@ -56,6 +56,7 @@ SimArgs parse(const stp::tools::Args& args) {
     else if (f == "--tw") a.costs.tw = parse_number(f, v);
     else if (f == "--tar") a.costs.tar = parse_number(f, v);
     else if (f == "--tp2p") a.costs.tp2p = parse_number(f, v);
+    else if (f == "--units") a.costs.units = parse_int(f, v);
     else if (f == "--svg") a.svg = v;
     else if (f == "--trace") a.trace = v;
     else throw stp::Error(str("unknown flag '", f, "'"));
@@ -109,6 +110,6 @@ int run(const stp::tools::Args& args) {
 
 static const stp::tools::Command kCmd{
     "sim",
-    "sim --schedule NAME --pp P --microbatches M [--tf X --tb X --tw X --tar X --tp2p X] [--json | --svg FILE | "
+    "sim --schedule NAME --pp P --microbatches M [--tf X --tb X --tw X --tar X --tp2p X --units N] [--json | --svg FILE | "
     "--trace FILE] | sim --compare --pp P --microbatches M [costs]",
     &run};
