@@ -22,6 +22,15 @@ double bytes_of(const std::vector<const Span*>& v, double a, double b) {
 
 }  // namespace
 
+Interval pipeline_extent(const RankTimeline& rank, const StepWindow& w) {
+  auto units = starting_in(rank.units(), w.begin, w.end);
+  if (units.empty()) return {0, 0};
+  Interval e{units.front()->ts, units.front()->end};
+  for (const Span* u : units) e.b = std::max(e.b, std::min(u->end, w.end));
+  for (const Span* op : starting_in(rank.ops, w.begin, w.end)) e.b = std::max(e.b, std::min(op->end, w.end));
+  return e;
+}
+
 RankTimes& RankTimes::operator+=(const RankTimes& o) {
   step_ms += o.step_ms, span_ms += o.span_ms, busy_ms += o.busy_ms;
   tp_ms += o.tp_ms, tp_exposed_ms += o.tp_exposed_ms, p2p_ms += o.p2p_ms, p2p_exposed_ms += o.p2p_exposed_ms;
@@ -58,7 +67,8 @@ RankTimes measure(const RankTimeline& rank, const StepFilter& filter) {
     m.copy_ms += length(copies) * ms;
     m.copy_hidden_ms += length(intersect(copies, compute)) * ms;
     if (compute.empty()) continue;
-    const double a = compute.front().a, b = compute.back().b;  // the pipeline span
+    const Interval extent = pipeline_extent(rank, w);
+    const double a = extent.a, b = extent.b;
     const Intervals idle = subtract({{a, b}}, compute);
     const Intervals idle_no_tp = subtract(idle, tp);
     const Intervals idle_no_comm = subtract(idle_no_tp, p2p);

@@ -21,6 +21,7 @@
 #include <array>
 #include <cstdint>
 
+#include "profile/intervals.h"
 #include "profile/timeline.h"
 
 namespace stp::profile {
@@ -45,5 +46,8 @@ struct RankTimes {
 };
 
 RankTimes measure(const RankTimeline& rank, const StepFilter& filter = {});
+
+// The pipeline span of one step window in µs; {0, 0} when the window has no compute unit.
+Interval pipeline_extent(const RankTimeline& rank, const StepWindow& w);
 
 }  // namespace stp::profile

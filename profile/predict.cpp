@@ -21,11 +21,11 @@ Prediction predict(const Trace& trace, const std::vector<RankTimeline>& ranks, c
   for (const RankTimeline& r : ranks)
     for (const StepWindow& w : r.steps) {
       if (!filter.covers(w.step)) continue;
-      auto units = starting_in(r.units(), w.begin, w.end);
-      if (units.empty()) continue;
+      Interval e = pipeline_extent(r, w);
+      if (e.b <= e.a) continue;
       auto [it, fresh] = extent.try_emplace(w.step, 1e300, -1e300);
-      it->second.first = std::min(it->second.first, units.front()->ts);
-      for (const Span* u : units) it->second.second = std::max(it->second.second, u->end);
+      it->second.first = std::min(it->second.first, e.a);
+      it->second.second = std::max(it->second.second, e.b);
     }
   for (auto& [step, e] : extent) p.makespan.measured += (e.second - e.first) * 1e-3;
   if (!extent.empty()) p.makespan.measured /= static_cast<double>(extent.size());

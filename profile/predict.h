@@ -2,12 +2,12 @@
 // (calibrate.h), next to what the trace measured, per pipeline rank, per step (ms).
 //
 // Measured, per pp rank (mean over its TP ranks and the steps analysed; overlap.h):
-//   span        first to last compute unit of the rank;
+//   span        the pipeline span (overlap.h: first unit start to last unit or op end);
 //   busy        compute busy + issue gaps (the calibration charges issue gaps to the units, so the
 //               simulator's busy includes them);
 //   tp_exposed  exposed all-reduce time;
 //   bubble      the rest: span − busy − tp_exposed (pipeline waits and copy stalls).
-// makespan: the step's first unit start to its last unit end over all ranks (the simulator's
+// makespan: the step's first unit start to its last unit or op end over all ranks (the simulator's
 // makespan), mean over steps. Predicted: the simulator's RankStats (span, busy, tp_exposed,
 // pp_bubble) and makespan.
 #pragma once

@@ -226,7 +226,8 @@ std::string render_timeline_svg(const Trace& trace, const std::vector<RankTimeli
       if (s.step == step) w = &s;
     windows.push_back(w);
     if (!w) continue;
-    for (const Span* u : starting_in(r.units(), w->begin, w->end)) f.t0 = std::min(f.t0, u->ts), f.t1 = std::max(f.t1, u->end);
+    Interval e = pipeline_extent(r, *w);
+    if (e.b > e.a) f.t0 = std::min(f.t0, e.a), f.t1 = std::max(f.t1, e.b);
   }
   STP_CHECK(f.t0 < f.t1, "step ", step, " has no compute spans to draw");
   f.scale = kWidth / (f.t1 - f.t0);

@@ -42,7 +42,7 @@ std::string mib(double bytes) { return fmt("%.1f MiB", bytes / (1024.0 * 1024.0)
 std::string num(double v) {  // JSON number: integers exactly, others with 6 decimals
   if (!std::isfinite(v)) return "0";
   if (v == std::floor(v) && std::fabs(v) < 9e15) return fmt("%.0f", v);
-  return fmt("%.6f", v);
+  return fmt("%.15g", v);
 }
 
 std::string steps_text(const std::vector<std::int64_t>& steps) {
