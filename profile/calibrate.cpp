@@ -1,6 +1,7 @@
 #include "profile/calibrate.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <string_view>
 #include <unordered_map>
@@ -18,7 +19,7 @@ struct RankStep {
   StepWindow window;
   std::vector<const Span*> ops, units, ars, recvs;
   std::unordered_map<std::string, const Span*> recv_by_name;  // "recv <message>" -> its span
-  std::vector<double> occupancy;  // per unit: span + charged issue gaps (µs)
+  std::vector<double> lag;        // per unit: the issue gap before it (µs)
   std::vector<int> op_of;         // per unit: op index (-1: outside every op)
 };
 
@@ -30,25 +31,18 @@ Intervals in_flight(const RankTimeline& r) {
   return unite(std::move(v));
 }
 
-// Unit occupancy with issue gaps charged as calibrate.h says.
+// The issue gap before each unit: idle compute time since the previous unit with nothing in flight.
 void charge_issue_gaps(RankStep& rs, const Intervals& busy_elsewhere) {
   const auto& u = rs.units;
-  rs.occupancy.resize(u.size());
-  for (std::size_t i = 0; i < u.size(); ++i) rs.occupancy[i] = u[i]->dur();
+  rs.lag.assign(u.size(), 0.0);
   if (u.empty()) return;
-  double prev_end = u[0]->end;
-  for (std::size_t i = 1; i < u.size(); ++i) {
+  // The step's first op starts when the rank could start it (after its receives): time from
+  // there to its first unit is that op's issue gap, as between any two units.
+  double prev_end = rs.ops.empty() ? u[0]->ts : std::min(rs.ops.front()->ts, u[0]->ts);
+  for (std::size_t i = 0; i < u.size(); ++i) {
     double a = prev_end, b = u[i]->ts;
     prev_end = std::max(prev_end, u[i]->end);
-    if (b <= a) continue;
-    double idle = (b - a) - covered(busy_elsewhere, a, b);
-    if (idle <= 0) continue;
-    auto it = std::lower_bound(busy_elsewhere.begin(), busy_elsewhere.end(), a,
-                               [](const Interval& x, double t) { return x.b <= t; });
-    double lead = (it != busy_elsewhere.end() && it->a < b) ? std::max(0.0, it->a - a) : b - a;
-    double pre = std::min(lead, idle);
-    rs.occupancy[i - 1] += pre;
-    rs.occupancy[i] += idle - pre;
+    if (b > a) rs.lag[i] = std::max(0.0, (b - a) - covered(busy_elsewhere, a, b));
   }
 }
 
@@ -97,6 +91,7 @@ Calibration calibrate(const Trace& trace, const std::vector<RankTimeline>& ranks
   for (const auto& [pid, r] : by_pid) busy_elsewhere[pid] = in_flight(*r);
 
   std::vector<double> f_cost, b_cost, w_cost, ar_cost, p2p_cost;
+  std::array<std::vector<double>, sched::kOpShapes> issue;  // per op shape: the group's issue gaps per op
   std::vector<int> ars_per_part;
   double d2h_bytes = 0, d2h_us = 0, h2d_bytes = 0, h2d_us = 0;
   Calibration out;
@@ -149,16 +144,21 @@ Calibration calibrate(const Trace& trace, const std::vector<RankTimeline>& ranks
       for (std::size_t k = 0; k < lead.ops.size(); ++k) {
         std::size_t n = members[0][k].size();
         for (int t = 1; t < tp; ++t) n = std::min(n, members[static_cast<std::size_t>(t)][k].size());
+        double op_lag = 0;
         for (std::size_t j = 0; j < n; ++j) {
-          double occ = 0;
+          double dur = 0, lag = 0;
           for (int t = 0; t < tp; ++t) {
             const RankStep& rs = group[static_cast<std::size_t>(t)];
-            occ = std::max(occ, rs.occupancy[members[static_cast<std::size_t>(t)][k][j]]);
+            std::size_t i = members[static_cast<std::size_t>(t)][k][j];
+            dur = std::max(dur, rs.units[i]->dur());
+            lag = std::max(lag, rs.lag[i]);
           }
+          op_lag += lag;
           const Span* u = lead.units[members[0][k][j]];
           auto key = std::make_pair(static_cast<int>(k), u->part);
-          (u->kind == Kind::F ? f_sum : u->kind == Kind::B ? b_sum : w_sum)[key] += occ;
+          (u->kind == Kind::F ? f_sum : u->kind == Kind::B ? b_sum : w_sum)[key] += dur;
         }
+        issue[static_cast<std::size_t>(sched::op_shape(s.ranks[r][k]))].push_back(op_lag);
       }
       for (auto& [k, v] : f_sum) f_cost.push_back(v);
       for (auto& [k, v] : b_sum) b_cost.push_back(v);
@@ -216,6 +216,20 @@ Calibration calibrate(const Trace& trace, const std::vector<RankTimeline>& ranks
   out.costs.units = ar_cost.empty() ? 2 : std::max(1, median(ars_per_part));
   out.costs.tar = mean(ar_cost) * ms * out.costs.units;
   out.costs.tp2p = mean(p2p_cost) * ms;
+  // Issue overhead per op shape; a shape the run never ran gets the sum over its parts of the
+  // overhead of plain ops of those passes (F, B or B*, W), so `stp sim` of another schedule has one.
+  for (int k = 0; k < sched::kOpShapes; ++k) {
+    out.issue_samples[static_cast<std::size_t>(k)] = static_cast<int>(issue[static_cast<std::size_t>(k)].size());
+    out.costs.issue[static_cast<std::size_t>(k)] = mean(issue[static_cast<std::size_t>(k)]) * ms;
+  }
+  auto measured = [&](int k) { return !issue[static_cast<std::size_t>(k)].empty(); };
+  auto plain = [&](int k, int alt) {
+    return measured(k) ? out.costs.issue[static_cast<std::size_t>(k)] : measured(alt) ? out.costs.issue[static_cast<std::size_t>(alt)] : 0.0;
+  };
+  const double f = plain(0, 0), b = plain(1, 2), bd = plain(2, 1), w = plain(3, 3);
+  const double fallback[sched::kOpShapes] = {f, b, bd, w, f + b, f + bd, f + w, 2 * f};
+  for (int k = 0; k < sched::kOpShapes; ++k)
+    if (!measured(k)) out.costs.issue[static_cast<std::size_t>(k)] = fallback[k];
   out.d2h_gbps = d2h_us > 0 ? d2h_bytes / (d2h_us * 1e3) : 0;
   out.h2d_gbps = h2d_us > 0 ? h2d_bytes / (h2d_us * 1e3) : 0;
   return out;
@@ -227,8 +241,12 @@ std::string sim_flags(const sched::Costs& c) {
     std::snprintf(buf, sizeof buf, "%.4g", v);
     return std::string(buf);
   };
+  std::string issue;
+  for (int k = 0; k < sched::kOpShapes; ++k)
+    if (c.issue[static_cast<std::size_t>(k)] > 0)
+      issue += str(issue.empty() ? "" : ",", sched::op_shape_name(k), "=", f(c.issue[static_cast<std::size_t>(k)]));
   return str("--tf ", f(c.tf), " --tb ", f(c.tb), " --tw ", f(c.tw), " --tar ", f(c.tar), " --tp2p ", f(c.tp2p),
-             " --units ", c.units);
+             " --units ", c.units, issue.empty() ? std::string() : " --issue '" + issue + "'");
 }
 
 }  // namespace stp::profile

@@ -27,7 +27,9 @@ Interval pipeline_extent(const RankTimeline& rank, const StepWindow& w) {
   if (units.empty()) return {0, 0};
   Interval e{units.front()->ts, units.front()->end};
   for (const Span* u : units) e.b = std::max(e.b, std::min(u->end, w.end));
-  for (const Span* op : starting_in(rank.ops, w.begin, w.end)) e.b = std::max(e.b, std::min(op->end, w.end));
+  auto ops = starting_in(rank.ops, w.begin, w.end);
+  if (!ops.empty()) e.a = std::min(e.a, ops.front()->ts);
+  for (const Span* op : ops) e.b = std::max(e.b, std::min(op->end, w.end));
   return e;
 }
 

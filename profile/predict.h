@@ -7,7 +7,7 @@
 //               simulator's busy includes them);
 //   tp_exposed  exposed all-reduce time;
 //   bubble      the rest: span − busy − tp_exposed (pipeline waits and copy stalls).
-// makespan: the step's first unit start to its last unit or op end over all ranks (the simulator's
+// makespan: from the step's first op start to its last op end over all ranks (the simulator's
 // makespan), mean over steps. Predicted: the simulator's RankStats (span, busy, tp_exposed,
 // pp_bubble) and makespan.
 #pragma once

@@ -1,7 +1,7 @@
 // Schedule benchmark on the CPU backend: the tiny model (configs/tiny.yaml) with tp 2, pp 2,
 // m = 8 under 1f1b-i, zb-v and stp. For each schedule and repetition it runs one warm-up step and
 // N traced steps, then prints, per step (means over the measured steps, docs/profile.md):
-//   * measured: wall step time, makespan (first to last compute unit over all ranks), exposed
+//   * measured: wall step time, makespan (first op start to last op end over all ranks), exposed
 //     TP-communication time and pipeline bubble per rank, and the issue gaps (compute idle with
 //     nothing in flight: host launch overhead, large when 4 emulated devices share 2 cores);
 //   * predicted: the simulator (schedule/simulator.h) with costs calibrated from the same trace by
@@ -133,8 +133,8 @@ int main(int argc, char** argv) {
       std::printf("        median prediction error of the makespan: %+.1f%%\n", 100 * err);
     }
   }
-  std::printf("(step = wall time of a whole step incl. data upload, clipping and AdamW; makespan = first to last compute "
-              "unit over all ranks, what the simulator predicts; TP exp and bubble per rank; bubble excludes the issue "
-              "gaps, which the calibration charges to compute)\n");
+  std::printf("(step = wall time of a whole step incl. data upload, clipping and AdamW; makespan = first op start to "
+              "last op end over all ranks, what the simulator predicts; TP exp and bubble per rank; the bubble excludes "
+              "the issue gaps, which the calibration turns into per-op issue overheads, profile/calibrate.h)\n");
   return 0;
 }

@@ -79,6 +79,10 @@ void round_trip(const char* name, int pp, int m, int tp, sched::Costs c) {
   EXPECT_NEAR(got.tar, tp > 1 ? c.tar : 0, eps);
   EXPECT_EQ(got.units, c.units);
   EXPECT_NEAR(got.tp2p, c.tp2p, eps);
+  for (int k = 0; k < sched::kOpShapes; ++k) {
+    if (p.calibration.issue_samples[static_cast<std::size_t>(k)] == 0) continue;
+    EXPECT_NEAR(got.issue[static_cast<std::size_t>(k)], c.issue[static_cast<std::size_t>(k)], eps) << sched::op_shape_name(k);
+  }
   EXPECT_GT(p.calibration.messages, 0);
   EXPECT_NEAR(p.makespan.measured, p.makespan.predicted, 1e-6);
   for (const auto& rp : p.ranks) {
@@ -93,6 +97,8 @@ TEST(Calibrate, SimulatedTracesCalibrateBackToTheirCosts) {
   sched::Costs c;
   c.tf = 3, c.tb = 5, c.tw = 2, c.tar = 4, c.tp2p = 0.5, c.units = 2;
   round_trip("stp", 2, 4, 2, c);
+  c.issue = {0.25, 0.5, 0.75, 0.125, 1.5, 1.25, 1, 0.375};  // F, B, B*, W, F&B, F&B*, F&W, F+F
+  round_trip("stp", 2, 4, 2, c);
   round_trip("zb-v", 2, 4, 2, c);
   round_trip("1f1b-i", 2, 4, 2, c);
   c.tar = 0;
@@ -102,10 +108,11 @@ TEST(Calibrate, SimulatedTracesCalibrateBackToTheirCosts) {
 
 TEST(Calibrate, SlowestTpMemberIssueGapsAndFastestAllReduce) {
   // gpipe, pp 1, m 1: ops F0.1 then B0.1. tp 2: ranks 0 and 1 (all in µs).
-  //   rank 0: F units [0,10) and [25,35); AR [12,20) between them (gap [10,25): 2 idle before
-  //           the AR starts -> unit 1, 5 idle after it ends -> unit 2); F's tail AR [35,45);
-  //           B unit [45,55) with a fused W [55,60).
-  //   rank 1: F units [0,14) and [25,30); ARs [14,20) and [35,44); B [44,50), W [50,60).
+  //   rank 0: F units [0,10) and [25,35); AR [12,20) between them, so the gap [10,25) has 15 - 8 =
+  //           7 idle with nothing in flight (an issue gap of F0.1); F's tail AR [35,45);
+  //           B unit [45,55) with a fused W [55,60): no gaps.
+  //   rank 1: F units [0,14) and [25,30); ARs [14,20) and [35,44); B [44,50), W [50,60):
+  //           gaps [14,25) -> 11 - 6 = 5 (F0.1), [30,44) -> 14 - 9 = 5 (before B: B0.1's).
   TraceBuilder b;
   auto unit = [&](int pid, const char* cat, const char* part, double a, double e) {
     b.x(pid, "compute", str(part, " u"), cat, a, e - a, str("{\"part\":\"", part, "\"}"));
@@ -123,14 +130,19 @@ TEST(Calibrate, SlowestTpMemberIssueGapsAndFastestAllReduce) {
   auto trace = stp::profile::parse_trace(b.json(), "hand");
   auto ranks = stp::profile::timelines(trace);
   auto cal = stp::profile::calibrate(trace, ranks, sched::generate("gpipe", 1, 1), 2);
-  // rank 0 occupancy: F u1 10 + 2 = 12, F u2 10 + 5 = 15, B 10, W 5.
-  // rank 1 occupancy: F u1 14 (its gap [14,25) is under its AR until 20, then 5 idle -> u2);
-  //                   F u2 5 + 5 + 5 (gap [30,44): 5 idle before its tail AR starts -> u2) = 15;
-  //                   B 6, W 10.
-  // group (max): F = max(12,14) + max(15,15) = 29 µs; B = max(10,6) = 10; W = max(5,10) = 10.
-  EXPECT_NEAR(cal.costs.tf, 29e-3, 1e-12);
+  // Units: the slower member's span: F = max(10,14) + max(10,5) = 24 µs; B = max(10,6); W = max(5,10).
+  EXPECT_NEAR(cal.costs.tf, 24e-3, 1e-12);
   EXPECT_NEAR(cal.costs.tb, 10e-3, 1e-12);
   EXPECT_NEAR(cal.costs.tw, 10e-3, 1e-12);
+  // Issue gaps per op, the larger member's per unit: F0.1 = max(0,0) + max(7,5) = 7; B0.1 = max(0,5) + 0 = 5.
+  EXPECT_NEAR(cal.costs.issue[sched::op_shape(sched::parse_op("F0.1"))], 7e-3, 1e-12);
+  EXPECT_NEAR(cal.costs.issue[sched::op_shape(sched::parse_op("B0.1"))], 5e-3, 1e-12);
+  EXPECT_EQ(cal.issue_samples[0], 1);
+  EXPECT_EQ(cal.issue_samples[1], 1);
+  // Shapes gpipe never runs are derived from their parts: F&B = F + B, F+F = 2 F, W (unmeasured) = 0.
+  EXPECT_NEAR(cal.costs.issue[sched::op_shape(sched::parse_op("F1.2&B1.1"))], 12e-3, 1e-12);
+  EXPECT_NEAR(cal.costs.issue[sched::op_shape(sched::parse_op("F0.1+F0.2"))], 14e-3, 1e-12);
+  EXPECT_EQ(cal.issue_samples[4], 0);
   // all-reduces: min(8, 6) = 6 and min(10, 9) = 9 -> mean 7.5 µs, 2 per part -> 15 µs.
   EXPECT_EQ(cal.costs.units, 2);
   EXPECT_NEAR(cal.costs.tar, 15e-3, 1e-12);
@@ -150,6 +162,8 @@ TEST(Calibrate, SimFlagsAreWhatStpSimAccepts) {
   sched::Costs c;
   c.tf = 4.25, c.tb = 5, c.tw = 2.5, c.tar = 8.125, c.tp2p = 0.25, c.units = 2;
   EXPECT_EQ(stp::profile::sim_flags(c), "--tf 4.25 --tb 5 --tw 2.5 --tar 8.125 --tp2p 0.25 --units 2");
+  c.issue[0] = 0.5, c.issue[4] = 3.125;
+  EXPECT_EQ(stp::profile::sim_flags(c), "--tf 4.25 --tb 5 --tw 2.5 --tar 8.125 --tp2p 0.25 --units 2 --issue 'F=0.5,F&B=3.125'");
 }
 
 }  // namespace
