@@ -1,6 +1,7 @@
 // Where each rank's time went, measured from its spans (all times in ms, summed over the steps
-// analysed). Per step window (timeline.h), with compute = ∪ of F/B/W unit spans and
-// pipeline span = [first unit start, last unit end):
+// analysed). Per step window (timeline.h), with compute = ∪ of F/B/W unit spans and pipeline
+// span = from the first op's start (when its inputs had arrived; the first unit's start if the
+// trace has no op spans) to the end of the last unit or op (an op ends after its tail all-reduce):
 //
 //   busy            |compute|                                    compute_busy_fraction = busy / span
 //   tp              |∪ tp-comm spans ∩ window|                   tp_exposed   = |tp \ compute| within span
