@@ -164,18 +164,37 @@ std::string memory_row(const Trace& trace, const RankTimeline& r, const Frame& f
   }
   double h = kMemory - 2;
   auto yof = [&](double bytes) { return y + kMemory - h * std::min(1.0, bytes / max_bytes); };
-  for (int c = 0; c < 5; ++c) {
-    std::string upper, lower;
+  // One polygon per category: its upper edge left to right, then its lower edge back, as step
+  // functions; a run of columns at the same height is one segment (constant categories stay small).
+  auto edge = [&](const std::vector<double>& heights) {
+    std::vector<std::pair<double, double>> pts;  // (x, y) corners
     for (int i = 0; i < kColumns; ++i) {
-      double below = 0;
-      for (int k = 0; k < c; ++k) below += v[i][k];
-      double top = below + v[i][c];
-      double x0 = kLeft + 2 * i, x1 = x0 + 2;
-      upper += str(num(x0), ",", num(yof(top)), " ", num(x1), ",", num(yof(top)), " ");
-      lower = str(num(x1), ",", num(yof(below)), " ", num(x0), ",", num(yof(below)), " ") + lower;
+      double x0 = kLeft + 2 * i;
+      if (i == 0 || heights[i] != heights[i - 1]) {
+        if (i > 0) pts.push_back({x0, yof(heights[i - 1])});
+        pts.push_back({x0, yof(heights[i])});
+      }
     }
-    out += str("<polygon points=\"", upper, lower, "\" fill=\"", kCategoryFill[c], "\"/>\n");
+    pts.push_back({kLeft + kWidth, yof(heights[kColumns - 1])});
+    return pts;
+  };
+  std::vector<double> below(kColumns, 0.0), top(kColumns, 0.0);
+  for (int c = 0; c < 5; ++c) {
+    bool any = false;
+    for (int i = 0; i < kColumns; ++i) {
+      top[i] = below[i] + v[i][c];
+      any = any || v[i][c] > 0;
+    }
+    if (any) {
+      std::string points;
+      for (const auto& [x, yy] : edge(top)) points += one(x) + "," + one(yy) + " ";
+      auto lower = edge(below);
+      for (auto it = lower.rbegin(); it != lower.rend(); ++it) points += one(it->first) + "," + one(it->second) + " ";
+      out += str("<polygon points=\"", points, "\" fill=\"", kCategoryFill[c], "\"/>\n");
+    }
+    below = top;
   }
+  out += svg::text(kLeft + 3, y + 8, 7, one(max_bytes / 1048576.0) + " MiB", " fill=\"#777\"");
   if (peak) {
     double px = f.x(peak->ts), py = yof(trace.total(*peak));
     out += str("<line x1=\"", num(px), "\" y1=\"", num(y), "\" x2=\"", num(px), "\" y2=\"", num(y + kMemory),
