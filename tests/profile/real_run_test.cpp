@@ -7,6 +7,7 @@
 //    that stream's spans in the trace (recomputed here from the JSON);
 //  * --svg writes a picture; errors name the missing file.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -28,11 +29,21 @@ struct TracedRun {
   std::string log;
 };
 
-// One traced run shared by the tests of this file (3 steps, ~2 s).
+// One traced run shared by the tests of this file in one process (3 steps, ~2 s). ctest runs each
+// test as its own process, in parallel: each process trains into its own folder and removes it.
+struct RunFolder {
+  fs::path dir = fs::path(STP_BINARY_DIR) / "tests" / ("profile_run." + std::to_string(::getpid()));
+  ~RunFolder() {
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+  }
+};
+
 const TracedRun& traced_run() {
+  static const RunFolder folder;
   static const TracedRun run = [] {
     TracedRun r;
-    r.dir = fs::path(STP_BINARY_DIR) / "tests" / "profile_run";
+    r.dir = folder.dir;
     fs::remove_all(r.dir);
     fs::create_directories(r.dir);
     fs::path config = r.dir / "config.in.yaml";
