@@ -111,7 +111,7 @@ std::string render_text(const Report& r) {
   }
   total.steps = 1;
   if (r.ranks.size() > 1) row("all", total);
-  o += "(busy %: of the span, first to last compute unit; issue gap: compute idle with nothing in flight — the host "
+  o += "(busy %: of the span, first op start to last op end; issue gap: compute idle with nothing in flight — the host "
        "had not enqueued the next work)\n";
 
   bool copies = total.d2h_bytes > 0 || total.h2d_bytes > 0;
