@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace stp {
 
@@ -92,6 +93,12 @@ struct BlockArena::State : std::enable_shared_from_this<BlockArena::State> {
   void add_segment(std::size_t bytes);
   std::string oom_report(std::size_t bytes) const;
   void note_peak();
+
+  // Memory counters (set_trace); under mu.
+  TraceRecorder* trace = nullptr;
+  int trace_pid = 0;
+  std::string trace_name;
+  void emit_counter();
 };
 
 BlockArena::State::~State() {
@@ -130,6 +137,16 @@ Fence BlockArena::State::record_fence(const std::vector<Stream*>& uses) {
                         seq});
   }
   return fence;
+}
+
+void BlockArena::State::emit_counter() {
+  TraceCounter c{trace_pid, trace_name, 0, {}};
+  for (std::size_t i = 0; i < kMemoryCategories; ++i)
+    c.series.emplace_back(to_string(static_cast<MemoryCategory>(i)), static_cast<double>(stats.by_category[i]));
+  home.enqueue_host([rec = trace, c = std::move(c)]() mutable {
+    c.ts_us = rec->now_us();
+    rec->add_counter(std::move(c));
+  });
 }
 
 void BlockArena::State::note_peak() {
@@ -239,6 +256,7 @@ std::shared_ptr<Storage> BlockArena::State::allocate(std::size_t bytes, Stream& 
     stats.by_category[static_cast<std::size_t>(current)] += size;
     ++stats.alloc_count;
     note_peak();
+    if (trace) emit_counter();
   }
   for (Use& u : wait_for) {
     if (u.stream == &s || u.event->query()) continue;  // same stream: ordered already
@@ -262,6 +280,7 @@ void BlockArena::State::free_block(char* p, Fence fence) {
   stats.allocated -= b.size;
   stats.by_category[static_cast<std::size_t>(b.category)] -= b.size;
   ++stats.free_count;
+  if (trace) emit_counter();
   b.free = true;
   b.fence = std::move(fence);
   // Coalesce with free neighbours in the same segment.
@@ -305,7 +324,17 @@ BlockArena::BlockArena(Device& device, Stream& home, ArenaOptions options) {
   state_->stats.budget = state_->options.budget;
 }
 
-BlockArena::~BlockArena() = default;
+BlockArena::~BlockArena() {
+  std::lock_guard<std::mutex> lock(state_->mu);  // storages outliving the arena must not touch the home stream
+  state_->trace = nullptr;
+}
+
+void BlockArena::set_trace(TraceRecorder* recorder, int pid, std::string name) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->trace = recorder;
+  state_->trace_pid = pid;
+  state_->trace_name = std::move(name);
+}
 
 std::shared_ptr<Storage> BlockArena::allocate(std::size_t bytes) { return state_->allocate(bytes, state_->home); }
 std::shared_ptr<Storage> BlockArena::allocate_on(std::size_t bytes, Stream& s) { return state_->allocate(bytes, s); }

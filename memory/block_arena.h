@@ -91,6 +91,14 @@ class BlockArena final : public Allocator {
   ArenaStats stats() const;
   void reset_peak();  // peak_* := current
 
+  // Memory counters for `stp profile` (core/trace.h): while a recorder is attached, every
+  // allocation and free adds a counter sample `name` for rank `pid` whose series are the live
+  // bytes by category right after the change (host program order, so the largest sum equals
+  // stats().peak_allocated), stamped when the home stream reaches that point (enqueue_host), so
+  // the curve lines up with the stream spans. nullptr detaches (also done by the destructor).
+  // Without a recorder the cost is one pointer test under the lock the change holds anyway.
+  void set_trace(TraceRecorder* recorder, int pid, std::string name = "device memory");
+
   // Allocations made while a CategoryScope lives are counted under `c` (default: Activations).
   MemoryCategory category() const;
   class CategoryScope {

@@ -83,7 +83,8 @@ void OffloadEngine::offload(Key key, int unit, RecordSet& set, bool split_weight
   std::vector<std::pair<ActivationRecord*, Entry*>> moving;
   for (ActivationRecord& r : set.mutable_list())
     if (r.saved_by == 'F') moving.emplace_back(&r, r.reader == RecordReader::W ? &w : &e);
-  copy_out(std::move(moving), set, str("offload ", key.chunk, ".", key.mb, " u", unit));
+  copy_out(std::move(moving), set, str("offload ", key.chunk, ".", key.mb, " u", unit),
+           str(",\"chunk\":", key.chunk, ",\"mb\":", key.mb, ",\"unit\":", unit));
 }
 
 void OffloadEngine::offload_for_weight(Key key, int unit, RecordSet& set) {
@@ -91,7 +92,8 @@ void OffloadEngine::offload_for_weight(Key key, int unit, RecordSet& set) {
   std::vector<std::pair<ActivationRecord*, Entry*>> moving;
   for (ActivationRecord& r : set.mutable_list())
     if (r.reader == RecordReader::W || r.reader == RecordReader::BW) moving.emplace_back(&r, &w);
-  copy_out(std::move(moving), set, str("offload ", key.chunk, ".", key.mb, " u", unit, " W"));
+  copy_out(std::move(moving), set, str("offload ", key.chunk, ".", key.mb, " u", unit, " W"),
+           str(",\"chunk\":", key.chunk, ",\"mb\":", key.mb, ",\"unit\":", unit, ",\"weight\":true"));
 }
 
 OffloadEngine::Entry& OffloadEngine::entry_for_offload(Key key) {
@@ -103,7 +105,7 @@ OffloadEngine::Entry& OffloadEngine::entry_for_offload(Key key) {
 }
 
 void OffloadEngine::copy_out(std::vector<std::pair<ActivationRecord*, Entry*>> moving, RecordSet& set,
-                             const std::string& label) {
+                             const std::string& label, const std::string& args) {
   std::uint64_t bytes = 0;
   std::erase_if(moving, [&](const auto& m) {
     const ActivationRecord& r = *m.first;
@@ -118,14 +120,15 @@ void OffloadEngine::copy_out(std::vector<std::pair<ActivationRecord*, Entry*>> m
   auto produced = device_.create_event();
   compute_.record(*produced);
   d2h_->wait(*produced);  // the copies read what the unit just wrote
-  d2h_->trace_begin(label, "d2h", str("{\"bytes\":", bytes, "}"));
-  // Buffers first: reusing pool bytes may enqueue waits for other streams, which are not copy time.
+  // Buffers first: reusing pool bytes may enqueue waits for other streams, which are neither copy
+  // time (the counters) nor part of the copy's trace span.
   std::vector<void*> dest;  // the host buffers' bytes (the Moved entries may still reallocate)
   for (auto& [r, entry] : moving) {
     Tensor host = Tensor::empty_on(host_pool_, *d2h_, r->tensor.shape(), r->tensor.dtype());
     dest.push_back(host.raw());
     entry->records.push_back(Moved{&set, r->name, std::move(host), Tensor()});
   }
+  d2h_->trace_begin(label, "d2h", str("{\"bytes\":", bytes, args, "}"));  // args: for stp profile
   timed(*d2h_, clocks_->d2h_ns, [&] {
     for (std::size_t i = 0; i < moving.size(); ++i) {
       ActivationRecord& r = *moving[i].first;
@@ -153,10 +156,12 @@ void OffloadEngine::prefetch(Key key) {
     for (auto& ev : e.offloaded) h2d_->wait(*ev);  // never read a host buffer its D2H is still writing
   std::uint64_t bytes = 0;
   for (const Moved& m : e.records) bytes += m.host.bytes();
-  h2d_->trace_begin(str("reload ", key.chunk, ".", key.mb, key.weight ? str(" u", key.unit, " W") : ""), "h2d",
-                    str("{\"bytes\":", bytes, "}"));
-  // Buffers first: reusing device bytes may enqueue waits for other streams, which are not copy time.
+  // Buffers first: reusing device bytes may enqueue waits for other streams, which are neither copy
+  // time (the counters) nor part of the copy's trace span.
   for (Moved& m : e.records) m.device = Tensor::empty_on(device_alloc_, *h2d_, m.host.shape(), m.host.dtype());
+  h2d_->trace_begin(str("reload ", key.chunk, ".", key.mb, key.weight ? str(" u", key.unit, " W") : ""), "h2d",
+                    str("{\"bytes\":", bytes, ",\"chunk\":", key.chunk, ",\"mb\":", key.mb,
+                        key.weight ? str(",\"unit\":", key.unit, ",\"weight\":true") : "", "}"));
   timed(*h2d_, clocks_->h2d_ns, [&] {
     for (Moved& m : e.records) {
       h2d_->copy(m.device.raw(), m.host.raw(), m.host.bytes());

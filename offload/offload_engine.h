@@ -119,7 +119,9 @@ class OffloadEngine {
   };
   Entry& entry_for_offload(Key key);  // asserts its reload has not started
   // D2H of each (record, entry it is filed under) after the compute work enqueued so far.
-  void copy_out(std::vector<std::pair<ActivationRecord*, Entry*>> moving, RecordSet& set, const std::string& label);
+  // `args`: more ",key:value" pairs for the d2h span's JSON args.
+  void copy_out(std::vector<std::pair<ActivationRecord*, Entry*>> moving, RecordSet& set, const std::string& label,
+                const std::string& args);
   // Runs fn on stream s between two host tasks that add the time s spent on it to `ns`.
   template <class Fn>
   void timed(Stream& s, std::atomic<std::uint64_t>& ns, Fn&& fn);

@@ -9,11 +9,32 @@
 
 namespace stp::sched {
 
+int op_shape(const Op& op) {
+  switch (op.kind) {
+    case OpKind::F: return 0;
+    case OpKind::B: return op.a.defer_w ? 2 : 1;
+    case OpKind::W: return 3;
+    case OpKind::FB: return op.b.defer_w ? 5 : 4;
+    case OpKind::FW: return 6;
+    case OpKind::FF: return 7;
+  }
+  return 0;
+}
+
+const char* op_shape_name(int shape) {
+  static const char* const kNames[kOpShapes] = {"F", "B", "B*", "W", "F&B", "F&B*", "F&W", "F+F"};
+  STP_ASSERT(shape >= 0 && shape < kOpShapes, "op shape ", shape);
+  return kNames[shape];
+}
+
 void check_costs(const Costs& c) {
   const std::pair<const char*, double> named[] = {
       {"tf", c.tf}, {"tb", c.tb}, {"tw", c.tw}, {"tar", c.tar}, {"tp2p", c.tp2p}};
   for (const auto& [name, v] : named)
     STP_CHECK(std::isfinite(v) && v >= 0, "cost --", name, " must be a finite number >= 0, got ", v);
+  for (int k = 0; k < kOpShapes; ++k)
+    STP_CHECK(std::isfinite(c.issue[k]) && c.issue[k] >= 0, "issue overhead of ", op_shape_name(k),
+              " ops must be a finite number >= 0, got ", c.issue[k]);
   STP_CHECK(c.units >= 1, "units per pass must be at least 1, got ", c.units);
 }
 
@@ -89,9 +110,10 @@ struct ShapeCache {
     Shape& sh = shapes[static_cast<int>(op.kind)][defer];
     if (sh.duration < 0) {
       build_units(op, c, units);
-      sh.work = 0;
+      const double issue = c.issue[op_shape(op)];
+      sh.work = issue;
       for (const Unit& u : units) sh.work += u.dur;
-      sh.duration = lay_out(units, 0.0, [](const Segment&) {});
+      sh.duration = lay_out(units, issue, [](const Segment&) {});
     }
     return sh;
   }
@@ -108,7 +130,7 @@ std::vector<Segment> op_segments(const Op& op, const Costs& c, double start) {
   std::vector<Unit> units;
   build_units(op, c, units);
   std::vector<Segment> out;
-  lay_out(units, start, [&](const Segment& s) { out.push_back(s); });
+  lay_out(units, start + c.issue[op_shape(op)], [&](const Segment& s) { out.push_back(s); });
   return out;
 }
 

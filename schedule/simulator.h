@@ -14,6 +14,7 @@
 //       F&B      F u_i, B u_i, [W u_i if fused]    ARs hidden by the other pass; a B* block's last AR is exposed
 //       F&W      F u_i, W u_i                      F's ARs hidden under W pieces
 //       F+F      F(a) u_i, F(b) u_i                only the last AR of the second forward is exposed
+//   * An op of shape k (op_shape) first spends issue[k] (default 0) before its first unit: launch overhead.
 //   * An op ends when its compute and its all-reduces are done (its outputs must be reduced before they are
 //     sent); outputs go out then, and arrive tp2p later on another rank (0 on the same rank). An op starts
 //     when its rank is free and every input has arrived (an executor receives before the op).
@@ -26,6 +27,7 @@
 // part of the set). Cost: linear in the number of ops.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -33,9 +35,19 @@
 
 namespace stp::sched {
 
+// The eight op shapes (kind and W deferral), which index Costs::issue: F, B, B*, W, F&B, F&B*, F&W, F+F.
+constexpr int kOpShapes = 8;
+int op_shape(const Op& op);
+const char* op_shape_name(int shape);  // "F", "B", "B*", "W", "F&B", "F&B*", "F&W", "F+F"
+
 struct Costs {
   double tf = 1, tb = 1, tw = 1, tar = 0, tp2p = 0;
   int units = 2;  // compute units per pass per chunk (2 = one transformer layer: attention, MLP)
+  // Issue overhead per op shape (default 0): time at the start of an op during which nothing of it
+  // runs yet because its work has not been enqueued (a host-bound launch: negligible on GPUs, large
+  // when emulated devices share CPU cores). It delays the op's units and all-reduces alike and
+  // counts as busy time. `stp profile` calibrates it from the issue gaps of a trace.
+  std::array<double, kOpShapes> issue{};
 };
 // Throws stp::Error naming the cost if one is negative or not finite, or units < 1.
 void check_costs(const Costs& c);
@@ -61,7 +73,8 @@ struct SimResult {
 // Simulates a valid schedule (run validate() first; a deadlock throws stp::Error).
 SimResult simulate(const Schedule& s, const Costs& c);
 
-// The inside of one op started at `start`: compute units and all-reduces as laid out above. Used by the
+// The inside of one op started at `start` (its units begin after its issue overhead): compute units and
+// all-reduces as laid out above. Used by the
 // renderers and by memory planning to see activation lifetimes at unit granularity.
 struct Segment {
   int stream = 0;  // 0 = compute, 1 = TP communication

@@ -39,6 +39,25 @@ int parse_int(const std::string& flag, const std::string& text) {
   return static_cast<int>(v);
 }
 
+// --issue 'F=0.5,B*=1.2,F&B=3' (op shapes of schedule/simulator.h; others stay 0).
+void parse_issue(const std::string& text, stp::sched::Costs& c) {
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    std::size_t comma = text.find(',', at);
+    std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    std::size_t eq = item.find('=');
+    STP_CHECK(eq != std::string::npos, "--issue expects SHAPE=MS[,SHAPE=MS...], got '", text, "'");
+    std::string name = item.substr(0, eq);
+    int shape = -1;
+    for (int k = 0; k < stp::sched::kOpShapes; ++k)
+      if (name == stp::sched::op_shape_name(k)) shape = k;
+    STP_CHECK(shape >= 0, "--issue: unknown op shape '", name, "' (F, B, B*, W, F&B, F&B*, F&W, F+F)");
+    c.issue[static_cast<std::size_t>(shape)] = parse_number("--issue " + name, item.substr(eq + 1));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+}
+
 SimArgs parse(const stp::tools::Args& args) {
   SimArgs a;
   bool have_pp = false, have_m = false;
@@ -56,6 +75,8 @@ SimArgs parse(const stp::tools::Args& args) {
     else if (f == "--tw") a.costs.tw = parse_number(f, v);
     else if (f == "--tar") a.costs.tar = parse_number(f, v);
     else if (f == "--tp2p") a.costs.tp2p = parse_number(f, v);
+    else if (f == "--units") a.costs.units = parse_int(f, v);
+    else if (f == "--issue") parse_issue(v, a.costs);
     else if (f == "--svg") a.svg = v;
     else if (f == "--trace") a.trace = v;
     else throw stp::Error(str("unknown flag '", f, "'"));
@@ -109,6 +130,6 @@ int run(const stp::tools::Args& args) {
 
 static const stp::tools::Command kCmd{
     "sim",
-    "sim --schedule NAME --pp P --microbatches M [--tf X --tb X --tw X --tar X --tp2p X] [--json | --svg FILE | "
+    "sim --schedule NAME --pp P --microbatches M [--tf X --tb X --tw X --tar X --tp2p X --units N --issue SHAPE=X,...] [--json | --svg FILE | "
     "--trace FILE] | sim --compare --pp P --microbatches M [costs]",
     &run};

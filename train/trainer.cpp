@@ -166,6 +166,7 @@ void Trainer::Impl::sum_tied_grads(Rank& r) {
 // every replica computes the same norm, clip coefficient and AdamW step.
 void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
   const float scale = 1.0f / static_cast<float>(config.train.microbatches * config.parallel.dp);
+  if (trace) r.compute->trace_begin(str("step ", step), "step");  // the step on this device (stp profile)
   for (auto& s : r.stages) {
     s->zero_grads(*r.compute);
     if (s->is_last()) s->set_loss_scale(scale);
@@ -184,6 +185,7 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
     r.clipper->clip(*r.compute, static_cast<float>(config.train.grad_clip));
   }
   r.adamw->step(*r.compute, lr);
+  if (trace) r.compute->trace_end();
   r.synchronize();
   r.staging.clear();
 }

@@ -169,6 +169,7 @@ void Trainer::Impl::build_rank(Rank& r) {
   arena.advice = "Raise memory.device_budget, let stp offload and recompute activations (memory.offload: auto, "
                  "memory.recompute: auto; `stp plan CONFIG` shows what fits), or lower train.micro_batch_size.";
   r.alloc = std::make_unique<BlockArena>(*r.device, *r.compute, std::move(arena));
+  if (trace) r.alloc->set_trace(trace.get(), r.global);  // "device memory" counters
   const RankPlan& rank_plan = plan.ranks.at(static_cast<std::size_t>(r.pp_rank));
   if (rank_plan.offloads()) build_offload(r);
   if (trace) {
@@ -248,6 +249,7 @@ void Trainer::Impl::build_offload(Rank& r) {
   }
   // Home stream: the engine names each pool buffer's first user (the D2H stream) when it allocates.
   r.pool = std::make_unique<PinnedPool>(*r.device, *r.compute, p);
+  if (trace) r.pool->set_trace(trace.get(), r.global);  // "pinned memory" counters
   r.offload = std::make_unique<OffloadEngine>(*r.device, *r.compute, *r.alloc, *r.pool);
   // The copy threads run next to the pool's pages (or on the emulated copy engine's CPUs).
   for (Stream* s : {&r.offload->d2h(), &r.offload->h2d()}) {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "core/cpu/cpu_device.h"
 #include "core/error.h"
@@ -26,12 +27,19 @@ TEST(Trace, SpansCoverTheirStreamWorkAndExportValidChromeJson) {
   compute->synchronize();
 
   auto json = stp::Json::parse(rec.to_json());
-  const auto& events = json["traceEvents"].as_array();
+  std::vector<stp::Json> events;
+  std::string thread_of_tid1;
+  for (const auto& e : json["traceEvents"].as_array()) {
+    if (e["ph"].as_string() == "X") events.push_back(e);
+    if (e["ph"].as_string() == "M" && e["name"].as_string() == "thread_name" && e["tid"].as_int() == 1)
+      thread_of_tid1 = e["args"]["name"].as_string();
+  }
   ASSERT_EQ(events.size(), 2u);
   const auto& e = events[0];
   EXPECT_EQ(e["ph"].as_string(), "X");
   EXPECT_EQ(e["pid"].as_int(), 1);
-  EXPECT_EQ(e["tid"].as_string(), "compute");
+  EXPECT_EQ(e["tid"].as_int(), 1);  // numeric tid, named by a thread_name metadata event
+  EXPECT_EQ(thread_of_tid1, "compute");
   EXPECT_EQ(e["name"].as_string(), "F0.3");
   EXPECT_EQ(e["cat"].as_string(), "F");
   EXPECT_EQ(e["args"]["mb"].as_int(), 3);
@@ -60,8 +68,30 @@ TEST(Trace, WriteProducesAFileThatParses) {
   std::stringstream ss;
   ss << f.rdbuf();
   auto json = stp::Json::parse(ss.str());
-  EXPECT_EQ(json["traceEvents"][0]["dur"].as_number(), 2.5);
+  const auto& events = json["traceEvents"].as_array();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["dur"].as_number(), 2.5);
   EXPECT_THROW(rec.write("/nonexistent-dir/x/trace.json"), stp::Error);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Trace, CountersExportAsChromeCounterEvents) {
+  stp::TraceRecorder rec;
+  rec.add_counter({2, "device memory", 12.5, {{"weights", 1024}, {"activations", 256}}});
+  auto json = stp::Json::parse(rec.to_json());
+  const stp::Json* counter = nullptr;
+  for (const auto& e : json["traceEvents"].as_array())
+    if (e["ph"].as_string() == "C") counter = &e;
+  ASSERT_NE(counter, nullptr);
+  EXPECT_EQ((*counter)["pid"].as_int(), 2);
+  EXPECT_EQ((*counter)["name"].as_string(), "device memory");
+  EXPECT_EQ((*counter)["ts"].as_number(), 12.5);
+  EXPECT_EQ((*counter)["args"]["weights"].as_int(), 1024);
+  EXPECT_EQ((*counter)["args"]["activations"].as_int(), 256);
+  ASSERT_EQ(rec.counters().size(), 1u);
 }
 
 }  // namespace

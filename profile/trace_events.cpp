@@ -1,0 +1,44 @@
+#include "profile/trace_events.h"
+
+namespace stp::profile {
+
+const char* to_string(Lane lane) {
+  switch (lane) {
+    case Lane::Compute: return "compute";
+    case Lane::TpComm: return "tp-comm";
+    case Lane::P2P: return "p2p";
+    case Lane::D2H: return "d2h";
+    case Lane::H2D: return "h2d";
+    case Lane::Other: break;
+  }
+  return "other";
+}
+
+Lane lane_of_stream(const std::string& name) {
+  for (Lane l : {Lane::Compute, Lane::TpComm, Lane::P2P, Lane::D2H, Lane::H2D})
+    if (name == to_string(l)) return l;
+  return Lane::Other;
+}
+
+Kind kind_of_category(const std::string& cat) {
+  if (cat == "F") return Kind::F;
+  if (cat == "B") return Kind::B;
+  if (cat == "W") return Kind::W;
+  if (cat == "op") return Kind::Op;
+  if (cat == "step") return Kind::Step;
+  return Kind::Other;
+}
+
+std::uint32_t Trace::find(const std::string& s) const {
+  for (std::uint32_t i = 0; i < strings.size(); ++i)
+    if (strings[i] == s) return i;
+  return 0;
+}
+
+double Trace::total(const Counter& c) const {
+  double t = 0;
+  for (std::uint32_t i = c.begin; i < c.end; ++i) t += values[i].second;
+  return t;
+}
+
+}  // namespace stp::profile
