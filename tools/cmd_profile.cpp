@@ -21,9 +21,12 @@
 #include "profile/trace_reader.h"
 #include "schedule/schedule.h"
 #include "tools/command.h"
+#include "tools/write_file.h"
 #include "train/memory_planning.h"
 
 namespace {
+
+using stp::tools::write_file;
 
 namespace fs = std::filesystem;
 using stp::str;
@@ -72,15 +75,6 @@ ProfileArgs parse(const stp::tools::Args& args) {
   STP_CHECK(!a.dir.empty(), "usage: stp ", kUsage);
   STP_CHECK(fs::is_directory(a.dir), "'", a.dir, "' is not a folder (expected a run folder: output.dir of stp train)");
   return a;
-}
-
-void write_file(const std::string& path, const std::string& text) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  STP_CHECK(f, "cannot open '", path, "' for writing");
-  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) std::remove(path.c_str());
-  STP_CHECK(ok, "cannot write '", path, "'");
 }
 
 // The prediction needs the run's schedule; the memory comparison the planner's dry run.

@@ -11,8 +11,11 @@
 #include "schedule/simulator.h"
 #include "schedule/validator.h"
 #include "tools/command.h"
+#include "tools/write_file.h"
 
 namespace {
+
+using stp::tools::write_file;
 
 using stp::str;
 
@@ -90,16 +93,6 @@ SimArgs parse(const stp::tools::Args& args) {
   STP_CHECK(outputs <= 1, "choose one of --json, --svg FILE, --trace FILE");
   stp::sched::check_costs(a.costs);
   return a;
-}
-
-// Writes the whole document or throws; a partial file is removed.
-void write_file(const std::string& path, const std::string& text) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  STP_CHECK(f, "cannot open '", path, "' for writing");
-  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) std::remove(path.c_str());
-  STP_CHECK(ok, "cannot write '", path, "'");
 }
 
 int run(const stp::tools::Args& args) {

@@ -23,6 +23,7 @@
 #include "core/tensor.h"
 #include "memory/block_arena.h"
 #include "memory/pinned_pool.h"
+#include "tests/support/events.h"
 
 namespace {
 
@@ -45,15 +46,7 @@ bool all_equal(const void* p, std::size_t bytes, std::uint64_t v) {
   return true;
 }
 
-// Waits until `e` has completed or `limit` has passed; true if it completed.
-bool completes_within(stp::Event& e, std::chrono::milliseconds limit) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!e.query()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using stp::testing::completes_within;
 
 // A caching allocator without fences: hands its one buffer out again as soon as the host drops
 // it (what DeviceAllocator-style reuse without record_use amounts to). The negative control.

@@ -21,6 +21,7 @@
 #include "memory/block_arena.h"
 #include "memory/pinned_pool.h"
 #include "offload/offload_engine.h"
+#include "tests/support/events.h"
 
 namespace {
 
@@ -73,15 +74,7 @@ bool holds(const std::vector<float>& v, float seed) {
   return true;
 }
 
-// Waits until `e` has completed or `limit` has passed; true if it completed.
-bool completes_within(stp::Event& e, std::chrono::milliseconds limit) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!e.query()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using stp::testing::completes_within;
 
 // Holds the D2H stream until open() (or destruction).
 struct Gate {
