@@ -88,6 +88,7 @@ void OffloadEngine::offload(Key key, int unit, RecordSet& set, bool split_weight
 }
 
 void OffloadEngine::offload_for_weight(Key key, int unit, RecordSet& set) {
+  STP_ASSERT(!key.weight, "offload_for_weight takes the set's key; the weight key is derived from it");
   Entry& w = entry_for_offload({key.chunk, key.mb, true, unit});
   std::vector<std::pair<ActivationRecord*, Entry*>> moving;
   for (ActivationRecord& r : set.mutable_list())

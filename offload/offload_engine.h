@@ -82,7 +82,7 @@ class OffloadEngine {
   // split_weight: file records read only by W under {key.chunk, key.mb, weight = true, unit}.
   void offload(Key key, int unit, RecordSet& set, bool split_weight = false);
   // After B(unit, mb) when its W is deferred: moves what is left for W (records W reads, incl. the
-  // gradients B saved for it) to host under the weight key.
+  // gradients B saved for it) to host under {key.chunk, key.mb, weight = true, unit}.
   void offload_for_weight(Key key, int unit, RecordSet& set);
   // Starts bringing every offloaded record of `key` back (no-op if none or already under way).
   void prefetch(Key key);

@@ -261,18 +261,19 @@ void Executor::step(Cursor& c) {
   }
 }
 
+// The records of (chunk, unit u, mb) when the plan offloads that unit and it holds any; else null.
+RecordSet* Executor::offloaded_records(int chunk, int u, int mb) {
+  if (!r_.plan || !r_.plan->units[static_cast<std::size_t>(chunk)][static_cast<std::size_t>(u)].offload) return nullptr;
+  return stage_of_chunk(chunk).record_set(u, mb);
+}
+
 void Executor::offload_after_forward(int chunk, int u, int mb) {
-  if (!r_.plan) return;
-  const auto& units = r_.plan->units[static_cast<std::size_t>(chunk)];
-  if (!units[static_cast<std::size_t>(u)].offload) return;
-  if (RecordSet* set = stage_of_chunk(chunk).record_set(u, mb))
+  if (RecordSet* set = offloaded_records(chunk, u, mb))
     r_.offload->offload({chunk, mb}, u, *set, deferred_w_.count({chunk, mb}) != 0);
 }
 
 void Executor::offload_after_backward(int chunk, int u, int mb) {
-  if (!r_.plan) return;
-  if (!r_.plan->units[static_cast<std::size_t>(chunk)][static_cast<std::size_t>(u)].offload) return;
-  if (RecordSet* set = stage_of_chunk(chunk).record_set(u, mb)) r_.offload->offload_for_weight({chunk, mb, true, u}, u, *set);
+  if (RecordSet* set = offloaded_records(chunk, u, mb)) r_.offload->offload_for_weight({chunk, mb}, u, *set);
 }
 
 void Executor::all_reduce_after(Cursor& c, const Tensor& t, const std::string& unit) {

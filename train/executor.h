@@ -112,6 +112,7 @@ class Executor {
   void run_parts(const sched::Op& op);
   void step(Cursor& c);
   void all_reduce_after(Cursor& c, const Tensor& t, const std::string& unit);
+  RecordSet* offloaded_records(int chunk, int u, int mb);
   void offload_after_forward(int chunk, int u, int mb);
   void offload_after_backward(int chunk, int u, int mb);  // deferred W: what W reads goes to host
   void copy_losses(const sched::Op& op);

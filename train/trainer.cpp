@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <thread>
@@ -213,18 +214,19 @@ StepResult Trainer::step() {
     out.peak_device_reserved_bytes.push_back(a.peak_reserved);
   }
   for (auto& d : m.devices) out.peak_host_pinned_bytes += d->pinned_host_stats().peak;
-  bool any_offload = false;
-  for (auto& r : m.ranks) any_offload |= r->offload != nullptr;
-  for (auto& r : m.ranks) {
-    if (!any_offload) break;
-    StepResult::Offload o;
-    if (r->offload) {  // the step synchronized the copy streams: the times are complete
-      OffloadCounters now = r->offload->counters(), &was = r->offload_before;
-      o = {now.d2h_bytes - was.d2h_bytes, now.h2d_bytes - was.h2d_bytes, now.d2h_busy_s - was.d2h_busy_s,
-           now.h2d_busy_s - was.h2d_busy_s, now.compute_stall_s - was.compute_stall_s};
-      was = now;
+  // Per device this step's offload (empty when no device offloads): the step synchronized the copy
+  // streams, so the counters' times are complete.
+  if (std::any_of(m.ranks.begin(), m.ranks.end(), [](auto& r) { return r->offload != nullptr; })) {
+    for (auto& r : m.ranks) {
+      StepResult::Offload o;
+      if (r->offload) {
+        OffloadCounters now = r->offload->counters(), &was = r->offload_before;
+        o = {now.d2h_bytes - was.d2h_bytes, now.h2d_bytes - was.h2d_bytes, now.d2h_busy_s - was.d2h_busy_s,
+             now.h2d_busy_s - was.h2d_busy_s, now.compute_stall_s - was.compute_stall_s};
+        was = now;
+      }
+      out.offload.push_back(o);
     }
-    out.offload.push_back(o);
   }
   return out;
 }

@@ -55,7 +55,7 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
 // Checks that need more than one section of the config (the rest is validate_config's job).
 void Trainer::Impl::check_config() const {
   const Config& c = config;
-  if (multi_process()) check_processes(RankLayout::of(c), options.processes->size());
+  if (multi_process()) check_processes(layout, options.processes->size());
   STP_CHECK(c.train.precision == "f32", "train.precision: ", c.train.precision,
             " is not available in this build yet; use f32");
   try {

@@ -54,17 +54,10 @@ TEST_P(CommVolume, MeasuredBytesEqualTheFormula) {
   EXPECT_EQ(f0.dp > 0, c.dp > 1);
 }
 
-std::string case_name(const ::testing::TestParamInfo<Case>& p) {
-  std::string s = p.param.schedule;
-  for (char& ch : s)
-    if (ch == '-') ch = '_';
-  return "dp" + std::to_string(p.param.dp) + "_pp" + std::to_string(p.param.pp) + "_tp" + std::to_string(p.param.tp) + "_" + s;
-}
-
 INSTANTIATE_TEST_SUITE_P(Layouts, CommVolume,
                          ::testing::Values(Case{1, 1, 1, "gpipe", 8}, Case{4, 1, 1, "gpipe", 2}, Case{2, 2, 1, "1f1b", 4},
                                            Case{1, 2, 2, "stp", 8}, Case{2, 1, 2, "gpipe", 4}, Case{2, 2, 1, "1f1b-i", 4},
                                            Case{2, 2, 2, "zb-v", 4}, Case{1, 4, 1, "stp", 8}),
-                         case_name);
+                         stp::testing::layout_case_name<Case>);
 
 }  // namespace

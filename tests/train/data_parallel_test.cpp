@@ -87,18 +87,11 @@ TEST_P(DataParallel, MatchesOneReplicaOnTheSameGlobalBatch) {
   EXPECT_TRUE(run.replicas_identical) << "replicas diverged: the optimizer step differs between replicas";
 }
 
-std::string case_name(const ::testing::TestParamInfo<Layout>& p) {
-  std::string s = p.param.schedule;
-  for (char& ch : s)
-    if (ch == '-') ch = '_';
-  return "dp" + std::to_string(p.param.dp) + "_pp" + std::to_string(p.param.pp) + "_tp" + std::to_string(p.param.tp) + "_" + s;
-}
-
 INSTANTIATE_TEST_SUITE_P(Layouts, DataParallel,
                          ::testing::Values(Layout{4, 1, 1, "gpipe"}, Layout{2, 2, 1, "1f1b"}, Layout{2, 1, 2, "gpipe"},
                                            Layout{2, 2, 2, "stp"}, Layout{2, 2, 1, "zb-v"}, Layout{2, 2, 1, "1f1b-i"},
                                            Layout{4, 2, 1, "gpipe"}),
-                         case_name);
+                         stp::testing::layout_case_name<Layout>);
 
 TEST(DataParallel, BucketSizeChangesNoBit) {
   const std::vector<std::string> base = {"parallel.dp=2", "parallel.pp=2", "parallel.schedule=stp", "train.microbatches=4"};

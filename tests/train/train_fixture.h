@@ -11,10 +11,22 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "core/config.h"
 #include "models/safetensors.h"
 
 namespace stp::testing {
+
+// GoogleTest name of a parameterised layout case (any param with dp, pp, tp and schedule):
+// "dp2_pp2_tp1_zb_v".
+template <class Param>
+std::string layout_case_name(const ::testing::TestParamInfo<Param>& p) {
+  std::string s = p.param.schedule;
+  for (char& ch : s)
+    if (ch == '-') ch = '_';
+  return "dp" + std::to_string(p.param.dp) + "_pp" + std::to_string(p.param.pp) + "_tp" + std::to_string(p.param.tp) + "_" + s;
+}
 
 // A deterministic English-ish text of ~20 KB, written once per test process. ctest runs tests as
 // parallel processes, so each writes a private file and renames it into place: a reader never
