@@ -37,7 +37,7 @@ static const std::vector<Knob> kKnobs = {
   {"train.grad_clip",        KnobType::KNOB_FLOAT,  "1.0",            "", "global gradient-norm clipping threshold; 0 = off", STP_FIELD(train.grad_clip)},
   {"train.seed",             KnobType::KNOB_INT,    "1234",           "", "seed of the model init and of random sampling", STP_FIELD(train.seed)},
   {"train.resume",           KnobType::KNOB_PATH,   "null",           "", "a checkpoint folder to continue from; null = start fresh", STP_FIELD(train.resume)},
-  {"train.precision",        KnobType::KNOB_CHOICE, "f32",            "f32|bf16", "compute precision; f32 only for now (bf16 mixed precision for the CUDA backend is planned and rejected with a clear error)", STP_FIELD(train.precision)},
+  {"train.precision",        KnobType::KNOB_CHOICE, "f32",            "f32|bf16", "bf16: mixed precision (bf16 activations and GEMM operands, f32 master weights, optimizer state, reductions and residual stream); emulated bit for bit on the CPU backend. docs/model.md, Precision", STP_FIELD(train.precision)},
   {"optim.name",             KnobType::KNOB_CHOICE, "adamw",          "adamw", "optimizer (torch.optim.AdamW semantics)", STP_FIELD(optim.name)},
   {"optim.beta1",            KnobType::KNOB_FLOAT,  "0.9",            "", "first-moment decay", STP_FIELD(optim.beta1)},
   {"optim.beta2",            KnobType::KNOB_FLOAT,  "0.95",           "", "second-moment decay", STP_FIELD(optim.beta2)},

@@ -34,8 +34,6 @@ void validate_train(const Config& c) {
   check_at_least("train.grad_clip", t.grad_clip, 0.0);
   STP_CHECK(t.lr_schedule != "cosine" || t.min_lr <= t.lr, "config: train.min_lr (", t.min_lr,
             ") must not exceed train.lr (", t.lr, ") with train.lr_schedule cosine");
-  STP_CHECK(t.precision != "bf16" || c.parallel.backend == "cuda",
-            "config: train.precision bf16 needs parallel.backend cuda (the CPU backend computes in f32); set train.precision: f32");
   const OptimConfig& o = c.optim;
   STP_CHECK(o.beta1 >= 0 && o.beta1 < 1, "config: optim.beta1 must be in [0, 1), got ", o.beta1);
   STP_CHECK(o.beta2 >= 0 && o.beta2 < 1, "config: optim.beta2 must be in [0, 1), got ", o.beta2);

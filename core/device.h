@@ -24,6 +24,8 @@
 #include <memory>
 #include <string>
 
+#include "core/dtype.h"
+
 namespace stp {
 
 class Stream;
@@ -43,20 +45,24 @@ struct MemoryStats {
   std::uint64_t free_count = 0;
 };
 
-// Row-major single-precision GEMM, the one BLAS operation of the runtime:
+// Row-major GEMM, the one BLAS operation of the runtime:
 //   C(M,N) = alpha * op(A) * op(B) + beta * C,  op(X) = X or X^T.
 // A is (M,K) if !trans_a else (K,M), leading dimension lda; same for B (K,N)/(N,K) and C (M,N).
+// Types: A and B are both `ab` (f32 or bf16), C is `c` (f32, or bf16 with bf16 inputs); products
+// and sums are f32 on every backend (cuBLAS: CUBLAS_COMPUTE_32F), a bf16 C is rounded once.
 struct GemmArgs {
   bool trans_a = false, trans_b = false;
   int m = 0, n = 0, k = 0;
   float alpha = 1.0f;
-  const float* a = nullptr;
+  const void* a = nullptr;
   int lda = 0;
-  const float* b = nullptr;
+  const void* b = nullptr;
   int ldb = 0;
   float beta = 0.0f;
-  float* c = nullptr;
+  void* c = nullptr;
   int ldc = 0;
+  DType ab = DType::F32;
+  DType c_type = DType::F32;
 };
 
 class Event {

@@ -13,13 +13,8 @@
 #include <functional>
 
 #include "core/device.h"
+#include "core/dtype.h"  // STP_HD
 #include "core/error.h"
-
-#if defined(__CUDACC__)
-#define STP_HD __host__ __device__
-#else
-#define STP_HD
-#endif
 
 namespace stp {
 

@@ -90,8 +90,12 @@ void* Tensor::raw() const {
   return static_cast<char*>(storage_->data) + offset_bytes_;
 }
 
+void Tensor::check_dtype(DType expected) const {
+  STP_ASSERT(dtype_ == expected, "a ", to_string(dtype_), " tensor used as ", to_string(expected));
+}
+
 float* Tensor::f32() const {
-  STP_ASSERT(dtype_ == DType::F32, "f32() of a ", to_string(dtype_), " tensor");
+  check_dtype(DType::F32);
   return static_cast<float*>(raw());
 }
 

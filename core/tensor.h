@@ -12,13 +12,9 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/dtype.h"
 
 namespace stp {
-
-enum class DType : std::uint8_t { F32, BF16 };
-
-std::size_t dtype_size(DType dtype);
-const char* to_string(DType dtype);
 
 using Shape = std::vector<std::int64_t>;
 
@@ -104,10 +100,17 @@ class Tensor {
     return static_cast<T*>(raw());
   }
   float* f32() const;  // asserts dtype F32
+  // Typed element pointer (float or bf16); asserts the tensor has that dtype.
+  template <typename T>
+  T* as() const {
+    check_dtype(dtype_of<T>());
+    return static_cast<T*>(raw());
+  }
 
   // A view of `shape` starting `offset` elements into this tensor (contiguous).
   Tensor view(std::int64_t offset, Shape shape) const;
   Tensor reshape(Shape shape) const;  // same numel
+  void check_dtype(DType expected) const;  // asserts
 
  private:
   std::shared_ptr<Storage> storage_;

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace stp {
 
 struct GPT2Config {
@@ -14,6 +16,7 @@ struct GPT2Config {
   int vocab_size = 64;
   int seq_len = 16;      // T of every microbatch
   int n_positions = 0;   // rows of wpe; 0 = seq_len
+  DType precision = DType::F32;  // activation / GEMM type (GPT2Dims::act); master weights are f32
   int positions() const { return n_positions > 0 ? n_positions : seq_len; }
 };
 

@@ -3,8 +3,9 @@
 #include <cmath>
 #include <random>
 
-#include "memory/block_arena.h"
 #include "core/error.h"
+#include "core/kernels/nn_kernels.h"
+#include "memory/block_arena.h"
 
 namespace stp {
 namespace {
@@ -118,9 +119,41 @@ GPT2Params::GPT2Params(const GPT2Config& config, const GPT2StageSpec& spec, Allo
     Shape shape = shard_shape(p);
     p.param = flat_params_.view(offset, shape);
     p.grad = flat_grads_.view(offset, shape);
+    p.compute = p.param;
     offset += numel(shape);
     index_[p.name] = i;
   }
+  if (config.precision == DType::F32) return;
+  // bf16: the weights GEMMs multiply by get bf16 copies; wte only where the LM head uses it (the
+  // embedding gathers rows of the f32 master).
+  const bool has_head = spec.layer_end == config.n_layer;
+  auto gemm_weight = [&](const std::string& n) {
+    auto ends = [&](std::string_view suffix) { return std::string_view(n).ends_with(suffix); };
+    return ends("c_attn.weight") || ends("c_proj.weight") || ends("c_fc.weight") || (n == "wte.weight" && has_head);
+  };
+  i64 compute_total = 0;
+  for (const ParamInfo& p : params_)
+    if (gemm_weight(p.name)) compute_total += p.param.numel();
+  {
+    MaybeCategoryScope weights(alloc, MemoryCategory::Weights);
+    flat_compute_ = Tensor::empty(alloc, {compute_total}, DType::BF16);
+  }
+  offset = 0;
+  for (ParamInfo& p : params_) {
+    if (!gemm_weight(p.name)) continue;
+    p.compute = flat_compute_.view(offset, p.param.shape());
+    offset += p.param.numel();
+  }
+}
+
+namespace {
+void refresh_compute_of(const ParamInfo& p, Stream& s) {
+  if (p.compute.dtype() == DType::BF16) convert(s, p.compute.as<bf16>(), p.param.f32(), p.param.numel());
+}
+}  // namespace
+
+void GPT2Params::refresh_compute(Stream& s) {
+  for (const ParamInfo& p : params_) refresh_compute_of(p, s);
 }
 
 ParamInfo& GPT2Params::at(const std::string& name) {
@@ -138,6 +171,7 @@ void GPT2Params::load_full(const std::string& name, const std::vector<float>& fu
   std::vector<float> shard(static_cast<std::size_t>(p.param.numel()));
   p.layout.scatter(full.data(), shard.data());
   upload(p.param, shard.data(), s);
+  refresh_compute_of(p, s);
 }
 
 void GPT2Params::init_random(std::uint64_t seed, Stream& s) {

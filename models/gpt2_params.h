@@ -46,12 +46,16 @@ class GPT2Params {
   void init_random(std::uint64_t seed, Stream& s);
   // Copies a full host tensor (HF layout) into this rank's shard. Synchronizes s.
   void load_full(const std::string& name, const std::vector<float>& full, Stream& s);
+  // Rounds the f32 masters into their bf16 GEMM copies (ParamInfo::compute), in stream order on
+  // s; no-op at f32 precision, where `compute` is the master itself.
+  void refresh_compute(Stream& s);
 
  private:
   std::vector<ParamInfo> params_;
   int n_layer_;
   std::map<std::string, std::size_t> index_;
   Tensor flat_params_, flat_grads_;
+  Tensor flat_compute_;  // bf16 copies of the GEMM weights (bf16 precision only)
 };
 
 }  // namespace stp

@@ -28,6 +28,7 @@ GPT2Stage::GPT2Stage(const GPT2Config& config, const GPT2StageSpec& spec, Alloca
   dims_.Fl = 4 * dims_.C / t;
   dims_.tp_rank = spec.tp_rank;
   dims_.tp_size = t;
+  dims_.act = config.precision;
 
   units_.push_back(Unit{is_first() ? Kind::EMBED : Kind::INPUT, is_first() ? "embed" : "input", {}});
   for (int i = spec.layer_begin; i < spec.layer_end; ++i) {
@@ -297,12 +298,13 @@ double GPT2Stage::recompute_cost(int u, Recompute r) const {
 std::size_t GPT2Stage::recompute_saving(int u, Recompute r) const {
   std::size_t bytes = 0;
   for (const RecomputedRecord& rec : recomputed_records(u, r))
-    bytes += static_cast<std::size_t>(rec.numel) * sizeof(float);
+    bytes += rec.bytes();
   return bytes;
 }
 
 void GPT2Stage::zero_grads(Stream& s) {
   s.zero(params_.flat_grads().raw(), params_.flat_grads().bytes());
+  params_.refresh_compute(s);  // the optimizer (or a checkpoint) changed the masters since
   CallScope cs(alloc_, s);
   for (auto& per_mb : records_) {
     for (auto& [mb, rec] : per_mb)

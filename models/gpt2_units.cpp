@@ -1,4 +1,7 @@
 // GPT-2 unit passes. Each function narrates its steps; shapes use the names of GPT2Dims.
+//
+// Every pass is a template on A, the activation storage type (float or bf16, GPT2Dims::act), and
+// the public functions pick the instantiation once (with_act).
 #include "models/gpt2_units.h"
 
 #include "core/error.h"
@@ -12,6 +15,19 @@ constexpr RecordReader kB = RecordReader::B, kW = RecordReader::W, kPrev = Recor
 
 const std::int32_t* as_i32(const Tensor& t) { return t.data<std::int32_t>(); }
 
+// Calls fn(A{}) with A = float or bf16 as d.act says.
+template <typename Fn>
+decltype(auto) with_act(const GPT2Dims& d, Fn&& fn) {
+  if (d.act == DType::BF16) return fn(bf16{});
+  return fn(float{});
+}
+
+// The GEMM operand of a weight (its bf16 copy under bf16 precision).
+template <typename A>
+const A* weight(const ParamInfo* p) {
+  return p->compute.as<A>();
+}
+
 // The steps of F that a recompute re-runs. F and the recompute both call these, so they run the
 // same kernels with the same arguments on the same inputs: the regenerated records are bitwise
 // F's.
@@ -21,20 +37,22 @@ struct LayerNormOut {
 
 // LN of the unit input. `keep_stats`: the statistics are records (F, Full recompute) rather than
 // temporaries (Selective recompute, which keeps F's).
+template <typename A>
 LayerNormOut layernorm_step(const GPT2Dims& d, const LayerNormParams& p, const Tensor& x, CallScope& cs,
                             bool keep_stats = true) {
   const i64 N = d.N(), C = d.C;
-  LayerNormOut r{cs.keep({N, C}), keep_stats ? cs.keep({N}) : cs.tmp({N}), keep_stats ? cs.keep({N}) : cs.tmp({N})};
-  layernorm_forward(cs.stream(), r.out.f32(), r.mean.f32(), r.rstd.f32(), x.f32(), p.w->param.f32(),
+  LayerNormOut r{cs.keep({N, C}, d.act), keep_stats ? cs.keep({N}) : cs.tmp({N}), keep_stats ? cs.keep({N}) : cs.tmp({N})};
+  layernorm_forward(cs.stream(), r.out.as<A>(), r.mean.f32(), r.rstd.f32(), x.f32(), p.w->param.f32(),
                     p.b->param.f32(), N, C);
   return r;
 }
 
 // Column-parallel c_attn / c_fc: (B, T, width) from the LN output (B, T, C).
+template <typename A>
 Tensor column_parallel_in(const GPT2Dims& d, const BranchParams& p, const Tensor& ln, i64 width, CallScope& cs) {
-  Tensor out = cs.keep({d.B, d.T, width});
-  linear_forward(cs.stream(), out.f32(), ln.f32(), p.in_w->param.f32(), p.in_b->param.f32(), nullptr, d.N(), d.C,
-                 width);
+  Tensor out = cs.keep({d.B, d.T, width}, d.act);
+  linear_forward<A, A>(cs.stream(), out.as<A>(), ln.as<A>(), weight<A>(p.in_w), p.in_b->param.f32(), nullptr, d.N(),
+                       d.C, width);
   return out;
 }
 
@@ -42,22 +60,25 @@ struct AttentionOut {
   Tensor att, y;  // (B, H, T, T) probabilities, (B, T, Cl) output of the local heads
 };
 
+template <typename A>
 AttentionOut attention_step(const GPT2Dims& d, const Tensor& qkv /*(B, T, 3Cl)*/, CallScope& cs) {
-  AttentionOut r{cs.keep({d.B, d.H, d.T, d.T}), cs.keep({d.B, d.T, d.Cl})};
-  attention_forward(cs.stream(), r.y.f32(), r.att.f32(), qkv.f32(), d.B, d.T, d.H, d.D);
+  AttentionOut r{cs.keep({d.B, d.H, d.T, d.T}, d.act), cs.keep({d.B, d.T, d.Cl}, d.act)};
+  attention_forward(cs.stream(), r.y.as<A>(), r.att.as<A>(), qkv.as<A>(), d.B, d.T, d.H, d.D);
   return r;
 }
 
+template <typename A>
 Tensor gelu_step(const GPT2Dims& d, const Tensor& h /*(B, T, Fl)*/, CallScope& cs) {
-  Tensor g = cs.keep({d.B, d.T, d.Fl});
-  gelu_forward(cs.stream(), g.f32(), h.f32(), d.N() * d.Fl);
+  Tensor g = cs.keep({d.B, d.T, d.Fl}, d.act);
+  gelu_forward(cs.stream(), g.as<A>(), h.as<A>(), d.N() * d.Fl);
   return g;
 }
 
 // LN of the unit input; records the input and statistics for B(u-1) and returns the output.
+template <typename A>
 Tensor layernorm_with_records(const GPT2Dims& d, const LayerNormParams& p, const Tensor& x, RecordSet& rec,
                               CallScope& cs, RecordReader stats_reader) {
-  LayerNormOut ln = layernorm_step(d, p, x, cs);
+  LayerNormOut ln = layernorm_step<A>(d, p, x, cs);
   rec.save("ln.x", x, stats_reader);
   rec.save("ln.mean", ln.mean, stats_reader);
   rec.save("ln.rstd", ln.rstd, stats_reader);
@@ -65,9 +86,10 @@ Tensor layernorm_with_records(const GPT2Dims& d, const LayerNormParams& p, const
 }
 
 // The recompute's LN: regenerates ln.out, and the statistics when they were dropped (Full).
+template <typename A>
 Tensor layernorm_recompute(const GPT2Dims& d, const LayerNormParams& p, Recompute r, RecordSet& rec, CallScope& cs) {
   const bool stats_dropped = r == Recompute::Full;
-  LayerNormOut ln = layernorm_step(d, p, rec.get("ln.x"), cs, stats_dropped);
+  LayerNormOut ln = layernorm_step<A>(d, p, rec.get("ln.x"), cs, stats_dropped);
   if (stats_dropped) {
     rec.save("ln.mean", ln.mean, kPrev);
     rec.save("ln.rstd", ln.rstd, kPrev);
@@ -76,28 +98,205 @@ Tensor layernorm_recompute(const GPT2Dims& d, const LayerNormParams& p, Recomput
   return ln.out;
 }
 
-// The row-parallel output: rank 0 folds residual and bias in (Note [Residual folded ...]).
+// The row-parallel output: rank 0 folds residual and bias in (Note [Residual folded ...]). The
+// partial is f32: it is all-reduced into the f32 residual stream.
+template <typename A>
 Tensor row_parallel_out(const GPT2Dims& d, const BranchParams& p, const Tensor& in, i64 in_width, const Tensor& x,
                         CallScope& cs) {
   const bool rank0 = d.tp_rank == 0;
   Tensor y = cs.keep({d.B, d.T, d.C});
-  linear_forward(cs.stream(), y.f32(), in.f32(), p.out_w->param.f32(), rank0 ? p.out_b->param.f32() : nullptr,
-                 rank0 ? x.f32() : nullptr, d.N(), in_width, d.C);
+  linear_forward<A, float>(cs.stream(), y.f32(), in.as<A>(), weight<A>(p.out_w), rank0 ? p.out_b->param.f32() : nullptr,
+                           rank0 ? x.f32() : nullptr, d.N(), in_width, d.C);
   return y;
+}
+
+// The gradient w.r.t. a unit's output as the GEMMs read it: dy itself in f32, a bf16 copy
+// otherwise (which is also what W reads, so the record "dy" is that copy).
+template <typename A>
+Tensor gemm_dy(const GPT2Dims& d, const Tensor& dy, CallScope& cs) {
+  if constexpr (dtype_of<A>() == DType::F32) return dy;
+  Tensor c = cs.keep({d.B, d.T, d.C}, d.act);
+  convert(cs.stream(), c.as<A>(), dy.f32(), dy.numel());
+  return c;
 }
 
 // W of a branch (attention or MLP): both row- and column-parallel weight gradients, from the
 // records B left. `act` (N, act_width) is the c_proj input, `dact` (N, in_width) the gradient of
 // the c_attn / c_fc output; "dy" (N, C) and "ln.out" (N, C) are common to both branches.
+template <typename A>
 void branch_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs,
                             const char* act_name, i64 act_width, const char* dact_name, i64 in_width) {
   const i64 N = d.N();
   Stream& s = cs.stream();
   Tensor act = rec.take(act_name), dy = rec.take("dy"), ln = rec.take("ln.out"), dact = rec.take(dact_name);
   // c_proj bias is replicated: every rank has the full dy and computes the same gradient.
-  linear_backward_weight_accumulate(s, p.out_w->grad.f32(), p.out_b->grad.f32(), act.f32(), dy.f32(), N, act_width, d.C);
-  linear_backward_weight_accumulate(s, p.in_w->grad.f32(), p.in_b->grad.f32(), ln.f32(), dact.f32(), N, d.C, in_width);
+  linear_backward_weight_accumulate(s, p.out_w->grad.f32(), p.out_b->grad.f32(), act.as<A>(), dy.as<A>(), N, act_width,
+                                    d.C);
+  linear_backward_weight_accumulate(s, p.in_w->grad.f32(), p.in_b->grad.f32(), ln.as<A>(), dact.as<A>(), N, d.C,
+                                    in_width);
   for (Tensor* t : {&act, &dy, &ln, &dact}) cs.release(std::move(*t));
+}
+
+// ---- attention ---------------------------------------------------------------------------------------
+
+template <typename A>
+Tensor attn_forward_t(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
+  // 1. LN1 (replicated).
+  Tensor ln = layernorm_with_records<A>(d, p.ln, x, rec, cs, kPrev);
+  // 2. Column-parallel c_attn: this rank's q, k, v heads.
+  Tensor qkv = column_parallel_in<A>(d, p, ln, 3 * d.Cl, cs);
+  // 3. Causal attention over the local heads.
+  AttentionOut a = attention_step<A>(d, qkv, cs);
+  // 4. Row-parallel c_proj: the partial of the next residual stream.
+  Tensor out = row_parallel_out<A>(d, p, a.y, d.Cl, x, cs);
+  rec.save("ln.out", ln, kW);
+  rec.save("qkv", qkv, kB);
+  rec.save("att", a.att, kB);
+  rec.save("y", a.y, kW);
+  return out;
+}
+
+template <typename A>
+Tensor attn_backward_input_t(const GPT2Dims& d, const BranchParams& p, const Tensor& dy_full, RecordSet& rec,
+                             CallScope& cs) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  Tensor dy = gemm_dy<A>(d, dy_full, cs);
+  // 1. c_proj^T: gradient w.r.t. the attention output of the local heads.
+  Tensor dyatt = cs.tmp({d.B, d.T, d.Cl}, d.act);
+  linear_backward_input<A, A>(s, dyatt.as<A>(), dy.as<A>(), weight<A>(p.out_w), N, d.Cl, d.C);
+  // 2. Attention backward: gradient w.r.t. q, k, v.
+  Tensor qkv = rec.take("qkv"), att = rec.take("att");
+  Tensor dqkv = cs.keep({d.B, d.T, 3 * d.Cl}, d.act);
+  Tensor datt = cs.tmp({d.B, d.H, d.T, d.T}, d.act);
+  attention_backward(s, dqkv.as<A>(), datt.as<A>(), dyatt.as<A>(), qkv.as<A>(), att.as<A>(), d.B, d.T, d.H, d.D);
+  cs.release(qkv);
+  cs.release(att);
+  // 3. c_attn^T: this rank's partial gradient w.r.t. the LN1 output (all-reduced by the caller).
+  Tensor g_part = cs.keep({d.B, d.T, d.C});
+  linear_backward_input<A, float>(s, g_part.f32(), dqkv.as<A>(), weight<A>(p.in_w), N, d.C, 3 * d.Cl);
+  rec.save("dy", dy, kW, 'B');
+  rec.save("dqkv", dqkv, kW, 'B');
+  return g_part;
+}
+
+// ---- MLP -----------------------------------------------------------------------------------------------
+
+template <typename A>
+Tensor mlp_forward_t(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
+  // 1. LN2 (replicated).
+  Tensor ln = layernorm_with_records<A>(d, p.ln, x, rec, cs, kPrev);
+  // 2. Column-parallel c_fc, then GELU.
+  Tensor h = column_parallel_in<A>(d, p, ln, d.Fl, cs);
+  Tensor g = gelu_step<A>(d, h, cs);
+  // 3. Row-parallel c_proj: the partial of the next residual stream.
+  Tensor out = row_parallel_out<A>(d, p, g, d.Fl, x, cs);
+  rec.save("ln.out", ln, kW);
+  rec.save("h", h, kB);
+  rec.save("gelu", g, kW);
+  return out;
+}
+
+template <typename A>
+Tensor mlp_backward_input_t(const GPT2Dims& d, const BranchParams& p, const Tensor& dy_full, RecordSet& rec,
+                            CallScope& cs) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  Tensor dy = gemm_dy<A>(d, dy_full, cs);
+  // 1. c_proj^T, then GELU^T in place: gradient w.r.t. the c_fc output.
+  Tensor dh = cs.keep({d.B, d.T, d.Fl}, d.act);
+  linear_backward_input<A, A>(s, dh.as<A>(), dy.as<A>(), weight<A>(p.out_w), N, d.Fl, d.C);
+  Tensor h = rec.take("h");
+  gelu_backward(s, dh.as<A>(), dh.as<A>(), h.as<A>(), N * d.Fl);
+  cs.release(h);
+  // 2. c_fc^T: this rank's partial gradient w.r.t. the LN2 output (all-reduced by the caller).
+  Tensor g_part = cs.keep({d.B, d.T, d.C});
+  linear_backward_input<A, float>(s, g_part.f32(), dh.as<A>(), weight<A>(p.in_w), N, d.C, d.Fl);
+  rec.save("dy", dy, kW, 'B');
+  rec.save("dh", dh, kW, 'B');
+  return g_part;
+}
+
+// ---- recompute -------------------------------------------------------------------------------------
+
+template <typename A>
+void attn_recompute_t(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs) {
+  // 1. LN1 from the kept input (and its statistics when Full dropped them).
+  Tensor ln = layernorm_recompute<A>(d, p.ln, r, rec, cs);
+  // 2. c_attn when Full dropped qkv; Selective kept it.
+  if (r == Recompute::Full) rec.save("qkv", column_parallel_in<A>(d, p, ln, 3 * d.Cl, cs), kB);
+  // 3. The attention probabilities and output.
+  AttentionOut a = attention_step<A>(d, rec.get("qkv"), cs);
+  rec.save("att", a.att, kB);
+  rec.save("y", a.y, kW);
+}
+
+template <typename A>
+void mlp_recompute_t(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs) {
+  // 1. LN2 from the kept input (and its statistics when Full dropped them).
+  Tensor ln = layernorm_recompute<A>(d, p.ln, r, rec, cs);
+  // 2. c_fc when Full dropped h; Selective kept it.
+  if (r == Recompute::Full) rec.save("h", column_parallel_in<A>(d, p, ln, d.Fl, cs), kB);
+  // 3. GELU.
+  rec.save("gelu", gelu_step<A>(d, rec.get("h"), cs), kW);
+}
+
+// ---- head -------------------------------------------------------------------------------------------------
+
+template <typename A>
+void head_forward_t(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, const Tensor& x,
+                    const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  // 1. ln_f; its statistics are read by this unit's own B (no all-reduce in the head).
+  Tensor ln = layernorm_with_records<A>(d, ln_f, x, rec, cs, kB);
+  // 2. Tied LM head: logits = ln_f(x) wte^T.
+  Tensor logits = cs.keep({d.B, d.T, d.V}, d.act);
+  gemm(s, false, true, N, d.V, d.C, ln.as<A>(), d.C, weight<A>(&wte), d.C, logits.as<A>(), d.V);
+  // 3. Mean token cross-entropy (f32 sums over the vocabulary).
+  Tensor losses = cs.tmp({N}), lse = cs.keep({N});
+  cross_entropy_forward(s, loss.f32(), losses.f32(), lse.f32(), logits.as<A>(), as_i32(targets), N, d.V);
+  rec.save("ln.out", ln, kW);
+  rec.save("logits", logits, kB);
+  rec.save("lse", lse, kB);
+  rec.save("targets", targets, kB);
+}
+
+template <typename A>
+Tensor head_backward_input_t(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, float loss_scale,
+                             RecordSet& rec, CallScope& cs) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  // 1. dlogits in place over the logits (the seed: loss_scale / N per token).
+  Tensor logits = rec.take("logits"), lse = rec.take("lse"), targets = rec.take("targets");
+  cross_entropy_backward_inplace(s, logits.as<A>(), lse.f32(), as_i32(targets), loss_scale / static_cast<float>(N), N,
+                                 d.V);
+  cs.release(lse);
+  cs.release(targets);
+  // 2. dln = dlogits wte.
+  Tensor dln = cs.tmp({d.B, d.T, d.C});
+  gemm(s, false, false, N, d.C, d.V, logits.as<A>(), d.V, weight<A>(&wte), d.C, dln.f32(), d.C);
+  // 3. ln_f backward (replicated, exact: nothing to reduce). The head is the first gradient
+  //    source, so there is no residual gradient to add.
+  Tensor x = rec.take("ln.x"), mean = rec.take("ln.mean"), rstd = rec.take("ln.rstd");
+  Tensor dx = cs.keep({d.B, d.T, d.C});
+  layernorm_backward_input(s, dx.f32(), nullptr, dln.f32(), x.f32(), mean.f32(), rstd.f32(), ln_f.w->param.f32(), N,
+                           d.C);
+  layernorm_backward_weight_accumulate(s, ln_f.w->grad.f32(), ln_f.b->grad.f32(), dln.f32(), x.f32(), mean.f32(),
+                                       rstd.f32(), N, d.C);
+  for (Tensor* t : {&x, &mean, &rstd}) cs.release(std::move(*t));
+  rec.save("dlogits", logits, kW, 'B');
+  return dx;
+}
+
+template <typename A>
+void head_backward_weight_t(const GPT2Dims& d, ParamInfo& wte, RecordSet& rec, CallScope& cs) {
+  // dwte += dlogits^T ln_f(x).
+  Tensor dlogits = rec.take("dlogits"), ln = rec.take("ln.out");
+  gemm(cs.stream(), true, false, d.V, d.C, d.N(), dlogits.as<A>(), d.V, ln.as<A>(), d.C, wte.grad.f32(), d.C, 1.0f,
+       1.0f);
+  cs.release(dlogits);
+  cs.release(ln);
 }
 
 }  // namespace
@@ -110,121 +309,93 @@ CallScope::~CallScope() {
   dead_.clear();
 }
 
-Tensor CallScope::tmp(Shape shape) {
-  Tensor t = Tensor::empty(alloc_, std::move(shape));
+Tensor CallScope::tmp(Shape shape, DType dtype) {
+  Tensor t = Tensor::empty(alloc_, std::move(shape), dtype);
   dead_.push_back(t);
   return t;
 }
 
-Tensor CallScope::keep(Shape shape) { return Tensor::empty(alloc_, std::move(shape)); }
+Tensor CallScope::keep(Shape shape, DType dtype) { return Tensor::empty(alloc_, std::move(shape), dtype); }
 
 void CallScope::release(Tensor t) {
   if (t.defined()) dead_.push_back(std::move(t));
 }
 
-// ---- attention ---------------------------------------------------------------------------------------
+// ---- public passes: pick the activation type ------------------------------------------------------------
 
 Tensor attn_forward(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
-  // 1. LN1 (replicated).
-  Tensor ln = layernorm_with_records(d, p.ln, x, rec, cs, kPrev);
-  // 2. Column-parallel c_attn: this rank's q, k, v heads.
-  Tensor qkv = column_parallel_in(d, p, ln, 3 * d.Cl, cs);
-  // 3. Causal attention over the local heads.
-  AttentionOut a = attention_step(d, qkv, cs);
-  // 4. Row-parallel c_proj: the partial of the next residual stream.
-  Tensor out = row_parallel_out(d, p, a.y, d.Cl, x, cs);
-  rec.save("ln.out", ln, kW);
-  rec.save("qkv", qkv, kB);
-  rec.save("att", a.att, kB);
-  rec.save("y", a.y, kW);
-  return out;
+  return with_act(d, [&](auto a) { return attn_forward_t<decltype(a)>(d, p, x, rec, cs); });
 }
 
 Tensor attn_backward_input(const GPT2Dims& d, const BranchParams& p, const Tensor& dy, RecordSet& rec,
                            CallScope& cs) {
-  const i64 N = d.N();
-  Stream& s = cs.stream();
-  // 1. c_proj^T: gradient w.r.t. the attention output of the local heads.
-  Tensor dyatt = cs.tmp({d.B, d.T, d.Cl});
-  linear_backward_input(s, dyatt.f32(), dy.f32(), p.out_w->param.f32(), N, d.Cl, d.C);
-  // 2. Attention backward: gradient w.r.t. q, k, v.
-  Tensor qkv = rec.take("qkv"), att = rec.take("att");
-  Tensor dqkv = cs.keep({d.B, d.T, 3 * d.Cl});
-  Tensor datt = cs.tmp({d.B, d.H, d.T, d.T});
-  attention_backward(s, dqkv.f32(), datt.f32(), dyatt.f32(), qkv.f32(), att.f32(), d.B, d.T, d.H, d.D);
-  cs.release(qkv);
-  cs.release(att);
-  // 3. c_attn^T: this rank's partial gradient w.r.t. the LN1 output (all-reduced by the caller).
-  Tensor g_part = cs.keep({d.B, d.T, d.C});
-  linear_backward_input(s, g_part.f32(), dqkv.f32(), p.in_w->param.f32(), N, d.C, 3 * d.Cl);
-  rec.save("dy", dy, kW, 'B');
-  rec.save("dqkv", dqkv, kW, 'B');
-  return g_part;
+  return with_act(d, [&](auto a) { return attn_backward_input_t<decltype(a)>(d, p, dy, rec, cs); });
 }
 
 void attn_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs) {
-  branch_backward_weight(d, p, rec, cs, "y", d.Cl, "dqkv", 3 * d.Cl);
+  with_act(d, [&](auto a) { branch_backward_weight<decltype(a)>(d, p, rec, cs, "y", d.Cl, "dqkv", 3 * d.Cl); });
 }
 
-// ---- MLP -----------------------------------------------------------------------------------------------
-
 Tensor mlp_forward(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
-  // 1. LN2 (replicated).
-  Tensor ln = layernorm_with_records(d, p.ln, x, rec, cs, kPrev);
-  // 2. Column-parallel c_fc, then GELU.
-  Tensor h = column_parallel_in(d, p, ln, d.Fl, cs);
-  Tensor g = gelu_step(d, h, cs);
-  // 3. Row-parallel c_proj: the partial of the next residual stream.
-  Tensor out = row_parallel_out(d, p, g, d.Fl, x, cs);
-  rec.save("ln.out", ln, kW);
-  rec.save("h", h, kB);
-  rec.save("gelu", g, kW);
-  return out;
+  return with_act(d, [&](auto a) { return mlp_forward_t<decltype(a)>(d, p, x, rec, cs); });
 }
 
 Tensor mlp_backward_input(const GPT2Dims& d, const BranchParams& p, const Tensor& dy, RecordSet& rec,
                           CallScope& cs) {
-  const i64 N = d.N();
-  Stream& s = cs.stream();
-  // 1. c_proj^T, then GELU^T in place: gradient w.r.t. the c_fc output.
-  Tensor dh = cs.keep({d.B, d.T, d.Fl});
-  linear_backward_input(s, dh.f32(), dy.f32(), p.out_w->param.f32(), N, d.Fl, d.C);
-  Tensor h = rec.take("h");
-  gelu_backward(s, dh.f32(), dh.f32(), h.f32(), N * d.Fl);
-  cs.release(h);
-  // 2. c_fc^T: this rank's partial gradient w.r.t. the LN2 output (all-reduced by the caller).
-  Tensor g_part = cs.keep({d.B, d.T, d.C});
-  linear_backward_input(s, g_part.f32(), dh.f32(), p.in_w->param.f32(), N, d.C, d.Fl);
-  rec.save("dy", dy, kW, 'B');
-  rec.save("dh", dh, kW, 'B');
-  return g_part;
+  return with_act(d, [&](auto a) { return mlp_backward_input_t<decltype(a)>(d, p, dy, rec, cs); });
 }
 
 void mlp_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs) {
-  branch_backward_weight(d, p, rec, cs, "gelu", d.Fl, "dh", d.Fl);
+  with_act(d, [&](auto a) { branch_backward_weight<decltype(a)>(d, p, rec, cs, "gelu", d.Fl, "dh", d.Fl); });
 }
 
-// ---- recompute -------------------------------------------------------------------------------------
+void attn_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs) {
+  if (r == Recompute::None) return;
+  with_act(d, [&](auto a) { attn_recompute_t<decltype(a)>(d, p, r, rec, cs); });
+}
+
+void mlp_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs) {
+  if (r == Recompute::None) return;
+  with_act(d, [&](auto a) { mlp_recompute_t<decltype(a)>(d, p, r, rec, cs); });
+}
+
+void head_forward(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, const Tensor& x,
+                  const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs) {
+  with_act(d, [&](auto a) { head_forward_t<decltype(a)>(d, ln_f, wte, x, targets, loss, rec, cs); });
+}
+
+Tensor head_backward_input(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, float loss_scale,
+                           RecordSet& rec, CallScope& cs) {
+  return with_act(d, [&](auto a) { return head_backward_input_t<decltype(a)>(d, ln_f, wte, loss_scale, rec, cs); });
+}
+
+void head_backward_weight(const GPT2Dims& d, ParamInfo& wte, RecordSet& rec, CallScope& cs) {
+  with_act(d, [&](auto a) { head_backward_weight_t<decltype(a)>(d, wte, rec, cs); });
+}
+
+// ---- recompute records and costs ------------------------------------------------------------
 
 std::vector<RecomputedRecord> attn_recomputed_records(const GPT2Dims& d, Recompute r) {
   const i64 N = d.N();
+  const DType a = d.act, f = DType::F32;  // LayerNorm statistics are f32 at every precision
   switch (r) {
     case Recompute::None: return {};
-    case Recompute::Selective: return {{"ln.out", N * d.C}, {"att", d.B * d.H * d.T * d.T}, {"y", N * d.Cl}};
+    case Recompute::Selective: return {{"ln.out", N * d.C, a}, {"att", d.B * d.H * d.T * d.T, a}, {"y", N * d.Cl, a}};
     case Recompute::Full:
-      return {{"ln.mean", N}, {"ln.rstd", N}, {"ln.out", N * d.C}, {"qkv", N * 3 * d.Cl},
-              {"att", d.B * d.H * d.T * d.T}, {"y", N * d.Cl}};
+      return {{"ln.mean", N, f}, {"ln.rstd", N, f}, {"ln.out", N * d.C, a}, {"qkv", N * 3 * d.Cl, a},
+              {"att", d.B * d.H * d.T * d.T, a}, {"y", N * d.Cl, a}};
   }
   STP_UNREACHABLE("bad Recompute");
 }
 
 std::vector<RecomputedRecord> mlp_recomputed_records(const GPT2Dims& d, Recompute r) {
   const i64 N = d.N();
+  const DType a = d.act, f = DType::F32;
   switch (r) {
     case Recompute::None: return {};
-    case Recompute::Selective: return {{"ln.out", N * d.C}, {"gelu", N * d.Fl}};
+    case Recompute::Selective: return {{"ln.out", N * d.C, a}, {"gelu", N * d.Fl, a}};
     case Recompute::Full:
-      return {{"ln.mean", N}, {"ln.rstd", N}, {"ln.out", N * d.C}, {"h", N * d.Fl}, {"gelu", N * d.Fl}};
+      return {{"ln.mean", N, f}, {"ln.rstd", N, f}, {"ln.out", N * d.C, a}, {"h", N * d.Fl, a}, {"gelu", N * d.Fl, a}};
   }
   STP_UNREACHABLE("bad Recompute");
 }
@@ -269,31 +440,10 @@ double mlp_recompute_cost(const GPT2Dims& d, Recompute r) {
 void drop_recomputed(const std::vector<RecomputedRecord>& dropped, RecordSet& rec, CallScope& cs) {
   for (const RecomputedRecord& r : dropped) {
     Tensor t = rec.take(r.name);
-    STP_ASSERT(t.numel() == r.numel, "recomputed record ", r.name, " has ", t.numel(), " elements, not ", r.numel);
+    STP_ASSERT(t.numel() == r.numel && t.dtype() == r.dtype, "recomputed record ", r.name, " is ", t.numel(), " ",
+               to_string(t.dtype()), " elements, not ", r.numel, " ", to_string(r.dtype));
     cs.release(std::move(t));
   }
-}
-
-void attn_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs) {
-  if (r == Recompute::None) return;
-  // 1. LN1 from the kept input (and its statistics when Full dropped them).
-  Tensor ln = layernorm_recompute(d, p.ln, r, rec, cs);
-  // 2. c_attn when Full dropped qkv; Selective kept it.
-  if (r == Recompute::Full) rec.save("qkv", column_parallel_in(d, p, ln, 3 * d.Cl, cs), kB);
-  // 3. The attention probabilities and output.
-  AttentionOut a = attention_step(d, rec.get("qkv"), cs);
-  rec.save("att", a.att, kB);
-  rec.save("y", a.y, kW);
-}
-
-void mlp_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs) {
-  if (r == Recompute::None) return;
-  // 1. LN2 from the kept input (and its statistics when Full dropped them).
-  Tensor ln = layernorm_recompute(d, p.ln, r, rec, cs);
-  // 2. c_fc when Full dropped h; Selective kept it.
-  if (r == Recompute::Full) rec.save("h", column_parallel_in(d, p, ln, d.Fl, cs), kB);
-  // 3. GELU.
-  rec.save("gelu", gelu_step(d, rec.get("h"), cs), kW);
 }
 
 // ---- LayerNorm finalize (Note [LayerNorm after the all-reduce]) -------------------------------------
@@ -328,93 +478,6 @@ void embed_backward_weight(const GPT2Dims& d, ParamInfo& wte, ParamInfo& wpe, Re
                                 ws.data<std::int32_t>(), d.B, d.T, d.C, d.V);
   cs.release(tokens);
   cs.release(dx);
-}
-
-// ---- head -------------------------------------------------------------------------------------------------
-
-void head_forward(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, const Tensor& x,
-                  const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs) {
-  const i64 N = d.N();
-  Stream& s = cs.stream();
-  // 1. ln_f; its statistics are read by this unit's own B (no all-reduce in the head).
-  Tensor ln = layernorm_with_records(d, ln_f, x, rec, cs, kB);
-  // 2. Tied LM head: logits = ln_f(x) wte^T.
-  Tensor logits = cs.keep({d.B, d.T, d.V});
-  GemmArgs g;
-  g.trans_b = true;
-  g.m = static_cast<int>(N);
-  g.n = static_cast<int>(d.V);
-  g.k = static_cast<int>(d.C);
-  g.a = ln.f32();
-  g.lda = static_cast<int>(d.C);
-  g.b = wte.param.f32();
-  g.ldb = static_cast<int>(d.C);
-  g.c = logits.f32();
-  g.ldc = static_cast<int>(d.V);
-  s.gemm(g);
-  // 3. Mean token cross-entropy.
-  Tensor losses = cs.tmp({N}), lse = cs.keep({N});
-  cross_entropy_forward(s, loss.f32(), losses.f32(), lse.f32(), logits.f32(), as_i32(targets), N, d.V);
-  rec.save("ln.out", ln, kW);
-  rec.save("logits", logits, kB);
-  rec.save("lse", lse, kB);
-  rec.save("targets", targets, kB);
-}
-
-Tensor head_backward_input(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, float loss_scale,
-                           RecordSet& rec, CallScope& cs) {
-  const i64 N = d.N();
-  Stream& s = cs.stream();
-  // 1. dlogits in place over the logits (the seed: loss_scale / N per token).
-  Tensor logits = rec.take("logits"), lse = rec.take("lse"), targets = rec.take("targets");
-  cross_entropy_backward_inplace(s, logits.f32(), lse.f32(), as_i32(targets), loss_scale / static_cast<float>(N), N,
-                                 d.V);
-  cs.release(lse);
-  cs.release(targets);
-  // 2. dln = dlogits wte.
-  Tensor dln = cs.tmp({d.B, d.T, d.C});
-  GemmArgs g;
-  g.m = static_cast<int>(N);
-  g.n = static_cast<int>(d.C);
-  g.k = static_cast<int>(d.V);
-  g.a = logits.f32();
-  g.lda = static_cast<int>(d.V);
-  g.b = wte.param.f32();
-  g.ldb = static_cast<int>(d.C);
-  g.c = dln.f32();
-  g.ldc = static_cast<int>(d.C);
-  s.gemm(g);
-  // 3. ln_f backward (replicated, exact: nothing to reduce). The head is the first gradient
-  //    source, so there is no residual gradient to add.
-  Tensor x = rec.take("ln.x"), mean = rec.take("ln.mean"), rstd = rec.take("ln.rstd");
-  Tensor dx = cs.keep({d.B, d.T, d.C});
-  layernorm_backward_input(s, dx.f32(), nullptr, dln.f32(), x.f32(), mean.f32(), rstd.f32(), ln_f.w->param.f32(), N,
-                           d.C);
-  layernorm_backward_weight_accumulate(s, ln_f.w->grad.f32(), ln_f.b->grad.f32(), dln.f32(), x.f32(), mean.f32(),
-                                       rstd.f32(), N, d.C);
-  for (Tensor* t : {&x, &mean, &rstd}) cs.release(std::move(*t));
-  rec.save("dlogits", logits, kW, 'B');
-  return dx;
-}
-
-void head_backward_weight(const GPT2Dims& d, ParamInfo& wte, RecordSet& rec, CallScope& cs) {
-  // dwte += dlogits^T ln_f(x).
-  Tensor dlogits = rec.take("dlogits"), ln = rec.take("ln.out");
-  GemmArgs g;
-  g.trans_a = true;
-  g.m = static_cast<int>(d.V);
-  g.n = static_cast<int>(d.C);
-  g.k = static_cast<int>(d.N());
-  g.a = dlogits.f32();
-  g.lda = static_cast<int>(d.V);
-  g.b = ln.f32();
-  g.ldb = static_cast<int>(d.C);
-  g.beta = 1.0f;
-  g.c = wte.grad.f32();
-  g.ldc = static_cast<int>(d.C);
-  cs.stream().gemm(g);
-  cs.release(dlogits);
-  cs.release(ln);
 }
 
 }  // namespace stp

@@ -40,9 +40,15 @@
 namespace stp {
 
 // Sizes one rank works with. N = B*T rows; H local heads of D; Cl = H*D; Fl = 4C/tp.
+// act: the storage type of the activations between GEMMs (docs/model.md, "Precision"). With bf16,
+// the LayerNorm outputs, q/k/v, attention probabilities and outputs, MLP hidden states, logits and
+// the gradients W reads are bf16, and GEMMs use the bf16 copies of the weights
+// (ParamInfo::compute). The residual stream, everything all-reduced or sent between stages,
+// LayerNorm statistics, losses and parameter gradients stay f32.
 struct GPT2Dims {
   std::int64_t B = 0, T = 0, C = 0, V = 0, H = 0, D = 0, Cl = 0, Fl = 0;
   int tp_rank = 0, tp_size = 1;
+  DType act = DType::F32;
   std::int64_t N() const { return B * T; }
 };
 
@@ -55,8 +61,8 @@ class CallScope {
   CallScope(const CallScope&) = delete;
   CallScope& operator=(const CallScope&) = delete;
 
-  Tensor tmp(Shape shape);          // dead after this call
-  Tensor keep(Shape shape);         // allocated here, kept by the caller (records, outputs)
+  Tensor tmp(Shape shape, DType dtype = DType::F32);   // dead after this call
+  Tensor keep(Shape shape, DType dtype = DType::F32);  // allocated here, kept by the caller (records, outputs)
   void release(Tensor t);           // a record whose last reader is enqueued in this call
   Stream& stream() { return s_; }
 
@@ -103,7 +109,9 @@ Tensor layernorm_finalize(const GPT2Dims& d, const LayerNormParams& p, const Ten
 //         Full:      ln.x                             (drops ln.mean, ln.rstd, ln.out, h, gelu)
 struct RecomputedRecord {
   const char* name;      // without the unit prefix, e.g. "att"
-  std::int64_t numel;    // float32 elements
+  std::int64_t numel;    // elements
+  DType dtype;
+  std::size_t bytes() const { return static_cast<std::size_t>(numel) * dtype_size(dtype); }
 };
 std::vector<RecomputedRecord> attn_recomputed_records(const GPT2Dims& d, Recompute r);
 std::vector<RecomputedRecord> mlp_recomputed_records(const GPT2Dims& d, Recompute r);

@@ -119,6 +119,8 @@ struct ParamInfo {
   std::string name;   // HF GPT-2 name, e.g. "h.0.attn.c_attn.weight" (no "transformer." prefix)
   Tensor param;       // this rank's shard, on the device
   Tensor grad;        // same shape; accumulated by W (and by B for LayerNorm weights)
+  Tensor compute;     // what GEMMs multiply by: `param` itself, or (bf16 precision, GEMM weights
+                      // only) its bf16 copy, refreshed from `param` at the start of every step
   Shape full_shape;   // HF layout ([C, 3C] for c_attn.weight, ...)
   bool decay = false;       // weight decay applies (tensors with two or more dimensions)
   bool replicated = false;  // every TP rank holds the full tensor with identical values and

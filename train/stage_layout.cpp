@@ -9,6 +9,7 @@ GPT2Config gpt2_config_of(const Config& config) {
   m.n_embd = config.model.n_embd;
   m.vocab_size = config.model.vocab_size;
   m.seq_len = config.model.seq_len;
+  m.precision = config.train.precision == "bf16" ? DType::BF16 : DType::F32;
   return m;
 }
 

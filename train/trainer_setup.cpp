@@ -56,8 +56,6 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
 void Trainer::Impl::check_config() const {
   const Config& c = config;
   if (multi_process()) check_processes(layout, options.processes->size());
-  STP_CHECK(c.train.precision == "f32", "train.precision: ", c.train.precision,
-            " is not available in this build yet; use f32");
   try {
     auto s = sched::generate(c.parallel.schedule, c.parallel.pp, c.train.microbatches);
     int stages = s.n_stages();

@@ -1,13 +1,12 @@
 #include "core/cpu/cpu_stream.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
 
 #include "core/cpu/cpu_device.h"
+#include "core/cpu/cpu_gemm.h"
 #include "core/error.h"
 #include "core/trace.h"
 
@@ -130,12 +129,7 @@ void CpuStream::zero(void* dst, std::size_t bytes) {
 void CpuStream::gemm(const GemmArgs& g) {
   STP_ASSERT(g.m >= 0 && g.n >= 0 && g.k >= 0, "negative GEMM dimension");
   if (g.m == 0 || g.n == 0) return;
-  enqueue(
-      [g] {
-        cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans,
-                    g.m, g.n, g.k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c, g.ldc);
-      },
-      false);
+  enqueue([g] { cpu_gemm(g); }, false);
 }
 
 void CpuStream::record(Event& event) {

@@ -18,8 +18,9 @@ usize row_grain(i64 row_len) { return static_cast<usize>(row_len >= 16384 ? 1 : 
 
 // ---- LayerNorm ---------------------------------------------------------------------------------
 
+template <typename T>
 struct LayerNormForward {
-  float* out;
+  T* out;
   float* mean;
   float* rstd;
   const float* x;
@@ -29,7 +30,7 @@ struct LayerNormForward {
   float eps;
   STP_HD void operator()(usize n) const {
     const float* xr = x + n * C;
-    float* o = out + n * C;
+    T* o = out + n * C;
     float m = 0.0f;
     for (i64 c = 0; c < C; ++c) m += xr[c];
     m /= static_cast<float>(C);
@@ -37,7 +38,7 @@ struct LayerNormForward {
     for (i64 c = 0; c < C; ++c) v += (xr[c] - m) * (xr[c] - m);
     v /= static_cast<float>(C);
     float rs = 1.0f / sqrtf(v + eps);
-    for (i64 c = 0; c < C; ++c) o[c] = (xr[c] - m) * rs * w[c] + b[c];
+    for (i64 c = 0; c < C; ++c) o[c] = from_f32<T>((xr[c] - m) * rs * w[c] + b[c]);
     mean[n] = m;
     rstd[n] = rs;
   }
@@ -97,25 +98,27 @@ struct LayerNormBackwardWeight {
 // ---- Linear helpers ------------------------------------------------------------------------------
 
 // out[n, j] = bias[j] (+ resid[n, j]): the initial value the GEMM accumulates onto.
+template <typename T>
 struct RowsInit {
-  float* out;
+  T* out;
   const float* bias;
-  const float* resid;
+  const T* resid;
   i64 M;
   STP_HD void operator()(usize n) const {
-    float* o = out + n * M;
-    const float* r = resid ? resid + n * M : nullptr;
-    for (i64 j = 0; j < M; ++j) o[j] = (bias ? bias[j] : 0.0f) + (r ? r[j] : 0.0f);
+    T* o = out + n * M;
+    const T* r = resid ? resid + n * M : nullptr;
+    for (i64 j = 0; j < M; ++j) o[j] = from_f32<T>((bias ? bias[j] : 0.0f) + (r ? to_f32(r[j]) : 0.0f));
   }
 };
 
+template <typename T>
 struct ColumnSum {
   float* db;
-  const float* dy;
+  const T* dy;
   i64 N, M;
   STP_HD void operator()(usize j) const {
     float acc = 0.0f;
-    for (i64 n = 0; n < N; ++n) acc += dy[n * M + j];
+    for (i64 n = 0; n < N; ++n) acc += to_f32(dy[n * M + j]);
     db[j] += acc;
   }
 };
@@ -127,26 +130,35 @@ constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 // 0.5 * (1 + tanh(u)) = sigmoid(2u): one expf instead of tanhf (several times cheaper on CPUs).
 STP_HD inline float half_one_plus_tanh(float u) { return 1.0f / (1.0f + expf(-2.0f * u)); }
 
+template <typename T>
 struct GeluForward {
-  float* y;
-  const float* x;
+  T* y;
+  const T* x;
   STP_HD void operator()(usize i) const {
-    float v = x[i];
-    y[i] = v * half_one_plus_tanh(kGeluC * (v + 0.044715f * v * v * v));
+    float v = to_f32(x[i]);
+    y[i] = from_f32<T>(v * half_one_plus_tanh(kGeluC * (v + 0.044715f * v * v * v)));
   }
 };
 
 // d/dx [x * s(x)], s = 0.5 (1 + tanh(u)): s + x * u' * 2 s (1 - s)  (since tanh' = 1 - t^2 = 4 s (1 - s)).
+template <typename T>
 struct GeluBackward {
-  float* dx;
-  const float* dy;
-  const float* x;
+  T* dx;
+  const T* dy;
+  const T* x;
   STP_HD void operator()(usize i) const {
-    float v = x[i];
+    float v = to_f32(x[i]);
     float sg = half_one_plus_tanh(kGeluC * (v + 0.044715f * v * v * v));
     float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
-    dx[i] = dy[i] * (sg + v * du * 2.0f * sg * (1.0f - sg));
+    dx[i] = from_f32<T>(to_f32(dy[i]) * (sg + v * du * 2.0f * sg * (1.0f - sg)));
   }
+};
+
+template <typename TO, typename TI>
+struct Convert {
+  TO* y;
+  const TI* x;
+  STP_HD void operator()(usize i) const { y[i] = from_f32<TO>(to_f32(x[i])); }
 };
 
 struct Add {
@@ -222,59 +234,70 @@ struct EmbeddingBackwardWpe {
 // ---- Attention softmax -------------------------------------------------------------------------
 
 // Row r = (bh, t) of att: softmax over j <= t of the scaled scores already in att; zero above.
+// With bf16 storage the exponentials are recomputed for the normalisation rather than stored
+// unnormalised (the sum must see f32 values, and the row is stored once, rounded).
+template <typename T>
 struct CausalSoftmax {
-  float* att;
-  i64 T;
+  T* att;
+  i64 T_;
   STP_HD void operator()(usize r) const {
-    i64 t = static_cast<i64>(r) % T;
-    float* a = att + r * T;
-    float mx = a[0];
-    for (i64 j = 1; j <= t; ++j) mx = a[j] > mx ? a[j] : mx;
+    i64 t = static_cast<i64>(r) % T_;
+    T* a = att + r * T_;
+    float mx = to_f32(a[0]);
+    for (i64 j = 1; j <= t; ++j) mx = to_f32(a[j]) > mx ? to_f32(a[j]) : mx;
     float sum = 0.0f;
-    for (i64 j = 0; j <= t; ++j) {
-      a[j] = expf(a[j] - mx);
-      sum += a[j];
+    if constexpr (dtype_of<T>() == DType::F32) {
+      for (i64 j = 0; j <= t; ++j) {
+        a[j] = expf(a[j] - mx);
+        sum += a[j];
+      }
+      float inv = 1.0f / sum;
+      for (i64 j = 0; j <= t; ++j) a[j] *= inv;
+    } else {
+      for (i64 j = 0; j <= t; ++j) sum += expf(to_f32(a[j]) - mx);
+      float inv = 1.0f / sum;
+      for (i64 j = 0; j <= t; ++j) a[j] = from_f32<T>(expf(to_f32(a[j]) - mx) * inv);
     }
-    float inv = 1.0f / sum;
-    for (i64 j = 0; j <= t; ++j) a[j] *= inv;
-    for (i64 j = t + 1; j < T; ++j) a[j] = 0.0f;
+    for (i64 j = t + 1; j < T_; ++j) a[j] = from_f32<T>(0.0f);
   }
 };
 
 // In place: datt -> dscores = att * (datt - sum_j att*datt) * scale (zero above the diagonal).
+template <typename T>
 struct CausalSoftmaxBackward {
-  float* datt;
-  const float* att;
-  i64 T;
+  T* datt;
+  const T* att;
+  i64 T_;
   float scale;
   STP_HD void operator()(usize r) const {
-    i64 t = static_cast<i64>(r) % T;
-    float* d = datt + r * T;
-    const float* a = att + r * T;
+    i64 t = static_cast<i64>(r) % T_;
+    T* d = datt + r * T_;
+    const T* a = att + r * T_;
     float dot = 0.0f;
-    for (i64 j = 0; j <= t; ++j) dot += a[j] * d[j];
-    for (i64 j = 0; j <= t; ++j) d[j] = a[j] * (d[j] - dot) * scale;
-    for (i64 j = t + 1; j < T; ++j) d[j] = 0.0f;
+    for (i64 j = 0; j <= t; ++j) dot += to_f32(a[j]) * to_f32(d[j]);
+    for (i64 j = 0; j <= t; ++j) d[j] = from_f32<T>(to_f32(a[j]) * (to_f32(d[j]) - dot) * scale);
+    for (i64 j = t + 1; j < T_; ++j) d[j] = from_f32<T>(0.0f);
   }
 };
 
 // ---- Cross-entropy -------------------------------------------------------------------------------
 
+template <typename T>
 struct CrossEntropyRows {
   float* losses;
   float* lse;
-  const float* logits;
+  const T* logits;
   const std::int32_t* targets;
   i64 V;
   STP_HD void operator()(usize n) const {
-    const float* l = logits + n * V;
-    float mx = l[0];
-    for (i64 v = 1; v < V; ++v) mx = l[v] > mx ? l[v] : mx;
+    const T* l = logits + n * V;
+    float mx = to_f32(l[0]);
+    for (i64 v = 1; v < V; ++v) mx = to_f32(l[v]) > mx ? to_f32(l[v]) : mx;
     float sum = 0.0f;
-    for (i64 v = 0; v < V; ++v) sum += expf(l[v] - mx);
+    for (i64 v = 0; v < V; ++v) sum += expf(to_f32(l[v]) - mx);
     float z = mx + logf(sum);
     lse[n] = z;
-    losses[n] = z - l[targets[n]];
+    losses[n] = z - to_f32(l[targets[n]]);
   }
 };
 
@@ -289,17 +312,23 @@ struct MeanOfRows {
   }
 };
 
+// The target's entry is computed from its own logit before the row is overwritten, so a bf16 row
+// is rounded once per entry (the f32 result is the same either way).
+template <typename T>
 struct CrossEntropyBackward {
-  float* logits;
+  T* logits;
   const float* lse;
   const std::int32_t* targets;
   float scale;
   i64 V;
   STP_HD void operator()(usize n) const {
-    float* l = logits + n * V;
+    T* l = logits + n * V;
     float z = lse[n];
-    for (i64 v = 0; v < V; ++v) l[v] = expf(l[v] - z) * scale;
-    l[targets[n]] -= scale;
+    const i64 target = targets[n];
+    for (i64 v = 0; v < V; ++v) {
+      float p = expf(to_f32(l[v]) - z) * scale;
+      l[v] = from_f32<T>(v == target ? p - scale : p);
+    }
   }
 };
 
@@ -307,9 +336,15 @@ struct CrossEntropyBackward {
 
 // ---- Launchers -------------------------------------------------------------------------------------
 
-void layernorm_forward(Stream& s, float* out, float* mean, float* rstd, const float* x, const float* w,
-                       const float* b, i64 N, i64 C, float eps) {
-  launch(s, static_cast<usize>(N), LayerNormForward{out, mean, rstd, x, w, b, C, eps}, row_grain(3 * C));
+template <typename TO, typename TI>
+void convert(Stream& s, TO* y, const TI* x, i64 n) {
+  launch(s, static_cast<usize>(n), Convert<TO, TI>{y, x}, 16384);
+}
+
+template <typename T>
+void layernorm_forward(Stream& s, T* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
+                       i64 N, i64 C, float eps) {
+  launch(s, static_cast<usize>(N), LayerNormForward<T>{out, mean, rstd, x, w, b, C, eps}, row_grain(3 * C));
 }
 
 void layernorm_backward_input(Stream& s, float* dx, const float* resid, const float* dout, const float* x,
@@ -322,67 +357,39 @@ void layernorm_backward_weight_accumulate(Stream& s, float* dw, float* db, const
   launch(s, static_cast<usize>(C), LayerNormBackwardWeight{dw, db, dout, x, mean, rstd, N, C}, row_grain(2 * N));
 }
 
-void linear_forward(Stream& s, float* y, const float* x, const float* W, const float* bias, const float* resid,
+template <typename TA, typename TC>
+void linear_forward(Stream& s, TC* y, const TA* x, const TA* W, const float* bias, const std::type_identity_t<TC>* resid,
                     i64 N, i64 in, i64 out) {
   bool init = bias || resid;
-  if (init) launch(s, static_cast<usize>(N), RowsInit{y, bias, resid, out}, row_grain(out));
-  GemmArgs g;
-  g.m = static_cast<int>(N);
-  g.n = static_cast<int>(out);
-  g.k = static_cast<int>(in);
-  g.a = x;
-  g.lda = static_cast<int>(in);
-  g.b = W;
-  g.ldb = static_cast<int>(out);
-  g.beta = init ? 1.0f : 0.0f;
-  g.c = y;
-  g.ldc = static_cast<int>(out);
-  s.gemm(g);
+  if (init) launch(s, static_cast<usize>(N), RowsInit<TC>{y, bias, resid, out}, row_grain(out));
+  gemm(s, false, false, N, out, in, x, in, W, out, y, out, 1.0f, init ? 1.0f : 0.0f);
 }
 
-void linear_backward_input(Stream& s, float* dx, const float* dy, const float* W, i64 N, i64 in, i64 out) {
-  GemmArgs g;
-  g.trans_b = true;
-  g.m = static_cast<int>(N);
-  g.n = static_cast<int>(in);
-  g.k = static_cast<int>(out);
-  g.a = dy;
-  g.lda = static_cast<int>(out);
-  g.b = W;
-  g.ldb = static_cast<int>(out);
-  g.c = dx;
-  g.ldc = static_cast<int>(in);
-  s.gemm(g);
+template <typename TA, typename TC>
+void linear_backward_input(Stream& s, TC* dx, const TA* dy, const TA* W, i64 N, i64 in, i64 out) {
+  gemm(s, false, true, N, in, out, dy, out, W, out, dx, in);
 }
 
-void linear_backward_weight_accumulate(Stream& s, float* dW, float* dbias, const float* x, const float* dy, i64 N,
-                                       i64 in, i64 out) {
-  GemmArgs g;
-  g.trans_a = true;
-  g.m = static_cast<int>(in);
-  g.n = static_cast<int>(out);
-  g.k = static_cast<int>(N);
-  g.a = x;
-  g.lda = static_cast<int>(in);
-  g.b = dy;
-  g.ldb = static_cast<int>(out);
-  g.beta = 1.0f;
-  g.c = dW;
-  g.ldc = static_cast<int>(out);
-  s.gemm(g);
+template <typename TA>
+void linear_backward_weight_accumulate(Stream& s, float* dW, float* dbias, const TA* x, const TA* dy, i64 N, i64 in,
+                                       i64 out) {
+  gemm(s, true, false, in, out, N, x, in, dy, out, dW, out, 1.0f, 1.0f);
   if (dbias) column_sum_accumulate(s, dbias, dy, N, out);
 }
 
-void column_sum_accumulate(Stream& s, float* db, const float* dy, i64 N, i64 M) {
-  launch(s, static_cast<usize>(M), ColumnSum{db, dy, N, M}, row_grain(N));
+template <typename T>
+void column_sum_accumulate(Stream& s, float* db, const T* dy, i64 N, i64 M) {
+  launch(s, static_cast<usize>(M), ColumnSum<T>{db, dy, N, M}, row_grain(N));
 }
 
-void gelu_forward(Stream& s, float* y, const float* x, i64 n) {
-  launch(s, static_cast<usize>(n), GeluForward{y, x}, 2048);
+template <typename T>
+void gelu_forward(Stream& s, T* y, const T* x, i64 n) {
+  launch(s, static_cast<usize>(n), GeluForward<T>{y, x}, 2048);
 }
 
-void gelu_backward(Stream& s, float* dx, const float* dy, const float* x, i64 n) {
-  launch(s, static_cast<usize>(n), GeluBackward{dx, dy, x}, 2048);
+template <typename T>
+void gelu_backward(Stream& s, T* dx, const T* dy, const T* x, i64 n) {
+  launch(s, static_cast<usize>(n), GeluBackward<T>{dx, dy, x}, 2048);
 }
 
 void add(Stream& s, float* y, const float* a, const float* b, i64 n) {
@@ -407,98 +414,87 @@ void embedding_backward_accumulate(Stream& s, float* dwte, float* dwpe, const fl
 }
 
 // Per (batch, head): scores = q k^T / sqrt(D) and y = att v as GEMMs on strided head slices.
-void attention_forward(Stream& s, float* y, float* att, const float* qkv, i64 B, i64 T, i64 NH, i64 D) {
+template <typename T>
+void attention_forward(Stream& s, T* y, T* att, const T* qkv, i64 B, i64 Tn, i64 NH, i64 D) {
   const i64 W = NH * D;  // local width of each of q, k, v
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  for (i64 b = 0; b < B; ++b) {
+  for (i64 b = 0; b < B; ++b)
     for (i64 h = 0; h < NH; ++h) {
-      const float* q = qkv + b * T * 3 * W + h * D;
-      float* a = att + (b * NH + h) * T * T;
-      GemmArgs g;
-      g.trans_b = true;
-      g.m = g.n = static_cast<int>(T);
-      g.k = static_cast<int>(D);
-      g.alpha = scale;
-      g.a = q;
-      g.lda = static_cast<int>(3 * W);
-      g.b = q + W;  // k
-      g.ldb = static_cast<int>(3 * W);
-      g.c = a;
-      g.ldc = static_cast<int>(T);
-      s.gemm(g);
+      const T* q = qkv + b * Tn * 3 * W + h * D;
+      gemm(s, false, true, Tn, Tn, D, q, 3 * W, q + W /*k*/, 3 * W, att + (b * NH + h) * Tn * Tn, Tn, scale);
     }
-  }
-  launch(s, static_cast<usize>(B * NH * T), CausalSoftmax{att, T}, row_grain(3 * T));
-  for (i64 b = 0; b < B; ++b) {
+  launch(s, static_cast<usize>(B * NH * Tn), CausalSoftmax<T>{att, Tn}, row_grain(3 * Tn));
+  for (i64 b = 0; b < B; ++b)
     for (i64 h = 0; h < NH; ++h) {
-      GemmArgs g;
-      g.m = static_cast<int>(T);
-      g.n = static_cast<int>(D);
-      g.k = static_cast<int>(T);
-      g.a = att + (b * NH + h) * T * T;
-      g.lda = static_cast<int>(T);
-      g.b = qkv + b * T * 3 * W + 2 * W + h * D;  // v
-      g.ldb = static_cast<int>(3 * W);
-      g.c = y + b * T * W + h * D;
-      g.ldc = static_cast<int>(W);
-      s.gemm(g);
+      const T* v = qkv + b * Tn * 3 * W + 2 * W + h * D;
+      gemm(s, false, false, Tn, D, Tn, att + (b * NH + h) * Tn * Tn, Tn, v, 3 * W, y + b * Tn * W + h * D, W);
     }
-  }
 }
 
 // Per (batch, head), in order: datt = dy v^T, dv = att^T dy, dscores = softmax^T(datt) / sqrt(D),
 // dq = dscores k, dk = dscores^T q.
-void attention_backward(Stream& s, float* dqkv, float* datt, const float* dy, const float* qkv, const float* att,
-                        i64 B, i64 T, i64 NH, i64 D) {
+template <typename T>
+void attention_backward(Stream& s, T* dqkv, T* datt, const T* dy, const T* qkv, const T* att, i64 B, i64 Tn, i64 NH,
+                        i64 D) {
   const i64 W = NH * D;
-  const int ti = static_cast<int>(T), di = static_cast<int>(D), w3 = static_cast<int>(3 * W);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  auto gemm = [&](bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* bm, int ldb, float* c,
-                  int ldc) {
-    GemmArgs g;
-    g.trans_a = ta;
-    g.trans_b = tb;
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.a = a;
-    g.lda = lda;
-    g.b = bm;
-    g.ldb = ldb;
-    g.c = c;
-    g.ldc = ldc;
-    s.gemm(g);
-  };
-  for (i64 b = 0; b < B; ++b) {
+  for (i64 b = 0; b < B; ++b)
     for (i64 h = 0; h < NH; ++h) {
-      const float* dyh = dy + b * T * W + h * D;
-      const float* vh = qkv + b * T * 3 * W + 2 * W + h * D;
-      const float* ah = att + (b * NH + h) * T * T;
-      gemm(false, true, ti, ti, di, dyh, static_cast<int>(W), vh, w3, datt + (b * NH + h) * T * T, ti);
-      gemm(true, false, ti, di, ti, ah, ti, dyh, static_cast<int>(W), dqkv + b * T * 3 * W + 2 * W + h * D, w3);
+      const T* dyh = dy + b * Tn * W + h * D;
+      const T* vh = qkv + b * Tn * 3 * W + 2 * W + h * D;
+      const T* ah = att + (b * NH + h) * Tn * Tn;
+      gemm(s, false, true, Tn, Tn, D, dyh, W, vh, 3 * W, datt + (b * NH + h) * Tn * Tn, Tn);
+      gemm(s, true, false, Tn, D, Tn, ah, Tn, dyh, W, dqkv + b * Tn * 3 * W + 2 * W + h * D, 3 * W);
     }
-  }
-  launch(s, static_cast<usize>(B * NH * T), CausalSoftmaxBackward{datt, att, T, scale}, row_grain(3 * T));
-  for (i64 b = 0; b < B; ++b) {
+  launch(s, static_cast<usize>(B * NH * Tn), CausalSoftmaxBackward<T>{datt, att, Tn, scale}, row_grain(3 * Tn));
+  for (i64 b = 0; b < B; ++b)
     for (i64 h = 0; h < NH; ++h) {
-      const float* ds = datt + (b * NH + h) * T * T;
-      const float* qh = qkv + b * T * 3 * W + h * D;
-      float* dq = dqkv + b * T * 3 * W + h * D;
-      gemm(false, false, ti, di, ti, ds, ti, qh + W, w3, dq, w3);   // dq = ds k
-      gemm(true, false, ti, di, ti, ds, ti, qh, w3, dq + W, w3);    // dk = ds^T q
+      const T* ds = datt + (b * NH + h) * Tn * Tn;
+      const T* qh = qkv + b * Tn * 3 * W + h * D;
+      T* dq = dqkv + b * Tn * 3 * W + h * D;
+      gemm(s, false, false, Tn, D, Tn, ds, Tn, qh + W, 3 * W, dq, 3 * W);   // dq = ds k
+      gemm(s, true, false, Tn, D, Tn, ds, Tn, qh, 3 * W, dq + W, 3 * W);    // dk = ds^T q
     }
-  }
 }
 
-void cross_entropy_forward(Stream& s, float* loss, float* losses, float* lse, const float* logits,
+template <typename T>
+void cross_entropy_forward(Stream& s, float* loss, float* losses, float* lse, const T* logits,
                            const std::int32_t* targets, i64 N, i64 V) {
-  launch(s, static_cast<usize>(N), CrossEntropyRows{losses, lse, logits, targets, V}, row_grain(2 * V));
+  launch(s, static_cast<usize>(N), CrossEntropyRows<T>{losses, lse, logits, targets, V}, row_grain(2 * V));
   launch(s, 1, MeanOfRows{loss, losses, N}, 1);
 }
 
-void cross_entropy_backward_inplace(Stream& s, float* logits, const float* lse, const std::int32_t* targets,
-                                    float scale, i64 N, i64 V) {
-  launch(s, static_cast<usize>(N), CrossEntropyBackward{logits, lse, targets, scale, V}, row_grain(V));
+template <typename T>
+void cross_entropy_backward_inplace(Stream& s, T* logits, const float* lse, const std::int32_t* targets, float scale,
+                                    i64 N, i64 V) {
+  launch(s, static_cast<usize>(N), CrossEntropyBackward<T>{logits, lse, targets, scale, V}, row_grain(V));
 }
+
+// ---- Instantiations: f32, and bf16 activations (with f32 where a result feeds an f32 tensor) ---------
+
+#define STP_PER_ACTIVATION_TYPE(T)                                                                                    \
+  template void layernorm_forward<T>(Stream&, T*, float*, float*, const float*, const float*, const float*, i64, i64, \
+                                     float);                                                                          \
+  template void linear_forward<T, T>(Stream&, T*, const T*, const T*, const float*, const T*, i64, i64, i64);         \
+  template void linear_backward_input<T, T>(Stream&, T*, const T*, const T*, i64, i64, i64);                          \
+  template void linear_backward_weight_accumulate<T>(Stream&, float*, float*, const T*, const T*, i64, i64, i64);     \
+  template void column_sum_accumulate<T>(Stream&, float*, const T*, i64, i64);                                        \
+  template void gelu_forward<T>(Stream&, T*, const T*, i64);                                                          \
+  template void gelu_backward<T>(Stream&, T*, const T*, const T*, i64);                                               \
+  template void attention_forward<T>(Stream&, T*, T*, const T*, i64, i64, i64, i64);                                  \
+  template void attention_backward<T>(Stream&, T*, T*, const T*, const T*, const T*, i64, i64, i64, i64);             \
+  template void cross_entropy_forward<T>(Stream&, float*, float*, float*, const T*, const std::int32_t*, i64, i64);    \
+  template void cross_entropy_backward_inplace<T>(Stream&, T*, const float*, const std::int32_t*, float, i64, i64);
+STP_PER_ACTIVATION_TYPE(float)
+STP_PER_ACTIVATION_TYPE(bf16)
+#undef STP_PER_ACTIVATION_TYPE
+
+// Row-parallel outputs and partial input gradients are f32 (they are all-reduced and added to the
+// f32 residual stream); their inputs are bf16.
+template void linear_forward<bf16, float>(Stream&, float*, const bf16*, const bf16*, const float*, const float*, i64,
+                                          i64, i64);
+template void linear_backward_input<bf16, float>(Stream&, float*, const bf16*, const bf16*, i64, i64, i64);
+template void convert<bf16, float>(Stream&, bf16*, const float*, i64);
+template void convert<float, bf16>(Stream&, float*, const bf16*, i64);
 
 }  // namespace stp

@@ -9,18 +9,55 @@
 //
 // Accumulation: functions named *_accumulate add into their output (gradients accumulate over
 // microbatches); the others overwrite.
+//
+// Precision: template parameters T / TA / TC are the storage type of activations, float or bf16
+// (core/dtype.h), and every function is instantiated for both. Kernels load T into f32, compute
+// and reduce in f32, and round once when they store T; GEMMs multiply and sum in f32 (GemmArgs).
+// Parameters, LayerNorm statistics, losses and parameter gradients are always f32. With T = float
+// the code is exactly the f32 path.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/device.h"
+#include "core/dtype.h"
 
 namespace stp {
+
+// s.gemm (row-major, core/device.h) with the operand types taken from the pointers.
+template <typename TA, typename TC>
+void gemm(Stream& s, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const TA* a,
+          std::int64_t lda, const TA* b, std::int64_t ldb, TC* c, std::int64_t ldc, float alpha = 1.0f,
+          float beta = 0.0f) {
+  GemmArgs g;
+  g.trans_a = trans_a;
+  g.trans_b = trans_b;
+  g.m = static_cast<int>(m);
+  g.n = static_cast<int>(n);
+  g.k = static_cast<int>(k);
+  g.alpha = alpha;
+  g.a = a;
+  g.lda = static_cast<int>(lda);
+  g.b = b;
+  g.ldb = static_cast<int>(ldb);
+  g.beta = beta;
+  g.c = c;
+  g.ldc = static_cast<int>(ldc);
+  g.ab = dtype_of<TA>();
+  g.c_type = dtype_of<TC>();
+  s.gemm(g);
+}
+
+// y = x converted element by element (f32 -> bf16 rounds to nearest even).
+template <typename TO, typename TI>
+void convert(Stream& s, TO* y /*(n,)*/, const TI* x /*(n,)*/, std::int64_t n);
 
 // ---- LayerNorm (eps as HF GPT-2: 1e-5) ------------------------------------------------------
 
 // out = (x - mean) * rstd * w + b per row; saves mean and rstd (N,) for the backward.
-void layernorm_forward(Stream& s, float* out /*(N,C)*/, float* mean /*(N,)*/, float* rstd /*(N,)*/,
+template <typename T>
+void layernorm_forward(Stream& s, T* out /*(N,C)*/, float* mean /*(N,)*/, float* rstd /*(N,)*/,
                        const float* x /*(N,C)*/, const float* w /*(C,)*/, const float* b /*(C,)*/,
                        std::int64_t N, std::int64_t C, float eps = 1e-5f);
 
@@ -41,27 +78,33 @@ void layernorm_backward_weight_accumulate(Stream& s, float* dw /*(C,)*/, float* 
 // y = x @ W + bias (+ resid): the forward of a linear layer. bias and resid may be nullptr.
 // resid (N,out) is added before the product (row-parallel layers fold the residual into rank
 // 0's partial sum; see models/gpt2_units.h).
-void linear_forward(Stream& s, float* y /*(N,out)*/, const float* x /*(N,in)*/, const float* W /*(in,out)*/,
-                    const float* bias /*(out,) or null*/, const float* resid /*(N,out) or null*/,
+template <typename TA, typename TC>
+void linear_forward(Stream& s, TC* y /*(N,out)*/, const TA* x /*(N,in)*/, const TA* W /*(in,out)*/,
+                    const float* bias /*(out,) or null*/, const std::type_identity_t<TC>* resid /*(N,out) or null*/,
                     std::int64_t N, std::int64_t in, std::int64_t out);
 
 // dx = dy @ W^T (overwrites dx).
-void linear_backward_input(Stream& s, float* dx /*(N,in)*/, const float* dy /*(N,out)*/, const float* W /*(in,out)*/,
+template <typename TA, typename TC>
+void linear_backward_input(Stream& s, TC* dx /*(N,in)*/, const TA* dy /*(N,out)*/, const TA* W /*(in,out)*/,
                            std::int64_t N, std::int64_t in, std::int64_t out);
 
 // dW += x^T @ dy; dbias += sum_n dy (dbias may be nullptr).
+template <typename TA>
 void linear_backward_weight_accumulate(Stream& s, float* dW /*(in,out)*/, float* dbias /*(out,) or null*/,
-                                       const float* x /*(N,in)*/, const float* dy /*(N,out)*/, std::int64_t N,
+                                       const TA* x /*(N,in)*/, const TA* dy /*(N,out)*/, std::int64_t N,
                                        std::int64_t in, std::int64_t out);
 
 // db[j] += sum_n dy[n, j].
-void column_sum_accumulate(Stream& s, float* db /*(M,)*/, const float* dy /*(N,M)*/, std::int64_t N, std::int64_t M);
+template <typename T>
+void column_sum_accumulate(Stream& s, float* db /*(M,)*/, const T* dy /*(N,M)*/, std::int64_t N, std::int64_t M);
 
 // ---- GELU (tanh approximation, HF "gelu_new") --------------------------------------------------
 
-void gelu_forward(Stream& s, float* y /*(n,)*/, const float* x /*(n,)*/, std::int64_t n);
+template <typename T>
+void gelu_forward(Stream& s, T* y /*(n,)*/, const T* x /*(n,)*/, std::int64_t n);
 // dx = dy * gelu'(x); dx may alias dy.
-void gelu_backward(Stream& s, float* dx /*(n,)*/, const float* dy /*(n,)*/, const float* x /*(n,)*/, std::int64_t n);
+template <typename T>
+void gelu_backward(Stream& s, T* dx /*(n,)*/, const T* dy /*(n,)*/, const T* x /*(n,)*/, std::int64_t n);
 
 // ---- Elementwise ---------------------------------------------------------------------------------
 
@@ -89,26 +132,31 @@ void embedding_backward_accumulate(Stream& s, float* dwte /*(V,C)*/, float* dwpe
 // ---- Causal self-attention over local heads -------------------------------------------------
 // qkv rows hold [q | k | v], each NH*D wide (NH local heads of size D, head h at columns h*D).
 // att (B,NH,T,T) is the softmax of the scaled, causally masked scores (zero above the diagonal).
+// Tn is the sequence length T (the name T is the element type here).
 
-void attention_forward(Stream& s, float* y /*(B,T,NH*D)*/, float* att /*(B,NH,T,T)*/, const float* qkv /*(B,T,3*NH*D)*/,
-                       std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t D);
+template <typename T>
+void attention_forward(Stream& s, T* y /*(B,T,NH*D)*/, T* att /*(B,NH,T,T)*/, const T* qkv /*(B,T,3*NH*D)*/,
+                       std::int64_t B, std::int64_t Tn, std::int64_t NH, std::int64_t D);
 
 // dqkv = gradient w.r.t. qkv (overwritten). datt: workspace (B,NH,T,T).
-void attention_backward(Stream& s, float* dqkv /*(B,T,3*NH*D)*/, float* datt /*(B,NH,T,T)*/, const float* dy /*(B,T,NH*D)*/,
-                        const float* qkv /*(B,T,3*NH*D)*/, const float* att /*(B,NH,T,T)*/, std::int64_t B,
-                        std::int64_t T, std::int64_t NH, std::int64_t D);
+template <typename T>
+void attention_backward(Stream& s, T* dqkv /*(B,T,3*NH*D)*/, T* datt /*(B,NH,T,T)*/, const T* dy /*(B,T,NH*D)*/,
+                        const T* qkv /*(B,T,3*NH*D)*/, const T* att /*(B,NH,T,T)*/, std::int64_t B,
+                        std::int64_t Tn, std::int64_t NH, std::int64_t D);
 
 // ---- Cross-entropy (mean over tokens) -----------------------------------------------------------
 
 // losses[n] = logsumexp(logits[n]) - logits[n, targets[n]]; lse[n] saved for the backward;
 // *loss = mean of losses (summed in row order by one thread).
+template <typename T>
 void cross_entropy_forward(Stream& s, float* loss /*(1,)*/, float* losses /*(N,)*/, float* lse /*(N,)*/,
-                           const float* logits /*(N,V)*/, const std::int32_t* targets /*(N,)*/, std::int64_t N,
+                           const T* logits /*(N,V)*/, const std::int32_t* targets /*(N,)*/, std::int64_t N,
                            std::int64_t V);
 
 // dlogits = (softmax(logits) - onehot(targets)) * scale, in place over logits; scale =
 // loss_scale / N for a mean loss.
-void cross_entropy_backward_inplace(Stream& s, float* logits /*(N,V) -> dlogits*/, const float* lse /*(N,)*/,
+template <typename T>
+void cross_entropy_backward_inplace(Stream& s, T* logits /*(N,V) -> dlogits*/, const float* lse /*(N,)*/,
                                     const std::int32_t* targets /*(N,)*/, float scale, std::int64_t N,
                                     std::int64_t V);
 

@@ -32,7 +32,8 @@ SCAN_DIRS = ["core", "memory", "offload", "models", "train", "schedule", "tools"
 SCAN_EXT = (".cpp", ".h", ".cu", ".cuh", ".hpp", ".cc")
 # Files allowed to mention STP_HD / launch() without being compiled by nvcc, and why.
 EXCEPTIONS = {
-    "core/launch.h": "defines STP_HD, launch() and the one generic CUDA kernel",
+    "core/launch.h": "defines launch() and the one generic CUDA kernel",
+    "core/dtype.h": "defines STP_HD and the bf16 load/store functions the functors call (no functor)",
     "core/cpu/cpu_launch.cpp": "the CPU backend's entry point behind launch() (no functor)",
     "tools/bench_runtime.cpp": "CPU-only benchmark: its Noop functor is launched on a CpuDevice only",
 }
@@ -133,13 +134,18 @@ def main():
         symbols = run(["nm", "-C", obj])
         names = [f for f, where in all_functors.items() if where == [rel]]
         for f in names:
-            cpu = re.search(r"launch<[^\n]*::" + f + r">\(stp::Stream&[^\n]*\{lambda\(unsigned long, unsigned long\)#1\}", symbols)
+            # A functor template (e.g. Convert<stp::bf16, float>) is checked per instantiation:
+            # every one with a CPU path must have its device kernel too.
+            targs = r"((?:<[^()\n]*>)?)"
+            cpu = set(re.findall(r"launch<[^\n]*::" + f + targs + r"\s*>\(stp::Stream&[^\n]*\{lambda\(unsigned long, unsigned long\)#1\}", symbols))
             if not cpu:
                 errors.append(f"O1 {rel}: no CPU path of launch<{f}> in {obj} (functor defined but never launched?)")
             if cuda:
-                dev = re.search(r"__device_stub__[^\n]*stp_generic_kernel[^\n]*::" + f + r"&\)", symbols)
+                dev = set(re.findall(r"__device_stub__[^\n]*stp_generic_kernel[^\n]*::" + f + targs + r"&\)", symbols))
                 if not dev:
                     errors.append(f"C2 {rel}: no device kernel stp_generic_kernel<{f}> in {obj}")
+                for missing in sorted(cpu - dev) if dev else []:
+                    errors.append(f"C2 {rel}: no device kernel stp_generic_kernel<{f}{missing}> in {obj}")
             checked += 1
         if cuda and ".nv_fatbin" not in run(["readelf", "-S", "-W", obj]):
             errors.append(f"C2 {rel}: {obj} has no .nv_fatbin section (no device code)")
