@@ -120,6 +120,13 @@ Tensor gemm_dy(const GPT2Dims& d, const Tensor& dy, CallScope& cs) {
   return c;
 }
 
+// c_proj's bias gradient, in B from the f32 gradient of the unit's output (a column sum over
+// tokens, which cancels heavily: from the bf16 copy it would keep little of its f32 value).
+// c_proj bias is replicated: every rank has the full dy and computes the same gradient.
+void c_proj_bias_grad(const GPT2Dims& d, const BranchParams& p, const Tensor& dy /*(B, T, C) f32*/, CallScope& cs) {
+  column_sum_accumulate(cs.stream(), p.out_b->grad.f32(), dy.f32(), d.N(), d.C);
+}
+
 // W of a branch (attention or MLP): both row- and column-parallel weight gradients, from the
 // records B left. `act` (N, act_width) is the c_proj input, `dact` (N, in_width) the gradient of
 // the c_attn / c_fc output; "dy" (N, C) and "ln.out" (N, C) are common to both branches.
@@ -129,9 +136,9 @@ void branch_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet&
   const i64 N = d.N();
   Stream& s = cs.stream();
   Tensor act = rec.take(act_name), dy = rec.take("dy"), ln = rec.take("ln.out"), dact = rec.take(dact_name);
-  // c_proj bias is replicated: every rank has the full dy and computes the same gradient.
-  linear_backward_weight_accumulate(s, p.out_w->grad.f32(), p.out_b->grad.f32(), act.as<A>(), dy.as<A>(), N, act_width,
-                                    d.C);
+  // (c_proj's bias gradient was taken in B, from the f32 dy: c_proj_bias_grad.)
+  linear_backward_weight_accumulate(s, p.out_w->grad.f32(), static_cast<float*>(nullptr), act.as<A>(), dy.as<A>(), N,
+                                    act_width, d.C);
   linear_backward_weight_accumulate(s, p.in_w->grad.f32(), p.in_b->grad.f32(), ln.as<A>(), dact.as<A>(), N, d.C,
                                     in_width);
   for (Tensor* t : {&act, &dy, &ln, &dact}) cs.release(std::move(*t));
@@ -161,6 +168,7 @@ Tensor attn_backward_input_t(const GPT2Dims& d, const BranchParams& p, const Ten
                              CallScope& cs) {
   const i64 N = d.N();
   Stream& s = cs.stream();
+  c_proj_bias_grad(d, p, dy_full, cs);
   Tensor dy = gemm_dy<A>(d, dy_full, cs);
   // 1. c_proj^T: gradient w.r.t. the attention output of the local heads.
   Tensor dyatt = cs.tmp({d.B, d.T, d.Cl}, d.act);
@@ -202,6 +210,7 @@ Tensor mlp_backward_input_t(const GPT2Dims& d, const BranchParams& p, const Tens
                             CallScope& cs) {
   const i64 N = d.N();
   Stream& s = cs.stream();
+  c_proj_bias_grad(d, p, dy_full, cs);
   Tensor dy = gemm_dy<A>(d, dy_full, cs);
   // 1. c_proj^T, then GELU^T in place: gradient w.r.t. the c_fc output.
   Tensor dh = cs.keep({d.B, d.T, d.Fl}, d.act);
