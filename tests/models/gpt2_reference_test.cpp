@@ -41,6 +41,38 @@ TEST(GPT2Reference, LogitsLossAndGradientsMatchTorch) {
   EXPECT_EQ(st.live_record_bytes(), 0u);
 }
 
+// bf16 precision (docs/model.md, "Precision") against the same float64 reference, on 1 and 2 TP
+// ranks. Every activation between GEMMs and every GEMM weight is rounded to 8 significant bits
+// (relative error <= 2^-9 = 2e-3 each), and a gradient sees a chain of such roundings through
+// every layer. Tolerance: scaled error 2e-2 for gradients (about ten bf16 roundings; measured
+// ~2e-3 .. 8e-3), relative 2e-3 for the loss (a mean over tokens averages the rounding out;
+// measured ~1e-4). A kernel that stored or read the wrong type, or a stale weight copy, is off by
+// O(1).
+TEST(GPT2Reference, Bf16LossAndGradientsMatchTorchWithinBf16Rounding) {
+  GPT2Config cfg = reference_config();
+  cfg.precision = DType::BF16;
+  for (int tp : {1, 2}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    TpStage ts(cfg, GPT2StageSpec{0, cfg.n_layer, 0, tp, reference_batch()}, tp);
+    ts.load_reference_params();
+    ts.zero_grads();
+    feed_reference_batch(ts, 0);
+    run_fused(ts, 0);
+    const float loss = host_copy(ts.stage().loss(0), ts.compute())[0];
+    const double ref_loss = reference().at("loss").data[0];
+    EXPECT_NEAR(loss, ref_loss, 2e-3 * ref_loss);
+    double worst = 0;
+    std::string worst_name;
+    for (ParamInfo& p : ts.stage().params()) {
+      double err = scaled_error(ts.full_grad(p.name), reference().at("grad." + p.name).data);
+      EXPECT_LT(err, 2e-2) << p.name;
+      if (err > worst) worst = err, worst_name = p.name;
+    }
+    std::printf("[ bf16 tp %d ] loss rel %.2e, worst gradient scaled error %.2e (%s)\n", tp,
+                std::fabs(loss - ref_loss) / ref_loss, worst, worst_name.c_str());
+  }
+}
+
 TEST(GPT2Reference, TenAdamWStepsMatchTorch) {
   const auto& hyper = reference().at("adamw.hyper").data;
   const auto& want = reference().at("adamw.losses").data;
