@@ -36,6 +36,11 @@ enum class DeviceKind { Cpu, Cuda };
 
 const char* to_string(DeviceKind kind);
 
+// The NUMA node of a PCI device from sysfs: `<sysfs>/<bus id>/numa_node`, the bus id as
+// cudaDeviceGetPCIBusId writes it ("0000:3B:00.0"; sysfs names are lower case). -1 when the file
+// is missing or unreadable, or holds -1 (no NUMA affinity: a one-node machine).
+int pci_numa_node(const std::string& pci_bus_id, const std::string& sysfs = "/sys/bus/pci/devices");
+
 // Exact byte counts of one memory space of a device (device memory or pinned host memory).
 struct MemoryStats {
   std::size_t capacity = 0;     // hard limit (bytes); SIZE_MAX = unlimited
@@ -72,6 +77,12 @@ class Event {
   virtual bool query() = 0;
   // Blocks the calling host thread until the most recent record (at call time) has completed.
   virtual void synchronize() = 0;
+  // Device time in milliseconds from `start`'s most recent record to this event's most recent
+  // record (CUDA: cudaEventElapsedTime); negative when this one was reached first. Both events
+  // must come from Device::create_timing_event, both must have been recorded, and both records
+  // must have completed (query() true); otherwise it throws. Measures stream work without a
+  // host task on the stream (a host callback would make a CUDA stream wait for the driver).
+  virtual double elapsed_ms(Event& start) = 0;
 };
 
 class Stream {
@@ -109,6 +120,9 @@ class Device {
   virtual DeviceKind kind() const = 0;
   virtual int index() const = 0;
   virtual std::string name() const = 0;
+  // The NUMA node the device is attached to, as the hardware reports it (CUDA: the GPU's PCI
+  // device in sysfs), or -1 when unknown; memory/numa.h falls back to a CPU-side answer then.
+  virtual int numa_node_hint() const { return -1; }
 
   // Device memory. allocate() throws OutOfMemoryError naming requested, in use, capacity, peak.
   virtual void* allocate(std::size_t bytes) = 0;
@@ -120,10 +134,19 @@ class Device {
   // pin is an error. On the CPU backend pinned memory is host memory (mlock-ed when allowed).
   virtual void* allocate_pinned_host(std::size_t bytes) = 0;
   virtual void deallocate_pinned_host(void* ptr) = 0;
+  // Pins `bytes` of host memory the caller allocated and placed (CUDA: cudaHostRegister), counted
+  // in pinned_host_stats like allocate_pinned_host. Pinned pages no longer move, so a caller that
+  // wants them on a NUMA node maps, binds and pre-faults them first, then registers (the pinned
+  // pool does). The caller frees the memory after unregister_pinned_host.
+  virtual void register_pinned_host(void* ptr, std::size_t bytes) = 0;
+  virtual void unregister_pinned_host(void* ptr) = 0;
   virtual MemoryStats pinned_host_stats() const = 0;
 
   virtual std::unique_ptr<Stream> create_stream(std::string name) = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
+  // An event that also records when it was reached, for Event::elapsed_ms (CUDA: without
+  // cudaEventDisableTiming, so slightly more expensive to record and wait on than create_event's).
+  virtual std::unique_ptr<Event> create_timing_event() = 0;
 };
 
 }  // namespace stp

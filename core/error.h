@@ -6,6 +6,13 @@
 //   * stp::OutOfMemoryError — an Error raised by device/host allocators; carries the numbers.
 //   * stp::InternalError    — a broken invariant (a bug in stp, never the user's fault), raised by
 //                             STP_ASSERT, which stays on in release builds.
+//   * stp::DeviceError      — an Error raised by the device runtime or a device library (CUDA,
+//                             cuBLAS, NCCL) that is neither the configuration nor a known stp bug:
+//                             a driver, hardware or environment problem (lost GPU, ECC error, a
+//                             kernel image missing for this GPU, an NCCL network failure). The
+//                             message names the call, the library's status and where it failed.
+//                             Exit status 4. (CUDA out-of-memory is an OutOfMemoryError; an invalid
+//                             argument to a library is an InternalError: core/cuda/cuda_check.h.)
 //
 // Only tools/*main* functions catch and exit. Work done on stream threads that throws is
 // captured and rethrown on the host at the next synchronize/wait of that stream.
@@ -31,6 +38,11 @@ class OutOfMemoryError : public Error {
 
  private:
   std::size_t requested_;
+};
+
+class DeviceError : public Error {
+ public:
+  using Error::Error;
 };
 
 class InternalError : public std::logic_error {

@@ -71,6 +71,8 @@ int numa_node_count() {
 
 int nearest_numa_node(const Device& device) {
   hwloc_topology_t topo = topology();
+  const int hint = device.numa_node_hint();
+  if (hint >= 0 && hwloc_get_numanode_obj_by_os_index(topo, static_cast<unsigned>(hint))) return hint;
   // The CPUs this process may run on: its binding (taskset, numactl) within the allowed set
   // (cgroups). Either query may be unsupported; then the allowed set alone decides.
   Bitmap cpus;
@@ -85,8 +87,6 @@ int nearest_numa_node(const Device& device) {
   std::vector<int> candidates;
   for (int i = hwloc_bitmap_first(nodes.b); i >= 0; i = hwloc_bitmap_next(nodes.b, i)) candidates.push_back(i);
   if (candidates.empty()) return -1;
-  // CUDA devices would ask the CUDA backend for their PCI locality; it is not linked here (see
-  // the header), so every kind gets this CPU-side answer.
   return candidates[static_cast<std::size_t>(device.index()) % candidates.size()];
 }
 

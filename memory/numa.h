@@ -19,10 +19,11 @@ namespace stp {
 int numa_node_count();
 
 // The NUMA node whose memory is nearest to `device`.
-//   CPU backend: a node of the CPUs this process may run on; emulated devices are spread over
-//   those nodes round-robin by device index (with one node: node 0), as GPUs hang off sockets.
-//   CUDA devices: the PCI-bus affinity lookup belongs to the CUDA backend, which this library
-//   does not build against, so they get the same CPU-side answer (correct on one-socket hosts).
+//   * The device's own answer when it has one and the node exists: Device::numa_node_hint (CUDA:
+//     the GPU's PCI device, /sys/bus/pci/devices/<cudaDeviceGetPCIBusId>/numa_node).
+//   * Otherwise (CPU backend, one-node machines, no sysfs): a node of the CPUs this process may
+//     run on; devices are spread over those nodes round-robin by device index (with one node:
+//     node 0), as GPUs hang off sockets.
 int nearest_numa_node(const Device& device);
 
 // Binds the pages of [p, p + bytes) to `node` and migrates those already resident

@@ -1,12 +1,15 @@
 // PinnedPool: the pinned host memory that activation offload copies into and out of.
 //
-//   * One allocation at start-up: the whole pool is taken from Device::allocate_pinned_host as a
-//     single segment, so any request up to capacity() can be served and no pinning (an expensive,
-//     serialising system call on CUDA) happens during training. It never grows.
+//   * One allocation at start-up: the whole pool is taken as a single pinned segment, so any
+//     request up to capacity() can be served and no pinning (an expensive, serialising system
+//     call on CUDA) happens during training. It never grows.
 //   * Carving: first fit (lowest address), so stats().high_water is the pool size a run needs.
-//   * Placement: the segment is bound to the NUMA node nearest the device (memory/numa.h),
-//     migrating pages already resident, and pre-faulted chunk by chunk so every page exists, on
-//     that node, before the first copy. numa_node() says where it is (-1 if unknown).
+//   * Placement: the segment is fresh anonymous memory (mmap), bound to the NUMA node nearest the
+//     device (memory/numa.h) and pre-faulted chunk by chunk so every page exists, on that node,
+//     before it is pinned (Device::register_pinned_host; CUDA: cudaHostRegister) — pinned pages
+//     do not migrate, so the order matters. numa_node() is where the kernel says the pages are
+//     (memory_node_of), not where they were asked to be; -1 if unknown. Dry-run devices hand out
+//     address ranges only (allocate_pinned_host): nothing is mapped.
 //   * Budget: the pool counts against memory.host_budget. A pool larger than the budget is a
 //     configuration error (stp::Error naming both sizes and the knob) raised before any memory is
 //     taken; a request the pool cannot serve throws OutOfMemoryError with the arena's report.

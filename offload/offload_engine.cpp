@@ -1,7 +1,6 @@
 #include "offload/offload_engine.h"
 
 #include <algorithm>
-#include <chrono>
 #include <exception>
 #include <mutex>
 
@@ -9,34 +8,29 @@
 
 namespace stp {
 
-namespace {
-
-std::uint64_t now_ns() {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+template <class Fn>
+void OffloadEngine::timed(Stream& s, Clock clock, Fn&& fn) {
+  std::shared_ptr<Event> start = timing_event_on(s);
+  fn();
+  std::shared_ptr<Event> end = timing_event_on(s);
+  std::lock_guard lock(clock_mu_);
+  intervals_.push_back({clock, std::move(start), std::move(end)});
 }
 
-}  // namespace
+std::shared_ptr<Event> OffloadEngine::timing_event_on(Stream& s) {
+  std::shared_ptr<Event> e = device_.create_timing_event();
+  s.record(*e);
+  return e;
+}
 
-// The reload's end (on the H2D stream) and its consumer's arrival at the wait (on the consumer
-// stream) happen on different threads in either order; whichever comes second books the stall.
-struct OffloadEngine::StallProbe {
-  std::mutex mu;
-  std::uint64_t done_ns = 0, arrived_ns = 0;
-  void mark(std::uint64_t OffloadEngine::StallProbe::*which, std::atomic<std::uint64_t>& stall_ns) {
-    std::lock_guard lock(mu);
-    this->*which = now_ns();
-    if (done_ns && arrived_ns && done_ns > arrived_ns) stall_ns += done_ns - arrived_ns;
-  }
-};
-
-template <class Fn>
-void OffloadEngine::timed(Stream& s, std::atomic<std::uint64_t>& ns, Fn&& fn) {
-  // Both tasks run in order on s, so the start time needs no lock; the total is atomic.
-  auto start = std::make_shared<std::uint64_t>(0);
-  s.enqueue_host([start] { *start = now_ns(); });
-  fn();
-  s.enqueue_host([start, &ns, keep = clocks_] { ns += now_ns() - *start; });
+void OffloadEngine::harvest() const {
+  std::lock_guard lock(clock_mu_);
+  std::erase_if(intervals_, [&](const Interval& i) {
+    if (!i.start->query() || !i.end->query()) return false;
+    double ms = std::max(0.0, i.end->elapsed_ms(*i.start));
+    (i.clock == Clock::D2h ? d2h_ms_ : i.clock == Clock::H2d ? h2d_ms_ : stall_ms_) += ms;
+    return true;
+  });
 }
 
 OffloadEngine::OffloadEngine(Device& device, Stream& compute, Allocator& device_alloc, Allocator& host_pool,
@@ -66,13 +60,16 @@ void OffloadEngine::synchronize() {
     }
   }
   if (first) std::rethrow_exception(first);
+  harvest();
 }
 
 OffloadCounters OffloadEngine::counters() const {
+  harvest();
   OffloadCounters c = counters_;
-  c.d2h_busy_s = static_cast<double>(clocks_->d2h_ns.load()) * 1e-9;
-  c.h2d_busy_s = static_cast<double>(clocks_->h2d_ns.load()) * 1e-9;
-  c.compute_stall_s = static_cast<double>(clocks_->stall_ns.load()) * 1e-9;
+  std::lock_guard lock(clock_mu_);
+  c.d2h_busy_s = d2h_ms_ * 1e-3;
+  c.h2d_busy_s = h2d_ms_ * 1e-3;
+  c.compute_stall_s = stall_ms_ * 1e-3;
   return c;
 }
 
@@ -130,7 +127,7 @@ void OffloadEngine::copy_out(std::vector<std::pair<ActivationRecord*, Entry*>> m
     entry->records.push_back(Moved{&set, r->name, std::move(host), Tensor()});
   }
   d2h_->trace_begin(label, "d2h", str("{\"bytes\":", bytes, args, "}"));  // args: for stp profile
-  timed(*d2h_, clocks_->d2h_ns, [&] {
+  timed(*d2h_, Clock::D2h, [&] {
     for (std::size_t i = 0; i < moving.size(); ++i) {
       ActivationRecord& r = *moving[i].first;
       d2h_->copy(dest[i], r.tensor.raw(), r.bytes);
@@ -163,7 +160,7 @@ void OffloadEngine::prefetch(Key key) {
   h2d_->trace_begin(str("reload ", key.chunk, ".", key.mb, key.weight ? str(" u", key.unit, " W") : ""), "h2d",
                     str("{\"bytes\":", bytes, ",\"chunk\":", key.chunk, ",\"mb\":", key.mb,
                         key.weight ? str(",\"unit\":", key.unit, ",\"weight\":true") : "", "}"));
-  timed(*h2d_, clocks_->h2d_ns, [&] {
+  timed(*h2d_, Clock::H2d, [&] {
     for (Moved& m : e.records) {
       h2d_->copy(m.device.raw(), m.host.raw(), m.host.bytes());
       m.host.record_use(*h2d_);
@@ -173,11 +170,9 @@ void OffloadEngine::prefetch(Key key) {
   h2d_->trace_end();
   counters_.h2d_bytes += bytes;
   counters_.h2d_copies += e.records.size();
-  e.probe = std::make_shared<StallProbe>();
-  h2d_->enqueue_host([p = e.probe, c = clocks_] { p->mark(&StallProbe::done_ns, c->stall_ns); });
-  e.reloaded = device_.create_event();
-  h2d_->record(*e.reloaded);
+  e.reloaded = timing_event_on(*h2d_);
   e.state = State::Prefetching;
+  harvest();  // keeps the pending intervals few: most copies before this one have finished
 }
 
 void OffloadEngine::make_ready(Key key, Stream& consumer) {
@@ -188,8 +183,12 @@ void OffloadEngine::make_ready(Key key, Stream& consumer) {
     ++counters_.late_prefetches;
   }
   Entry& e = it->second;
-  consumer.enqueue_host([p = e.probe, c = clocks_] { p->mark(&StallProbe::arrived_ns, c->stall_ns); });
+  std::shared_ptr<Event> arrived = timing_event_on(consumer);  // the consumer reaches its wait
   consumer.wait(*e.reloaded);
+  {
+    std::lock_guard lock(clock_mu_);
+    intervals_.push_back({Clock::Stall, std::move(arrived), e.reloaded});
+  }
   for (Moved& m : e.records) {
     bool found = false;
     for (ActivationRecord& r : m.set->mutable_list()) {

@@ -24,15 +24,18 @@
 // freed); they are counted in `skipped_shared`.
 //
 // Counters: bytes each way, copies, the time each copy stream spent copying (so the achieved
-// rate), and how long the consumer stream stalled waiting for a reload. Both times are taken by
-// host tasks on the streams themselves (Stream::enqueue_host), so they are what the device did,
-// not what the host saw; when tracing, d2h / h2d spans carry the same copies and their bytes.
+// rate), and how long the consumer stream stalled waiting for a reload. Both times are taken with
+// timing events recorded on the streams themselves (Device::create_timing_event,
+// Event::elapsed_ms), so they are what the device did, not what the host saw, and they add no host
+// task to any stream: on CUDA a host callback would make the stream (compute, for the stall
+// probe) wait for the driver's callback thread (docs/gpu-readiness.md, O8). When tracing, d2h /
+// h2d spans carry the same copies and their bytes.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -104,27 +107,31 @@ class OffloadEngine {
     Tensor host;           // pinned copy
     Tensor device;         // the reload buffer (Prefetching)
   };
-  // Written by stream threads (host tasks), read by counters(); shared so that tasks still queued
-  // on the consumer stream never outlive it.
-  struct Clocks {
-    std::atomic<std::uint64_t> d2h_ns{0}, h2d_ns{0}, stall_ns{0};
+  // A measured stretch of device time: from `start`'s record to `end`'s (timing events). Kept until
+  // both have completed, then added to its clock (harvest). A stall is max(0, reload end - the
+  // consumer's arrival at its wait): a consumer that arrives after the reload did not wait.
+  enum class Clock : std::uint8_t { D2h, H2d, Stall };
+  struct Interval {
+    Clock clock;
+    std::shared_ptr<Event> start, end;
   };
-  struct StallProbe;  // when the reload finished vs when its consumer arrived
   struct Entry {
     State state = State::Offloading;
     std::vector<Moved> records;
     std::vector<std::shared_ptr<Event>> offloaded;  // one per offload() call: D2H done
-    std::unique_ptr<Event> reloaded;                // H2D done
-    std::shared_ptr<StallProbe> probe;
+    std::shared_ptr<Event> reloaded;                // H2D done (a timing event: the stall's end)
   };
   Entry& entry_for_offload(Key key);  // asserts its reload has not started
   // D2H of each (record, entry it is filed under) after the compute work enqueued so far.
   // `args`: more ",key:value" pairs for the d2h span's JSON args.
   void copy_out(std::vector<std::pair<ActivationRecord*, Entry*>> moving, RecordSet& set, const std::string& label,
                 const std::string& args);
-  // Runs fn on stream s between two host tasks that add the time s spent on it to `ns`.
+  // Runs fn (which enqueues work on s) between two timing events on s, booked to `clock`.
   template <class Fn>
-  void timed(Stream& s, std::atomic<std::uint64_t>& ns, Fn&& fn);
+  void timed(Stream& s, Clock clock, Fn&& fn);
+  std::shared_ptr<Event> timing_event_on(Stream& s);  // a timing event recorded on s now
+  // Adds every interval whose events have completed to the totals; the rest stay pending.
+  void harvest() const;
 
   Device& device_;
   Stream& compute_;
@@ -134,7 +141,10 @@ class OffloadEngine {
   std::unique_ptr<Stream> d2h_, h2d_;
   std::map<Key, Entry> entries_;
   OffloadCounters counters_;
-  std::shared_ptr<Clocks> clocks_ = std::make_shared<Clocks>();
+  // counters() is const and may be called from another thread than the one driving the engine.
+  mutable std::mutex clock_mu_;
+  mutable std::vector<Interval> intervals_;
+  mutable double d2h_ms_ = 0, h2d_ms_ = 0, stall_ms_ = 0;
 };
 
 }  // namespace stp

@@ -77,6 +77,9 @@ int main(int argc, char** argv) {
     } catch (const stp::JobError& e) {
       std::fprintf(stderr, "%serror: %s\n", prefix(c->name).c_str(), e.what());
       return fail(1, true);
+    } catch (const stp::DeviceError& e) {
+      std::fprintf(stderr, "%sdevice error: %s\n", prefix(c->name).c_str(), e.what());
+      return fail(4, false);
     } catch (const stp::Error& e) {
       std::fprintf(stderr, "%serror: %s\n", prefix(c->name).c_str(), e.what());
       return fail(1, false);

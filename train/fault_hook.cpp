@@ -24,12 +24,19 @@ FaultHook FaultHook::from_env() {
   FaultHook h;
   h.rank = static_cast<int>(env_int("STP_FAULT_RANK", -1));
   h.step = env_int("STP_FAULT_STEP", 1);
+  const char* kind = std::getenv("STP_FAULT_KIND");
+  std::string k = kind ? kind : "";
+  STP_CHECK(k.empty() || k == "error" || k == "device", "STP_FAULT_KIND='", k,
+            "' is neither error nor device (a test hook; unset it)");
+  h.device = k == "device";
   return h;
 }
 
 void FaultHook::maybe_fail(int global, std::int64_t current_step) const {
   if (global != rank || current_step != step) return;
-  throw Error(str("STP_FAULT_RANK: injected failure of rank ", global, " in step ", current_step, " (test hook)"));
+  std::string what = str("STP_FAULT_RANK: injected failure of rank ", global, " in step ", current_step, " (test hook)");
+  if (device) throw DeviceError(what);
+  throw Error(what);
 }
 
 }  // namespace stp

@@ -5,7 +5,9 @@
 //   STP_FAULT_RANK=G   global rank G throws stp::Error in its step, after its batch is uploaded
 //                      and before it walks its op list, while every other rank is mid-step
 //                      waiting for it;
-//   STP_FAULT_STEP=S   in step S (1-based; default 1).
+//   STP_FAULT_STEP=S   in step S (1-based; default 1);
+//   STP_FAULT_KIND=K   what it throws: `error` (default, stp::Error) or `device` (stp::DeviceError,
+//                      as a CUDA/NCCL failure would: `stp` exits with status 4).
 //
 // Unset (the normal case): no effect. Not a feature: documented in docs/scale-out.md as a test hook.
 #pragma once
@@ -17,6 +19,7 @@ namespace stp {
 struct FaultHook {
   int rank = -1;
   std::int64_t step = 1;
+  bool device = false;  // STP_FAULT_KIND=device
 
   static FaultHook from_env();  // throws stp::Error on a malformed value
   // Throws the injected failure when (global, step) is the configured one.

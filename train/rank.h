@@ -29,6 +29,9 @@ struct Rank {
 
   int global = 0, dp_rank = 0, pp_rank = 0, tp_rank = 0;  // train/rank_layout.h
   Device* device = nullptr;
+  // The NUMA node this rank's host threads are bound to before they drive the device: a GPU's
+  // own node (Device::numa_node_hint) on a machine with several nodes; -1 = not bound.
+  int host_node = -1;
   std::unique_ptr<Stream> compute, tp_comm, p2p;
   std::unique_ptr<Stream> dp_comm;    // data-parallel gradient all-reduces (dp > 1)
   std::unique_ptr<DpGradSync> dp_grads;

@@ -7,6 +7,7 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "memory/numa.h"
 #include "core/kernels/nn_kernels.h"
 #include "models/data.h"
 #include "models/lr_schedule.h"
@@ -101,6 +102,9 @@ void Trainer::Impl::run_on_ranks(const std::function<void(Rank&)>& fn) {
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     threads.emplace_back([&, i] {
       try {
+        // Near its GPU (O6): the host thread that launches kernels and copies for this rank runs
+        // on the GPU's socket. A fresh thread every step, so bound every step (one system call).
+        if (ranks[i]->host_node >= 0) bind_current_thread_near(ranks[i]->host_node);
         fn(*ranks[i]);
       } catch (const std::exception& e) {
         errors[i] = std::current_exception();

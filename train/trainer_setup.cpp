@@ -154,6 +154,8 @@ void Trainer::Impl::build_communicators() {
 }
 
 void Trainer::Impl::build_rank(Rank& r) {
+  if (r.device->kind() == DeviceKind::Cuda && r.device->numa_node_hint() >= 0 && numa_node_count() > 1)
+    r.host_node = nearest_numa_node(*r.device);
   r.compute = r.device->create_stream("compute");
   r.tp_comm = r.device->create_stream("tp-comm");
   r.p2p = r.device->create_stream("p2p");

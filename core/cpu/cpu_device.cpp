@@ -29,12 +29,13 @@ CpuDevice::~CpuDevice() {
   // Leaked buffers are a bug in the caller; free them so sanitizers point at the real owner.
   if (options_.dry_run) return;
   for (auto& [ptr, bytes] : device_.live) std::free(const_cast<char*>(ptr));
-  for (auto& [ptr, bytes] : pinned_.live) std::free(const_cast<char*>(ptr));
+  for (auto& [ptr, bytes] : pinned_.live)
+    if (!registered_.count(ptr)) std::free(const_cast<char*>(ptr));
 }
 
 std::string CpuDevice::name() const { return str("cpu:", index_); }
 
-void* CpuDevice::allocate_in(Space& space, std::size_t bytes, const char* what) {
+void* CpuDevice::allocate_in(Space& space, std::size_t bytes, const char* what, void* given) {
   std::lock_guard<std::mutex> lock(mu_);
   MemoryStats& s = space.stats;
   if (bytes > s.capacity - s.in_use) {
@@ -44,8 +45,11 @@ void* CpuDevice::allocate_in(Space& space, std::size_t bytes, const char* what) 
             format_bytes(s.peak)),
         bytes);
   }
-  void* ptr = nullptr;
-  if (options_.dry_run) {
+  void* ptr = given;
+  if (given) {
+    STP_ASSERT(!space.live.count(static_cast<const char*>(given)), name(), ": ", what, " memory registered twice");
+    registered_.emplace(static_cast<const char*>(given), bytes);
+  } else if (options_.dry_run) {
     ptr = reinterpret_cast<void*>(next_fake_);
     next_fake_ += (bytes + 2 * kAlignment - 1) / kAlignment * kAlignment;  // distinct even for 0 bytes
   } else {
@@ -59,17 +63,24 @@ void* CpuDevice::allocate_in(Space& space, std::size_t bytes, const char* what) 
   return ptr;
 }
 
-void CpuDevice::release_in(Space& space, void* ptr, const char* what) {
-  if (!ptr) return;
+std::size_t CpuDevice::release_in(Space& space, void* ptr, const char* what, bool owned) {
+  if (!ptr) return 0;
+  std::size_t bytes = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = space.live.find(static_cast<const char*>(ptr));
     STP_ASSERT(it != space.live.end(), name(), ": free of a pointer that is not a live ", what, " allocation");
-    space.stats.in_use -= it->second;
+    const bool was_registered = registered_.count(static_cast<const char*>(ptr)) > 0;
+    STP_ASSERT(was_registered != owned, name(), ": ", what, " memory ",
+               owned ? "registered by the caller was freed by the device" : "unregistered but not registered");
+    registered_.erase(static_cast<const char*>(ptr));
+    bytes = it->second;
+    space.stats.in_use -= bytes;
     ++space.stats.free_count;
     space.live.erase(it);
   }
-  if (!options_.dry_run) std::free(ptr);
+  if (owned && !options_.dry_run) std::free(ptr);
+  return bytes;
 }
 
 void* CpuDevice::allocate(std::size_t bytes) { return allocate_in(device_, bytes, "device"); }
@@ -108,6 +119,20 @@ void CpuDevice::deallocate_pinned_host(void* ptr) {
   release_in(pinned_, ptr, "pinned host");
 }
 
+void CpuDevice::register_pinned_host(void* ptr, std::size_t bytes) {
+  STP_ASSERT(ptr, "registering a null host pointer");
+  allocate_in(pinned_, bytes, "pinned host", ptr);
+  if (options_.lock_pinned && !options_.dry_run && bytes > 0 && mlock(ptr, bytes) != 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++lock_failures_;
+  }
+}
+
+void CpuDevice::unregister_pinned_host(void* ptr) {
+  std::size_t bytes = release_in(pinned_, ptr, "pinned host", false);
+  if (options_.lock_pinned && !options_.dry_run && bytes) munlock(ptr, bytes);
+}
+
 MemoryStats CpuDevice::pinned_host_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return pinned_.stats;
@@ -133,6 +158,7 @@ std::unique_ptr<Stream> CpuDevice::create_stream(std::string stream_name) {
 }
 
 std::unique_ptr<Event> CpuDevice::create_event() { return std::make_unique<CpuEvent>(); }
+std::unique_ptr<Event> CpuDevice::create_timing_event() { return std::make_unique<CpuEvent>(true); }
 
 std::vector<std::unique_ptr<CpuDevice>> make_cpu_devices(int count, const CpuDeviceOptions& options, int first) {
   STP_CHECK(count >= 1, "need at least one CPU device, got ", count);

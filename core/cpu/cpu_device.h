@@ -29,6 +29,7 @@ struct CpuDeviceOptions {
   double link_bytes_per_s = 0;  // D2H/H2D copy rate limit; 0 = memcpy speed
   bool lock_pinned = false;     // mlock() pinned host allocations (best effort, counted)
   bool dry_run = false;         // count allocations, run nothing (core/cpu/dry_stream.h)
+  int numa_node = -1;           // Device::numa_node_hint: emulates a GPU's PCI locality (tests)
 };
 
 class CpuDevice final : public Device {
@@ -39,6 +40,7 @@ class CpuDevice final : public Device {
   DeviceKind kind() const override { return DeviceKind::Cpu; }
   int index() const override { return index_; }
   std::string name() const override;
+  int numa_node_hint() const override { return options_.numa_node; }
 
   void* allocate(std::size_t bytes) override;
   void deallocate(void* ptr) override;
@@ -47,10 +49,13 @@ class CpuDevice final : public Device {
 
   void* allocate_pinned_host(std::size_t bytes) override;
   void deallocate_pinned_host(void* ptr) override;
+  void register_pinned_host(void* ptr, std::size_t bytes) override;  // mlock-ed with lock_pinned
+  void unregister_pinned_host(void* ptr) override;
   MemoryStats pinned_host_stats() const override;
 
   std::unique_ptr<Stream> create_stream(std::string name) override;
   std::unique_ptr<Event> create_event() override;
+  std::unique_ptr<Event> create_timing_event() override;
 
   const CpuDeviceOptions& options() const { return options_; }
   bool is_pinned_host(const void* ptr) const;  // ptr lies inside a pinned host allocation
@@ -61,8 +66,8 @@ class CpuDevice final : public Device {
     MemoryStats stats;
     std::map<const char*, std::size_t> live;  // base -> bytes, ordered for lookups
   };
-  void* allocate_in(Space& space, std::size_t bytes, const char* what);
-  void release_in(Space& space, void* ptr, const char* what);
+  void* allocate_in(Space& space, std::size_t bytes, const char* what, void* given = nullptr);
+  std::size_t release_in(Space& space, void* ptr, const char* what, bool owned = true);
 
   int index_;
   CpuDeviceOptions options_;
@@ -70,6 +75,7 @@ class CpuDevice final : public Device {
   Space device_;
   Space pinned_;
   std::uint64_t lock_failures_ = 0;
+  std::map<const char*, std::size_t> registered_;  // pinned_.live entries the caller owns
   std::uintptr_t next_fake_ = 1ull << 44;  // dry run: addresses handed out, never dereferenced
 };
 

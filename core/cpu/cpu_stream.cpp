@@ -31,8 +31,26 @@ std::uint64_t CpuEventState::latest() const {
 
 void CpuEventState::complete(std::uint64_t generation) {
   std::lock_guard<std::mutex> lock(mu_);
-  completed_ = std::max(completed_, generation);
+  if (generation > completed_) {
+    completed_ = generation;
+    completed_at_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now().time_since_epoch())
+                           .count();
+  }
   cv_.notify_all();
+}
+
+std::int64_t CpuEventState::completed_at_ns() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  STP_ASSERT(recorded_ > 0, "elapsed time of an event that was never recorded");
+  STP_ASSERT(completed_ >= recorded_, "elapsed time of an event whose record has not completed (query() first)");
+  return completed_at_ns_;
+}
+
+double CpuEvent::elapsed_ms(Event& start) {
+  CpuEvent& s = as_cpu_event(start);
+  STP_ASSERT(timing_ && s.timing_, "elapsed time of an event not made by Device::create_timing_event");
+  return static_cast<double>(state_->completed_at_ns() - s.state_->completed_at_ns()) * 1e-6;
 }
 
 void CpuEventState::wait_for(std::uint64_t generation) {

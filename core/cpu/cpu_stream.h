@@ -27,21 +27,29 @@ struct CpuEventState {
   void complete(std::uint64_t generation);  // stream side: this generation has been reached
   void wait_for(std::uint64_t generation);  // block until `generation` completed
   bool query() const;
+  // Steady-clock time (ns) at which the most recent record completed; asserts it has completed.
+  std::int64_t completed_at_ns() const;
 
  private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::uint64_t recorded_ = 0;
   std::uint64_t completed_ = 0;
+  std::int64_t completed_at_ns_ = 0;  // when generation completed_ was reached
 };
 
 class CpuEvent final : public Event {
  public:
+  explicit CpuEvent(bool timing = false) : timing_(timing) {}
   bool query() override { return state_->query(); }
   void synchronize() override { state_->wait_for(state_->latest()); }
+  // Same contract as CUDA (timing events only, both recorded and completed), so misuse that would
+  // fail on a GPU fails here too.
+  double elapsed_ms(Event& start) override;
   const std::shared_ptr<CpuEventState>& state() const { return state_; }
 
  private:
+  bool timing_;
   std::shared_ptr<CpuEventState> state_ = std::make_shared<CpuEventState>();
 };
 

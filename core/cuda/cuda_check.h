@@ -1,15 +1,30 @@
 // Error checks for CUDA, cuBLAS and NCCL calls (CUDA-only translation units).
-// One generic macro: a failure throws stp::Error naming the call, its status and message,
-// after clearing CUDA's sticky "last error" so later calls report their own failures.
+// One generic macro: a failure throws naming the call, its status and message, after clearing
+// CUDA's non-sticky "last error" so later calls report their own failures. What it throws
+// depends on the status (core/error.h, docs/architecture.md "Error model"):
+//   * out of memory (cudaErrorMemoryAllocation, CUBLAS_STATUS_ALLOC_FAILED): OutOfMemoryError,
+//     with the GPU's free and total memory and what to change — device memory a CUDA library
+//     allocates itself lies outside memory.device_budget (docs/gpu-readiness.md, O7);
+//   * an invalid argument or usage (cudaErrorInvalidValue, ...InvalidDevicePointer,
+//     ...InvalidResourceHandle, CUBLAS_STATUS_INVALID_VALUE, ncclInvalidArgument,
+//     ncclInvalidUsage): InternalError — stp passed it, so it is a bug in stp (exit status 3);
+//   * anything else (launch failures, illegal addresses, driver, hardware, NCCL system and
+//     remote errors): DeviceError (exit status 4); NCCL's CUDA/system errors name the GPU's
+//     free memory, since NCCL reports its own failed allocations that way.
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <string>
+#include <type_traits>
+
 #include "core/error.h"
 
 namespace stp::cuda {
+
+enum class Failure { Device, OutOfMemory, Bug };
 
 inline const char* status_string(cudaError_t e) { return cudaGetErrorString(e); }
 inline const char* status_string(ncclResult_t e) { return ncclGetErrorString(e); }
@@ -18,10 +33,80 @@ inline bool ok(cudaError_t e) { return e == cudaSuccess; }
 inline bool ok(ncclResult_t e) { return e == ncclSuccess; }
 inline bool ok(cublasStatus_t e) { return e == CUBLAS_STATUS_SUCCESS; }
 
+inline Failure failure_of(cudaError_t e) {
+  switch (e) {
+    case cudaErrorMemoryAllocation:
+      return Failure::OutOfMemory;
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidResourceHandle:
+    case cudaErrorInvalidMemcpyDirection:
+      return Failure::Bug;
+    default:
+      return Failure::Device;
+  }
+}
+inline Failure failure_of(cublasStatus_t e) {
+  switch (e) {
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return Failure::OutOfMemory;
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return Failure::Bug;
+    default:
+      return Failure::Device;
+  }
+}
+inline Failure failure_of(ncclResult_t e) {
+  switch (e) {
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+      return Failure::Bug;
+    default:  // NCCL reports a failed cudaMalloc as ncclUnhandledCudaError: the message says so
+      return Failure::Device;
+  }
+}
+
+// "GPU N: X free of Y" for the calling thread's current device, or "" if CUDA cannot tell.
+inline std::string memory_state() {
+  int dev = -1;
+  std::size_t free_b = 0, total = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return {};
+  }
+  return str("GPU ", dev, ": ", format_bytes(free_b), " free of ", format_bytes(total));
+}
+
 template <typename Status>
 [[noreturn]] void fail(Status status, const char* expr, const char* file, int line) {
-  (void)cudaGetLastError();  // clear the sticky error
-  throw Error(str(expr, " failed at ", file, ":", line, ": ", status_string(status), " (", static_cast<int>(status), ")"));
+  (void)cudaGetLastError();  // clear the non-sticky last error
+  std::string what = str(expr, " failed at ", file, ":", line, ": ", status_string(status), " (",
+                         static_cast<int>(status), ")");
+  switch (failure_of(status)) {
+    case Failure::OutOfMemory: {
+      std::string state = memory_state();
+      throw OutOfMemoryError(str("out of device memory: ", what, state.empty() ? "" : "; ", state,
+                                 ". CUDA libraries (the CUDA context, cuBLAS handles, NCCL buffers) allocate "
+                                 "outside memory.device_budget: lower memory.device_budget to leave them room, "
+                                 "or check nvidia-smi for other processes on this GPU"),
+                             0);
+    }
+    case Failure::Bug:
+      throw InternalError(str("internal error: ", what, " (stp passed an invalid argument to a CUDA library)"));
+    case Failure::Device:
+      break;
+  }
+  if constexpr (std::is_same_v<Status, ncclResult_t>) {
+    // NCCL reports its own failed cudaMalloc (buffers for a connection made at the first
+    // transfer) as an unhandled CUDA or system error: the memory state tells whether it was that.
+    if (status == ncclUnhandledCudaError || status == ncclSystemError) {
+      std::string state = memory_state();
+      if (!state.empty())
+        what += str("; ", state, " (if NCCL could not allocate its buffers: they lie outside "
+                    "memory.device_budget, so lower it)");
+    }
+  }
+  throw DeviceError(what);
 }
 
 }  // namespace stp::cuda

@@ -17,10 +17,14 @@
 //     callback boundary). Unlike the CPU backend, later work on the stream still runs.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <chrono>
 #include <deque>
 #include <exception>
 #include <map>
 #include <mutex>
+#include <set>
+#include <thread>
 
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_check.h"
@@ -35,9 +39,9 @@ class CudaDevice;
 
 class CudaEvent final : public Event {
  public:
-  explicit CudaEvent(int ordinal) : ordinal_(ordinal) {
+  CudaEvent(int ordinal, bool timing) : ordinal_(ordinal) {
     STP_CUDA_CHECK(cudaSetDevice(ordinal_));
-    STP_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    STP_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
   }
   ~CudaEvent() override { (void)cudaEventDestroy(event_); }  // safe with a pending record
   bool query() override {
@@ -47,6 +51,9 @@ class CudaEvent final : public Event {
     return true;
   }
   void synchronize() override { STP_CUDA_CHECK(cudaEventSynchronize(event_)); }
+  // cudaErrorNotReady (a record still pending) and cudaErrorInvalidResourceHandle (an event
+  // without timing) throw, as the contract says; the CPU backend asserts the same.
+  double elapsed_ms(Event& start) override;
   cudaEvent_t handle() const { return event_; }
 
  private:
@@ -109,7 +116,17 @@ class CudaStream final : public Stream {
   }
   void synchronize() override {
     bind();
-    STP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    // Polls instead of cudaStreamSynchronize: a stream behind an NCCL kernel whose peer failed
+    // would wait for ever, so between queries the GPU's communicators are checked for
+    // asynchronous errors (O3); one aborts its communicator, which ends the kernel, and throws.
+    for (int spins = 0;; ++spins) {
+      cudaError_t q = cudaStreamQuery(stream_);
+      if (q == cudaSuccess) break;
+      if (q != cudaErrorNotReady) STP_CUDA_CHECK(q);
+      if (spins % 64 == 63) nccl_poll_async_errors(ordinal_);
+      if (spins < 256) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
     reap_retained(true);
     flush_trace();
     std::exception_ptr host_error;
@@ -158,6 +175,7 @@ class CudaStream final : public Stream {
   std::string name_;
   cudaStream_t stream_{};
   cublasHandle_t cublas_{};
+  void* workspace_ = nullptr;  // cublasSetWorkspace (O7)
   // Tracing: spans are timed with CUDA events against a reference event whose host time is known.
   TraceRecorder* trace_ = nullptr;
   int trace_pid_ = 0;
@@ -172,20 +190,30 @@ class CudaStream final : public Stream {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(int ordinal, std::size_t capacity) : ordinal_(ordinal) {
+  CudaDevice(int ordinal, std::size_t capacity) : ordinal_(ordinal), budget_(capacity) {
     STP_CUDA_CHECK(cudaSetDevice(ordinal_));
     std::size_t free_bytes = 0, total = 0;
     STP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     device_.capacity = capacity < free_bytes ? capacity : free_bytes;
+    total_bytes_ = total;
     pinned_.capacity = SIZE_MAX;
     cudaDeviceProp prop{};
     STP_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
     name_ = str("cuda:", ordinal_, " (", prop.name, ")");
+    // cuBLAS's recommended workspace: 32 MiB on Hopper and later, 4 MiB before (cuBLAS guide,
+    // cublasSetWorkspace).
+    cublas_workspace_bytes_ = prop.major >= 9 ? (32u << 20) : (4u << 20);
+    // The GPU's NUMA node (O6): its PCI device's numa_node in sysfs. Unknown (-1) on one-node
+    // machines and where sysfs is not visible; memory/numa.h then falls back to a CPU-side answer.
+    char bus_id[32] = {};
+    if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, ordinal_) == cudaSuccess) numa_node_ = pci_numa_node(bus_id);
+    else (void)cudaGetLastError();
   }
+  int numa_node_hint() const override { return numa_node_; }
   ~CudaDevice() override {
     (void)cudaSetDevice(ordinal_);
     for (auto& [p, b] : live_) (void)cudaFree(p);
-    for (auto& [p, b] : pinned_live_) (void)cudaFreeHost(p);
+    for (auto& [p, b] : pinned_live_) (void)(registered_.count(p) ? cudaHostUnregister(p) : cudaFreeHost(p));
   }
 
   DeviceKind kind() const override { return DeviceKind::Cuda; }
@@ -194,13 +222,20 @@ class CudaDevice final : public Device {
 
   void* allocate(std::size_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (bytes > device_.capacity - device_.in_use) throw oom(bytes, "limit");
-    void* p = nullptr;
     STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+    // Capacity is measured at every allocation, not only when the device was made: the CUDA
+    // context, the streams' cuBLAS handles and workspaces and NCCL's buffers are allocated in
+    // between, outside memory.device_budget (O7). The arena's first allocation (the whole budget,
+    // taken while the trainer is built) comes after all of them.
+    std::size_t free_bytes = 0, total = 0;
+    STP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    device_.capacity = std::min(budget_, device_.in_use + free_bytes);
+    if (bytes > device_.capacity - device_.in_use) throw oom(bytes, budget_ - device_.in_use >= bytes ? "GPU" : "limit", free_bytes);
+    void* p = nullptr;
     cudaError_t e = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
-      throw oom(bytes, "cudaMalloc");
+      throw oom(bytes, "GPU", free_bytes);
     }
     STP_CUDA_CHECK(e);
     account(device_, live_, p, bytes);
@@ -234,8 +269,27 @@ class CudaDevice final : public Device {
   void deallocate_pinned_host(void* p) override {
     if (!p) return;
     std::lock_guard<std::mutex> lock(mu_);
+    STP_ASSERT(!registered_.count(p), "cudaFreeHost of registered host memory (use unregister_pinned_host)");
     unaccount(pinned_, pinned_live_, p);
     STP_CUDA_CHECK(cudaFreeHost(p));
+  }
+  // The caller mapped, NUMA-bound and pre-faulted the range (memory/pinned_pool.cpp): pinning it
+  // now keeps the pages where they are. Portable: pinned for every GPU's context, like
+  // cudaHostAllocPortable.
+  void register_pinned_host(void* p, std::size_t bytes) override {
+    STP_ASSERT(p && bytes > 0, "registering an empty host range");
+    std::lock_guard<std::mutex> lock(mu_);
+    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+    STP_CUDA_CHECK(cudaHostRegister(p, bytes, cudaHostRegisterPortable));
+    account(pinned_, pinned_live_, p, bytes);
+    registered_.insert(p);
+  }
+  void unregister_pinned_host(void* p) override {
+    if (!p) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    STP_ASSERT(registered_.erase(p) == 1, "unregistering host memory that was not registered");
+    unaccount(pinned_, pinned_live_, p);
+    STP_CUDA_CHECK(cudaHostUnregister(p));
   }
   MemoryStats pinned_host_stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -244,14 +298,55 @@ class CudaDevice final : public Device {
   std::unique_ptr<Stream> create_stream(std::string stream_name) override {
     return std::make_unique<CudaStream>(*this, ordinal_, std::move(stream_name));
   }
-  std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(ordinal_); }
+  std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(ordinal_, false); }
+  std::unique_ptr<Event> create_timing_event() override { return std::make_unique<CudaEvent>(ordinal_, true); }
+
+  // cuBLAS workspaces (one per stream, O7): allocated by the device, so the out-of-memory report
+  // can say what lies outside the budget, and before the arena takes the budget.
+  void* allocate_cublas_workspace(std::size_t* bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, cublas_workspace_bytes_);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      std::size_t free_bytes = 0, total = 0;
+      if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) (void)cudaGetLastError();
+      throw OutOfMemoryError(str(name_, ": out of device memory for a cuBLAS workspace of ",
+                                 format_bytes(cublas_workspace_bytes_), " (", cublas_handles_,
+                                 " allocated so far); the GPU has ", format_bytes(free_bytes), " free of ",
+                                 format_bytes(total_bytes_), ", ", format_bytes(device_.in_use),
+                                 " of it stp's (memory.device_budget). Free the GPU of other processes "
+                                 "(nvidia-smi) or lower memory.device_budget"),
+                             cublas_workspace_bytes_);
+    }
+    STP_CUDA_CHECK(e);
+    ++cublas_handles_;
+    *bytes = cublas_workspace_bytes_;
+    return p;
+  }
+  void free_cublas_workspace(void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    (void)cudaSetDevice(ordinal_);
+    (void)cudaFree(p);
+    --cublas_handles_;
+  }
 
  private:
-  OutOfMemoryError oom(std::size_t bytes, const char* who) const {
-    return OutOfMemoryError(str(name_, ": out of device memory (", who, "): requested ", format_bytes(bytes),
-                                ", in use ", format_bytes(device_.in_use), ", capacity ",
-                                format_bytes(device_.capacity), ", peak ", format_bytes(device_.peak)),
-                            bytes);
+  // who: "limit" (memory.device_budget is exhausted) or "GPU" (the GPU itself has no room: the
+  // report says what lies outside the budget and what to change).
+  OutOfMemoryError oom(std::size_t bytes, const char* who, std::size_t free_bytes) const {
+    std::string what = str(name_, ": out of device memory (", who, "): requested ", format_bytes(bytes), ", in use ",
+                           format_bytes(device_.in_use), ", capacity ", format_bytes(device_.capacity), ", peak ",
+                           format_bytes(device_.peak));
+    if (std::string(who) == "GPU")
+      what += str("; the GPU has ", format_bytes(free_bytes), " free of ", format_bytes(total_bytes_),
+                  ". Outside memory.device_budget: the CUDA context, cuBLAS (", cublas_handles_, " handle(s) with ",
+                  format_bytes(cublas_handles_ * cublas_workspace_bytes_), " of workspace), NCCL's buffers and other "
+                  "processes on this GPU (nvidia-smi). Lower memory.device_budget to at most ",
+                  format_bytes(device_.in_use + free_bytes), " less some room for NCCL (connections made at the "
+                  "first transfer allocate more)");
+    return OutOfMemoryError(what, bytes);
   }
   static void account(MemoryStats& s, std::map<void*, std::size_t>& live, void* p, std::size_t bytes) {
     live[p] = bytes;
@@ -268,10 +363,16 @@ class CudaDevice final : public Device {
   }
 
   int ordinal_;
+  std::size_t budget_;            // memory.device_budget (SIZE_MAX: none)
+  std::size_t total_bytes_ = 0;   // the GPU's memory
+  std::size_t cublas_workspace_bytes_ = 0;
+  std::size_t cublas_handles_ = 0;  // live workspaces
+  int numa_node_ = -1;
   std::string name_;
   mutable std::mutex mu_;
   MemoryStats device_, pinned_;
   std::map<void*, std::size_t> live_, pinned_live_;
+  std::set<void*> registered_;  // pinned_live_ entries from register_pinned_host
 };
 
 CudaStream::CudaStream(CudaDevice& device, int ordinal, std::string name)
@@ -279,7 +380,19 @@ CudaStream::CudaStream(CudaDevice& device, int ordinal, std::string name)
   STP_CUDA_CHECK(cudaSetDevice(ordinal_));
   STP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   STP_CUDA_CHECK(cublasCreate(&cublas_));
-  STP_CUDA_CHECK(cublasSetStream(cublas_, stream_));
+  STP_CUDA_CHECK(cublasSetStream(cublas_, stream_));  // resets the workspace: set it after
+  // stp's own workspace instead of cuBLAS's default pool (O7): allocated now, while the trainer is
+  // built and before the arena takes the budget, and named in out-of-memory reports.
+  try {
+    std::size_t ws_bytes = 0;
+    workspace_ = device_.allocate_cublas_workspace(&ws_bytes);
+    STP_CUDA_CHECK(cublasSetWorkspace(cublas_, workspace_, ws_bytes));
+  } catch (...) {  // no destructor runs for a constructor that throws
+    if (workspace_) device_.free_cublas_workspace(workspace_);
+    (void)cublasDestroy(cublas_);
+    (void)cudaStreamDestroy(stream_);
+    throw;
+  }
 }
 
 CudaStream::~CudaStream() {
@@ -293,10 +406,19 @@ CudaStream::~CudaStream() {
   }
   if (reference_) (void)cudaEventDestroy(reference_);
   (void)cublasDestroy(cublas_);
+  if (workspace_) device_.free_cublas_workspace(workspace_);
   (void)cudaStreamDestroy(stream_);
 }
 
 Device& CudaStream::device() { return device_; }
+
+double CudaEvent::elapsed_ms(Event& start) {
+  auto* s = dynamic_cast<CudaEvent*>(&start);
+  STP_ASSERT(s, "event is not a CUDA event");
+  float ms = 0;
+  STP_CUDA_CHECK(cudaEventElapsedTime(&ms, s->event_, event_));
+  return static_cast<double>(ms);
+}
 
 void CudaStream::gemm(const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return;
@@ -369,7 +491,7 @@ void* cuda_stream_handle(Stream& stream) {
 
 void cuda_check_launch(const char* kernel_name) {
   cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw Error(str("CUDA kernel launch failed (", kernel_name, "): ", cudaGetErrorString(e)));
+  if (e != cudaSuccess) throw DeviceError(str("CUDA kernel launch failed (", kernel_name, "): ", cudaGetErrorString(e)));
 }
 
 bool cuda_devices_usable(int needed, std::string* why) {

@@ -1,23 +1,37 @@
-// NcclComm: core/comm.h on NCCL. In one process (one thread per GPU) groups are created with
-// ncclCommInitAll over the devices of the group (TP and PP groups are separate communicators);
-// across processes (one GPU each) with ncclCommInitRank from a unique id that rank 0 of the group
+// NcclComm: core/comm.h on NCCL. In one process (one thread per GPU) a group's communicators are
+// created together (ncclCommInitRankConfig for every device inside one NCCL group); across
+// processes (one GPU each) with ncclCommInitRankConfig from a unique id that rank 0 of the group
 // creates and core/mpi broadcasts over MPI.
 // Every operation is enqueued on the caller's stream; its completion is that stream's order.
 // NCCL has no message tags: the tag is ignored here (HostComm checks it on the CPU backend, where
 // the same schedules run, so channel-order mismatches are caught before a GPU run).
 //
-// abort(): ncclCommAbort frees the communicator, so it runs once, and every later operation of
-// this object throws CommunicatorAborted instead of touching the freed handle; the destructor
-// does not destroy an aborted communicator again. Known limit (docs/gpu-readiness.md): the
-// trainer aborts every rank's communicator from the failing rank's thread, and an operation
-// another rank's thread is enqueueing at that very moment is not fenced against the abort.
+// Failure handling (docs/gpu-readiness.md, F3 and O3):
+//   * Non-blocking communicators (ncclConfig_t::blocking = 0): no NCCL call blocks its host
+//     thread waiting for a peer (connection set-up runs in the background and the call returns
+//     ncclInProgress). stp then polls ncclCommGetAsyncError until the operation is enqueued, so
+//     every call still returns with its work on the stream (the ordering arguments of
+//     gpu-readiness.md section 4 hold unchanged), and the poll notices an abort or an
+//     asynchronous error instead of waiting for ever.
+//   * abort() goes through an AbortGate (core/abort_gate.h): ncclCommAbort frees the
+//     communicator, so it runs once, and only when no thread is inside an NCCL call on it or has
+//     operations on it queued in an open NCCL group; those threads finish (or notice the abort in
+//     their poll and stop) and the last one runs it. Later operations throw CommunicatorAborted.
+//   * Asynchronous errors (a failed peer or network, ncclCommGetAsyncError) are polled while
+//     enqueuing and, through nccl_poll_async_errors(), by CudaStream::synchronize while it waits:
+//     such an error aborts the communicator and throws a DeviceError instead of hanging.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 
+#include "core/abort_gate.h"
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_check.h"
 #include "core/launch.h"
@@ -26,76 +40,214 @@ namespace stp {
 
 namespace {
 
+class NcclComm;
+
+// Every live communicator of the process, for nccl_poll_async_errors().
+std::mutex registry_mu;
+std::set<NcclComm*>& registry() {
+  static std::set<NcclComm*> r;
+  return r;
+}
+
+// NCCL groups are per host thread and span communicators: the communicators with operations in
+// this thread's open group, released (AbortGate::leave) after the outermost ncclGroupEnd.
+thread_local int group_depth = 0;
+thread_local std::vector<NcclComm*> group_members;
+
+ncclConfig_t nonblocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+// Waits until `comm` has no operation in progress. `stop` is checked between polls (an abort
+// requested by another thread); then false is returned without waiting longer. Errors throw.
+bool wait_ready(ncclComm_t comm, const std::function<bool()>& stop, const char* what) {
+  for (int spins = 0;; ++spins) {
+    ncclResult_t state = ncclSuccess;
+    STP_CUDA_CHECK(ncclCommGetAsyncError(comm, &state));
+    if (state == ncclSuccess) return true;
+    if (state != ncclInProgress) ::stp::cuda::fail(state, what, __FILE__, __LINE__);
+    if (stop && stop()) return false;
+    if (spins < 1000) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 class NcclComm final : public Communicator {
  public:
-  NcclComm(ncclComm_t comm, int rank, int size, int ordinal) : comm_(comm), rank_(rank), size_(size), ordinal_(ordinal) {
+  NcclComm(ncclComm_t comm, int rank, int size, int ordinal)
+      : comm_(comm), rank_(rank), size_(size), ordinal_(ordinal), gate_([this] { (void)ncclCommAbort(comm_); }) {
     STP_CUDA_CHECK(cudaSetDevice(ordinal_));
     STP_CUDA_CHECK(cudaMalloc(&scratch_, sizeof(float)));
+    std::lock_guard<std::mutex> lock(registry_mu);
+    registry().insert(this);
   }
   ~NcclComm() override {
+    {
+      std::lock_guard<std::mutex> lock(registry_mu);
+      registry().erase(this);
+    }
     (void)cudaSetDevice(ordinal_);
     (void)cudaFree(scratch_);
-    if (!aborted_.load()) (void)ncclCommDestroy(comm_);  // ncclCommAbort already freed it
+    if (gate_.requested()) {
+      // Aborted: ncclCommAbort has run, or runs now if a thread died with this communicator in
+      // its open group (its leave() never came).
+      if (!gate_.done()) (void)ncclCommAbort(comm_);
+      return;
+    }
+    // A non-blocking communicator is finalized (flushing its operations) before it is destroyed;
+    // if that fails or never completes, abort instead of hanging in a destructor.
+    bool finalized = ncclCommFinalize(comm_) == ncclSuccess;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (finalized) {
+      ncclResult_t state = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) finalized = false;
+      else if (state == ncclSuccess) break;
+      else if (std::chrono::steady_clock::now() > deadline) finalized = false;
+      else std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    (void)(finalized ? ncclCommDestroy(comm_) : ncclCommAbort(comm_));
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::uint64_t bytes_sent() const override { return bytes_sent_.load(); }
 
   void all_reduce_sum(Stream& stream, float* data, std::size_t count) override {
-    check_alive();
+    issue("ncclAllReduce", [&] { return ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm_, handle(stream)); });
     bytes_sent_ += count * sizeof(float);
-    STP_CUDA_CHECK(ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm_, handle(stream)));
   }
   void send(Stream& stream, const void* data, std::size_t bytes, int peer, std::uint32_t) override {
-    check_alive();
+    issue("ncclSend", [&] { return ncclSend(data, bytes, ncclChar, peer, comm_, handle(stream)); });
     bytes_sent_ += bytes;
-    STP_CUDA_CHECK(ncclSend(data, bytes, ncclChar, peer, comm_, handle(stream)));
   }
   void recv(Stream& stream, void* data, std::size_t bytes, int peer, std::uint32_t) override {
-    check_alive();
-    STP_CUDA_CHECK(ncclRecv(data, bytes, ncclChar, peer, comm_, handle(stream)));
+    issue("ncclRecv", [&] { return ncclRecv(data, bytes, ncclChar, peer, comm_, handle(stream)); });
   }
   void barrier(Stream& stream) override {
-    check_alive();
-    STP_CUDA_CHECK(ncclAllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum, comm_, handle(stream)));
+    issue("ncclAllReduce (barrier)",
+          [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum, comm_, handle(stream)); });
   }
-  void abort(const std::string& why) override {
-    {
-      std::lock_guard<std::mutex> lock(why_mu_);
-      if (aborted_.load()) return;  // once: a second ncclCommAbort would free the comm twice
-      why_ = why;
-      aborted_.store(true);
+  void abort(const std::string& why) override { gate_.abort(why); }
+
+  // Groups are per host thread and span communicators (ncclGroupStart/End). The outermost end
+  // launches what the group queued; with non-blocking communicators it may return ncclInProgress,
+  // so every member is polled until its operations are on their streams, then released.
+  void group_begin() override {
+    STP_CUDA_CHECK(ncclGroupStart());
+    ++group_depth;
+  }
+  void group_end() override {
+    STP_ASSERT(group_depth > 0, "group_end without group_begin");
+    ncclResult_t r = ncclGroupEnd();
+    if (--group_depth > 0) {
+      if (r != ncclSuccess) ::stp::cuda::fail(r, "ncclGroupEnd()", __FILE__, __LINE__);
+      return;
     }
-    (void)ncclCommAbort(comm_);
+    std::vector<NcclComm*> members;
+    std::swap(members, group_members);
+    std::exception_ptr error;
+    if (r != ncclSuccess && r != ncclInProgress) {
+      try {
+        ::stp::cuda::fail(r, "ncclGroupEnd()", __FILE__, __LINE__);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    for (NcclComm* c : members) {
+      if (!error) {
+        try {
+          c->wait_enqueued("ncclGroupEnd()");
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      c->gate_.leave();  // after an error too: a pending abort must still run
+    }
+    if (error) std::rethrow_exception(error);
   }
-  // Groups are per host thread and span communicators (ncclGroupStart/End); they touch no comm.
-  void group_begin() override { STP_CUDA_CHECK(ncclGroupStart()); }
-  void group_end() override { STP_CUDA_CHECK(ncclGroupEnd()); }
+
+  // Polls this communicator's asynchronous error state (thread-safe); on an error other than
+  // "in progress", aborts it and throws DeviceError. No-op once aborted.
+  void poll_async_error() {
+    if (!gate_.try_enter()) return;
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+    gate_.leave();
+    if (r == ncclSuccess && (state == ncclSuccess || state == ncclInProgress)) return;
+    ncclResult_t bad = r != ncclSuccess ? r : state;
+    std::string why = str("NCCL asynchronous error on the communicator of rank ", rank_, "/", size_, " (GPU ", ordinal_,
+                          "): ", ncclGetErrorString(bad), " (", static_cast<int>(bad), ")");
+    gate_.abort(why);
+    throw DeviceError(why);
+  }
+  int ordinal() const { return ordinal_; }
 
  private:
-  void check_alive() {
-    if (!aborted_.load()) return;
-    std::lock_guard<std::mutex> lock(why_mu_);
-    throw CommunicatorAborted(str("communicator aborted: ", why_));
+  // One NCCL call: inside the gate; outside a group it is polled until enqueued, inside a group
+  // the communicator stays entered until the group's end.
+  template <class Call>
+  void issue(const char* what, Call&& call) {
+    GateUse use(gate_);
+    ncclResult_t r = call();
+    if (r != ncclSuccess && r != ncclInProgress) ::stp::cuda::fail(r, what, __FILE__, __LINE__);
+    if (group_depth > 0) {
+      if (std::find(group_members.begin(), group_members.end(), this) == group_members.end()) {
+        group_members.push_back(this);
+        use.release();  // left in group_end()
+      }
+      return;
+    }
+    wait_enqueued(what);
+  }
+  void wait_enqueued(const char* what) {
+    if (!wait_ready(comm_, [this] { return gate_.requested(); }, what))
+      throw CommunicatorAborted(str("communicator aborted: ", gate_.why()));
   }
   static cudaStream_t handle(Stream& s) { return static_cast<cudaStream_t>(cuda_stream_handle(s)); }
+
   ncclComm_t comm_;
   int rank_, size_, ordinal_;
   float* scratch_ = nullptr;
   std::atomic<std::uint64_t> bytes_sent_{0};
-  std::atomic<bool> aborted_{false};
-  std::mutex why_mu_;
-  std::string why_;
+  AbortGate gate_;
 };
 
 }  // namespace
+
+void nccl_poll_async_errors(int ordinal) {
+  std::vector<NcclComm*> mine;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    for (NcclComm* c : registry())
+      if (c->ordinal() == ordinal) mine.push_back(c);
+  }
+  // The trainer destroys communicators only after every rank thread has joined, so none of
+  // these dies while a rank's synchronize polls it.
+  for (NcclComm* c : mine) c->poll_async_error();
+}
 
 std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Device*>& devices) {
   int n = static_cast<int>(devices.size());
   std::vector<int> ordinals;
   for (auto* d : devices) ordinals.push_back(d->index());
   std::vector<ncclComm_t> comms(devices.size());
-  STP_CUDA_CHECK(ncclCommInitAll(comms.data(), n, ordinals.data()));
+  ncclUniqueId id;
+  STP_CUDA_CHECK(ncclGetUniqueId(&id));
+  ncclConfig_t config = nonblocking_config();
+  // ncclCommInitAll takes no config: the equivalent, one ncclCommInitRankConfig per device in a group.
+  STP_CUDA_CHECK(ncclGroupStart());
+  for (int r = 0; r < n; ++r) {
+    STP_CUDA_CHECK(cudaSetDevice(ordinals[static_cast<std::size_t>(r)]));
+    ncclResult_t res = ncclCommInitRankConfig(&comms[static_cast<std::size_t>(r)], n, id, r, &config);
+    if (res != ncclSuccess && res != ncclInProgress) {
+      (void)ncclGroupEnd();
+      ::stp::cuda::fail(res, "ncclCommInitRankConfig(...)", __FILE__, __LINE__);
+    }
+  }
+  ncclResult_t end = ncclGroupEnd();
+  if (end != ncclSuccess && end != ncclInProgress) ::stp::cuda::fail(end, "ncclGroupEnd() (init)", __FILE__, __LINE__);
+  for (ncclComm_t c : comms) wait_ready(c, nullptr, "ncclCommInitRankConfig(...)");
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < n; ++r)
     out.push_back(std::make_unique<NcclComm>(comms[static_cast<std::size_t>(r)], r, n, ordinals[static_cast<std::size_t>(r)]));
@@ -118,7 +270,10 @@ std::unique_ptr<Communicator> make_nccl_comm_rank(Device& device, int size, int 
   std::memcpy(&id, unique_id.data(), sizeof id);
   STP_CUDA_CHECK(cudaSetDevice(device.index()));
   ncclComm_t comm;
-  STP_CUDA_CHECK(ncclCommInitRank(&comm, size, id, rank));
+  ncclConfig_t config = nonblocking_config();
+  ncclResult_t res = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  if (res != ncclSuccess && res != ncclInProgress) ::stp::cuda::fail(res, "ncclCommInitRankConfig(...)", __FILE__, __LINE__);
+  wait_ready(comm, nullptr, "ncclCommInitRankConfig(...)");
   return std::make_unique<NcclComm>(comm, rank, size, device.index());
 }
 

@@ -143,6 +143,40 @@ TEST_P(OnDevice, AllReduceOverTwoDevicesEqualsTheSum) {
   }
 }
 
+// Event::elapsed_ms (O8): device time between two timing events on one stream and across
+// streams, without a host task on either stream; events without timing are refused.
+TEST_P(OnDevice, TimingEventsMeasureStreamWorkAndRefuseEventsWithoutTiming) {
+  STP_DEVICES_OR_SKIP(devs, GetParam(), 1);
+  auto& d = *devs[0];
+  auto s = d.create_stream("compute");
+  auto other = d.create_stream("h2d");
+  auto start = d.create_timing_event();
+  auto end = d.create_timing_event();
+  auto plain = d.create_event();
+  auto later = d.create_timing_event();
+  const std::size_t n = 1 << 22;
+  std::vector<float> x(n, 1.0f);
+  float* dx = upload(d, *s, x);
+  float* dy = upload(d, *s, x);
+  s->record(*start);
+  for (int i = 0; i < 8; ++i) stp::launch(*s, n, Saxpy{1.0f, dx, dy}, 1 << 16);
+  s->record(*end);
+  s->record(*plain);
+  other->wait(*end);
+  other->record(*later);  // on another stream, reached after `end`
+  s->synchronize();
+  other->synchronize();
+  const double ms = end->elapsed_ms(*start);
+  EXPECT_GT(ms, 0.0) << "eight kernels over 16 MiB take time";
+  EXPECT_LT(ms, 60e3);
+  EXPECT_NEAR(start->elapsed_ms(*end), -ms, 1e-3 + 1e-6 * ms) << "reversed: negative";
+  EXPECT_GE(later->elapsed_ms(*end), 0.0);
+  EXPECT_ANY_THROW((void)plain->elapsed_ms(*start)) << "an event without timing";
+  EXPECT_ANY_THROW((void)end->elapsed_ms(*plain)) << "an event without timing as the start";
+  d.deallocate(dx);
+  d.deallocate(dy);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, OnDevice, ::testing::ValuesIn(stp::testing::all_kinds()), stp::testing::kind_name);
 
 TEST(CudaBackend, WithoutAUsableGpuTheErrorIsOneClearLine) {

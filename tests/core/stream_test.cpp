@@ -213,4 +213,26 @@ TEST(CpuEvents, DestroyingAnEventWithAPendingRecordIsSafe) {
   SUCCEED() << "no use-after-free (checked under ASan/TSan in CI)";
 }
 
+// Event::elapsed_ms on the CPU backend: a record's time is when the stream reached it, and asking
+// before a record has completed is a bug (CUDA returns cudaErrorNotReady), not a silent zero.
+TEST(CpuEvents, ElapsedTimeIsTheTimeBetweenTheRecordsAndNeedsBothCompleted) {
+  stp::CpuDevice dev(0, {});
+  auto s = dev.create_stream("s");
+  auto start = dev.create_timing_event();
+  auto end = dev.create_timing_event();
+  EXPECT_THROW((void)end->elapsed_ms(*start), stp::InternalError) << "never recorded";
+  std::atomic<bool> gate{false};
+  s->record(*start);
+  s->enqueue_host([&] {
+    while (!gate.load()) std::this_thread::sleep_for(1ms);
+  });
+  s->enqueue_host([] { std::this_thread::sleep_for(20ms); });
+  s->record(*end);
+  EXPECT_THROW((void)end->elapsed_ms(*start), stp::InternalError) << "end still pending";
+  gate = true;
+  s->synchronize();
+  EXPECT_GE(end->elapsed_ms(*start), 20.0);
+  EXPECT_LE(start->elapsed_ms(*end), -20.0);
+}
+
 }  // namespace

@@ -4,6 +4,7 @@
 #include <hwloc.h>
 #include <sched.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -126,9 +127,51 @@ TEST_F(PoolTest, MemoryLivesOnTheNearestNumaNode) {
   if (!pool.numa_bound()) std::printf("note: NUMA binding is not supported here; pages placed by first touch\n");
 }
 
+// O5: the pool maps, places and pre-faults its pages, then registers them with the device as
+// pinned (cudaHostRegister on CUDA); the device counts them and copies treat them as pinned; the
+// registration ends with the pool.
+TEST_F(PoolTest, SegmentIsRegisteredAsPinnedAfterPlacementAndUnregisteredWithThePool) {
+  void* base = nullptr;
+  {
+    stp::PinnedPool pool(dev, *d2h, {.bytes = 1 * MiB + 100, .host_budget = 4 * MiB});
+    Block all = pool.allocate(pool.capacity());
+    base = all->data;
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(base) % 4096, 0u) << "a fresh mapping is page-aligned";
+    EXPECT_TRUE(dev.is_pinned_host(base));
+    EXPECT_TRUE(dev.is_pinned_host(static_cast<char*>(base) + pool.capacity() - 1));
+    auto pinned = dev.pinned_host_stats();
+    EXPECT_EQ(pinned.in_use, pool.capacity());
+    EXPECT_EQ(pinned.alloc_count, 1u);
+    // Pre-faulted before pinning: if the kernel can say where the pages are, numa_node() says it.
+    const int where = stp::memory_node_of(base, pool.capacity());
+    if (where >= 0) {
+      EXPECT_EQ(pool.numa_node(), where) << "numa_node() reports where the pages are, not the wish";
+    }
+  }
+  EXPECT_FALSE(dev.is_pinned_host(base));
+  EXPECT_EQ(dev.pinned_host_stats().in_use, 0u);
+  EXPECT_EQ(dev.pinned_host_stats().free_count, 1u);
+}
+
+TEST(CpuDevicePinned, RegisteredMemoryIsCountedButNeverFreedByTheDevice) {
+  std::vector<char> mine(64 * KiB);
+  {
+    stp::CpuDevice dev(0, {});
+    dev.register_pinned_host(mine.data(), mine.size());
+    EXPECT_TRUE(dev.is_pinned_host(mine.data() + 10));
+    EXPECT_EQ(dev.pinned_host_stats().in_use, mine.size());
+    EXPECT_THROW(dev.deallocate_pinned_host(mine.data()), stp::InternalError) << "the caller owns it";
+    dev.unregister_pinned_host(mine.data());
+    EXPECT_EQ(dev.pinned_host_stats().in_use, 0u);
+    dev.register_pinned_host(mine.data(), mine.size());  // left registered: ~CpuDevice must not free it
+  }
+  mine[0] = 1;  // still ours (ASan would report a double free otherwise)
+  SUCCEED();
+}
+
 TEST_F(PoolTest, LockedPagesAreBoundAndStayLocked) {
   stp::CpuDeviceOptions o;
-  o.lock_pinned = true;  // pages are faulted (mlock) before binding: the bind must migrate them
+  o.lock_pinned = true;  // registration mlock()s the pages: after binding and pre-faulting, as cudaHostRegister would
   stp::CpuDevice locked(1, o);
   auto s = locked.create_stream("d2h");
   stp::PinnedPool pool(locked, *s, {.bytes = 1 * MiB, .host_budget = 1 * MiB});
@@ -138,6 +181,22 @@ TEST_F(PoolTest, LockedPagesAreBoundAndStayLocked) {
   }
   EXPECT_EQ(locked.pinned_host_stats().alloc_count, 1u);
   if (locked.lock_failures() != 0) std::printf("note: mlock refused here (RLIMIT_MEMLOCK)\n");
+}
+
+// O6: a device that knows its NUMA node (a GPU's PCI locality; emulated here) gets that node,
+// and with it the pinned pool's pages; an unknown or non-existent node falls back.
+TEST(Numa, TheDevicesOwnNodeWinsWhenItExists) {
+  stp::CpuDevice plain(0, {});
+  const int fallback = stp::nearest_numa_node(plain);
+  ASSERT_GE(fallback, 0);
+  stp::CpuDevice located(0, {.numa_node = fallback});
+  EXPECT_EQ(stp::nearest_numa_node(located), fallback);
+  stp::CpuDevice nowhere(0, {.numa_node = 4095});  // no such node here
+  EXPECT_EQ(stp::nearest_numa_node(nowhere), fallback);
+  if (stp::numa_node_count() > 1) {
+    stp::CpuDevice second(0, {.numa_node = 1});
+    EXPECT_EQ(stp::nearest_numa_node(second), 1) << "the device's node, not the round-robin answer";
+  }
 }
 
 TEST(Numa, BindMemoryAndQueryItsNode) {

@@ -70,6 +70,21 @@ TEST(CmdTrain, CudaBackendWithoutAGpu) {
   expect_clean_failure("bad_cuda", "--set parallel.backend=cuda", "parallel.backend is cuda but " + why + "; use parallel.backend: cpu");
 }
 
+// O9: a failure of the device runtime or a device library (here injected as one) is a DeviceError:
+// `stp` says "device error" and exits with status 4, not 1 (the user's input) or 3 (a bug).
+TEST(CmdTrain, DeviceErrorExitsWithStatus4) {
+  if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
+  RunDir run("device_error");
+  ::setenv("STP_FAULT_RANK", "1", 1);
+  ::setenv("STP_FAULT_KIND", "device", 1);
+  auto r = stp::testing::run_stp("train " + run.config.string() + " --set train.steps=1");
+  ::unsetenv("STP_FAULT_RANK");
+  ::unsetenv("STP_FAULT_KIND");
+  EXPECT_EQ(r.status, 4) << r.err;
+  EXPECT_NE(r.err.find("stp train: device error: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("injected failure of rank 1 in step 1"), std::string::npos) << r.err;
+}
+
 TEST(CmdTrain, TruncatedCheckpoint) {
   if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
   RunDir good("truncated_ckpt_source");
