@@ -24,18 +24,9 @@ namespace {
 
 using stp::testing::tiny_config;
 
-struct TrainRun {
-  std::vector<double> losses;
-  std::map<std::string, stp::HostTensor> params;
-};
+using stp::testing::TrainRun;
 
-TrainRun train(const std::vector<std::string>& overrides) {
-  stp::Trainer t(tiny_config(overrides));
-  TrainRun out;
-  for (int i = 0; i < 3; ++i) out.losses.push_back(t.step().loss);
-  out.params = t.full_parameters();
-  return out;
-}
+TrainRun train(const std::vector<std::string>& overrides) { return stp::testing::run_training(tiny_config(overrides), 3); }
 
 const TrainRun& reference() {
   static const TrainRun r = train({});

@@ -17,43 +17,13 @@ namespace {
 
 using stp::testing::tiny_config;
 
-struct TrainRun {
-  std::vector<double> losses;
-  std::map<std::string, stp::HostTensor> params;
-  std::vector<std::uint64_t> peaks;
-  std::uint64_t pinned = 0;
-  std::vector<std::uint64_t> offloaded;  // D2H bytes of the last step per device
-  stp::MemoryPlan plan;
-};
+using stp::testing::expect_bitwise_equal;
+using stp::testing::TrainRun;
 
 TrainRun train(std::vector<std::string> overrides, int steps = 3) {
   overrides.insert(overrides.begin(), {"parallel.tp=2", "parallel.pp=2", "model.n_layer=4"});
-  stp::Trainer t(tiny_config(overrides));
-  TrainRun out;
-  for (int i = 0; i < steps; ++i) {
-    stp::StepResult r = t.step();
-    out.losses.push_back(r.loss);
-    out.peaks = r.peak_device_bytes;
-    out.pinned = r.peak_host_pinned_bytes;
-    out.offloaded.clear();
-    for (const auto& o : r.offload) out.offloaded.push_back(o.d2h_bytes);
-  }
-  out.params = t.full_parameters();
-  out.plan = t.memory_plan();
-  return out;
+  return stp::testing::run_training(tiny_config(overrides), steps);
 }
-
-void expect_bitwise_equal(const TrainRun& a, const TrainRun& b) {
-  ASSERT_EQ(a.losses.size(), b.losses.size());
-  for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
-  ASSERT_EQ(a.params.size(), b.params.size());
-  for (const auto& [name, t] : a.params) {
-    const stp::HostTensor& u = b.params.at(name);
-    ASSERT_EQ(t.data.size(), u.data.size()) << name;
-    EXPECT_EQ(0, std::memcmp(t.data.data(), u.data.data(), 4 * t.data.size())) << name;
-  }
-}
-
 
 // Same kernels on the same inputs in the same order: every lever must be bitwise neutral.
 TEST(MemoryLevers, OffloadRecomputeAndThePlannerTrainBitwiseLikeKeepingEverything) {
@@ -95,16 +65,7 @@ TEST(MemoryPlanner, PredictedPeaksEqualMeasuredPeaksWithinEveryBudget) {
     for (std::size_t budget : {generous, (keep.peaks[0] + minimum) / 2, minimum + (keep.peaks[0] - minimum) / 4, minimum}) {
       SCOPED_TRACE(budget);
       TrainRun r = train({sched, "memory.offload=auto", "memory.recompute=auto", "memory.device_budget=" + std::to_string(budget)}, 2);
-      std::uint64_t pinned = 0;
-      ASSERT_EQ(r.peaks.size(), r.plan.predicted.size());
-      for (std::size_t g = 0; g < r.peaks.size(); ++g) {
-        EXPECT_EQ(r.peaks[g], r.plan.predicted[g].peak_device_bytes) << "device " << g;
-        EXPECT_LE(r.peaks[g], budget) << "device " << g;
-        pinned += r.plan.predicted[g].host_pinned_bytes;
-        std::uint64_t offloaded = r.offloaded.empty() ? 0 : r.offloaded[g];
-        EXPECT_EQ(offloaded, r.plan.predicted[g].offload_bytes_per_step) << "device " << g;
-      }
-      EXPECT_EQ(r.pinned, pinned);
+      stp::testing::expect_memory_as_planned(r, budget);
     }
   }
 }

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,6 +17,7 @@
 
 #include "core/config.h"
 #include "models/safetensors.h"
+#include "train/trainer.h"
 
 namespace stp::testing {
 
@@ -114,6 +117,65 @@ inline bool bitwise_equal(const std::map<std::string, HostTensor>& a, const std:
   for (const auto& [name, tb] : b)
     if (a.at(name).data != tb.data) return false;
   return a.size() == b.size();
+}
+
+// What a short training run shows: per-step losses, the final parameters, and the memory of the
+// last step (per device, global rank order) next to the plan it ran.
+struct TrainRun {
+  std::vector<double> losses;
+  std::map<std::string, HostTensor> params;
+  std::vector<std::uint64_t> peaks;           // StepResult::peak_device_bytes (live bytes; what the planner predicts)
+  std::vector<std::uint64_t> reserved;        // StepResult::peak_device_reserved_bytes (taken from the device)
+  std::uint64_t pinned = 0;                   // StepResult::peak_host_pinned_bytes
+  std::vector<std::uint64_t> offloaded;       // D2H bytes of the last step per device (empty: nothing offloads)
+  MemoryPlan plan;
+};
+
+inline TrainRun run_training(const Config& config, int steps) {
+  Trainer t(config);
+  TrainRun out;
+  for (int i = 0; i < steps; ++i) {
+    StepResult r = t.step();
+    out.losses.push_back(r.loss);
+    out.peaks = r.peak_device_bytes;
+    out.reserved = r.peak_device_reserved_bytes;
+    out.pinned = r.peak_host_pinned_bytes;
+    out.offloaded.clear();
+    for (const auto& o : r.offload) out.offloaded.push_back(o.d2h_bytes);
+  }
+  out.params = t.full_parameters();
+  out.plan = t.memory_plan();
+  return out;
+}
+
+// Same losses and parameters, to the bit.
+inline void expect_bitwise_equal(const TrainRun& a, const TrainRun& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (const auto& [name, t] : a.params) {
+    const HostTensor& u = b.params.at(name);
+    ASSERT_EQ(t.data.size(), u.data.size()) << name;
+    EXPECT_EQ(0, std::memcmp(t.data.data(), u.data.data(), sizeof(float) * t.data.size())) << name;
+  }
+}
+
+// The run's measured memory against its plan, per device: the live-byte peak equals the prediction
+// and, like the bytes reserved from the device, stays within `budget`; each device offloads exactly
+// the predicted bytes; the pinned pools are as large as predicted.
+inline void expect_memory_as_planned(const TrainRun& r, std::uint64_t budget) {
+  ASSERT_EQ(r.peaks.size(), r.plan.predicted.size());
+  ASSERT_EQ(r.reserved.size(), r.peaks.size());
+  std::uint64_t pinned = 0;
+  for (std::size_t g = 0; g < r.peaks.size(); ++g) {
+    EXPECT_EQ(r.peaks[g], r.plan.predicted[g].peak_device_bytes) << "device " << g;
+    EXPECT_LE(r.peaks[g], budget) << "device " << g;
+    EXPECT_LE(r.reserved[g], budget) << "device " << g;
+    pinned += r.plan.predicted[g].host_pinned_bytes;
+    std::uint64_t offloaded = r.offloaded.empty() ? 0 : r.offloaded[g];
+    EXPECT_EQ(offloaded, r.plan.predicted[g].offload_bytes_per_step) << "device " << g;
+  }
+  EXPECT_EQ(r.pinned, pinned);
 }
 
 }  // namespace stp::testing
