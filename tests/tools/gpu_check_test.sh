@@ -119,6 +119,19 @@ python3 "$helper" ctest "$tmp/driver.xml" 1 >"$tmp/driver.md" && bad "ctest: a C
 grep -qF "FAILED: skipped on a machine with 1 GPU(s)" "$tmp/driver.md" || bad "ctest: verdict: $(cat "$tmp/driver.md")"
 junit "$tmp/fail.xml" "Backends/OnDevice.Launch/cuda|run|ok" "OffloadEngine.Roundtrip|fail|boom"
 python3 "$helper" ctest "$tmp/fail.xml" 1 >/dev/null && bad "ctest: a failed test was accepted"
+# The kernel parity and backend training cases (tests/core/kernel_parity_test.cpp,
+# tests/train/backend_training_test.cpp) are named LAYOUT/SUITE.TEST/KIND: the cuda ones are CUDA
+# cases (a 4-GPU layout may be skipped on 2 GPUs), the cpu ones are not (their parameter names the
+# layout, not the backend).
+junit "$tmp/named.xml" "Backends/KernelParity.Gemm/cuda  # GetParam() = 4-byte object &lt;01-00 00-00&gt;|run|[parity] C: max abs error 1e-06\n[       OK ]" \
+  "Backends/KernelParity.Gemm/cpu  # GetParam() = 4-byte object &lt;00-00 00-00&gt;|run|[       OK ]" \
+  "tp1_pp1_gpipe/BackendTraining.MatchesTheCpuBackend/cuda  # GetParam() = cuda tp=1 pp=1 gpipe|run|[       OK ]" \
+  "tp2_pp2_stp/BackendTraining.BudgetHoldsAsPlanned/cuda  # GetParam() = cuda tp=2 pp=2 stp|notrun|x.cpp:4: Skipped\nno usable cuda device here: 2 GPU(s) visible, 4 needed (one per rank)\n[  SKIPPED ]" \
+  "tp2_pp2_stp/BackendTraining.BudgetHoldsAsPlanned/cpu  # GetParam() = cpu tp=2 pp=2 stp|run|[       OK ]"
+python3 "$helper" ctest "$tmp/named.xml" 2 >"$tmp/named.md" || bad "ctest: parity/training cases rejected: $(cat "$tmp/named.md")"
+grep -qF "CUDA cases (3)" "$tmp/named.md" || bad "ctest: parity/training cases miscounted: $(cat "$tmp/named.md")"
+grep -qF '`tp2_pp2_stp/BackendTraining.BudgetHoldsAsPlanned/cuda` | skipped | ok: needs 4 GPUs' "$tmp/named.md" ||
+  bad "ctest: 4-GPU training case verdict: $(cat "$tmp/named.md")"
 junit "$tmp/nocuda.xml" "Backends/OnDevice.Launch/cpu|run|ok"
 python3 "$helper" ctest "$tmp/nocuda.xml" 1 >/dev/null && bad "ctest: results without any CUDA case were accepted"
 
