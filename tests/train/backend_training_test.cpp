@@ -1,12 +1,13 @@
 // Training on the backend under test (issue #8; docs/gpu-readiness.md, O11 and section 9): the
 // CPU backend's training-level claims repeated with parallel.backend: cuda.
-//   MatchesTheCpuBackend      losses and parameters after three AdamW steps against the CPU
-//                             backend's run of the same job, within the tolerance stated there.
+//   MatchesTheCpuBackend      losses (and in f32 parameters) after three AdamW steps against the
+//                             CPU backend's run of the same job, within the tolerance stated there.
 //   OffloadIsBitwiseNeutral   memory.offload all vs none on the backend: the same bits.
 //   BudgetHoldsAsPlanned      under memory.device_budget the measured peaks equal the planner's
 //                             prediction and stay within the budget, and training is bitwise
 //                             unchanged by the levers the planner chose.
-// Names: LAYOUT/BackendTraining.TEST/KIND, one instantiation per layout. The cpu instances run
+// Names: LAYOUT/BackendTraining.TEST/KIND, one instantiation per layout and precision (f32, and
+// train.precision: bf16 with the suffix _bf16). The cpu instances run
 // every body here, the backend under test being the CPU backend itself (where MatchesTheCpuBackend
 // must then be bitwise). The cuda instances are skipped with cuda_usable's reason unless the build
 // has CUDA and tp x pp GPUs are usable; tools/gpu-check accepts such a skip only for "needs more
@@ -31,10 +32,12 @@ struct Case {
   DeviceKind kind;
   const char* schedule;
   int tp, pp;
+  const char* precision;  // f32 | bf16
+  bool bf16() const { return std::string(precision) == "bf16"; }
 };
 
 void PrintTo(const Case& c, std::ostream* os) {  // CTest names carry this (not the struct's padding bytes)
-  *os << stp::to_string(c.kind) << " tp=" << c.tp << " pp=" << c.pp << " " << c.schedule;
+  *os << stp::to_string(c.kind) << " tp=" << c.tp << " pp=" << c.pp << " " << c.schedule << " " << c.precision;
 }
 
 class BackendTraining : public ::testing::TestWithParam<Case> {
@@ -46,7 +49,8 @@ class BackendTraining : public ::testing::TestWithParam<Case> {
     const Case& c = GetParam();
     std::vector<std::string> o = {std::string("parallel.backend=") + stp::to_string(kind),
                                   std::string("parallel.schedule=") + c.schedule, "parallel.tp=" + std::to_string(c.tp),
-                                  "parallel.pp=" + std::to_string(c.pp), "model.n_layer=4"};
+                                  "parallel.pp=" + std::to_string(c.pp), "model.n_layer=4",
+                                  std::string("train.precision=") + c.precision};
     o.insert(o.end(), extra.begin(), extra.end());
     return stp::testing::tiny_config(o);
   }
@@ -66,16 +70,27 @@ std::uint64_t max_of(const std::vector<std::uint64_t>& v) { return v.empty() ? 0
 // loss by far more (Equivalence's bitwise first step and gpu-check's 1e-3 over six steps bracket it).
 constexpr double kLossRel = 1e-4, kParamRel = 1e-4;
 
+// bf16 (train.precision: bf16): activations and GEMM operands are rounded to 8 bits, and an f32
+// intermediate that the two backends compute a rounding apart may round to the neighbouring bf16
+// value, as a different association of a sum does across CPU layouts, where the losses stay within
+// a relative 1e-3 (tests/train/precision_test.cpp, Bf16Layouts): the same bar here. Parameters are
+// not compared in bf16: AdamW's first steps move an entry whose gradient is near zero by ~lr in the
+// direction of its sign, so any flip shows (precision_test.cpp's header).
+constexpr double kBf16LossRel = 1e-3;
+
 TEST_P(BackendTraining, MatchesTheCpuBackend) {
   const Case& c = GetParam();
   STP_SKIP_UNLESS_USABLE(c.kind, ranks());
   TrainRun cpu = stp::testing::run_training(config(DeviceKind::Cpu), 3);
   TrainRun run = stp::testing::run_training(config(c.kind), 3);
   ASSERT_EQ(run.losses.size(), cpu.losses.size());
+  const double loss_rel = c.bf16() ? kBf16LossRel : kLossRel;
   for (std::size_t i = 0; i < cpu.losses.size(); ++i)
-    EXPECT_NEAR(run.losses[i], cpu.losses[i], kLossRel * cpu.losses[i]) << "step " << i + 1;
-  std::string where;
-  EXPECT_LT(stp::testing::max_rel_diff(run.params, cpu.params, &where), kParamRel) << "worst at " << where;
+    EXPECT_NEAR(run.losses[i], cpu.losses[i], loss_rel * cpu.losses[i]) << "step " << i + 1;
+  if (!c.bf16()) {
+    std::string where;
+    EXPECT_LT(stp::testing::max_rel_diff(run.params, cpu.params, &where), kParamRel) << "worst at " << where;
+  }
   EXPECT_LT(cpu.losses.back(), cpu.losses.front()) << "the job must train";
   if (c.kind == DeviceKind::Cpu) stp::testing::expect_bitwise_equal(run, cpu);
 }
@@ -119,18 +134,23 @@ TEST_P(BackendTraining, BudgetHoldsAsPlanned) {
   stp::testing::expect_bitwise_equal(r, keep);
 }
 
-std::vector<Case> on_every_backend(const char* schedule, int tp, int pp) {
+std::vector<Case> on_every_backend(const char* schedule, int tp, int pp, const char* precision = "f32") {
   std::vector<Case> out;
-  for (DeviceKind k : stp::testing::all_kinds()) out.push_back({k, schedule, tp, pp});
+  for (DeviceKind k : stp::testing::all_kinds()) out.push_back({k, schedule, tp, pp, precision});
   return out;
 }
 
 std::string kind_of(const ::testing::TestParamInfo<Case>& info) { return stp::to_string(info.param.kind); }
 
 // One GPU; two (pipeline P2P over NCCL, the V's hand-over); four (TP all-reduces braided under
-// the other part's compute, NCCL groups of sends and receives).
+// the other part's compute, NCCL groups of sends and receives). bf16 on one and on four GPUs
+// (cublasGemmEx with bf16 operands, bf16 activations through NCCL and the offload engine).
 INSTANTIATE_TEST_SUITE_P(tp1_pp1_gpipe, BackendTraining, ::testing::ValuesIn(on_every_backend("gpipe", 1, 1)), kind_of);
 INSTANTIATE_TEST_SUITE_P(tp1_pp2_stp, BackendTraining, ::testing::ValuesIn(on_every_backend("stp", 1, 2)), kind_of);
 INSTANTIATE_TEST_SUITE_P(tp2_pp2_stp, BackendTraining, ::testing::ValuesIn(on_every_backend("stp", 2, 2)), kind_of);
+INSTANTIATE_TEST_SUITE_P(tp1_pp1_gpipe_bf16, BackendTraining, ::testing::ValuesIn(on_every_backend("gpipe", 1, 1, "bf16")),
+                         kind_of);
+INSTANTIATE_TEST_SUITE_P(tp2_pp2_stp_bf16, BackendTraining, ::testing::ValuesIn(on_every_backend("stp", 2, 2, "bf16")),
+                         kind_of);
 
 }  // namespace
