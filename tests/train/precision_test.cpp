@@ -32,25 +32,9 @@ namespace {
 
 using stp::testing::tiny_config;
 
-struct TrainRun {
-  std::vector<double> losses;
-  std::map<std::string, stp::HostTensor> params;
-  std::uint64_t peak = 0;
-  std::size_t predicted_peak = 0;
-};
+using stp::testing::TrainRun;
 
-TrainRun train(std::vector<std::string> overrides) {
-  stp::Trainer t(tiny_config(overrides));
-  TrainRun out;
-  for (int i = 0; i < 3; ++i) {
-    stp::StepResult r = t.step();
-    out.losses.push_back(r.loss);
-    out.peak = r.peak_device_bytes[0];
-  }
-  out.params = t.full_parameters();
-  out.predicted_peak = t.memory_plan().predicted.empty() ? 0 : t.memory_plan().predicted[0].peak_device_bytes;
-  return out;
-}
+TrainRun train(const std::vector<std::string>& overrides) { return stp::testing::run_training(tiny_config(overrides), 3); }
 
 const TrainRun& bf16_single() {
   static const TrainRun r = train({"train.precision=bf16"});
@@ -68,14 +52,15 @@ TEST(Bf16, TracksF32TrainingWithinRoundingError) {
   }
   // Not the same run: bf16 must actually round something.
   EXPECT_FALSE(stp::testing::bitwise_equal(bf.params, f32.params));
-  EXPECT_LT(bf.peak, f32.peak) << "bf16 activations take half the bytes";
+  EXPECT_LT(bf.peaks[0], f32.peaks[0]) << "bf16 activations take half the bytes";
   std::printf("[ bf16 vs f32 ] loss rel %.2e, peak %llu vs %llu bytes\n", worst_loss,
-              static_cast<unsigned long long>(bf.peak), static_cast<unsigned long long>(f32.peak));
+              static_cast<unsigned long long>(bf.peaks[0]), static_cast<unsigned long long>(f32.peaks[0]));
 }
 
 struct Layout {
   const char* schedule;
   int tp, pp;
+  int dp = 1;
 };
 
 class Bf16Layouts : public ::testing::TestWithParam<Layout> {};
@@ -95,12 +80,7 @@ TEST_P(Bf16Layouts, MatchSingleRankBf16) {
 INSTANTIATE_TEST_SUITE_P(Layouts, Bf16Layouts,
                          ::testing::Values(Layout{"stp", 2, 2}, Layout{"zb-v", 1, 2}, Layout{"1f1b-i", 2, 2},
                                            Layout{"gpipe", 1, 4}),
-                         [](const ::testing::TestParamInfo<Layout>& p) {
-                           std::string s = p.param.schedule;
-                           for (char& c : s)
-                             if (c == '-') c = '_';
-                           return s + "_tp" + std::to_string(p.param.tp) + "_pp" + std::to_string(p.param.pp);
-                         });
+                         stp::testing::layout_case_name<Layout>);
 
 TEST(Bf16, MemoryLeversAreBitwiseNeutralAndThePlanIsExact) {
   const std::vector<std::string> base = {"train.precision=bf16", "parallel.schedule=stp", "parallel.tp=2",
@@ -113,19 +93,15 @@ TEST(Bf16, MemoryLeversAreBitwiseNeutralAndThePlanIsExact) {
   std::vector<std::string> planned = base;
   planned.insert(planned.end(), {"memory.offload=auto", "memory.recompute=auto"});
   const std::size_t minimum = stp::make_memory_plan(tiny_config(planned), true).min_device_budget;
-  const std::size_t budget = (keep.peak + minimum) / 2;
+  const std::size_t budget = (keep.peaks[0] + minimum) / 2;
   for (std::vector<std::string> lever : std::vector<std::vector<std::string>>{
            {"memory.offload=all"}, {"memory.recompute=full"}, {"memory.recompute=selective"},
            {"memory.offload=auto", "memory.recompute=auto", "memory.device_budget=" + std::to_string(budget)}}) {
     SCOPED_TRACE(lever.back());
     TrainRun r = with(lever);
-    EXPECT_EQ(r.losses, keep.losses);
-    EXPECT_TRUE(stp::testing::bitwise_equal(r.params, keep.params));
-    EXPECT_LT(r.peak, keep.peak) << "the lever saved nothing";
-    if (lever.size() > 1) {
-      EXPECT_EQ(r.peak, r.predicted_peak) << "the planner predicts bf16 peaks exactly";
-      EXPECT_LE(r.peak, budget);
-    }
+    stp::testing::expect_bitwise_equal(r, keep);
+    EXPECT_LT(r.peaks[0], keep.peaks[0]) << "the lever saved nothing";
+    if (lever.size() > 1) stp::testing::expect_memory_as_planned(r, budget);  // bf16 peaks predicted exactly
   }
 }
 
