@@ -49,6 +49,7 @@
 #include "core/kernels/nn_kernels.h"
 #include "core/kernels/optim_kernels.h"
 #include "tests/support/devices.h"
+#include "tests/support/parity_compare.h"
 
 namespace {
 
@@ -56,142 +57,14 @@ using stp::bf16;
 using stp::DeviceKind;
 using stp::Stream;
 using i64 = std::int64_t;
-
-// ---- Comparison -------------------------------------------------------------------------------
-
-template <typename T>
-constexpr double unit_roundoff();
-template <>
-constexpr double unit_roundoff<float>() { return 0x1p-24; }
-template <>
-constexpr double unit_roundoff<bf16>() { return 0x1p-8; }
-
-template <typename T>
-double to_double(T v) { return static_cast<double>(v); }
-double to_double(bf16 v) { return stp::to_f32(v); }
-
-constexpr double kU = unit_roundoff<float>();
-
-// How close element i of the device's output must be to the oracle's:
-//   |got_i - want_i| <= rel * |want_i| + abs + of_max * max_j |want_j| + bound[i] (bound optional).
-// The default, all zero, means bitwise: the same bytes (so -0 vs +0 or two NaNs are judged by bits).
-struct Tolerance {
-  double rel = 0, abs = 0, of_max = 0;
-  std::vector<double> bound;  // per-element absolute bound (GEMM error bounds), or empty
-
-  static Tolerance exact() { return {}; }
-  bool bitwise() const { return rel == 0 && abs == 0 && of_max == 0 && bound.empty(); }
-  std::string describe() const {
-    if (bitwise()) return "bitwise";
-    std::ostringstream s;
-    s << "rel " << rel << ", abs " << abs << ", of_max " << of_max << (bound.empty() ? "" : ", per-element bound");
-    return s.str();
-  }
-};
-
-Tolerance within(double rel, double abs = 0, double of_max = 0) { return Tolerance{rel, abs, of_max, {}}; }
-Tolerance per_element(std::vector<double> bound) { return Tolerance{0, 0, 0, std::move(bound)}; }
-
-// The tolerance of an output stored as T whose f32 value is within `f32` on both sides (see the
-// file header): bf16 adds one bf16 ulp, <= 2^-7 (2 u) of the value; exact stays exact.
-template <typename T>
-Tolerance stored_as(Tolerance f32) {
-  if (!std::is_same_v<T, float> && !f32.bitwise()) f32.rel += 2 * unit_roundoff<T>();
-  return f32;
-}
-
-// Largest errors of got against want, and whether they are within tol. The message always carries
-// the largest absolute and relative errors; on failure also how many elements failed and the worst.
-template <typename T>
-::testing::AssertionResult matches(const std::vector<T>& got, const std::vector<T>& want, const Tolerance& tol) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << got.size() << " elements, expected " << want.size();
-  if (!tol.bound.empty() && tol.bound.size() != want.size())
-    return ::testing::AssertionFailure() << "tolerance has " << tol.bound.size() << " bounds for " << want.size() << " elements";
-  double scale = 0;
-  for (const T& w : want) scale = std::max(scale, std::fabs(to_double(w)));
-  std::size_t bad = 0, worst = 0;
-  double max_abs = 0, max_rel = 0, worst_excess = -1;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    double g = to_double(got[i]), w = to_double(want[i]);
-    double err = std::fabs(g - w);
-    if (!std::isnan(err)) {
-      max_abs = std::max(max_abs, err);
-      if (w != 0) max_rel = std::max(max_rel, err / std::fabs(w));
-    }
-    bool ok;
-    double allowed = 0;
-    if (tol.bitwise()) {
-      ok = std::memcmp(&got[i], &want[i], sizeof(T)) == 0;
-    } else {
-      allowed = tol.rel * std::fabs(w) + tol.abs + tol.of_max * scale + (tol.bound.empty() ? 0.0 : tol.bound[i]);
-      ok = err <= allowed;  // false for NaN
-    }
-    if (!ok) {
-      ++bad;
-      double excess = std::isnan(err) ? INFINITY : err - allowed;
-      if (excess > worst_excess) worst_excess = excess, worst = i;
-    }
-  }
-  auto result = bad ? ::testing::AssertionFailure() : ::testing::AssertionSuccess();
-  result << "max abs error " << max_abs << ", max rel error " << max_rel << " over " << want.size()
-         << " elements (largest |want| " << scale << "; tolerance " << tol.describe() << ")";
-  if (bad) {
-    double w = to_double(want[worst]);
-    result << "; " << bad << " outside it, worst [" << worst << "]: got " << to_double(got[worst]) << ", want " << w
-           << ", allowed error "
-           << (tol.bitwise() ? 0.0 : tol.rel * std::fabs(w) + tol.abs + tol.of_max * scale + (tol.bound.empty() ? 0.0 : tol.bound[worst]));
-  }
-  return result;
-}
-
-// The comparison itself must be able to fail: one ulp breaks "bitwise", an error just past the
-// bound breaks a tolerance, NaN breaks both.
-TEST(ParityCompare, BitwiseRejectsOneUlpAndNegativeZero) {
-  std::vector<float> want = {1.0f, -2.5f, 0.0f, 3.0e-3f};
-  EXPECT_TRUE(matches(want, want, Tolerance::exact()));
-  std::vector<float> got = want;
-  got[3] = std::nextafter(got[3], 1.0f);
-  EXPECT_FALSE(matches(got, want, Tolerance::exact()));
-  got = want;
-  got[2] = -0.0f;
-  EXPECT_FALSE(matches(got, want, Tolerance::exact()));
-}
-
-TEST(ParityCompare, ToleranceAcceptsUpToTheBoundAndNoFurther) {
-  std::vector<float> want = {1.0f, -2.0f, 0.5f};
-  const Tolerance tol = within(1e-3);
-  std::vector<float> got = {1.0005f, -2.0015f, 0.5f};  // within 1e-3 * |want|
-  EXPECT_TRUE(matches(got, want, tol));
-  got[1] = -2.0025f;  // 1.25e-3 relative
-  auto r = matches(got, want, tol);
-  EXPECT_FALSE(r);
-  EXPECT_NE(std::string(r.message()).find("worst [1]"), std::string::npos) << r.message();
-  // of_max: relative to the largest |want| (2), so 0.5 may be off by 2e-3 * 2.
-  const Tolerance norm = within(0, 0, 2e-3);
-  EXPECT_TRUE(matches(std::vector<float>{1.0f, -2.0f, 0.5035f}, want, norm));
-  EXPECT_FALSE(matches(std::vector<float>{1.0f, -2.0f, 0.5045f}, want, norm));
-  // Per-element bounds.
-  const Tolerance per = per_element({0, 0, 0.01});
-  EXPECT_TRUE(matches(std::vector<float>{1.0f, -2.0f, 0.509f}, want, per));
-  EXPECT_FALSE(matches(std::vector<float>{1.0f, -1.999f, 0.5f}, want, per));
-  got = want;
-  got[0] = NAN;
-  EXPECT_FALSE(matches(got, want, within(1, 1, 1)));
-}
-
-// Element types: the comparison reads bf16 through to_double; one bf16 ulp is what stored_as adds.
-TEST(ParityCompare, Bf16ElementsAndOneStoreRounding) {
-  std::vector<bf16> want = {stp::from_f32<bf16>(1.0f), stp::from_f32<bf16>(-3.0f)};
-  EXPECT_TRUE(matches(want, want, Tolerance::exact()));
-  std::vector<bf16> got = want;
-  got[1].bits += 1;  // -3 -> -3.015625, one bf16 ulp (relative 5.2e-3)
-  EXPECT_FALSE(matches(got, want, Tolerance::exact()));
-  EXPECT_FALSE(matches(got, want, within(1e-3)));
-  EXPECT_TRUE(matches(got, want, stored_as<bf16>(within(1e-3))));
-  EXPECT_TRUE(stored_as<bf16>(Tolerance::exact()).bitwise());
-  EXPECT_EQ(stored_as<float>(within(1e-3)).rel, 1e-3);
-}
+using stp::testing::kU;
+using stp::testing::matches;
+using stp::testing::per_element;
+using stp::testing::stored_as;
+using stp::testing::to_double;
+using stp::testing::Tolerance;
+using stp::testing::unit_roundoff;
+using stp::testing::within;
 
 // ---- Oracle and device under test ---------------------------------------------------------------
 
