@@ -146,14 +146,9 @@ GPT2Params::GPT2Params(const GPT2Config& config, const GPT2StageSpec& spec, Allo
   }
 }
 
-namespace {
-void refresh_compute_of(const ParamInfo& p, Stream& s) {
-  if (p.compute.dtype() == DType::BF16) convert(s, p.compute.as<bf16>(), p.param.f32(), p.param.numel());
-}
-}  // namespace
-
 void GPT2Params::refresh_compute(Stream& s) {
-  for (const ParamInfo& p : params_) refresh_compute_of(p, s);
+  for (const ParamInfo& p : params_)
+    if (p.compute.dtype() == DType::BF16) convert(s, p.compute.as<bf16>(), p.param.f32(), p.param.numel());
 }
 
 ParamInfo& GPT2Params::at(const std::string& name) {
@@ -171,7 +166,6 @@ void GPT2Params::load_full(const std::string& name, const std::vector<float>& fu
   std::vector<float> shard(static_cast<std::size_t>(p.param.numel()));
   p.layout.scatter(full.data(), shard.data());
   upload(p.param, shard.data(), s);
-  refresh_compute_of(p, s);
 }
 
 void GPT2Params::init_random(std::uint64_t seed, Stream& s) {

@@ -47,7 +47,8 @@ class GPT2Params {
   // Copies a full host tensor (HF layout) into this rank's shard. Synchronizes s.
   void load_full(const std::string& name, const std::vector<float>& full, Stream& s);
   // Rounds the f32 masters into their bf16 GEMM copies (ParamInfo::compute), in stream order on
-  // s; no-op at f32 precision, where `compute` is the master itself.
+  // s; no-op at f32 precision, where `compute` is the master itself. The stage calls it in
+  // zero_grads, at the start of every step, so loads and optimizer steps before it are seen.
   void refresh_compute(Stream& s);
 
  private:
