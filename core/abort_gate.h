@@ -19,7 +19,7 @@
 #include <utility>
 
 #include "core/comm.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace stp {
 

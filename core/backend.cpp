@@ -2,7 +2,7 @@
 
 #include "core/cpu/cpu_device.h"
 #include "core/cpu/dry_stream.h"
-#include "core/error.h"
+#include "base/error.h"
 #if defined(STP_HAVE_CUDA)
 #include "core/cuda/cuda_backend.h"
 #endif

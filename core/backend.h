@@ -17,7 +17,7 @@ struct BackendOptions {
   DeviceKind kind = DeviceKind::Cpu;
   int count = 1;                                                   // devices (ranks) to create
   int first = 0;  // index of the first device: GPU ordinal (CUDA), device number (CPU). A process
-                  // of a multi-process job passes its rank on the node (core/process.h)
+                  // of a multi-process job passes its rank on the node (process/process.h)
   std::size_t capacity = std::numeric_limits<std::size_t>::max();  // per-device memory limit
   double link_bytes_per_s = 0;                                     // CPU only: emulated D2H/H2D rate
   bool dry_run = false;  // CPU devices that count allocations and run nothing, for any `kind`

@@ -1,7 +1,7 @@
 // Communicators: one interface for the collectives and point-to-point transfers of the runtime,
 // enqueued on a stream like any other work and completing through that stream's events.
 //
-//   HostComm  (core/host_comm.h)  — CPU ranks: threads of one process, shared memory.
+//   HostComm  (core/comm.h)  — CPU ranks: threads of one process, shared memory.
 //   NcclComm  (core/cuda)         — GPUs: NCCL communicators, one thread per GPU.
 //
 // Contract (both backends):
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "core/device.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace stp {
 

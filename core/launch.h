@@ -14,7 +14,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"  // STP_HD
-#include "core/error.h"
+#include "base/error.h"
 
 namespace stp {
 

@@ -1,6 +1,6 @@
 #include "core/tensor.h"
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace stp {
 

@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
-#include "core/trace.h"
+#include "base/error.h"
+#include "base/trace.h"
 
 namespace stp {
 

@@ -91,7 +91,7 @@ class BlockArena final : public Allocator {
   ArenaStats stats() const;
   void reset_peak();  // peak_* := current
 
-  // Memory counters for `stp profile` (core/trace.h): while a recorder is attached, every
+  // Memory counters for `stp profile` (base/trace.h): while a recorder is attached, every
   // allocation and free adds a counter sample `name` for rank `pid` whose series are the live
   // bytes by category right after the change (host program order, so the largest sum equals
   // stats().peak_allocated), stamped when the home stream reaches that point (enqueue_host), so

@@ -8,7 +8,7 @@
 #include <system_error>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace stp {
 

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "core/cpu/dry_stream.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "memory/numa.h"
 
 namespace stp {

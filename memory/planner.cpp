@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace stp {
 namespace {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <random>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/kernels/nn_kernels.h"
 #include "memory/block_arena.h"
 

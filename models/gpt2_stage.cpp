@@ -1,7 +1,7 @@
 #include "models/gpt2_stage.h"
 
 #include "memory/block_arena.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace stp {
 namespace {

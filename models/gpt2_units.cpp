@@ -4,7 +4,7 @@
 // the public functions pick the instantiation once (with_act).
 #include "models/gpt2_units.h"
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/kernels/nn_kernels.h"
 
 namespace stp {

@@ -1,7 +1,7 @@
 // The math of GPT-2's braidable units on one TP rank: F (forward), B (input gradient) and W
 // (weight gradient) of the embedding, attention, MLP and head units. Every pass enqueues kernels
 // (core/kernels/nn_kernels.h) on one stream; what a later pass needs goes into the unit's
-// RecordSet (models/activation.h) and nowhere else.
+// RecordSet (memory/activation.h) and nowhere else.
 //
 // Units of a stage, in forward order (models/gpt2_stage.h numbers them):
 //   embed  F: x0 = wte[tokens] + wpe                B: dx0 (finalize unit 1)   W: dwte, dwpe
@@ -35,7 +35,7 @@
 
 #include "core/device.h"
 #include "core/tensor.h"
-#include "models/activation.h"
+#include "memory/activation.h"
 #include "models/stage.h"
 
 namespace stp {

@@ -46,7 +46,7 @@
 //   zero_grads(); the executor keeps a Tensor copy of anything it still sends/receives
 //   asynchronously (a Tensor holds its storage alive).
 //
-// Memory: the tensors saved between passes are the activation records (models/activation.h) —
+// Memory: the tensors saved between passes are the activation records (memory/activation.h) —
 // nothing else is kept. Temporaries inside one call come from the stage's Allocator and are
 // released in stream order at the end of the call.
 //
@@ -70,7 +70,7 @@
 #include "core/device.h"
 #include "core/tensor.h"
 #include "memory/recompute.h"
-#include "models/activation.h"
+#include "memory/activation.h"
 
 namespace stp {
 

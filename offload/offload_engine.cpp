@@ -4,7 +4,7 @@
 #include <exception>
 #include <mutex>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace stp {
 

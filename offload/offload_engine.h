@@ -1,4 +1,4 @@
-// OffloadEngine: moves activation records (models/activation.h) of one rank to the pinned host
+// OffloadEngine: moves activation records (memory/activation.h) of one rank to the pinned host
 // pool right after the forward that produced them, and back before the backward that reads them.
 //
 // Per record a handle walks  resident -> offloading -> offloaded -> prefetching -> resident:
@@ -44,7 +44,7 @@
 
 #include "core/device.h"
 #include "core/tensor.h"
-#include "models/activation.h"
+#include "memory/activation.h"
 
 namespace stp {
 

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "profile/intervals.h"
 #include <cstdio>
 

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <map>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "profile/overlap.h"
 #include "schedule/op.h"
 #include "schedule/svg_style.h"

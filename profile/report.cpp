@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <set>
 
-#include "core/error.h"
-#include "core/trace.h"
+#include "base/error.h"
+#include "base/trace.h"
 #include "profile/calibrate.h"
 
 namespace stp::profile {

@@ -1,4 +1,4 @@
-// The events `stp profile` works on: a Chrome Trace Event Format trace (core/trace.h) read into
+// The events `stp profile` works on: a Chrome Trace Event Format trace (base/trace.h) read into
 // flat arrays, with names interned, so a million-event trace fits in memory and scans fast.
 //
 //   Span     one "X" event: rank (pid), lane (the stream, from its thread_name metadata or a string

@@ -5,7 +5,7 @@
 #include <memory>
 #include <unordered_map>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace stp::profile {
 
@@ -65,7 +65,7 @@ class Threads {
     for (std::size_t i = 0; i < keys_.size(); ++i) {
       if (names_[i]) out[i] = lane_of_stream(t.str(names_[i]));
       else if (keys_[i].tid < 0) out[i] = lane_of_stream(t.str(static_cast<std::uint32_t>(-keys_[i].tid - 1)));
-      else if (keys_[i].tid >= 1 && keys_[i].tid <= 5) out[i] = static_cast<Lane>(keys_[i].tid - 1);  // core/trace.h ids
+      else if (keys_[i].tid >= 1 && keys_[i].tid <= 5) out[i] = static_cast<Lane>(keys_[i].tid - 1);  // base/trace.h ids
     }
     return out;
   }

@@ -3,7 +3,7 @@
 // The reader is a single-pass scanner specialised for Chrome Trace Event Format: it accepts the
 // object form {"traceEvents":[…], …} and the bare array form, keeps "X" spans, "C" counters and
 // the "M" thread_name metadata that names numeric tids, and skips every other event and key
-// without building a document tree (core/json.h builds one: ~10x slower and ~20x the memory on a
+// without building a document tree (base/json.h builds one: ~10x slower and ~20x the memory on a
 // million events). Strings are interned; numbers go through std::from_chars.
 //
 // Errors are stp::Error naming the source (the file path) and what is wrong: a file that cannot
@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/trace.h"
+#include "base/trace.h"
 #include "profile/trace_events.h"
 
 namespace stp::profile {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "schedule/render.h"
 #include "schedule/validator.h"
 

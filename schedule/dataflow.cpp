@@ -1,7 +1,7 @@
 // Event-driven dependency walk (see dataflow.h).
 #include "schedule/dataflow.h"
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace stp::sched {
 

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <deque>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "schedule/generators.h"
 
 namespace stp::sched {
@@ -132,7 +132,7 @@ void add_reloads(std::vector<Op>& ops, int m) {
 // chunk-0 forwards), so we generate for m' = 3p−1 and drop the microbatches above m (stp-spec §4.4).
 // The result keeps STP's braiding for the microbatches that remain. Its bubble (unit costs, no comm) is
 // p=2 m=4: 4 (vs 1 at m ≥ 5); p=4 m=8/9/10: 10/9/6 (vs 3); p=8 m=16/20/22: 22/16/10 (vs 7) —
-// docs/schedules.md, tests/schedule/test_table1.cpp.
+// docs/schedules.md, tests/schedule/table1_test.cpp.
 Schedule generate_stp(int pp, int m) {
   STP_CHECK(m >= 2 * pp, "schedule 'stp' needs at least 2p = ", 2 * pp, " microbatches for pp ", pp, ", got ", m);
   const int rule_m = std::max(m, stp_rule_min_microbatches(pp));

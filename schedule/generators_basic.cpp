@@ -1,7 +1,7 @@
 // Single-chunk schedules (stage r on rank r): GPipe, 1F1B and ZB-H1 (pp-schedules.md §1.1, §1.2, §1.5).
 #include <deque>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "schedule/generators.h"
 
 namespace stp::sched {

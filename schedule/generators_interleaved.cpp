@@ -1,7 +1,7 @@
 // Interleaved 1F1B (Megatron virtual pipeline, v = 2 chunks; pp-schedules.md §1.3).
 #include <algorithm>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "schedule/generators.h"
 
 namespace stp::sched {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <deque>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "schedule/generators.h"
 
 namespace stp::sched {

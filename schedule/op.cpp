@@ -3,7 +3,7 @@
 
 #include <cctype>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace stp::sched {
 

@@ -1,5 +1,5 @@
 // Chrome trace renderer (DESIGN.md §5 trace shape: pid = rank, tid = stream). One time unit = 1 ms.
-#include "core/error.h"
+#include "base/error.h"
 #include "schedule/render.h"
 
 namespace stp::sched {

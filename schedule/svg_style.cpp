@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "schedule/render.h"
 
 namespace stp::sched::svg {

@@ -1,7 +1,7 @@
 // Structural, channel and deadlock checks of a schedule (see validator.h for the list).
 #include "schedule/validator.h"
 
-#include "core/error.h"
+#include "base/error.h"
 #include "schedule/dataflow.h"
 
 namespace stp::sched {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/error.h"
+#include "config/config.h"
+#include "base/error.h"
 #include "train/comm_volume.h"
 #include "train/trainer.h"
 

@@ -29,8 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/error.h"
+#include "config/config.h"
+#include "base/error.h"
 #include "train/memory_planning.h"
 #include "train/trainer.h"
 

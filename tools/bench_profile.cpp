@@ -3,7 +3,7 @@
 // memory counters after every unit, step spans; timings from the simulator with ±10% jitter),
 // writes it, and times what `stp profile --json` does with it: read + parse, then analysis
 // (timelines, overlap, memory, calibration, simulation, report). Target (issue #7): under 2 s.
-// --compare-json also times core/json.h's generic reader on the same file (why profile/ has its own).
+// --compare-json also times base/json.h's generic reader on the same file (why profile/ has its own).
 // Usage: build/bench_profile [--events N] [--out PATH] [--keep] [--compare-json]
 #include <chrono>
 #include <ctime>
@@ -14,9 +14,9 @@
 #include <random>
 #include <string>
 
-#include "core/error.h"
-#include "core/json.h"
-#include "core/trace.h"
+#include "base/error.h"
+#include "base/json.h"
+#include "base/trace.h"
 #include "profile/predict.h"
 #include "profile/report.h"
 #include "profile/trace_reader.h"
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
                 cpu(c0, c1), cpu(c1, c2));
     std::printf("(%zu spans, %zu counter samples; report %zu bytes of JSON)\n", trace.spans.size(), trace.counters.size(),
                 json.size());
-    if (compare_json) {  // the generic reader of core/json.h on the same file, for comparison
+    if (compare_json) {  // the generic reader of base/json.h on the same file, for comparison
       auto t2 = std::chrono::steady_clock::now();
       std::string text;
       {
@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
         if (f) std::fclose(f);
       }
       stp::Json doc = stp::Json::parse(text);
-      std::printf("core/json.h parse of the same file: %.3f s (%zu events)\n", seconds_since(t2),
+      std::printf("base/json.h parse of the same file: %.3f s (%zu events)\n", seconds_since(t2),
                   doc["traceEvents"].as_array().size());
     }
     if (!keep) std::filesystem::remove(out);

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "config/config.h"
 #include "profile/calibrate.h"
 #include "profile/overlap.h"
 #include "profile/predict.h"

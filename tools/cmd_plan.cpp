@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <string>
 
-#include "core/config.h"
-#include "core/error.h"
+#include "config/config.h"
+#include "base/error.h"
 #include "memory/planner.h"
 #include "tools/command.h"
 #include "tools/config_args.h"

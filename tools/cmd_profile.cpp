@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <string>
 
-#include "core/config.h"
-#include "core/error.h"
+#include "config/config.h"
+#include "base/error.h"
 #include "profile/predict.h"
 #include "profile/render_svg.h"
 #include "profile/report.h"

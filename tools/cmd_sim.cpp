@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "schedule/compare.h"
 #include "schedule/render.h"
 #include "schedule/simulator.h"

@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/error.h"
-#include "core/process.h"
-#include "models/checkpoint.h"
+#include "config/config.h"
+#include "base/error.h"
+#include "process/process.h"
+#include "formats/checkpoint.h"
 #include "tools/command.h"
 #include "tools/config_args.h"
 #include "train/rank_layout.h"

@@ -27,7 +27,7 @@ struct Command {
 const std::vector<const Command*>& commands();
 
 // The job's processes when an MPI launcher started stp (main() starts MPI before the command
-// runs, core/process.h), else nullptr. A command that fails on one process of a multi-process job
+// runs, process/process.h), else nullptr. A command that fails on one process of a multi-process job
 // just throws: main() reports it and ends every process.
 ProcessGroup* processes();
 

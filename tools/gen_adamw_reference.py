@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""Reference values for tests/io/optimizer_test.cpp: torch.optim.AdamW (+ clip_grad_norm_).
+"""Reference values for tests/optim/optimizer_test.cpp: torch.optim.AdamW (+ clip_grad_norm_).
 
 Run with Debian's python3-torch:  /usr/bin/python3 tools/gen_adamw_reference.py
-Writes tests/io/data/adamw_reference.txt: one line per array, "key v0 v1 ...", float32 values
+Writes tests/optim/data/adamw_reference.txt: one line per array, "key v0 v1 ...", float32 values
 printed with 9 significant digits (exact round trip). Inputs (initial params, per-step grads,
 per-step lr) are written too, so the C++ test needs no formula of its own.
 """

@@ -1,7 +1,7 @@
 // `stp` entry point: dispatches to the subcommands registered by tools/cmd_*.cpp and turns
 // exceptions into one clear line and a non-zero exit status. The only place that exits.
 //
-// Under an MPI launcher main() starts MPI first (core/process.h). An error on one process of a
+// Under an MPI launcher main() starts MPI first (process/process.h). An error on one process of a
 // multi-process job is printed (prefixed with the process) and ends the whole job at once
 // (ProcessGroup::terminate, MPI_Abort), so no process waits for ever on the failed one; an error
 // every process raised together (JobError) ends each process normally.
@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
-#include "core/error.h"
-#include "core/process.h"
+#include "base/error.h"
+#include "process/process.h"
 #include "tools/command.h"
 
 namespace stp::tools {

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace stp::tools {
 

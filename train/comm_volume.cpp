@@ -1,7 +1,7 @@
 #include "train/comm_volume.h"
 
-#include "core/config.h"
-#include "core/error.h"
+#include "config/config.h"
+#include "base/error.h"
 #include "schedule/schedule.h"
 #include "train/rank_layout.h"
 

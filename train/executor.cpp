@@ -1,6 +1,6 @@
 #include "train/executor.h"
 
-#include "core/error.h"
+#include "base/error.h"
 #include "schedule/op.h"
 
 namespace stp {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/cpu/cpu_device.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "memory/planner.h"
 #include "models/gpt2_stage.h"
 #include "schedule/schedule.h"

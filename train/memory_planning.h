@@ -4,7 +4,7 @@
 // any step) and by `stp plan`.
 #pragma once
 
-#include "core/config.h"
+#include "config/config.h"
 #include "memory/plan.h"
 
 namespace stp {

@@ -13,7 +13,7 @@
 #include "memory/pinned_pool.h"
 #include "offload/offload_engine.h"
 #include "models/gpt2_stage.h"
-#include "models/optimizer.h"
+#include "optim/optimizer.h"
 #include "train/dp_grads.h"
 #include "train/executor.h"
 

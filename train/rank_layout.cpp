@@ -1,7 +1,7 @@
 #include "train/rank_layout.h"
 
-#include "core/config.h"
-#include "core/error.h"
+#include "config/config.h"
+#include "base/error.h"
 
 namespace stp {
 

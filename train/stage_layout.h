@@ -3,7 +3,7 @@
 // build exactly the same stages.
 #pragma once
 
-#include "core/config.h"
+#include "config/config.h"
 #include "models/gpt2_config.h"
 #include "schedule/schedule.h"
 

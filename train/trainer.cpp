@@ -6,11 +6,11 @@
 #include <thread>
 
 #include "core/backend.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "memory/numa.h"
 #include "core/kernels/nn_kernels.h"
-#include "models/data.h"
-#include "models/lr_schedule.h"
+#include "data/data.h"
+#include "optim/lr_schedule.h"
 #include "train/rank.h"
 #include "train/trainer_impl.h"
 

@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/trace.h"
+#include "config/config.h"
+#include "base/trace.h"
 #include "memory/plan.h"
-#include "models/safetensors.h"
+#include "formats/safetensors.h"
 
 namespace stp {
 
@@ -59,7 +59,7 @@ struct TrainerOptions {
   bool dry_run = false;
   // Use this plan instead of planning (dry runs of the planner; tests).
   const MemoryPlan* plan = nullptr;
-  // The job's processes (core/process.h) when launched by MPI; null or one process: this process
+  // The job's processes (process/process.h) when launched by MPI; null or one process: this process
   // drives every rank. With several processes, dp × pp × tp must equal their number.
   ProcessGroup* processes = nullptr;
 };

@@ -3,8 +3,8 @@
 // train.resume) into any dp × tp × pp layout.
 #include <set>
 
-#include "core/error.h"
-#include "models/checkpoint.h"
+#include "base/error.h"
+#include "formats/checkpoint.h"
 #include "models/gpt2_config.h"
 #include "models/gpt2_params.h"
 #include "train/stage_layout.h"

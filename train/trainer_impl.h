@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "core/comm.h"
-#include "core/config.h"
-#include "core/process.h"
-#include "core/trace.h"
+#include "config/config.h"
+#include "process/process.h"
+#include "base/trace.h"
 #include "memory/numa.h"
-#include "models/data.h"
-#include "models/lr_schedule.h"
+#include "data/data.h"
+#include "optim/lr_schedule.h"
 #include "schedule/schedule.h"
 #include "train/fault_hook.h"
 #include "train/rank.h"

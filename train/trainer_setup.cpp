@@ -6,8 +6,8 @@
 #include <algorithm>
 
 #include "core/backend.h"
-#include "core/error.h"
-#include "models/checkpoint.h"
+#include "base/error.h"
+#include "formats/checkpoint.h"
 #include "memory/numa.h"
 #include "models/gpt2_config.h"
 #include "train/memory_planning.h"

@@ -7,7 +7,7 @@
 
 #include "core/cpu/cpu_stream.h"
 #include "core/cpu/dry_stream.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace stp {
 

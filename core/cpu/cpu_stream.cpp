@@ -7,8 +7,8 @@
 
 #include "core/cpu/cpu_device.h"
 #include "core/cpu/cpu_gemm.h"
-#include "core/error.h"
-#include "core/trace.h"
+#include "base/error.h"
+#include "base/trace.h"
 
 namespace stp {
 

@@ -1,7 +1,7 @@
 // Error checks for CUDA, cuBLAS and NCCL calls (CUDA-only translation units).
 // One generic macro: a failure throws naming the call, its status and message, after clearing
 // CUDA's non-sticky "last error" so later calls report their own failures. What it throws
-// depends on the status (core/error.h, docs/architecture.md "Error model"):
+// depends on the status (base/error.h, docs/architecture.md "Error model"):
 //   * out of memory (cudaErrorMemoryAllocation, CUBLAS_STATUS_ALLOC_FAILED): OutOfMemoryError,
 //     with the GPU's free and total memory and what to change — device memory a CUDA library
 //     allocates itself lies outside memory.device_budget (docs/gpu-readiness.md, O7);
@@ -20,7 +20,7 @@
 #include <string>
 #include <type_traits>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace stp::cuda {
 

@@ -29,7 +29,7 @@
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_check.h"
 #include "core/launch.h"
-#include "core/trace.h"
+#include "base/trace.h"
 
 namespace stp {
 

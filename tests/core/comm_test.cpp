@@ -9,7 +9,7 @@
 
 #include "core/comm.h"
 #include "core/cpu/cpu_device.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/cpu/cpu_device.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "core/tensor.h"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/cpu/cpu_device.h"
-#include "core/error.h"
+#include "base/error.h"
 
 using namespace std::chrono_literals;
 

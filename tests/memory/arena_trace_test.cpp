@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/cpu/cpu_device.h"
-#include "core/trace.h"
+#include "base/trace.h"
 #include "memory/block_arena.h"
 
 namespace {

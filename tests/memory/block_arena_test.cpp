@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/cpu/cpu_device.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "memory/block_arena.h"
 
 namespace {

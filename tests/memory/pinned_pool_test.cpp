@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/cpu/cpu_device.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "memory/numa.h"
 #include "memory/pinned_pool.h"
 

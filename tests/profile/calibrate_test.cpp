@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "profile/calibrate.h"
 #include "profile/predict.h"
 #include "profile/trace_reader.h"

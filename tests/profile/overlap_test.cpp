@@ -3,7 +3,7 @@
 // Times are written in µs; the report is in ms (1000 µs = 1 ms).
 #include <gtest/gtest.h>
 
-#include "core/json.h"
+#include "base/json.h"
 #include "profile/memory.h"
 #include "profile/overlap.h"
 #include "profile/report.h"

@@ -15,7 +15,7 @@
 #include <map>
 #include <set>
 
-#include "core/json.h"
+#include "base/json.h"
 #include "tests/support/run_command.h"
 #include "tests/train/train_fixture.h"
 

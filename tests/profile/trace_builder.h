@@ -1,5 +1,5 @@
 // Test helper: a Chrome trace written by hand, event by event, in the shape `stp train` writes
-// (core/trace.h): numeric tids named by thread_name metadata, times in µs.
+// (base/trace.h): numeric tids named by thread_name metadata, times in µs.
 #pragma once
 
 #include <cstdio>
@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace stp::testing {
 

@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/error.h"
-#include "core/trace.h"
+#include "base/error.h"
+#include "base/trace.h"
 #include "profile/trace_reader.h"
 #include "tests/profile/trace_builder.h"
 

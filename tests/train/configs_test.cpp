@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "core/config.h"
+#include "config/config.h"
 #include "train/trainer.h"
 
 namespace {

@@ -1,5 +1,5 @@
 // Data parallelism in one process (dp replicas as threads, HostComm): the same code path as a
-// multi-process job except for the communicator (tests/mpirun/ runs the same checks under mpirun).
+// multi-process job except for the communicator (tests/tools/ runs the same checks under mpirun).
 //
 //   * dp replicas × m microbatches reproduce one replica running dp·m microbatches (the same
 //     global batch: replica d reads global microbatches d·m .. d·m + m − 1): losses to 1e-5
@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "core/json.h"
-#include "core/trace.h"
+#include "base/error.h"
+#include "base/json.h"
+#include "base/trace.h"
 #include "schedule/schedule.h"
 #include "tests/train/train_fixture.h"
 #include "train/rank_layout.h"

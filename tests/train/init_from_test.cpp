@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/error.h"
-#include "models/checkpoint.h"
+#include "base/error.h"
+#include "formats/checkpoint.h"
 #include "tests/models/gpt2_test_util.h"
 #include "tests/train/train_fixture.h"
 #include "train/trainer.h"

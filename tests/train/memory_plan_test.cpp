@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "tests/train/train_fixture.h"
 #include "train/memory_planning.h"
 #include "train/trainer.h"

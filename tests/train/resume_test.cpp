@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "tests/train/train_fixture.h"
 #include "train/trainer.h"
 

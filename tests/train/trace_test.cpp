@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/json.h"
-#include "core/trace.h"
+#include "base/json.h"
+#include "base/trace.h"
 #include "schedule/schedule.h"
 #include "tests/train/train_fixture.h"
 #include "train/trainer.h"

@@ -15,8 +15,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/config.h"
-#include "models/safetensors.h"
+#include "config/config.h"
+#include "formats/safetensors.h"
 #include "train/trainer.h"
 
 namespace stp::testing {

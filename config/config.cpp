@@ -1,0 +1,185 @@
+// The knob registry (the one table of every configuration key) and what is derived from it
+// without parsing: defaults, lookup, to_yaml, the fingerprint and the Markdown reference.
+// Parsing lives in config_parse.cpp, consistency checks in config_validate.cpp.
+#include "config/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <cstdio>
+
+#include "base/error.h"
+
+namespace stp {
+
+#define STP_FIELD(path) [](Config& c) -> KnobField { return &c.path; }
+
+// clang-format off
+static const std::vector<Knob> kKnobs = {
+  // key                        type                   default           choices                                   doc
+  {"model.arch",             KnobType::KNOB_CHOICE, "gpt2",           "gpt2", "model family: HF GPT-2 semantics (learned positions, pre-LN, tanh GELU, tied head)", STP_FIELD(model.arch)},
+  {"model.n_layer",          KnobType::KNOB_INT,    "4",              "", "transformer blocks", STP_FIELD(model.n_layer)},
+  {"model.n_head",           KnobType::KNOB_INT,    "4",              "", "attention heads per block; divisible by parallel.tp", STP_FIELD(model.n_head)},
+  {"model.n_embd",           KnobType::KNOB_INT,    "128",            "", "embedding width C; divisible by model.n_head", STP_FIELD(model.n_embd)},
+  {"model.vocab_size",       KnobType::KNOB_INT,    "256",            "", "token vocabulary (>= 2; >= 256 for data.format text)", STP_FIELD(model.vocab_size)},
+  {"model.seq_len",          KnobType::KNOB_INT,    "128",            "", "tokens per sequence T (also the number of learned positions)", STP_FIELD(model.seq_len)},
+  {"model.init_from",        KnobType::KNOB_PATH,   "null",           "", "a .safetensors file with HF GPT-2 tensor names; null = seeded random init", STP_FIELD(model.init_from)},
+  {"data.path",              KnobType::KNOB_STRING, "/usr/share/games/fortunes", "", "a token file, or a folder whose regular files are concatenated in name order", STP_FIELD(data.path)},
+  {"data.format",            KnobType::KNOB_CHOICE, "text",           "text|u16|llmc", "text: bytes are tokens (vocab 256); u16: raw little-endian uint16; llmc: llm.c header + uint16", STP_FIELD(data.format)},
+  {"data.sampling",          KnobType::KNOB_CHOICE, "random",         "random|sequential", "sequence b starts at (b*T) mod (N-T) (sequential) or hash(seed, b) mod (N-T) (random)", STP_FIELD(data.sampling)},
+  {"train.steps",            KnobType::KNOB_INT,    "200",            "", "optimizer steps", STP_FIELD(train.steps)},
+  {"train.micro_batch_size", KnobType::KNOB_INT,    "4",              "", "sequences per microbatch", STP_FIELD(train.micro_batch_size)},
+  {"train.microbatches",     KnobType::KNOB_INT,    "8",              "", "microbatches per step on each data-parallel replica (global batch = micro_batch_size x microbatches x dp)", STP_FIELD(train.microbatches)},
+  {"train.lr",               KnobType::KNOB_FLOAT,  "3.0e-4",         "", "peak learning rate", STP_FIELD(train.lr)},
+  {"train.lr_schedule",      KnobType::KNOB_CHOICE, "cosine",         "cosine|constant", "after linear warm-up: cosine decay to min_lr at the last step, or constant", STP_FIELD(train.lr_schedule)},
+  {"train.warmup_steps",     KnobType::KNOB_INT,    "10",             "", "linear warm-up steps (lr * s / warmup_steps for step s <= warmup_steps)", STP_FIELD(train.warmup_steps)},
+  {"train.min_lr",           KnobType::KNOB_FLOAT,  "3.0e-5",         "", "final learning rate of the cosine schedule", STP_FIELD(train.min_lr)},
+  {"train.grad_clip",        KnobType::KNOB_FLOAT,  "1.0",            "", "global gradient-norm clipping threshold; 0 = off", STP_FIELD(train.grad_clip)},
+  {"train.seed",             KnobType::KNOB_INT,    "1234",           "", "seed of the model init and of random sampling", STP_FIELD(train.seed)},
+  {"train.resume",           KnobType::KNOB_PATH,   "null",           "", "a checkpoint folder to continue from; null = start fresh", STP_FIELD(train.resume)},
+  {"train.precision",        KnobType::KNOB_CHOICE, "f32",            "f32|bf16", "bf16: mixed precision (bf16 activations and GEMM operands, f32 master weights, optimizer state, reductions and residual stream); emulated bit for bit on the CPU backend. docs/model.md, Precision", STP_FIELD(train.precision)},
+  {"optim.name",             KnobType::KNOB_CHOICE, "adamw",          "adamw", "optimizer (torch.optim.AdamW semantics)", STP_FIELD(optim.name)},
+  {"optim.beta1",            KnobType::KNOB_FLOAT,  "0.9",            "", "first-moment decay", STP_FIELD(optim.beta1)},
+  {"optim.beta2",            KnobType::KNOB_FLOAT,  "0.95",           "", "second-moment decay", STP_FIELD(optim.beta2)},
+  {"optim.eps",              KnobType::KNOB_FLOAT,  "1.0e-8",         "", "added to sqrt of the bias-corrected second moment", STP_FIELD(optim.eps)},
+  {"optim.weight_decay",     KnobType::KNOB_FLOAT,  "0.1",            "", "decoupled weight decay, on tensors with two or more dimensions only", STP_FIELD(optim.weight_decay)},
+  {"parallel.backend",       KnobType::KNOB_CHOICE, "cpu",            "cpu|cuda", "cpu: emulated devices in one process (the oracle); cuda: GPUs", STP_FIELD(parallel.backend)},
+  {"parallel.dp",            KnobType::KNOB_INT,    "1",              "", "data-parallel replicas, each reading its share of the global batch (threads of one process, or processes under mpirun; docs/scale-out.md)", STP_FIELD(parallel.dp)},
+  {"parallel.dp_bucket",     KnobType::KNOB_BYTES,  "4MiB",           "", "gradient bytes per data-parallel all-reduce (a chunk's gradients are cut into buckets of at most this size); null = one bucket per chunk", STP_FIELD(parallel.dp_bucket)},
+  {"parallel.tp",            KnobType::KNOB_INT,    "2",              "", "tensor-parallel ranks per stage; divides model.n_head", STP_FIELD(parallel.tp)},
+  {"parallel.pp",            KnobType::KNOB_INT,    "2",              "", "pipeline-parallel ranks", STP_FIELD(parallel.pp)},
+  {"parallel.schedule",      KnobType::KNOB_CHOICE, "stp",            "gpipe|1f1b|1f1b-i|zb-h1|zb-v|stp", "pipeline schedule", STP_FIELD(parallel.schedule)},
+  {"parallel.tp_link_bandwidth", KnobType::KNOB_RATE, "0",           "", "CPU backend: emulated TP all-reduce link rate (a rank's bytes / rate per all-reduce), e.g. 2GB/s; 0 or null = unlimited", STP_FIELD(parallel.tp_link_bandwidth)},
+  {"parallel.cpu_threads",   KnobType::KNOB_INT,    "0",              "", "OpenBLAS / oneTBB threads of the process; 0 = the number of processors", STP_FIELD(parallel.cpu_threads)},
+  {"memory.device_budget",   KnobType::KNOB_BYTES,  "256MiB",         "", "memory per device; null = the device's capacity", STP_FIELD(memory.device_budget)},
+  {"memory.host_budget",     KnobType::KNOB_BYTES,  "4GiB",           "", "pinned host memory for the whole process; null = unlimited", STP_FIELD(memory.host_budget)},
+  {"memory.offload",         KnobType::KNOB_CHOICE, "auto",           "auto|none|all", "activation offload to pinned host memory", STP_FIELD(memory.offload)},
+  {"memory.recompute",       KnobType::KNOB_CHOICE, "auto",           "auto|none|selective|full", "activation recomputation", STP_FIELD(memory.recompute)},
+  {"memory.link_bandwidth",  KnobType::KNOB_RATE,   "0",              "", "CPU backend: emulated D2H/H2D link rate, e.g. 12GB/s; 0 or null = unlimited", STP_FIELD(memory.link_bandwidth)},
+  {"memory.copy_engine_cpus", KnobType::KNOB_INT,   "0",              "", "CPU backend: the last N CPUs run only the D2H/H2D copy streams (an emulated copy engine, as a GPU's DMA engines do not take compute); 0 = copies share every CPU", STP_FIELD(memory.copy_engine_cpus)},
+  {"output.dir",             KnobType::KNOB_STRING, "runs/tiny",      "", "run folder: metrics.jsonl, config.yaml, checkpoints, trace.json", STP_FIELD(output.dir)},
+  {"output.log_every",       KnobType::KNOB_INT,    "1",              "", "write a metrics.jsonl line every N steps", STP_FIELD(output.log_every)},
+  {"output.checkpoint_every", KnobType::KNOB_INT,   "0",              "", "write output.dir/checkpoint-STEP every N steps; 0 = only at the end", STP_FIELD(output.checkpoint_every)},
+  {"output.trace",           KnobType::KNOB_BOOL,   "false",          "", "write output.dir/trace.json for `stp profile`", STP_FIELD(output.trace)},
+};
+// clang-format on
+
+#undef STP_FIELD
+
+const std::vector<Knob>& config_knobs() { return kKnobs; }
+
+const std::vector<std::string>& config_sections() {
+  static const std::vector<std::string> sections = {"model", "data", "train", "optim", "parallel", "memory", "output"};
+  return sections;
+}
+
+const Knob* find_knob(const std::string& key) {
+  for (const Knob& k : kKnobs)
+    if (key == k.key) return &k;
+  return nullptr;
+}
+
+const char* to_string(KnobType type) {
+  switch (type) {
+    case KnobType::KNOB_INT: return "int";
+    case KnobType::KNOB_FLOAT: return "float";
+    case KnobType::KNOB_BOOL: return "bool";
+    case KnobType::KNOB_STRING: return "string";
+    case KnobType::KNOB_CHOICE: return "choice";
+    case KnobType::KNOB_PATH: return "path or null";
+    case KnobType::KNOB_BYTES: return "bytes or null";
+    case KnobType::KNOB_RATE: return "bytes/s";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string format_double(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest text that reads back exactly
+  return std::string(buf, r.ptr);
+}
+
+std::string format_bytes_knob(std::uint64_t b) {
+  static const struct { std::uint64_t unit; const char* name; } units[] = {
+      {1ull << 40, "TiB"}, {1ull << 30, "GiB"}, {1ull << 20, "MiB"}, {1ull << 10, "KiB"}};
+  for (const auto& u : units)
+    if (b >= u.unit && b % u.unit == 0) return std::to_string(b / u.unit) + u.name;
+  return std::to_string(b);
+}
+
+// The knob's current value as YAML scalar text; nullopt = null.
+std::optional<std::string> knob_value_text(const Knob& k, const Config& cfg) {
+  KnobField f = k.field(const_cast<Config&>(cfg));
+  if (k.type == KnobType::KNOB_BYTES) {
+    auto* b = std::get<std::optional<std::uint64_t>*>(f);
+    if (!b->has_value()) return std::nullopt;
+    return format_bytes_knob(**b);
+  }
+  if (k.type == KnobType::KNOB_PATH && std::get<std::string*>(f)->empty()) return std::nullopt;
+  return std::visit(
+      [](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, double>) return format_double(*p);
+        else if constexpr (std::is_same_v<T, bool>) return *p ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>) return *p;
+        else if constexpr (std::is_same_v<T, std::optional<std::uint64_t>>) return "";  // handled above
+        else return std::to_string(*p);
+      },
+      f);
+}
+
+}  // namespace
+
+std::string Config::to_yaml() const {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  for (const std::string& section : config_sections()) {
+    out << YAML::Key << section << YAML::Value << YAML::BeginMap;
+    for (const Knob& k : kKnobs) {
+      std::string key = k.key;
+      if (key.compare(0, section.size() + 1, section + ".") != 0) continue;
+      out << YAML::Key << key.substr(section.size() + 1) << YAML::Value;
+      auto text = knob_value_text(k, *this);
+      if (!text) out << YAML::Null;
+      else if (k.type == KnobType::KNOB_STRING || k.type == KnobType::KNOB_PATH) out << YAML::DoubleQuoted << *text;
+      else out << *text;
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+std::string config_fingerprint(const Config& cfg) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a 64
+  for (const Knob& k : kKnobs) {
+    std::string key = k.key;
+    if (key.rfind("model.", 0) != 0 || key == "model.init_from") continue;
+    std::string line = key + "=" + knob_value_text(k, cfg).value_or("null") + "\n";
+    for (unsigned char c : line) h = (h ^ c) * 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::string config_knob_table_markdown() {
+  std::string md = "| key | type | default | description |\n|---|---|---|---|\n";
+  for (const Knob& k : kKnobs) {
+    std::string type = to_string(k.type);
+    if (k.type == KnobType::KNOB_CHOICE) {
+      type = "";
+      std::string choices = k.choices;
+      std::size_t start = 0;
+      for (std::size_t bar; (bar = choices.find('|', start)) != std::string::npos; start = bar + 1)
+        type += "`" + choices.substr(start, bar - start) + "`, ";
+      type += "`" + choices.substr(start) + "`";
+    }
+    md += str("| `", k.key, "` | ", type, " | `", k.default_value, "` | ", k.doc, " |\n");
+  }
+  return md;
+}
+
+}  // namespace stp

@@ -1,0 +1,168 @@
+// The run configuration: one struct per YAML section (DESIGN.md section 4) and ONE registry of
+// knobs (config_knobs()) that drives defaults, parsing, `--set` overrides, validation of types
+// and choices, Config::to_yaml() and the reference page docs/config.md. Adding a knob = adding
+// a field below and one row to the table in config/config.cpp (tests/config/config_docs_test.cpp
+// then asks for docs/config.md to be regenerated).
+//
+// Usage:
+//   stp::Config cfg = stp::load_config("configs/tiny.yaml", {"parallel.tp=2", "train.steps=10"});
+//   cfg.model.n_layer; cfg.memory.device_budget.value_or(capacity); cfg.to_yaml();
+//
+// Errors (stp::Error, one line each):
+//   * missing / unparsable file: the path, and yaml-cpp's line:column and message;
+//   * unknown key at any level (file or --set): the key and the valid keys of its section;
+//   * wrong type: the key, the value and the expected type; bad choice: the valid choices;
+//   * inconsistent values (validate_config): the keys involved and what to change.
+//
+// Byte sizes (memory.device_budget, memory.host_budget): an integer number of bytes, or a
+// number with a unit: B; KiB, MiB, GiB, TiB (powers of 1024); KB (also kB), MB, GB, TB (powers
+// of 1000, SI). Fractions are allowed ("1.5GiB") and rounded to the nearest byte. Rates
+// (memory.link_bandwidth) are the same with an optional "/s": "12GB/s" = 12e9 bytes per second.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace stp {
+
+struct ModelConfig {
+  std::string arch;
+  int n_layer = 0;
+  int n_head = 0;
+  int n_embd = 0;
+  int vocab_size = 0;
+  int seq_len = 0;
+  std::string init_from;  // "" = null: seeded random init
+};
+
+struct DataConfig {
+  std::string path;
+  std::string format;    // text | u16 | llmc
+  std::string sampling;  // random | sequential
+};
+
+struct TrainConfig {
+  std::int64_t steps = 0;
+  int micro_batch_size = 0;
+  int microbatches = 0;
+  double lr = 0;
+  std::string lr_schedule;  // cosine | constant
+  std::int64_t warmup_steps = 0;
+  double min_lr = 0;
+  double grad_clip = 0;     // 0 = off
+  std::uint64_t seed = 0;
+  std::string resume;       // "" = null
+  std::string precision;    // f32 | bf16
+};
+
+struct OptimConfig {
+  std::string name;  // adamw
+  double beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+};
+
+struct ParallelConfig {
+  std::string backend;  // cpu | cuda
+  int dp = 0, tp = 0, pp = 0;
+  std::optional<std::uint64_t> dp_bucket;  // bytes per DP all-reduce; nullopt = one bucket per chunk
+  std::string schedule;  // gpipe | 1f1b | 1f1b-i | zb-h1 | zb-v | stp
+  double tp_link_bandwidth = 0;  // CPU backend: emulated TP all-reduce rate, bytes/s; 0 = unlimited
+  int cpu_threads = 0;   // after load_config: >= 1 (0 in the file = the number of processors)
+};
+
+struct MemoryConfig {
+  std::optional<std::uint64_t> device_budget;  // bytes per device; nullopt = the device's capacity
+  std::optional<std::uint64_t> host_budget;    // pinned host bytes, whole process; nullopt = unlimited
+  std::string offload;    // auto | none | all
+  std::string recompute;  // auto | none | selective | full
+  double link_bandwidth = 0;  // bytes/s of the CPU backend's emulated D2H/H2D link; 0 = unlimited
+  int copy_engine_cpus = 0;   // CPU backend: CPUs reserved for the D2H/H2D stream threads; 0 = shared
+};
+
+struct OutputConfig {
+  std::string dir;
+  std::int64_t log_every = 0;
+  std::int64_t checkpoint_every = 0;  // 0 = only at the end
+  bool trace = false;
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  OptimConfig optim;
+  ParallelConfig parallel;
+  MemoryConfig memory;
+  OutputConfig output;
+
+  // The resolved configuration as YAML (every knob, in registry order); load_config() of this
+  // text gives back the same Config.
+  std::string to_yaml() const;
+};
+
+// ---- The knob registry -------------------------------------------------------------------
+
+enum class KnobType {
+  KNOB_INT,     // integer
+  KNOB_FLOAT,   // number
+  KNOB_BOOL,    // true | false
+  KNOB_STRING,  // any string
+  KNOB_CHOICE,  // one of Knob::choices
+  KNOB_PATH,    // a string or null ("")
+  KNOB_BYTES,   // byte size or null (see above)
+  KNOB_RATE,    // bytes per second; 0 or null = unlimited
+};
+
+using KnobField = std::variant<int*, std::int64_t*, std::uint64_t*, double*, bool*, std::string*,
+                               std::optional<std::uint64_t>*>;
+
+struct Knob {
+  const char* key;            // dotted path: "section.name"
+  KnobType type;
+  const char* default_value;  // YAML scalar text
+  const char* choices;        // KNOB_CHOICE: "a|b|c"; otherwise ""
+  const char* doc;            // one line
+  KnobField (*field)(Config&);
+};
+
+const std::vector<Knob>& config_knobs();             // registry order = YAML order
+const std::vector<std::string>& config_sections();   // model, data, train, optim, parallel, memory, output
+const Knob* find_knob(const std::string& key);       // nullptr when unknown
+const char* to_string(KnobType type);                // "int", "float", ... (as in docs/config.md)
+
+// ---- Loading -----------------------------------------------------------------------------
+
+// Every knob at its registry default (cpu_threads left at 0 = unresolved).
+Config default_config();
+
+// Reads `path` (YAML; an empty file = all defaults), applies `overrides` ("KEY=VALUE", the value
+// a YAML scalar parsed with the key's type) in order, resolves parallel.cpu_threads = 0 to the
+// number of processors, and validates (validate_config).
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The same from YAML text; `source` names it in messages (a path, "<string>").
+Config load_config_from_string(const std::string& yaml, const std::string& source,
+                               const std::vector<std::string>& overrides = {});
+
+// Applies one "KEY=VALUE" override to `cfg` (no validation).
+void apply_override(Config& cfg, const std::string& assignment);
+
+// Consistency checks that need only the config (ranges, divisibility, backend/precision).
+// Whether the schedule can place model.n_layer on parallel.pp ranks is checked by schedule/.
+void validate_config(const Config& cfg);
+
+// "256MiB" -> 268435456, "4GB" -> 4000000000, "1024" -> 1024. Throws stp::Error naming `key`.
+std::uint64_t parse_byte_size(const std::string& text, const std::string& key);
+// "12GB/s" -> 12e9 (bytes per second); "0" -> 0.
+double parse_byte_rate(const std::string& text, const std::string& key);
+
+// A 16-hex-digit fingerprint of the model-shape knobs (model.* except init_from): a
+// checkpoint saved under one fingerprint fits a model built under the same fingerprint.
+std::string config_fingerprint(const Config& cfg);
+
+// The knob reference as a Markdown table (the generated part of docs/config.md).
+std::string config_knob_table_markdown();
+
+}  // namespace stp

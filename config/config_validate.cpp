@@ -1,0 +1,77 @@
+// Consistency checks of a Config that need nothing but the Config. Each message names the
+// key(s), the value(s) and what to change.
+#include "config/config.h"
+#include "base/error.h"
+
+namespace stp {
+namespace {
+
+template <typename T>
+void check_at_least(const char* key, T value, T min) {
+  STP_CHECK(value >= min, "config: ", key, " must be >= ", min, ", got ", value);
+}
+
+void validate_model(const Config& c) {
+  check_at_least("model.n_layer", c.model.n_layer, 1);
+  check_at_least("model.n_head", c.model.n_head, 1);
+  check_at_least("model.n_embd", c.model.n_embd, 1);
+  check_at_least("model.seq_len", c.model.seq_len, 1);
+  check_at_least("model.vocab_size", c.model.vocab_size, 2);
+  STP_CHECK(c.model.n_embd % c.model.n_head == 0, "config: model.n_embd (", c.model.n_embd,
+            ") must be divisible by model.n_head (", c.model.n_head, ")");
+  STP_CHECK(c.data.format != "text" || c.model.vocab_size >= 256, "config: model.vocab_size (", c.model.vocab_size,
+            ") must be >= 256 with data.format text (every byte is a token)");
+}
+
+void validate_train(const Config& c) {
+  const TrainConfig& t = c.train;
+  check_at_least("train.steps", t.steps, std::int64_t{1});
+  check_at_least("train.micro_batch_size", t.micro_batch_size, 1);
+  check_at_least("train.microbatches", t.microbatches, 1);
+  check_at_least("train.warmup_steps", t.warmup_steps, std::int64_t{0});
+  check_at_least("train.lr", t.lr, 0.0);
+  check_at_least("train.min_lr", t.min_lr, 0.0);
+  check_at_least("train.grad_clip", t.grad_clip, 0.0);
+  STP_CHECK(t.lr_schedule != "cosine" || t.min_lr <= t.lr, "config: train.min_lr (", t.min_lr,
+            ") must not exceed train.lr (", t.lr, ") with train.lr_schedule cosine");
+  const OptimConfig& o = c.optim;
+  STP_CHECK(o.beta1 >= 0 && o.beta1 < 1, "config: optim.beta1 must be in [0, 1), got ", o.beta1);
+  STP_CHECK(o.beta2 >= 0 && o.beta2 < 1, "config: optim.beta2 must be in [0, 1), got ", o.beta2);
+  STP_CHECK(o.eps > 0, "config: optim.eps must be > 0, got ", o.eps);
+  check_at_least("optim.weight_decay", o.weight_decay, 0.0);
+}
+
+void validate_parallel(const Config& c) {
+  const ParallelConfig& p = c.parallel;
+  check_at_least("parallel.dp", p.dp, 1);
+  STP_CHECK(!p.dp_bucket || *p.dp_bucket >= sizeof(float),
+            "config: parallel.dp_bucket must be at least 4 bytes (one gradient), or null for one bucket per chunk");
+  check_at_least("parallel.tp", p.tp, 1);
+  check_at_least("parallel.pp", p.pp, 1);
+  check_at_least("parallel.cpu_threads", p.cpu_threads, 0);
+  check_at_least("parallel.tp_link_bandwidth", p.tp_link_bandwidth, 0.0);
+  STP_CHECK(c.model.n_head % p.tp == 0, "config: parallel.tp (", p.tp, ") must divide model.n_head (", c.model.n_head,
+            "): each tensor-parallel rank holds whole heads");
+}
+
+void validate_memory_output(const Config& c) {
+  STP_CHECK(!c.memory.device_budget || *c.memory.device_budget > 0,
+            "config: memory.device_budget must be > 0 (or null for the device's capacity)");
+  check_at_least("memory.link_bandwidth", c.memory.link_bandwidth, 0.0);
+  check_at_least("memory.copy_engine_cpus", c.memory.copy_engine_cpus, 0);
+  STP_CHECK(c.memory.copy_engine_cpus == 0 || c.parallel.backend == "cpu",
+            "config: memory.copy_engine_cpus applies to the CPU backend only (GPUs have copy engines); set it to 0");
+  check_at_least("output.log_every", c.output.log_every, std::int64_t{1});
+  check_at_least("output.checkpoint_every", c.output.checkpoint_every, std::int64_t{0});
+}
+
+}  // namespace
+
+void validate_config(const Config& cfg) {
+  validate_model(cfg);
+  validate_train(cfg);
+  validate_parallel(cfg);
+  validate_memory_output(cfg);
+}
+
+}  // namespace stp

@@ -1,0 +1,142 @@
+#include "data/data.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "config/config.h"
+#include "base/error.h"
+
+namespace stp {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::int32_t kLlmcMagic = 20240520;
+constexpr std::size_t kLlmcHeaderInts = 256;
+
+std::string read_file(const fs::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  STP_CHECK(f.good(), "data: cannot open '", path.string(), "'");
+  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  STP_CHECK(!f.bad(), "data: cannot read '", path.string(), "'");
+  return bytes;
+}
+
+// The files of data.path: the file itself, or (text) a folder's regular files sorted by name.
+std::vector<fs::path> list_files(const DataOptions& o) {
+  std::error_code ec;
+  STP_CHECK(fs::exists(o.path, ec), "data: data.path '", o.path, "' does not exist");
+  if (!fs::is_directory(o.path, ec)) return {fs::path(o.path)};
+  STP_CHECK(o.format == "text", "data: data.path '", o.path, "' is a folder; only data.format text reads folders (",
+            o.format, " needs one file)");
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(o.path))
+    if (e.symlink_status().type() == fs::file_type::regular) files.push_back(e.path());
+  std::sort(files.begin(), files.end(), [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
+  STP_CHECK(!files.empty(), "data: folder '", o.path, "' holds no regular files");
+  return files;
+}
+
+std::vector<std::uint16_t> load_text(const std::vector<fs::path>& files) {
+  std::vector<std::uint16_t> tokens;
+  for (const auto& f : files) {
+    std::string bytes = read_file(f);
+    for (unsigned char c : bytes) tokens.push_back(c);
+  }
+  return tokens;
+}
+
+std::vector<std::uint16_t> u16_tokens(const std::string& bytes, std::size_t offset) {
+  std::vector<std::uint16_t> tokens((bytes.size() - offset) / 2);
+  std::memcpy(tokens.data(), bytes.data() + offset, tokens.size() * 2);  // little-endian host
+  return tokens;
+}
+
+std::vector<std::uint16_t> load_u16(const std::string& path) {
+  std::string bytes = read_file(path);
+  STP_CHECK(bytes.size() % 2 == 0, "data: '", path, "' has ", bytes.size(),
+            " bytes, not a whole number of uint16 tokens (data.format u16)");
+  return u16_tokens(bytes, 0);
+}
+
+std::vector<std::uint16_t> load_llmc(const std::string& path) {
+  std::string bytes = read_file(path);
+  const std::size_t header_bytes = kLlmcHeaderInts * 4;
+  STP_CHECK(bytes.size() >= header_bytes, "data: '", path, "' has ", bytes.size(),
+            " bytes, shorter than the llm.c header (", header_bytes, " bytes)");
+  std::int32_t header[kLlmcHeaderInts];
+  std::memcpy(header, bytes.data(), header_bytes);
+  STP_CHECK(header[0] == kLlmcMagic, "data: '", path, "' is not an llm.c token file: magic ", header[0],
+            ", expected ", kLlmcMagic, " (use data.format u16 for raw uint16 files)");
+  STP_CHECK(header[1] == 1, "data: '", path, "' has llm.c version ", header[1], ", expected 1");
+  STP_CHECK(header[2] >= 0, "data: '", path, "' has a negative token count ", header[2]);
+  std::uint64_t expected = header_bytes + 2ull * std::uint64_t(header[2]);
+  STP_CHECK(bytes.size() == expected, "data: '", path, "' header says ", header[2], " tokens (", expected,
+            " bytes with the header) but the file has ", bytes.size(), " bytes");
+  return u16_tokens(bytes, header_bytes);
+}
+
+}  // namespace
+
+DataOptions DataOptions::from_config(const Config& cfg) {
+  return DataOptions{cfg.data.path, cfg.data.format, cfg.data.sampling, cfg.model.seq_len, cfg.model.vocab_size,
+                     cfg.train.seed};
+}
+
+TokenDataset::TokenDataset(const DataOptions& options) : options_(options) {
+  const DataOptions& o = options_;
+  STP_ASSERT(o.seq_len >= 1 && o.vocab_size >= 1, "data: bad seq_len/vocab_size");
+  STP_CHECK(o.format == "text" || o.format == "u16" || o.format == "llmc", "data: unknown data.format '", o.format, "'");
+  STP_CHECK(o.sampling == "random" || o.sampling == "sequential", "data: unknown data.sampling '", o.sampling, "'");
+  std::vector<fs::path> files = list_files(o);
+  if (o.format == "text") tokens_ = load_text(files);
+  else if (o.format == "u16") tokens_ = load_u16(o.path);
+  else tokens_ = load_llmc(o.path);
+
+  const std::uint64_t need = std::uint64_t(o.seq_len) + 1;
+  STP_CHECK(tokens_.size() >= need, "data: '", o.path, "' has ", tokens_.size(), " tokens, fewer than model.seq_len + 1 = ",
+            need, " needed for one sequence; use more data or a shorter model.seq_len");
+  for (std::size_t i = 0; i < tokens_.size(); ++i)
+    STP_CHECK(tokens_[i] < o.vocab_size, "data: token ", tokens_[i], " at position ", i, " of '", o.path,
+              "' is >= model.vocab_size ", o.vocab_size);
+}
+
+std::uint64_t splitmix64(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+std::uint64_t TokenDataset::sequence_offset(std::uint64_t b) const {
+  const std::uint64_t span = tokens_.size() - std::uint64_t(options_.seq_len);  // N - T >= 1
+  if (options_.sampling == "random") return splitmix64(splitmix64(options_.seed) ^ b) % span;
+  __extension__ typedef unsigned __int128 u128;  // b * T must not wrap before the modulo
+  return static_cast<std::uint64_t>((u128(b) * u128(options_.seq_len)) % span);
+}
+
+void TokenDataset::fill_batch(std::uint64_t b0, int rows, std::int32_t* inputs, std::int32_t* targets) const {
+  const std::size_t T = static_cast<std::size_t>(options_.seq_len);
+  for (int r = 0; r < rows; ++r) {
+    const std::uint16_t* src = tokens_.data() + sequence_offset(b0 + std::uint64_t(r));
+    std::int32_t* in = inputs + std::size_t(r) * T;
+    std::int32_t* tg = targets + std::size_t(r) * T;
+    for (std::size_t t = 0; t < T; ++t) {
+      in[t] = src[t];
+      tg[t] = src[t + 1];
+    }
+  }
+}
+
+std::uint64_t sequence_index(std::int64_t step, int replica, int microbatch, int dp, int microbatches,
+                             int micro_batch_size) {
+  STP_ASSERT(step >= 1 && replica >= 0 && replica < dp && microbatch >= 0 && microbatch < microbatches,
+             "sequence_index: step ", step, " replica ", replica, "/", dp, " microbatch ", microbatch, "/", microbatches);
+  const std::uint64_t per_replica = std::uint64_t(microbatches) * std::uint64_t(micro_batch_size);
+  return (std::uint64_t(step - 1) * std::uint64_t(dp) + std::uint64_t(replica)) * per_replica +
+         std::uint64_t(microbatch) * std::uint64_t(micro_batch_size);
+}
+
+}  // namespace stp

@@ -1,0 +1,218 @@
+// Checkpoint folders: write into a hidden temporary folder, fsync, rename (see the header).
+#include "formats/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "base/error.h"
+#include "base/json.h"
+
+namespace stp {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kStateFile = "state.json";
+constexpr const char* kFormat = "stp-checkpoint-1";
+constexpr const char* kPrefix = "transformer.";
+
+void fsync_path(const fs::path& p, bool directory) {
+  int fd = ::open(p.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  STP_CHECK(fd >= 0, "checkpoint: cannot open '", p.string(), "' to sync: ", std::strerror(errno));
+  int rc = ::fsync(fd);
+  ::close(fd);
+  STP_CHECK(rc == 0, "checkpoint: fsync of '", p.string(), "' failed: ", std::strerror(errno));
+}
+
+std::string state_json(const CheckpointState& s) {
+  std::ostringstream o;
+  o << "{\n  \"format\": \"" << kFormat << "\",\n  \"step\": " << s.step << ",\n  \"data_position\": " << s.data_position
+    << ",\n  \"rng\": {\"seed\": \"" << s.rng_seed << "\", \"offset\": \"" << s.rng_offset
+    << "\"},\n  \"config_fingerprint\": \"" << s.config_fingerprint << "\"\n}\n";
+  return o.str();
+}
+
+void write_text_file(const fs::path& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  STP_CHECK(f, "checkpoint: cannot create '", path.string(), "': ", std::strerror(errno));
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
+  ok = (std::fclose(f) == 0) && ok;
+  STP_CHECK(ok, "checkpoint: writing '", path.string(), "' failed: ", std::strerror(errno));
+}
+
+std::uint64_t parse_u64_string(const Json& v, const std::string& what, const std::string& file) {
+  STP_CHECK(v.is_string() && !v.as_string().empty() && v.as_string().find_first_not_of("0123456789") == std::string::npos,
+            "checkpoint: ", file, ": ", what, " must be a decimal string");
+  errno = 0;
+  std::uint64_t x = std::strtoull(v.as_string().c_str(), nullptr, 10);
+  STP_CHECK(errno == 0, "checkpoint: ", file, ": ", what, " is out of range");
+  return x;
+}
+
+CheckpointState read_state(const fs::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  CheckpointState s;
+  try {
+    Json j = Json::parse(text);
+    STP_CHECK(j["format"].as_string() == kFormat, "unknown format \"", j["format"].as_string(), "\" (expected ", kFormat, ")");
+    s.step = j["step"].as_int();
+    STP_CHECK(s.step >= 0, "negative step ", s.step);
+    std::int64_t pos = j["data_position"].as_int();
+    STP_CHECK(pos >= 0, "negative data_position ", pos);
+    s.data_position = static_cast<std::uint64_t>(pos);
+    s.rng_seed = parse_u64_string(j["rng"]["seed"], "rng.seed", path.string());
+    s.rng_offset = parse_u64_string(j["rng"]["offset"], "rng.offset", path.string());
+    s.config_fingerprint = j["config_fingerprint"].as_string();
+  } catch (const Error& e) {
+    throw Error(str("checkpoint: ", path.string(), " is invalid or truncated: ", e.what()));
+  }
+  return s;
+}
+
+std::string strip_prefix(const std::string& name) {
+  return name.rfind(kPrefix, 0) == 0 ? name.substr(std::strlen(kPrefix)) : name;
+}
+
+std::map<std::string, HostTensor> strip_all(std::map<std::string, HostTensor> in, const std::string& path) {
+  std::map<std::string, HostTensor> out;
+  std::map<std::string, std::string> original;  // stripped name -> name in the file
+  for (auto& [name, t] : in) {
+    std::string n = strip_prefix(name);
+    auto [it, fresh] = original.emplace(n, name);
+    STP_CHECK(fresh, path, ": tensors \"", it->second, "\" and \"", name,
+              "\" are the same tensor once the \"transformer.\" prefix is dropped");
+    out.emplace(n, std::move(t));
+  }
+  return out;
+}
+
+// Splits optimizer.safetensors into exp_avg / exp_avg_sq maps and checks them against the model.
+void split_moments(std::map<std::string, HostTensor> tensors, Checkpoint& ck, const std::string& path) {
+  for (auto& [name, t] : tensors) {
+    static const std::string avg = ".exp_avg", sq = ".exp_avg_sq";
+    auto ends = [&](const std::string& suffix) {
+      return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    if (ends(sq)) ck.exp_avg_sq.emplace(name.substr(0, name.size() - sq.size()), std::move(t));
+    else if (ends(avg)) ck.exp_avg.emplace(name.substr(0, name.size() - avg.size()), std::move(t));
+    else throw Error(str("checkpoint: ", path, ": unexpected tensor \"", name, "\" (expected NAME.exp_avg / NAME.exp_avg_sq)"));
+  }
+  for (const auto& [name, t] : ck.model) {
+    for (const auto* m : {&ck.exp_avg, &ck.exp_avg_sq}) {
+      auto it = m->find(name);
+      const char* which = m == &ck.exp_avg ? "exp_avg" : "exp_avg_sq";
+      STP_CHECK(it != m->end(), "checkpoint: ", path, " lacks \"", name, ".", which, "\"");
+      STP_CHECK(it->second.shape == t.shape, "checkpoint: ", path, ": \"", name, ".", which, "\" has shape ",
+                to_string(it->second.shape), " but the model tensor has ", to_string(t.shape));
+    }
+  }
+  STP_CHECK(ck.exp_avg.size() == ck.model.size() && ck.exp_avg_sq.size() == ck.model.size(), "checkpoint: ", path,
+            " holds optimizer state for tensors the model file lacks");
+}
+
+}  // namespace
+
+std::string checkpoint_path(const std::string& output_dir, std::int64_t step) {
+  return (fs::path(output_dir) / ("checkpoint-" + std::to_string(step))).string();
+}
+
+namespace {
+
+std::string write_checkpoint_files(const std::string& output_dir, const CheckpointData& data) {
+  const std::int64_t step = data.state.step;
+  STP_CHECK(step >= 0, "checkpoint: negative step ", step);
+  const fs::path final_dir = checkpoint_path(output_dir, step);
+  const fs::path tmp = fs::path(output_dir) / (".checkpoint-" + std::to_string(step) + ".tmp");
+  const fs::path old = fs::path(output_dir) / (".checkpoint-" + std::to_string(step) + ".old");
+  std::error_code ec;
+  fs::create_directories(output_dir, ec);
+  STP_CHECK(!ec, "checkpoint: cannot create '", output_dir, "': ", ec.message());
+  fs::remove_all(tmp);  // a stale half-written attempt
+  fs::create_directory(tmp);
+
+  std::vector<std::pair<std::string, const HostTensor*>> moments;
+  for (const auto& [name, m] : data.optimizer) {
+    STP_CHECK(m.exp_avg && m.exp_avg_sq, "checkpoint: optimizer state of \"", name, "\" is null");
+    moments.emplace_back(name + ".exp_avg", m.exp_avg);
+    moments.emplace_back(name + ".exp_avg_sq", m.exp_avg_sq);
+  }
+  write_safetensors((tmp / kModelFile).string(), data.model, {{"format", "pt"}});
+  write_safetensors((tmp / kOptimizerFile).string(), moments, {{"step", std::to_string(data.optimizer_step)}});
+  write_text_file(tmp / kStateFile, state_json(data.state));
+  fsync_path(tmp, true);
+
+  // Swap in: the final name only ever points at a complete folder.
+  fs::remove_all(old);
+  if (fs::exists(final_dir)) fs::rename(final_dir, old);
+  fs::rename(tmp, final_dir);
+  fs::remove_all(old);
+  fsync_path(output_dir, true);
+  return final_dir.string();
+}
+
+}  // namespace
+
+std::string write_checkpoint(const std::string& output_dir, const CheckpointData& data) {
+  try {
+    return write_checkpoint_files(output_dir, data);
+  } catch (const fs::filesystem_error& e) {
+    throw Error(str("checkpoint: writing step ", data.state.step, " into '", output_dir, "' failed: ", e.what()));
+  }
+}
+
+Checkpoint read_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  STP_CHECK(fs::is_directory(dir, ec), "checkpoint: '", dir, "' is not a folder");
+  for (const char* f : {kModelFile, kOptimizerFile, kStateFile})
+    STP_CHECK(fs::is_regular_file(fs::path(dir) / f, ec), "checkpoint: '", dir, "' is incomplete: ", f, " is missing");
+  Checkpoint ck;
+  ck.state = read_state(fs::path(dir) / kStateFile);
+  const std::string model_path = (fs::path(dir) / kModelFile).string();
+  const std::string opt_path = (fs::path(dir) / kOptimizerFile).string();
+  ck.model = read_model_tensors(model_path);
+  SafetensorsFile opt = read_safetensors_file(opt_path);
+  auto step = opt.metadata.find("step");
+  STP_CHECK(step != opt.metadata.end() && !step->second.empty() &&
+                step->second.find_first_not_of("0123456789") == std::string::npos,
+            "checkpoint: ", opt_path, " lacks a numeric \"step\" in its metadata");
+  ck.optimizer_step = std::stoll(step->second);
+  split_moments(strip_all(std::move(opt.tensors), opt_path), ck, opt_path);
+  return ck;
+}
+
+std::string find_latest_checkpoint(const std::string& output_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(output_dir, ec)) return "";
+  std::int64_t best = -1;
+  std::string best_path;
+  for (const auto& e : fs::directory_iterator(output_dir)) {
+    const std::string name = e.path().filename().string();
+    const std::string digits = name.rfind("checkpoint-", 0) == 0 ? name.substr(11) : "";
+    if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (!e.is_directory()) continue;
+    bool complete = true;
+    for (const char* f : {kModelFile, kOptimizerFile, kStateFile}) complete = complete && fs::is_regular_file(e.path() / f, ec);
+    std::int64_t step = std::stoll(digits);
+    if (complete && step > best) {
+      best = step;
+      best_path = e.path().string();
+    }
+  }
+  return best_path;
+}
+
+std::map<std::string, HostTensor> read_model_tensors(const std::string& path) {
+  return strip_all(read_safetensors(path), path);
+}
+
+}  // namespace stp

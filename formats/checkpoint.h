@@ -1,0 +1,75 @@
+// Checkpoints on disk (DESIGN.md section 5): output.dir/checkpoint-STEP/ holds
+//
+//   model.safetensors      full tensors, HF GPT-2 names and layouts ("wte.weight", "h.0.attn.c_attn.weight" [C, 3C], ...)
+//   optimizer.safetensors  "NAME.exp_avg" and "NAME.exp_avg_sq" per model tensor (full layout),
+//                          metadata {"step": optimizer steps taken}
+//   state.json             {"format": "stp-checkpoint-1", "step": S, "data_position": B,
+//                           "rng": {"seed": "...", "offset": "..."}, "config_fingerprint": "..."}
+//                          (rng values are decimal strings: exact 64-bit integers)
+//
+// Atomicity: everything is written into output.dir/.checkpoint-STEP.tmp/ (synced to disk) and
+// the folder is then renamed to checkpoint-STEP, so a crash never leaves a checkpoint-STEP that
+// is half written; stale .tmp folders are ignored by find_latest_checkpoint() and replaced by
+// the next write of that step.
+//
+// Reading validates presence and completeness: a missing or truncated file is an stp::Error
+// naming the file; every model tensor must have both optimizer moments of its shape. Names may
+// carry a "transformer." prefix (HF checkpoints do); it is stripped on load.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "formats/safetensors.h"
+
+namespace stp {
+
+struct CheckpointState {
+  std::int64_t step = 0;              // optimizer steps completed
+  std::uint64_t data_position = 0;    // sequence index b of the next sequence to read
+  std::uint64_t rng_seed = 0;         // train.seed
+  std::uint64_t rng_offset = 0;       // draws consumed from seeded streams (0 if none)
+  std::string config_fingerprint;     // config_fingerprint() of the run (model shape)
+};
+
+struct OptimizerMoments {
+  const HostTensor* exp_avg = nullptr;
+  const HostTensor* exp_avg_sq = nullptr;
+};
+
+struct CheckpointData {
+  std::vector<std::pair<std::string, const HostTensor*>> model;        // full tensors
+  std::vector<std::pair<std::string, OptimizerMoments>> optimizer;     // one per model tensor
+  std::int64_t optimizer_step = 0;
+  CheckpointState state;
+};
+
+struct Checkpoint {
+  std::map<std::string, HostTensor> model;
+  std::map<std::string, HostTensor> exp_avg;     // keyed by model tensor name
+  std::map<std::string, HostTensor> exp_avg_sq;
+  std::int64_t optimizer_step = 0;
+  CheckpointState state;
+};
+
+// output_dir/checkpoint-STEP
+std::string checkpoint_path(const std::string& output_dir, std::int64_t step);
+
+// Writes checkpoint-<data.state.step> atomically (see above); returns its path. An existing
+// checkpoint of the same step is replaced.
+std::string write_checkpoint(const std::string& output_dir, const CheckpointData& data);
+
+// Reads and validates a checkpoint folder.
+Checkpoint read_checkpoint(const std::string& dir);
+
+// The complete checkpoint-N folder of output_dir with the largest N; "" when there is none.
+std::string find_latest_checkpoint(const std::string& output_dir);
+
+// A model .safetensors (model.init_from or a checkpoint's model file) with "transformer."
+// prefixes stripped; two names that collide after stripping are an error.
+std::map<std::string, HostTensor> read_model_tensors(const std::string& path);
+
+}  // namespace stp

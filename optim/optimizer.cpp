@@ -1,0 +1,65 @@
+#include "optim/optimizer.h"
+
+#include <algorithm>
+
+#include "memory/block_arena.h"
+#include "config/config.h"
+#include "base/error.h"
+
+namespace stp {
+
+AdamWHyper adamw_hyper(const OptimConfig& o) {
+  return AdamWHyper{float(o.beta1), float(o.beta2), float(o.eps), float(o.weight_decay)};
+}
+
+AdamW::AdamW(std::vector<ParamInfo>& params, const AdamWHyper& hyper, Allocator& alloc, Stream& s)
+    : params_(params), hyper_(hyper) {
+  for (const ParamInfo& p : params_) {
+    STP_ASSERT(p.param.defined() && p.grad.defined() && p.param.shape() == p.grad.shape() &&
+                   p.param.dtype() == DType::F32 && p.grad.dtype() == DType::F32,
+               "AdamW: parameter ", p.name, " needs f32 param and grad of one shape");
+    MaybeCategoryScope as(alloc, MemoryCategory::OptimizerState);
+    exp_avg_.push_back(Tensor::empty(alloc, p.param.shape()));
+    exp_avg_sq_.push_back(Tensor::empty(alloc, p.param.shape()));
+    s.zero(exp_avg_.back().raw(), exp_avg_.back().bytes());
+    s.zero(exp_avg_sq_.back().raw(), exp_avg_sq_.back().bytes());
+  }
+}
+
+void AdamW::step(Stream& s, float lr) {
+  STP_ASSERT(params_.size() == exp_avg_.size(), "AdamW: the parameter list changed size");
+  ++step_count_;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    ParamInfo& p = params_[i];
+    adamw_step(s, p.param.f32(), p.grad.f32(), exp_avg_[i].f32(), exp_avg_sq_[i].f32(),
+               static_cast<std::size_t>(p.param.numel()), lr, hyper_, static_cast<int>(step_count_), p.decay);
+  }
+}
+
+GradClipper::GradClipper(std::vector<ParamInfo>& params, Allocator& alloc, std::function<bool(const ParamInfo&)> counted)
+    : params_(params) {
+  std::size_t partials = 1;
+  for (const ParamInfo& p : params_) {
+    counted_.push_back(!counted || counted(p));
+    partials = std::max(partials, sumsq_partials_count(static_cast<std::size_t>(p.grad.numel())));
+  }
+  MaybeCategoryScope as(alloc, MemoryCategory::Buffers);
+  workspace_ = Tensor::empty(alloc, Shape{static_cast<std::int64_t>(3 + partials)});
+  scalars_ = workspace_.f32();
+  partials_ = scalars_ + 3;
+}
+
+void GradClipper::local_sumsq(Stream& s) {
+  s.zero(scalars_, sizeof(float));
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (counted_[i])
+      sumsq_accumulate(s, params_[i].grad.f32(), static_cast<std::size_t>(params_[i].grad.numel()), partials_, scalars_);
+}
+
+void GradClipper::clip(Stream& s, float max_norm) {
+  STP_ASSERT(max_norm > 0, "GradClipper: max_norm must be > 0 (grad_clip 0 = no clipping: skip the clipper)");
+  clip_coefficient(s, scalars_, max_norm, scalars_ + 1, scalars_ + 2);
+  for (ParamInfo& p : params_) scale_by_scalar(s, p.grad.f32(), static_cast<std::size_t>(p.grad.numel()), scalars_ + 2);
+}
+
+}  // namespace stp

@@ -1,0 +1,61 @@
+// Streams record trace spans around their work (Stream::set_trace, trace_begin/trace_end), which the
+// recorder exports as Chrome Trace Event Format JSON (DESIGN.md §5).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/json.h"
+#include "base/trace.h"
+#include "core/cpu/cpu_device.h"
+
+namespace {
+
+TEST(Trace, SpansCoverTheirStreamWorkAndExportValidChromeJson) {
+  auto devs = stp::make_cpu_devices(2);
+  stp::TraceRecorder rec;
+  auto compute = devs[1]->create_stream("compute");
+  compute->set_trace(&rec, 1, "compute");
+  compute->trace_begin("F0.3", "F", "{\"mb\":3}");
+  compute->enqueue_host([] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); });
+  compute->trace_end();
+  compute->trace_begin("name with \"quotes\"", "W");
+  compute->trace_end();
+  compute->synchronize();
+
+  auto json = stp::Json::parse(rec.to_json());
+  std::vector<stp::Json> events;
+  std::string thread_of_tid1;
+  for (const auto& e : json["traceEvents"].as_array()) {
+    if (e["ph"].as_string() == "X") events.push_back(e);
+    if (e["ph"].as_string() == "M" && e["name"].as_string() == "thread_name" && e["tid"].as_int() == 1)
+      thread_of_tid1 = e["args"]["name"].as_string();
+  }
+  ASSERT_EQ(events.size(), 2u);
+  const auto& e = events[0];
+  EXPECT_EQ(e["ph"].as_string(), "X");
+  EXPECT_EQ(e["pid"].as_int(), 1);
+  EXPECT_EQ(e["tid"].as_int(), 1);  // numeric tid, named by a thread_name metadata event
+  EXPECT_EQ(thread_of_tid1, "compute");
+  EXPECT_EQ(e["name"].as_string(), "F0.3");
+  EXPECT_EQ(e["cat"].as_string(), "F");
+  EXPECT_EQ(e["args"]["mb"].as_int(), 3);
+  EXPECT_GE(e["dur"].as_number(), 5000.0);  // microseconds: the span covers the 5 ms task
+  EXPECT_GE(e["ts"].as_number(), 0.0);
+  EXPECT_EQ(events[1]["name"].as_string(), "name with \"quotes\"");
+  EXPECT_GE(events[1]["ts"].as_number(), e["ts"].as_number() + e["dur"].as_number());
+}
+
+TEST(Trace, NothingIsRecordedWithoutARecorder) {
+  auto devs = stp::make_cpu_devices(1);
+  stp::TraceRecorder rec;
+  auto s = devs[0]->create_stream("compute");
+  s->trace_begin("F0.1", "F");  // not attached: no-op
+  s->trace_end();
+  s->synchronize();
+  EXPECT_TRUE(rec.spans().empty());
+}
+
+}  // namespace

@@ -1,0 +1,135 @@
+#include <filesystem>
+
+#include "base/error.h"
+#include "formats/checkpoint.h"
+#include "tests/support/files.h"
+
+using namespace stp;
+using stp::iotest::expect_error;
+using stp::iotest::ScratchDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Sample {
+  HostTensor wte{{5, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}};
+  HostTensor ln{{2}, {1, 1}};
+  HostTensor m_wte{{5, 2}, std::vector<float>(10, 0.5f)};
+  HostTensor v_wte{{5, 2}, std::vector<float>(10, 0.25f)};
+  HostTensor m_ln{{2}, {-1, 1}};
+  HostTensor v_ln{{2}, {2, 3}};
+
+  CheckpointData data(std::int64_t step) const {
+    CheckpointData d;
+    d.model = {{"wte.weight", &wte}, {"ln_f.weight", &ln}};
+    d.optimizer = {{"wte.weight", {&m_wte, &v_wte}}, {"ln_f.weight", {&m_ln, &v_ln}}};
+    d.optimizer_step = step;
+    d.state = CheckpointState{step, 4096 + std::uint64_t(step), 18446744073709551615ull, 77, "0123456789abcdef"};
+    return d;
+  }
+};
+
+void truncate_file(const fs::path& p, std::uintmax_t keep) { fs::resize_file(p, keep); }
+
+}  // namespace
+
+TEST(Checkpoint, RoundTrip) {
+  ScratchDir dir;
+  Sample s;
+  std::string path = write_checkpoint(dir.file("run"), s.data(12));
+  EXPECT_EQ(path, checkpoint_path(dir.file("run"), 12));
+  EXPECT_EQ(fs::path(path).filename(), "checkpoint-12");
+  Checkpoint ck = read_checkpoint(path);
+  ASSERT_EQ(ck.model.size(), 2u);
+  EXPECT_EQ(ck.model["wte.weight"].shape, (Shape{5, 2}));
+  EXPECT_EQ(ck.model["wte.weight"].data, s.wte.data);
+  EXPECT_EQ(ck.model["ln_f.weight"].data, s.ln.data);
+  EXPECT_EQ(ck.exp_avg["wte.weight"].data, s.m_wte.data);
+  EXPECT_EQ(ck.exp_avg_sq["wte.weight"].data, s.v_wte.data);
+  EXPECT_EQ(ck.exp_avg["ln_f.weight"].data, s.m_ln.data);
+  EXPECT_EQ(ck.exp_avg_sq["ln_f.weight"].data, s.v_ln.data);
+  EXPECT_EQ(ck.optimizer_step, 12);
+  EXPECT_EQ(ck.state.step, 12);
+  EXPECT_EQ(ck.state.data_position, 4108u);
+  EXPECT_EQ(ck.state.rng_seed, 18446744073709551615ull);  // exact 64-bit
+  EXPECT_EQ(ck.state.rng_offset, 77u);
+  EXPECT_EQ(ck.state.config_fingerprint, "0123456789abcdef");
+  // The optimizer file uses the documented names.
+  auto opt = read_safetensors_file(path + "/optimizer.safetensors");
+  EXPECT_TRUE(opt.tensors.count("wte.weight.exp_avg") && opt.tensors.count("wte.weight.exp_avg_sq"));
+  EXPECT_EQ(opt.metadata["step"], "12");
+  // Rewriting the same step replaces it; nothing temporary is left behind.
+  write_checkpoint(dir.file("run"), s.data(12));
+  for (const auto& e : fs::directory_iterator(dir.file("run"))) EXPECT_EQ(e.path().filename(), "checkpoint-12");
+}
+
+TEST(Checkpoint, TruncatedOrMissingFilesAreNamedErrors) {
+  ScratchDir dir;
+  Sample s;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors", "state.json"}) {
+    SCOPED_TRACE(file);
+    std::string path = write_checkpoint(dir.file("run"), s.data(3));
+    fs::path f = fs::path(path) / file;
+    truncate_file(f, fs::file_size(f) - 5);
+    expect_error([&] { read_checkpoint(path); }, {file});
+    fs::remove(f);
+    expect_error([&] { read_checkpoint(path); }, {"incomplete", file, "missing"});
+    EXPECT_EQ(find_latest_checkpoint(dir.file("run")), "");  // an incomplete folder is never picked
+  }
+  expect_error([&] { read_checkpoint(dir.file("nothing")); }, {"nothing", "not a folder"});
+}
+
+TEST(Checkpoint, HalfWrittenCheckpointsAreNeverPickedUp) {
+  ScratchDir dir;
+  Sample s;
+  const std::string run = dir.file("run");
+  write_checkpoint(run, s.data(5));
+  write_checkpoint(run, s.data(20));
+  EXPECT_EQ(find_latest_checkpoint(run), checkpoint_path(run, 20));
+  // A crash while writing step 30 leaves only the temporary folder.
+  fs::create_directories(fs::path(run) / ".checkpoint-30.tmp");
+  stp::iotest::write_bytes(run + "/.checkpoint-30.tmp/model.safetensors", "partial");
+  // A foreign or incomplete folder with a checkpoint name.
+  fs::create_directories(fs::path(run) / "checkpoint-40");
+  stp::iotest::write_bytes(run + "/checkpoint-40/model.safetensors", "x");
+  fs::create_directories(fs::path(run) / "checkpoint-x50");
+  EXPECT_EQ(find_latest_checkpoint(run), checkpoint_path(run, 20));
+  // A write that fails half way (a bad tensor) leaves the earlier checkpoints untouched.
+  CheckpointData bad = s.data(30);
+  HostTensor broken{{3}, {1}};
+  bad.model.push_back({"broken", &broken});
+  EXPECT_THROW(write_checkpoint(run, bad), Error);
+  EXPECT_FALSE(fs::exists(checkpoint_path(run, 30)));
+  EXPECT_EQ(find_latest_checkpoint(run), checkpoint_path(run, 20));
+  // The next successful write of that step replaces the stale temporary folder.
+  write_checkpoint(run, s.data(30));
+  EXPECT_EQ(find_latest_checkpoint(run), checkpoint_path(run, 30));
+  EXPECT_FALSE(fs::exists(fs::path(run) / ".checkpoint-30.tmp"));
+  EXPECT_EQ(find_latest_checkpoint(dir.file("no-such-run")), "");
+}
+
+TEST(Checkpoint, OptimizerStateMustCoverTheModel) {
+  ScratchDir dir;
+  Sample s;
+  CheckpointData d = s.data(1);
+  d.optimizer.pop_back();  // ln_f.weight has no moments
+  std::string path = write_checkpoint(dir.file("run"), d);
+  expect_error([&] { read_checkpoint(path); }, {"optimizer.safetensors", "ln_f.weight.exp_avg"});
+  CheckpointData e = s.data(2);
+  HostTensor wrong{{3}, {1, 2, 3}};
+  e.optimizer[1].second.exp_avg_sq = &wrong;
+  path = write_checkpoint(dir.file("run"), e);
+  expect_error([&] { read_checkpoint(path); }, {"ln_f.weight.exp_avg_sq", "[3]", "[2]"});
+}
+
+TEST(Checkpoint, TransformerPrefixIsAcceptedOnLoad) {
+  ScratchDir dir;
+  HostTensor a{{2}, {1, 2}}, b{{1}, {3}};
+  write_safetensors(dir.file("hf.safetensors"), {{"transformer.wte.weight", &a}, {"ln_f.bias", &b}});
+  auto t = read_model_tensors(dir.file("hf.safetensors"));
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t["wte.weight"].data, a.data);
+  EXPECT_EQ(t["ln_f.bias"].data, b.data);
+  write_safetensors(dir.file("dup.safetensors"), {{"transformer.wte.weight", &a}, {"wte.weight", &a}});
+  expect_error([&] { read_model_tensors(dir.file("dup.safetensors")); }, {"transformer.wte.weight", "same tensor"});
+}

@@ -1,0 +1,207 @@
+// `mpirun -np 4 stp train` end to end (CPU backend, MPI communicators, one rank per process),
+// against the single-process run of the same global batch (the Trainer in this test process):
+//   * (dp, pp, tp) in {(4,1,1), (2,2,1), (1,2,2), (2,1,2)}: per-step losses (metrics.jsonl of
+//     process 0) to 1e-5 relative, and the final checkpoint — gathered from every process and
+//     written once — to 1e-5 normwise;
+//   * mpirun -np 1 with dp = 2 is the single-process job (ranks as threads);
+//   * a rank forced to fail mid-step (STP_FAULT_RANK) ends the job within 10 s, non-zero, with its
+//     message;
+//   * dp × pp × tp ≠ processes: every process reports the layout error, the job exits non-zero;
+//   * a dp = 2 checkpoint (written under mpirun) resumes at dp = 1 in one process: the next
+//     step's loss is identical and the parameters agree to 1e-5.
+// Skipped when the build has no MPI (tests/CMakeLists.txt passes the launcher and its flags).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "base/json.h"
+#include "formats/checkpoint.h"
+#include "tests/support/run_command.h"
+#include "tests/train/train_fixture.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kMpiexec = STP_MPIEXEC;
+
+struct Launch {
+  stp::testing::CommandResult result;
+  double seconds = 0;
+};
+
+// `env` (VAR=value ...) prefixes the launcher; `np` = 0 runs stp without a launcher.
+Launch run(int np, const std::string& args, const std::string& env = "") {
+  std::string tmpl = (fs::temp_directory_path() / "stp_mpirun_XXXXXX").string();
+  std::string dir = mkdtemp(tmpl.data()) ? tmpl : std::string("/tmp");
+  std::string launcher = np > 0 ? kMpiexec + " " + STP_MPIEXEC_FLAGS + " -np " + std::to_string(np) + " " : "";
+  std::string cmd = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + env + " timeout 120 " + launcher +
+                    STP_BINARY_DIR + "/stp " + args + " >" + dir + "/out 2>" + dir + "/err </dev/null";
+  auto start = std::chrono::steady_clock::now();
+  int rc = std::system(cmd.c_str());
+  Launch l;
+  l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  l.result = {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, stp::testing::slurp(dir + "/out"), stp::testing::slurp(dir + "/err")};
+  fs::remove_all(dir);
+  return l;
+}
+
+bool have_mpi() { return !kMpiexec.empty() && stp::testing::have_stp(); }
+
+// The tiny model of the trainer tests, one replica of 8 microbatches, writing to out_dir.
+std::string config_yaml(const std::string& out_dir) {
+  std::ostringstream f;
+  f << "model: {arch: gpt2, n_layer: 8, n_head: 4, n_embd: 32, vocab_size: 256, seq_len: 16}\n"
+    << "data: {path: " << stp::testing::tiny_text_file() << ", format: text, sampling: sequential}\n"
+    << "train: {steps: 3, micro_batch_size: 2, microbatches: 8, lr: 1.0e-3, lr_schedule: constant, warmup_steps: 0,"
+    << " grad_clip: 1.0, seed: 7}\n"
+    << "parallel: {backend: cpu, dp: 1, tp: 1, pp: 1, schedule: gpipe, cpu_threads: 1}\n"
+    << "memory: {offload: none, recompute: none}\n"
+    << "output: {dir: " << out_dir << "}\n";
+  return f.str();
+}
+
+// A fresh run folder (one per test: ctest runs tests in parallel) with config.yaml; returns its path.
+std::string prepare(const std::string& name) {
+  fs::path dir = fs::path(STP_BINARY_DIR) / "tests" / ("mpirun_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.yaml") << config_yaml((dir / "out").string());
+  return (dir / "config.yaml").string();
+}
+
+std::vector<double> losses_of(const std::string& config) {
+  std::vector<double> out;
+  std::ifstream f(fs::path(config).parent_path() / "out" / "metrics.jsonl");
+  for (std::string line; std::getline(f, line);) out.push_back(stp::Json::parse(line)["loss"].as_number());
+  return out;
+}
+
+struct Reference {
+  std::vector<double> losses;
+  std::map<std::string, stp::HostTensor> params;
+};
+
+// The single-process run of the global batch: one replica, 8 microbatches.
+const Reference& reference() {
+  static const Reference r = [] {
+    stp::Config cfg = stp::load_config_from_string(config_yaml("unused"), "reference config");
+    stp::Trainer t(cfg);
+    Reference out;
+    for (int i = 0; i < 3; ++i) out.losses.push_back(t.step().loss);
+    out.params = t.full_parameters();
+    return out;
+  }();
+  return r;
+}
+
+struct Layout {
+  int dp, pp, tp;
+  const char* schedule;
+};
+
+void PrintTo(const Layout& l, std::ostream* os) {
+  *os << "dp " << l.dp << " pp " << l.pp << " tp " << l.tp << " " << l.schedule;
+}
+
+std::string sets(const Layout& l) {
+  return "--set parallel.dp=" + std::to_string(l.dp) + " --set parallel.pp=" + std::to_string(l.pp) +
+         " --set parallel.tp=" + std::to_string(l.tp) + " --set parallel.schedule=" + l.schedule +
+         " --set train.microbatches=" + std::to_string(8 / l.dp);
+}
+
+class Mpirun : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(Mpirun, FourProcessesMatchTheSingleProcessRun) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  const Layout l = GetParam();
+  const std::string name = "dp" + std::to_string(l.dp) + "pp" + std::to_string(l.pp) + "tp" + std::to_string(l.tp);
+  std::string config = prepare(name);
+  Launch launch = run(4, "train " + config + " " + sets(l));
+  ASSERT_EQ(launch.result.status, 0) << launch.result.err;
+  EXPECT_NE(launch.result.err.find(std::to_string(4) + " ranks in 4 processes"), std::string::npos) << launch.result.err;
+  std::vector<double> losses = losses_of(config);
+  const Reference& ref = reference();
+  ASSERT_EQ(losses.size(), ref.losses.size()) << "metrics.jsonl written once, by process 0";
+  for (std::size_t i = 0; i < losses.size(); ++i)
+    EXPECT_NEAR(losses[i], ref.losses[i], 1e-5 * ref.losses[i]) << "step " << i + 1;
+  auto params = stp::read_model_tensors((fs::path(config).parent_path() / "out" / "checkpoint-3" / "model.safetensors").string());
+  std::string where;
+  EXPECT_LT(stp::testing::max_rel_diff(params, ref.params, &where), 1e-5) << "worst at " << where;
+}
+
+std::string layout_name(const ::testing::TestParamInfo<Layout>& p) {
+  return "dp" + std::to_string(p.param.dp) + "_pp" + std::to_string(p.param.pp) + "_tp" + std::to_string(p.param.tp);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, Mpirun,
+                         ::testing::Values(Layout{4, 1, 1, "gpipe"}, Layout{2, 2, 1, "1f1b"}, Layout{1, 2, 2, "stp"},
+                                           Layout{2, 1, 2, "gpipe"}),
+                         layout_name);
+
+TEST(Mpirun, OneProcessDrivesEveryRankAsThreads) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  std::string config = prepare("np1");
+  Launch launch = run(1, "train " + config + " " + sets({2, 1, 1, "gpipe"}));
+  ASSERT_EQ(launch.result.status, 0) << launch.result.err;
+  EXPECT_NE(launch.result.err.find("2 ranks in 1 process\n"), std::string::npos) << launch.result.err;
+  std::vector<double> losses = losses_of(config);
+  ASSERT_EQ(losses.size(), 3u);
+  EXPECT_NEAR(losses[2], reference().losses[2], 1e-5 * reference().losses[2]);
+}
+
+TEST(Mpirun, FailingRankEndsTheJobWithItsMessage) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  std::string config = prepare("fault");
+  Launch launch = run(4, "train " + config + " " + sets({2, 2, 1, "1f1b"}), "STP_FAULT_RANK=2 STP_FAULT_STEP=2");
+  std::printf("failing rank: job ended after %.2f s with status %d\n", launch.seconds, launch.result.status);
+  EXPECT_NE(launch.result.status, 0);
+  EXPECT_NE(launch.result.status, 124) << "timed out: the job hung";
+  EXPECT_LT(launch.seconds, 10.0);
+  EXPECT_NE(launch.result.err.find("injected failure of rank 2 in step 2"), std::string::npos) << launch.result.err;
+}
+
+TEST(Mpirun, LayoutNotMatchingTheProcessesIsAnErrorOnEveryProcess) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  std::string config = prepare("bad_layout");
+  Launch launch = run(4, "train " + config + " --set parallel.dp=2");
+  EXPECT_NE(launch.result.status, 0);
+  for (int p = 0; p < 4; ++p)
+    EXPECT_NE(launch.result.err.find("[process " + std::to_string(p) +
+                                     "/4]: error: parallel.dp x parallel.pp x parallel.tp = 2 x 1 x 1 = 2 ranks, but the "
+                                     "MPI launcher started 4 processes"),
+              std::string::npos)
+        << launch.result.err;
+  EXPECT_FALSE(fs::exists(fs::path(config).parent_path() / "out")) << "output.dir was touched";
+}
+
+TEST(Mpirun, Dp2CheckpointResumesAtDp1WithTheIdenticalNextLoss) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  std::string config = prepare("resume");
+  Launch launch = run(4, "train " + config + " " + sets({2, 2, 1, "1f1b"}) + " --set output.checkpoint_every=2");
+  ASSERT_EQ(launch.result.status, 0) << launch.result.err;
+  std::vector<double> dp2 = losses_of(config);
+  ASSERT_EQ(dp2.size(), 3u);
+  fs::path out = fs::path(config).parent_path() / "out";
+  ASSERT_TRUE(fs::exists(out / "checkpoint-2" / "model.safetensors"));
+  auto dp2_final = stp::read_model_tensors((out / "checkpoint-3" / "model.safetensors").string());
+
+  std::string resumed = prepare("resumed");
+  Launch again = run(0, "train " + resumed + " --set train.resume=" + (out / "checkpoint-2").string());
+  ASSERT_EQ(again.result.status, 0) << again.result.err;
+  std::vector<double> dp1 = losses_of(resumed);
+  ASSERT_EQ(dp1.size(), 1u) << "only step 3 remains";
+  EXPECT_EQ(dp1[0], dp2[2]) << "same parameters and optimizer state, same global batch: the same forward";
+  auto dp1_final = stp::read_model_tensors((fs::path(resumed).parent_path() / "out" / "checkpoint-3" / "model.safetensors").string());
+  EXPECT_LT(stp::testing::max_rel_diff(dp1_final, dp2_final), 1e-5);
+}
+
+}  // namespace
