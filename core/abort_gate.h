@@ -1,5 +1,5 @@
 // AbortGate: serialises a communicator's abort against the operations other threads are issuing
-// on it (docs/gpu-readiness.md, O3). Backend-independent, so the CPU tests prove it; NcclComm
+// on it (docs/gpu-readiness.md, How a CUDA failure reaches the user). Backend-independent, so the CPU tests prove it; NcclComm
 // (core/cuda/nccl_comm.cu) uses it because ncclCommAbort frees the communicator, and an enqueue
 // another rank's thread is making at that moment would touch freed memory.
 //

@@ -5,7 +5,7 @@
 //   tp-comm  — the TP all-reduce after each unit that returns a tensor (stage.h protocol);
 //   p2p      — pipeline sends and receives to neighbouring ranks.
 //
-// Braiding (stp-spec §2): a two-part op (F&B, F&W, F+F) alternates one step of each part on the
+// Braiding (docs/schedules.md, STP op lists, Units and braided blocks): a two-part op (F&B, F&W, F+F) alternates one step of each part on the
 // compute stream. A step is one unit (an F unit; a B unit followed by its W when W is fused; a W
 // unit). After a step whose unit returned a tensor, the all-reduce is enqueued on tp-comm right
 // away (tp-comm waits on an event recorded after the unit); the *next step of the same part*

@@ -25,7 +25,7 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Dev
 // Polls every NCCL communicator of GPU `ordinal` for an asynchronous error (a failed peer or
 // network: ncclCommGetAsyncError); on one, aborts that communicator and throws DeviceError.
 // CudaStream::synchronize calls it while it waits, so such a failure ends the step instead of
-// hanging in a stream wait (docs/gpu-readiness.md, O3).
+// hanging in a stream wait (docs/gpu-readiness.md, How a CUDA failure reaches the user).
 void nccl_poll_async_errors(int ordinal);
 
 // NCCL across processes (one GPU per process): the group's rank 0 creates the unique id, the

@@ -6,7 +6,7 @@
 // NCCL has no message tags: the tag is ignored here (HostComm checks it on the CPU backend, where
 // the same schedules run, so channel-order mismatches are caught before a GPU run).
 //
-// Failure handling (docs/gpu-readiness.md, F3 and O3):
+// Failure handling (docs/gpu-readiness.md, How a CUDA failure reaches the user):
 //   * Non-blocking communicators (ncclConfig_t::blocking = 0): no NCCL call blocks its host
 //     thread waiting for a peer (connection set-up runs in the background and the call returns
 //     ncclInProgress). stp then polls ncclCommGetAsyncError until the operation is enqueued, so
