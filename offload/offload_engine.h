@@ -61,7 +61,8 @@ struct OffloadCounters {
 
 struct OffloadEngineOptions {
   // Test-only fault injection: omit the H2D stream's wait for the D2H of the same records, the
-  // reordering bug Megatron-LM had (a reload before its own offload had finished). Tests prove the equivalence checks catch it.
+  // reordering bug Megatron-LM had (a reload before its own offload had finished). Tests prove the equivalence checks
+  // catch it.
   bool fault_skip_d2h_wait = false;
 };
 

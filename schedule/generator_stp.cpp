@@ -1,4 +1,5 @@
-// STP, the synergistic schedule (docs/schedules.md, STP op lists: the per-rank rule, offload markers), and its fallback for small m.
+// STP, the synergistic schedule (docs/schedules.md, STP op lists: the per-rank rule, offload markers), and its fallback
+// for small m.
 #include <algorithm>
 #include <deque>
 
@@ -102,9 +103,9 @@ std::vector<Op> keep_microbatches(const std::vector<Op>& ops, const std::vector<
   return out;
 }
 
-// The fallback keeps microbatches 1..m of the 3p−1 schedule and drops the rest (docs/schedules.md, STP for 2p ≤ m < 3p−1). We also
-// measured every other contiguous window of dropped microbatches (unit costs, p ∈ {2, 3, 4, 8}): dropping
-// the lowest ones is within ±1 time unit of this, any window in the middle is about twice as bad (it breaks
+// The fallback keeps microbatches 1..m of the 3p−1 schedule and drops the rest (docs/schedules.md, STP for 2p ≤ m <
+// 3p−1). We also measured every other contiguous window of dropped microbatches (unit costs, p ∈ {2, 3, 4, 8}):
+// dropping the lowest ones is within ±1 time unit of this, any window in the middle is about twice as bad (it breaks
 // the steady F&B chain in two), so dropping the highest microbatches stays.
 std::vector<int> fallback_numbering(int rule_m, int m) {
   std::vector<int> new_mb(rule_m + 1, 0);
@@ -112,8 +113,9 @@ std::vector<int> fallback_numbering(int rule_m, int m) {
   return new_mb;
 }
 
-// Reload markers (docs/schedules.md, STP op lists, Offload markers): the H2D copy of an offloaded forward's activations starts one op before the
-// op holding its backward (e.g. "F0.5&W1.1, reload 0.1, F1.3&B1.2, F0.6&B0.1"), never before the forward.
+// Reload markers (docs/schedules.md, STP op lists, Offload markers): the H2D copy of an offloaded forward's activations
+// starts one op before the op holding its backward (e.g. "F0.5&W1.1, reload 0.1, F1.3&B1.2, F0.6&B0.1"), never before
+// the forward.
 void add_reloads(std::vector<Op>& ops, int m) {
   std::vector<int> forward_op(2 * (m + 1), -1);  // [chunk·(m+1) + mb] -> index of its offloaded forward
   for (int i = 0; i < static_cast<int>(ops.size()); ++i) {

@@ -15,10 +15,10 @@
 // A W names the chunk and microbatch it consumes, so a W op is self-describing: the executor needs no
 // FIFO bookkeeping of its own, and the validator checks that every deferred W is consumed exactly once.
 //
-// Offload markers (docs/schedules.md, STP op lists, Offload markers) ride on the op: `Part::offload` on a forward part says "move this forward's
-// saved activations to host as they are produced"; `Op::reload` lists the chunk-microbatch activation sets whose
-// host-to-device copy starts right before this op (one op ahead of the backward that needs them). They are hints
-// for the offload engine; a run without offload ignores them, and they never change the op order.
+// Offload markers (docs/schedules.md, STP op lists, Offload markers) ride on the op: `Part::offload` on a forward part
+// says "move this forward's saved activations to host as they are produced"; `Op::reload` lists the chunk-microbatch
+// activation sets whose host-to-device copy starts right before this op (one op ahead of the backward that needs them).
+// They are hints for the offload engine; a run without offload ignores them, and they never change the op order.
 #pragma once
 
 #include <cstdint>

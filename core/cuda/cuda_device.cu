@@ -203,8 +203,9 @@ class CudaDevice final : public Device {
     // cuBLAS's recommended workspace: 32 MiB on Hopper and later, 4 MiB before (cuBLAS guide,
     // cublasSetWorkspace).
     cublas_workspace_bytes_ = prop.major >= 9 ? (32u << 20) : (4u << 20);
-    // The GPU's NUMA node (the pinned pool and the rank's host thread go there): its PCI device's numa_node in sysfs. Unknown (-1) on one-node
-    // machines and where sysfs is not visible; memory/numa.h then falls back to a CPU-side answer.
+    // The GPU's NUMA node (the pinned pool and the rank's host thread go there): its PCI device's numa_node in sysfs.
+    // Unknown (-1) on one-node machines and where sysfs is not visible; memory/numa.h then falls back to a CPU-side
+    // answer.
     char bus_id[32] = {};
     if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, ordinal_) == cudaSuccess) numa_node_ = pci_numa_node(bus_id);
     else (void)cudaGetLastError();
@@ -225,8 +226,8 @@ class CudaDevice final : public Device {
     STP_CUDA_CHECK(cudaSetDevice(ordinal_));
     // Capacity is measured at every allocation, not only when the device was made: the CUDA
     // context, the streams' cuBLAS handles and workspaces and NCCL's buffers are allocated in
-    // between, outside memory.device_budget (docs/gpu-readiness.md, Memory). The arena's first allocation (the whole budget,
-    // taken while the trainer is built) comes after all of them.
+    // between, outside memory.device_budget (docs/gpu-readiness.md, Memory). The arena's first allocation (the whole
+    // budget, taken while the trainer is built) comes after all of them.
     std::size_t free_bytes = 0, total = 0;
     STP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     device_.capacity = std::min(budget_, device_.in_use + free_bytes);

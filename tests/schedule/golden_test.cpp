@@ -120,7 +120,8 @@ TEST(Golden, ZbvMatchesWorkedExample) {
 }
 
 TEST(Golden, StpOffloadMarkersFollowTheRule) {
-  // docs/schedules.md, STP op lists, Offload markers: rank 0, p=2: "F0.5&W1.1, reload 0.1, F1.3&B1.2, F0.6&B0.1"; chunk-0 forwards are offloaded.
+  // docs/schedules.md, STP op lists, Offload markers: rank 0, p=2: "F0.5&W1.1, reload 0.1, F1.3&B1.2, F0.6&B0.1";
+  // chunk-0 forwards are offloaded.
   Schedule s = generate("stp", 2, 9);
   const auto& ops = s.ranks[0];
   ASSERT_EQ(to_string(ops[7]), "F1.3&B1.2");

@@ -1,4 +1,5 @@
-// Table 1 of the STP paper against the simulator (docs/schedules.md, Table 1 of the paper; compare.h), and STP's small-m fallback.
+// Table 1 of the STP paper against the simulator (docs/schedules.md, Table 1 of the paper; compare.h), and STP's
+// small-m fallback.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -108,7 +109,8 @@ TEST(Table1, StpMakespanBeatsInterleavedAndZbv) {
       }
 }
 
-// The fallback for 2p ≤ m < 3p−1 (docs/schedules.md, STP for 2p ≤ m < 3p−1): unit costs, no communication, bubble = makespan − 6m.
+// The fallback for 2p ≤ m < 3p−1 (docs/schedules.md, STP for 2p ≤ m < 3p−1): unit costs, no communication, bubble =
+// makespan − 6m.
 TEST(Table1, StpFallbackBubble) {
   struct Case {
     int p, m;
@@ -132,8 +134,8 @@ TEST(Table1, CompareRowsCarryFormulaAndSimulation) {
   EXPECT_NE(render_compare(4, 16, costs(1, 0)).find("warm-up + 1 = 3p-1"), std::string::npos);
 }
 
-// Unequal costs: with T_B = 2T_F (= 2T_W) STP's bubble is 3(p−1), not the formula's 2(p−1) (docs/schedules.md, STP op lists, Pitfalls):
-// the formula assumes balanced times.
+// Unequal costs: with T_B = 2T_F (= 2T_W) STP's bubble is 3(p−1), not the formula's 2(p−1) (docs/schedules.md, STP op
+// lists, Pitfalls): the formula assumes balanced times.
 TEST(Table1, StpBubbleWithSlowBackwardExceedsFormula) {
   for (int p : {2, 4, 8}) {
     Costs c = costs(1, 0);
