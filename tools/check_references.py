@@ -12,8 +12,9 @@ research notes kept beside the repository, no issue tracker. So:
     A public upstream bug is described in words ("the reordering bug Megatron-LM had").
   * Code must not carry the finding labels of docs/gpu-readiness.md ("(O7)", "O3:"): it says what
     the finding is, or cites "docs/gpu-readiness.md, <section title>". That page keeps its labels.
-  * Every repository path named anywhere in those files (`folder/name.ext` under a top-level folder
-    of the tree, e.g. `core/device.h`, `docs/model.md`) and every relative Markdown link must exist.
+  * Every repository path named anywhere in those files (`folder/name.ext` or `folder/sub/` under a
+    top-level folder of the tree, e.g. `core/device.h`, `docs/model.md`, `core/cpu/`) and every
+    relative Markdown link must exist.
 
 Usage: tools/check_references.py [ROOT]     (default: the repository holding this script)
 Prints one line per violation (FILE:LINE: what) and exits 1 if there is any, else prints a summary
@@ -63,7 +64,8 @@ def path_pattern(folders):
     alt = "|".join(re.escape(f) for f in folders)
     # A path starts at a top-level folder (not inside a longer word or another path such as
     # build/tests/...), has no wildcard or brace, and ends in a known extension.
-    return re.compile(r"(?<![\w.\-/$*{])((?:" + alt + r")/[\w./\-]*?\w\." + PATH_EXTS + r")(?![\w*{}/\-])")
+    return re.compile(r"(?<![\w.\-/$*{])((?:" + alt + r")/[\w./\-]*?\w\." + PATH_EXTS + r")(?![\w*{}/\-])"
+                      r"|(?<![\w.\-/$*{])((?:" + alt + r")/(?:[\w\-]+/)*)(?![\w*{}\-])")
 
 
 def is_code(rel):
@@ -117,8 +119,9 @@ def check(root):
                     errors.append(f"{rel}:{n}: carries a finding label of docs/gpu-readiness.md "
                                   f"(say what it is in words): '{m.group(0)}' in: {line.strip()[:160]}")
             for m in paths.finditer(line):
-                if not os.path.exists(os.path.join(root, m.group(1))) and not made_here(text, m.group(1)):
-                    errors.append(f"{rel}:{n}: names a path that does not exist: {m.group(1)}")
+                path = m.group(1) or m.group(2)
+                if not os.path.exists(os.path.join(root, path)) and not made_here(text, path):
+                    errors.append(f"{rel}:{n}: names a path that does not exist: {path}")
             if rel.endswith(".md"):
                 for m in LINK.finditer(line):
                     target = m.group(1)

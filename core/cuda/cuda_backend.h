@@ -29,7 +29,7 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Dev
 void nccl_poll_async_errors(int ordinal);
 
 // NCCL across processes (one GPU per process): the group's rank 0 creates the unique id, the
-// caller broadcasts its bytes to every member (core/mpi does it over MPI), and every member then
+// caller broadcasts its bytes to every member (process/mpi/ does it over MPI), and every member then
 // joins with make_nccl_comm_rank (ncclCommInitRank, collective over the members).
 std::vector<char> nccl_unique_id();
 std::size_t nccl_unique_id_size();

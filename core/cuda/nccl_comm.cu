@@ -1,7 +1,7 @@
 // NcclComm: core/comm.h on NCCL. In one process (one thread per GPU) a group's communicators are
 // created together (ncclCommInitRankConfig for every device inside one NCCL group); across
 // processes (one GPU each) with ncclCommInitRankConfig from a unique id that rank 0 of the group
-// creates and core/mpi broadcasts over MPI.
+// creates and process/mpi/ broadcasts over MPI.
 // Every operation is enqueued on the caller's stream; its completion is that stream's order.
 // NCCL has no message tags: the tag is ignored here (HostComm checks it on the CPU backend, where
 // the same schedules run, so channel-order mismatches are caught before a GPU run).

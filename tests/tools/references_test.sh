@@ -39,6 +39,7 @@ expect_reported "$tmp/core/c.h" "// fixed in "'#'"12" "core/c.h:1: cites an issu
 expect_reported "$tmp/core/d.h" "// the ordering bug of Megatron-LM"'#'"7398" "core/d.h:1: cites an issue of another tracker"
 expect_reported "$tmp/core/e.cpp" "int x;  // cublas workspace (O""7)" "core/e.cpp:1: carries a finding label"
 expect_reported "$tmp/core/f.h" "// see core/no""where.h" "core/f.h:1: names a path that does not exist: core/no""where.h"
+expect_reported "$tmp/core/g.h" "// the communicators live in core/m""pi/ now" "core/g.h:1: names a path that does not exist: core/m""pi/"
 expect_reported "$tmp/docs/c.md" "Described in docs/miss""ing.md." "docs/c.md:1: names a path that does not exist: docs/miss""ing.md"
 expect_reported "$tmp/docs/d.md" "See [it](miss""ing.md)." "docs/d.md:1: links to a file that does not exist: missing.md"
 expect_reported "$tmp/docs/e.md" "As DES""IGN.md says" "docs/e.md:1: cites the design page"
