@@ -1,7 +1,7 @@
 // Trace recorder: spans per (rank, stream) and counters per rank, exported as Chrome Trace Event
 // Format JSON (loadable in Perfetto and chrome://tracing; `stp profile` reads it back).
 //
-// Exported events (DESIGN.md §5), all with "ph", "pid" (the rank) and "tid":
+// Exported events (docs/design.md, Files), all with "ph", "pid" (the rank) and "tid":
 //   "M"  metadata: process_name "rank N" and thread_name per stream (tid 0 for the process);
 //   "X"  complete spans: "name", "cat", "ts", "dur" (µs) and "args" (an object); the stream is a
 //        numeric tid named by its thread_name event: compute 1, tp-comm 2, p2p 3, d2h 4, h2d 5,

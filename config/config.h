@@ -1,4 +1,4 @@
-// The run configuration: one struct per YAML section (DESIGN.md section 4) and ONE registry of
+// The run configuration: one struct per YAML section (docs/design.md, Configuration) and ONE registry of
 // knobs (config_knobs()) that drives defaults, parsing, `--set` overrides, validation of types
 // and choices, Config::to_yaml() and the reference page docs/config.md. Adding a knob = adding
 // a field below and one row to the table in config/config.cpp (tests/config/config_docs_test.cpp

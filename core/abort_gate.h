@@ -1,7 +1,7 @@
 // AbortGate: serialises a communicator's abort against the operations other threads are issuing
-// on it (docs/gpu-readiness.md, O3). Backend-independent, so the CPU tests prove it; NcclComm
-// (core/cuda/nccl_comm.cu) uses it because ncclCommAbort frees the communicator, and an enqueue
-// another rank's thread is making at that moment would touch freed memory.
+// on it (docs/gpu-readiness.md, How a CUDA failure reaches the user). Backend-independent, so the CPU tests prove it;
+// NcclComm (core/cuda/nccl_comm.cu) uses it because ncclCommAbort frees the communicator, and an enqueue another rank's
+// thread is making at that moment would touch freed memory.
 //
 //   enter()/leave()  bracket every use of the communicator's handle (an NCCL call, or an
 //                    operation queued in an open NCCL group until that group's end). enter()

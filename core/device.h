@@ -1,4 +1,4 @@
-// The device runtime, drawn at three levels (aesthetics lesson L1):
+// The device runtime, drawn at three levels (docs/style.md, Device runtime: three levels):
 //
 //   Device — a compute device with a hard memory capacity: allocates device memory and pinned
 //            host memory (the host buffer type that async copies need), creates streams/events.

@@ -1,4 +1,4 @@
-// Token data: loading (data.format) and sampling (data.sampling), DESIGN.md section 4.
+// Token data: loading (data.format) and sampling (data.sampling); docs/design.md, Sampling.
 //
 // Formats (data.path is a file, or for `text` also a folder):
 //   text  every byte is a token (vocab 256). A folder means its regular files (symlinks and

@@ -1,4 +1,4 @@
-// Checkpoints on disk (DESIGN.md section 5): output.dir/checkpoint-STEP/ holds
+// Checkpoints on disk (docs/design.md, Files): output.dir/checkpoint-STEP/ holds
 //
 //   model.safetensors      full tensors, HF GPT-2 names and layouts ("wte.weight", "h.0.attn.c_attn.weight" [C, 3C], ...)
 //   optimizer.safetensors  "NAME.exp_avg" and "NAME.exp_avg_sq" per model tensor (full layout),

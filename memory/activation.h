@@ -1,7 +1,7 @@
 // Activation records: the tensors a unit keeps between its forward (F) and its backward passes
 // (B = input gradient, W = weight gradient). They are the *only* per-microbatch state a stage
 // holds across calls, so the memory planner and the offload engine can account for, move or drop
-// exactly these bytes (aesthetics L12). A record is named, sized and tagged with who reads it:
+// exactly these bytes (docs/style.md, Memory from a size table). A record is named, sized and tagged with who reads it:
 //
 //   saved by F(u), read by B(u) and/or W(u)     — the usual case (e.g. "h.0.attn.att").
 //   saved by B(u), read by W(u)                 — output gradients a deferred W needs

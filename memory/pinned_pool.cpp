@@ -64,7 +64,7 @@ PinnedPool::PinnedPool(Device& device, Stream& home, PinnedPoolOptions options)
   // The arena's state may outlive this object (storages keep it), so the backend captures values
   // only. `take` runs once, from reserve() below.
   //
-  // Order (docs/gpu-readiness.md, O5): map fresh pages, bind the range to the node, pre-fault it
+  // Order (docs/gpu-readiness.md, Memory): map fresh pages, bind the range to the node, pre-fault it
   // (the kernel allocates each page on the bound node), and only then pin it
   // (Device::register_pinned_host; CUDA: cudaHostRegister). Pinned pages do not migrate, so binding
   // after cudaHostAlloc (the former order) left them wherever the allocating thread's first touch

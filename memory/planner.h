@@ -1,7 +1,7 @@
 // The memory planner: chooses per (rank, chunk, unit) keep / offload / recompute so that every
 // device's predicted peak stays within memory.device_budget at the least predicted slowdown.
 //
-// Policy only (aesthetics: policy apart from mechanism). The caller supplies
+// Policy only (docs/style.md, Policy apart from mechanism). The caller supplies
 //   * the candidates: which units can be offloaded or recomputed, how many bytes per microbatch
 //     each lever frees, and what it costs (forward seconds re-run; bytes over the link);
 //   * an evaluator that predicts every device's peaks for a set of decisions. stp's evaluator is

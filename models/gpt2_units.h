@@ -24,7 +24,7 @@
 //   ("finalize"):
 //       dx = dy + LN^T(AR(g_part))     dw_ln += sum(AR(g_part) * xhat), db_ln += sum(AR(g_part))
 //   where dy (the gradient w.r.t. the unit's output, full on every rank) is the residual gradient:
-//   added after the branch all-reduce and never reduced (stp-spec §3 pitfall). Hence the
+//   added after the branch all-reduce and never reduced (docs/schedules.md, STP op lists, Pitfalls). Hence the
 //   LayerNorm input and statistics of unit u are records read by B(u-1) (RecordReader::B_PREV),
 //   and LayerNorm weight gradients are computed in B, not W (they are tiny). So is the gradient of
 //   c_proj's bias: a column sum of the f32 dy (with bf16 precision, W only has dy's bf16 copy).

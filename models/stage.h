@@ -1,10 +1,10 @@
-// Stage: the contract between a model and the executor (schedule/). One pipeline stage = one
+// Stage: the contract between a model and the executor (train/executor.h). One pipeline stage = one
 // chunk (a contiguous range of layers, + the embedding if it is the first chunk, + the final
 // LayerNorm, LM head and loss if it is the last) on one TP rank.
 //
 // A stage is a list of *units* 0..U-1 in forward order. Units are cut at every TP all-reduce
-// (stp-spec §1, §3), so the executor places each all-reduce on its own communication stream
-// between units. Every unit has three passes:
+// (docs/schedules.md, STP op lists, Units and braided blocks), so the executor places each all-reduce on its own
+// communication stream between units. Every unit has three passes:
 //
 //   F = forward(u, mb, s)           — in unit order 0..U-1;
 //   B = backward_input(u, mb, s)    — in reverse unit order U-1..0, after F(U-1, mb);

@@ -8,8 +8,8 @@
 //                        allocator's fence (memory/block_arena.h) keeps the bytes from being
 //                        reused before the copy has read them.
 //   prefetch(key)        ahead of the consuming backward (the executor decides how far ahead).
-//                        The H2D stream first waits for the D2H of the same records (Megatron-
-//                        LM#7398 reloaded before its own offload had finished), copies into a
+//                        The H2D stream first waits for the D2H of the same records (Megatron-LM
+//                        once reloaded before its own offload had finished), copies into a
 //                        fresh device buffer, and the host buffer returns to the pool fenced by
 //                        the H2D stream.
 //   make_ready(key, s)   before the first unit of that backward: stream s waits on the prefetch
@@ -28,7 +28,7 @@
 // timing events recorded on the streams themselves (Device::create_timing_event,
 // Event::elapsed_ms), so they are what the device did, not what the host saw, and they add no host
 // task to any stream: on CUDA a host callback would make the stream (compute, for the stall
-// probe) wait for the driver's callback thread (docs/gpu-readiness.md, O8). When tracing, d2h /
+// probe) wait for the driver's callback thread (docs/gpu-readiness.md, Findings). When tracing, d2h /
 // h2d spans carry the same copies and their bytes.
 #pragma once
 
@@ -61,7 +61,8 @@ struct OffloadCounters {
 
 struct OffloadEngineOptions {
   // Test-only fault injection: omit the H2D stream's wait for the D2H of the same records, the
-  // ordering bug of Megatron-LM#7398. Tests prove the equivalence checks catch it.
+  // reordering bug Megatron-LM had (a reload before its own offload had finished). Tests prove the equivalence checks
+  // catch it.
   bool fault_skip_d2h_wait = false;
 };
 

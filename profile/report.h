@@ -1,5 +1,5 @@
 // The `stp profile` report: what overlap.h, memory.h and predict.h found, for people (text) and
-// for scripts (JSON, DESIGN.md §5). Times are per step (means over the steps analysed).
+// for scripts (JSON, docs/design.md, Files). Times are per step (means over the steps analysed).
 //
 // JSON: {"steps":[…analysed…],
 //        "ranks":[{"rank","steps","step_ms","span_ms","busy_ms","compute_busy_fraction","pp_bubble_ms",

@@ -1,4 +1,4 @@
-// What a run's metrics.jsonl (DESIGN.md §5) says that the profile report sets next to the trace:
+// What a run's metrics.jsonl (docs/design.md, Files) says that the profile report sets next to the trace:
 // the peaks reported at the last logged step (the allocators' peaks since the start, so the
 // largest of the run) and the wall step times.
 #pragma once

@@ -12,7 +12,7 @@ namespace stp::sched {
 
 namespace {
 
-// The paper's closed forms (stp-spec §6), costs per chunk.
+// The paper's closed forms (docs/schedules.md, Table 1 of the paper), costs per chunk.
 CompareRow formula(const std::string& name, int p, int m, const Costs& c) {
   CompareRow row;
   row.schedule = name;

@@ -1,4 +1,4 @@
-// Table 1 of the STP paper (reference/stp-paper-readme.md) next to the simulator, for 1F1B-I, ZB-V and STP:
+// Table 1 of the STP paper (docs/schedules.md, Table 1 of the paper) next to the simulator, for 1F1B-I, ZB-V and STP:
 // PP bubble, TP bubble and peak activation memory, formula and simulated value side by side.
 //
 // Simulated columns: PP and TP are the largest per-rank pp_bubble and tp_exposed (simulator.h); peak is

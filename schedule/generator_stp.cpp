@@ -1,4 +1,5 @@
-// STP, the synergistic schedule (stp-spec §4.2 rule, §5 offload markers), and its fallback for small m.
+// STP, the synergistic schedule (docs/schedules.md, STP op lists: the per-rank rule, offload markers), and its fallback
+// for small m.
 #include <algorithm>
 #include <deque>
 
@@ -10,11 +11,11 @@ namespace stp::sched {
 namespace {
 
 // One rank's list under construction: per-chunk forward/backward counters (each runs 1..m in order) and the
-// deferred-W FIFO shared by both chunks (stp-spec §10.4: W and F&W pop the oldest entry).
+// deferred-W FIFO shared by both chunks (W and F&W pop the oldest entry).
 struct StpRank {
   int f[2] = {1, 1}, b[2] = {1, 1};
   std::deque<ChunkMb> deferred;
-  bool offload_f1 = false;  // stp-spec §5: chunk-1 forwards are offloaded only in S6 on ranks r > 0
+  bool offload_f1 = false;  // chunk-1 forwards are offloaded only in S6 on ranks r > 0
   std::vector<Op> ops;
 
   bool offload(int c) const { return c == 0 || offload_f1; }  // chunk-0 activations live longest: always offload
@@ -58,8 +59,8 @@ struct StpRank {
   }
 };
 
-// stp-spec §4.2 for rank r; needs m ≥ 3p−1. Counts are closed-form; the checks of §4.2 hold by algebra
-// (F0: 2(p−r−1) + 2(r+1)... = m) and are asserted at the end.
+// The per-rank rule (docs/schedules.md, STP op lists) for rank r; needs m ≥ 3p−1. Counts are closed-form;
+// the count checks listed there hold by algebra (F0: 2(p−r−1) + 2(r+1)... = m) and are asserted at the end.
 std::vector<Op> stp_rank(int p, int m, int r) {
   StpRank k;
   for (int i = 0; i < 2 * (p - r - 1); ++i) k.F(0);            // S1: 2(p−r−1) × F0
@@ -102,18 +103,19 @@ std::vector<Op> keep_microbatches(const std::vector<Op>& ops, const std::vector<
   return out;
 }
 
-// The fallback keeps microbatches 1..m of the 3p−1 schedule and drops the rest (stp-spec §4.4). We also
-// measured every other contiguous window of dropped microbatches (unit costs, p ∈ {2, 3, 4, 8}): dropping
-// the lowest ones is within ±1 time unit of this, any window in the middle is about twice as bad (it breaks
-// the steady F&B chain in two), so the spec's choice stays.
+// The fallback keeps microbatches 1..m of the 3p−1 schedule and drops the rest (docs/schedules.md, STP for 2p ≤ m <
+// 3p−1). We also measured every other contiguous window of dropped microbatches (unit costs, p ∈ {2, 3, 4, 8}):
+// dropping the lowest ones is within ±1 time unit of this, any window in the middle is about twice as bad (it breaks
+// the steady F&B chain in two), so dropping the highest microbatches stays.
 std::vector<int> fallback_numbering(int rule_m, int m) {
   std::vector<int> new_mb(rule_m + 1, 0);
   for (int j = 1; j <= m; ++j) new_mb[j] = j;
   return new_mb;
 }
 
-// Reload markers (stp-spec §5): the H2D copy of an offloaded forward's activations starts one op before the
-// op holding its backward (e.g. "F0.5&W1.1, reload 0.1, F1.3&B1.2, F0.6&B0.1"), never before the forward.
+// Reload markers (docs/schedules.md, STP op lists, Offload markers): the H2D copy of an offloaded forward's activations
+// starts one op before the op holding its backward (e.g. "F0.5&W1.1, reload 0.1, F1.3&B1.2, F0.6&B0.1"), never before
+// the forward.
 void add_reloads(std::vector<Op>& ops, int m) {
   std::vector<int> forward_op(2 * (m + 1), -1);  // [chunk·(m+1) + mb] -> index of its offloaded forward
   for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
@@ -128,8 +130,8 @@ void add_reloads(std::vector<Op>& ops, int m) {
 
 }  // namespace
 
-// m ≥ 3p−1: the rule of stp-spec §4.2. 2p ≤ m < 3p−1: the rule cannot run (S1–S4 alone issue 3p−r−1
-// chunk-0 forwards), so we generate for m' = 3p−1 and drop the microbatches above m (stp-spec §4.4).
+// m ≥ 3p−1: the per-rank rule (docs/schedules.md, STP op lists). 2p ≤ m < 3p−1: the rule cannot run
+// (S1–S4 alone issue 3p−r−1 chunk-0 forwards), so we generate for m' = 3p−1 and drop the microbatches above m.
 // The result keeps STP's braiding for the microbatches that remain. Its bubble (unit costs, no comm) is
 // p=2 m=4: 4 (vs 1 at m ≥ 5); p=4 m=8/9/10: 10/9/6 (vs 3); p=8 m=16/20/22: 22/16/10 (vs 7) —
 // docs/schedules.md, tests/schedule/table1_test.cpp.

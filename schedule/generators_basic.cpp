@@ -1,4 +1,4 @@
-// Single-chunk schedules (stage r on rank r): GPipe, 1F1B and ZB-H1 (pp-schedules.md §1.1, §1.2, §1.5).
+// Single-chunk schedules (stage r on rank r): GPipe, 1F1B and ZB-H1 (docs/schedules.md, Rules of the other generators).
 #include <deque>
 
 #include "base/error.h"

@@ -1,4 +1,4 @@
-// Interleaved 1F1B (Megatron virtual pipeline, v = 2 chunks; pp-schedules.md §1.3).
+// Interleaved 1F1B (Megatron virtual pipeline, v = 2 chunks; docs/schedules.md, Rules of the other generators).
 #include <algorithm>
 
 #include "base/error.h"
@@ -27,7 +27,7 @@ std::vector<ChunkMb> forward_table(int m, int v, int g) {
 // then the w_r remaining backwards. The k-th backward is the k-th table entry with its chunk mirrored
 // (v−1−c): backwards retrace the forwards in reverse chunk order. Group size g = p (Megatron's default),
 // or m when m < p. The "2·" per hop admits enough forwards that each rank stays busy while the first
-// backward travels back (Megatron issues #169/#675).
+// backward travels back (Megatron-LM's reasoning for the factor 2).
 //
 // Group size: Megatron requires p ≤ g ≤ m and m mod g ∈ {0} ∪ [p, g), else it refuses ("dependency
 // bubbles"); the condition is real — with g = p = 8 and m = 10 the short last group deadlocks. We take the

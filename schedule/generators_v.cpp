@@ -1,5 +1,5 @@
-// ZB-V: the handcrafted zero-bubble V schedule (pp-schedules.md §1.8; same lists as ZB's handcrafted_zb_v
-// and PyTorch's ScheduleZBVZeroBubble). V placement: chunk 0 = stage r, chunk 1 = stage 2p−1−r.
+// ZB-V: the handcrafted zero-bubble V schedule (docs/schedules.md, Rules of the other generators; same lists as ZB's
+// handcrafted_zb_v and PyTorch's ScheduleZBVZeroBubble). V placement: chunk 0 = stage r, chunk 1 = stage 2p−1−r.
 #include <algorithm>
 #include <deque>
 

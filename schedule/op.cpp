@@ -1,4 +1,4 @@
-// Op constructors, printing and parsing of DESIGN.md op strings.
+// Op constructors, printing and parsing of op strings (docs/design.md, Op strings).
 #include "schedule/op.h"
 
 #include <cctype>

@@ -2,9 +2,9 @@
 //
 // An op is one compute instruction of one rank. It holds one or two *parts*; a part is one pass (F, B or W)
 // of one local chunk for one microbatch. Two parts make a braided block whose units interleave on the compute
-// stream so that each TP all-reduce of one part hides under a unit of the other (stp-spec §2):
+// stream so that each TP all-reduce of one part hides under a unit of the other (docs/schedules.md, STP op lists):
 //
-//   kind  parts        op string (DESIGN.md §5)   meaning
+//   kind  parts        op string (design.md)      meaning
 //   F     F            F0.3                      forward of local chunk 0, microbatch 3 (microbatches are 1-based)
 //   B     B            B1.4 / B1.4*              backward; `*` = weight gradient deferred (a later W consumes it)
 //   W     W            W1.4                      the deferred weight gradient of B1.4*
@@ -15,10 +15,10 @@
 // A W names the chunk and microbatch it consumes, so a W op is self-describing: the executor needs no
 // FIFO bookkeeping of its own, and the validator checks that every deferred W is consumed exactly once.
 //
-// Offload markers (stp-spec §5) ride on the op: `Part::offload` on a forward part says "move this forward's
-// saved activations to host as they are produced"; `Op::reload` lists the chunk-microbatch activation sets whose
-// host-to-device copy starts right before this op (one op ahead of the backward that needs them). They are hints
-// for the offload engine; a run without offload ignores them, and they never change the op order.
+// Offload markers (docs/schedules.md, STP op lists, Offload markers) ride on the op: `Part::offload` on a forward part
+// says "move this forward's saved activations to host as they are produced"; `Op::reload` lists the chunk-microbatch
+// activation sets whose host-to-device copy starts right before this op (one op ahead of the backward that needs them).
+// They are hints for the offload engine; a run without offload ignores them, and they never change the op order.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +35,7 @@ struct Part {
   int chunk = 0;         // local chunk on this rank (0 or 1 for two-chunk schedules)
   int mb = 0;            // microbatch, 1-based
   bool defer_w = false;  // B only: the weight gradient is deferred to a later W / F&W
-  bool offload = false;  // F only: offload this forward's activations to host (stp-spec §5)
+  bool offload = false;  // F only: offload this forward's activations to host
   bool operator==(const Part&) const = default;
 };
 

@@ -2,7 +2,7 @@
 // writes it at once, so output is complete or absent).
 //
 //   render_text   summary table per rank, an ASCII Gantt chart and each rank's op list
-//   render_json   DESIGN.md §5: {"schedule","pp","microbatches","makespan","ranks":[{"rank","span","busy",
+//   render_json   docs/design.md, Files: {"schedule","pp","microbatches","makespan","ranks":[{"rank","span","busy",
 //                 "pp_bubble","tp_exposed","peak_activation"}],"ops":[[op strings of rank 0], …]}
 //   render_svg    one row per rank, colour per chunk and pass, braided blocks drawn as their interleaved
 //                 units, TP all-reduces as a thin lane under each row, legend and time axis

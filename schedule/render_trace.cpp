@@ -1,4 +1,4 @@
-// Chrome trace renderer (DESIGN.md §5 trace shape: pid = rank, tid = stream). One time unit = 1 ms.
+// Chrome trace renderer (docs/design.md, Files; trace shape: pid = rank, tid = stream). One time unit = 1 ms.
 #include "base/error.h"
 #include "schedule/render.h"
 

@@ -2,7 +2,7 @@
 // pipeline stages on (rank, local chunk). Generated once, validated (validator.h), simulated (simulator.h);
 // an executor only walks `ranks[r]` in order.
 //
-// Placement (DESIGN.md §5):
+// Placement (docs/design.md, Op strings):
 //   interleaved  local chunk c on rank r is stage c·p + r (one chunk: stage r)
 //   V            chunk 0 is stage r, chunk 1 is stage 2p−1−r (the loss stage 2p−1 is on rank 0)
 //

@@ -1,11 +1,11 @@
 // Discrete-event simulator: predicts each rank's time and activation memory for a schedule.
 //
-// Cost model (all costs per chunk-pass, unitless; DESIGN.md §3 defaults tf = tb = tw = 1, tar = tp2p = 0):
+// Cost model (all costs per chunk-pass, unitless; `stp sim` defaults tf = tb = tw = 1, tar = tp2p = 0):
 //   * Each rank has a compute stream and a TP-communication stream (FIFO).
 //   * A forward or input-gradient backward (B) of a chunk is `units` compute units (a transformer layer has
 //     two: attention and MLP); each unit is followed by one all-reduce of tar/units on the TP stream. The
 //     next unit of the *same* part waits for that all-reduce; units of other parts and W units do not
-//     (stp-spec §2.1). A W is tw, split into `units` pieces when braided.
+//     (docs/schedules.md, STP op lists). A W is tw, split into `units` pieces when braided.
 //   * Ops lay their units out on the compute stream as the braided blocks do:
 //       F        F u0, F u1, …                     every AR exposed            → tf + tar
 //       B (W fused) B u0, W u0, B u1, W u1, …     AR hidden under W pieces    → tb + tw (+ max(0, tar − tw))

@@ -25,7 +25,7 @@ namespace stp::sched {
 // p and m we sweep. Two need lanes:
 //   * ZB-V's handcrafted order once m > p: on rank 0 → rank 1 (p=4, m=8) it sends F0.7's activation (op 6)
 //     before B1.1's gradient (op 8), while rank 1 consumes the gradient at op 8 and the activation at op 16;
-//   * 1F1B-I with p = 2 and odd m (the p = 2 interleaving ambiguity of MLM issue #750): rank 1 → rank 0 carries
+//   * 1F1B-I with p = 2 and odd m (a shape Megatron-LM once got wrong): rank 1 → rank 0 carries
 //     both chunk-0 → chunk-1 activations and gradients, in different orders at the two ends.
 enum class ChannelModel : std::uint8_t { LANES, SHARED_FIFO };
 

@@ -1,4 +1,4 @@
-// Memory-budget benchmark on the CPU backend (issue #6). Two parts, numbers and ratios from one run:
+// Memory-budget benchmark on the CPU backend. Two parts, numbers and ratios from one run:
 //
 //  1. Capacity. At a fixed width and a fixed memory.device_budget, the largest GPT-2 depth
 //     (n_layer, in steps of one layer per pipeline stage) whose memory plan fits the budget:

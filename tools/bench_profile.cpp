@@ -2,7 +2,7 @@
 // tp 2 x pp 4, m 16: ops, units, all-reduces, sends and receives, offload copies with bytes,
 // memory counters after every unit, step spans; timings from the simulator with ±10% jitter),
 // writes it, and times what `stp profile --json` does with it: read + parse, then analysis
-// (timelines, overlap, memory, calibration, simulation, report). Target (issue #7): under 2 s.
+// (timelines, overlap, memory, calibration, simulation, report). Target: under 2 s.
 // --compare-json also times base/json.h's generic reader on the same file (why profile/ has its own).
 // Usage: build/bench_profile [--events N] [--out PATH] [--keep] [--compare-json]
 #include <chrono>

@@ -1,4 +1,5 @@
-// `stp sim`: generate, validate and simulate a pipeline schedule (DESIGN.md §3), or print Table 1.
+// `stp sim`: generate, validate and simulate a pipeline schedule (docs/design.md, Command line; docs/schedules.md), or
+// print Table 1.
 #include <cerrno>
 #include <cmath>
 #include <cstdio>

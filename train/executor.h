@@ -5,14 +5,13 @@
 //   tp-comm  — the TP all-reduce after each unit that returns a tensor (stage.h protocol);
 //   p2p      — pipeline sends and receives to neighbouring ranks.
 //
-// Braiding (stp-spec §2): a two-part op (F&B, F&W, F+F) alternates one step of each part on the
-// compute stream. A step is one unit (an F unit; a B unit followed by its W when W is fused; a W
-// unit). After a step whose unit returned a tensor, the all-reduce is enqueued on tp-comm right
-// away (tp-comm waits on an event recorded after the unit); the *next step of the same part*
-// waits on the all-reduce's event (a stream wait, never a host wait), while the other part's next
-// step runs meanwhile. A one-part op therefore exposes each all-reduce, except that a fused W
-// runs between a B unit and the wait, hiding that B's all-reduce under W (Megatron's async
-// input-grad all-reduce).
+// Braiding (docs/schedules.md, STP op lists, Units and braided blocks): a two-part op (F&B, F&W, F+F) alternates one
+// step of each part on the compute stream. A step is one unit (an F unit; a B unit followed by its W when W is fused; a
+// W unit). After a step whose unit returned a tensor, the all-reduce is enqueued on tp-comm right away (tp-comm waits
+// on an event recorded after the unit); the *next step of the same part* waits on the all-reduce's event (a stream
+// wait, never a host wait), while the other part's next step runs meanwhile. A one-part op therefore exposes each
+// all-reduce, except that a fused W runs between a B unit and the wait, hiding that B's all-reduce under W (Megatron's
+// async input-grad all-reduce).
 //
 // Pipeline messages (schedule::op_messages): the receives of op k are posted on p2p before op k's
 // compute (compute waits on them); op k's sends are posted after its compute and its last

@@ -69,9 +69,9 @@ ModelLayout build_shape(const Config& c) {
 }
 
 // Where each offloaded set starts its reload: `lookahead` ops before its first backward, never
-// before the op after its last forward; STP's reload markers (stp-spec §5) win where present.
-// A set whose W is deferred also reloads its W-only records `lookahead` ops before its first W,
-// never before the op after its B.
+// before the op after its last forward; STP's reload markers (docs/schedules.md, STP op lists, Offload markers) win
+// where present. A set whose W is deferred also reloads its W-only records `lookahead` ops before its first W, never
+// before the op after its B.
 void place_prefetches(RankPlan& plan, const std::vector<sched::Op>& ops, int lookahead) {
   plan.prefetch.assign(ops.size(), {});
   std::map<std::pair<int, int>, int> last_f, first_b, first_w, marker;

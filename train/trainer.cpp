@@ -102,7 +102,7 @@ void Trainer::Impl::run_on_ranks(const std::function<void(Rank&)>& fn) {
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     threads.emplace_back([&, i] {
       try {
-        // Near its GPU (O6): the host thread that launches kernels and copies for this rank runs
+        // Near its GPU (the GPU's NUMA node): the host thread that launches kernels and copies for this rank runs
         // on the GPU's socket. A fresh thread every step, so bound every step (one system call).
         if (ranks[i]->host_node >= 0) bind_current_thread_near(ranks[i]->host_node);
         fn(*ranks[i]);
@@ -131,7 +131,7 @@ void Trainer::Impl::run_on_ranks(const std::function<void(Rank&)>& fn) {
 }
 
 // Uploads this step's inputs: tokens to the ranks with the first stage, targets to those with
-// the last stage (DESIGN.md §4 sequence numbering: replica d reads its own share of the global
+// the last stage (docs/design.md, Sampling: replica d reads its own share of the global
 // batch; every TP rank of a replica reads the same rows).
 void Trainer::Impl::upload_batch(Rank& r, std::int64_t step) {
   const int m = config.train.microbatches, B = config.train.micro_batch_size, T = config.model.seq_len;

@@ -25,11 +25,11 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Dev
 // Polls every NCCL communicator of GPU `ordinal` for an asynchronous error (a failed peer or
 // network: ncclCommGetAsyncError); on one, aborts that communicator and throws DeviceError.
 // CudaStream::synchronize calls it while it waits, so such a failure ends the step instead of
-// hanging in a stream wait (docs/gpu-readiness.md, O3).
+// hanging in a stream wait (docs/gpu-readiness.md, How a CUDA failure reaches the user).
 void nccl_poll_async_errors(int ordinal);
 
 // NCCL across processes (one GPU per process): the group's rank 0 creates the unique id, the
-// caller broadcasts its bytes to every member (core/mpi does it over MPI), and every member then
+// caller broadcasts its bytes to every member (process/mpi/ does it over MPI), and every member then
 // joins with make_nccl_comm_rank (ncclCommInitRank, collective over the members).
 std::vector<char> nccl_unique_id();
 std::size_t nccl_unique_id_size();

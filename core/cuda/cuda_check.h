@@ -4,7 +4,7 @@
 // depends on the status (base/error.h, docs/architecture.md "Error model"):
 //   * out of memory (cudaErrorMemoryAllocation, CUBLAS_STATUS_ALLOC_FAILED): OutOfMemoryError,
 //     with the GPU's free and total memory and what to change — device memory a CUDA library
-//     allocates itself lies outside memory.device_budget (docs/gpu-readiness.md, O7);
+//     allocates itself lies outside memory.device_budget (docs/gpu-readiness.md, Memory);
 //   * an invalid argument or usage (cudaErrorInvalidValue, ...InvalidDevicePointer,
 //     ...InvalidResourceHandle, CUBLAS_STATUS_INVALID_VALUE, ncclInvalidArgument,
 //     ncclInvalidUsage): InternalError — stp passed it, so it is a bug in stp (exit status 3);

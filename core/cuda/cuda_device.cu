@@ -118,7 +118,7 @@ class CudaStream final : public Stream {
     bind();
     // Polls instead of cudaStreamSynchronize: a stream behind an NCCL kernel whose peer failed
     // would wait for ever, so between queries the GPU's communicators are checked for
-    // asynchronous errors (O3); one aborts its communicator, which ends the kernel, and throws.
+    // asynchronous errors (a failed peer or network); one aborts its communicator, which ends the kernel, and throws.
     for (int spins = 0;; ++spins) {
       cudaError_t q = cudaStreamQuery(stream_);
       if (q == cudaSuccess) break;
@@ -175,7 +175,7 @@ class CudaStream final : public Stream {
   std::string name_;
   cudaStream_t stream_{};
   cublasHandle_t cublas_{};
-  void* workspace_ = nullptr;  // cublasSetWorkspace (O7)
+  void* workspace_ = nullptr;  // cublasSetWorkspace: stp's own, counted and named (below)
   // Tracing: spans are timed with CUDA events against a reference event whose host time is known.
   TraceRecorder* trace_ = nullptr;
   int trace_pid_ = 0;
@@ -203,8 +203,9 @@ class CudaDevice final : public Device {
     // cuBLAS's recommended workspace: 32 MiB on Hopper and later, 4 MiB before (cuBLAS guide,
     // cublasSetWorkspace).
     cublas_workspace_bytes_ = prop.major >= 9 ? (32u << 20) : (4u << 20);
-    // The GPU's NUMA node (O6): its PCI device's numa_node in sysfs. Unknown (-1) on one-node
-    // machines and where sysfs is not visible; memory/numa.h then falls back to a CPU-side answer.
+    // The GPU's NUMA node (the pinned pool and the rank's host thread go there): its PCI device's numa_node in sysfs.
+    // Unknown (-1) on one-node machines and where sysfs is not visible; memory/numa.h then falls back to a CPU-side
+    // answer.
     char bus_id[32] = {};
     if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, ordinal_) == cudaSuccess) numa_node_ = pci_numa_node(bus_id);
     else (void)cudaGetLastError();
@@ -225,8 +226,8 @@ class CudaDevice final : public Device {
     STP_CUDA_CHECK(cudaSetDevice(ordinal_));
     // Capacity is measured at every allocation, not only when the device was made: the CUDA
     // context, the streams' cuBLAS handles and workspaces and NCCL's buffers are allocated in
-    // between, outside memory.device_budget (O7). The arena's first allocation (the whole budget,
-    // taken while the trainer is built) comes after all of them.
+    // between, outside memory.device_budget (docs/gpu-readiness.md, Memory). The arena's first allocation (the whole
+    // budget, taken while the trainer is built) comes after all of them.
     std::size_t free_bytes = 0, total = 0;
     STP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     device_.capacity = std::min(budget_, device_.in_use + free_bytes);
@@ -301,7 +302,7 @@ class CudaDevice final : public Device {
   std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(ordinal_, false); }
   std::unique_ptr<Event> create_timing_event() override { return std::make_unique<CudaEvent>(ordinal_, true); }
 
-  // cuBLAS workspaces (one per stream, O7): allocated by the device, so the out-of-memory report
+  // cuBLAS workspaces (one per stream): allocated by the device, so the out-of-memory report
   // can say what lies outside the budget, and before the arena takes the budget.
   void* allocate_cublas_workspace(std::size_t* bytes) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -381,7 +382,7 @@ CudaStream::CudaStream(CudaDevice& device, int ordinal, std::string name)
   STP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   STP_CUDA_CHECK(cublasCreate(&cublas_));
   STP_CUDA_CHECK(cublasSetStream(cublas_, stream_));  // resets the workspace: set it after
-  // stp's own workspace instead of cuBLAS's default pool (O7): allocated now, while the trainer is
+  // stp's own workspace instead of cuBLAS's default pool: allocated now, while the trainer is
   // built and before the arena takes the budget, and named in out-of-memory reports.
   try {
     std::size_t ws_bytes = 0;

@@ -1,12 +1,12 @@
 // NcclComm: core/comm.h on NCCL. In one process (one thread per GPU) a group's communicators are
 // created together (ncclCommInitRankConfig for every device inside one NCCL group); across
 // processes (one GPU each) with ncclCommInitRankConfig from a unique id that rank 0 of the group
-// creates and core/mpi broadcasts over MPI.
+// creates and process/mpi/ broadcasts over MPI.
 // Every operation is enqueued on the caller's stream; its completion is that stream's order.
 // NCCL has no message tags: the tag is ignored here (HostComm checks it on the CPU backend, where
 // the same schedules run, so channel-order mismatches are caught before a GPU run).
 //
-// Failure handling (docs/gpu-readiness.md, F3 and O3):
+// Failure handling (docs/gpu-readiness.md, How a CUDA failure reaches the user):
 //   * Non-blocking communicators (ncclConfig_t::blocking = 0): no NCCL call blocks its host
 //     thread waiting for a peer (connection set-up runs in the background and the call returns
 //     ncclInProgress). stp then polls ncclCommGetAsyncError until the operation is enqueued, so

@@ -1,4 +1,4 @@
-// The trace recorder exports spans and counters as Chrome Trace Event Format JSON (DESIGN.md §5).
+// The trace recorder exports spans and counters as Chrome Trace Event Format JSON (docs/design.md, Files).
 #include <gtest/gtest.h>
 
 #include <fstream>

@@ -11,7 +11,7 @@ using stp::iotest::expect_error;
 
 namespace {
 
-// DESIGN.md section 4, verbatim: every key with its documented default.
+// docs/design.md, Configuration, verbatim: every key with its documented default.
 const char* kDesignYaml = R"(
 model:
   arch: gpt2              # gpt2 (HF GPT-2 semantics: learned positions, pre-LN, tanh GELU, tied head)
@@ -123,7 +123,8 @@ TEST(Config, RegistryCoversEveryFieldOnceAndDefaultsAreValid) {
     EXPECT_NE(std::string(k.doc), "") << k.key;
     EXPECT_EQ(find_knob(k.key), &k);
   }
-  EXPECT_EQ(keys.size(), 44u);  // 36 DESIGN.md keys + precision, link_bandwidth, tp_link_bandwidth, cpu_threads, copy_engine_cpus, dp_bucket, ... (update on purpose)
+  EXPECT_EQ(keys.size(), 44u);  // 36 keys of docs/design.md's example + precision, link_bandwidth, tp_link_bandwidth,
+                                // cpu_threads, copy_engine_cpus, dp_bucket, ... (update on purpose)
   EXPECT_NO_THROW(validate_config(default_config()));
 }
 

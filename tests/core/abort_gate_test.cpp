@@ -1,6 +1,6 @@
 // AbortGate (core/abort_gate.h), the serialisation NcclComm puts between an abort and the
-// operations other rank threads are issuing (docs/gpu-readiness.md, O3): the abort action runs
-// exactly once and never while a use is in progress, and nothing new starts after the request.
+// operations other rank threads are issuing (docs/gpu-readiness.md, How a CUDA failure reaches the user): the abort
+// action runs exactly once and never while a use is in progress, and nothing new starts after the request.
 #include <gtest/gtest.h>
 
 #include <atomic>

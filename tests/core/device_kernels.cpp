@@ -143,7 +143,7 @@ TEST_P(OnDevice, AllReduceOverTwoDevicesEqualsTheSum) {
   }
 }
 
-// Event::elapsed_ms (O8): device time between two timing events on one stream and across
+// Event::elapsed_ms: device time between two timing events on one stream and across
 // streams, without a host task on either stream; events without timing are refused.
 TEST_P(OnDevice, TimingEventsMeasureStreamWorkAndRefuseEventsWithoutTiming) {
   STP_DEVICES_OR_SKIP(devs, GetParam(), 1);

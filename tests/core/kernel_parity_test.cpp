@@ -22,7 +22,7 @@
 //     therefore bitwise equal on CUDA too: that is asserted (tolerance "exact").
 //   * cuBLAS sums GEMM products in its own order (blocking, split-K). For any order, with or without
 //     FMA, a K-term f32 dot product is within gamma_K * sum|a_p * b_p| of the exact value, gamma_K =
-//     K u / (1 - K u) (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., §3.1); two
+//     K u / (1 - K u) (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., section 3.1); two
 //     such results are within twice that. No TF32: stp asks for CUBLAS_COMPUTE_32F.
 //   * bf16 storage (core/dtype.h): kernels widen exactly, compute in f32 and round once on store
 //     (to nearest even, the same function on both). Two f32 results within an f32 tolerance round

@@ -1,5 +1,5 @@
 // pci_numa_node (core/device.h): a GPU's NUMA node from sysfs, as the CUDA backend reads it for
-// cudaDeviceGetPCIBusId's answer (docs/gpu-readiness.md, O6). Checked against a fake sysfs tree.
+// cudaDeviceGetPCIBusId's answer (docs/gpu-readiness.md, Memory). Checked against a fake sysfs tree.
 #include <gtest/gtest.h>
 
 #include <unistd.h>

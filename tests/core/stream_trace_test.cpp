@@ -1,5 +1,5 @@
 // Streams record trace spans around their work (Stream::set_trace, trace_begin/trace_end), which the
-// recorder exports as Chrome Trace Event Format JSON (DESIGN.md §5).
+// recorder exports as Chrome Trace Event Format JSON (docs/design.md, Files).
 #include <gtest/gtest.h>
 
 #include <chrono>

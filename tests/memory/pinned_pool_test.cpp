@@ -127,7 +127,7 @@ TEST_F(PoolTest, MemoryLivesOnTheNearestNumaNode) {
   if (!pool.numa_bound()) std::printf("note: NUMA binding is not supported here; pages placed by first touch\n");
 }
 
-// O5: the pool maps, places and pre-faults its pages, then registers them with the device as
+// The pool maps, places and pre-faults its pages, then registers them with the device as
 // pinned (cudaHostRegister on CUDA); the device counts them and copies treat them as pinned; the
 // registration ends with the pool.
 TEST_F(PoolTest, SegmentIsRegisteredAsPinnedAfterPlacementAndUnregisteredWithThePool) {
@@ -183,7 +183,7 @@ TEST_F(PoolTest, LockedPagesAreBoundAndStayLocked) {
   if (locked.lock_failures() != 0) std::printf("note: mlock refused here (RLIMIT_MEMLOCK)\n");
 }
 
-// O6: a device that knows its NUMA node (a GPU's PCI locality; emulated here) gets that node,
+// A device that knows its NUMA node (a GPU's PCI locality; emulated here) gets that node,
 // and with it the pinned pool's pages; an unknown or non-existent node falls back.
 TEST(Numa, TheDevicesOwnNodeWinsWhenItExists) {
   stp::CpuDevice plain(0, {});

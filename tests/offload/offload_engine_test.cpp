@@ -1,7 +1,7 @@
 // The offload engine on the CPU backend (each stream a thread, an emulated link for copy times):
 // records round-trip bitwise, device and host buffers are freed only behind their copies, the
-// reload waits for its own offload (and a fault that drops that wait — Megatron-LM#7398 — is
-// caught), and the counters (bytes, copy times, consumer stalls) are what happened.
+// reload waits for its own offload (and a fault that drops that wait — the reordering bug Megatron-LM
+// had — is caught), and the counters (bytes, copy times, consumer stalls) are what happened.
 //
 // Determinism: races are forced, not hoped for. The D2H stream is held behind a gate (a latch in
 // a host task) while the host checks whether later work could overtake it, as in
@@ -224,7 +224,7 @@ TEST(OffloadEngine, ReloadWaitsForItsOwnOffload) {
 }
 
 TEST(OffloadEngine, FaultInjectionReorderingD2HAndH2DIsCaught) {
-  // Megatron-LM#7398: H2D started before the D2H of the same buffer had finished. With the wait
+  // The reordering bug Megatron-LM had: H2D started before the D2H of the same buffer had finished. With the wait
   // removed the consumer runs on bytes the offload never wrote, and the check sees it.
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "the injected fault is a real data race, which ThreadSanitizer reports (as it should); "

@@ -1,5 +1,6 @@
-// Golden op lists: STP against stp-spec §4.3 (p=4, m=12) and §4.5 (p=2, m=9), which equal the paper's
-// figures; 1F1B-I and ZB-V against pp-schedules.md §2.1 and §2.2 (p=4, m=8).
+// Golden op lists: STP for p=4, m=12 and p=2, m=9, which equal the paper's two schedule figures
+// (docs/schedules.md, STP op lists, Worked examples); 1F1B-I and ZB-V for p=4, m=8 as published
+// (docs/schedules.md, Golden values).
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -14,8 +15,8 @@ namespace {
 
 std::string rank_ops(const Schedule& s, int r) { return join_ops(s.ranks[r]); }
 
-// stp-spec writes a popped deferred W as bare "W"; our strings name what it consumes, in the FIFO order the
-// spec lists under §4.3 (rank 0: B1.6…B1.11; rank 1: B1.5…; rank 2: B0.3, B1.5, …; rank 3: B1.4, B0.4, B1.5…).
+// The paper writes a popped deferred W as bare "W"; our strings name what it consumes, in FIFO order
+// (rank 0: B1.6…B1.11; rank 1: B1.5…; rank 2: B0.3, B1.5, …; rank 3: B1.4, B0.4, B1.5…).
 const char* kStpP4M12[4] = {
     "F0.1 F0.2 F0.3 F0.4 F0.5 F0.6 F0.7 F1.1 F0.8 "
     "F1.2&B1.1* F0.9&W1.1 F1.3&B1.2* F0.10&W1.2 F1.4&B1.3* F0.11&W1.3 "
@@ -47,7 +48,7 @@ const char* kStpP2M9[2] = {
     "F1.8&B1.6* B0.6 F1.9&B1.7* B0.7 B1.8 B0.8 B1.9 B0.9 W1.6 W1.7",
 };
 
-// pp-schedules.md §2.1 writes 1F1B-I ops as F<mb>.<chunk> with 0-based microbatches.
+// The published 1F1B-I example writes ops as F<mb>.<chunk> with 0-based microbatches.
 std::string from_mb_chunk(const std::string& text) {
   std::istringstream in(text);
   std::string tok, out;
@@ -60,7 +61,7 @@ std::string from_mb_chunk(const std::string& text) {
   return out;
 }
 
-// pp-schedules.md §2.2 writes ZB-V ops as F0 (chunk 0) / f0 (chunk 1) with 0-based microbatches; every B splits.
+// The published ZB-V example writes ops as F0 (chunk 0) / f0 (chunk 1) with 0-based microbatches; every B splits.
 std::string from_case(const std::string& text) {
   std::istringstream in(text);
   std::string tok, out;
@@ -76,13 +77,13 @@ std::string from_case(const std::string& text) {
 
 }  // namespace
 
-TEST(Golden, StpP4M12MatchesSpec43) {
+TEST(Golden, StpP4M12MatchesWorkedExample) {
   Schedule s = generate("stp", 4, 12);
   validate(s);
   for (int r = 0; r < 4; ++r) EXPECT_EQ(rank_ops(s, r), kStpP4M12[r]) << "rank " << r;
 }
 
-TEST(Golden, StpP2M9MatchesSpec45) {
+TEST(Golden, StpP2M9MatchesWorkedExample) {
   Schedule s = generate("stp", 2, 9);
   validate(s);
   for (int r = 0; r < 2; ++r) EXPECT_EQ(rank_ops(s, r), kStpP2M9[r]) << "rank " << r;
@@ -118,8 +119,9 @@ TEST(Golden, ZbvMatchesWorkedExample) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(rank_ops(s, r), from_case(expected[r])) << "rank " << r;
 }
 
-TEST(Golden, StpOffloadMarkersFollowSpec5) {
-  // stp-spec §5, rank 0, p=2: "F0.5&W, reload 0.1, F1.3&B1.2, F0.6&B0.1"; chunk-0 forwards are offloaded.
+TEST(Golden, StpOffloadMarkersFollowTheRule) {
+  // docs/schedules.md, STP op lists, Offload markers: rank 0, p=2: "F0.5&W1.1, reload 0.1, F1.3&B1.2, F0.6&B0.1";
+  // chunk-0 forwards are offloaded.
   Schedule s = generate("stp", 2, 9);
   const auto& ops = s.ranks[0];
   ASSERT_EQ(to_string(ops[7]), "F1.3&B1.2");

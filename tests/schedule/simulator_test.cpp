@@ -1,4 +1,4 @@
-// Simulator golden values of pp-schedules.md §3.5 point 4 (unit costs, no communication, p=4, m=8) and
+// Simulator golden values (docs/schedules.md, Golden values: unit costs, no communication, p=4, m=8) and
 // the cost model of simulator.h on single ops.
 #include <gtest/gtest.h>
 
@@ -60,18 +60,18 @@ TEST(SimGolden, ZbV) {
     EXPECT_DOUBLE_EQ(r.ranks[k].span, 48);
     EXPECT_DOUBLE_EQ(r.ranks[k].pp_bubble, 0);
     EXPECT_EQ(r.ranks[k].peak_activation, 8);
-    EXPECT_EQ(r.ranks[k].peak_residue, 8);  // pp-schedules counts F-to-W: also 8
+    EXPECT_EQ(r.ranks[k].peak_residue, 8);  // counted F-to-W: also 8
   }
 }
 
 TEST(SimGolden, StpBubbleAndMemoryAtP4M12) {
   SimResult r = sim("stp", 4, 12);
-  EXPECT_DOUBLE_EQ(r.makespan - 2 * 12 * 3, 3);  // stp-spec §6: makespan − 2m(T_F+T_B+T_W) = p−1
+  EXPECT_DOUBLE_EQ(r.makespan - 2 * 12 * 3, 3);  // makespan − 2m(T_F+T_B+T_W) = p−1
   for (int k = 0; k < 4; ++k) {
     EXPECT_EQ(r.ranks[k].peak_activation, 12) << "rank " << k;  // 3p
     EXPECT_EQ(r.ranks[k].peak_transient, 13) << "rank " << k;   // 3p+1 inside an F&B block
   }
-  // stp-spec §6: F-to-W lifetimes peak at 3p + max(r, 1).
+  // F-to-W lifetimes peak at 3p + max(r, 1) (docs/schedules.md, STP op lists, Pitfalls).
   EXPECT_EQ(r.ranks[0].peak_residue, 13);
   EXPECT_EQ(r.ranks[1].peak_residue, 13);
   EXPECT_EQ(r.ranks[2].peak_residue, 14);

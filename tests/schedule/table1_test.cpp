@@ -1,4 +1,5 @@
-// Table 1 of the STP paper against the simulator (stp-spec §6, compare.h), and STP's small-m fallback.
+// Table 1 of the STP paper against the simulator (docs/schedules.md, Table 1 of the paper; compare.h), and STP's
+// small-m fallback.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -66,7 +67,7 @@ TEST(Table1, PeakActivation) {
 // formulas. STP's exposure does not grow with m: on rank 0 it is the (2p+1) plain forwards of the fill —
 // the formula's (2p+1)·T_AR — plus the last all-reduce of each of the 3p−3 F&B* blocks (S4 and S6), which
 // has nothing left to hide under: T_AR/units each. That second term is where simulation and formula differ;
-// with L layers per chunk it shrinks to T_AR/(2L) per block (stp-spec §2.1).
+// with L layers per chunk it shrinks to T_AR/(2L) per block (docs/schedules.md, STP op lists).
 TEST(Table1, TpBubble) {
   const double tar = 0.5;
   for (int p : {2, 4, 8}) {
@@ -108,7 +109,8 @@ TEST(Table1, StpMakespanBeatsInterleavedAndZbv) {
       }
 }
 
-// The fallback for 2p ≤ m < 3p−1 (stp-spec §4.4): unit costs, no communication, bubble = makespan − 6m.
+// The fallback for 2p ≤ m < 3p−1 (docs/schedules.md, STP for 2p ≤ m < 3p−1): unit costs, no communication, bubble =
+// makespan − 6m.
 TEST(Table1, StpFallbackBubble) {
   struct Case {
     int p, m;
@@ -132,8 +134,8 @@ TEST(Table1, CompareRowsCarryFormulaAndSimulation) {
   EXPECT_NE(render_compare(4, 16, costs(1, 0)).find("warm-up + 1 = 3p-1"), std::string::npos);
 }
 
-// Unequal costs: with T_B = 2T_F (= 2T_W) STP's bubble is 3(p−1), not the formula's 2(p−1) (stp-spec §6):
-// the formula assumes balanced times.
+// Unequal costs: with T_B = 2T_F (= 2T_W) STP's bubble is 3(p−1), not the formula's 2(p−1) (docs/schedules.md, STP op
+// lists, Pitfalls): the formula assumes balanced times.
 TEST(Table1, StpBubbleWithSlowBackwardExceedsFormula) {
   for (int p : {2, 4, 8}) {
     Costs c = costs(1, 0);

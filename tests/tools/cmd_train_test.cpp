@@ -70,7 +70,7 @@ TEST(CmdTrain, CudaBackendWithoutAGpu) {
   expect_clean_failure("bad_cuda", "--set parallel.backend=cuda", "parallel.backend is cuda but " + why + "; use parallel.backend: cpu");
 }
 
-// O9: a failure of the device runtime or a device library (here injected as one) is a DeviceError:
+// A failure of the device runtime or a device library (here injected as one) is a DeviceError:
 // `stp` says "device error" and exits with status 4, not 1 (the user's input) or 3 (a bug).
 TEST(CmdTrain, DeviceErrorExitsWithStatus4) {
   if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";

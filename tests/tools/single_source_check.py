@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Proves that every device functor is single-source: the code the CPU tests run is the code the
-GPU runs (issue #8). Run by CTest as tools.single_source_test in every build; the object-file
-checks need the build's objects (CTest runs after the build).
+GPU runs (docs/gpu-readiness.md, Kernels: single source). Run by CTest as tools.single_source_test
+in every build; the object-file checks need the build's objects (CTest runs after the build).
 
 Source rules (every build):
   S1  a file that defines an STP_HD functor or calls launch() is named *_kernels.cpp (CMake then

@@ -1,4 +1,4 @@
-// Training on the backend under test (issue #8; docs/gpu-readiness.md, O11 and section 9): the
+// Training on the backend under test (docs/gpu-readiness.md, Findings and What tools/gpu-check measures): the
 // CPU backend's training-level claims repeated with parallel.backend: cuda.
 //   MatchesTheCpuBackend      losses (and in f32 parameters) after three AdamW steps against the
 //                             CPU backend's run of the same job, within the tolerance stated there.

@@ -1,6 +1,6 @@
 // Checkpoint and resume: 6 steps straight equal 3 steps + checkpoint + resume + 3 steps, bitwise
 // (losses and parameters): the checkpoint holds every bit of model and optimizer state, and the
-// data position is a pure function of the step (DESIGN.md §4 sampling).
+// data position is a pure function of the step (docs/design.md, Sampling).
 #include <gtest/gtest.h>
 
 #include <filesystem>
