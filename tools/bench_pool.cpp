@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -155,9 +156,10 @@ int main(int argc, char** argv) {
                "bandwidth through the pool vs a plain memcpy.",
                "bench_pool"};
   stp::tools::init_cli(app);
-  app.add_option("--pool-mib", a.pool_mib, "size of the pool")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--copy-mib", a.copy_mib, "bytes per timed copy")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--reps", a.reps, "repeats of each copy (the median is printed)")->check(CLI::PositiveNumber)->capture_default_str();
+  const CLI::Range kPositive(1, std::numeric_limits<int>::max());
+  app.add_option("--pool-mib", a.pool_mib, "MiB pinned in the pool")->check(kPositive)->capture_default_str();
+  app.add_option("--copy-mib", a.copy_mib, "MiB per timed copy")->check(kPositive)->capture_default_str();
+  app.add_option("--reps", a.reps, "repeats of each copy (the median is printed)")->check(kPositive)->capture_default_str();
   if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
   return stp::tools::run_main(app, [&] {
     STP_CHECK(a.copy_mib + 16 <= a.pool_mib, "--pool-mib must exceed --copy-mib by 16");
