@@ -20,7 +20,7 @@
 // Usage: build/bench_memory [--config PATH] [--budget BYTES] [--link BYTES_PER_S] [--steps N]
 //                           [--pairs N] [--max-layers N] [--copy-cpus N] [--set KEY=VALUE]...
 //                           [--capacity-only | --cost-only]
-// Sizes and rates take the config's units (e.g. 48MiB, 4GB/s).
+// Sizes and rates take the config's units (e.g. 48MiB, 4GB/s); --help lists the defaults.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,6 +31,7 @@
 
 #include "config/config.h"
 #include "base/error.h"
+#include "tools/cli.h"
 #include "train/memory_planning.h"
 #include "train/trainer.h"
 
@@ -206,38 +207,33 @@ void cost(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  bool run_capacity = true, run_cost = true;
-  for (int i = 1; i < argc; ++i) {
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "bench_memory: %s needs a value\n", argv[i]);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    std::string a = argv[i];
-    if (a == "--config") o.config = value();
-    else if (a == "--budget") o.budget = value();
-    else if (a == "--link") o.link = value();
-    else if (a == "--steps") o.steps = std::stoi(value());
-    else if (a == "--pairs") o.pairs = std::stoi(value());
-    else if (a == "--max-layers") o.max_layers = std::stoi(value());
-    else if (a == "--copy-cpus") o.copy_cpus = std::stoi(value());
-    else if (a == "--set") o.overrides.push_back(value());
-    else if (a == "--capacity-only") run_cost = false;
-    else if (a == "--cost-only") run_capacity = false;
-    else {
-      std::fprintf(stderr, "usage: bench_memory [--config PATH] [--budget BYTES] [--link BYTES_PER_S] [--steps N] "
-                           "[--pairs N] [--max-layers N] [--copy-cpus N] [--set KEY=VALUE]... [--capacity-only | --cost-only]\n");
-      return 2;
-    }
-  }
-  try {
-    if (run_capacity) capacity(o);
-    if (run_cost) cost(o);
-  } catch (const stp::Error& e) {
-    std::fprintf(stderr, "bench_memory: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  bool capacity_only = false, cost_only = false;
+  CLI::App app{"Memory-budget benchmark on the CPU backend: (1) capacity, the largest depth whose plan fits the "
+               "budget with the planner vs without; (2) cost, step time at 60% of the unconstrained peak vs "
+               "unconstrained, with rate-limited copies. Sizes and rates take the config's units (48MiB, 4GB/s).",
+               "bench_memory"};
+  stp::tools::init_cli(app);
+  app.add_option("--config", o.config, "the job to scale")->type_name("PATH")->capture_default_str();
+  app.add_option("--budget", o.budget, "memory.device_budget of the capacity search")->type_name("BYTES")->capture_default_str();
+  app.add_option("--link", o.link, "memory.link_bandwidth: D2H/H2D copy rate of the cost runs")
+      ->type_name("BYTES_PER_S")
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "measured steps per run, after one warm-up step")->type_name("N")->capture_default_str();
+  app.add_option("--pairs", o.pairs, "plain/planned run pairs of the cost part")->type_name("N")->capture_default_str();
+  app.add_option("--max-layers", o.max_layers, "deepest model the capacity search tries")->type_name("N")->capture_default_str();
+  app.add_option("--copy-cpus", o.copy_cpus, "memory.copy_engine_cpus of the cost runs (0: copies share the compute CPUs)")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--set", o.overrides, "override one config key (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->allow_extra_args(false);
+  auto* capacity_flag = app.add_flag("--capacity-only", capacity_only, "run only part 1, capacity");
+  app.add_flag("--cost-only", cost_only, "run only part 2, cost")->excludes(capacity_flag);
+  if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
+  return stp::tools::run_main(app, [&] {
+    if (!cost_only) capacity(o);
+    if (!capacity_only) cost(o);
+    return 0;
+  });
 }

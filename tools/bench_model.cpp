@@ -2,6 +2,7 @@
 //
 //   build-models/bench_model [--steps N] [--layers L] [--heads H] [--embd C] [--seq T] [--batch B]
 //                            [--vocab V] [--torch tools/bench_model_torch.py | --no-torch]
+//   (--help lists the defaults)
 //
 // One step = zero_grads, F of every unit, B and W fused in reverse unit order, AdamW on every
 // parameter (the optimizer kernel of core/kernels/optim_kernels.h). Prints tokens/s, the GEMM
@@ -30,6 +31,7 @@
 #include "core/kernels/optim_kernels.h"
 #include "memory/block_arena.h"
 #include "models/gpt2_stage.h"
+#include "tools/cli.h"
 
 namespace {
 
@@ -61,28 +63,6 @@ struct Options {
   int batch = 8, steps = 3;
   std::string torch = "tools/bench_model_torch.py";
 };
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      STP_CHECK(i + 1 < argc, "missing value after ", a);
-      return argv[++i];
-    };
-    if (a == "--steps") o.steps = std::stoi(next());
-    else if (a == "--layers") o.cfg.n_layer = std::stoi(next());
-    else if (a == "--heads") o.cfg.n_head = std::stoi(next());
-    else if (a == "--embd") o.cfg.n_embd = std::stoi(next());
-    else if (a == "--seq") o.cfg.seq_len = std::stoi(next());
-    else if (a == "--batch") o.batch = std::stoi(next());
-    else if (a == "--vocab") o.cfg.vocab_size = std::stoi(next());
-    else if (a == "--torch") o.torch = next();
-    else if (a == "--no-torch") o.torch.clear();
-    else STP_CHECK(false, "unknown option ", a, " (see the header of tools/bench_model.cpp)");
-  }
-  return o;
-}
 
 struct Optimizer {
   std::vector<Tensor> m, v;
@@ -133,8 +113,7 @@ double run_torch(const Options& o) {
   return tps;
 }
 
-int bench(int argc, char** argv) {
-  Options o = parse(argc, argv);
+int bench(const Options& o) {
   openblas_set_num_threads(2);
   auto devices = make_cpu_devices(1);
   auto s = devices[0]->create_stream("compute");
@@ -172,10 +151,22 @@ int bench(int argc, char** argv) {
 }  // namespace stp
 
 int main(int argc, char** argv) {
-  try {
-    return stp::bench(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_model: %s\n", e.what());
-    return 1;
-  }
+  stp::Options o;
+  CLI::App app{"Training throughput of the GPT-2 stage on the CPU backend, single rank: tokens/s, GEMM share of "
+               "the step and, with the torch script, the same model in PyTorch and the ratio.",
+               "bench_model"};
+  stp::tools::init_cli(app);
+  app.add_option("--steps", o.steps, "measured steps, after one warm-up step")->type_name("N")->capture_default_str();
+  app.add_option("--layers", o.cfg.n_layer, "n_layer")->type_name("L")->capture_default_str();
+  app.add_option("--heads", o.cfg.n_head, "n_head")->type_name("H")->capture_default_str();
+  app.add_option("--embd", o.cfg.n_embd, "n_embd")->type_name("C")->capture_default_str();
+  app.add_option("--seq", o.cfg.seq_len, "seq_len")->type_name("T")->capture_default_str();
+  app.add_option("--batch", o.batch, "micro-batch size")->type_name("B")->capture_default_str();
+  app.add_option("--vocab", o.cfg.vocab_size, "vocab_size")->type_name("V")->capture_default_str();
+  auto* torch = app.add_option("--torch", o.torch, "the PyTorch script to compare with (run from the repository root)")
+                    ->type_name("PATH")
+                    ->capture_default_str();
+  app.add_flag_callback("--no-torch", [&] { o.torch.clear(); }, "skip the PyTorch comparison")->excludes(torch);
+  if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
+  return stp::tools::run_main(app, [&] { return stp::bench(o); });
 }

@@ -1,6 +1,6 @@
 // bench_pool: what the pinned host pool (memory/pinned_pool.h) buys over pinning on demand.
 //
-//   ninja -C build bench_pool && build/bench_pool [--pool-mib 192] [--copy-mib 64] [--reps 9]
+//   ninja -C build bench_pool && build/bench_pool [--pool-mib 192] [--copy-mib 64] [--reps 9]   (or --help)
 //
 // (a) Allocate + free latency, median of many, for 1 MiB and 16 MiB buffers:
 //       pool   PinnedPool::allocate then drop (a first-fit carve of the one pre-pinned segment);
@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "base/error.h"
 #include "memory/numa.h"
 #include "memory/pinned_pool.h"
+#include "tools/cli.h"
 
 namespace {
 
@@ -61,22 +63,6 @@ struct Args {
   std::size_t pool_mib = 192, copy_mib = 64;
   int reps = 9;
 };
-
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    STP_CHECK(i + 1 < argc, "bench_pool: ", k, " needs a value");
-    long v = std::atol(argv[++i]);
-    STP_CHECK(v > 0, "bench_pool: ", k, " must be positive");
-    if (k == "--pool-mib") a.pool_mib = static_cast<std::size_t>(v);
-    else if (k == "--copy-mib") a.copy_mib = static_cast<std::size_t>(v);
-    else if (k == "--reps") a.reps = static_cast<int>(v);
-    else STP_CHECK(false, "bench_pool: unknown option ", k, " (--pool-mib, --copy-mib, --reps)");
-  }
-  STP_CHECK(a.copy_mib + 16 <= a.pool_mib, "bench_pool: --pool-mib must exceed --copy-mib by 16");
-  return a;
-}
 
 void run(const Args& args) {
   stp::CpuDevice dev(0, {});
@@ -165,11 +151,19 @@ void run(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    run(parse(argc, argv));
-  } catch (const stp::Error& e) {
-    std::fprintf(stderr, "bench_pool: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  Args a;
+  CLI::App app{"What the pinned host pool buys over pinning on demand: allocate + free latency, and copy "
+               "bandwidth through the pool vs a plain memcpy.",
+               "bench_pool"};
+  stp::tools::init_cli(app);
+  const CLI::Range kPositive(1, std::numeric_limits<int>::max());
+  app.add_option("--pool-mib", a.pool_mib, "MiB pinned in the pool")->check(kPositive)->capture_default_str();
+  app.add_option("--copy-mib", a.copy_mib, "MiB per timed copy")->check(kPositive)->capture_default_str();
+  app.add_option("--reps", a.reps, "repeats of each copy (the median is printed)")->check(kPositive)->capture_default_str();
+  if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
+  return stp::tools::run_main(app, [&] {
+    STP_CHECK(a.copy_mib + 16 <= a.pool_mib, "--pool-mib must exceed --copy-mib by 16");
+    run(a);
+    return 0;
+  });
 }

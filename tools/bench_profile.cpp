@@ -4,7 +4,7 @@
 // writes it, and times what `stp profile --json` does with it: read + parse, then analysis
 // (timelines, overlap, memory, calibration, simulation, report). Target: under 2 s.
 // --compare-json also times base/json.h's generic reader on the same file (why profile/ has its own).
-// Usage: build/bench_profile [--events N] [--out PATH] [--keep] [--compare-json]
+// Usage: build/bench_profile [--events N] [--out PATH] [--keep] [--compare-json]   (or --help)
 #include <chrono>
 #include <ctime>
 #include <cstdio>
@@ -22,6 +22,7 @@
 #include "profile/trace_reader.h"
 #include "schedule/schedule.h"
 #include "schedule/simulator.h"
+#include "tools/cli.h"
 
 namespace {
 
@@ -91,13 +92,18 @@ int main(int argc, char** argv) {
   std::size_t target = 1000000;
   std::string out = (std::filesystem::temp_directory_path() / "bench_profile_trace.json").string();
   bool keep = false, compare_json = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--events") && i + 1 < argc) target = std::strtoull(argv[++i], nullptr, 10);
-    else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-    else if (!std::strcmp(argv[i], "--keep")) keep = true;
-    else if (!std::strcmp(argv[i], "--compare-json")) compare_json = true;
-  }
-  try {
+  CLI::App app{"Profiling speed: writes a trace of about a million events shaped like a real run's and times "
+               "what `stp profile --json` does with it (read + parse, then analysis); exit status 1 over 2 s.",
+               "bench_profile"};
+  stp::tools::init_cli(app);
+  app.add_option("--events", target, "events in the generated trace (whole steps, at least this many)")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--out", out, "where the trace is written")->type_name("PATH")->capture_default_str();
+  app.add_flag("--keep", keep, "keep the trace file afterwards");
+  app.add_flag("--compare-json", compare_json, "also time base/json.h's generic reader on the same file");
+  if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
+  return stp::tools::run_main(app, [&] {
     sched::Schedule s = sched::generate("stp", kPp, kMicrobatches);
     sched::Costs c;
     c.tf = 4, c.tb = 4, c.tw = 2.5, c.tar = 8, c.tp2p = 0.4;
@@ -153,8 +159,5 @@ int main(int argc, char** argv) {
     }
     if (!keep) std::filesystem::remove(out);
     return total < 2 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_profile: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -3,7 +3,7 @@
 //     (target: stream path within 10% of direct), for 2048^3 and a transformer-shaped case;
 //   * event round trip: record on a stream + host wait, microseconds;
 //   * empty kernel launch overhead on a CPU stream (launch() of a no-op, amortised), microseconds.
-// Usage: build/bench_runtime [--threads N] [--repeats R]
+// Usage: build/bench_runtime [--threads N] [--repeats R]   (or --help)
 #include <cblas.h>
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 
 #include "core/cpu/cpu_device.h"
 #include "core/launch.h"
+#include "tools/cli.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -98,18 +99,23 @@ void bench_empty_launch(stp::Device& dev, int repeats) {
 
 int main(int argc, char** argv) {
   int threads = 2, repeats = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--repeats")) repeats = std::atoi(argv[i + 1]);
-  }
-  openblas_set_num_threads(threads);
-  std::printf("stp runtime benchmark: CPU backend, OpenBLAS threads %d, median of %d repeats\n", threads, repeats);
-  stp::CpuDevice dev(0, {});
-  auto stream = dev.create_stream("compute");
-  for (const GemmCase& c : {GemmCase{"square", 2048, 2048, 2048}, GemmCase{"transformer mlp (B*T, 4C, C)", 2048, 1536, 384},
-                            GemmCase{"transformer qkv (B*T, 3C, C)", 2048, 1152, 384}})
-    bench_gemm(c, *stream, repeats);
-  bench_event_round_trip(dev, repeats);
-  bench_empty_launch(dev, repeats);
-  return 0;
+  CLI::App app{"Runtime micro-benchmark on the CPU backend: GEMM through a stream vs OpenBLAS directly, event "
+               "round trip, empty launch overhead; medians of repeats.",
+               "bench_runtime"};
+  stp::tools::init_cli(app);
+  app.add_option("--threads", threads, "OpenBLAS threads")->type_name("N")->capture_default_str();
+  app.add_option("--repeats", repeats, "repeats of each measurement (the median is printed)")->type_name("R")->capture_default_str();
+  if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
+  return stp::tools::run_main(app, [&] {
+    openblas_set_num_threads(threads);
+    std::printf("stp runtime benchmark: CPU backend, OpenBLAS threads %d, median of %d repeats\n", threads, repeats);
+    stp::CpuDevice dev(0, {});
+    auto stream = dev.create_stream("compute");
+    for (const GemmCase& c : {GemmCase{"square", 2048, 2048, 2048}, GemmCase{"transformer mlp (B*T, 4C, C)", 2048, 1536, 384},
+                              GemmCase{"transformer qkv (B*T, 3C, C)", 2048, 1152, 384}})
+      bench_gemm(c, *stream, repeats);
+    bench_event_round_trip(dev, repeats);
+    bench_empty_launch(dev, repeats);
+    return 0;
+  });
 }

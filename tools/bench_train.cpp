@@ -10,7 +10,7 @@
 // medians over the repetitions, since the machine's noise moves single runs by several percent.
 // The TP link is emulated (parallel.tp_link_bandwidth) so all-reduces cost time as on a real
 // interconnect; shared-memory reductions alone would be nearly free.
-// Usage: build/bench_train [--tp-link BYTES_PER_S] [--steps N] [--repeat R] [--config PATH]
+// Usage: build/bench_train [--tp-link BYTES_PER_S] [--steps N] [--repeat R] [--config PATH]   (or --help)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +25,7 @@
 #include "profile/predict.h"
 #include "profile/trace_reader.h"
 #include "schedule/schedule.h"
+#include "tools/cli.h"
 #include "train/trainer.h"
 
 namespace {
@@ -90,51 +91,61 @@ int main(int argc, char** argv) {
   double tp_link = 64e6;  // bytes/s: ~ T_AR comparable to a unit's compute for this model
   int steps = 3, repeat = 1;
   std::string config = "configs/tiny.yaml";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--tp-link")) tp_link = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--repeat")) repeat = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--config")) config = argv[i + 1];
-  }
-  steps = std::max(steps, 1);
-  repeat = std::max(repeat, 1);
-  std::printf("bench_train: %s, tp 2, pp 2, m 8, emulated TP link %.0f MB/s, %d measured steps after 1 warm-up, "
-              "%d run(s) per schedule; ms per step\n",
-              config.c_str(), tp_link / 1e6, steps, repeat);
-  const char* header = "%-7s | %6s | %-25s | %-15s | %-15s | %6s | calibrated costs per chunk-pass (ms)\n";
-  std::printf(header, "", "step", "makespan meas / pred (err)", "TP exp meas/pred", "bubble meas/pred", "issue");
-  std::map<std::string, std::vector<Run>> runs;
-  for (int k = 0; k < repeat; ++k)
-    for (const char* name : {"1f1b-i", "zb-v", "stp"}) {
-      runs[name].push_back(run_once(config, name, tp_link, steps));
-      print(name, runs[name].back());
+  CLI::App app{"Schedule benchmark on the CPU backend: 1f1b-i, zb-v and stp on the tiny job (tp 2, pp 2, m 8); "
+               "measured step time, makespan, exposed TP time and bubble next to the simulator calibrated from "
+               "the same trace.",
+               "bench_train"};
+  stp::tools::init_cli(app);
+  app.add_option("--tp-link", tp_link, "emulated TP link (parallel.tp_link_bandwidth)")
+      ->type_name("BYTES_PER_S")
+      ->capture_default_str();
+  app.add_option("--steps", steps, "measured steps per run, after one warm-up step")->type_name("N")->capture_default_str();
+  app.add_option("--repeat", repeat, "runs per schedule (a fresh trainer each); more than 1 adds medians")
+      ->type_name("R")
+      ->capture_default_str();
+  app.add_option("--config", config, "the job")->type_name("PATH")->capture_default_str();
+  if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
+  return stp::tools::run_main(app, [&] {
+    steps = std::max(steps, 1);
+    repeat = std::max(repeat, 1);
+    std::printf("bench_train: %s, tp 2, pp 2, m 8, emulated TP link %.0f MB/s, %d measured steps after 1 warm-up, "
+                "%d run(s) per schedule; ms per step\n",
+                config.c_str(), tp_link / 1e6, steps, repeat);
+    const char* header = "%-7s | %6s | %-25s | %-15s | %-15s | %6s | calibrated costs per chunk-pass (ms)\n";
+    std::printf(header, "", "step", "makespan meas / pred (err)", "TP exp meas/pred", "bubble meas/pred", "issue");
+    std::map<std::string, std::vector<Run>> runs;
+    for (int k = 0; k < repeat; ++k)
+      for (const char* name : {"1f1b-i", "zb-v", "stp"}) {
+        runs[name].push_back(run_once(config, name, tp_link, steps));
+        print(name, runs[name].back());
+      }
+    if (repeat > 1) {
+      std::printf("medians over %d runs:\n", repeat);
+      for (const char* name : {"1f1b-i", "zb-v", "stp"}) {
+        const auto& v = runs[name];
+        auto med = [&](auto field) {
+          std::vector<double> x;
+          for (const Run& r : v) x.push_back(field(r));
+          return median(x);
+        };
+        Run m;
+        m.step_ms = med([](const Run& r) { return r.step_ms; });
+        m.makespan_meas = med([](const Run& r) { return r.makespan_meas; });
+        m.makespan_pred = med([](const Run& r) { return r.makespan_pred; });
+        m.tp_meas = med([](const Run& r) { return r.tp_meas; });
+        m.tp_pred = med([](const Run& r) { return r.tp_pred; });
+        m.bub_meas = med([](const Run& r) { return r.bub_meas; });
+        m.bub_pred = med([](const Run& r) { return r.bub_pred; });
+        m.issue = med([](const Run& r) { return r.issue; });
+        m.costs = v.back().costs;
+        double err = med([](const Run& r) { return r.error(); });
+        print(name, m);
+        std::printf("        median prediction error of the makespan: %+.1f%%\n", 100 * err);
+      }
     }
-  if (repeat > 1) {
-    std::printf("medians over %d runs:\n", repeat);
-    for (const char* name : {"1f1b-i", "zb-v", "stp"}) {
-      const auto& v = runs[name];
-      auto med = [&](auto field) {
-        std::vector<double> x;
-        for (const Run& r : v) x.push_back(field(r));
-        return median(x);
-      };
-      Run m;
-      m.step_ms = med([](const Run& r) { return r.step_ms; });
-      m.makespan_meas = med([](const Run& r) { return r.makespan_meas; });
-      m.makespan_pred = med([](const Run& r) { return r.makespan_pred; });
-      m.tp_meas = med([](const Run& r) { return r.tp_meas; });
-      m.tp_pred = med([](const Run& r) { return r.tp_pred; });
-      m.bub_meas = med([](const Run& r) { return r.bub_meas; });
-      m.bub_pred = med([](const Run& r) { return r.bub_pred; });
-      m.issue = med([](const Run& r) { return r.issue; });
-      m.costs = v.back().costs;
-      double err = med([](const Run& r) { return r.error(); });
-      print(name, m);
-      std::printf("        median prediction error of the makespan: %+.1f%%\n", 100 * err);
-    }
-  }
-  std::printf("(step = wall time of a whole step incl. data upload, clipping and AdamW; makespan = first op start to "
-              "last op end over all ranks, what the simulator predicts; TP exp and bubble per rank; the bubble excludes "
-              "the issue gaps, which the calibration turns into per-op issue overheads, profile/calibrate.h)\n");
-  return 0;
+    std::printf("(step = wall time of a whole step incl. data upload, clipping and AdamW; makespan = first op start to "
+                "last op end over all ranks, what the simulator predicts; TP exp and bubble per rank; the bubble excludes "
+                "the issue gaps, which the calibration turns into per-op issue overheads, profile/calibrate.h)\n");
+    return 0;
+  });
 }

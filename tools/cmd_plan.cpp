@@ -6,6 +6,7 @@
 // Exit status 0 when the plan fits memory.device_budget and memory.host_budget, 1 otherwise (the
 // plan is printed either way, with the minimum feasible budget).
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "config/config.h"
@@ -32,10 +33,14 @@ std::string decisions_json(const stp::RankPlan& plan) {
   return out + "]";
 }
 
-int run(const stp::tools::Args& argv) {
-  stp::tools::ConfigArgs args =
-      stp::tools::parse_config_args(argv, "stp plan CONFIG.yaml [--set KEY=VALUE]... [--json]", {"--json"});
-  const bool json = args.flags.count("--json") != 0;
+struct PlanArgs {
+  stp::tools::ConfigArgs config;
+  bool json = false;
+};
+
+int run(const PlanArgs& a) {
+  const stp::tools::ConfigArgs& args = a.config;
+  const bool json = a.json;
   const std::string& path = args.config_path;
   stp::Config cfg = stp::load_config(path, args.overrides);
   stp::MemoryPlan plan = stp::make_memory_plan(cfg, /*exact_minimum=*/true);
@@ -78,6 +83,14 @@ int run(const stp::tools::Args& argv) {
   return error.empty() ? 0 : 1;
 }
 
+stp::tools::Run define(CLI::App& app) {
+  auto args = std::make_shared<PlanArgs>();
+  stp::tools::add_config_args(app, args->config);
+  app.add_flag("--json", args->json, "print the plan as one JSON object");
+  app.footer("Exit status 0 when the plan fits memory.device_budget and memory.host_budget, 1 otherwise.");
+  return [args] { return run(*args); };
+}
+
 }  // namespace
 
-static const stp::tools::Command kCmd{"plan", "plan    CONFIG.yaml [--set KEY=VALUE]... [--json]   per-device memory plan, no training", &run};
+static const stp::tools::Command kCmd{"plan", "per-device memory plan, no training", &define};

@@ -7,9 +7,11 @@
 // the measurement (docs/profile.md). RUN_DIR/config.yaml (written by stp train) names the
 // schedule; without it the prediction is skipped with a note. --svg draws one step (the last one
 // analysed). By default step 1 (warm-up) is left out when the trace has more steps.
+// `stp profile --help` lists the options.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "config/config.h"
@@ -20,6 +22,7 @@
 #include "profile/run_metrics.h"
 #include "profile/trace_reader.h"
 #include "schedule/schedule.h"
+#include "tools/cli.h"
 #include "tools/command.h"
 #include "tools/write_file.h"
 #include "train/memory_planning.h"
@@ -31,11 +34,10 @@ using stp::tools::write_file;
 namespace fs = std::filesystem;
 using stp::str;
 
-constexpr const char* kUsage = "profile RUN_DIR [--json] [--svg FILE] [--steps A[-B]]";
-
 struct ProfileArgs {
   std::string dir, svg;
   bool json = false;
+  std::string steps_text;  // --steps as given; check() fills steps
   bool steps_given = false;
   stp::profile::StepFilter steps;
 };
@@ -47,34 +49,16 @@ std::int64_t parse_step(const std::string& text) {
   return v;
 }
 
-ProfileArgs parse(const stp::tools::Args& args) {
-  ProfileArgs a;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& f = args[i];
-    if (f == "--json") {
-      a.json = true;
-    } else if (f == "--svg" || f == "--steps") {
-      STP_CHECK(i + 1 < args.size(), f, " needs a value (usage: stp ", kUsage, ")");
-      const std::string& v = args[++i];
-      if (f == "--svg") {
-        a.svg = v;
-      } else {
-        auto dash = v.find('-', 1);
-        a.steps.first = parse_step(v.substr(0, dash));
-        a.steps.last = dash == std::string::npos ? a.steps.first : parse_step(v.substr(dash + 1));
-        STP_CHECK(a.steps.first <= a.steps.last, "--steps ", v, ": the first step is after the last");
-        a.steps_given = true;
-      }
-    } else if (!f.empty() && f[0] == '-') {
-      throw stp::Error(str("unknown option '", f, "' (usage: stp ", kUsage, ")"));
-    } else {
-      STP_CHECK(a.dir.empty(), "more than one run folder given ('", a.dir, "', '", f, "')");
-      a.dir = f;
-    }
+// What the command line cannot say alone: the --steps range and that RUN_DIR is a folder.
+void check(ProfileArgs& a) {
+  if (a.steps_given) {
+    const std::string& v = a.steps_text;
+    auto dash = v.find('-', 1);
+    a.steps.first = parse_step(v.substr(0, dash));
+    a.steps.last = dash == std::string::npos ? a.steps.first : parse_step(v.substr(dash + 1));
+    STP_CHECK(a.steps.first <= a.steps.last, "--steps ", v, ": the first step is after the last");
   }
-  STP_CHECK(!a.dir.empty(), "usage: stp ", kUsage);
   STP_CHECK(fs::is_directory(a.dir), "'", a.dir, "' is not a folder (expected a run folder: output.dir of stp train)");
-  return a;
 }
 
 // The prediction needs the run's schedule; the memory comparison the planner's dry run.
@@ -108,8 +92,8 @@ void add_prediction(stp::profile::Report& report, const stp::profile::Trace& tra
   }
 }
 
-int run(const stp::tools::Args& argv) {
-  ProfileArgs a = parse(argv);
+int run(ProfileArgs& a) {
+  check(a);
   const fs::path dir(a.dir);
   stp::profile::Trace trace = stp::profile::read_trace_file((dir / "trace.json").string());
   auto ranks = stp::profile::timelines(trace);
@@ -145,7 +129,17 @@ int run(const stp::tools::Args& argv) {
   return 0;
 }
 
+stp::tools::Run define(CLI::App& app) {
+  auto a = std::make_shared<ProfileArgs>();
+  app.add_option("RUN_DIR", a->dir, "output.dir of a `stp train` run with output.trace: true")->required();
+  app.add_flag("--json", a->json, "print the report as JSON");
+  app.add_option("--svg", a->svg, "also draw the timeline of the last step analysed as SVG")->type_name("FILE");
+  app.add_option("--steps", a->steps_text, "the steps to analyse, e.g. 3 or 2-5 (default: all but the warm-up step 1)")
+      ->type_name("A[-B]")
+      ->each([a](const std::string&) { a->steps_given = true; });
+  return [a] { return run(*a); };
+}
+
 }  // namespace
 
-static const stp::tools::Command kCmd{"profile", "profile RUN_DIR [--json] [--svg FILE] [--steps A[-B]]   overlap, "
-                                                 "memory and prediction report from a traced run", &run};
+static const stp::tools::Command kCmd{"profile", "overlap, memory and prediction report from a traced run", &define};

@@ -1,16 +1,24 @@
-// `stp sim`: generate, validate and simulate a pipeline schedule (docs/design.md, Command line; docs/schedules.md), or
-// print Table 1.
+// stp sim --schedule NAME --pp P --microbatches M [--tf X --tb X --tw X --tar X --tp2p X]
+//         [--units N --issue SHAPE=X,...] [--json | --svg FILE | --trace FILE]
+// stp sim --compare --pp P --microbatches M [costs]
+//
+// Generates, validates and simulates a pipeline schedule (docs/design.md, Command line; docs/schedules.md) and prints the
+// result as text or JSON, or writes the timeline as SVG or a Chrome trace; --compare prints Table 1
+// of the STP paper (formula vs simulation for 1f1b-i, zb-v and stp). `stp sim --help` lists the options.
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "schedule/compare.h"
 #include "schedule/render.h"
 #include "schedule/simulator.h"
 #include "schedule/validator.h"
+#include "tools/cli.h"
 #include "tools/command.h"
 #include "tools/write_file.h"
 
@@ -24,6 +32,7 @@ struct SimArgs {
   std::string schedule;
   int pp = 0, microbatches = 0;
   stp::sched::Costs costs;
+  std::vector<std::string> issue;  // each --issue SHAPE=MS,... as given; parsed into costs.issue by check()
   bool compare = false, json = false;
   std::string svg, trace;
 };
@@ -35,12 +44,6 @@ double parse_number(const std::string& flag, const std::string& text) {
   STP_CHECK(!text.empty() && end && *end == '\0' && errno == 0 && std::isfinite(v), flag,
             " expects a number, got '", text, "'");
   return v;
-}
-
-int parse_int(const std::string& flag, const std::string& text) {
-  double v = parse_number(flag, text);
-  STP_CHECK(v == std::floor(v) && std::fabs(v) < 1e9, flag, " expects an integer, got '", text, "'");
-  return static_cast<int>(v);
 }
 
 // --issue 'F=0.5,B*=1.2,F&B=3' (op shapes of schedule/simulator.h; others stay 0).
@@ -62,42 +65,17 @@ void parse_issue(const std::string& text, stp::sched::Costs& c) {
   }
 }
 
-SimArgs parse(const stp::tools::Args& args) {
-  SimArgs a;
-  bool have_pp = false, have_m = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& f = args[i];
-    if (f == "--compare") { a.compare = true; continue; }
-    if (f == "--json") { a.json = true; continue; }
-    STP_CHECK(i + 1 < args.size(), "unknown flag '", f, "' or missing value");
-    const std::string& v = args[++i];
-    if (f == "--schedule") a.schedule = v;
-    else if (f == "--pp") a.pp = parse_int(f, v), have_pp = true;
-    else if (f == "--microbatches") a.microbatches = parse_int(f, v), have_m = true;
-    else if (f == "--tf") a.costs.tf = parse_number(f, v);
-    else if (f == "--tb") a.costs.tb = parse_number(f, v);
-    else if (f == "--tw") a.costs.tw = parse_number(f, v);
-    else if (f == "--tar") a.costs.tar = parse_number(f, v);
-    else if (f == "--tp2p") a.costs.tp2p = parse_number(f, v);
-    else if (f == "--units") a.costs.units = parse_int(f, v);
-    else if (f == "--issue") parse_issue(v, a.costs);
-    else if (f == "--svg") a.svg = v;
-    else if (f == "--trace") a.trace = v;
-    else throw stp::Error(str("unknown flag '", f, "'"));
-  }
-  STP_CHECK(have_pp && have_m, "--pp and --microbatches are required");
+// What the command line cannot say alone: values in range, a schedule or --compare.
+void check(SimArgs& a) {
   STP_CHECK(a.pp >= 1, "--pp must be at least 1, got ", a.pp);
   STP_CHECK(a.microbatches >= 1, "--microbatches must be at least 1, got ", a.microbatches);
   STP_CHECK(a.compare || !a.schedule.empty(), "--schedule NAME is required (gpipe, 1f1b, 1f1b-i, zb-h1, zb-v, stp)");
-  STP_CHECK(!a.compare || a.schedule.empty(), "--compare prints 1f1b-i, zb-v and stp; drop --schedule");
-  int outputs = a.json + !a.svg.empty() + !a.trace.empty();
-  STP_CHECK(outputs <= 1, "choose one of --json, --svg FILE, --trace FILE");
+  for (const std::string& text : a.issue) parse_issue(text, a.costs);
   stp::sched::check_costs(a.costs);
-  return a;
 }
 
-int run(const stp::tools::Args& args) {
-  SimArgs a = parse(args);
+int run(SimArgs& a) {
+  check(a);
   std::string out;
   if (a.compare) {
     out = stp::sched::render_compare(a.pp, a.microbatches, a.costs);
@@ -120,10 +98,32 @@ int run(const stp::tools::Args& args) {
   return 0;
 }
 
+stp::tools::Run define(CLI::App& app) {
+  auto a = std::make_shared<SimArgs>();
+  auto* schedule = app.add_option("--schedule", a->schedule, "schedule: gpipe, 1f1b, 1f1b-i, zb-h1, zb-v, stp")->type_name("NAME");
+  app.add_flag("--compare", a->compare, "print Table 1 for 1f1b-i, zb-v and stp: formula vs simulation")->excludes(schedule);
+  app.add_option("--pp", a->pp, "pipeline stages")->type_name("P")->required();
+  app.add_option("--microbatches", a->microbatches, "microbatches per step")->type_name("M")->required();
+  const char* costs = "Costs (ms)";
+  app.add_option("--tf", a->costs.tf, "time of F, the forward of one chunk-pass")->group(costs)->capture_default_str();
+  app.add_option("--tb", a->costs.tb, "time of B, the input gradient")->group(costs)->capture_default_str();
+  app.add_option("--tw", a->costs.tw, "time of W, the weight gradient")->group(costs)->capture_default_str();
+  app.add_option("--tar", a->costs.tar, "time of one TP all-reduce")->group(costs)->capture_default_str();
+  app.add_option("--tp2p", a->costs.tp2p, "time of one pipeline send")->group(costs)->capture_default_str();
+  app.add_option("--units", a->costs.units, "compute units per pass per chunk")->type_name("N")->group(costs)->capture_default_str();
+  app.add_option("--issue", a->issue, "issue overhead per op shape (F, B, B*, W, F&B, F&B*, F&W, F+F); others 0")
+      ->type_name("SHAPE=X,...")
+      ->group(costs)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->allow_extra_args(false);
+  auto* json = app.add_flag("--json", a->json, "print the schedule and its simulation as JSON");
+  auto* svg = app.add_option("--svg", a->svg, "write the timeline as SVG")->type_name("FILE");
+  auto* trace = app.add_option("--trace", a->trace, "write the timeline as a Chrome trace (Perfetto)")->type_name("FILE");
+  json->excludes(svg)->excludes(trace);
+  svg->excludes(trace);
+  return [a] { return run(*a); };
+}
+
 }  // namespace
 
-static const stp::tools::Command kCmd{
-    "sim",
-    "sim --schedule NAME --pp P --microbatches M [--tf X --tb X --tw X --tar X --tp2p X --units N --issue SHAPE=X,...] [--json | --svg FILE | "
-    "--trace FILE] | sim --compare --pp P --microbatches M [costs]",
-    &run};
+static const stp::tools::Command kCmd{"sim", "generate, validate and simulate a pipeline schedule, or print Table 1 (--compare)", &define};

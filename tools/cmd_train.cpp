@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -111,14 +112,12 @@ void write_text(const fs::path& path, const std::string& text) {
   STP_CHECK(f.good(), "cannot write '", path.string(), "'");
 }
 
-int run(const stp::tools::Args& argv) {
+int run(const stp::tools::ConfigArgs& args) {
   stp::ProcessGroup* procs = stp::tools::processes();
   const int processes = procs ? procs->size() : 1;
   const bool lead = !procs || procs->rank() == 0;  // prints and writes output.dir
-  stp::tools::ConfigArgs args;
   stp::Config cfg;
   auto setup = [&] {
-    args = stp::tools::parse_config_args(argv, "stp train CONFIG.yaml [--set KEY=VALUE]...");
     cfg = stp::load_config(args.config_path, args.overrides);
     stp::check_processes(stp::RankLayout::of(cfg), processes);
   };
@@ -186,6 +185,14 @@ int run(const stp::tools::Args& argv) {
   return 0;
 }
 
+stp::tools::Run define(CLI::App& app) {
+  auto args = std::make_shared<stp::tools::ConfigArgs>();
+  stp::tools::add_config_args(app, *args);
+  app.footer("Writes output.dir/metrics.jsonl, config.yaml, checkpoints and (output.trace) trace.json. Ctrl-C "
+             "finishes the step, writes a checkpoint and exits with status 130.");
+  return [args] { return run(*args); };
+}
+
 }  // namespace
 
-static const stp::tools::Command kCmd{"train", "train   CONFIG.yaml [--set KEY=VALUE]...   train; writes output.dir/metrics.jsonl", &run};
+static const stp::tools::Command kCmd{"train", "train; writes output.dir/metrics.jsonl", &define};

@@ -1,13 +1,19 @@
 // Subcommand registry of the `stp` executable. Each tools/cmd_NAME.cpp defines
-//   static const stp::tools::Command kCmd{"name", "one-line usage", &run};
-// and is picked up by the build; main() dispatches on argv[1].
+//   static const stp::tools::Command kCmd{"name", "one-line summary", &define};
+// and is picked up by the build. main() gives every command a CLI11 subcommand (tools/cli.h);
+// `define` declares the command's options and positionals on it, bound to the command's own
+// argument struct, and returns what runs the command once the command line has been parsed.
 //
 // A command returns the process exit status; it throws stp::Error for user errors (main prints
 // "stp NAME: error: …" and exits 1) and never calls exit() itself.
 #pragma once
 
-#include <string>
+#include <functional>
 #include <vector>
+
+namespace CLI {
+class App;
+}
 
 namespace stp {
 class ProcessGroup;
@@ -15,13 +21,13 @@ class ProcessGroup;
 
 namespace stp::tools {
 
-using Args = std::vector<std::string>;  // argv after the subcommand name
+using Run = std::function<int()>;  // runs the command with the parsed arguments
 
 struct Command {
-  Command(const char* name, const char* usage, int (*run)(const Args&));
+  Command(const char* name, const char* summary, Run (*define)(CLI::App&));
   const char* name;
-  const char* usage;
-  int (*run)(const Args&);
+  const char* summary;
+  Run (*define)(CLI::App&);
 };
 
 const std::vector<const Command*>& commands();
