@@ -37,6 +37,7 @@ for a in "$@"; do
 done
 build_dir="${STP_BUILD_DIR:-build}"
 jobs="${STP_JOBS:-$(nproc)}"
+mkdir -p "$(dirname "$build_dir")"  # where the logs go
 
 say() { echo "stp setup: $*"; }
 # "12s", "2m31s"
