@@ -76,7 +76,9 @@ if ((${#missing[@]})); then
     "${sudo_cmd[@]}" apt-get update &&
       DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
   }
-  phase "$build_dir.apt.log" "installing ${#missing[@]} packages" install_packages
+  noun=packages
+  ((${#missing[@]} == 1)) && noun=package
+  phase "$build_dir.apt.log" "installing ${#missing[@]} $noun" install_packages
 fi
 
 launcher=()
