@@ -130,7 +130,8 @@ MemoryPlan plan_memory(const PlannerInput& in) {
   for (const PlanCandidate& c : in.candidates) {
     UnitPlan& u = at(plans, c);
     if (in.offload == OffloadPolicy::All) u.offload = c.offload_bytes > 0;
-    if (in.recompute == RecomputePolicy::Selective || in.recompute == RecomputePolicy::Full) u.recompute = strongest(in.recompute, c);
+    if (in.recompute == RecomputePolicy::Selective || in.recompute == RecomputePolicy::Full)
+      u.recompute = strongest(in.recompute, c);
   }
   std::vector<RankPrediction> pred = in.evaluate(plans);
   for (int round = 0;; ++round) {

@@ -9,9 +9,9 @@
 //     same allocation sequence, so its peaks are exactly what a real run measures.
 //
 // Search (policies: memory/policy.h): levers set to `none` are never used, `all` / `selective` /
-// `full` are forced on every candidate, `auto` levers are added greedily. First the most the enabled levers can do is
-// evaluated: if even that exceeds the budget the config is infeasible and min_device_budget says
-// what would fit. Otherwise, starting from the forced decisions, each round gives every rank that
+// `full` are forced on every candidate, `auto` levers are added greedily. First the most the
+// enabled levers can do is evaluated: if even that exceeds the budget the config is infeasible and
+// min_device_budget says what would fit. Otherwise, starting from the forced decisions, each round gives every rank that
 // is over budget its cheapest remaining move — cost per byte freed, where offloading costs only
 // the copy time the compute of a step cannot hide and recomputing costs its forward time — and
 // re-evaluates, until every rank fits.
