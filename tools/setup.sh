@@ -39,7 +39,6 @@ build_dir="${STP_BUILD_DIR:-build}"
 jobs="${STP_JOBS:-$(nproc)}"
 mkdir -p "$(dirname "$build_dir")"  # where the logs go
 
-say() { echo "stp setup: $*"; }
 # "12s", "2m31s"
 elapsed() {
   local s=$((SECONDS - $1))
@@ -73,8 +72,9 @@ if ((${#missing[@]})); then
   # (Called as a phase, where `set -e` does not apply: hence the &&.)
   install_packages() {
     echo "installing: ${missing[*]}"
-    "${sudo_cmd[@]}" apt-get update &&
-      DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
+    # env inside sudo: sudo drops the caller's environment. No terminal: nothing may ask.
+    "${sudo_cmd[@]}" apt-get update </dev/null &&
+      "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" </dev/null
   }
   noun=packages
   ((${#missing[@]} == 1)) && noun=package
