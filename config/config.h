@@ -73,6 +73,8 @@ struct ParallelConfig {
 };
 
 struct MemoryConfig {
+  // The planner, the trainer and `stp plan` read these four through train/memory_settings.h,
+  // which turns the budgets into bytes and the policies into enums (memory/policy.h).
   std::optional<std::uint64_t> device_budget;  // bytes per device; nullopt = the device's capacity
   std::optional<std::uint64_t> host_budget;    // pinned host bytes, whole process; nullopt = unlimited
   std::string offload;    // auto | none | all

@@ -20,9 +20,9 @@ UnitPlan& at(std::vector<RankPlan>& plans, const PlanCandidate& c) {
 }
 
 // The strongest recompute level a mode allows for a candidate.
-Recompute strongest(const std::string& mode, const PlanCandidate& c) {
-  if (mode == "none") return Recompute::None;
-  if (mode == "selective") return c.selective_saving ? Recompute::Selective : Recompute::None;
+Recompute strongest(RecomputePolicy mode, const PlanCandidate& c) {
+  if (mode == RecomputePolicy::None) return Recompute::None;
+  if (mode == RecomputePolicy::Selective) return c.selective_saving ? Recompute::Selective : Recompute::None;
   if (c.full_saving) return Recompute::Full;
   return c.selective_saving ? Recompute::Selective : Recompute::None;
 }
@@ -60,14 +60,14 @@ Move cheapest_move(const PlannerInput& in, std::vector<RankPlan>& plans, const R
         best = mv;
       }
     };
-    if (in.offload == "auto" && !u.offload && c.offload_bytes) {
+    if (in.offload == OffloadPolicy::Auto && !u.offload && c.offload_bytes) {
       double more = copy_s + m * static_cast<double>(c.offload_bytes) / in.link_bytes_per_s;
       double exposed_now = std::max(0.0, copy_s - pred.compute_s);
       double exposed_next = std::max(0.0, more - pred.compute_s);
       consider(Move{&c, true, u.recompute, 0}, exposed_next - exposed_now, c.offload_bytes);
     }
-    if (in.recompute == "auto" || in.recompute == "selective" || in.recompute == "full") {
-      if (in.recompute == "auto" || in.recompute == "full") {
+    if (in.recompute != RecomputePolicy::None) {
+      if (in.recompute == RecomputePolicy::Auto || in.recompute == RecomputePolicy::Full) {
         if (u.recompute == Recompute::None && c.selective_saving)
           consider(Move{&c, u.offload, Recompute::Selective, 0}, m * c.forward_s * c.selective_cost, c.selective_saving);
         if (u.recompute != Recompute::Full && c.full_saving) {
@@ -112,7 +112,7 @@ MemoryPlan plan_memory(const PlannerInput& in) {
   for (const PlanCandidate& c : in.candidates) {
     UnitPlan& u = at(most, c);
     u.recompute = strongest(in.recompute, c);
-    u.offload = in.offload != "none" && c.offload_bytes > 0;
+    u.offload = in.offload != OffloadPolicy::None && c.offload_bytes > 0;
   }
   std::vector<RankPrediction> most_pred = in.evaluate(most);
   for (const RankPrediction& p : most_pred) out.min_device_budget = std::max(out.min_device_budget, p.peak_device_bytes);
@@ -129,8 +129,9 @@ MemoryPlan plan_memory(const PlannerInput& in) {
   std::vector<RankPlan> plans = empty_plans(in);
   for (const PlanCandidate& c : in.candidates) {
     UnitPlan& u = at(plans, c);
-    if (in.offload == "all") u.offload = c.offload_bytes > 0;
-    if (in.recompute == "selective" || in.recompute == "full") u.recompute = strongest(in.recompute, c);
+    if (in.offload == OffloadPolicy::All) u.offload = c.offload_bytes > 0;
+    if (in.recompute == RecomputePolicy::Selective || in.recompute == RecomputePolicy::Full)
+      u.recompute = strongest(in.recompute, c);
   }
   std::vector<RankPrediction> pred = in.evaluate(plans);
   for (int round = 0;; ++round) {

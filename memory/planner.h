@@ -8,10 +8,10 @@
 //     a dry run of one training process (core/cpu/dry_stream.h): the same host program with the
 //     same allocation sequence, so its peaks are exactly what a real run measures.
 //
-// Search: levers set to `none` are never used, `all` / `selective` / `full` are forced on every
-// candidate, `auto` levers are added greedily. First the most the enabled levers can do is
-// evaluated: if even that exceeds the budget the config is infeasible and min_device_budget says
-// what would fit. Otherwise, starting from the forced decisions, each round gives every rank that
+// Search (policies: memory/policy.h): levers set to `none` are never used, `all` / `selective` /
+// `full` are forced on every candidate, `auto` levers are added greedily. First the most the
+// enabled levers can do is evaluated: if even that exceeds the budget the config is infeasible and
+// min_device_budget says what would fit. Otherwise, starting from the forced decisions, each round gives every rank that
 // is over budget its cheapest remaining move — cost per byte freed, where offloading costs only
 // the copy time the compute of a step cannot hide and recomputing costs its forward time — and
 // re-evaluates, until every rank fits.
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "memory/plan.h"
+#include "memory/policy.h"
 
 namespace stp {
 
@@ -37,9 +38,9 @@ struct PlanCandidate {
 };
 
 struct PlannerInput {
-  std::size_t device_budget = SIZE_MAX;
-  std::string offload = "auto";       // auto | none | all
-  std::string recompute = "auto";     // auto | none | selective | full
+  std::size_t device_budget = SIZE_MAX;  // bytes per device; SIZE_MAX = no limit
+  OffloadPolicy offload = OffloadPolicy::Auto;
+  RecomputePolicy recompute = RecomputePolicy::Auto;
   int pp = 1;
   int tp = 1;                         // global rank = pp_rank * tp + tp_rank
   int microbatches = 1;

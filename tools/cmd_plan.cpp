@@ -15,6 +15,7 @@
 #include "tools/command.h"
 #include "tools/config_args.h"
 #include "train/memory_planning.h"
+#include "train/memory_settings.h"
 
 namespace {
 
@@ -68,7 +69,7 @@ int run(const PlanArgs& a) {
     std::printf("memory plan for %s (schedule %s, tp %d, pp %d, m %d)\n", path.c_str(), cfg.parallel.schedule.c_str(), tp,
                 cfg.parallel.pp, cfg.train.microbatches);
     std::printf("device budget %s, minimum feasible %s\n",
-                plan.device_budget == SIZE_MAX ? "unlimited" : stp::format_bytes(plan.device_budget).c_str(),
+                stp::format_budget(plan.device_budget).c_str(),
                 stp::format_bytes(plan.min_device_budget).c_str());
     for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
       const stp::RankPrediction& p = plan.predicted[g];

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the whole stp test suite from a clean clone: installs what is missing, builds, runs ctest.
+# Runs the whole stp test suite from a clean clone: installs what is missing, builds every target
+# (tools/setup.sh --all), runs ctest.
 #   tools/test.sh               release build (warnings as errors) + every test suite
 #   tools/test.sh --sanitizers  also the runtime suites under ThreadSanitizer and ASan+UBSan
 set -euo pipefail
@@ -13,13 +14,13 @@ for a in "$@"; do
 done
 jobs="${STP_JOBS:-$(nproc)}"
 
-STP_BUILD_DIR=build tools/setup.sh -DSTP_WERROR=ON
+STP_BUILD_DIR=build tools/setup.sh --all -DSTP_WERROR=ON
 (cd build && ctest --output-on-failure -j "$jobs")
 
 if ((sanitizers)); then
   for san in thread address; do
     echo "== runtime tests under ${san} sanitizer =="
-    STP_BUILD_DIR="build-$san" tools/setup.sh -DSTP_WERROR=ON -DSTP_SANITIZE="$san" -DSTP_RUNTIME_ONLY=ON \
+    STP_BUILD_DIR="build-$san" tools/setup.sh --all -DSTP_WERROR=ON -DSTP_SANITIZE="$san" -DSTP_RUNTIME_ONLY=ON \
       -DCMAKE_BUILD_TYPE=Debug
     # OPENBLAS_NUM_THREADS=1: OpenBLAS hands a large GEMM to its own worker threads through
     # spin-waits in uninstrumented code, which ThreadSanitizer cannot see (it reports the stream's

@@ -11,6 +11,7 @@
 #include "memory/planner.h"
 #include "models/gpt2_stage.h"
 #include "schedule/schedule.h"
+#include "train/memory_settings.h"
 #include "train/stage_layout.h"
 #include "train/trainer.h"
 
@@ -133,10 +134,11 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
   double link = config.memory.link_bandwidth;
   if (link <= 0) link = config.parallel.backend == "cuda" ? kCudaLinkBytesPerS : kCpuLinkBytesPerS;
 
+  const MemorySettings settings = memory_settings(config);
   PlannerInput in;
-  in.device_budget = config.memory.device_budget ? static_cast<std::size_t>(*config.memory.device_budget) : SIZE_MAX;
-  in.offload = config.memory.offload;
-  in.recompute = config.memory.recompute;
+  in.device_budget = settings.device_budget;
+  in.offload = settings.offload;
+  in.recompute = settings.recompute;
   in.pp = pp;
   in.tp = tp;
   in.microbatches = m;
@@ -258,11 +260,11 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
     }
     plan.device_budget = budget;
     if (attempt == 0) min_budget = plan.min_device_budget;
-    if (budget != SIZE_MAX && !plan.feasible && attempt && !min_exact)  // plan.ranks: the strongest plan
+    if (budget != kNoBudget && !plan.feasible && attempt && !min_exact)  // plan.ranks: the strongest plan
       min_budget = placeable(plan.ranks, min_budget);
     plan.min_device_budget = min_budget;
     plan.min_budget_exact = min_exact;
-    if (budget == SIZE_MAX) break;
+    if (budget == kNoBudget) break;
     if (!plan.feasible) {
       if (attempt && budget >= plan.min_device_budget) {
         plan.feasible = true;
@@ -286,26 +288,27 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
 }
 
 void check_plan(const MemoryPlan& plan, const Config& config) {
+  const MemorySettings settings = memory_settings(config);
   if (!plan.feasible) {
     std::size_t worst = 0;
     for (std::size_t g = 0; g < plan.predicted.size(); ++g)
       if (plan.predicted[g].peak_device_bytes > plan.predicted[worst].peak_device_bytes) worst = g;
     const RankPrediction& p = plan.predicted[worst];
     throw Error(str("memory.device_budget = ", format_bytes(plan.device_budget), " is too small: with memory.offload: ",
-                    config.memory.offload, " and memory.recompute: ", config.memory.recompute, " device ", worst,
+                    to_string(settings.offload), " and memory.recompute: ", to_string(settings.recompute), " device ", worst,
                     " still needs ", format_bytes(p.peak_device_bytes), " (", describe_categories(p),
                     "). The minimum feasible budget is ", format_bytes(plan.min_device_budget), " (",
                     plan.min_device_budget, " bytes); raise memory.device_budget to at least that",
-                    config.memory.offload == "none" || config.memory.recompute == "none"
+                    settings.offload == OffloadPolicy::None || settings.recompute == RecomputePolicy::None
                         ? ", or set memory.offload / memory.recompute to auto"
                         : "",
                     ", or lower train.micro_batch_size."));
   }
   std::size_t pinned = 0;
   for (const RankPrediction& p : plan.predicted) pinned += p.host_pinned_bytes;
-  if (config.memory.host_budget && pinned > *config.memory.host_budget)
+  if (pinned > settings.host_budget)
     throw Error(str("the plan offloads ", format_bytes(pinned), " of activations to pinned host memory but memory.host_budget = ",
-                    format_bytes(static_cast<std::size_t>(*config.memory.host_budget)),
+                    format_bytes(settings.host_budget),
                     "; raise memory.host_budget, or set memory.offload: none to recompute instead"));
 }
 

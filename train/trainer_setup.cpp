@@ -11,6 +11,7 @@
 #include "memory/numa.h"
 #include "models/gpt2_config.h"
 #include "train/memory_planning.h"
+#include "train/memory_settings.h"
 #include "train/stage_layout.h"
 #include "train/trainer_impl.h"
 
@@ -78,7 +79,7 @@ void Trainer::Impl::build_devices() {
                                     : layout.ranks_of_process(0, 1);
   o.count = static_cast<int>(mine.size());
   o.first = multi_process() ? options.processes->node_rank() : 0;
-  if (config.memory.device_budget) o.capacity = static_cast<std::size_t>(*config.memory.device_budget);
+  o.capacity = memory_settings(config).device_budget;
   o.link_bytes_per_s = config.memory.link_bandwidth;
   o.dry_run = options.dry_run;
   devices = make_devices(o);
@@ -160,12 +161,7 @@ void Trainer::Impl::build_rank(Rank& r) {
   r.tp_comm = r.device->create_stream("tp-comm");
   r.p2p = r.device->create_stream("p2p");
   if (layout.dp > 1) r.dp_comm = r.device->create_stream("dp-comm");
-  ArenaOptions arena = device_arena_options(*r.device, config.memory.device_budget
-                                                           ? static_cast<std::size_t>(*config.memory.device_budget)
-                                                           : SIZE_MAX);
-  // With a budget the arena takes it as one segment: carving one range, with coalescing, leaves
-  // far less fragmentation than exact-size segments once the budget is tight.
-  if (arena.budget != SIZE_MAX) arena.segment_bytes = arena.budget;
+  ArenaOptions arena = budgeted_arena_options(*r.device, memory_settings(config).device_budget);
   arena.advice = "Raise memory.device_budget, let stp offload and recompute activations (memory.offload: auto, "
                  "memory.recompute: auto; `stp plan CONFIG` shows what fits), or lower train.micro_batch_size.";
   r.alloc = std::make_unique<BlockArena>(*r.device, *r.compute, std::move(arena));
@@ -239,7 +235,7 @@ void Trainer::Impl::build_rank(Rank& r) {
 // The pinned pool is sized by the plan (the exact bytes the dry run needed); a dry run itself
 // gets a pool as large as the host budget allows, and reports what it used.
 void Trainer::Impl::build_offload(Rank& r) {
-  const std::size_t host_budget = config.memory.host_budget ? static_cast<std::size_t>(*config.memory.host_budget) : SIZE_MAX;
+  const std::size_t host_budget = memory_settings(config).host_budget;
   PinnedPoolOptions p;
   p.host_budget = host_budget;
   if (options.dry_run) {

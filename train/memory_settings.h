@@ -1,0 +1,55 @@
+// The memory knobs in the terms of the layers below config/: the one place where
+// memory.device_budget and memory.host_budget become bytes and memory.offload / memory.recompute
+// become the planner's policies (memory/policy.h). The trainer, the memory planner and `stp plan`
+// read the knobs through memory_settings(), nowhere else.
+//
+// Budgets (the rules, stated here once):
+//   * memory.device_budget: B -> B bytes per device. The device is created with capacity B (a GPU:
+//     min(B, its free memory at start-up)); its caching allocator reserves at most B, as one
+//     segment of B (budgeted_arena_options); the planner plans for B, and plans again for 5% less
+//     (up to 8 times) only when its plan's live bytes fit B but cannot be placed in it
+//     (train/memory_planning.h).
+//   * memory.device_budget: null -> kNoBudget. The device's capacity is the only limit (the CPU
+//     backend's is unlimited, a GPU's is its free memory at start-up); the allocator grows in
+//     32 MiB segments; the planner plans without a limit; `stp plan` prints "unlimited".
+//   * memory.host_budget: B -> B bytes of pinned host memory for the whole process, the cap of
+//     the pinned pools that offload copies into; null -> kNoBudget (unlimited).
+//
+// Usage:
+//   MemorySettings m = memory_settings(config);
+//   if (m.offload == OffloadPolicy::None) ...; format_budget(m.device_budget);  // "256.0 MiB (...)"
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "config/config.h"
+#include "memory/block_arena.h"
+#include "memory/policy.h"
+
+namespace stp {
+
+inline constexpr std::size_t kNoBudget = SIZE_MAX;
+
+struct MemorySettings {
+  std::size_t device_budget = kNoBudget;  // bytes per device
+  std::size_t host_budget = kNoBudget;    // pinned host bytes, whole process
+  OffloadPolicy offload = OffloadPolicy::Auto;
+  RecomputePolicy recompute = RecomputePolicy::Auto;
+};
+
+// The settings of a loaded config. A policy string the registry's choices do not allow is an
+// internal error (load_config reports bad values to users, naming the knob and its choices).
+MemorySettings memory_settings(const Config& config);
+
+// The caching device allocator's options for `device_budget` (bytes; kNoBudget = none): with a
+// budget the arena takes it as one segment — carving one range, with coalescing, leaves far less
+// fragmentation than 32 MiB segments once the budget is tight; without one it grows in 32 MiB
+// segments (device_arena_options).
+ArenaOptions budgeted_arena_options(Device& device, std::size_t device_budget);
+
+// "256.0 MiB (268435456 B)", or "unlimited" for kNoBudget.
+std::string format_budget(std::size_t bytes);
+
+}  // namespace stp
