@@ -4,6 +4,7 @@ find_package(PkgConfig REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(TBB REQUIRED)
 find_package(GTest REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)  # small JSON documents (base/json_out.h and readers)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
 pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
 
