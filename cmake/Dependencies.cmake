@@ -4,7 +4,8 @@ find_package(PkgConfig REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(TBB REQUIRED)
 find_package(GTest REQUIRED)
-find_package(nlohmann_json 3.10 REQUIRED)  # small JSON documents (base/json_out.h and readers)
+find_package(nlohmann_json 3.10 REQUIRED)  # small JSON documents: safetensors headers, reports, metrics
+find_package(simdjson REQUIRED)            # trace.json reading (profile/trace_reader.cpp)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
 pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
 

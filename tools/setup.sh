@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake g++ ninja-build pkg-config libtbb-dev libhwloc-dev libjemalloc-dev libyaml-cpp-dev
-          libopenblas-dev libgtest-dev nlohmann-json3-dev fortunes libopenmpi-dev openmpi-bin)
+          libopenblas-dev libgtest-dev nlohmann-json3-dev libsimdjson-dev fortunes libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
