@@ -3,7 +3,7 @@
 // The reader walks the text once with simdjson's On Demand API: it accepts the object form
 // {"traceEvents":[…], …} and the bare array form, keeps "X" spans, "C" counters and the "M"
 // thread_name metadata that names numeric tids, and skips every other event and key without
-// building a document tree (a tree reader such as nlohmann-json is ~10x slower and takes ~20x
+// building a document tree (a tree reader such as nlohmann-json is ~10x slower and takes many times
 // the memory on a million events). Strings are interned. It replaced a hand-written scanner that
 // was ~20% slower (docs/profile.md, "Speed").
 //
