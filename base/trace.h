@@ -57,6 +57,8 @@ class TraceRecorder {
 // The numeric tid a stream name is exported under (1..5 for the five known streams, 0 otherwise).
 int known_stream_tid(const std::string& stream);
 
+// The contents of a JSON string literal for `s` (no quotes): quote, backslash and control characters
+// escaped as nlohmann-json escapes them (\n, \t, \b, \f, \r, else \u00XX); UTF-8 passes through.
 std::string json_escape(const std::string& s);
 
 }  // namespace stp

@@ -5,6 +5,8 @@ find_package(yaml-cpp REQUIRED)
 find_package(TBB REQUIRED)
 find_package(GTest REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)  # command lines of tools/ (header-only; CLI11::CLI11)
+find_package(nlohmann_json 3.10 REQUIRED)  # small JSON documents: safetensors headers, reports, metrics
+find_package(simdjson REQUIRED)            # trace.json reading (profile/trace_reader.cpp)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
 pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
 

@@ -9,10 +9,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
-#include "base/json.h"
+#include "base/json_fields.h"
 
 namespace stp {
 namespace {
@@ -33,12 +33,15 @@ void fsync_path(const fs::path& p, bool directory) {
   STP_CHECK(rc == 0, "checkpoint: fsync of '", p.string(), "' failed: ", std::strerror(errno));
 }
 
+// state.json, indented by two, keys in this order. The rng numbers are decimal strings: JSON
+// readers in other languages lose integers above 2^53.
 std::string state_json(const CheckpointState& s) {
-  std::ostringstream o;
-  o << "{\n  \"format\": \"" << kFormat << "\",\n  \"step\": " << s.step << ",\n  \"data_position\": " << s.data_position
-    << ",\n  \"rng\": {\"seed\": \"" << s.rng_seed << "\", \"offset\": \"" << s.rng_offset
-    << "\"},\n  \"config_fingerprint\": \"" << s.config_fingerprint << "\"\n}\n";
-  return o.str();
+  nlohmann::ordered_json j = {{"format", kFormat},
+                              {"step", s.step},
+                              {"data_position", s.data_position},
+                              {"rng", {{"seed", std::to_string(s.rng_seed)}, {"offset", std::to_string(s.rng_offset)}}},
+                              {"config_fingerprint", s.config_fingerprint}};
+  return j.dump(2) + "\n";
 }
 
 void write_text_file(const fs::path& path, const std::string& text) {
@@ -49,11 +52,14 @@ void write_text_file(const fs::path& path, const std::string& text) {
   STP_CHECK(ok, "checkpoint: writing '", path.string(), "' failed: ", std::strerror(errno));
 }
 
-std::uint64_t parse_u64_string(const Json& v, const std::string& what, const std::string& file) {
-  STP_CHECK(v.is_string() && !v.as_string().empty() && v.as_string().find_first_not_of("0123456789") == std::string::npos,
+using nlohmann::json;
+
+std::uint64_t parse_u64_string(const json& obj, const char* key, const std::string& what, const std::string& file) {
+  const std::string& v = json_string(obj, key);
+  STP_CHECK(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos,
             "checkpoint: ", file, ": ", what, " must be a decimal string");
   errno = 0;
-  std::uint64_t x = std::strtoull(v.as_string().c_str(), nullptr, 10);
+  std::uint64_t x = std::strtoull(v.c_str(), nullptr, 10);
   STP_CHECK(errno == 0, "checkpoint: ", file, ": ", what, " is out of range");
   return x;
 }
@@ -63,17 +69,21 @@ CheckpointState read_state(const fs::path& path) {
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   CheckpointState s;
   try {
-    Json j = Json::parse(text);
-    STP_CHECK(j["format"].as_string() == kFormat, "unknown format \"", j["format"].as_string(), "\" (expected ", kFormat, ")");
-    s.step = j["step"].as_int();
+    json j = json::parse(text);
+    const std::string& format = json_string(j, "format");
+    STP_CHECK(format == kFormat, "unknown format \"", format, "\" (expected ", kFormat, ")");
+    s.step = json_int(j, "step");
     STP_CHECK(s.step >= 0, "negative step ", s.step);
-    std::int64_t pos = j["data_position"].as_int();
+    std::int64_t pos = json_int(j, "data_position");
     STP_CHECK(pos >= 0, "negative data_position ", pos);
     s.data_position = static_cast<std::uint64_t>(pos);
-    s.rng_seed = parse_u64_string(j["rng"]["seed"], "rng.seed", path.string());
-    s.rng_offset = parse_u64_string(j["rng"]["offset"], "rng.offset", path.string());
-    s.config_fingerprint = j["config_fingerprint"].as_string();
+    const json& rng = json_field(j, "rng");
+    s.rng_seed = parse_u64_string(rng, "seed", "rng.seed", path.string());
+    s.rng_offset = parse_u64_string(rng, "offset", "rng.offset", path.string());
+    s.config_fingerprint = json_string(j, "config_fingerprint");
   } catch (const Error& e) {
+    throw Error(str("checkpoint: ", path.string(), " is invalid or truncated: ", e.what()));
+  } catch (const json::exception& e) {
     throw Error(str("checkpoint: ", path.string(), " is invalid or truncated: ", e.what()));
   }
   return s;

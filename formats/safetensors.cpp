@@ -1,118 +1,137 @@
-// safetensors reader/writer. The header goes through base/json.h; a garbled file is an error
-// message, never a crash or a runaway allocation: the header length and every tensor's byte
-// range are checked against the file size *before* anything is allocated for them.
+// safetensors reader/writer. The header goes through nlohmann-json; a garbled or hostile file is
+// an error message, never a crash or a runaway allocation: the header length and every tensor's
+// byte range are checked against the file size *before* anything is allocated for them.
 #include "formats/safetensors.h"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "base/error.h"
-#include "base/json.h"
 
 static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
 
 namespace stp {
 namespace {
 
+using nlohmann::json;
+
 constexpr std::uint64_t kMaxHeaderBytes = 100ull << 20;  // the reference implementation's limit
-
-// ---- Writing the JSON header ----------------------------------------------------------------
-
-std::string json_escape(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += char(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += char(c);
-    }
-  }
-  return out + "\"";
-}
+// Our headers nest three deep; the limit keeps a header of 100 MiB of "[" from building a
+// hundred million nested values.
+constexpr int kMaxDepth = 16;
 
 // ---- Header entries --------------------------------------------------------------------------
 
-enum class FileDType { F32, BF16, F16 };
-
-struct Entry {
-  std::string name;
-  FileDType dtype;
-  Shape shape;
-  std::uint64_t begin = 0, end = 0;
-};
-
-std::size_t file_dtype_size(FileDType d) { return d == FileDType::F32 ? 4 : 2; }
-
-// A JSON number that must be a non-negative integer (exact in a double up to 2^53).
-std::uint64_t as_u64(const Json& v, const std::string& where, const char* what) {
-  bool ok = v.is_number() && v.as_number() >= 0 && v.as_number() < 9.007199254740992e15 &&
-            std::trunc(v.as_number()) == v.as_number();
-  STP_CHECK(ok, where, ": ", what, " must be a non-negative integer below 2^53");
-  return static_cast<std::uint64_t>(v.as_number());
+std::size_t dtype_size(const std::string& dtype) {
+  if (dtype == "F32") return 4;
+  if (dtype == "BF16" || dtype == "F16") return 2;
+  return 0;
 }
 
-const Json* member(const Json& obj, const char* key) { return obj.contains(key) ? &obj[key] : nullptr; }
+const char* type_name(const json& v) { return v.type_name(); }
 
-Entry parse_entry(const std::string& path, const std::string& name, const Json& v) {
+// A JSON number that must be a non-negative integer written as one: -1, 1.5 and 1e3 are errors
+// (the reference implementation reads them as u64, which takes no sign, fraction or exponent).
+std::uint64_t as_u64(const json& v, const std::string& where, const char* what) {
+  if (v.is_number_unsigned()) return v.get<std::uint64_t>();
+  if (v.is_number_integer())
+    throw Error(str(where, ": ", what, " must be a non-negative integer, not ", v.get<std::int64_t>()));
+  if (v.is_number_float())
+    throw Error(str(where, ": ", what, " must be a non-negative integer, not ", v.dump(),
+                    " (a fraction, an exponent or a number above 2^64)"));
+  throw Error(str(where, ": ", what, " must be a non-negative integer, not a ", type_name(v)));
+}
+
+const json* member(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+SafetensorsEntry parse_entry(const std::string& path, const std::string& name, const json& v) {
   std::string where = str(path, ": tensor \"", name, "\"");
-  STP_CHECK(v.is_object(), where, ": header entry is not an object");
-  const Json* dtype = member(v, "dtype");
-  const Json* shape = member(v, "shape");
-  const Json* offs = member(v, "data_offsets");
+  STP_CHECK(v.is_object(), where, ": header entry is not an object but a ", type_name(v));
+  const json* dtype = member(v, "dtype");
+  const json* shape = member(v, "shape");
+  const json* offs = member(v, "data_offsets");
   STP_CHECK(dtype && shape && offs, where, ": header entry needs dtype, shape and data_offsets");
-  STP_CHECK(dtype->is_string(), where, ": dtype is not a string");
-  Entry e;
+  STP_CHECK(dtype->is_string(), where, ": dtype is not a string but a ", type_name(*dtype));
+  SafetensorsEntry e;
   e.name = name;
-  if (dtype->as_string() == "F32") e.dtype = FileDType::F32;
-  else if (dtype->as_string() == "BF16") e.dtype = FileDType::BF16;
-  else if (dtype->as_string() == "F16") e.dtype = FileDType::F16;
-  else throw Error(str(where, ": unsupported dtype \"", dtype->as_string(), "\" (supported: F32, BF16, F16)"));
-  STP_CHECK(shape->is_array(), where, ": shape is not a list");
+  e.dtype = dtype->get<std::string>();
+  STP_CHECK(dtype_size(e.dtype) != 0, where, ": unsupported dtype \"", e.dtype, "\" (supported: F32, BF16, F16)");
+  STP_CHECK(shape->is_array(), where, ": shape is not a list but a ", type_name(*shape));
   std::uint64_t count = 1;
-  for (const auto& d : shape->as_array()) {
+  for (const json& d : *shape) {
     std::uint64_t x = as_u64(d, where, "shape dimension");
-    STP_CHECK(x <= (1ull << 62) && !__builtin_mul_overflow(count, x, &count), where, ": shape is too large");
+    STP_CHECK(x <= (1ull << 62) && !__builtin_mul_overflow(count, x, &count), where, ": shape is too large",
+              " (its element count overflows 64 bits)");
     e.shape.push_back(static_cast<std::int64_t>(x));
   }
-  STP_CHECK(offs->is_array() && offs->as_array().size() == 2, where,
-            ": data_offsets must be [begin, end]");
+  STP_CHECK(offs->is_array() && offs->size() == 2, where, ": data_offsets must be [begin, end]");
   e.begin = as_u64((*offs)[0], where, "data_offsets begin");
   e.end = as_u64((*offs)[1], where, "data_offsets end");
   STP_CHECK(e.begin <= e.end, where, ": data_offsets [", e.begin, ", ", e.end, "] are reversed");
   std::uint64_t expected = 0;
-  STP_CHECK(!__builtin_mul_overflow(count, file_dtype_size(e.dtype), &expected) && e.end - e.begin == expected,
-            where, ": data_offsets [", e.begin, ", ", e.end, "] span ", e.end - e.begin, " bytes but ",
-            dtype->as_string(), " x ", to_string(e.shape), " needs ", expected);
+  STP_CHECK(!__builtin_mul_overflow(count, dtype_size(e.dtype), &expected), where, ": shape is too large",
+            " (its byte size overflows 64 bits)");
+  STP_CHECK(e.end - e.begin == expected, where, ": data_offsets [", e.begin, ", ", e.end, "] span ", e.end - e.begin,
+            " bytes but ", e.dtype, " x ", to_string(e.shape), " needs ", expected);
   return e;
 }
 
 // Checks every range lies in the data section and no two overlap.
-void check_ranges(const std::string& path, std::vector<Entry>& entries, std::uint64_t data_bytes) {
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+void check_ranges(const std::string& path, std::vector<SafetensorsEntry>& entries, std::uint64_t data_bytes) {
+  std::sort(entries.begin(), entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
-  const Entry* furthest = nullptr;  // the non-empty range seen so far that ends last
-  for (const Entry& e : entries) {
+  const SafetensorsEntry* furthest = nullptr;  // the non-empty range seen so far that ends last
+  for (const SafetensorsEntry& e : entries) {
     STP_CHECK(e.end <= data_bytes, path, ": tensor \"", e.name, "\" data_offsets [", e.begin, ", ", e.end,
               "] exceed the data section (", data_bytes, " bytes): the file is truncated or corrupt");
     if (e.begin == e.end) continue;  // empty tensors occupy no bytes
     if (furthest && e.begin < furthest->end)
       throw Error(str(path, ": tensors \"", furthest->name, "\" and \"", e.name, "\" overlap in the data section"));
     if (!furthest || e.end > furthest->end) furthest = &e;
+  }
+}
+
+// Parses the header text. A parser callback rejects what nlohmann would accept silently: a
+// duplicate key (it keeps the last) and deep nesting.
+json parse_json(std::string_view text, const std::string& path) {
+  std::vector<std::set<std::string>> keys;  // the keys seen in each open object
+  auto guard = [&](int depth, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        STP_CHECK(depth < kMaxDepth, path, ": bad safetensors header: JSON nested deeper than ", kMaxDepth, " levels");
+        if (event == json::parse_event_t::object_start) keys.emplace_back();
+        break;
+      case json::parse_event_t::object_end: keys.pop_back(); break;
+      case json::parse_event_t::key: {
+        const auto& k = parsed.get_ref<const std::string&>();
+        if (!keys.back().insert(k).second)
+          throw Error(str(path, ": bad safetensors header: ", depth == 1 ? "duplicate tensor name \"" : "duplicate key \"",
+                          k, "\""));
+        break;
+      }
+      default: break;
+    }
+    return true;
+  };
+  try {
+    return json::parse(text.begin(), text.end(), guard);
+  } catch (const json::exception& e) {
+    throw Error(str(path, ": bad safetensors header: not valid JSON: ", e.what()));
   }
 }
 
@@ -127,38 +146,19 @@ void read_exact(std::FILE* f, void* dst, std::size_t bytes, std::uint64_t offset
             path, ": cannot read ", bytes, " bytes at offset ", offset, " (truncated file?)");
 }
 
-HostTensor load_entry(std::FILE* f, const Entry& e, std::uint64_t data_start, const std::string& path) {
+HostTensor load_entry(std::FILE* f, const SafetensorsEntry& e, std::uint64_t data_start, const std::string& path) {
   HostTensor t;
   t.shape = e.shape;
   std::size_t n = static_cast<std::size_t>(numel(e.shape));
   t.data.resize(n);
-  if (e.dtype == FileDType::F32) {
+  if (e.dtype == "F32") {
     read_exact(f, t.data.data(), n * 4, data_start + e.begin, path);
     return t;
   }
   std::vector<std::uint16_t> half(n);
   read_exact(f, half.data(), n * 2, data_start + e.begin, path);
-  for (std::size_t i = 0; i < n; ++i) t.data[i] = e.dtype == FileDType::BF16 ? bf16_to_f32(half[i]) : f16_to_f32(half[i]);
+  for (std::size_t i = 0; i < n; ++i) t.data[i] = e.dtype == "BF16" ? bf16_to_f32(half[i]) : f16_to_f32(half[i]);
   return t;
-}
-
-// Splits the parsed header into tensor entries and metadata.
-std::vector<Entry> parse_header(const std::string& path, const Json& root, std::map<std::string, std::string>& meta) {
-  STP_CHECK(root.is_object(), path, ": the JSON header is not an object");
-  std::vector<Entry> entries;
-  for (const auto& [name, v] : root.as_object()) {
-    if (name != "__metadata__") {
-      entries.push_back(parse_entry(path, name, v));
-      continue;
-    }
-    STP_CHECK(v.is_object() || v.is_null(), path, ": __metadata__ is not an object");
-    if (v.is_null()) continue;
-    for (const auto& [k, mv] : v.as_object()) {
-      STP_CHECK(mv.is_string(), path, ": __metadata__ value of \"", k, "\" is not a string");
-      meta[k] = mv.as_string();
-    }
-  }
-  return entries;
 }
 
 }  // namespace
@@ -194,6 +194,26 @@ float f16_to_f32(std::uint16_t h) {
   return f;
 }
 
+SafetensorsHeader parse_safetensors_header(std::string_view text, std::uint64_t data_bytes, const std::string& path) {
+  json root = parse_json(text, path);
+  STP_CHECK(root.is_object(), path, ": the JSON header is not an object but a ", type_name(root));
+  SafetensorsHeader out;
+  for (const auto& [name, v] : root.items()) {
+    if (name != "__metadata__") {
+      out.tensors.push_back(parse_entry(path, name, v));
+      continue;
+    }
+    STP_CHECK(v.is_object() || v.is_null(), path, ": __metadata__ is not an object but a ", type_name(v));
+    if (v.is_null()) continue;
+    for (const auto& [k, mv] : v.items()) {
+      STP_CHECK(mv.is_string(), path, ": __metadata__ value of \"", k, "\" is not a string but a ", type_name(mv));
+      out.metadata[k] = mv.get<std::string>();
+    }
+  }
+  check_ranges(path, out.tensors, data_bytes);
+  return out;
+}
+
 SafetensorsFile read_safetensors_file(const std::string& path) {
   std::error_code ec;
   std::uint64_t file_bytes = std::filesystem::file_size(path, ec);
@@ -209,17 +229,11 @@ SafetensorsFile read_safetensors_file(const std::string& path) {
   std::string header(static_cast<std::size_t>(header_bytes), '\0');
   read_exact(f.get(), header.data(), header.size(), 8, path);
 
-  SafetensorsFile out;
-  Json root;
-  try {
-    root = Json::parse(header);
-  } catch (const Error& e) {
-    throw Error(str(path, ": bad safetensors header: ", e.what()));
-  }
-  std::vector<Entry> entries = parse_header(path, root, out.metadata);
   std::uint64_t data_start = 8 + header_bytes;
-  check_ranges(path, entries, file_bytes - data_start);
-  for (const Entry& e : entries) out.tensors.emplace(e.name, load_entry(f.get(), e, data_start, path));
+  SafetensorsHeader h = parse_safetensors_header(header, file_bytes - data_start, path);
+  SafetensorsFile out;
+  out.metadata = std::move(h.metadata);
+  for (const SafetensorsEntry& e : h.tensors) out.tensors.emplace(e.name, load_entry(f.get(), e, data_start, path));
   return out;
 }
 
@@ -229,18 +243,12 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path) {
 
 namespace {
 
+// The header in the reference writer's layout: __metadata__ first, then the tensors in the given
+// order, each {"dtype","shape","data_offsets"}; ordered_json keeps that insertion order.
 std::string build_header(const std::vector<std::pair<std::string, const HostTensor*>>& tensors,
                          const std::map<std::string, std::string>& metadata, const std::string& path) {
-  std::string h = "{";
-  if (!metadata.empty()) {
-    h += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata) {
-      h += (first ? "" : ",") + json_escape(k) + ":" + json_escape(v);
-      first = false;
-    }
-    h += "}";
-  }
+  nlohmann::ordered_json h = nlohmann::ordered_json::object();
+  if (!metadata.empty()) h["__metadata__"] = metadata;
   std::uint64_t offset = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const auto& [name, t] = tensors[i];
@@ -249,17 +257,19 @@ std::string build_header(const std::vector<std::pair<std::string, const HostTens
     for (auto d : t->shape) STP_CHECK(d >= 0, path, ": tensor \"", name, "\" has negative shape ", to_string(t->shape));
     STP_CHECK(static_cast<std::int64_t>(t->data.size()) == numel(t->shape), path, ": tensor \"", name, "\" has ",
               t->data.size(), " values but shape ", to_string(t->shape));
-    for (std::size_t j = 0; j < i; ++j)
-      STP_CHECK(tensors[j].first != name, path, ": duplicate tensor name \"", name, "\"");
+    STP_CHECK(!h.contains(name), path, ": duplicate tensor name \"", name, "\"");
     std::uint64_t end = offset + t->data.size() * 4;
-    h += (h.size() > 1 ? "," : "") + json_escape(name) + ":{\"dtype\":\"F32\",\"shape\":[";
-    for (std::size_t d = 0; d < t->shape.size(); ++d) h += (d ? "," : "") + std::to_string(t->shape[d]);
-    h += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(end) + "]}";
+    h[name] = {{"dtype", "F32"}, {"shape", t->shape}, {"data_offsets", {offset, end}}};
     offset = end;
   }
-  h += "}";
-  while ((8 + h.size()) % 8 != 0) h += ' ';  // align the data section to 8 bytes
-  return h;
+  std::string text;
+  try {
+    text = h.dump();
+  } catch (const nlohmann::json::exception& e) {  // a name or metadata string that is not UTF-8
+    throw Error(str(path, ": cannot write the header: ", e.what()));
+  }
+  while ((8 + text.size()) % 8 != 0) text += ' ';  // align the data section to 8 bytes
+  return text;
 }
 
 void write_all(std::FILE* f, const void* data, std::size_t bytes, const std::string& path) {

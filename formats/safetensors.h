@@ -9,10 +9,13 @@
 // produces F32 only, tensors in the given order, header padded to a multiple of 8 bytes, and is
 // atomic: the file is written as PATH.tmp and renamed over PATH, so readers never see half a file.
 //
-// Every malformed input is an stp::Error naming the file and the problem, never a crash: a
-// header longer than the file, bad JSON, an unknown dtype, a shape that is not a list of
-// non-negative integers, offsets out of the data section, overlapping offsets, or a byte range
-// that does not match dtype x shape.
+// Every malformed or hostile input is an stp::Error naming the file and the problem, never a
+// crash, an over-read or a runaway allocation: a header length past the file end or above 100 MiB,
+// bad JSON, a value of the wrong JSON type, a duplicate tensor name, an unknown dtype, a shape or
+// offset that is not a non-negative integer (-1, 1.5 and 1e3 are all rejected), a shape whose
+// element count or byte size overflows, offsets past the end of the data section, overlapping
+// tensors, or a byte range that does not match dtype x shape. The header is parsed and checked
+// against the file size before anything is allocated for the tensors.
 //
 // Example:
 //   HostTensor w{{2, 3}, {1, 2, 3, 4, 5, 6}};
@@ -20,8 +23,10 @@
 //   auto tensors = read_safetensors("w.safetensors");   // tensors["wte.weight"].shape == {2, 3}
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -39,6 +44,24 @@ struct SafetensorsFile {
   std::map<std::string, HostTensor> tensors;
   std::map<std::string, std::string> metadata;  // "__metadata__" (string values only)
 };
+
+// One tensor as a header describes it: [begin, end) is its byte range in the data section.
+struct SafetensorsEntry {
+  std::string name;
+  std::string dtype;  // "F32", "BF16" or "F16"
+  Shape shape;
+  std::uint64_t begin = 0, end = 0;
+};
+
+struct SafetensorsHeader {
+  std::vector<SafetensorsEntry> tensors;        // sorted by begin
+  std::map<std::string, std::string> metadata;  // "__metadata__"
+};
+
+// Parses and checks the JSON header of a file whose data section holds `data_bytes` bytes: on
+// success every tensor lies inside the data section, matches dtype x shape and overlaps no other.
+// Errors name `path`.
+SafetensorsHeader parse_safetensors_header(std::string_view json, std::uint64_t data_bytes, const std::string& path);
 
 // Reads every tensor (F32, BF16, F16 -> f32) and the metadata of `path`.
 SafetensorsFile read_safetensors_file(const std::string& path);

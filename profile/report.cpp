@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "base/error.h"
-#include "base/trace.h"
+#include "base/json_number.h"
 #include "profile/calibrate.h"
 
 namespace stp::profile {
@@ -39,11 +40,8 @@ std::string fmt(const char* f, const std::string& v) {
 
 std::string mib(double bytes) { return fmt("%.1f MiB", bytes / (1024.0 * 1024.0)); }
 
-std::string num(double v) {  // JSON number: integers exactly, others with 6 decimals
-  if (!std::isfinite(v)) return "0";
-  if (v == std::floor(v) && std::fabs(v) < 9e15) return fmt("%.0f", v);
-  return fmt("%.15g", v);
-}
+// A JSON number: integers exactly, others with 15 significant digits.
+nlohmann::ordered_json num(double v) { return json_number(v, 15); }
 
 std::string steps_text(const std::vector<std::int64_t>& steps) {
   if (steps.empty()) return "none";
@@ -55,22 +53,34 @@ std::string steps_text(const std::vector<std::int64_t>& steps) {
   return s;
 }
 
-void times_json(std::string& o, const RankTimes& t) {
-  o += "\"steps\":" + std::to_string(t.steps) + ",\"step_ms\":" + num(t.step_ms) + ",\"span_ms\":" + num(t.span_ms) +
-       ",\"busy_ms\":" + num(t.busy_ms) + ",\"compute_busy_fraction\":" + num(t.busy_fraction()) +
-       ",\"pp_bubble_ms\":" + num(t.bubble_ms) + ",\"p2p_wait_ms\":" + num(t.p2p_wait_ms) +
-       ",\"copy_stall_ms\":" + num(t.copy_stall_ms) + ",\"issue_gap_ms\":" + num(t.issue_gap_ms) +
-       ",\"tp_comm_ms\":" + num(t.tp_ms) + ",\"tp_exposed_ms\":" + num(t.tp_exposed_ms) + ",\"p2p_ms\":" + num(t.p2p_ms) +
-       ",\"p2p_exposed_ms\":" + num(t.p2p_exposed_ms) + ",\"d2h_bytes\":" + num(t.d2h_bytes) +
-       ",\"h2d_bytes\":" + num(t.h2d_bytes) + ",\"d2h_gbps\":" + num(t.d2h_gbps()) + ",\"h2d_gbps\":" + num(t.h2d_gbps()) +
-       ",\"copy_hidden_fraction\":" + num(t.copy_hidden_fraction()) + ",\"streams\":{";
+// The per-step times of a rank (or the total), keys in the documented order.
+void times_json(nlohmann::ordered_json& o, const RankTimes& t) {
+  o["steps"] = t.steps;
+  o["step_ms"] = num(t.step_ms);
+  o["span_ms"] = num(t.span_ms);
+  o["busy_ms"] = num(t.busy_ms);
+  o["compute_busy_fraction"] = num(t.busy_fraction());
+  o["pp_bubble_ms"] = num(t.bubble_ms);
+  o["p2p_wait_ms"] = num(t.p2p_wait_ms);
+  o["copy_stall_ms"] = num(t.copy_stall_ms);
+  o["issue_gap_ms"] = num(t.issue_gap_ms);
+  o["tp_comm_ms"] = num(t.tp_ms);
+  o["tp_exposed_ms"] = num(t.tp_exposed_ms);
+  o["p2p_ms"] = num(t.p2p_ms);
+  o["p2p_exposed_ms"] = num(t.p2p_exposed_ms);
+  o["d2h_bytes"] = num(t.d2h_bytes);
+  o["h2d_bytes"] = num(t.h2d_bytes);
+  o["d2h_gbps"] = num(t.d2h_gbps());
+  o["h2d_gbps"] = num(t.h2d_gbps());
+  o["copy_hidden_fraction"] = num(t.copy_hidden_fraction());
+  nlohmann::ordered_json streams = nlohmann::ordered_json::object();
   for (int l = 0; l < kLanes - 1; ++l)
-    o += str(l ? "," : "", "\"", to_string(static_cast<Lane>(l)), "\":", num(t.lane_busy_ms[static_cast<std::size_t>(l)]));
-  o += "}";
+    streams[to_string(static_cast<Lane>(l))] = num(t.lane_busy_ms[static_cast<std::size_t>(l)]);
+  o["streams"] = std::move(streams);
 }
 
-void versus_json(std::string& o, const char* key, const Versus& v) {
-  o += str(",\"", key, "\":{\"measured\":", num(v.measured), ",\"predicted\":", num(v.predicted), "}");
+nlohmann::ordered_json versus_json(const Versus& v) {
+  return {{"measured", num(v.measured)}, {"predicted", num(v.predicted)}};
 }
 
 }  // namespace
@@ -185,9 +195,11 @@ std::string render_text(const Report& r) {
 }
 
 std::string render_json(const Report& r) {
-  std::string o = "{\"run\":\"" + json_escape(r.run) + "\",\"steps\":[";
-  for (std::size_t i = 0; i < r.steps.size(); ++i) o += (i ? "," : "") + std::to_string(r.steps[i]);
-  o += "],\"ranks\":[";
+  using nlohmann::ordered_json;
+  ordered_json o;
+  o["run"] = r.run;
+  o["steps"] = r.steps;
+  ordered_json ranks = ordered_json::array();
   RankTimes total;
   double peak = 0, pinned = 0;
   for (std::size_t i = 0; i < r.ranks.size(); ++i) {
@@ -196,57 +208,64 @@ std::string render_json(const Report& r) {
     const MemoryReport& m = r.memory[i];
     peak = std::max(peak, m.peak_device);
     pinned += m.peak_pinned;
-    o += str(i ? "," : "", "{\"rank\":", r.ranks[i].pid, ",");
-    times_json(o, p);
-    o += ",\"peak_device_bytes\":" + num(m.peak_device) + ",\"peak_pinned_bytes\":" + num(m.peak_pinned) + ",\"high_water\":[";
-    for (std::size_t k = 0; k < m.high_water.size(); ++k) {
-      const MemoryMoment& h = m.high_water[k];
-      o += str(k ? "," : "", "{\"step\":", h.step, ",\"time_ms\":", num(h.ts_us * 1e-3), ",\"into_step_ms\":", num(h.into_step_ms), ",\"bytes\":", num(h.total),
-               ",\"op\":\"", json_escape(h.op), "\",\"by_category\":{");
-      for (std::size_t c = 0; c < h.by_category.size(); ++c)
-        o += str(c ? "," : "", "\"", json_escape(h.by_category[c].first), "\":", num(h.by_category[c].second));
-      o += "}}";
+    ordered_json rank;
+    rank["rank"] = r.ranks[i].pid;
+    times_json(rank, p);
+    rank["peak_device_bytes"] = num(m.peak_device);
+    rank["peak_pinned_bytes"] = num(m.peak_pinned);
+    ordered_json high_water = ordered_json::array();
+    for (const MemoryMoment& h : m.high_water) {
+      ordered_json by_category = ordered_json::object();
+      for (const auto& [category, bytes] : h.by_category) by_category[category] = num(bytes);
+      high_water.push_back({{"step", h.step}, {"time_ms", num(h.ts_us * 1e-3)}, {"into_step_ms", num(h.into_step_ms)},
+                            {"bytes", num(h.total)}, {"op", h.op}, {"by_category", std::move(by_category)}});
     }
-    o += "]}";
+    rank["high_water"] = std::move(high_water);
+    ranks.push_back(std::move(rank));
   }
+  o["ranks"] = std::move(ranks);
   total.steps = r.ranks.empty() ? 0 : per_step(r.ranks[0]).steps;
-  o += "],\"total\":{";
-  times_json(o, total);
-  o += ",\"peak_device_bytes\":" + num(peak) + ",\"peak_pinned_bytes\":" + num(pinned) + "}";
+  ordered_json t;
+  times_json(t, total);
+  t["peak_device_bytes"] = num(peak);
+  t["peak_pinned_bytes"] = num(pinned);
+  o["total"] = std::move(t);
   if (r.has_metrics) {
-    o += ",\"metrics\":{\"peak_device_bytes\":[";
-    for (std::size_t i = 0; i < r.metrics.peak_device_bytes.size(); ++i) o += (i ? "," : "") + num(r.metrics.peak_device_bytes[i]);
-    o += "],\"peak_host_pinned_bytes\":" + num(r.metrics.peak_host_pinned_bytes) + ",\"step_ms\":[";
-    for (std::size_t i = 0; i < r.metrics.step_ms.size(); ++i) o += (i ? "," : "") + num(r.metrics.step_ms[i]);
-    o += "]}";
+    ordered_json peaks = ordered_json::array(), step_ms = ordered_json::array();
+    for (double b : r.metrics.peak_device_bytes) peaks.push_back(num(b));
+    for (double ms : r.metrics.step_ms) step_ms.push_back(num(ms));
+    o["metrics"] = {{"peak_device_bytes", std::move(peaks)},
+                    {"peak_host_pinned_bytes", num(r.metrics.peak_host_pinned_bytes)},
+                    {"step_ms", std::move(step_ms)}};
   }
   if (r.has_prediction) {
     const Prediction& p = r.prediction;
     const sched::Costs& c = p.calibration.costs;
-    o += str(",\"predicted\":{\"schedule\":\"", json_escape(r.schedule), "\",\"pp\":", r.pp, ",\"tp\":", r.tp,
-             ",\"microbatches\":", r.microbatches, ",\"costs\":{\"tf\":", num(c.tf), ",\"tb\":", num(c.tb), ",\"tw\":",
-             num(c.tw), ",\"tar\":", num(c.tar), ",\"tp2p\":", num(c.tp2p), ",\"units\":", c.units, "},\"sim_flags\":\"",
-             sim_flags(c), "\",\"d2h_gbps\":", num(p.calibration.d2h_gbps), ",\"h2d_gbps\":", num(p.calibration.h2d_gbps));
-    versus_json(o, "makespan_ms", p.makespan);
-    o += ",\"ranks\":[";
-    for (std::size_t i = 0; i < p.ranks.size(); ++i) {
-      const RankPrediction& rp = p.ranks[i];
-      o += str(i ? "," : "", "{\"rank\":", rp.rank);
-      versus_json(o, "span_ms", rp.span);
-      versus_json(o, "busy_ms", rp.busy);
-      versus_json(o, "tp_exposed_ms", rp.tp_exposed);
-      versus_json(o, "pp_bubble_ms", rp.bubble);
-      o += "}";
-    }
-    o += "],\"peak_device_bytes\":[";
+    ordered_json pr;
+    pr["schedule"] = r.schedule;
+    pr["pp"] = r.pp;
+    pr["tp"] = r.tp;
+    pr["microbatches"] = r.microbatches;
+    pr["costs"] = {{"tf", num(c.tf)}, {"tb", num(c.tb)}, {"tw", num(c.tw)}, {"tar", num(c.tar)}, {"tp2p", num(c.tp2p)},
+                   {"units", c.units}};
+    pr["sim_flags"] = sim_flags(c);
+    pr["d2h_gbps"] = num(p.calibration.d2h_gbps);
+    pr["h2d_gbps"] = num(p.calibration.h2d_gbps);
+    pr["makespan_ms"] = versus_json(p.makespan);
+    ordered_json pranks = ordered_json::array();
+    for (const RankPrediction& rp : p.ranks)
+      pranks.push_back({{"rank", rp.rank}, {"span_ms", versus_json(rp.span)}, {"busy_ms", versus_json(rp.busy)},
+                        {"tp_exposed_ms", versus_json(rp.tp_exposed)}, {"pp_bubble_ms", versus_json(rp.bubble)}});
+    pr["ranks"] = std::move(pranks);
+    ordered_json peaks = ordered_json::array();
     for (std::size_t i = 0; i < r.planned_peak_device.size() && i < r.memory.size(); ++i)
-      o += str(i ? "," : "", "{\"rank\":", r.ranks[i].pid, ",\"measured\":", num(r.memory[i].peak_device),
-               ",\"predicted\":", num(r.planned_peak_device[i]), "}");
-    o += "]}";
+      peaks.push_back({{"rank", r.ranks[i].pid}, {"measured", num(r.memory[i].peak_device)},
+                       {"predicted", num(r.planned_peak_device[i])}});
+    pr["peak_device_bytes"] = std::move(peaks);
+    o["predicted"] = std::move(pr);
   }
-  o += ",\"notes\":[";
-  for (std::size_t i = 0; i < r.notes.size(); ++i) o += str(i ? "," : "", "\"", json_escape(r.notes[i]), "\"");
-  return o + "]}\n";
+  o["notes"] = r.notes;
+  return o.dump() + "\n";
 }
 
 }  // namespace stp::profile

@@ -1,6 +1,7 @@
 #include "profile/trace_reader.h"
 
-#include <charconv>
+#include <simdjson.h>
+
 #include <cstdio>
 #include <memory>
 #include <unordered_map>
@@ -76,321 +77,113 @@ class Threads {
   std::vector<std::uint32_t> names_;
 };
 
+namespace od = simdjson::ondemand;
+
+// The fields of one event that the profile keeps.
+struct Fields {
+  char ph = 0;
+  int pid = 0;
+  std::int64_t tid = 0;
+  std::uint32_t name = 0, cat = 0, part = 0, meta_name = 0;
+  bool has_ts = false, has_dur = false;
+  double ts = 0, dur = 0, bytes = -1;
+  int chunk = -1, mb = -1;
+};
+
+// Walks the document with simdjson's On Demand API: values the profile does not keep are skipped
+// by the iterator, never materialised.
 class Reader {
  public:
-  Reader(std::string_view text, const std::string& source, Trace& out)
-      : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), source_(source), t_(out), intern_(out) {}
+  Reader(od::document& doc, const char* begin, const std::string& source, Trace& out)
+      : doc_(doc), begin_(begin), source_(source), t_(out), intern_(out) {}
 
   void read() {
-    ws();
-    if (p_ < end_ && *p_ == '[') {
-      events();
+    od::document& doc = doc_;
+    if (doc.type() == od::json_type::array) {
+      events(doc.get_array());
     } else {
-      expect('{');
       bool found = false;
-      if (!eat('}')) {
-        do {
-          std::string_view key = string();
-          expect(':');
-          if (key == "traceEvents") {
-            events();
-            found = true;
-          } else {
-            skip_any();
-          }
-        } while (eat(','));
-        expect('}');
+      for (auto field : doc.get_object()) {
+        if (std::string_view(field.unescaped_key()) == "traceEvents") {
+          events(field.value().get_array());
+          found = true;
+        }  // any other key: skipped
       }
       if (!found) throw Error(str("trace '", source_, "' has no \"traceEvents\" array (not a Chrome trace?)"));
     }
-    ws();
-    if (p_ != end_) fail("unexpected text after the trace");
+    const char* rest = nullptr;  // current_location() fails once every token has been read
+    if (doc.current_location().get(rest) == simdjson::SUCCESS) throw simdjson::simdjson_error(simdjson::TRAILING_CONTENT);
     std::vector<Lane> lanes = threads_.lanes(t_);
     for (std::size_t i = 0; i < t_.spans.size(); ++i) t_.spans[i].lane = lanes[span_thread_[i]];
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what) {
-    if (p_ >= end_)
-      throw Error(str("trace '", source_, "' is truncated: it ends after ", end_ - begin_, " bytes inside the trace (",
-                      what, "); was the run interrupted while writing it?"));
-    throw Error(str("trace '", source_, "' is not valid JSON at byte ", p_ - begin_, ": ", what));
+  void events(od::array list) {
+    for (auto e : list) event(e.get_object());
   }
 
-  void ws() {
-    while (p_ < end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
-  }
-  bool eat(char c) {
-    ws();
-    if (p_ < end_ && *p_ == c) {
-      ++p_;
-      return true;
-    }
-    return false;
-  }
-  void expect(char c) {
-    if (!eat(c)) fail(str("expected '", c, "'"));
-  }
-
-  static int hex(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  }
-  unsigned hex4() {
-    if (end_ - p_ < 4) fail("short \\u escape");
-    unsigned v = 0;
-    for (int i = 0; i < 4; ++i) {
-      int h = hex(p_[i]);
-      if (h < 0) fail("bad \\u escape");
-      v = v * 16 + static_cast<unsigned>(h);
-    }
-    p_ += 4;
-    return v;
-  }
-  void utf8(unsigned cp) {
-    if (cp < 0x80) {
-      scratch_ += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      scratch_ += static_cast<char>(0xC0 | (cp >> 6));
-      scratch_ += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      scratch_ += static_cast<char>(0xE0 | (cp >> 12));
-      scratch_ += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      scratch_ += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      scratch_ += static_cast<char>(0xF0 | (cp >> 18));
-      scratch_ += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      scratch_ += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      scratch_ += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
-  // A string's contents: a view into the text when it has no escapes, else decoded into scratch_
-  // (valid until the next call).
-  std::string_view string() {
-    ws();
-    if (p_ >= end_ || *p_ != '"') fail("expected a string");
-    const char* s = ++p_;
-    while (p_ < end_ && *p_ != '"' && *p_ != '\\') {
-      if (static_cast<unsigned char>(*p_) < 0x20) fail("control character in a string");
-      ++p_;
-    }
-    if (p_ >= end_) fail("unterminated string");
-    if (*p_ == '"') return {s, static_cast<std::size_t>(p_++ - s)};
-    scratch_.assign(s, p_);
-    while (p_ < end_ && *p_ != '"') {
-      char c = *p_++;
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
-      if (c != '\\') {
-        scratch_ += c;
-        continue;
-      }
-      if (p_ >= end_) break;
-      char e = *p_++;
-      switch (e) {
-        case '"': scratch_ += '"'; break;
-        case '\\': scratch_ += '\\'; break;
-        case '/': scratch_ += '/'; break;
-        case 'b': scratch_ += '\b'; break;
-        case 'f': scratch_ += '\f'; break;
-        case 'n': scratch_ += '\n'; break;
-        case 'r': scratch_ += '\r'; break;
-        case 't': scratch_ += '\t'; break;
-        case 'u': {
-          unsigned cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00 && end_ - p_ >= 6 && p_[0] == '\\' && p_[1] == 'u') {
-            p_ += 2;
-            unsigned lo = hex4();
-            if (lo < 0xDC00 || lo >= 0xE000) fail("bad surrogate pair");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          utf8(cp);
+  void args(od::object obj, Fields& f) {
+    for (auto field : obj) {
+      std::string_view key = field.unescaped_key();
+      od::value v = field.value();
+      switch (v.type()) {
+        case od::json_type::string:
+          if (key == "part") f.part = intern_(v.get_string());
+          else if (key == "name") f.meta_name = intern_(v.get_string());
+          break;
+        case od::json_type::number: {
+          std::uint32_t key_id = intern_(key);
+          double x = v.get_double();
+          if (key == "bytes") f.bytes = x;
+          else if (key == "chunk") f.chunk = static_cast<int>(x);
+          else if (key == "mb") f.mb = static_cast<int>(x);
+          t_.values.emplace_back(key_id, x);  // counters keep every numeric series
           break;
         }
-        default: --p_; fail("bad escape");
+        default: break;  // skipped
       }
     }
-    if (p_ >= end_) fail("unterminated string");
-    ++p_;
-    return scratch_;
   }
 
-  double number() {
-    ws();
-    double v = 0;
-    auto [q, ec] = std::from_chars(p_, end_, v);
-    if (ec != std::errc() || q == p_) fail("expected a number");
-    p_ = q;
-    return v;
-  }
-
-  bool peek_string() {
-    ws();
-    return p_ < end_ && *p_ == '"';
-  }
-
-  void literal(const char* word) {
-    for (const char* w = word; *w; ++w, ++p_)
-      if (p_ >= end_ || *p_ != *w) fail(str("expected ", word));
-  }
-
-  struct Fields {
-    char ph = 0;
-    bool has_pid = false, has_ts = false, has_dur = false;
-    int pid = 0;
-    std::int64_t tid = 0;
-    std::uint32_t name = 0, cat = 0, part = 0, meta_name = 0;
-    double ts = 0, dur = 0, bytes = -1;
-    int chunk = -1, mb = -1;
-  };
-
-  void events() {
-    expect('[');
-    if (eat(']')) return;
-    do event();
-    while (eat(','));
-    expect(']');
-  }
-
-  void args(Fields& f, std::uint32_t& values_begin) {
-    expect('{');
-    values_begin = static_cast<std::uint32_t>(t_.values.size());
-    if (eat('}')) return;
-    do {
-      std::string_view key = string();
-      expect(':');
-      if (peek_string()) {
-        // Keep the key before string() may reuse scratch_ for the value.
-        if (key == "part") f.part = intern_(string());
-        else if (key == "name") f.meta_name = intern_(string());
-        else string();
-        continue;
-      }
-      ws();
-      if (p_ < end_ && (*p_ == '-' || (*p_ >= '0' && *p_ <= '9'))) {
-        std::uint32_t key_id = intern_(key);
-        double v = number();
-        const std::string& k = t_.str(key_id);
-        if (k == "bytes") f.bytes = v;
-        else if (k == "chunk") f.chunk = static_cast<int>(v);
-        else if (k == "mb") f.mb = static_cast<int>(v);
-        t_.values.emplace_back(key_id, v);  // counters keep every numeric series
-        continue;
-      }
-      skip_any();
-    } while (eat(','));
-    expect('}');
-  }
-
-  void skip_any() {
-    stack_.clear();
-    skip_with_stack();
-  }
-
-  // Skips any value, iteratively with an explicit container stack (no recursion on deep nesting).
-  void skip_with_stack() {
-    std::size_t base = stack_.size();
-    do {
-      ws();
-      if (p_ >= end_) fail("expected a value");
-      char c = *p_;
-      if (c == '{' || c == '[') {
-        ++p_;
-        ws();
-        if (p_ < end_ && (*p_ == (c == '{' ? '}' : ']'))) {
-          ++p_;
-        } else {
-          stack_.push_back(c);
-          if (c == '{') {
-            string();
-            expect(':');
-          }
-          continue;
-        }
-      } else if (c == '"') {
-        string();
-      } else if (c == 't') {
-        literal("true");
-      } else if (c == 'f') {
-        literal("false");
-      } else if (c == 'n') {
-        literal("null");
-      } else {
-        number();
-      }
-      while (stack_.size() > base) {
-        ws();
-        if (p_ >= end_) fail("unterminated array or object");
-        char open = stack_.back();
-        if (*p_ == ',') {
-          ++p_;
-          if (open == '{') {
-            string();
-            expect(':');
-          }
-          break;
-        }
-        if (*p_ == (open == '{' ? '}' : ']')) {
-          ++p_;
-          stack_.pop_back();
-          continue;
-        }
-        fail(str("expected ',' or '", open == '{' ? '}' : ']', "'"));
-      }
-    } while (stack_.size() > base);
-  }
-
-  void event() {
-    const char* start = p_;
-    expect('{');
+  void event(od::object obj) {
+    const char* start = nullptr;
+    if (doc_.current_location().get(start) != simdjson::SUCCESS) start = nullptr;  // for error messages only
     Fields f;
-    std::uint32_t values_begin = static_cast<std::uint32_t>(t_.values.size());
+    auto values_begin = static_cast<std::uint32_t>(t_.values.size());
     bool has_args = false;
-    if (!eat('}')) {
-      do {
-        std::string_view key = string();
-        expect(':');
-        if (key.size() == 2 && key == "ph") {
-          std::string_view v = string();
-          f.ph = v.empty() ? '?' : v[0];
-        } else if (key == "pid") {
-          if (peek_string()) fail("\"pid\" must be a number (the rank)");
-          f.pid = static_cast<int>(number());
-          f.has_pid = true;
-        } else if (key == "tid") {
-          if (peek_string()) f.tid = -static_cast<std::int64_t>(intern_(string())) - 1;
-          else f.tid = static_cast<std::int64_t>(number());
-        } else if (key == "ts") {
-          f.ts = number();
-          f.has_ts = true;
-        } else if (key == "dur") {
-          f.dur = number();
-          f.has_dur = true;
-        } else if (key == "name") {
-          f.name = intern_(string());
-        } else if (key == "cat") {
-          f.cat = intern_(string());
-        } else if (key == "args") {
-          ws();
-          if (p_ < end_ && *p_ == '{') {
-            args(f, values_begin);
-            has_args = true;
-          } else {
-            skip_any();
-          }
-        } else {
-          skip_any();
-        }
-      } while (eat(','));
-      expect('}');
+    for (auto field : obj) {
+      std::string_view key = field.unescaped_key();
+      od::value v = field.value();
+      if (key == "ph") {
+        std::string_view ph = v.get_string();
+        f.ph = ph.empty() ? '?' : ph[0];
+      } else if (key == "pid") {
+        if (v.type() != od::json_type::number)
+          throw Error(str("trace '", source_, "': \"pid\" must be a number (the rank)", at(start)));
+        f.pid = static_cast<int>(v.get_double());
+      } else if (key == "tid") {
+        if (v.type() == od::json_type::string) f.tid = -static_cast<std::int64_t>(intern_(v.get_string())) - 1;
+        else f.tid = static_cast<std::int64_t>(v.get_double());
+      } else if (key == "ts") {
+        f.ts = v.get_double();
+        f.has_ts = true;
+      } else if (key == "dur") {
+        f.dur = v.get_double();
+        f.has_dur = true;
+      } else if (key == "name") {
+        f.name = intern_(v.get_string());
+      } else if (key == "cat") {
+        f.cat = intern_(v.get_string());
+      } else if (key == "args" && v.type() == od::json_type::object) {
+        args(v.get_object(), f);
+        has_args = true;
+      }  // any other key: skipped
     }
-    auto at = [&] { return str(" (event at byte ", start - begin_, ")"); };
     switch (f.ph) {
       case 'X': {
-        if (!f.has_ts || !f.has_dur) throw Error(str("trace '", source_, "': an \"X\" event without \"ts\" or \"dur\"", at()));
-        if (f.dur < 0) throw Error(str("trace '", source_, "': an \"X\" event with negative \"dur\"", at()));
+        if (!f.has_ts || !f.has_dur)
+          throw Error(str("trace '", source_, "': an \"X\" event without \"ts\" or \"dur\"", at(start)));
+        if (f.dur < 0) throw Error(str("trace '", source_, "': an \"X\" event with negative \"dur\"", at(start)));
         Span s;
         s.ts = f.ts;
         s.end = f.ts + f.dur;
@@ -407,7 +200,7 @@ class Reader {
         return;
       }
       case 'C': {
-        if (!f.has_ts) throw Error(str("trace '", source_, "': a \"C\" event without \"ts\"", at()));
+        if (!f.has_ts) throw Error(str("trace '", source_, "': a \"C\" event without \"ts\"", at(start)));
         Counter c;
         c.ts = f.ts;
         c.pid = f.pid;
@@ -426,35 +219,86 @@ class Reader {
     t_.values.resize(values_begin);
   }
 
+  std::string at(const char* start) const {
+    return start ? str(" (event at byte ", start - begin_, ")") : std::string();
+  }
+
+  od::document& doc_;
   const char* begin_;
-  const char* p_;
-  const char* end_;
   const std::string& source_;
   Trace& t_;
   Interner intern_;
   Threads threads_;
   std::vector<std::uint32_t> span_thread_;
-  std::string scratch_;
-  std::vector<char> stack_;
 };
+
+enum class Ending { Complete, Truncated, TextAfter };
+
+// How the text ends, for the error message once simdjson has refused it: inside a string or an
+// open bracket (an interrupted writer), with text after the closing bracket, or complete.
+Ending ending_of(const char* data, std::size_t size) {
+  int depth = 0;
+  bool in_string = false, started = false;
+  for (std::size_t i = 0; i < size; ++i) {
+    char c = data[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (started && depth == 0 && c != ' ' && c != '\n' && c != '\r' && c != '\t') return Ending::TextAfter;
+    if (c == '"') in_string = true;
+    else if (c == '{' || c == '[') ++depth, started = true;
+    else if (c == '}' || c == ']') --depth;
+  }
+  return in_string || depth > 0 ? Ending::Truncated : Ending::Complete;
+}
+
+// Parses `text` (simdjson needs SIMDJSON_PADDING readable bytes after it). simdjson's errors
+// become stp::Error: a text that does not end with the closing bracket is reported as truncated
+// (an interrupted writer), anything else as invalid JSON at the byte where it was found.
+Trace parse_padded(const char* data, std::size_t size, const std::string& source) {
+  Trace t;
+  od::parser parser;
+  const char* where = nullptr;
+  try {
+    od::document doc = parser.iterate(data, size, size + simdjson::SIMDJSON_PADDING);
+    try {
+      Reader(doc, data, source, t).read();
+    } catch (const simdjson::simdjson_error&) {
+      if (doc.current_location().get(where) != simdjson::SUCCESS) where = nullptr;
+      throw;
+    }
+  } catch (const simdjson::simdjson_error& e) {
+    Ending ending = e.error() == simdjson::TRAILING_CONTENT ? Ending::TextAfter : ending_of(data, size);
+    if (ending == Ending::TextAfter)
+      throw Error(str("trace '", source, "' is not valid JSON: unexpected text after the trace"));
+    if (ending == Ending::Truncated)
+      throw Error(str("trace '", source, "' is truncated: it ends after ", size,
+                      " bytes inside the trace; was the run interrupted while writing it?"));
+    std::string at = where && where >= data && where <= data + size ? str(" at byte ", where - data) : " at an unknown byte";
+    throw Error(str("trace '", source, "' is not valid JSON", at, ": ", e.what()));
+  }
+  return t;
+}
 
 }  // namespace
 
 Trace parse_trace(std::string_view json, const std::string& source) {
-  Trace t;
-  Reader(json, source, t).read();
-  return t;
+  simdjson::padded_string text(json);
+  return parse_padded(text.data(), text.size(), source);
 }
 
 Trace read_trace_file(const std::string& path) {
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   STP_CHECK(f, "cannot open trace '", path, "' (does the run have output.trace: true?)");
-  std::string text;
-  char buf[1 << 16];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f.get())) > 0;) text.append(buf, n);
-  STP_CHECK(!std::ferror(f.get()), "error while reading trace '", path, "'");
-  STP_CHECK(!text.empty(), "trace '", path, "' is empty (was the run interrupted while writing it?)");
-  return parse_trace(text, path);
+  STP_CHECK(std::fseek(f.get(), 0, SEEK_END) == 0, "cannot read trace '", path, "'");
+  long size = std::ftell(f.get());
+  STP_CHECK(size >= 0 && std::fseek(f.get(), 0, SEEK_SET) == 0, "cannot read trace '", path, "'");
+  STP_CHECK(size > 0, "trace '", path, "' is empty (was the run interrupted while writing it?)");
+  simdjson::padded_string text(static_cast<std::size_t>(size));  // read straight into simdjson's padded buffer
+  STP_CHECK(std::fread(text.data(), 1, text.size(), f.get()) == text.size(), "error while reading trace '", path, "'");
+  return parse_padded(text.data(), text.size(), path);
 }
 
 Trace from_recorder(const TraceRecorder& recorder) {

@@ -9,6 +9,7 @@
 //   render_trace  Chrome Trace Event Format: "X" events, pid = rank, tid 0 = compute, 1 = tp-comm
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "schedule/schedule.h"
@@ -23,5 +24,7 @@ std::string render_trace(const Schedule& s, const SimResult& r, const Costs& c);
 
 // A number the way the renderers print it: integers without a fraction, others with up to 6 significant digits.
 std::string format_number(double v);
+// The same number as a JSON value (written with the same digits by nlohmann-json).
+nlohmann::ordered_json number_json(double v);
 
 }  // namespace stp::sched

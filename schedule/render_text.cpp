@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "base/error.h"
+#include "base/json_number.h"
 #include "schedule/render.h"
 
 namespace stp::sched {
@@ -12,6 +13,11 @@ std::string format_number(double v) {
   if (std::fabs(v - std::round(v)) < 1e-9) std::snprintf(buf, sizeof buf, "%.0f", std::round(v));
   else std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
+}
+
+nlohmann::ordered_json number_json(double v) {
+  if (std::fabs(v - std::round(v)) < 1e-9) v = std::round(v);
+  return json_number(v, 6);
 }
 
 namespace {
@@ -66,20 +72,28 @@ std::string render_text(const Schedule& s, const SimResult& r, int width) {
 }
 
 std::string render_json(const Schedule& s, const SimResult& r) {
-  std::string out = str("{\"schedule\":\"", s.name, "\",\"pp\":", s.pp, ",\"microbatches\":", s.microbatches,
-                        ",\"makespan\":", format_number(r.makespan), ",\"ranks\":[");
-  for (const RankStats& rs : r.ranks) {
-    out += str(rs.rank ? "," : "", "{\"rank\":", rs.rank, ",\"span\":", format_number(rs.span),
-               ",\"busy\":", format_number(rs.busy), ",\"pp_bubble\":", format_number(rs.pp_bubble),
-               ",\"tp_exposed\":", format_number(rs.tp_exposed), ",\"peak_activation\":", rs.peak_activation, "}");
-  }
-  out += "],\"ops\":[";
+  nlohmann::ordered_json out;
+  out["schedule"] = s.name;
+  out["pp"] = s.pp;
+  out["microbatches"] = s.microbatches;
+  out["makespan"] = number_json(r.makespan);
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (const RankStats& rs : r.ranks)
+    ranks.push_back({{"rank", rs.rank},
+                     {"span", number_json(rs.span)},
+                     {"busy", number_json(rs.busy)},
+                     {"pp_bubble", number_json(rs.pp_bubble)},
+                     {"tp_exposed", number_json(rs.tp_exposed)},
+                     {"peak_activation", rs.peak_activation}});
+  out["ranks"] = std::move(ranks);
+  nlohmann::ordered_json ops = nlohmann::ordered_json::array();
   for (int k = 0; k < s.pp; ++k) {
-    out += k ? ",[" : "[";
-    for (std::size_t i = 0; i < s.ranks[k].size(); ++i) out += str(i ? "," : "", "\"", to_string(s.ranks[k][i]), "\"");
-    out += "]";
+    nlohmann::ordered_json rank_ops = nlohmann::ordered_json::array();
+    for (const Op& op : s.ranks[k]) rank_ops.push_back(to_string(op));
+    ops.push_back(std::move(rank_ops));
   }
-  return out + "]}\n";
+  out["ops"] = std::move(ops);
+  return out.dump() + "\n";
 }
 
 }  // namespace stp::sched

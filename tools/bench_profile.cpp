@@ -3,7 +3,7 @@
 // memory counters after every unit, step spans; timings from the simulator with ±10% jitter),
 // writes it, and times what `stp profile --json` does with it: read + parse, then analysis
 // (timelines, overlap, memory, calibration, simulation, report). Target: under 2 s.
-// --compare-json also times base/json.h's generic reader on the same file (why profile/ has its own).
+// --compare-json also times nlohmann-json's generic tree reader on the same file (why profile/ reads it with simdjson On Demand).
 // Usage: build/bench_profile [--events N] [--out PATH] [--keep] [--compare-json]   (or --help)
 #include <chrono>
 #include <ctime>
@@ -11,11 +11,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 
 #include "base/error.h"
-#include "base/json.h"
 #include "base/trace.h"
 #include "profile/predict.h"
 #include "profile/report.h"
@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--out", out, "where the trace is written")->type_name("PATH")->capture_default_str();
   app.add_flag("--keep", keep, "keep the trace file afterwards");
-  app.add_flag("--compare-json", compare_json, "also time base/json.h's generic reader on the same file");
+  app.add_flag("--compare-json", compare_json, "also time nlohmann-json's generic tree reader on the same file");
   if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
   return stp::tools::run_main(app, [&] {
     sched::Schedule s = sched::generate("stp", kPp, kMicrobatches);
@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
                 cpu(c0, c1), cpu(c1, c2));
     std::printf("(%zu spans, %zu counter samples; report %zu bytes of JSON)\n", trace.spans.size(), trace.counters.size(),
                 json.size());
-    if (compare_json) {  // the generic reader of base/json.h on the same file, for comparison
+    if (compare_json) {  // nlohmann-json's generic tree reader on the same file, for comparison
       auto t2 = std::chrono::steady_clock::now();
       std::string text;
       {
@@ -153,9 +153,9 @@ int main(int argc, char** argv) {
         for (std::size_t n; f && (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
         if (f) std::fclose(f);
       }
-      stp::Json doc = stp::Json::parse(text);
-      std::printf("base/json.h parse of the same file: %.3f s (%zu events)\n", seconds_since(t2),
-                  doc["traceEvents"].as_array().size());
+      nlohmann::json doc = nlohmann::json::parse(text);
+      std::printf("nlohmann-json parse of the same file: %.3f s (%zu events)\n", seconds_since(t2),
+                  doc.at("traceEvents").size());
     }
     if (!keep) std::filesystem::remove(out);
     return total < 2 ? 0 : 1;

@@ -7,10 +7,12 @@
 // plan is printed either way, with the minimum feasible budget).
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "config/config.h"
 #include "base/error.h"
+#include "base/json_number.h"
 #include "memory/planner.h"
 #include "tools/command.h"
 #include "tools/config_args.h"
@@ -19,19 +21,17 @@
 
 namespace {
 
-std::string decisions_json(const stp::RankPlan& plan) {
-  std::string out = "[";
-  bool first = true;
+// The units that offload or recompute, in (chunk, unit) order.
+nlohmann::ordered_json decisions_json(const stp::RankPlan& plan) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (std::size_t c = 0; c < plan.units.size(); ++c) {
     for (std::size_t u = 0; u < plan.units[c].size(); ++u) {
       const stp::UnitPlan& d = plan.units[c][u];
       if (!d.offload && d.recompute == stp::Recompute::None) continue;
-      out += stp::str(first ? "" : ",", "{\"chunk\":", c, ",\"unit\":", u, ",\"offload\":", d.offload ? "true" : "false",
-                      ",\"recompute\":\"", stp::to_string(d.recompute), "\"}");
-      first = false;
+      out.push_back({{"chunk", c}, {"unit", u}, {"offload", d.offload}, {"recompute", stp::to_string(d.recompute)}});
     }
   }
-  return out + "]";
+  return out;
 }
 
 struct PlanArgs {
@@ -53,18 +53,24 @@ int run(const PlanArgs& a) {
     error = e.what();
   }
   if (json) {
-    std::string out = stp::str("{\"feasible\":", error.empty() ? "true" : "false", ",\"min_device_budget\":", plan.min_device_budget,
-                               ",\"ranks\":[");
+    nlohmann::ordered_json out;
+    out["feasible"] = error.empty();
+    out["min_device_budget"] = plan.min_device_budget;
+    nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
     for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
       const stp::RankPrediction& p = plan.predicted[g];
-      std::string cats;
+      nlohmann::ordered_json cats = nlohmann::ordered_json::object();
       for (std::size_t c = 0; c < stp::kMemoryCategories; ++c)
-        cats += stp::str(c ? "," : "", "\"", stp::to_string(static_cast<stp::MemoryCategory>(c)), "\":", p.peak_by_category[c]);
-      out += stp::str(g ? "," : "", "{\"rank\":", g, ",\"peak_device_bytes\":", p.peak_device_bytes, ",\"peak_by_category\":{",
-                      cats, "},\"host_pinned_bytes\":", p.host_pinned_bytes, ",\"predicted_step_cost\":", p.step_cost_s(),
-                      ",\"decisions\":", decisions_json(plan.ranks[g / static_cast<std::size_t>(tp)]), "}");
+        cats[stp::to_string(static_cast<stp::MemoryCategory>(c))] = p.peak_by_category[c];
+      ranks.push_back({{"rank", g},
+                       {"peak_device_bytes", p.peak_device_bytes},
+                       {"peak_by_category", std::move(cats)},
+                       {"host_pinned_bytes", p.host_pinned_bytes},
+                       {"predicted_step_cost", stp::json_number(p.step_cost_s(), 6)},
+                       {"decisions", decisions_json(plan.ranks[g / static_cast<std::size_t>(tp)])}});
     }
-    std::printf("%s]}\n", out.c_str());
+    out["ranks"] = std::move(ranks);
+    std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("memory plan for %s (schedule %s, tp %d, pp %d, m %d)\n", path.c_str(), cfg.parallel.schedule.c_str(), tp,
                 cfg.parallel.pp, cfg.train.microbatches);

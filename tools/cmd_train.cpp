@@ -18,11 +18,13 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
 #include "base/error.h"
+#include "base/json_number.h"
 #include "process/process.h"
 #include "formats/checkpoint.h"
 #include "tools/command.h"
@@ -54,37 +56,29 @@ void archive_earlier_run(const fs::path& dir) {
   std::fprintf(stderr, "stp train: %s held an earlier run; moved its files to %s\n", dir.c_str(), dest.c_str());
 }
 
-// "[a,b,...]" of one number per device.
-template <class T, class Fn>
-std::string per_device(const std::vector<T>& v, Fn&& value) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + value(v[i]);
-  return out + "]";
-}
-
-std::string fixed(double x, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
-  return buf;
-}
-
+// One metrics.jsonl line; keys in this order, numbers rounded as the progress line shows them.
 std::string metrics_line(const stp::StepResult& r) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"step_ms\":%.3f,\"tokens_per_s\":%.1f",
-                static_cast<long long>(r.step), r.loss, r.lr, r.step_ms, r.tokens_per_s);
-  std::string line = buf;
-  line += ",\"peak_device_bytes\":" + per_device(r.peak_device_bytes, [](auto b) { return std::to_string(b); });
-  line += ",\"peak_host_pinned_bytes\":" + std::to_string(r.peak_host_pinned_bytes);
+  nlohmann::ordered_json j;
+  j["step"] = r.step;
+  j["loss"] = stp::json_fixed(r.loss, 6);
+  j["lr"] = stp::json_number(r.lr, 6);
+  j["step_ms"] = stp::json_fixed(r.step_ms, 3);
+  j["tokens_per_s"] = stp::json_fixed(r.tokens_per_s, 1);
+  j["peak_device_bytes"] = r.peak_device_bytes;
+  j["peak_host_pinned_bytes"] = r.peak_host_pinned_bytes;
   if (!r.offload.empty()) {
-    using O = stp::StepResult::Offload;
-    auto rate = [](std::uint64_t bytes, double s) { return fixed(s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0, 3); };
-    line += ",\"offload\":{\"d2h_bytes\":" + per_device(r.offload, [](const O& o) { return std::to_string(o.d2h_bytes); }) +
-            ",\"h2d_bytes\":" + per_device(r.offload, [](const O& o) { return std::to_string(o.h2d_bytes); }) +
-            ",\"d2h_GBps\":" + per_device(r.offload, [&](const O& o) { return rate(o.d2h_bytes, o.d2h_busy_s); }) +
-            ",\"h2d_GBps\":" + per_device(r.offload, [&](const O& o) { return rate(o.h2d_bytes, o.h2d_busy_s); }) +
-            ",\"stall_ms\":" + per_device(r.offload, [](const O& o) { return fixed(o.stall_s * 1e3, 3); }) + "}";
+    auto rate = [](std::uint64_t bytes, double s) { return stp::json_fixed(s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0, 3); };
+    nlohmann::ordered_json d2h = nlohmann::ordered_json::array(), h2d = d2h, d2h_rate = d2h, h2d_rate = d2h, stall = d2h;
+    for (const auto& o : r.offload) {
+      d2h.push_back(o.d2h_bytes);
+      h2d.push_back(o.h2d_bytes);
+      d2h_rate.push_back(rate(o.d2h_bytes, o.d2h_busy_s));
+      h2d_rate.push_back(rate(o.h2d_bytes, o.h2d_busy_s));
+      stall.push_back(stp::json_fixed(o.stall_s * 1e3, 3));
+    }
+    j["offload"] = {{"d2h_bytes", d2h}, {"h2d_bytes", h2d}, {"d2h_GBps", d2h_rate}, {"h2d_GBps", h2d_rate}, {"stall_ms", stall}};
   }
-  return line + "}\n";
+  return j.dump() + "\n";
 }
 
 std::string format_duration(double seconds) {

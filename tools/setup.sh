@@ -23,6 +23,8 @@ packages=(
   libopenblas-dev
   libgtest-dev
   libcli11-dev
+  nlohmann-json3-dev
+  libsimdjson-dev
   fortunes
   libopenmpi-dev
   openmpi-bin

@@ -1,13 +1,13 @@
 // Streams record trace spans around their work (Stream::set_trace, trace_begin/trace_end), which the
 // recorder exports as Chrome Trace Event Format JSON (docs/design.md, Files).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "base/json.h"
 #include "base/trace.h"
 #include "core/cpu/cpu_device.h"
 
@@ -25,27 +25,27 @@ TEST(Trace, SpansCoverTheirStreamWorkAndExportValidChromeJson) {
   compute->trace_end();
   compute->synchronize();
 
-  auto json = stp::Json::parse(rec.to_json());
-  std::vector<stp::Json> events;
+  auto json = nlohmann::json::parse(rec.to_json());
+  std::vector<nlohmann::json> events;
   std::string thread_of_tid1;
-  for (const auto& e : json["traceEvents"].as_array()) {
-    if (e["ph"].as_string() == "X") events.push_back(e);
-    if (e["ph"].as_string() == "M" && e["name"].as_string() == "thread_name" && e["tid"].as_int() == 1)
-      thread_of_tid1 = e["args"]["name"].as_string();
+  for (const auto& e : json.at("traceEvents")) {
+    if (e.at("ph").get<std::string>() == "X") events.push_back(e);
+    if (e.at("ph").get<std::string>() == "M" && e.at("name").get<std::string>() == "thread_name" && e.at("tid").get<std::int64_t>() == 1)
+      thread_of_tid1 = e.at("args").at("name").get<std::string>();
   }
   ASSERT_EQ(events.size(), 2u);
   const auto& e = events[0];
-  EXPECT_EQ(e["ph"].as_string(), "X");
-  EXPECT_EQ(e["pid"].as_int(), 1);
-  EXPECT_EQ(e["tid"].as_int(), 1);  // numeric tid, named by a thread_name metadata event
+  EXPECT_EQ(e.at("ph").get<std::string>(), "X");
+  EXPECT_EQ(e.at("pid").get<std::int64_t>(), 1);
+  EXPECT_EQ(e.at("tid").get<std::int64_t>(), 1);  // numeric tid, named by a thread_name metadata event
   EXPECT_EQ(thread_of_tid1, "compute");
-  EXPECT_EQ(e["name"].as_string(), "F0.3");
-  EXPECT_EQ(e["cat"].as_string(), "F");
-  EXPECT_EQ(e["args"]["mb"].as_int(), 3);
-  EXPECT_GE(e["dur"].as_number(), 5000.0);  // microseconds: the span covers the 5 ms task
-  EXPECT_GE(e["ts"].as_number(), 0.0);
-  EXPECT_EQ(events[1]["name"].as_string(), "name with \"quotes\"");
-  EXPECT_GE(events[1]["ts"].as_number(), e["ts"].as_number() + e["dur"].as_number());
+  EXPECT_EQ(e.at("name").get<std::string>(), "F0.3");
+  EXPECT_EQ(e.at("cat").get<std::string>(), "F");
+  EXPECT_EQ(e.at("args").at("mb").get<std::int64_t>(), 3);
+  EXPECT_GE(e.at("dur").get<double>(), 5000.0);  // microseconds: the span covers the 5 ms task
+  EXPECT_GE(e.at("ts").get<double>(), 0.0);
+  EXPECT_EQ(events[1].at("name").get<std::string>(), "name with \"quotes\"");
+  EXPECT_GE(events[1].at("ts").get<double>(), e.at("ts").get<double>() + e.at("dur").get<double>());
 }
 
 TEST(Trace, NothingIsRecordedWithoutARecorder) {

@@ -122,6 +122,31 @@ TEST(Safetensors, EachCorruptionIsAClearError) {
        {"\"a\"", "\"b\"", "overlap"}},
       {"metadata not string", raw_file(R"({"__metadata__":{"k":1}})", ""), {"__metadata__", "\"k\""}},
       {"huge shape", raw_file(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,8]}})", d8), {"too large"}},
+      {"byte size overflows", raw_file(R"({"a":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,8]}})", d8),
+       {"\"a\"", "byte size overflows"}},
+      {"exponent offset", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8e0]}})", d8),
+       {"\"a\"", "data_offsets end", "non-negative integer", "8.0"}},
+      {"fractional offset", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0.5,8]}})", d8),
+       {"data_offsets begin", "non-negative integer", "0.5"}},
+      {"exponent dim", raw_file(R"({"a":{"dtype":"F32","shape":[1e3],"data_offsets":[0,8]}})", d8), {"shape dimension", "1000.0"}},
+      {"negative offset", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})", d8),
+       {"data_offsets begin", "non-negative integer, not -8"}},
+      {"offset above 2^64", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,18446744073709551616]}})", d8),
+       {"data_offsets end", "above 2^64"}},
+      {"offset far past the end", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[18446744073709551600,18446744073709551608]}})", d8),
+       {"exceed the data section"}},
+      {"string offset", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":["0",8]}})", d8), {"data_offsets begin", "not a string"}},
+      {"three offsets", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8,8]}})", d8), {"data_offsets must be [begin, end]"}},
+      {"shape not a list", raw_file(R"({"a":{"dtype":"F32","shape":"2","data_offsets":[0,8]}})", d8), {"shape is not a list but a string"}},
+      {"dtype not a string", raw_file(R"({"a":{"dtype":4,"shape":[2],"data_offsets":[0,8]}})", d8), {"dtype is not a string but a number"}},
+      {"entry not an object", raw_file(R"({"a":[0,8]})", d8), {"\"a\"", "not an object but a array"}},
+      {"metadata not an object", raw_file(R"({"__metadata__":[]})", ""), {"__metadata__ is not an object"}},
+      {"duplicate name", raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", d8),
+       {"duplicate tensor name \"a\""}},
+      {"duplicate field", raw_file(R"({"a":{"dtype":"F32","shape":[2],"shape":[2],"data_offsets":[0,8]}})", d8), {"duplicate key \"shape\""}},
+      {"deep nesting", raw_file("{\"__metadata__\":" + std::string(100000, '[') + std::string(100000, ']') + "}", ""), {"nested deeper"}},
+      {"not UTF-8", raw_file("{\"\xff\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}", ""), {"not valid JSON"}},
+      {"trailing text", raw_file(R"({} {})", ""), {"not valid JSON"}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.what);
@@ -137,6 +162,49 @@ TEST(Safetensors, EachCorruptionIsAClearError) {
     }
   }
   expect_error([&] { read_safetensors(dir.file("missing.safetensors")); }, {"missing.safetensors", "cannot open"});
+}
+
+// A header length within the file but above the 100 MiB limit is refused before it is allocated
+// (the file is sparse: nothing is written past its first bytes).
+TEST(Safetensors, AbsurdHeaderLengthIsRefusedBeforeAllocation) {
+  ScratchDir dir;
+  std::string path = dir.file("big.safetensors");
+  std::uint64_t n = 200ull << 20;
+  stp::iotest::write_bytes(path, std::string(reinterpret_cast<const char*>(&n), 8) + "{}");
+  std::filesystem::resize_file(path, 8 + n + 16);
+  expect_error([&] { read_safetensors(path); }, {path, "header length 209715200", "exceeds the limit"});
+}
+
+TEST(Safetensors, HeaderParserReportsEveryTensorRange) {
+  std::string h = R"({"__metadata__":{"k":"v"},"b":{"dtype":"BF16","shape":[2],"data_offsets":[8,12]},)"
+                  R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  SafetensorsHeader p = parse_safetensors_header(h, 12, "mem");
+  ASSERT_EQ(p.tensors.size(), 2u);
+  EXPECT_EQ(p.tensors[0].name, "a");
+  EXPECT_EQ(p.tensors[0].dtype, "F32");
+  EXPECT_EQ(p.tensors[1].name, "b");
+  EXPECT_EQ(p.tensors[1].begin, 8u);
+  EXPECT_EQ(p.tensors[1].end, 12u);
+  EXPECT_EQ(p.metadata.at("k"), "v");
+  expect_error([&] { parse_safetensors_header(h, 11, "mem"); }, {"mem", "\"b\"", "exceed the data section (11 bytes)"});
+}
+
+// The writer's header bytes are a contract (other tools read them): compact JSON, metadata
+// first, tensors in the given order, fields dtype, shape, data_offsets, padded to 8 bytes.
+TEST(Safetensors, WrittenHeaderHasTheReferenceLayout) {
+  ScratchDir dir;
+  HostTensor z{{2, 1}, {1, 2}};
+  HostTensor a{{1}, {3}};
+  std::string path = dir.file("h.safetensors");
+  write_safetensors(path, {{"z", &z}, {"a\"\n", &a}}, {{"step", "3"}});
+  std::string bytes = stp::iotest::read_bytes(path);
+  std::uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  std::string want = R"({"__metadata__":{"step":"3"},"z":{"dtype":"F32","shape":[2,1],"data_offsets":[0,8]},)"
+                     R"("a\"\n":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})";
+  ASSERT_GE(n, want.size());
+  EXPECT_EQ(bytes.substr(8, want.size()), want);
+  EXPECT_EQ(bytes.substr(8 + want.size(), n - want.size()), std::string(n - want.size(), ' '));
 }
 
 // Every truncation of a valid file is an error; random byte flips are an error or a valid read,

@@ -2,8 +2,8 @@
 // synthetic traces with known overlaps: none, full, partial, nested streams, copies, steps.
 // Times are written in µs; the report is in ms (1000 µs = 1 ms).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
-#include "base/json.h"
 #include "profile/memory.h"
 #include "profile/overlap.h"
 #include "profile/report.h"
@@ -175,16 +175,16 @@ TEST(Overlap, JsonReportHasThePerStepNumbers) {
   auto ranks = stp::profile::timelines(t);
   auto report = stp::profile::measure_run(t, ranks, {});
   report.run = "synthetic";
-  auto j = stp::Json::parse(stp::profile::render_json(report));
-  const auto& r = j["ranks"][0];
-  EXPECT_EQ(r["rank"].as_int(), 0);
-  EXPECT_DOUBLE_EQ(r["compute_busy_fraction"].as_number(), 25.0 / 30.0);
-  EXPECT_DOUBLE_EQ(r["pp_bubble_ms"].as_number(), 5);
-  EXPECT_DOUBLE_EQ(r["copy_stall_ms"].as_number(), 5);
-  EXPECT_DOUBLE_EQ(r["d2h_bytes"].as_number(), 7e6);
-  EXPECT_DOUBLE_EQ(r["peak_device_bytes"].as_number(), 60);
-  EXPECT_DOUBLE_EQ(r["streams"]["compute"].as_number(), 25);
-  EXPECT_EQ(j["steps"].as_array().size(), 1u);
+  auto j = nlohmann::json::parse(stp::profile::render_json(report));
+  const auto& r = j.at("ranks").at(0);
+  EXPECT_EQ(r.at("rank").get<std::int64_t>(), 0);
+  EXPECT_DOUBLE_EQ(r.at("compute_busy_fraction").get<double>(), 25.0 / 30.0);
+  EXPECT_DOUBLE_EQ(r.at("pp_bubble_ms").get<double>(), 5);
+  EXPECT_DOUBLE_EQ(r.at("copy_stall_ms").get<double>(), 5);
+  EXPECT_DOUBLE_EQ(r.at("d2h_bytes").get<double>(), 7e6);
+  EXPECT_DOUBLE_EQ(r.at("peak_device_bytes").get<double>(), 60);
+  EXPECT_DOUBLE_EQ(r.at("streams").at("compute").get<double>(), 25);
+  EXPECT_EQ(j.at("steps").size(), 1u);
   // The text report names every rank and says where the bubble went.
   std::string text = stp::profile::render_text(report);
   EXPECT_NE(text.find("bubble = p2p wait + copy stall + issue gap"), std::string::npos);

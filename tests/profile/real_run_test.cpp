@@ -7,6 +7,7 @@
 //    that stream's spans in the trace (recomputed here from the JSON);
 //  * --svg writes a picture; errors name the missing file.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,7 +16,6 @@
 #include <map>
 #include <set>
 
-#include "base/json.h"
 #include "tests/support/run_command.h"
 #include "tests/train/train_fixture.h"
 
@@ -67,39 +67,39 @@ TEST(ProfileRealRun, TraceIsValidChromeTraceEventFormat) {
   if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
   const TracedRun& run = traced_run();
   ASSERT_TRUE(run.ok) << run.log;
-  stp::Json j = stp::Json::parse(read(run.dir / "out" / "trace.json"));
+  nlohmann::json j = nlohmann::json::parse(read(run.dir / "out" / "trace.json"));
   ASSERT_TRUE(j.is_object());
-  EXPECT_EQ(j["displayTimeUnit"].as_string(), "ms");
+  EXPECT_EQ(j.at("displayTimeUnit").get<std::string>(), "ms");
   std::set<std::pair<std::int64_t, std::int64_t>> named;  // (pid, tid) with a thread_name
   std::set<std::pair<std::int64_t, std::int64_t>> used;
   std::set<std::string> streams, tracks;
   std::map<std::string, int> phases;
-  for (const stp::Json& e : j["traceEvents"].as_array()) {
+  for (const nlohmann::json& e : j.at("traceEvents")) {
     ASSERT_TRUE(e.is_object());
-    const std::string ph = e["ph"].as_string();
+    const std::string ph = e.at("ph").get<std::string>();
     ++phases[ph];
-    ASSERT_TRUE(e["pid"].is_number());
-    ASSERT_TRUE(e["tid"].is_number());  // numbers: Perfetto treats string ids as a non-standard hack
-    ASSERT_TRUE(e["name"].is_string());
-    ASSERT_TRUE(e["args"].is_object());
-    auto key = std::make_pair(e["pid"].as_int(), e["tid"].as_int());
+    ASSERT_TRUE(e.at("pid").is_number());
+    ASSERT_TRUE(e.at("tid").is_number());  // numbers: Perfetto treats string ids as a non-standard hack
+    ASSERT_TRUE(e.at("name").is_string());
+    ASSERT_TRUE(e.at("args").is_object());
+    auto key = std::make_pair(e.at("pid").get<std::int64_t>(), e.at("tid").get<std::int64_t>());
     if (ph == "M") {
-      const std::string n = e["name"].as_string();
+      const std::string n = e.at("name").get<std::string>();
       ASSERT_TRUE(n == "process_name" || n == "process_sort_index" || n == "thread_name" || n == "thread_sort_index") << n;
       if (n == "thread_name") {
         named.insert(key);
-        streams.insert(e["args"]["name"].as_string());
+        streams.insert(e.at("args").at("name").get<std::string>());
       }
     } else if (ph == "X") {
-      ASSERT_TRUE(e["cat"].is_string());
-      ASSERT_GE(e["ts"].as_number(), 0.0);
-      ASSERT_GE(e["dur"].as_number(), 0.0);
+      ASSERT_TRUE(e.at("cat").is_string());
+      ASSERT_GE(e.at("ts").get<double>(), 0.0);
+      ASSERT_GE(e.at("dur").get<double>(), 0.0);
       used.insert(key);
     } else if (ph == "C") {
-      ASSERT_GE(e["ts"].as_number(), 0.0);
-      ASSERT_FALSE(e["args"].as_object().empty());
-      for (const auto& [series, v] : e["args"].as_object()) ASSERT_TRUE(v.is_number()) << series;
-      tracks.insert(e["name"].as_string());
+      ASSERT_GE(e.at("ts").get<double>(), 0.0);
+      ASSERT_FALSE(e.at("args").empty());
+      for (const auto& [series, v] : e.at("args").items()) ASSERT_TRUE(v.is_number()) << series;
+      tracks.insert(e.at("name").get<std::string>());
     } else {
       FAIL() << "unexpected phase " << ph;
     }
@@ -107,8 +107,8 @@ TEST(ProfileRealRun, TraceIsValidChromeTraceEventFormat) {
   for (const auto& k : used) EXPECT_TRUE(named.count(k)) << "pid " << k.first << " tid " << k.second << " has no thread_name";
   EXPECT_EQ(streams, (std::set<std::string>{"compute", "tp-comm", "p2p", "d2h", "h2d"}));
   EXPECT_EQ(tracks, (std::set<std::string>{"device memory", "pinned memory"}));
-  EXPECT_GT(phases["X"], 100);
-  EXPECT_GT(phases["C"], 100);
+  EXPECT_GT(phases.at("X"), 100);
+  EXPECT_GT(phases.at("C"), 100);
 }
 
 // Union length of [ts, min(end, window end)) of the spans starting in each window.
@@ -139,42 +139,42 @@ TEST(ProfileRealRun, PeaksEqualMetricsAndStreamBusyTimesEqualTheTrace) {
   ASSERT_TRUE(run.ok) << run.log;
   auto res = stp::testing::run_stp("profile " + (run.dir / "out").string() + " --json");
   ASSERT_EQ(res.status, 0) << res.err;
-  stp::Json report = stp::Json::parse(res.out);
+  nlohmann::json report = nlohmann::json::parse(res.out);
 
   // Peaks: the last metrics line holds the allocators' peaks since the start.
   std::string metrics = read(run.dir / "out" / "metrics.jsonl");
   std::string last = metrics.substr(metrics.rfind('\n', metrics.size() - 2) + 1);
-  stp::Json m = stp::Json::parse(last);
-  const auto& ranks = report["ranks"].as_array();
+  nlohmann::json m = nlohmann::json::parse(last);
+  const auto& ranks = report.at("ranks");
   ASSERT_EQ(ranks.size(), 4u);
-  for (const stp::Json& r : ranks) {
-    auto g = static_cast<std::size_t>(r["rank"].as_int());
-    EXPECT_EQ(r["peak_device_bytes"].as_number(), m["peak_device_bytes"][g].as_number()) << "rank " << g;
-    EXPECT_GT(r["peak_pinned_bytes"].as_number(), 0) << "rank " << g << " offloads";
-    EXPECT_GT(r["d2h_bytes"].as_number(), 0);
-    EXPECT_EQ(r["d2h_bytes"].as_number(), r["h2d_bytes"].as_number());  // every offloaded byte comes back
+  for (const nlohmann::json& r : ranks) {
+    auto g = static_cast<std::size_t>(r.at("rank").get<std::int64_t>());
+    EXPECT_EQ(r.at("peak_device_bytes").get<double>(), m.at("peak_device_bytes").at(g).get<double>()) << "rank " << g;
+    EXPECT_GT(r.at("peak_pinned_bytes").get<double>(), 0) << "rank " << g << " offloads";
+    EXPECT_GT(r.at("d2h_bytes").get<double>(), 0);
+    EXPECT_EQ(r.at("d2h_bytes").get<double>(), r.at("h2d_bytes").get<double>());  // every offloaded byte comes back
   }
   // The planner's dry run predicts the same peaks exactly on the CPU backend.
-  for (const stp::Json& p : report["predicted"]["peak_device_bytes"].as_array())
-    EXPECT_EQ(p["measured"].as_number(), p["predicted"].as_number()) << "rank " << p["rank"].as_int();
+  for (const nlohmann::json& p : report.at("predicted").at("peak_device_bytes"))
+    EXPECT_EQ(p.at("measured").get<double>(), p.at("predicted").get<double>()) << "rank " << p.at("rank").get<std::int64_t>();
 
   // Stream busy times: the report (per step, over the steps analysed) against the trace itself.
   std::set<std::int64_t> analysed;
-  for (const stp::Json& s : report["steps"].as_array()) analysed.insert(s.as_int());
+  for (const nlohmann::json& s : report.at("steps")) analysed.insert(s.get<std::int64_t>());
   EXPECT_EQ(analysed, (std::set<std::int64_t>{2, 3}));  // step 1 (warm-up) left out
-  stp::Json trace = stp::Json::parse(read(run.dir / "out" / "trace.json"));
+  nlohmann::json trace = nlohmann::json::parse(read(run.dir / "out" / "trace.json"));
   std::map<std::pair<std::int64_t, std::int64_t>, std::string> stream_of;
-  for (const stp::Json& e : trace["traceEvents"].as_array())
-    if (e["ph"].as_string() == "M" && e["name"].as_string() == "thread_name")
-      stream_of[{e["pid"].as_int(), e["tid"].as_int()}] = e["args"]["name"].as_string();
+  for (const nlohmann::json& e : trace.at("traceEvents"))
+    if (e.at("ph").get<std::string>() == "M" && e.at("name").get<std::string>() == "thread_name")
+      stream_of[{e.at("pid").get<std::int64_t>(), e.at("tid").get<std::int64_t>()}] = e.at("args").at("name").get<std::string>();
   std::map<std::int64_t, std::vector<std::pair<double, double>>> windows;
   std::map<std::pair<std::int64_t, std::string>, std::vector<std::pair<double, double>>> spans;
-  for (const stp::Json& e : trace["traceEvents"].as_array()) {
-    if (e["ph"].as_string() != "X") continue;
-    std::int64_t pid = e["pid"].as_int();
-    std::string stream = stream_of.at({pid, e["tid"].as_int()});
-    std::string cat = e["cat"].as_string(), name = e["name"].as_string();
-    double a = e["ts"].as_number(), b = a + e["dur"].as_number();
+  for (const nlohmann::json& e : trace.at("traceEvents")) {
+    if (e.at("ph").get<std::string>() != "X") continue;
+    std::int64_t pid = e.at("pid").get<std::int64_t>();
+    std::string stream = stream_of.at({pid, e.at("tid").get<std::int64_t>()});
+    std::string cat = e.at("cat").get<std::string>(), name = e.at("name").get<std::string>();
+    double a = e.at("ts").get<double>(), b = a + e.at("dur").get<double>();
     if (cat == "step") {
       if (analysed.count(std::stoll(name.substr(5)))) windows[pid].push_back({a, b});
       continue;
@@ -182,13 +182,13 @@ TEST(ProfileRealRun, PeaksEqualMetricsAndStreamBusyTimesEqualTheTrace) {
     if (stream == "compute" && cat != "F" && cat != "B" && cat != "W") continue;  // ops nest the units
     spans[{pid, stream}].push_back({a, b});
   }
-  for (const stp::Json& r : ranks) {
-    std::int64_t pid = r["rank"].as_int();
-    double steps = r["steps"].as_number();
+  for (const nlohmann::json& r : ranks) {
+    std::int64_t pid = r.at("rank").get<std::int64_t>();
+    double steps = r.at("steps").get<double>();
     for (const char* stream : {"compute", "tp-comm", "p2p", "d2h", "h2d"}) {
       double want = busy_ms(spans[{pid, stream}], windows[pid]);
       EXPECT_GT(want, 0) << stream;
-      EXPECT_NEAR(r["streams"][stream].as_number() * steps, want, 1e-6 * want + 1e-9) << "rank " << pid << " " << stream;
+      EXPECT_NEAR(r.at("streams").at(stream).get<double>() * steps, want, 1e-6 * want + 1e-9) << "rank " << pid << " " << stream;
     }
   }
 }

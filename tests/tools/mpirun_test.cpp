@@ -11,6 +11,7 @@
 //     step's loss is identical and the parameters agree to 1e-5.
 // Skipped when the build has no MPI (tests/CMakeLists.txt passes the launcher and its flags).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdlib>
@@ -21,7 +22,6 @@
 #include <string>
 #include <vector>
 
-#include "base/json.h"
 #include "formats/checkpoint.h"
 #include "tests/support/run_command.h"
 #include "tests/train/train_fixture.h"
@@ -81,7 +81,7 @@ std::string prepare(const std::string& name) {
 std::vector<double> losses_of(const std::string& config) {
   std::vector<double> out;
   std::ifstream f(fs::path(config).parent_path() / "out" / "metrics.jsonl");
-  for (std::string line; std::getline(f, line);) out.push_back(stp::Json::parse(line)["loss"].as_number());
+  for (std::string line; std::getline(f, line);) out.push_back(nlohmann::json::parse(line).at("loss").get<double>());
   return out;
 }
 

@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "base/error.h"
-#include "base/json.h"
 #include "base/trace.h"
 #include "schedule/schedule.h"
 #include "tests/train/train_fixture.h"

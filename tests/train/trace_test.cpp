@@ -6,13 +6,13 @@
 // of this tiny model and than the OS scheduling jitter of a loaded 2-core machine, so overlap is a
 // property of the executor's ordering, not of thread timing.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
 
-#include "base/json.h"
 #include "base/trace.h"
 #include "schedule/schedule.h"
 #include "tests/train/train_fixture.h"
@@ -32,8 +32,8 @@ std::vector<Span> spans_of(const stp::TraceRecorder& rec, int pid, const std::st
     if (s.pid != pid || s.tid != tid) continue;
     std::string part;
     if (!s.args_json.empty()) {
-      auto args = stp::Json::parse(s.args_json);
-      if (args.contains("part")) part = args["part"].as_string();
+      auto args = nlohmann::json::parse(s.args_json);
+      if (args.contains("part")) part = args.at("part").get<std::string>();
     }
     out.push_back({s.name, s.category, part, s.ts_us, s.ts_us + s.dur_us});
   }
