@@ -21,35 +21,28 @@ constexpr float kNoScore = -3.0e38f;
 
 STP_HD inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
 
-// a . b over n elements in eight interleaved partial sums combined in a fixed tree: a fixed
-// order (deterministic) that the compiler can keep in vector registers.
-STP_HD inline float dot(const float* a, const float* b, i64 n) {
-  float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-  i64 d = 0;
-  for (; d + 8 <= n; d += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += a[d + l] * b[d + l];
-  for (; d < n; ++d) acc[0] += a[d] * b[d];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
+// Tiles live in f32 arrays of the task, some transposed ([d][row]) so that every inner loop runs
+// over a tile dimension (BQ or BK, compile-time constants): contiguous, independent elements the
+// compiler vectorises, while each element's sum still runs over d, keys or query rows in one fixed
+// order. Rows past the end of a ragged tile are zero and masked out.
 
-// y = y * beta + a * x (element-wise, so any vectorisation keeps each element's order).
-STP_HD inline void scale_axpy(float* y, float beta, float a, const float* x, i64 n) {
-  for (i64 d = 0; d < n; ++d) y[d] = y[d] * beta + a * x[d];
-}
-STP_HD inline void axpy(float* y, float a, const float* x, i64 n) {
-  for (i64 d = 0; d < n; ++d) y[d] += a * x[d];
-}
-
-// Widens rows [r0, r0 + nr) of a (row stride ld, D wide) into dst (stride D).
-template <typename T>
+// dst[r][d] = src row r0 + r (row stride ld), r < nr; rows nr .. R are zero.
+template <int R, typename T>
 STP_HD inline void load_rows(float* dst, const T* src, i64 ld, i64 r0, i64 nr, i64 D) {
-  for (i64 r = 0; r < nr; ++r)
-    for (i64 d = 0; d < D; ++d) dst[r * D + d] = to_f32(src[(r0 + r) * ld + d]);
+  for (i64 r = 0; r < R; ++r)
+    for (i64 d = 0; d < D; ++d) dst[r * D + d] = r < nr ? to_f32(src[(r0 + r) * ld + d]) : 0.0f;
 }
 
-// The head-local base pointers of one (batch, head): row t of the head is at base + t * ld.
+// dst[d][r] (transposed, R columns) = src row r0 + r; columns nr .. R are zero.
+template <int R, typename T>
+STP_HD inline void load_cols(float* dst, const T* src, i64 ld, i64 r0, i64 nr, i64 D) {
+  for (i64 r = 0; r < R; ++r)
+    for (i64 d = 0; d < D; ++d) dst[d * R + r] = r < nr ? to_f32(src[(r0 + r) * ld + d]) : 0.0f;
+}
+
+// Element offsets of row 0 of (batch b, query head h), of its k/v head, and of its output head.
 struct HeadPtrs {
-  i64 q, kv, o;  // element offsets of (b, 0) of the query head, of its k/v head, of the output head
+  i64 q, kv, o;
 };
 STP_HD inline HeadPtrs head_offsets(const AttentionLayout& L, i64 b, i64 h) {
   const i64 g = h / (L.NH / L.NKV);
@@ -57,6 +50,9 @@ STP_HD inline HeadPtrs head_offsets(const AttentionLayout& L, i64 b, i64 h) {
 }
 
 // ---- Forward: one task per (b, h, query tile) ----------------------------------------------------
+// Per key tile: scores st[j][i] = (k_j . q_i) * scale (sum over d in order), masked; the running
+// max m and sum l per row are rescaled by exp(m_old - m_new), and so is the accumulator ot[d][i]
+// before the tile's p_ij v_j are added in key order.
 
 template <typename T, int BQ, int BK>
 struct FusedForward {
@@ -69,50 +65,59 @@ struct FusedForward {
   float scale;
   STP_HD void operator()(usize task) const {
     const i64 D = L.D, nqt = (L.T + BQ - 1) / BQ;
-    const i64 qt = static_cast<i64>(task) % nqt, bh = static_cast<i64>(task) / nqt;
+    const i64 qt_index = static_cast<i64>(task) % nqt, bh = static_cast<i64>(task) / nqt;
     const i64 h = bh % L.NH, b = bh / L.NH;
     const HeadPtrs P = head_offsets(L, b, h);
-    const i64 i0 = qt * BQ, ni = min_i64(BQ, L.T - i0);
-    float qf[BQ * kMaxD], acc[BQ * kMaxD], kf[BK * kMaxD], vf[BK * kMaxD], srow[BK], m[BQ], l[BQ];
-    load_rows(qf, q + P.q, L.ldq, i0, ni, D);
-    for (i64 i = 0; i < ni; ++i) {
-      m[i] = kNoScore;
-      l[i] = 0.0f;
-      for (i64 d = 0; d < D; ++d) acc[i * D + d] = 0.0f;
-    }
+    const i64 i0 = qt_index * BQ, ni = min_i64(BQ, L.T - i0);
+    float qt[kMaxD * BQ], ot[kMaxD * BQ], st[BK * BQ], kf[BK * kMaxD], vf[BK * kMaxD];
+    float m[BQ], l[BQ], alpha[BQ], mt[BQ];
+    load_cols<BQ>(qt, q + P.q, L.ldq, i0, ni, D);
+    for (i64 x = 0; x < D * BQ; ++x) ot[x] = 0.0f;
+    for (int i = 0; i < BQ; ++i) m[i] = kNoScore, l[i] = 0.0f;
     const i64 last_key = i0 + ni - 1;  // causal: no key after the tile's last query row
     for (i64 j0 = 0; j0 <= last_key; j0 += BK) {
       const i64 nj = min_i64(BK, last_key + 1 - j0);
-      load_rows(kf, k + P.kv, L.ldkv, j0, nj, D);
-      load_rows(vf, v + P.kv, L.ldkv, j0, nj, D);
-      for (i64 i = 0; i < ni; ++i) {
-        const i64 nv = min_i64(nj, i0 + i - j0 + 1);  // keys j0 .. i of this tile
-        if (nv <= 0) continue;
-        float mt = kNoScore;
-        for (i64 j = 0; j < nv; ++j) {
-          srow[j] = dot(qf + i * D, kf + j * D, D) * scale;
-          mt = srow[j] > mt ? srow[j] : mt;
+      load_rows<BK>(kf, k + P.kv, L.ldkv, j0, nj, D);
+      load_rows<BK>(vf, v + P.kv, L.ldkv, j0, nj, D);
+      for (int x = 0; x < BK * BQ; ++x) st[x] = 0.0f;
+      for (i64 j = 0; j < nj; ++j)
+        for (i64 d = 0; d < D; ++d) {
+          const float kd = kf[j * D + d];
+          for (int i = 0; i < BQ; ++i) st[j * BQ + i] += kd * qt[d * BQ + i];
         }
-        const float m_new = mt > m[i] ? mt : m[i];
-        const float alpha = expf(m[i] - m_new);
-        float sum = 0.0f;
-        float* a = acc + i * D;
-        for (i64 j = 0; j < nv; ++j) {
-          const float p = expf(srow[j] - m_new);
-          sum += p;
-          if (j == 0)
-            scale_axpy(a, alpha, p, vf, D);
-          else
-            axpy(a, p, vf + j * D, D);
+      for (int i = 0; i < BQ; ++i) mt[i] = kNoScore;
+      for (i64 j = 0; j < BK; ++j)
+        for (int i = 0; i < BQ; ++i) {
+          const bool valid = j < nj && i < ni && j0 + j <= i0 + i;
+          const float sc = valid ? st[j * BQ + i] * scale : kNoScore;
+          st[j * BQ + i] = sc;
+          mt[i] = sc > mt[i] ? sc : mt[i];
         }
-        l[i] = l[i] * alpha + sum;
+      for (int i = 0; i < BQ; ++i) {
+        const float m_new = mt[i] > m[i] ? mt[i] : m[i];
+        alpha[i] = expf(m[i] - m_new);
         m[i] = m_new;
+        l[i] *= alpha[i];
       }
+      for (i64 j = 0; j < BK; ++j)
+        for (int i = 0; i < BQ; ++i) {
+          const float sc = st[j * BQ + i];
+          const float p = sc == kNoScore ? 0.0f : expf(sc - m[i]);
+          st[j * BQ + i] = p;
+          l[i] += p;
+        }
+      for (i64 d = 0; d < D; ++d)
+        for (int i = 0; i < BQ; ++i) ot[d * BQ + i] *= alpha[i];
+      for (i64 j = 0; j < nj; ++j)
+        for (i64 d = 0; d < D; ++d) {
+          const float vd = vf[j * D + d];
+          for (int i = 0; i < BQ; ++i) ot[d * BQ + i] += st[j * BQ + i] * vd;
+        }
     }
     for (i64 i = 0; i < ni; ++i) {
       const float inv = 1.0f / l[i];
       T* orow = o + P.o + (i0 + i) * L.ldo;
-      for (i64 d = 0; d < D; ++d) orow[d] = from_f32<T>(acc[i * D + d] * inv);
+      for (i64 d = 0; d < D; ++d) orow[d] = from_f32<T>(ot[d * BQ + i] * inv);
       lse[bh * L.T + i0 + i] = m[i] + logf(l[i]);
     }
   }
@@ -138,7 +143,9 @@ struct FusedDelta {
 };
 
 // dk, dv of one (b, k/v head g, key tile): the group's query heads in order, each over its query
-// tiles from the diagonal on, in order.
+// tiles from the diagonal on, in order, each tile's rows in order. Per query tile: scores and
+// dp_ij = do_i . v_j (sums over d in order), p = exp(s - lse), ds = p (dp - delta), then
+// dvt[d][j] += p_ij do_i and dkt[d][j] += ds_ij q_i row by row.
 template <typename T, int BQ, int BK>
 struct FusedBackwardKV {
   AttentionLayout L;
@@ -153,46 +160,63 @@ struct FusedBackwardKV {
   float scale;
   STP_HD void operator()(usize task) const {
     const i64 D = L.D, nkt = (L.T + BK - 1) / BK, rep = L.NH / L.NKV;
-    const i64 kt = static_cast<i64>(task) % nkt, bg = static_cast<i64>(task) / nkt;
+    const i64 kt_index = static_cast<i64>(task) % nkt, bg = static_cast<i64>(task) / nkt;
     const i64 g = bg % L.NKV, b = bg / L.NKV;
-    const i64 j0 = kt * BK, nj = min_i64(BK, L.T - j0);
-    float kf[BK * kMaxD], vf[BK * kMaxD], dkf[BK * kMaxD], dvf[BK * kMaxD], qf[BQ * kMaxD], dof[BQ * kMaxD];
+    const i64 j0 = kt_index * BK, nj = min_i64(BK, L.T - j0);
+    float kt[kMaxD * BK], vt[kMaxD * BK], dkt[kMaxD * BK], dvt[kMaxD * BK];
+    float qf[BQ * kMaxD], dof[BQ * kMaxD], p[BQ * BK], ds[BQ * BK];
     const i64 kv_off = b * L.T * L.ldkv + g * L.D;
-    load_rows(kf, k + kv_off, L.ldkv, j0, nj, D);
-    load_rows(vf, v + kv_off, L.ldkv, j0, nj, D);
-    for (i64 x = 0; x < nj * D; ++x) dkf[x] = dvf[x] = 0.0f;
+    load_cols<BK>(kt, k + kv_off, L.ldkv, j0, nj, D);
+    load_cols<BK>(vt, v + kv_off, L.ldkv, j0, nj, D);
+    for (i64 x = 0; x < D * BK; ++x) dkt[x] = dvt[x] = 0.0f;
     for (i64 hh = 0; hh < rep; ++hh) {
       const i64 h = g * rep + hh, bh = b * L.NH + h;
       const HeadPtrs P = head_offsets(L, b, h);
       for (i64 i0 = (j0 / BQ) * BQ; i0 < L.T; i0 += BQ) {
         const i64 ni = min_i64(BQ, L.T - i0);
-        load_rows(qf, q + P.q, L.ldq, i0, ni, D);
-        load_rows(dof, dout + P.o, L.ldo, i0, ni, D);
+        load_rows<BQ>(qf, q + P.q, L.ldq, i0, ni, D);
+        load_rows<BQ>(dof, dout + P.o, L.ldo, i0, ni, D);
+        for (int x = 0; x < BQ * BK; ++x) p[x] = ds[x] = 0.0f;
+        for (i64 i = 0; i < ni; ++i)
+          for (i64 d = 0; d < D; ++d) {
+            const float qd = qf[i * D + d], od = dof[i * D + d];
+            for (int j = 0; j < BK; ++j) {
+              p[i * BK + j] += qd * kt[d * BK + j];
+              ds[i * BK + j] += od * vt[d * BK + j];
+            }
+          }
         for (i64 i = 0; i < ni; ++i) {
-          const i64 nv = min_i64(nj, i0 + i - j0 + 1);
-          if (nv <= 0) continue;
           const float z = lse[bh * L.T + i0 + i], dl = delta[bh * L.T + i0 + i];
-          for (i64 j = 0; j < nv; ++j) {
-            const float p = expf(dot(qf + i * D, kf + j * D, D) * scale - z);
-            const float ds = p * (dot(dof + i * D, vf + j * D, D) - dl);
-            axpy(dvf + j * D, p, dof + i * D, D);
-            axpy(dkf + j * D, ds, qf + i * D, D);
+          for (int j = 0; j < BK; ++j) {
+            const bool valid = j < nj && j0 + j <= i0 + i;
+            const float pij = valid ? expf(p[i * BK + j] * scale - z) : 0.0f;
+            p[i * BK + j] = pij;
+            ds[i * BK + j] = pij * (ds[i * BK + j] - dl);
           }
         }
+        for (i64 i = 0; i < ni; ++i)
+          for (i64 d = 0; d < D; ++d) {
+            const float qd = qf[i * D + d], od = dof[i * D + d];
+            for (int j = 0; j < BK; ++j) {
+              dvt[d * BK + j] += p[i * BK + j] * od;
+              dkt[d * BK + j] += ds[i * BK + j] * qd;
+            }
+          }
       }
     }
     for (i64 j = 0; j < nj; ++j) {
       T* dkrow = dk + kv_off + (j0 + j) * L.ldkv;
       T* dvrow = dv + kv_off + (j0 + j) * L.ldkv;
       for (i64 d = 0; d < D; ++d) {
-        dkrow[d] = from_f32<T>(dkf[j * D + d] * scale);
-        dvrow[d] = from_f32<T>(dvf[j * D + d]);
+        dkrow[d] = from_f32<T>(dkt[d * BK + j] * scale);
+        dvrow[d] = from_f32<T>(dvt[d * BK + j]);
       }
     }
   }
 };
 
-// dq of one (b, h, query tile): the key tiles up to the diagonal, in order.
+// dq of one (b, h, query tile): the key tiles up to the diagonal in order, each tile's keys in
+// order: dqt[d][i] += ds_ij k_j (scores and dp recomputed as in FusedBackwardKV).
 template <typename T, int BQ, int BK>
 struct FusedBackwardQ {
   AttentionLayout L;
@@ -206,33 +230,48 @@ struct FusedBackwardQ {
   float scale;
   STP_HD void operator()(usize task) const {
     const i64 D = L.D, nqt = (L.T + BQ - 1) / BQ;
-    const i64 qt = static_cast<i64>(task) % nqt, bh = static_cast<i64>(task) / nqt;
+    const i64 qt_index = static_cast<i64>(task) % nqt, bh = static_cast<i64>(task) / nqt;
     const i64 h = bh % L.NH, b = bh / L.NH;
     const HeadPtrs P = head_offsets(L, b, h);
-    const i64 i0 = qt * BQ, ni = min_i64(BQ, L.T - i0);
-    float qf[BQ * kMaxD], dof[BQ * kMaxD], dqf[BQ * kMaxD], kf[BK * kMaxD], vf[BK * kMaxD];
-    load_rows(qf, q + P.q, L.ldq, i0, ni, D);
-    load_rows(dof, dout + P.o, L.ldo, i0, ni, D);
-    for (i64 x = 0; x < ni * D; ++x) dqf[x] = 0.0f;
+    const i64 i0 = qt_index * BQ, ni = min_i64(BQ, L.T - i0);
+    float qt[kMaxD * BQ], dot[kMaxD * BQ], dqt[kMaxD * BQ], kf[BK * kMaxD], vf[BK * kMaxD];
+    float pt[BK * BQ], dst[BK * BQ], z[BQ], dl[BQ];
+    load_cols<BQ>(qt, q + P.q, L.ldq, i0, ni, D);
+    load_cols<BQ>(dot, dout + P.o, L.ldo, i0, ni, D);
+    for (i64 x = 0; x < D * BQ; ++x) dqt[x] = 0.0f;
+    for (int i = 0; i < BQ; ++i) {
+      z[i] = i < ni ? lse[bh * L.T + i0 + i] : 0.0f;
+      dl[i] = i < ni ? delta[bh * L.T + i0 + i] : 0.0f;
+    }
     const i64 last_key = i0 + ni - 1;
     for (i64 j0 = 0; j0 <= last_key; j0 += BK) {
       const i64 nj = min_i64(BK, last_key + 1 - j0);
-      load_rows(kf, k + P.kv, L.ldkv, j0, nj, D);
-      load_rows(vf, v + P.kv, L.ldkv, j0, nj, D);
-      for (i64 i = 0; i < ni; ++i) {
-        const i64 nv = min_i64(nj, i0 + i - j0 + 1);
-        if (nv <= 0) continue;
-        const float z = lse[bh * L.T + i0 + i], dl = delta[bh * L.T + i0 + i];
-        for (i64 j = 0; j < nv; ++j) {
-          const float p = expf(dot(qf + i * D, kf + j * D, D) * scale - z);
-          const float ds = p * (dot(dof + i * D, vf + j * D, D) - dl);
-          axpy(dqf + i * D, ds, kf + j * D, D);
+      load_rows<BK>(kf, k + P.kv, L.ldkv, j0, nj, D);
+      load_rows<BK>(vf, v + P.kv, L.ldkv, j0, nj, D);
+      for (int x = 0; x < BK * BQ; ++x) pt[x] = dst[x] = 0.0f;
+      for (i64 j = 0; j < nj; ++j)
+        for (i64 d = 0; d < D; ++d) {
+          const float kd = kf[j * D + d], vd = vf[j * D + d];
+          for (int i = 0; i < BQ; ++i) {
+            pt[j * BQ + i] += kd * qt[d * BQ + i];
+            dst[j * BQ + i] += vd * dot[d * BQ + i];
+          }
         }
-      }
+      for (i64 j = 0; j < nj; ++j)
+        for (int i = 0; i < BQ; ++i) {
+          const bool valid = i < ni && j0 + j <= i0 + i;
+          const float pij = valid ? expf(pt[j * BQ + i] * scale - z[i]) : 0.0f;
+          dst[j * BQ + i] = pij * (dst[j * BQ + i] - dl[i]);
+        }
+      for (i64 j = 0; j < nj; ++j)
+        for (i64 d = 0; d < D; ++d) {
+          const float kd = kf[j * D + d];
+          for (int i = 0; i < BQ; ++i) dqt[d * BQ + i] += kd * dst[j * BQ + i];
+        }
     }
     for (i64 i = 0; i < ni; ++i) {
       T* row = dq + P.q + (i0 + i) * L.ldq;
-      for (i64 d = 0; d < D; ++d) row[d] = from_f32<T>(dqf[i * D + d] * scale);
+      for (i64 d = 0; d < D; ++d) row[d] = from_f32<T>(dqt[d * BQ + i] * scale);
     }
   }
 };
