@@ -21,6 +21,30 @@ constexpr float kNoScore = -3.0e38f;
 
 STP_HD inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
 
+// exp(x) for x <= 0 (every exponent here is a score minus a running max or a log-sum-exp), as
+// straight-line arithmetic the compiler vectorises (a libm expf call is one element at a time):
+// x = n ln2 + r with ln2 split in two (Cody-Waite, exact products for |n| < 2^8), a degree-6
+// polynomial for exp(r) on |r| <= ln2 / 2 (the Cephes expf coefficients: relative error below
+// 2^-23), and 2^n put into the exponent bits. Below -87, where exp(x) < 2^-125, it returns
+// exp(-87) ~ 1.6e-38 instead of a denormal: 0 to f32 working precision against any real weight.
+STP_HD inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float fx = x * 1.44269504088896341f;  // x / ln 2
+  int n = static_cast<int>(fx);                 // truncates towards zero: floor for x <= 0 ...
+  n -= static_cast<float>(n) > fx ? 1 : 0;      // ... once the non-integers below are moved down
+  n += fx - static_cast<float>(n) > 0.5f ? 1 : 0;  // round to nearest: |r| <= ln2 / 2
+  const float nf = static_cast<float>(n);
+  const float r = (x - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * r * r + r + 1.0f;
+  return y * bits_float(static_cast<std::uint32_t>(n + 127) << 23);
+}
+
 // Tiles live in f32 arrays of the task, some transposed ([d][row]) so that every inner loop runs
 // over a tile dimension (BQ or BK, compile-time constants): contiguous, independent elements the
 // compiler vectorises, while each element's sum still runs over d, keys or query rows in one fixed
@@ -95,14 +119,15 @@ struct FusedForward {
         }
       for (int i = 0; i < BQ; ++i) {
         const float m_new = mt[i] > m[i] ? mt[i] : m[i];
-        alpha[i] = expf(m[i] - m_new);
+        alpha[i] = exp_nonpositive(m[i] - m_new);
         m[i] = m_new;
         l[i] *= alpha[i];
       }
       for (i64 j = 0; j < BK; ++j)
         for (int i = 0; i < BQ; ++i) {
           const float sc = st[j * BQ + i];
-          const float p = sc == kNoScore ? 0.0f : expf(sc - m[i]);
+          const float e = exp_nonpositive(sc - m[i]);
+          const float p = sc == kNoScore ? 0.0f : e;
           st[j * BQ + i] = p;
           l[i] += p;
         }
@@ -189,7 +214,8 @@ struct FusedBackwardKV {
           const float z = lse[bh * L.T + i0 + i], dl = delta[bh * L.T + i0 + i];
           for (int j = 0; j < BK; ++j) {
             const bool valid = j < nj && j0 + j <= i0 + i;
-            const float pij = valid ? expf(p[i * BK + j] * scale - z) : 0.0f;
+            const float e = exp_nonpositive(p[i * BK + j] * scale - z);
+            const float pij = valid ? e : 0.0f;
             p[i * BK + j] = pij;
             ds[i * BK + j] = pij * (ds[i * BK + j] - dl);
           }
@@ -260,7 +286,8 @@ struct FusedBackwardQ {
       for (i64 j = 0; j < nj; ++j)
         for (int i = 0; i < BQ; ++i) {
           const bool valid = i < ni && j0 + j <= i0 + i;
-          const float pij = valid ? expf(pt[j * BQ + i] * scale - z[i]) : 0.0f;
+          const float e = exp_nonpositive(pt[j * BQ + i] * scale - z[i]);
+          const float pij = valid ? e : 0.0f;
           dst[j * BQ + i] = pij * (dst[j * BQ + i] - dl[i]);
         }
       for (i64 j = 0; j < nj; ++j)
