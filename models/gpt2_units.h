@@ -108,6 +108,7 @@ Tensor layernorm_finalize(const GPT2Dims& d, const LayerNormParams& p, const Ten
 // Policies are described in models/stage.h. Per policy, the records F keeps are:
 //   attn  Selective: ln.x, ln.mean, ln.rstd, qkv      (drops ln.out, att, y)
 //         Full:      ln.x                             (drops ln.mean, ln.rstd, ln.out, qkv, att, y)
+//         (fused attention: "lse" in place of "att"; Selective then re-runs the fused forward)
 //   mlp   Selective: ln.x, ln.mean, ln.rstd, h        (drops ln.out, gelu)
 //         Full:      ln.x                             (drops ln.mean, ln.rstd, ln.out, h, gelu)
 struct RecomputedRecord {
