@@ -133,8 +133,9 @@ struct FusedForward {
         }
       for (i64 d = 0; d < D; ++d)
         for (int i = 0; i < BQ; ++i) ot[d * BQ + i] *= alpha[i];
-      for (i64 j = 0; j < nj; ++j)
-        for (i64 d = 0; d < D; ++d) {
+      // d outer, keys inner: a row of ot stays in registers; each element still adds keys in order.
+      for (i64 d = 0; d < D; ++d)
+        for (i64 j = 0; j < nj; ++j) {
           const float vd = vf[j * D + d];
           for (int i = 0; i < BQ; ++i) ot[d * BQ + i] += st[j * BQ + i] * vd;
         }
@@ -220,8 +221,9 @@ struct FusedBackwardKV {
             ds[i * BK + j] = pij * (ds[i * BK + j] - dl);
           }
         }
-        for (i64 i = 0; i < ni; ++i)
-          for (i64 d = 0; d < D; ++d) {
+        // d outer, rows inner: rows of dvt and dkt stay in registers; rows still add in order.
+        for (i64 d = 0; d < D; ++d)
+          for (i64 i = 0; i < ni; ++i) {
             const float qd = qf[i * D + d], od = dof[i * D + d];
             for (int j = 0; j < BK; ++j) {
               dvt[d * BK + j] += p[i * BK + j] * od;
@@ -290,8 +292,8 @@ struct FusedBackwardQ {
           const float pij = valid ? e : 0.0f;
           dst[j * BQ + i] = pij * (dst[j * BQ + i] - dl[i]);
         }
-      for (i64 j = 0; j < nj; ++j)
-        for (i64 d = 0; d < D; ++d) {
+      for (i64 d = 0; d < D; ++d)  // d outer (registers), keys in order
+        for (i64 j = 0; j < nj; ++j) {
           const float kd = kf[j * D + d];
           for (int i = 0; i < BQ; ++i) dqt[d * BQ + i] += kd * dst[j * BQ + i];
         }
