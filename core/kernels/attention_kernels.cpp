@@ -104,10 +104,21 @@ struct FusedForward {
       load_rows<BK>(kf, k + P.kv, L.ldkv, j0, nj, D);
       load_rows<BK>(vf, v + P.kv, L.ldkv, j0, nj, D);
       for (int x = 0; x < BK * BQ; ++x) st[x] = 0.0f;
-      for (i64 j = 0; j < nj; ++j)
+      // Two keys at a time share each load of qt (register blocking); every score still sums d in order.
+      i64 j2 = 0;
+      for (; j2 + 2 <= nj; j2 += 2)
         for (i64 d = 0; d < D; ++d) {
-          const float kd = kf[j * D + d];
-          for (int i = 0; i < BQ; ++i) st[j * BQ + i] += kd * qt[d * BQ + i];
+          const float k0 = kf[j2 * D + d], k1 = kf[(j2 + 1) * D + d];
+          for (int i = 0; i < BQ; ++i) {
+            const float qv = qt[d * BQ + i];
+            st[j2 * BQ + i] += k0 * qv;
+            st[(j2 + 1) * BQ + i] += k1 * qv;
+          }
+        }
+      for (; j2 < nj; ++j2)
+        for (i64 d = 0; d < D; ++d) {
+          const float kd = kf[j2 * D + d];
+          for (int i = 0; i < BQ; ++i) st[j2 * BQ + i] += kd * qt[d * BQ + i];
         }
       for (int i = 0; i < BQ; ++i) mt[i] = kNoScore;
       for (i64 j = 0; j < BK; ++j)
@@ -133,11 +144,22 @@ struct FusedForward {
         }
       for (i64 d = 0; d < D; ++d)
         for (int i = 0; i < BQ; ++i) ot[d * BQ + i] *= alpha[i];
-      // d outer, keys inner: a row of ot stays in registers; each element still adds keys in order.
-      for (i64 d = 0; d < D; ++d)
+      // d outer, keys inner: rows of ot stay in registers (two at a time, sharing the loads of st);
+      // each element still adds keys in order.
+      i64 d2 = 0;
+      for (; d2 + 2 <= D; d2 += 2)
         for (i64 j = 0; j < nj; ++j) {
-          const float vd = vf[j * D + d];
-          for (int i = 0; i < BQ; ++i) ot[d * BQ + i] += st[j * BQ + i] * vd;
+          const float v0 = vf[j * D + d2], v1 = vf[j * D + d2 + 1];
+          for (int i = 0; i < BQ; ++i) {
+            const float pv = st[j * BQ + i];
+            ot[d2 * BQ + i] += pv * v0;
+            ot[(d2 + 1) * BQ + i] += pv * v1;
+          }
+        }
+      for (; d2 < D; ++d2)
+        for (i64 j = 0; j < nj; ++j) {
+          const float vd = vf[j * D + d2];
+          for (int i = 0; i < BQ; ++i) ot[d2 * BQ + i] += st[j * BQ + i] * vd;
         }
     }
     for (i64 i = 0; i < ni; ++i) {
@@ -203,12 +225,32 @@ struct FusedBackwardKV {
         load_rows<BQ>(qf, q + P.q, L.ldq, i0, ni, D);
         load_rows<BQ>(dof, dout + P.o, L.ldo, i0, ni, D);
         for (int x = 0; x < BQ * BK; ++x) p[x] = ds[x] = 0.0f;
-        for (i64 i = 0; i < ni; ++i)
+        // Scores, then do . v, two rows at a time sharing each load of kt / vt; sums over d in order.
+        i64 i2 = 0;
+        for (; i2 + 2 <= ni; i2 += 2) {
           for (i64 d = 0; d < D; ++d) {
-            const float qd = qf[i * D + d], od = dof[i * D + d];
+            const float q0 = qf[i2 * D + d], q1 = qf[(i2 + 1) * D + d];
             for (int j = 0; j < BK; ++j) {
-              p[i * BK + j] += qd * kt[d * BK + j];
-              ds[i * BK + j] += od * vt[d * BK + j];
+              const float kv = kt[d * BK + j];
+              p[i2 * BK + j] += q0 * kv;
+              p[(i2 + 1) * BK + j] += q1 * kv;
+            }
+          }
+          for (i64 d = 0; d < D; ++d) {
+            const float o0 = dof[i2 * D + d], o1 = dof[(i2 + 1) * D + d];
+            for (int j = 0; j < BK; ++j) {
+              const float vv = vt[d * BK + j];
+              ds[i2 * BK + j] += o0 * vv;
+              ds[(i2 + 1) * BK + j] += o1 * vv;
+            }
+          }
+        }
+        for (; i2 < ni; ++i2)
+          for (i64 d = 0; d < D; ++d) {
+            const float qd = qf[i2 * D + d], od = dof[i2 * D + d];
+            for (int j = 0; j < BK; ++j) {
+              p[i2 * BK + j] += qd * kt[d * BK + j];
+              ds[i2 * BK + j] += od * vt[d * BK + j];
             }
           }
         for (i64 i = 0; i < ni; ++i) {
@@ -292,10 +334,21 @@ struct FusedBackwardQ {
           const float pij = valid ? e : 0.0f;
           dst[j * BQ + i] = pij * (dst[j * BQ + i] - dl[i]);
         }
-      for (i64 d = 0; d < D; ++d)  // d outer (registers), keys in order
+      // d outer, two rows of dqt in registers sharing the loads of dst; keys in order.
+      i64 d2 = 0;
+      for (; d2 + 2 <= D; d2 += 2)
         for (i64 j = 0; j < nj; ++j) {
-          const float kd = kf[j * D + d];
-          for (int i = 0; i < BQ; ++i) dqt[d * BQ + i] += kd * dst[j * BQ + i];
+          const float k0 = kf[j * D + d2], k1 = kf[j * D + d2 + 1];
+          for (int i = 0; i < BQ; ++i) {
+            const float g = dst[j * BQ + i];
+            dqt[d2 * BQ + i] += k0 * g;
+            dqt[(d2 + 1) * BQ + i] += k1 * g;
+          }
+        }
+      for (; d2 < D; ++d2)
+        for (i64 j = 0; j < nj; ++j) {
+          const float kd = kf[j * D + d2];
+          for (int i = 0; i < BQ; ++i) dqt[d2 * BQ + i] += kd * dst[j * BQ + i];
         }
     }
     for (i64 i = 0; i < ni; ++i) {
