@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tests/train/train_fixture.h"
+#include "config/config.h"
 #include "train/memory_planning.h"
 
 namespace {
@@ -72,6 +73,25 @@ TEST(AttentionKernels, LeversBitwiseNeutralAndPeaksAsPlannedUnderEitherKernel) {
       stp::testing::expect_memory_as_planned(r, budget);
     }
   }
+}
+
+// configs/long-context.yaml (T = 4096): its budget holds a plan with fused attention and none with
+// naive attention, whose probabilities alone exceed it (docs/memory.md, Long context). Plans are
+// dry runs: no step is trained.
+TEST(AttentionKernels, LongContextConfigFitsOnlyWithFusedAttention) {
+  stp::Config c = stp::load_config(std::string(STP_SOURCE_DIR) + "/configs/long-context.yaml");
+  ASSERT_EQ(c.model.attention, "fused");
+  ASSERT_EQ(c.model.seq_len, 4096);
+  const stp::MemoryPlan fused = stp::make_memory_plan(c);
+  EXPECT_TRUE(fused.feasible) << fused.summary;
+  ASSERT_EQ(fused.predicted.size(), 1u);
+  EXPECT_LE(fused.predicted[0].peak_device_bytes, fused.device_budget);
+  c.model.attention = "naive";
+  const stp::MemoryPlan naive = stp::make_memory_plan(c);
+  EXPECT_FALSE(naive.feasible);
+  EXPECT_GT(naive.min_device_budget, 4 * fused.min_device_budget);
+  std::printf("[ long context ] budget %zu B; minimum feasible: fused %zu B, naive %zu B\n", fused.device_budget,
+              fused.min_device_budget, naive.min_device_budget);
 }
 
 }  // namespace
