@@ -199,10 +199,10 @@ Tensor attn_backward_input_t(const GPT2Dims& d, const BranchParams& p, const Ten
     Tensor qkv = rec.take("qkv"), lse = rec.take("lse");
     const Tensor& y = rec.get("y");  // W still reads it
     dqkv = cs.keep({d.B, d.T, 3 * d.Cl}, d.act);
-    Tensor delta = cs.tmp({d.B, d.H, d.T});
+    Tensor ws = cs.tmp({fused_attention_backward_workspace(attention_layout(d))});
     const A* q = qkv.as<A>();
     A* dq = dqkv.as<A>();
-    fused_attention_backward<A>(s, attention_layout(d), dq, dq + d.Cl, dq + 2 * d.Cl, delta.f32(), dyatt.as<A>(), q,
+    fused_attention_backward<A>(s, attention_layout(d), dq, dq + d.Cl, dq + 2 * d.Cl, ws.f32(), dyatt.as<A>(), q,
                                 q + d.Cl, q + 2 * d.Cl, y.as<A>(), lse.f32());
     cs.release(qkv);
     cs.release(lse);

@@ -12,7 +12,8 @@
 //   * records: what the attention op keeps between F and B besides its input qkv: naive, the
 //     probabilities att (B, H, T, T) and y; fused, the log-sum-exp (B, H, T) f32 and y.
 //   * peak: the device's high-water mark over forward + backward, every buffer included (qkv, y,
-//     the records, dy, dqkv and the backward's workspace: naive datt (B, H, T, T), fused delta).
+//     the records, dy, dqkv and the backward's workspace: naive datt (B, H, T, T), fused
+//     (B, H, T, 1 + D) f32: do . o and the CPU's dq accumulators).
 // Targets: records at T = 1024 at least 8x smaller; fused at least 1.0x naive speed at T >= 1024
 // and 0.8x at T = 256. oneTBB and OpenBLAS use every core of the machine.
 #include <algorithm>
@@ -105,7 +106,7 @@ class Case {
       stp::attention_forward<float>(s_, y, core, qkv_, B_, T_, H_, D_);
     }
     float* dqkv = alloc(B_ * T_ * 3 * W);
-    float* ws = alloc(fused_ ? rows : rows * T_);  // delta or datt
+    float* ws = alloc(fused_ ? fused_attention_backward_workspace(layout()) : rows * T_);  // datt
     if (fused_) {
       fused_attention_backward<float>(s_, layout(), dqkv, dqkv + W, dqkv + 2 * W, ws, dy_, qkv_, qkv_ + W,
                                       qkv_ + 2 * W, y, core);

@@ -64,6 +64,10 @@ STP_HD inline void load_cols(float* dst, const T* src, i64 ld, i64 r0, i64 nr, i
     for (i64 d = 0; d < D; ++d) dst[d * R + r] = r < nr ? to_f32(src[(r0 + r) * ld + d]) : 0.0f;
 }
 
+// Rows of the row-major k tile FusedBackwardKV keeps for the one-pass dq (CPU tiles only; the
+// one-row GPU instantiation never accumulates dq there and keeps one dummy row).
+constexpr int dq_rows(int bk) { return bk > 1 ? bk : 1; }
+
 // Element offsets of row 0 of (batch b, query head h), of its k/v head, and of its output head.
 struct HeadPtrs {
   i64 q, kv, o;
@@ -207,15 +211,21 @@ struct FusedBackwardKV {
   const float* delta;
   float scale;
   STP_HD void operator()(usize task) const {
-    const i64 D = L.D, nkt = (L.T + BK - 1) / BK, rep = L.NH / L.NKV;
-    const i64 kt_index = static_cast<i64>(task) % nkt, bg = static_cast<i64>(task) / nkt;
-    const i64 g = bg % L.NKV, b = bg / L.NKV;
+    const i64 nkt = (L.T + BK - 1) / BK;
+    const i64 bg = static_cast<i64>(task) / nkt;
+    key_tile(bg / L.NKV, bg % L.NKV, static_cast<i64>(task) % nkt, nullptr);
+  }
+  // One key tile of (b, g). With dqacc (f32, row (b*NH + h)*T + t of D), also adds
+  // ds_ij k_j to each query row's dq accumulator, keys in order (FusedBackwardCpu).
+  STP_HD void key_tile(i64 b, i64 g, i64 kt_index, float* dqacc) const {
+    const i64 D = L.D, rep = L.NH / L.NKV;
     const i64 j0 = kt_index * BK, nj = min_i64(BK, L.T - j0);
-    float kt[kMaxD * BK], vt[kMaxD * BK], dkt[kMaxD * BK], dvt[kMaxD * BK];
+    float kt[kMaxD * BK], vt[kMaxD * BK], dkt[kMaxD * BK], dvt[kMaxD * BK], kf[dq_rows(BK) * kMaxD];
     float qf[BQ * kMaxD], dof[BQ * kMaxD], p[BQ * BK], ds[BQ * BK];
     const i64 kv_off = b * L.T * L.ldkv + g * L.D;
     load_cols<BK>(kt, k + kv_off, L.ldkv, j0, nj, D);
     load_cols<BK>(vt, v + kv_off, L.ldkv, j0, nj, D);
+    if (dqacc) load_rows<dq_rows(BK)>(kf, k + kv_off, L.ldkv, j0, nj, D);
     for (i64 x = 0; x < D * BK; ++x) dkt[x] = dvt[x] = 0.0f;
     for (i64 hh = 0; hh < rep; ++hh) {
       const i64 h = g * rep + hh, bh = b * L.NH + h;
@@ -272,6 +282,15 @@ struct FusedBackwardKV {
               dkt[d * BK + j] += ds[i * BK + j] * qd;
             }
           }
+        if (dqacc) {
+          for (i64 i = 0; i < ni; ++i) {
+            float* row = dqacc + (bh * L.T + i0 + i) * D;
+            for (i64 j = 0; j < nj; ++j) {
+              const float g_ij = ds[i * BK + j];
+              for (i64 d = 0; d < D; ++d) row[d] += g_ij * kf[j * D + d];
+            }
+          }
+        }
       }
     }
     for (i64 j = 0; j < nj; ++j) {
@@ -280,6 +299,34 @@ struct FusedBackwardKV {
       for (i64 d = 0; d < D; ++d) {
         dkrow[d] = from_f32<T>(dkt[d * BK + j] * scale);
         dvrow[d] = from_f32<T>(dvt[d * BK + j]);
+      }
+    }
+  }
+};
+
+// CPU backward in one pass: one task per (b, k/v head g) walks its key tiles in order
+// (FusedBackwardKV::key_tile, which writes that tile's dk and dv) and accumulates every query row's
+// dq in f32 in `dqacc`, owned by the task (the group's heads, all rows); each dq element adds its
+// keys in order (key tiles ascending, keys ascending). Saves recomputing the scores and do . v a
+// second time for dq, at the price of B * NKV tasks instead of one per key tile.
+template <typename T, int BQ, int BK>
+struct FusedBackwardCpu {
+  FusedBackwardKV<T, BQ, BK> kv;
+  T* dq;
+  float* dqacc;
+  STP_HD void operator()(usize task) const {
+    const AttentionLayout& L = kv.L;
+    const i64 b = static_cast<i64>(task) / L.NKV, g = static_cast<i64>(task) % L.NKV, rep = L.NH / L.NKV;
+    const i64 h0 = g * rep, rows = rep * L.T * L.D;
+    float* acc = dqacc + (b * L.NH + h0) * L.T * L.D;  // the group's heads are adjacent
+    for (i64 x = 0; x < rows; ++x) acc[x] = 0.0f;
+    for (i64 kt = 0; kt * BK < L.T; ++kt) kv.key_tile(b, g, kt, dqacc);
+    for (i64 hh = 0; hh < rep; ++hh) {
+      const HeadPtrs P = head_offsets(L, b, h0 + hh);
+      for (i64 t = 0; t < L.T; ++t) {
+        const float* a = acc + (hh * L.T + t) * L.D;
+        T* row = dq + P.q + t * L.ldq;
+        for (i64 d = 0; d < L.D; ++d) row[d] = from_f32<T>(a[d] * kv.scale);
       }
     }
   }
@@ -403,6 +450,12 @@ void check_layout(const AttentionLayout& L) {
 
 usize tiles(i64 n, i64 tile) { return static_cast<usize>((n + tile - 1) / tile); }
 
+}  // namespace
+
+std::int64_t fused_attention_backward_workspace(const AttentionLayout& L) { return L.B * L.NH * L.T * (1 + L.D); }
+
+namespace {
+
 constexpr int kTile = static_cast<int>(kCpuAttentionTile);
 
 }  // namespace
@@ -420,16 +473,17 @@ void fused_attention_forward(Stream& s, const AttentionLayout& L, T* o, float* l
 }
 
 template <typename T>
-void fused_attention_backward(Stream& s, const AttentionLayout& L, T* dq, T* dk, T* dv, float* delta, const T* dout,
-                              const T* q, const T* k, const T* v, const T* o, const float* lse) {
+void fused_attention_backward(Stream& s, const AttentionLayout& L, T* dq, T* dk, T* dv, float* workspace,
+                              const T* dout, const T* q, const T* k, const T* v, const T* o, const float* lse) {
   check_layout(L);
   const float scale = 1.0f / std::sqrt(static_cast<float>(L.D));
   const usize bh = static_cast<usize>(L.B * L.NH), bg = static_cast<usize>(L.B * L.NKV);
+  float* delta = workspace;
   launch(s, bh * static_cast<usize>(L.T), FusedDelta<T>{L, delta, dout, o}, 1024);
   if (s.device().kind() == DeviceKind::Cpu) {
-    launch_cpu_tasks(s, bg * tiles(L.T, kTile),
-                     FusedBackwardKV<T, kTile, kTile>{L, dk, dv, dout, q, k, v, lse, delta, scale});
-    launch_cpu_tasks(s, bh * tiles(L.T, kTile), FusedBackwardQ<T, kTile, kTile>{L, dq, dout, q, k, v, lse, delta, scale});
+    float* dqacc = workspace + L.B * L.NH * L.T;
+    launch_cpu_tasks(s, bg,
+                     FusedBackwardCpu<T, kTile, kTile>{{L, dk, dv, dout, q, k, v, lse, delta, scale}, dq, dqacc});
   } else {
     launch(s, bg * static_cast<usize>(L.T), FusedBackwardKV<T, 1, 1>{L, dk, dv, dout, q, k, v, lse, delta, scale});
     launch(s, bh * static_cast<usize>(L.T), FusedBackwardQ<T, 1, 1>{L, dq, dout, q, k, v, lse, delta, scale});

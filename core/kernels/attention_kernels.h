@@ -20,11 +20,14 @@
 //   dq_i = sum_j ds_ij k_j / sqrt(D)                    dk_j = sum_i ds_ij q_i / sqrt(D)
 // (dk and dv of a k/v head sum over the query heads of its group.)
 //
-// Work split: the forward and dq are one task per (batch, query head, query tile) that walks the
-// key tiles up to the diagonal; dk/dv are one task per (batch, k/v head, key tile) that walks the
-// group's query heads, then the query tiles from the diagonal on, in that fixed order. Every output
-// element is written by exactly one task and every sum runs in a fixed order inside it (no atomics,
-// no sums across tasks), so results are bitwise independent of the thread count and of the runs.
+// Work split: the forward is one task per (batch, query head, query tile) that walks the key tiles
+// up to the diagonal. The backward's dk/dv of a key tile walk the group's query heads, then the
+// query tiles from the diagonal on, in that fixed order. On the CPU one task per (batch, k/v head)
+// does its key tiles in order and accumulates dq on the way (f32, in the workspace); on CUDA dk/dv
+// are one thread per (batch, k/v head, key) and dq a second kernel, one thread per (batch, head,
+// query row) walking the keys in order. Every output element is written by exactly one task and
+// every sum runs in a fixed order inside it (no atomics, no sums across tasks), so results are
+// bitwise independent of the thread count and of the runs.
 // CPU stream: tiles of kCpuAttentionTile rows, k/v tiles widened to f32 once per tile and reused by
 // every query row of the task (cache blocking), tasks spread by oneTBB. CUDA stream: the same
 // functors with tiles of one row, one GPU thread per (batch, head, row) (correctness first; no
@@ -55,10 +58,14 @@ template <typename T>
 void fused_attention_forward(Stream& s, const AttentionLayout& L, T* o, float* lse, const T* q, const T* k,
                              const T* v);
 
+// f32 elements of the backward's workspace: B * NH * T * (1 + D) (do . o per query row, and on the
+// CPU the f32 dq accumulators of the one-pass backward).
+std::int64_t fused_attention_backward_workspace(const AttentionLayout& L);
+
 // dq, dk, dv (overwritten) from do, the forward's inputs, its output o and lse.
-// delta: workspace of (B, NH, T) f32 (do . o per query row).
+// workspace: fused_attention_backward_workspace(L) f32 elements of device memory.
 template <typename T>
-void fused_attention_backward(Stream& s, const AttentionLayout& L, T* dq, T* dk, T* dv, float* delta, const T* dout,
-                              const T* q, const T* k, const T* v, const T* o, const float* lse);
+void fused_attention_backward(Stream& s, const AttentionLayout& L, T* dq, T* dk, T* dv, float* workspace,
+                              const T* dout, const T* q, const T* k, const T* v, const T* o, const float* lse);
 
 }  // namespace stp

@@ -167,8 +167,8 @@ Buffers<T> run(const Problem& p) {
   h.dk = std::vector<T>(p.k.size(), from_f32<T>(77.0f));
   h.dv = std::vector<T>(p.v.size(), from_f32<T>(77.0f));
   h.lse.assign(static_cast<std::size_t>(p.c.B * p.c.NH * p.c.T), 77.0f);
-  h.delta.assign(h.lse.size(), 77.0f);
   const AttentionLayout L = p.layout();
+  h.delta.assign(static_cast<std::size_t>(fused_attention_backward_workspace(L)), 77.0f);
   fused_attention_forward<T>(*s, L, h.o.data(), h.lse.data(), h.q.data(), h.k.data(), h.v.data());
   fused_attention_backward<T>(*s, L, h.dq.data(), h.dk.data(), h.dv.data(), h.delta.data(), h.dout.data(),
                               h.q.data(), h.k.data(), h.v.data(), h.o.data(), h.lse.data());

@@ -697,7 +697,7 @@ void KernelParity::fused_attention_case() {
   auto lse_both = upload(lse_oracle);
   auto dout = upload(values<T>(kFB * kFT * kFQ, -1, 1));
   auto dqkv = upload(values<T>(kFB * kFT * kFRow, -9, 9));
-  auto delta = upload(uniform(kFB * kFNH * kFT, -9, 9));
+  auto delta = upload(uniform(static_cast<std::size_t>(stp::fused_attention_backward_workspace(L)), -9, 9));
   run([&](Stream& s, Side at) {
     const T* q = at(qkv);
     T* dq = at(dqkv);
