@@ -105,6 +105,8 @@ class Case {
     } else {
       stp::attention_forward<float>(s_, y, core, qkv_, B_, T_, H_, D_);
     }
+    s_.synchronize();
+    fwd_ms_.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     float* dqkv = alloc(B_ * T_ * 3 * W);
     float* ws = alloc(fused_ ? fused_attention_backward_workspace(layout()) : rows * T_);  // datt
     if (fused_) {
@@ -141,6 +143,9 @@ class Case {
   float* qkv_ = nullptr;
   float* dy_ = nullptr;
   std::vector<void*> owned_;
+
+ public:
+  std::vector<double> fwd_ms_;  // the forward part of each pass
 };
 
 double median(std::vector<double> v) {
@@ -163,6 +168,7 @@ void run(const Args& a) {
               "ratio");
   for (i64 T : a.seq) {
     Result r[2];  // [0] naive, [1] fused
+    std::vector<double> naive_fwd, fused_fwd;
     {
       Case naive(*devs[0], *s0, a, T, false), fused(*devs[1], *s1, a, T, true);
       naive.init(1);
@@ -173,7 +179,10 @@ void run(const Args& a) {
         r[0].ms.push_back(naive.pass(nullptr, nullptr));
         r[1].ms.push_back(fused.pass(nullptr, nullptr));
       }
+      naive_fwd.assign(naive.fwd_ms_.begin() + 1, naive.fwd_ms_.end());
+      fused_fwd.assign(fused.fwd_ms_.begin() + 1, fused.fwd_ms_.end());
     }
+    std::printf("        forward part: naive %.1f ms, fused %.1f ms (medians)\n", median(naive_fwd), median(fused_fwd));
     char cell[2][64];
     for (int k = 0; k < 2; ++k)
       std::snprintf(cell[k], sizeof cell[k], "%.1f (%.1f..%.1f)", median(r[k].ms),
