@@ -110,15 +110,19 @@ struct FusedForward {
       for (int x = 0; x < BK * BQ; ++x) st[x] = 0.0f;
       // Two keys at a time share each load of qt (register blocking); every score still sums d in order.
       i64 j2 = 0;
-      for (; j2 + 2 <= nj; j2 += 2)
+      for (; j2 + 2 <= nj; j2 += 2) {
+        float a0[BQ], a1[BQ];  // accumulators the compiler can keep in registers over d
+        for (int i = 0; i < BQ; ++i) a0[i] = a1[i] = 0.0f;
         for (i64 d = 0; d < D; ++d) {
           const float k0 = kf[j2 * D + d], k1 = kf[(j2 + 1) * D + d];
           for (int i = 0; i < BQ; ++i) {
             const float qv = qt[d * BQ + i];
-            st[j2 * BQ + i] += k0 * qv;
-            st[(j2 + 1) * BQ + i] += k1 * qv;
+            a0[i] += k0 * qv;
+            a1[i] += k1 * qv;
           }
         }
+        for (int i = 0; i < BQ; ++i) st[j2 * BQ + i] = a0[i], st[(j2 + 1) * BQ + i] = a1[i];
+      }
       for (; j2 < nj; ++j2)
         for (i64 d = 0; d < D; ++d) {
           const float kd = kf[j2 * D + d];
