@@ -28,10 +28,10 @@
 // query row) walking the keys in order. Every output element is written by exactly one task and
 // every sum runs in a fixed order inside it (no atomics, no sums across tasks), so results are
 // bitwise independent of the thread count and of the runs.
-// CPU stream: tiles of kCpuAttentionTile rows, k/v tiles widened to f32 once per tile and reused by
-// every query row of the task (cache blocking), tasks spread by oneTBB. CUDA stream: the same
-// functors with tiles of one row, one GPU thread per (batch, head, row) (correctness first; no
-// shared memory or tensor cores yet).
+// CPU stream: tiles of kCpuAttentionTile rows, widened to f32 once per tile and reused by every row
+// of the other operand (cache blocking), tasks spread by oneTBB; the task bodies are also built for
+// AVX2 + FMA and chosen at run time (attention_kernels.cpp). CUDA stream: the same functors with
+// tiles of one row (correctness first; no shared memory or tensor cores yet).
 //
 // Precision: T is float or bf16 (core/dtype.h). Loads widen exactly, every score, exponential,
 // running max/sum and accumulator is f32, and each output is rounded once on store; lse is f32.
