@@ -23,6 +23,7 @@ static const std::vector<Knob> kKnobs = {
   {"model.n_embd",           KnobType::KNOB_INT,    "128",            "", "embedding width C; divisible by model.n_head", STP_FIELD(model.n_embd)},
   {"model.vocab_size",       KnobType::KNOB_INT,    "256",            "", "token vocabulary (>= 2; >= 256 for data.format text)", STP_FIELD(model.vocab_size)},
   {"model.seq_len",          KnobType::KNOB_INT,    "128",            "", "tokens per sequence T (also the number of learned positions)", STP_FIELD(model.seq_len)},
+  {"model.attention",        KnobType::KNOB_CHOICE, "fused",          "fused|naive", "fused: tiled causal attention with an online softmax, activation memory linear in seq_len (keeps the output and one log-sum-exp per query row); naive: the (B, H, T, T) probabilities are kept, the reference. docs/model.md, Attention", STP_FIELD(model.attention)},
   {"model.init_from",        KnobType::KNOB_PATH,   "null",           "", "a .safetensors file with HF GPT-2 tensor names; null = seeded random init", STP_FIELD(model.init_from)},
   {"data.path",              KnobType::KNOB_STRING, "/usr/share/games/fortunes", "", "a token file, or a folder whose regular files are concatenated in name order", STP_FIELD(data.path)},
   {"data.format",            KnobType::KNOB_CHOICE, "text",           "text|u16|llmc", "text: bytes are tokens (vocab 256); u16: raw little-endian uint16; llmc: llm.c header + uint16", STP_FIELD(data.format)},

@@ -35,6 +35,7 @@ struct ModelConfig {
   int n_embd = 0;
   int vocab_size = 0;
   int seq_len = 0;
+  std::string attention;  // fused | naive
   std::string init_from;  // "" = null: seeded random init
 };
 

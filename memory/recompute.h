@@ -8,7 +8,8 @@ namespace stp {
 
 enum class Recompute : std::uint8_t {
   None,       // keep every record between F and B
-  Selective,  // drop the cheap-to-recompute records (attention probabilities, GELU, LayerNorm output)
+  Selective,  // drop what no GEMM with the unit's weights regenerates: LayerNorm output, attention
+              // output and core records (probabilities or log-sum-exp), GELU output
   Full,       // keep only the unit's input; re-run its forward before B
 };
 

@@ -9,6 +9,13 @@
 
 namespace stp {
 
+// How a unit computes causal attention (docs/model.md, Attention). Naive keeps the (B, H, T, T)
+// probabilities as a record (nn_kernels.h attention_forward); Fused keeps the output and one
+// log-sum-exp per query row and recomputes the probabilities in B (core/kernels/attention_kernels.h).
+// The model's default is Naive, the reference; the configuration's default (model.attention) is
+// fused.
+enum class AttentionKernel : std::uint8_t { Naive, Fused };
+
 struct GPT2Config {
   int n_layer = 2;
   int n_head = 4;
@@ -17,6 +24,7 @@ struct GPT2Config {
   int seq_len = 16;      // T of every microbatch
   int n_positions = 0;   // rows of wpe; 0 = seq_len
   DType precision = DType::F32;  // activation / GEMM type (GPT2Dims::act); master weights are f32
+  AttentionKernel attention = AttentionKernel::Naive;
   int positions() const { return n_positions > 0 ? n_positions : seq_len; }
 };
 

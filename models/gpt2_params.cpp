@@ -4,6 +4,7 @@
 #include <random>
 
 #include "base/error.h"
+#include "core/kernels/attention_kernels.h"
 #include "core/kernels/nn_kernels.h"
 #include "memory/block_arena.h"
 
@@ -83,6 +84,9 @@ void validate(const GPT2Config& c, const GPT2StageSpec& s) {
   STP_CHECK(0 <= s.layer_begin && s.layer_begin <= s.layer_end && s.layer_end <= c.n_layer, "stage layers [",
             s.layer_begin, ", ", s.layer_end, ") outside [0, ", c.n_layer, "]");
   STP_CHECK(s.micro_batch_size >= 1, "train.micro_batch_size must be positive, got ", s.micro_batch_size);
+  STP_CHECK(c.attention == AttentionKernel::Naive || c.n_embd / c.n_head <= kMaxAttentionHeadDim,
+            "model.attention: fused supports head dimensions n_embd / n_head up to ", kMaxAttentionHeadDim, ", got ",
+            c.n_embd / c.n_head, "; use model.attention: naive");
 }
 
 std::vector<ParamInfo> gpt2_param_table(const GPT2Config& c, const GPT2StageSpec& s) {

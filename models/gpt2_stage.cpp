@@ -29,6 +29,7 @@ GPT2Stage::GPT2Stage(const GPT2Config& config, const GPT2StageSpec& spec, Alloca
   dims_.tp_rank = spec.tp_rank;
   dims_.tp_size = t;
   dims_.act = config.precision;
+  dims_.attention = config.attention;
 
   units_.push_back(Unit{is_first() ? Kind::EMBED : Kind::INPUT, is_first() ? "embed" : "input", {}});
   for (int i = spec.layer_begin; i < spec.layer_end; ++i) {

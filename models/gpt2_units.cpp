@@ -5,6 +5,7 @@
 #include "models/gpt2_units.h"
 
 #include "base/error.h"
+#include "core/kernels/attention_kernels.h"
 #include "core/kernels/nn_kernels.h"
 
 namespace stp {
@@ -56,15 +57,35 @@ Tensor column_parallel_in(const GPT2Dims& d, const BranchParams& p, const Tensor
   return out;
 }
 
+// What attention keeps for B besides qkv: naive, "att" (B, H, T, T) probabilities (d.act); fused,
+// "lse" (B, H, T) f32, one log-sum-exp per query row. y (B, T, Cl) is the output of the local heads:
+// read by W (c_proj's weight gradient), and under fused by B too (the backward's do . o).
 struct AttentionOut {
-  Tensor att, y;  // (B, H, T, T) probabilities, (B, T, Cl) output of the local heads
+  Tensor core, y;
 };
+
+bool fused(const GPT2Dims& d) { return d.attention == AttentionKernel::Fused; }
+
+// The local heads in GPT-2's packed qkv rows [q | k | v] (core/kernels/attention_kernels.h, Layout).
+AttentionLayout attention_layout(const GPT2Dims& d) { return {d.B, d.T, d.H, d.H, d.D, 3 * d.Cl, 3 * d.Cl, d.Cl}; }
 
 template <typename A>
 AttentionOut attention_step(const GPT2Dims& d, const Tensor& qkv /*(B, T, 3Cl)*/, CallScope& cs) {
+  if (fused(d)) {
+    AttentionOut r{cs.keep({d.B, d.H, d.T}), cs.keep({d.B, d.T, d.Cl}, d.act)};
+    const A* q = qkv.as<A>();
+    fused_attention_forward<A>(cs.stream(), attention_layout(d), r.y.as<A>(), r.core.f32(), q, q + d.Cl,
+                               q + 2 * d.Cl);
+    return r;
+  }
   AttentionOut r{cs.keep({d.B, d.H, d.T, d.T}, d.act), cs.keep({d.B, d.T, d.Cl}, d.act)};
-  attention_forward(cs.stream(), r.y.as<A>(), r.att.as<A>(), qkv.as<A>(), d.B, d.T, d.H, d.D);
+  attention_forward(cs.stream(), r.y.as<A>(), r.core.as<A>(), qkv.as<A>(), d.B, d.T, d.H, d.D);
   return r;
+}
+
+void save_attention_records(const GPT2Dims& d, AttentionOut& a, RecordSet& rec) {
+  rec.save(fused(d) ? "lse" : "att", a.core, RecordReader::B);
+  rec.save("y", a.y, fused(d) ? RecordReader::BW : RecordReader::W);
 }
 
 template <typename A>
@@ -158,8 +179,7 @@ Tensor attn_forward_t(const GPT2Dims& d, const BranchParams& p, const Tensor& x,
   Tensor out = row_parallel_out<A>(d, p, a.y, d.Cl, x, cs);
   rec.save("ln.out", ln, kW);
   rec.save("qkv", qkv, kB);
-  rec.save("att", a.att, kB);
-  rec.save("y", a.y, kW);
+  save_attention_records(d, a, rec);
   return out;
 }
 
@@ -174,12 +194,26 @@ Tensor attn_backward_input_t(const GPT2Dims& d, const BranchParams& p, const Ten
   Tensor dyatt = cs.tmp({d.B, d.T, d.Cl}, d.act);
   linear_backward_input<A, A>(s, dyatt.as<A>(), dy.as<A>(), weight<A>(p.out_w), N, d.Cl, d.C);
   // 2. Attention backward: gradient w.r.t. q, k, v.
-  Tensor qkv = rec.take("qkv"), att = rec.take("att");
-  Tensor dqkv = cs.keep({d.B, d.T, 3 * d.Cl}, d.act);
-  Tensor datt = cs.tmp({d.B, d.H, d.T, d.T}, d.act);
-  attention_backward(s, dqkv.as<A>(), datt.as<A>(), dyatt.as<A>(), qkv.as<A>(), att.as<A>(), d.B, d.T, d.H, d.D);
-  cs.release(qkv);
-  cs.release(att);
+  Tensor dqkv;
+  if (fused(d)) {  // recomputes the probabilities tile by tile from qkv, y and the log-sum-exp
+    Tensor qkv = rec.take("qkv"), lse = rec.take("lse");
+    const Tensor& y = rec.get("y");  // W still reads it
+    dqkv = cs.keep({d.B, d.T, 3 * d.Cl}, d.act);
+    Tensor ws = cs.tmp({fused_attention_backward_workspace(attention_layout(d))});
+    const A* q = qkv.as<A>();
+    A* dq = dqkv.as<A>();
+    fused_attention_backward<A>(s, attention_layout(d), dq, dq + d.Cl, dq + 2 * d.Cl, ws.f32(), dyatt.as<A>(), q,
+                                q + d.Cl, q + 2 * d.Cl, y.as<A>(), lse.f32());
+    cs.release(qkv);
+    cs.release(lse);
+  } else {
+    Tensor qkv = rec.take("qkv"), att = rec.take("att");
+    dqkv = cs.keep({d.B, d.T, 3 * d.Cl}, d.act);
+    Tensor datt = cs.tmp({d.B, d.H, d.T, d.T}, d.act);
+    attention_backward(s, dqkv.as<A>(), datt.as<A>(), dyatt.as<A>(), qkv.as<A>(), att.as<A>(), d.B, d.T, d.H, d.D);
+    cs.release(qkv);
+    cs.release(att);
+  }
   // 3. c_attn^T: this rank's partial gradient w.r.t. the LN1 output (all-reduced by the caller).
   Tensor g_part = cs.keep({d.B, d.T, d.C});
   linear_backward_input<A, float>(s, g_part.f32(), dqkv.as<A>(), weight<A>(p.in_w), N, d.C, 3 * d.Cl);
@@ -236,8 +270,7 @@ void attn_recompute_t(const GPT2Dims& d, const BranchParams& p, Recompute r, Rec
   if (r == Recompute::Full) rec.save("qkv", column_parallel_in<A>(d, p, ln, 3 * d.Cl, cs), kB);
   // 3. The attention probabilities and output.
   AttentionOut a = attention_step<A>(d, rec.get("qkv"), cs);
-  rec.save("att", a.att, kB);
-  rec.save("y", a.y, kW);
+  save_attention_records(d, a, rec);
 }
 
 template <typename A>
@@ -387,12 +420,15 @@ void head_backward_weight(const GPT2Dims& d, ParamInfo& wte, RecordSet& rec, Cal
 std::vector<RecomputedRecord> attn_recomputed_records(const GPT2Dims& d, Recompute r) {
   const i64 N = d.N();
   const DType a = d.act, f = DType::F32;  // LayerNorm statistics are f32 at every precision
+  // The attention core's record: the probabilities (naive) or the f32 log-sum-exp per query row (fused).
+  const RecomputedRecord core = fused(d) ? RecomputedRecord{"lse", d.B * d.H * d.T, f}
+                                         : RecomputedRecord{"att", d.B * d.H * d.T * d.T, a};
   switch (r) {
     case Recompute::None: return {};
-    case Recompute::Selective: return {{"ln.out", N * d.C, a}, {"att", d.B * d.H * d.T * d.T, a}, {"y", N * d.Cl, a}};
+    case Recompute::Selective: return {{"ln.out", N * d.C, a}, core, {"y", N * d.Cl, a}};
     case Recompute::Full:
-      return {{"ln.mean", N, f}, {"ln.rstd", N, f}, {"ln.out", N * d.C, a}, {"qkv", N * 3 * d.Cl, a},
-              {"att", d.B * d.H * d.T * d.T, a}, {"y", N * d.Cl, a}};
+      return {{"ln.mean", N, f}, {"ln.rstd", N, f}, {"ln.out", N * d.C, a}, {"qkv", N * 3 * d.Cl, a}, core,
+              {"y", N * d.Cl, a}};
   }
   STP_UNREACHABLE("bad Recompute");
 }
@@ -438,7 +474,9 @@ struct BranchFlops {
 double attn_recompute_cost(const GPT2Dims& d, Recompute r) {
   const double N = static_cast<double>(d.N()), C = static_cast<double>(d.C), Cl = static_cast<double>(d.Cl);
   const double B = static_cast<double>(d.B), T = static_cast<double>(d.T), H = static_cast<double>(d.H);
-  return BranchFlops{8 * N * C, 2 * N * C * 3 * Cl, 4 * B * T * T * Cl + 5 * B * H * T * T, 2 * N * Cl * C}.cost(r);
+  // Fused attention skips the masked half of the scores: half the dense core.
+  const double core = (4 * B * T * T * Cl + 5 * B * H * T * T) * (fused(d) ? 0.5 : 1.0);
+  return BranchFlops{8 * N * C, 2 * N * C * 3 * Cl, core, 2 * N * Cl * C}.cost(r);
 }
 
 double mlp_recompute_cost(const GPT2Dims& d, Recompute r) {

@@ -36,6 +36,7 @@
 #include "core/device.h"
 #include "core/tensor.h"
 #include "memory/activation.h"
+#include "models/gpt2_config.h"
 #include "models/stage.h"
 
 namespace stp {
@@ -50,6 +51,7 @@ struct GPT2Dims {
   std::int64_t B = 0, T = 0, C = 0, V = 0, H = 0, D = 0, Cl = 0, Fl = 0;
   int tp_rank = 0, tp_size = 1;
   DType act = DType::F32;
+  AttentionKernel attention = AttentionKernel::Naive;  // what the attention records are (docs/model.md, Attention)
   std::int64_t N() const { return B * T; }
 };
 
@@ -106,6 +108,7 @@ Tensor layernorm_finalize(const GPT2Dims& d, const LayerNormParams& p, const Ten
 // Policies are described in models/stage.h. Per policy, the records F keeps are:
 //   attn  Selective: ln.x, ln.mean, ln.rstd, qkv      (drops ln.out, att, y)
 //         Full:      ln.x                             (drops ln.mean, ln.rstd, ln.out, qkv, att, y)
+//         (fused attention: "lse" in place of "att"; Selective then re-runs the fused forward)
 //   mlp   Selective: ln.x, ln.mean, ln.rstd, h        (drops ln.out, gelu)
 //         Full:      ln.x                             (drops ln.mean, ln.rstd, ln.out, h, gelu)
 struct RecomputedRecord {

@@ -77,8 +77,9 @@ namespace stp {
 // Recompute (memory/recompute.h, shared with the planner) is a unit's policy; what it means here:
 //   None       keep every record.
 //   Selective  drop the records that are cheap to regenerate from kept ones (no GEMM with the
-//              unit's weights is re-run): the LayerNorm output, and the attention probabilities
-//              and output (attention) or the GELU output (MLP).
+//              unit's weights is re-run): the LayerNorm output, and the attention core's records
+//              and output (attention: the probabilities with naive attention, the log-sum-exp with
+//              fused attention) or the GELU output (MLP).
 //   Full       keep only the unit input (the checkpoint); re-run the unit's forward up to its
 //              row-parallel GEMM (whose output is not a record, so it is not re-run).
 // Only attention and MLP units support a policy other than None.

@@ -39,7 +39,9 @@ double unit_flops(const Config& c, const std::string& name) {
   const double B = c.train.micro_batch_size, T = c.model.seq_len, C = c.model.n_embd, V = c.model.vocab_size;
   const double tp = c.parallel.tp, N = B * T;
   auto ends_with = [&](const char* s) { return name.size() >= std::string(s).size() && name.compare(name.size() - std::string(s).size(), std::string::npos, s) == 0; };
-  if (ends_with(".attn")) return 2 * N * C * 3 * C / tp + 4 * B * T * T * C / tp + 2 * N * C * C / tp;
+  // The attention core: dense T x T with the naive kernel's GEMMs; the fused kernel skips the masked half.
+  const double core = (c.model.attention == "naive" ? 4 : 2) * B * T * T * C / tp;
+  if (ends_with(".attn")) return 2 * N * C * 3 * C / tp + core + 2 * N * C * C / tp;
   if (ends_with(".mlp")) return 2 * 2 * N * C * 4 * C / tp;
   if (name == "head") return 2 * N * C * V;
   return N * C;  // embed / input: elementwise

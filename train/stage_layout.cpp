@@ -10,6 +10,7 @@ GPT2Config gpt2_config_of(const Config& config) {
   m.vocab_size = config.model.vocab_size;
   m.seq_len = config.model.seq_len;
   m.precision = config.train.precision == "bf16" ? DType::BF16 : DType::F32;
+  m.attention = config.model.attention == "naive" ? AttentionKernel::Naive : AttentionKernel::Fused;
   return m;
 }
 

@@ -123,7 +123,7 @@ TEST(Config, RegistryCoversEveryFieldOnceAndDefaultsAreValid) {
     EXPECT_NE(std::string(k.doc), "") << k.key;
     EXPECT_EQ(find_knob(k.key), &k);
   }
-  EXPECT_EQ(keys.size(), 44u);  // 36 keys of docs/design.md's example + precision, link_bandwidth, tp_link_bandwidth,
+  EXPECT_EQ(keys.size(), 45u);  // 36 keys of docs/design.md's example + precision, link_bandwidth, tp_link_bandwidth,
                                 // cpu_threads, copy_engine_cpus, dp_bucket, ... (update on purpose)
   EXPECT_NO_THROW(validate_config(default_config()));
 }

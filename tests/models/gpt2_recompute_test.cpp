@@ -37,8 +37,9 @@ struct RunResult {
   std::vector<std::vector<std::size_t>> held_after_f;  // [rank][unit] record bytes after F(mb 0)
 };
 
-TpStage make_stage(Layout layout, int tp) {
+TpStage make_stage(Layout layout, int tp, AttentionKernel attention = AttentionKernel::Naive) {
   GPT2Config cfg = reference_config();
+  cfg.attention = attention;
   return TpStage(cfg, GPT2StageSpec{layout == Layout::Whole ? 0 : 1, cfg.n_layer, 0, 1, 1}, tp);
 }
 
@@ -59,8 +60,9 @@ void forward_all(TpStage& ts, int mb) {
   for (int u = 0; u < ts.num_units(); ++u) ts.forward(u, mb);
 }
 
-RunResult run(Layout layout, int tp, Recompute policy, Order order) {
-  TpStage ts = make_stage(layout, tp);
+RunResult run(Layout layout, int tp, Recompute policy, Order order,
+              AttentionKernel attention = AttentionKernel::Naive) {
+  TpStage ts = make_stage(layout, tp, attention);
   ts.load_reference_params();
   ts.zero_grads();
   ts.set_loss_scale(0.5f);
@@ -129,19 +131,19 @@ RunResult run(Layout layout, int tp, Recompute policy, Order order) {
   return out;
 }
 
-TEST(GPT2Recompute, BitwiseEqualToNoneAndHoldsExactlyTheSavingLess) {
+void expect_bitwise_equal_to_none(AttentionKernel attention) {
   for (Layout layout : {Layout::Whole, Layout::Tail}) {
     for (int tp : {1, 2}) {
       for (Order order : {Order::Fused, Order::Deferred}) {
-        const RunResult none = run(layout, tp, Recompute::None, order);
+        const RunResult none = run(layout, tp, Recompute::None, order, attention);
         EXPECT_EQ(none.losses.size(), 2u);
         EXPECT_EQ(none.grad_inputs.size(), layout == Layout::Tail ? 2u * static_cast<std::size_t>(tp) : 0u);
-        TpStage probe = make_stage(layout, tp);
+        TpStage probe = make_stage(layout, tp, attention);
         for (Recompute policy : {Recompute::Selective, Recompute::Full}) {
           const std::string what = std::string(to_string(policy)) + " tp=" + std::to_string(tp) +
                                    (layout == Layout::Whole ? " whole" : " tail") +
                                    (order == Order::Fused ? " fused" : " deferred");
-          const RunResult rc = run(layout, tp, policy, order);
+          const RunResult rc = run(layout, tp, policy, order, attention);
           for (std::size_t i = 0; i < none.losses.size(); ++i)
             EXPECT_TRUE(bitwise_equal(rc.losses[i], none.losses[i])) << what << " loss " << i;
           for (std::size_t i = 0; i < none.grad_inputs.size(); ++i)
@@ -165,6 +167,14 @@ TEST(GPT2Recompute, BitwiseEqualToNoneAndHoldsExactlyTheSavingLess) {
       }
     }
   }
+}
+
+TEST(GPT2Recompute, BitwiseEqualToNoneAndHoldsExactlyTheSavingLess) { expect_bitwise_equal_to_none(AttentionKernel::Naive); }
+
+// The same with fused attention, whose Selective drops ln.out, the log-sum-exp and y and re-runs
+// LayerNorm and the fused forward (docs/model.md, Recompute).
+TEST(GPT2Recompute, FusedAttentionBitwiseEqualToNoneAndHoldsExactlyTheSavingLess) {
+  expect_bitwise_equal_to_none(AttentionKernel::Fused);
 }
 
 TEST(GPT2Recompute, FullKeepsOnlyTheUnitInputAndBRestoresTheRecords) {

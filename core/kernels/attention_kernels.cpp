@@ -1,0 +1,506 @@
+// Fused causal attention (contract in attention_kernels.h). The functors are templates on the tile
+// sizes: the CPU launch uses kCpuAttentionTile rows per tile, the CUDA launch one row per thread;
+// the arithmetic of one (query row, key) pair is the same code in both.
+#include "core/kernels/attention_kernels.h"
+
+#include <cmath>
+
+#include "base/error.h"
+#include "core/launch.h"
+
+namespace stp {
+namespace {
+
+using i64 = std::int64_t;
+using usize = std::size_t;
+constexpr i64 kMaxD = kMaxAttentionHeadDim;
+
+// A score below every real one: the running max before the first key. Finite, so exp(m_old -
+// m_new) is 0 rather than NaN.
+constexpr float kNoScore = -3.0e38f;
+
+STP_HD inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
+
+// exp(x) for x <= 0 (every exponent here is a score minus a running max or a log-sum-exp), as
+// straight-line arithmetic the compiler vectorises (a libm expf call is one element at a time):
+// x = n ln2 + r with ln2 split in two (Cody-Waite, exact products for |n| < 2^8), a degree-6
+// polynomial for exp(r) on |r| <= ln2 / 2 (the Cephes expf coefficients: relative error below
+// 2^-23), and 2^n put into the exponent bits. Below -87, where exp(x) < 2^-125, it returns
+// exp(-87) ~ 1.6e-38 instead of a denormal: 0 to f32 working precision against any real weight.
+STP_HD inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float fx = x * 1.44269504088896341f;  // x / ln 2
+  int n = static_cast<int>(fx);                 // truncates towards zero: floor for x <= 0 ...
+  n -= static_cast<float>(n) > fx ? 1 : 0;      // ... once the non-integers below are moved down
+  n += fx - static_cast<float>(n) > 0.5f ? 1 : 0;  // round to nearest: |r| <= ln2 / 2
+  const float nf = static_cast<float>(n);
+  const float r = (x - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * r * r + r + 1.0f;
+  return y * bits_float(static_cast<std::uint32_t>(n + 127) << 23);
+}
+
+// Tiles live in f32 arrays of the task, some transposed ([d][row]) so that every inner loop runs
+// over a tile dimension (BQ or BK, compile-time constants): contiguous, independent elements the
+// compiler vectorises, while each element's sum still runs over d, keys or query rows in one fixed
+// order. Rows past the end of a ragged tile are zero and masked out.
+
+// dst[r][d] = src row r0 + r (row stride ld), r < nr; rows nr .. R are zero.
+template <int R, typename T>
+STP_HD inline void load_rows(float* dst, const T* src, i64 ld, i64 r0, i64 nr, i64 D) {
+  for (i64 r = 0; r < R; ++r)
+    for (i64 d = 0; d < D; ++d) dst[r * D + d] = r < nr ? to_f32(src[(r0 + r) * ld + d]) : 0.0f;
+}
+
+// dst[d][r] (transposed, R columns) = src row r0 + r; columns nr .. R are zero.
+template <int R, typename T>
+STP_HD inline void load_cols(float* dst, const T* src, i64 ld, i64 r0, i64 nr, i64 D) {
+  for (i64 r = 0; r < R; ++r)
+    for (i64 d = 0; d < D; ++d) dst[d * R + r] = r < nr ? to_f32(src[(r0 + r) * ld + d]) : 0.0f;
+}
+
+// Rows of the row-major k tile FusedBackwardKV keeps for the one-pass dq (CPU tiles only; the
+// one-row GPU instantiation never accumulates dq there and keeps one dummy row).
+constexpr int dq_rows(int bk) { return bk > 1 ? bk : 1; }
+
+// Element offsets of row 0 of (batch b, query head h), of its k/v head, and of its output head.
+struct HeadPtrs {
+  i64 q, kv, o;
+};
+STP_HD inline HeadPtrs head_offsets(const AttentionLayout& L, i64 b, i64 h) {
+  const i64 g = h / (L.NH / L.NKV);
+  return {b * L.T * L.ldq + h * L.D, b * L.T * L.ldkv + g * L.D, b * L.T * L.ldo + h * L.D};
+}
+
+// ---- Forward: one task per (b, h, query tile) ----------------------------------------------------
+// Per key tile: scores st[j][i] = (k_j . q_i) * scale (sum over d in order), masked; the running
+// max m and sum l per row are rescaled by exp(m_old - m_new), and so is the accumulator ot[d][i]
+// before the tile's p_ij v_j are added in key order.
+
+template <typename T, int BQ, int BK>
+struct FusedForward {
+  AttentionLayout L;
+  T* o;
+  float* lse;
+  const T* q;
+  const T* k;
+  const T* v;
+  float scale;
+  STP_HD void operator()(usize task) const {
+    const i64 D = L.D, nqt = (L.T + BQ - 1) / BQ;
+    const i64 qt_index = static_cast<i64>(task) % nqt, bh = static_cast<i64>(task) / nqt;
+    const i64 h = bh % L.NH, b = bh / L.NH;
+    const HeadPtrs P = head_offsets(L, b, h);
+    const i64 i0 = qt_index * BQ, ni = min_i64(BQ, L.T - i0);
+    float qt[kMaxD * BQ], ot[kMaxD * BQ], st[BK * BQ], kf[BK * kMaxD], vf[BK * kMaxD];
+    float m[BQ], l[BQ], alpha[BQ], mt[BQ];
+    load_cols<BQ>(qt, q + P.q, L.ldq, i0, ni, D);
+    for (i64 x = 0; x < D * BQ; ++x) ot[x] = 0.0f;
+    for (int i = 0; i < BQ; ++i) m[i] = kNoScore, l[i] = 0.0f;
+    const i64 last_key = i0 + ni - 1;  // causal: no key after the tile's last query row
+    for (i64 j0 = 0; j0 <= last_key; j0 += BK) {
+      const i64 nj = min_i64(BK, last_key + 1 - j0);
+      load_rows<BK>(kf, k + P.kv, L.ldkv, j0, nj, D);
+      load_rows<BK>(vf, v + P.kv, L.ldkv, j0, nj, D);
+      for (int x = 0; x < BK * BQ; ++x) st[x] = 0.0f;
+      // Two keys at a time share each load of qt (register blocking); every score still sums d in order.
+      i64 j2 = 0;
+      for (; j2 + 2 <= nj; j2 += 2) {
+        float a0[BQ], a1[BQ];  // accumulators the compiler can keep in registers over d
+        for (int i = 0; i < BQ; ++i) a0[i] = a1[i] = 0.0f;
+        for (i64 d = 0; d < D; ++d) {
+          const float k0 = kf[j2 * D + d], k1 = kf[(j2 + 1) * D + d];
+          for (int i = 0; i < BQ; ++i) {
+            const float qv = qt[d * BQ + i];
+            a0[i] += k0 * qv;
+            a1[i] += k1 * qv;
+          }
+        }
+        for (int i = 0; i < BQ; ++i) st[j2 * BQ + i] = a0[i], st[(j2 + 1) * BQ + i] = a1[i];
+      }
+      for (; j2 < nj; ++j2)
+        for (i64 d = 0; d < D; ++d) {
+          const float kd = kf[j2 * D + d];
+          for (int i = 0; i < BQ; ++i) st[j2 * BQ + i] += kd * qt[d * BQ + i];
+        }
+      for (int i = 0; i < BQ; ++i) mt[i] = kNoScore;
+      for (i64 j = 0; j < BK; ++j)
+        for (int i = 0; i < BQ; ++i) {
+          const bool valid = j < nj && i < ni && j0 + j <= i0 + i;
+          const float sc = valid ? st[j * BQ + i] * scale : kNoScore;
+          st[j * BQ + i] = sc;
+          mt[i] = sc > mt[i] ? sc : mt[i];
+        }
+      for (int i = 0; i < BQ; ++i) {
+        const float m_new = mt[i] > m[i] ? mt[i] : m[i];
+        alpha[i] = exp_nonpositive(m[i] - m_new);
+        m[i] = m_new;
+        l[i] *= alpha[i];
+      }
+      for (i64 j = 0; j < BK; ++j)
+        for (int i = 0; i < BQ; ++i) {
+          const float sc = st[j * BQ + i];
+          const float e = exp_nonpositive(sc - m[i]);
+          const float p = sc == kNoScore ? 0.0f : e;
+          st[j * BQ + i] = p;
+          l[i] += p;
+        }
+      for (i64 d = 0; d < D; ++d)
+        for (int i = 0; i < BQ; ++i) ot[d * BQ + i] *= alpha[i];
+      // d outer, keys inner: rows of ot stay in registers (two at a time, sharing the loads of st);
+      // each element still adds keys in order.
+      i64 d2 = 0;
+      for (; d2 + 2 <= D; d2 += 2)
+        for (i64 j = 0; j < nj; ++j) {
+          const float v0 = vf[j * D + d2], v1 = vf[j * D + d2 + 1];
+          for (int i = 0; i < BQ; ++i) {
+            const float pv = st[j * BQ + i];
+            ot[d2 * BQ + i] += pv * v0;
+            ot[(d2 + 1) * BQ + i] += pv * v1;
+          }
+        }
+      for (; d2 < D; ++d2)
+        for (i64 j = 0; j < nj; ++j) {
+          const float vd = vf[j * D + d2];
+          for (int i = 0; i < BQ; ++i) ot[d2 * BQ + i] += st[j * BQ + i] * vd;
+        }
+    }
+    for (i64 i = 0; i < ni; ++i) {
+      const float inv = 1.0f / l[i];
+      T* orow = o + P.o + (i0 + i) * L.ldo;
+      for (i64 d = 0; d < D; ++d) orow[d] = from_f32<T>(ot[d * BQ + i] * inv);
+      lse[bh * L.T + i0 + i] = m[i] + logf(l[i]);
+    }
+  }
+};
+
+// ---- Backward ---------------------------------------------------------------------------------------
+
+// delta[(b, h, t)] = do . o of one query row (both as stored).
+template <typename T>
+struct FusedDelta {
+  AttentionLayout L;
+  float* delta;
+  const T* dout;
+  const T* o;
+  STP_HD void operator()(usize r) const {
+    const i64 t = static_cast<i64>(r) % L.T, bh = static_cast<i64>(r) / L.T;
+    const i64 h = bh % L.NH, b = bh / L.NH;
+    const i64 off = (b * L.T + t) * L.ldo + h * L.D;
+    float acc = 0.0f;
+    for (i64 d = 0; d < L.D; ++d) acc += to_f32(dout[off + d]) * to_f32(o[off + d]);
+    delta[r] = acc;
+  }
+};
+
+// dk, dv of one (b, k/v head g, key tile): the group's query heads in order, each over its query
+// tiles from the diagonal on, in order, each tile's rows in order. Per query tile: scores and
+// dp_ij = do_i . v_j (sums over d in order), p = exp(s - lse), ds = p (dp - delta), then
+// dvt[d][j] += p_ij do_i and dkt[d][j] += ds_ij q_i row by row.
+template <typename T, int BQ, int BK>
+struct FusedBackwardKV {
+  AttentionLayout L;
+  T* dk;
+  T* dv;
+  const T* dout;
+  const T* q;
+  const T* k;
+  const T* v;
+  const float* lse;
+  const float* delta;
+  float scale;
+  STP_HD void operator()(usize task) const {
+    const i64 nkt = (L.T + BK - 1) / BK;
+    const i64 bg = static_cast<i64>(task) / nkt;
+    key_tile(bg / L.NKV, bg % L.NKV, static_cast<i64>(task) % nkt, nullptr);
+  }
+  // One key tile of (b, g). With dqacc (f32, row (b*NH + h)*T + t of D), also adds
+  // ds_ij k_j to each query row's dq accumulator, keys in order (FusedBackwardCpu).
+  STP_HD void key_tile(i64 b, i64 g, i64 kt_index, float* dqacc) const {
+    const i64 D = L.D, rep = L.NH / L.NKV;
+    const i64 j0 = kt_index * BK, nj = min_i64(BK, L.T - j0);
+    float kt[kMaxD * BK], vt[kMaxD * BK], dkt[kMaxD * BK], dvt[kMaxD * BK], kf[dq_rows(BK) * kMaxD];
+    float qf[BQ * kMaxD], dof[BQ * kMaxD], p[BQ * BK], ds[BQ * BK];
+    const i64 kv_off = b * L.T * L.ldkv + g * L.D;
+    load_cols<BK>(kt, k + kv_off, L.ldkv, j0, nj, D);
+    load_cols<BK>(vt, v + kv_off, L.ldkv, j0, nj, D);
+    if (dqacc) load_rows<dq_rows(BK)>(kf, k + kv_off, L.ldkv, j0, nj, D);
+    for (i64 x = 0; x < D * BK; ++x) dkt[x] = dvt[x] = 0.0f;
+    for (i64 hh = 0; hh < rep; ++hh) {
+      const i64 h = g * rep + hh, bh = b * L.NH + h;
+      const HeadPtrs P = head_offsets(L, b, h);
+      for (i64 i0 = (j0 / BQ) * BQ; i0 < L.T; i0 += BQ) {
+        const i64 ni = min_i64(BQ, L.T - i0);
+        load_rows<BQ>(qf, q + P.q, L.ldq, i0, ni, D);
+        load_rows<BQ>(dof, dout + P.o, L.ldo, i0, ni, D);
+        for (int x = 0; x < BQ * BK; ++x) p[x] = ds[x] = 0.0f;
+        // Scores, then do . v, two rows at a time sharing each load of kt / vt; sums over d in order.
+        i64 i2 = 0;
+        for (; i2 + 2 <= ni; i2 += 2) {
+          for (i64 d = 0; d < D; ++d) {
+            const float q0 = qf[i2 * D + d], q1 = qf[(i2 + 1) * D + d];
+            for (int j = 0; j < BK; ++j) {
+              const float kv = kt[d * BK + j];
+              p[i2 * BK + j] += q0 * kv;
+              p[(i2 + 1) * BK + j] += q1 * kv;
+            }
+          }
+          for (i64 d = 0; d < D; ++d) {
+            const float o0 = dof[i2 * D + d], o1 = dof[(i2 + 1) * D + d];
+            for (int j = 0; j < BK; ++j) {
+              const float vv = vt[d * BK + j];
+              ds[i2 * BK + j] += o0 * vv;
+              ds[(i2 + 1) * BK + j] += o1 * vv;
+            }
+          }
+        }
+        for (; i2 < ni; ++i2)
+          for (i64 d = 0; d < D; ++d) {
+            const float qd = qf[i2 * D + d], od = dof[i2 * D + d];
+            for (int j = 0; j < BK; ++j) {
+              p[i2 * BK + j] += qd * kt[d * BK + j];
+              ds[i2 * BK + j] += od * vt[d * BK + j];
+            }
+          }
+        for (i64 i = 0; i < ni; ++i) {
+          const float z = lse[bh * L.T + i0 + i], dl = delta[bh * L.T + i0 + i];
+          for (int j = 0; j < BK; ++j) {
+            const bool valid = j < nj && j0 + j <= i0 + i;
+            const float e = exp_nonpositive(p[i * BK + j] * scale - z);
+            const float pij = valid ? e : 0.0f;
+            p[i * BK + j] = pij;
+            ds[i * BK + j] = pij * (ds[i * BK + j] - dl);
+          }
+        }
+        // d outer, rows inner: rows of dvt and dkt stay in registers; rows still add in order.
+        for (i64 d = 0; d < D; ++d)
+          for (i64 i = 0; i < ni; ++i) {
+            const float qd = qf[i * D + d], od = dof[i * D + d];
+            for (int j = 0; j < BK; ++j) {
+              dvt[d * BK + j] += p[i * BK + j] * od;
+              dkt[d * BK + j] += ds[i * BK + j] * qd;
+            }
+          }
+        if (dqacc) {
+          for (i64 i = 0; i < ni; ++i) {
+            float* row = dqacc + (bh * L.T + i0 + i) * D;
+            for (i64 j = 0; j < nj; ++j) {
+              const float g_ij = ds[i * BK + j];
+              for (i64 d = 0; d < D; ++d) row[d] += g_ij * kf[j * D + d];
+            }
+          }
+        }
+      }
+    }
+    for (i64 j = 0; j < nj; ++j) {
+      T* dkrow = dk + kv_off + (j0 + j) * L.ldkv;
+      T* dvrow = dv + kv_off + (j0 + j) * L.ldkv;
+      for (i64 d = 0; d < D; ++d) {
+        dkrow[d] = from_f32<T>(dkt[d * BK + j] * scale);
+        dvrow[d] = from_f32<T>(dvt[d * BK + j]);
+      }
+    }
+  }
+};
+
+// CPU backward in one pass: one task per (b, k/v head g) walks its key tiles in order
+// (FusedBackwardKV::key_tile, which writes that tile's dk and dv) and accumulates every query row's
+// dq in f32 in `dqacc`, owned by the task (the group's heads, all rows); each dq element adds its
+// keys in order (key tiles ascending, keys ascending). Saves recomputing the scores and do . v a
+// second time for dq, at the price of B * NKV tasks instead of one per key tile.
+template <typename T, int BQ, int BK>
+struct FusedBackwardCpu {
+  FusedBackwardKV<T, BQ, BK> kv;
+  T* dq;
+  float* dqacc;
+  STP_HD void operator()(usize task) const {
+    const AttentionLayout& L = kv.L;
+    const i64 b = static_cast<i64>(task) / L.NKV, g = static_cast<i64>(task) % L.NKV, rep = L.NH / L.NKV;
+    const i64 h0 = g * rep, rows = rep * L.T * L.D;
+    float* acc = dqacc + (b * L.NH + h0) * L.T * L.D;  // the group's heads are adjacent
+    for (i64 x = 0; x < rows; ++x) acc[x] = 0.0f;
+    for (i64 kt = 0; kt * BK < L.T; ++kt) kv.key_tile(b, g, kt, dqacc);
+    for (i64 hh = 0; hh < rep; ++hh) {
+      const HeadPtrs P = head_offsets(L, b, h0 + hh);
+      for (i64 t = 0; t < L.T; ++t) {
+        const float* a = acc + (hh * L.T + t) * L.D;
+        T* row = dq + P.q + t * L.ldq;
+        for (i64 d = 0; d < L.D; ++d) row[d] = from_f32<T>(a[d] * kv.scale);
+      }
+    }
+  }
+};
+
+// dq of one (b, h, query tile): the key tiles up to the diagonal in order, each tile's keys in
+// order: dqt[d][i] += ds_ij k_j (scores and dp recomputed as in FusedBackwardKV).
+template <typename T, int BQ, int BK>
+struct FusedBackwardQ {
+  AttentionLayout L;
+  T* dq;
+  const T* dout;
+  const T* q;
+  const T* k;
+  const T* v;
+  const float* lse;
+  const float* delta;
+  float scale;
+  STP_HD void operator()(usize task) const {
+    const i64 D = L.D, nqt = (L.T + BQ - 1) / BQ;
+    const i64 qt_index = static_cast<i64>(task) % nqt, bh = static_cast<i64>(task) / nqt;
+    const i64 h = bh % L.NH, b = bh / L.NH;
+    const HeadPtrs P = head_offsets(L, b, h);
+    const i64 i0 = qt_index * BQ, ni = min_i64(BQ, L.T - i0);
+    float qt[kMaxD * BQ], dot[kMaxD * BQ], dqt[kMaxD * BQ], kf[BK * kMaxD], vf[BK * kMaxD];
+    float pt[BK * BQ], dst[BK * BQ], z[BQ], dl[BQ];
+    load_cols<BQ>(qt, q + P.q, L.ldq, i0, ni, D);
+    load_cols<BQ>(dot, dout + P.o, L.ldo, i0, ni, D);
+    for (i64 x = 0; x < D * BQ; ++x) dqt[x] = 0.0f;
+    for (int i = 0; i < BQ; ++i) {
+      z[i] = i < ni ? lse[bh * L.T + i0 + i] : 0.0f;
+      dl[i] = i < ni ? delta[bh * L.T + i0 + i] : 0.0f;
+    }
+    const i64 last_key = i0 + ni - 1;
+    for (i64 j0 = 0; j0 <= last_key; j0 += BK) {
+      const i64 nj = min_i64(BK, last_key + 1 - j0);
+      load_rows<BK>(kf, k + P.kv, L.ldkv, j0, nj, D);
+      load_rows<BK>(vf, v + P.kv, L.ldkv, j0, nj, D);
+      for (int x = 0; x < BK * BQ; ++x) pt[x] = dst[x] = 0.0f;
+      for (i64 j = 0; j < nj; ++j)
+        for (i64 d = 0; d < D; ++d) {
+          const float kd = kf[j * D + d], vd = vf[j * D + d];
+          for (int i = 0; i < BQ; ++i) {
+            pt[j * BQ + i] += kd * qt[d * BQ + i];
+            dst[j * BQ + i] += vd * dot[d * BQ + i];
+          }
+        }
+      for (i64 j = 0; j < nj; ++j)
+        for (int i = 0; i < BQ; ++i) {
+          const bool valid = i < ni && j0 + j <= i0 + i;
+          const float e = exp_nonpositive(pt[j * BQ + i] * scale - z[i]);
+          const float pij = valid ? e : 0.0f;
+          dst[j * BQ + i] = pij * (dst[j * BQ + i] - dl[i]);
+        }
+      // d outer, two rows of dqt in registers sharing the loads of dst; keys in order.
+      i64 d2 = 0;
+      for (; d2 + 2 <= D; d2 += 2)
+        for (i64 j = 0; j < nj; ++j) {
+          const float k0 = kf[j * D + d2], k1 = kf[j * D + d2 + 1];
+          for (int i = 0; i < BQ; ++i) {
+            const float g = dst[j * BQ + i];
+            dqt[d2 * BQ + i] += k0 * g;
+            dqt[(d2 + 1) * BQ + i] += k1 * g;
+          }
+        }
+      for (; d2 < D; ++d2)
+        for (i64 j = 0; j < nj; ++j) {
+          const float kd = kf[j * D + d2];
+          for (int i = 0; i < BQ; ++i) dqt[d2 * BQ + i] += kd * dst[j * BQ + i];
+        }
+    }
+    for (i64 i = 0; i < ni; ++i) {
+      T* row = dq + P.q + (i0 + i) * L.ldq;
+      for (i64 d = 0; d < D; ++d) row[d] = from_f32<T>(dqt[d * BQ + i] * scale);
+    }
+  }
+};
+
+// CPU only, pure host build: the same functor bodies compiled a second time for AVX2 + FMA, chosen
+// at run time when the CPU has them. `flatten` inlines the whole body (tile loops, to_f32/from_f32)
+// into the AVX2 function, so the vectoriser uses 8-wide fused multiply-adds there; the arithmetic
+// and its order are the same code, only contracted into FMAs (so results differ from the baseline
+// x86-64 build by rounding, and are bitwise reproducible on one machine). nvcc builds keep the
+// plain path.
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && defined(__x86_64__)
+#define STP_ATTENTION_AVX2 1
+template <typename F>
+__attribute__((target("avx2,fma"), flatten)) void run_avx2(const F& f, usize i) {
+  f(i);
+}
+template <typename F>
+struct Avx2Task {
+  F f;
+  void operator()(usize i) const { run_avx2(f, i); }
+};
+bool cpu_has_avx2_fma() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+#endif
+
+// A CPU launch of one task per index (grain 1), through the AVX2 build of the body where it runs.
+template <typename F>
+void launch_cpu_tasks(Stream& s, usize n, const F& f) {
+#if defined(STP_ATTENTION_AVX2)
+  if (cpu_has_avx2_fma()) {
+    launch(s, n, Avx2Task<F>{f}, 1);
+    return;
+  }
+#endif
+  launch(s, n, f, 1);
+}
+
+void check_layout(const AttentionLayout& L) {
+  STP_CHECK(L.D >= 1 && L.D <= kMaxAttentionHeadDim, "fused attention: head dimension ", L.D, " is outside [1, ",
+            kMaxAttentionHeadDim, "]; use model.attention: naive");
+  STP_CHECK(L.NKV >= 1 && L.NH % L.NKV == 0, "fused attention: n_kv_head ", L.NKV, " must divide n_head ", L.NH);
+  STP_ASSERT(L.B >= 0 && L.T >= 0 && L.ldq >= L.NH * L.D && L.ldkv >= L.NKV * L.D && L.ldo >= L.NH * L.D,
+             "fused attention: row strides narrower than the heads");
+}
+
+usize tiles(i64 n, i64 tile) { return static_cast<usize>((n + tile - 1) / tile); }
+
+}  // namespace
+
+std::int64_t fused_attention_backward_workspace(const AttentionLayout& L) { return L.B * L.NH * L.T * (1 + L.D); }
+
+namespace {
+
+constexpr int kTile = static_cast<int>(kCpuAttentionTile);
+
+}  // namespace
+
+template <typename T>
+void fused_attention_forward(Stream& s, const AttentionLayout& L, T* o, float* lse, const T* q, const T* k,
+                             const T* v) {
+  check_layout(L);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(L.D));
+  const usize bh = static_cast<usize>(L.B * L.NH);
+  if (s.device().kind() == DeviceKind::Cpu)
+    launch_cpu_tasks(s, bh * tiles(L.T, kTile), FusedForward<T, kTile, kTile>{L, o, lse, q, k, v, scale});
+  else
+    launch(s, bh * static_cast<usize>(L.T), FusedForward<T, 1, 1>{L, o, lse, q, k, v, scale});
+}
+
+template <typename T>
+void fused_attention_backward(Stream& s, const AttentionLayout& L, T* dq, T* dk, T* dv, float* workspace,
+                              const T* dout, const T* q, const T* k, const T* v, const T* o, const float* lse) {
+  check_layout(L);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(L.D));
+  const usize bh = static_cast<usize>(L.B * L.NH), bg = static_cast<usize>(L.B * L.NKV);
+  float* delta = workspace;
+  launch(s, bh * static_cast<usize>(L.T), FusedDelta<T>{L, delta, dout, o}, 1024);
+  if (s.device().kind() == DeviceKind::Cpu) {
+    float* dqacc = workspace + L.B * L.NH * L.T;
+    launch_cpu_tasks(s, bg,
+                     FusedBackwardCpu<T, kTile, kTile>{{L, dk, dv, dout, q, k, v, lse, delta, scale}, dq, dqacc});
+  } else {
+    launch(s, bg * static_cast<usize>(L.T), FusedBackwardKV<T, 1, 1>{L, dk, dv, dout, q, k, v, lse, delta, scale});
+    launch(s, bh * static_cast<usize>(L.T), FusedBackwardQ<T, 1, 1>{L, dq, dout, q, k, v, lse, delta, scale});
+  }
+}
+
+#define STP_FUSED_ATTENTION(T)                                                                                    \
+  template void fused_attention_forward<T>(Stream&, const AttentionLayout&, T*, float*, const T*, const T*,     \
+                                           const T*);                                                          \
+  template void fused_attention_backward<T>(Stream&, const AttentionLayout&, T*, T*, T*, float*, const T*,      \
+                                            const T*, const T*, const T*, const T*, const float*);
+STP_FUSED_ATTENTION(float)
+STP_FUSED_ATTENTION(bf16)
+#undef STP_FUSED_ATTENTION
+
+}  // namespace stp

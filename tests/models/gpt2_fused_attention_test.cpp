@@ -1,0 +1,91 @@
+// GPT-2 with fused attention (GPT2Config::attention = Fused, core/kernels/attention_kernels.h)
+// against the same float64 PyTorch reference as the naive kernel (gpt2_reference_test.cpp), on 1
+// and 2 TP ranks, and its activation records: the attention unit keeps y and one f32 log-sum-exp
+// per query row instead of the (B, H, T, T) probabilities.
+//
+// Tolerances are those of the naive model and for the same reason: the fused kernel differs from
+// the exact answer by f32 rounding only (tests/core/fused_attention_test.cpp bounds it per element,
+// far below 1e-5 of each tensor's scale at these sizes); bf16: as
+// GPT2Reference.Bf16LossAndGradientsMatchTorchWithinBf16Rounding.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "tests/models/gpt2_test_util.h"
+
+namespace stp::test {
+namespace {
+
+GPT2Config fused_config(DType precision = DType::F32) {
+  GPT2Config cfg = reference_config();
+  cfg.attention = AttentionKernel::Fused;
+  cfg.precision = precision;
+  return cfg;
+}
+
+void expect_matches_torch(DType precision, double loss_rel, double grad_scaled) {
+  const GPT2Config cfg = fused_config(precision);
+  for (int tp : {1, 2}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    TpStage ts(cfg, GPT2StageSpec{0, cfg.n_layer, 0, tp, reference_batch()}, tp);
+    ts.load_reference_params();
+    ts.zero_grads();
+    feed_reference_batch(ts, 0);
+    run_fused(ts, 0);
+    const float loss = host_copy(ts.stage().loss(0), ts.compute())[0];
+    const double ref_loss = reference().at("loss").data[0];
+    EXPECT_NEAR(loss, ref_loss, loss_rel * ref_loss);
+    double worst = 0;
+    for (ParamInfo& p : ts.stage().params()) {
+      const double err = scaled_error(ts.full_grad(p.name), reference().at("grad." + p.name).data);
+      EXPECT_LT(err, grad_scaled) << p.name;
+      worst = std::max(worst, err);
+    }
+    std::printf("[ fused %s tp %d ] loss rel %.2e, worst gradient scaled error %.2e\n",
+                precision == DType::BF16 ? "bf16" : "f32", tp, std::fabs(loss - ref_loss) / ref_loss, worst);
+    for (int r = 0; r < tp; ++r) EXPECT_EQ(ts.stage(r).live_record_bytes(), 0u);
+  }
+}
+
+TEST(GPT2FusedAttention, LossAndGradientsMatchTorch) { expect_matches_torch(DType::F32, 1e-5, 1e-5); }
+
+TEST(GPT2FusedAttention, Bf16LossAndGradientsMatchTorchWithinBf16Rounding) {
+  expect_matches_torch(DType::BF16, 2e-3, 2e-2);
+}
+
+// The attention unit's records after F: no (B, H, T, T) tensor; "lse" (B, H, T) f32 read by B;
+// "y" read by B (the backward's do . o) and W (c_proj's weight gradient).
+TEST(GPT2FusedAttention, RecordsAreLinearInTheSequenceLength) {
+  const GPT2Config cfg = fused_config();
+  TpStage ts(cfg, GPT2StageSpec{0, cfg.n_layer, 0, 1, reference_batch()}, 1);
+  ts.load_reference_params();
+  ts.zero_grads();
+  feed_reference_batch(ts, 0);
+  GPT2Stage& st = ts.stage();
+  for (int u = 0; u < st.num_units(); ++u) ts.forward(u, 0);
+  ts.sync();
+  const GPT2Dims& d = st.dims();
+  std::map<std::string, const ActivationRecord*> recs;
+  for (const ActivationRecord& r : st.activation_records(1, 0)) recs[r.name] = &r;
+  EXPECT_EQ(recs.count("h.0.attn.att"), 0u);
+  ASSERT_EQ(recs.count("h.0.attn.lse"), 1u);
+  ASSERT_EQ(recs.count("h.0.attn.y"), 1u);
+  EXPECT_EQ(recs["h.0.attn.lse"]->bytes, static_cast<std::size_t>(d.B * d.H * d.T * 4));
+  EXPECT_EQ(recs["h.0.attn.lse"]->reader, RecordReader::B);
+  EXPECT_EQ(recs["h.0.attn.y"]->reader, RecordReader::BW);
+  EXPECT_EQ(recs.size(), 7u);  // ln.x, ln.mean, ln.rstd, ln.out, qkv, lse, y
+  // Selective drops ln.out, lse and y; Full keeps only ln.x.
+  EXPECT_EQ(st.recompute_saving(1, Recompute::Selective),
+            static_cast<std::size_t>(d.N() * d.C * 4 + d.B * d.H * d.T * 4 + d.N() * d.Cl * 4));
+  std::size_t all_but_input = 0;
+  for (const auto& [name, r] : recs)
+    if (name != "h.0.attn.ln.x") all_but_input += r->bytes;
+  EXPECT_EQ(st.recompute_saving(1, Recompute::Full), all_but_input);
+  const int U = st.num_units();
+  for (int u = U - 1; u >= 0; --u) ts.backward_input(u, 0);
+  for (int u = 0; u < U; ++u) ts.backward_weight(u, 0);
+  EXPECT_EQ(st.live_record_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace stp::test
