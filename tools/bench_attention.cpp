@@ -3,7 +3,7 @@
 // unit runs them (packed qkv rows, f32).
 //
 //   ninja -C build bench_attention && build/bench_attention [--reps 5] [--batch 1] [--heads 8] [--head-dim 64]
-//                                                        [--seq 256,1024,4096]
+//                                                        [--seq 256,1024,4096]   (or --help)
 //
 // Per sequence length T, in one run:
 //   * time: forward + backward, enqueue to synchronize, median and spread (min .. max) of --reps
@@ -30,6 +30,7 @@
 #include "core/cpu/cpu_device.h"
 #include "core/kernels/attention_kernels.h"
 #include "core/kernels/nn_kernels.h"
+#include "tools/cli.h"
 
 namespace {
 
@@ -41,34 +42,6 @@ struct Args {
   i64 batch = 1, heads = 8, head_dim = 64;
   std::vector<i64> seq = {256, 1024, 4096};
 };
-
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    STP_CHECK(i + 1 < argc, "bench_attention: ", k, " needs a value");
-    const std::string v = argv[++i];
-    if (k == "--reps") {
-      a.reps = std::atoi(v.c_str());
-    } else if (k == "--batch") {
-      a.batch = std::atol(v.c_str());
-    } else if (k == "--heads") {
-      a.heads = std::atol(v.c_str());
-    } else if (k == "--head-dim") {
-      a.head_dim = std::atol(v.c_str());
-    } else if (k == "--seq") {
-      a.seq.clear();
-      std::stringstream ss(v);
-      for (std::string t; std::getline(ss, t, ',');) a.seq.push_back(std::atol(t.c_str()));
-    } else {
-      STP_CHECK(false, "bench_attention: unknown option ", k,
-                " (--reps N, --batch B, --heads H, --head-dim D, --seq T1,T2,...)");
-    }
-  }
-  STP_CHECK(a.reps >= 1 && a.batch >= 1 && a.heads >= 1 && a.head_dim >= 1 && !a.seq.empty(),
-            "bench_attention: --reps, --batch, --heads, --head-dim and --seq must be positive");
-  return a;
-}
 
 struct Result {
   std::vector<double> ms;
@@ -200,11 +173,22 @@ void run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    run(parse(argc, argv));
-  } catch (const stp::Error& e) {
-    std::fprintf(stderr, "bench_attention: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  Args a;
+  CLI::App app{"Fused causal attention against the naive kernels: forward + backward time, records and peak bytes "
+               "per sequence length, on the CPU backend.",
+               "bench_attention"};
+  stp::tools::init_cli(app);
+  const auto positive = CLI::PositiveNumber;
+  app.add_option("--reps", a.reps, "timed runs of each kernel per T (median and spread are printed)")
+      ->check(positive)->capture_default_str();
+  app.add_option("--batch", a.batch, "sequences (B)")->check(positive)->capture_default_str();
+  app.add_option("--heads", a.heads, "attention heads (H)")->check(positive)->capture_default_str();
+  app.add_option("--head-dim", a.head_dim, "head dimension (D)")->check(positive)->capture_default_str();
+  app.add_option("--seq", a.seq, "sequence lengths T, comma-separated")
+      ->delimiter(',')->check(positive)->capture_default_str();
+  if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
+  return stp::tools::run_main(app, [&] {
+    run(a);
+    return 0;
+  });
 }
