@@ -13,16 +13,13 @@ std::string format_bytes(std::size_t bytes) {
     ++u;
   }
   char buf[64];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%zu B", bytes);
-  else
-    std::snprintf(buf, sizeof buf, "%.1f %s (%zu B)", v, units[u], bytes);
+  if (u == 0) std::snprintf(buf, sizeof buf, "%zu B", bytes);
+  else std::snprintf(buf, sizeof buf, "%.1f %s (%zu B)", v, units[u], bytes);
   return buf;
 }
 
 void throw_internal(const char* file, int line, const char* cond, const std::string& msg) {
-  throw InternalError(str("internal error at ", file, ":", line, ": ", cond, " failed",
-                          msg.empty() ? "" : ": ", msg));
+  throw InternalError(str("internal error at ", file, ":", line, ": ", cond, " failed", msg.empty() ? "" : ": ", msg));
 }
 
 }  // namespace stp

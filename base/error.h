@@ -32,8 +32,7 @@ class Error : public std::runtime_error {
 
 class OutOfMemoryError : public Error {
  public:
-  OutOfMemoryError(const std::string& what, std::size_t requested)
-      : Error(what), requested_(requested) {}
+  OutOfMemoryError(const std::string& what, std::size_t requested) : Error(what), requested_(requested) {}
   std::size_t requested() const { return requested_; }
 
  private:
@@ -66,8 +65,8 @@ std::string format_bytes(std::size_t bytes);
 }  // namespace stp
 
 // Invariant check, on in every build type. Message arguments are streamed like stp::str.
-#define STP_ASSERT(cond, ...)                                                         \
-  do {                                                                                \
+#define STP_ASSERT(cond, ...)                                                               \
+  do {                                                                                      \
     if (!(cond)) ::stp::throw_internal(__FILE__, __LINE__, #cond, ::stp::str(__VA_ARGS__)); \
   } while (0)
 
@@ -76,7 +75,7 @@ std::string format_bytes(std::size_t bytes);
 #define STP_UNREACHABLE(...) ::stp::throw_internal(__FILE__, __LINE__, "unreachable", ::stp::str(__VA_ARGS__))
 
 // User-error check: throws stp::Error with the streamed message.
-#define STP_CHECK(cond, ...)                                        \
-  do {                                                              \
-    if (!(cond)) throw ::stp::Error(::stp::str(__VA_ARGS__));       \
+#define STP_CHECK(cond, ...)                                  \
+  do {                                                        \
+    if (!(cond)) throw ::stp::Error(::stp::str(__VA_ARGS__)); \
   } while (0)

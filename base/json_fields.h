@@ -28,7 +28,8 @@ inline const nlohmann::json& json_field(const nlohmann::json& obj, const char* k
 inline std::int64_t json_int(const nlohmann::json& obj, const char* key) {
   const nlohmann::json& v = json_field(obj, key);
   STP_CHECK(v.is_number_integer(), "\"", key, "\" must be an integer, not ", v.dump());
-  STP_CHECK(!v.is_number_unsigned() || v.get<std::uint64_t>() <= INT64_MAX, "\"", key, "\" is out of range: ", v.dump());
+  STP_CHECK(!v.is_number_unsigned() || v.get<std::uint64_t>() <= INT64_MAX, "\"", key,
+            "\" is out of range: ", v.dump());
   return v.get<std::int64_t>();
 }
 

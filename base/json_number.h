@@ -30,7 +30,9 @@ inline nlohmann::ordered_json json_printed(double v, const char* format, int pre
 }
 }  // namespace detail
 
-inline nlohmann::ordered_json json_number(double v, int significant) { return detail::json_printed(v, "%.*g", significant); }
+inline nlohmann::ordered_json json_number(double v, int significant) {
+  return detail::json_printed(v, "%.*g", significant);
+}
 inline nlohmann::ordered_json json_fixed(double v, int decimals) { return detail::json_printed(v, "%.*f", decimals); }
 
 }  // namespace stp

@@ -124,8 +124,10 @@ std::string TraceRecorder::to_json() const {
   };
   for (int pid : pids) {
     std::string p = std::to_string(pid);
-    event("{\"ph\":\"M\",\"pid\":" + p + ",\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":\"rank " + p + "\"}}");
-    event("{\"ph\":\"M\",\"pid\":" + p + ",\"tid\":0,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":" + p + "}}");
+    event("{\"ph\":\"M\",\"pid\":" + p + ",\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":\"rank " + p +
+          "\"}}");
+    event("{\"ph\":\"M\",\"pid\":" + p + ",\"tid\":0,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":" + p +
+          "}}");
   }
   for (const auto& [key, tid] : tids) {
     std::string head = "{\"ph\":\"M\",\"pid\":" + std::to_string(key.first) + ",\"tid\":" + std::to_string(tid);
@@ -134,9 +136,9 @@ std::string TraceRecorder::to_json() const {
   }
   char num[96];
   for (const TraceSpan& s : spans) {
-    std::string e = "{\"ph\":\"X\",\"pid\":" + std::to_string(s.pid) + ",\"tid\":" +
-                    std::to_string(tids.at({s.pid, s.tid})) + ",\"name\":\"" + json_escape(s.name) + "\",\"cat\":\"" +
-                    json_escape(s.category) + "\"";
+    std::string e = "{\"ph\":\"X\",\"pid\":" + std::to_string(s.pid) +
+                    ",\"tid\":" + std::to_string(tids.at({s.pid, s.tid})) + ",\"name\":\"" + json_escape(s.name) +
+                    "\",\"cat\":\"" + json_escape(s.category) + "\"";
     std::snprintf(num, sizeof num, ",\"ts\":%.3f,\"dur\":%.3f", s.ts_us, s.dur_us);
     e += num;
     e += ",\"args\":" + (s.args_json.empty() ? std::string("{}") : s.args_json) + "}";

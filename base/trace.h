@@ -19,21 +19,21 @@
 namespace stp {
 
 struct TraceSpan {
-  int pid = 0;              // rank
-  std::string tid;          // stream: compute, tp-comm, p2p, d2h, h2d
-  std::string name;         // e.g. "F0.3", "AR", "offload"
-  std::string category;     // e.g. "F", "B", "W", "comm", "copy"
-  std::string args_json;    // a JSON object ("{...}") or empty
-  double ts_us = 0;         // start, microseconds since the recorder was created
+  int pid = 0;            // rank
+  std::string tid;        // stream: compute, tp-comm, p2p, d2h, h2d
+  std::string name;       // e.g. "F0.3", "AR", "offload"
+  std::string category;   // e.g. "F", "B", "W", "comm", "copy"
+  std::string args_json;  // a JSON object ("{...}") or empty
+  double ts_us = 0;       // start, microseconds since the recorder was created
   double dur_us = 0;
 };
 
 // One sample of a counter track: from ts_us on, each series has its value (until the next sample).
 struct TraceCounter {
-  int pid = 0;                                          // rank
-  std::string name;                                     // track, e.g. "device memory"
-  double ts_us = 0;                                     // microseconds since the recorder was created
-  std::vector<std::pair<std::string, double>> series;   // e.g. {"activations", 1.5e6}
+  int pid = 0;                                         // rank
+  std::string name;                                    // track, e.g. "device memory"
+  double ts_us = 0;                                    // microseconds since the recorder was created
+  std::vector<std::pair<std::string, double>> series;  // e.g. {"activations", 1.5e6}
 };
 
 class TraceRecorder {

@@ -103,8 +103,10 @@ std::string format_double(double v) {
 }
 
 std::string format_bytes_knob(std::uint64_t b) {
-  static const struct { std::uint64_t unit; const char* name; } units[] = {
-      {1ull << 40, "TiB"}, {1ull << 30, "GiB"}, {1ull << 20, "MiB"}, {1ull << 10, "KiB"}};
+  static const struct {
+    std::uint64_t unit;
+    const char* name;
+  } units[] = {{1ull << 40, "TiB"}, {1ull << 30, "GiB"}, {1ull << 20, "MiB"}, {1ull << 10, "KiB"}};
   for (const auto& u : units)
     if (b >= u.unit && b % u.unit == 0) return std::to_string(b / u.unit) + u.name;
   return std::to_string(b);

@@ -53,10 +53,10 @@ struct TrainConfig {
   std::string lr_schedule;  // cosine | constant
   std::int64_t warmup_steps = 0;
   double min_lr = 0;
-  double grad_clip = 0;     // 0 = off
+  double grad_clip = 0;  // 0 = off
   std::uint64_t seed = 0;
-  std::string resume;       // "" = null
-  std::string precision;    // f32 | bf16
+  std::string resume;     // "" = null
+  std::string precision;  // f32 | bf16
 };
 
 struct OptimConfig {
@@ -68,9 +68,9 @@ struct ParallelConfig {
   std::string backend;  // cpu | cuda
   int dp = 0, tp = 0, pp = 0;
   std::optional<std::uint64_t> dp_bucket;  // bytes per DP all-reduce; nullopt = one bucket per chunk
-  std::string schedule;  // gpipe | 1f1b | 1f1b-i | zb-h1 | zb-v | stp
-  double tp_link_bandwidth = 0;  // CPU backend: emulated TP all-reduce rate, bytes/s; 0 = unlimited
-  int cpu_threads = 0;   // after load_config: >= 1 (0 in the file = the number of processors)
+  std::string schedule;                    // gpipe | 1f1b | 1f1b-i | zb-h1 | zb-v | stp
+  double tp_link_bandwidth = 0;            // CPU backend: emulated TP all-reduce rate, bytes/s; 0 = unlimited
+  int cpu_threads = 0;                     // after load_config: >= 1 (0 in the file = the number of processors)
 };
 
 struct MemoryConfig {
@@ -78,10 +78,10 @@ struct MemoryConfig {
   // which turns the budgets into bytes and the policies into enums (memory/policy.h).
   std::optional<std::uint64_t> device_budget;  // bytes per device; nullopt = the device's capacity
   std::optional<std::uint64_t> host_budget;    // pinned host bytes, whole process; nullopt = unlimited
-  std::string offload;    // auto | none | all
-  std::string recompute;  // auto | none | selective | full
-  double link_bandwidth = 0;  // bytes/s of the CPU backend's emulated D2H/H2D link; 0 = unlimited
-  int copy_engine_cpus = 0;   // CPU backend: CPUs reserved for the D2H/H2D stream threads; 0 = shared
+  std::string offload;                         // auto | none | all
+  std::string recompute;                       // auto | none | selective | full
+  double link_bandwidth = 0;                   // bytes/s of the CPU backend's emulated D2H/H2D link; 0 = unlimited
+  int copy_engine_cpus = 0;                    // CPU backend: CPUs reserved for the D2H/H2D stream threads; 0 = shared
 };
 
 struct OutputConfig {
@@ -118,11 +118,11 @@ enum class KnobType {
   KNOB_RATE,    // bytes per second; 0 or null = unlimited
 };
 
-using KnobField = std::variant<int*, std::int64_t*, std::uint64_t*, double*, bool*, std::string*,
-                               std::optional<std::uint64_t>*>;
+using KnobField =
+    std::variant<int*, std::int64_t*, std::uint64_t*, double*, bool*, std::string*, std::optional<std::uint64_t>*>;
 
 struct Knob {
-  const char* key;            // dotted path: "section.name"
+  const char* key;  // dotted path: "section.name"
   KnobType type;
   const char* default_value;  // YAML scalar text
   const char* choices;        // KNOB_CHOICE: "a|b|c"; otherwise ""
@@ -130,10 +130,10 @@ struct Knob {
   KnobField (*field)(Config&);
 };
 
-const std::vector<Knob>& config_knobs();             // registry order = YAML order
-const std::vector<std::string>& config_sections();   // model, data, train, optim, parallel, memory, output
-const Knob* find_knob(const std::string& key);       // nullptr when unknown
-const char* to_string(KnobType type);                // "int", "float", ... (as in docs/config.md)
+const std::vector<Knob>& config_knobs();            // registry order = YAML order
+const std::vector<std::string>& config_sections();  // model, data, train, optim, parallel, memory, output
+const Knob* find_knob(const std::string& key);      // nullptr when unknown
+const char* to_string(KnobType type);               // "int", "float", ... (as in docs/config.md)
 
 // ---- Loading -----------------------------------------------------------------------------
 

@@ -22,7 +22,8 @@ std::string section_keys(const std::string& section) {
   std::string keys;
   for (const Knob& k : config_knobs()) {
     std::string key = k.key;
-    if (key.compare(0, section.size() + 1, section + ".") == 0) keys += (keys.empty() ? "" : ", ") + key.substr(section.size() + 1);
+    if (key.compare(0, section.size() + 1, section + ".") == 0)
+      keys += (keys.empty() ? "" : ", ") + key.substr(section.size() + 1);
   }
   return keys;
 }
@@ -43,7 +44,8 @@ bool is_section(const std::string& name) {
   std::string section = key.substr(0, key.find('.'));
   if (!is_section(section))
     throw Error(str("config: unknown section '", section, "' (", where, "); valid sections: ", all_sections()));
-  throw Error(str("config: unknown key '", key, "' (", where, "); valid keys of '", section, "': ", section_keys(section)));
+  throw Error(
+      str("config: unknown key '", key, "' (", where, "); valid keys of '", section, "': ", section_keys(section)));
 }
 
 std::string where_of(const YAML::Node& node, const std::string& source) {
@@ -54,7 +56,8 @@ std::string where_of(const YAML::Node& node, const std::string& source) {
 
 // ---- Typed scalars -----------------------------------------------------------------------
 
-[[noreturn]] void bad_type(const Knob& k, const std::string& text, const std::string& where, const std::string& expected) {
+[[noreturn]] void bad_type(const Knob& k, const std::string& text, const std::string& where,
+                           const std::string& expected) {
   throw Error(str("config: ", k.key, ": '", text, "' is not ", expected, " (", where, ")"));
 }
 
@@ -65,8 +68,10 @@ T parse_integer(const Knob& k, const std::string& text, const std::string& where
   const char* e = b + text.size();
   if (b != e && *b == '+') ++b;
   auto r = std::from_chars(b, e, v);
-  if (r.ec == std::errc::result_out_of_range) throw Error(str("config: ", k.key, ": ", text, " is out of range (", where, ")"));
-  if (r.ec != std::errc() || r.ptr != e || b == e) bad_type(k, text, where, std::is_signed_v<T> ? "an integer" : "a non-negative integer");
+  if (r.ec == std::errc::result_out_of_range)
+    throw Error(str("config: ", k.key, ": ", text, " is out of range (", where, ")"));
+  if (r.ec != std::errc() || r.ptr != e || b == e)
+    bad_type(k, text, where, std::is_signed_v<T> ? "an integer" : "a non-negative integer");
   return v;
 }
 
@@ -119,19 +124,13 @@ void set_knob(Config& cfg, const Knob& k, const YAML::Node& node, const std::str
       if (null) bad_type(k, text, where, "a number");
       *std::get<double*>(f) = parse_float(k, text, where);
       return;
-    case KnobType::KNOB_BOOL:
-      *std::get<bool*>(f) = parse_bool(k, text, where);
-      return;
+    case KnobType::KNOB_BOOL: *std::get<bool*>(f) = parse_bool(k, text, where); return;
     case KnobType::KNOB_STRING:
       if (null || text.empty()) bad_type(k, text, where, "a non-empty string");
       *std::get<std::string*>(f) = text;
       return;
-    case KnobType::KNOB_CHOICE:
-      *std::get<std::string*>(f) = parse_choice(k, text, where);
-      return;
-    case KnobType::KNOB_PATH:
-      *std::get<std::string*>(f) = null ? "" : text;
-      return;
+    case KnobType::KNOB_CHOICE: *std::get<std::string*>(f) = parse_choice(k, text, where); return;
+    case KnobType::KNOB_PATH: *std::get<std::string*>(f) = null ? "" : text; return;
     case KnobType::KNOB_BYTES: {
       auto* b = std::get<std::optional<std::uint64_t>*>(f);
       if (null) b->reset();
@@ -154,11 +153,13 @@ void apply_document(Config& cfg, const YAML::Node& root, const std::string& sour
   for (const auto& sec : root) {
     const std::string name = sec.first.as<std::string>();
     const std::string where = where_of(sec.first, source);
-    if (!is_section(name)) throw Error(str("config: unknown section '", name, "' (", where, "); valid sections: ", all_sections()));
+    if (!is_section(name))
+      throw Error(str("config: unknown section '", name, "' (", where, "); valid sections: ", all_sections()));
     STP_CHECK(seen.insert(name).second, "config: section '", name, "' appears twice (", where, ")");
     const YAML::Node& body = sec.second;
     if (body.IsNull()) continue;
-    STP_CHECK(body.IsMap(), "config: section '", name, "' must be a map of keys (", where, "); valid keys: ", section_keys(name));
+    STP_CHECK(body.IsMap(), "config: section '", name, "' must be a map of keys (", where,
+              "); valid keys: ", section_keys(name));
     for (const auto& kv : body) {
       const std::string key = name + "." + kv.first.as<std::string>();
       const std::string kwhere = where_of(kv.first, source);
@@ -174,7 +175,8 @@ Config load_parsed(const YAML::Node& root, const std::string& source, const std:
   Config cfg = default_config();
   apply_document(cfg, root, source);
   for (const auto& o : overrides) apply_override(cfg, o);
-  if (cfg.parallel.cpu_threads == 0) cfg.parallel.cpu_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (cfg.parallel.cpu_threads == 0)
+    cfg.parallel.cpu_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   validate_config(cfg);
   return cfg;
 }
@@ -188,9 +190,12 @@ double parse_scaled(const std::string& text, const std::string& key, bool rate) 
   std::string unit = end ? std::string(end) : std::string();
   while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
   if (rate && unit.size() >= 2 && unit.compare(unit.size() - 2, 2, "/s") == 0) unit.resize(unit.size() - 2);
-  static const struct { const char* name; double scale; } units[] = {
-      {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
-      {"KB", 1e3}, {"kB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
+  static const struct {
+    const char* name;
+    double scale;
+  } units[] = {
+      {"", 1},     {"B", 1},    {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+      {"KB", 1e3}, {"kB", 1e3}, {"MB", 1e6},     {"GB", 1e9},        {"TB", 1e12}};
   bool ok = end != b && std::isfinite(v) && v >= 0 && errno == 0 && !(text[0] == ' ');
   for (const auto& u : units) {
     if (ok && unit == u.name) {
@@ -200,7 +205,8 @@ double parse_scaled(const std::string& text, const std::string& key, bool rate) 
     }
   }
   throw Error(str("config: ", key, ": '", text, "' is not a ", rate ? "byte rate" : "byte size",
-                  " (a non-negative number of bytes, optionally with a unit B, KiB, MiB, GiB, TiB (1024^k) or KB, MB, GB, TB (1000^k)",
+                  " (a non-negative number of bytes, optionally with a unit B, KiB, MiB, GiB, TiB (1024^k) or KB, MB, "
+                  "GB, TB (1000^k)",
                   rate ? ", optionally followed by /s" : "", ")"));
 }
 
@@ -220,7 +226,8 @@ Config default_config() {
 
 void apply_override(Config& cfg, const std::string& assignment) {
   std::size_t eq = assignment.find('=');
-  STP_CHECK(eq != std::string::npos && eq > 0, "config: --set expects KEY=VALUE (e.g. parallel.tp=2), got '", assignment, "'");
+  STP_CHECK(eq != std::string::npos && eq > 0, "config: --set expects KEY=VALUE (e.g. parallel.tp=2), got '",
+            assignment, "'");
   const std::string key = assignment.substr(0, eq);
   const std::string value = assignment.substr(eq + 1);
   const std::string where = str("--set ", assignment);
@@ -235,7 +242,8 @@ void apply_override(Config& cfg, const std::string& assignment) {
   set_knob(cfg, *k, node, where);
 }
 
-Config load_config_from_string(const std::string& yaml, const std::string& source, const std::vector<std::string>& overrides) {
+Config load_config_from_string(const std::string& yaml, const std::string& source,
+                               const std::vector<std::string>& overrides) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml);

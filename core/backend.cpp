@@ -21,7 +21,9 @@ bool cuda_usable(int needed, std::string* why) {
 #if defined(STP_HAVE_CUDA)
   return cuda_devices_usable(needed, why);
 #else
-  if (why) *why = "this stp was built without the CUDA backend (no nvcc at configure time, -DSTP_CUDA=OFF or a sanitizer build)";
+  if (why)
+    *why =
+        "this stp was built without the CUDA backend (no nvcc at configure time, -DSTP_CUDA=OFF or a sanitizer build)";
   (void)needed;
   return false;
 #endif

@@ -15,7 +15,7 @@ namespace stp {
 
 struct BackendOptions {
   DeviceKind kind = DeviceKind::Cpu;
-  int count = 1;                                                   // devices (ranks) to create
+  int count = 1;  // devices (ranks) to create
   int first = 0;  // index of the first device: GPU ordinal (CUDA), device number (CPU). A process
                   // of a multi-process job passes its rank on the node (process/process.h)
   std::size_t capacity = std::numeric_limits<std::size_t>::max();  // per-device memory limit

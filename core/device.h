@@ -43,9 +43,9 @@ int pci_numa_node(const std::string& pci_bus_id, const std::string& sysfs = "/sy
 
 // Exact byte counts of one memory space of a device (device memory or pinned host memory).
 struct MemoryStats {
-  std::size_t capacity = 0;     // hard limit (bytes); SIZE_MAX = unlimited
-  std::size_t in_use = 0;       // bytes currently allocated
-  std::size_t peak = 0;         // high-water mark of in_use since creation / reset_peak()
+  std::size_t capacity = 0;  // hard limit (bytes); SIZE_MAX = unlimited
+  std::size_t in_use = 0;    // bytes currently allocated
+  std::size_t peak = 0;      // high-water mark of in_use since creation / reset_peak()
   std::uint64_t alloc_count = 0;
   std::uint64_t free_count = 0;
 };

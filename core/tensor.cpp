@@ -59,8 +59,8 @@ std::shared_ptr<Storage> DeviceAllocator::allocate(std::size_t bytes) {
 Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, DType dtype, std::size_t offset_bytes)
     : storage_(std::move(storage)), shape_(std::move(shape)), dtype_(dtype), offset_bytes_(offset_bytes) {
   for (auto d : shape_) STP_ASSERT(d >= 0, "negative dimension in shape ", to_string(shape_));
-  STP_ASSERT(!storage_ || offset_bytes_ + bytes() <= storage_->bytes, "tensor ", to_string(shape_),
-             " at offset ", offset_bytes_, " exceeds its storage of ", storage_->bytes, " bytes");
+  STP_ASSERT(!storage_ || offset_bytes_ + bytes() <= storage_->bytes, "tensor ", to_string(shape_), " at offset ",
+             offset_bytes_, " exceeds its storage of ", storage_->bytes, " bytes");
 }
 
 Tensor Tensor::empty(Allocator& alloc, Shape shape, DType dtype) {
@@ -102,7 +102,8 @@ float* Tensor::f32() const {
 Tensor Tensor::view(std::int64_t offset, Shape shape) const {
   STP_ASSERT(offset >= 0 && offset + stp::numel(shape) <= numel(), "view [", offset, ", +", stp::numel(shape),
              ") out of a tensor of ", numel(), " elements");
-  return Tensor(storage_, std::move(shape), dtype_, offset_bytes_ + static_cast<std::size_t>(offset) * dtype_size(dtype_));
+  return Tensor(storage_, std::move(shape), dtype_,
+                offset_bytes_ + static_cast<std::size_t>(offset) * dtype_size(dtype_));
 }
 
 Tensor Tensor::reshape(Shape shape) const {

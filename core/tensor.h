@@ -65,8 +65,7 @@ class Allocator {
 // caching allocator of memory/.
 class DeviceAllocator final : public Allocator {
  public:
-  explicit DeviceAllocator(Device& device, bool pinned_host = false)
-      : device_(device), pinned_host_(pinned_host) {}
+  explicit DeviceAllocator(Device& device, bool pinned_host = false) : device_(device), pinned_host_(pinned_host) {}
   std::shared_ptr<Storage> allocate(std::size_t bytes) override;
   Device& device() override { return device_; }
 
@@ -109,7 +108,7 @@ class Tensor {
 
   // A view of `shape` starting `offset` elements into this tensor (contiguous).
   Tensor view(std::int64_t offset, Shape shape) const;
-  Tensor reshape(Shape shape) const;  // same numel
+  Tensor reshape(Shape shape) const;       // same numel
   void check_dtype(DType expected) const;  // asserts
 
  private:

@@ -34,7 +34,8 @@ std::vector<fs::path> list_files(const DataOptions& o) {
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(o.path))
     if (e.symlink_status().type() == fs::file_type::regular) files.push_back(e.path());
-  std::sort(files.begin(), files.end(), [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
+  std::sort(files.begin(), files.end(),
+            [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
   STP_CHECK(!files.empty(), "data: folder '", o.path, "' holds no regular files");
   return files;
 }
@@ -68,8 +69,8 @@ std::vector<std::uint16_t> load_llmc(const std::string& path) {
             " bytes, shorter than the llm.c header (", header_bytes, " bytes)");
   std::int32_t header[kLlmcHeaderInts];
   std::memcpy(header, bytes.data(), header_bytes);
-  STP_CHECK(header[0] == kLlmcMagic, "data: '", path, "' is not an llm.c token file: magic ", header[0],
-            ", expected ", kLlmcMagic, " (use data.format u16 for raw uint16 files)");
+  STP_CHECK(header[0] == kLlmcMagic, "data: '", path, "' is not an llm.c token file: magic ", header[0], ", expected ",
+            kLlmcMagic, " (use data.format u16 for raw uint16 files)");
   STP_CHECK(header[1] == 1, "data: '", path, "' has llm.c version ", header[1], ", expected 1");
   STP_CHECK(header[2] >= 0, "data: '", path, "' has a negative token count ", header[2]);
   std::uint64_t expected = header_bytes + 2ull * std::uint64_t(header[2]);
@@ -81,14 +82,15 @@ std::vector<std::uint16_t> load_llmc(const std::string& path) {
 }  // namespace
 
 DataOptions DataOptions::from_config(const Config& cfg) {
-  return DataOptions{cfg.data.path, cfg.data.format, cfg.data.sampling, cfg.model.seq_len, cfg.model.vocab_size,
-                     cfg.train.seed};
+  return DataOptions{cfg.data.path,     cfg.data.format,      cfg.data.sampling,
+                     cfg.model.seq_len, cfg.model.vocab_size, cfg.train.seed};
 }
 
 TokenDataset::TokenDataset(const DataOptions& options) : options_(options) {
   const DataOptions& o = options_;
   STP_ASSERT(o.seq_len >= 1 && o.vocab_size >= 1, "data: bad seq_len/vocab_size");
-  STP_CHECK(o.format == "text" || o.format == "u16" || o.format == "llmc", "data: unknown data.format '", o.format, "'");
+  STP_CHECK(o.format == "text" || o.format == "u16" || o.format == "llmc", "data: unknown data.format '", o.format,
+            "'");
   STP_CHECK(o.sampling == "random" || o.sampling == "sequential", "data: unknown data.sampling '", o.sampling, "'");
   std::vector<fs::path> files = list_files(o);
   if (o.format == "text") tokens_ = load_text(files);
@@ -96,8 +98,9 @@ TokenDataset::TokenDataset(const DataOptions& options) : options_(options) {
   else tokens_ = load_llmc(o.path);
 
   const std::uint64_t need = std::uint64_t(o.seq_len) + 1;
-  STP_CHECK(tokens_.size() >= need, "data: '", o.path, "' has ", tokens_.size(), " tokens, fewer than model.seq_len + 1 = ",
-            need, " needed for one sequence; use more data or a shorter model.seq_len");
+  STP_CHECK(tokens_.size() >= need, "data: '", o.path, "' has ", tokens_.size(),
+            " tokens, fewer than model.seq_len + 1 = ", need,
+            " needed for one sequence; use more data or a shorter model.seq_len");
   for (std::size_t i = 0; i < tokens_.size(); ++i)
     STP_CHECK(tokens_[i] < o.vocab_size, "data: token ", tokens_[i], " at position ", i, " of '", o.path,
               "' is >= model.vocab_size ", o.vocab_size);
@@ -133,7 +136,8 @@ void TokenDataset::fill_batch(std::uint64_t b0, int rows, std::int32_t* inputs, 
 std::uint64_t sequence_index(std::int64_t step, int replica, int microbatch, int dp, int microbatches,
                              int micro_batch_size) {
   STP_ASSERT(step >= 1 && replica >= 0 && replica < dp && microbatch >= 0 && microbatch < microbatches,
-             "sequence_index: step ", step, " replica ", replica, "/", dp, " microbatch ", microbatch, "/", microbatches);
+             "sequence_index: step ", step, " replica ", replica, "/", dp, " microbatch ", microbatch, "/",
+             microbatches);
   const std::uint64_t per_replica = std::uint64_t(microbatches) * std::uint64_t(micro_batch_size);
   return (std::uint64_t(step - 1) * std::uint64_t(dp) + std::uint64_t(replica)) * per_replica +
          std::uint64_t(microbatch) * std::uint64_t(micro_batch_size);

@@ -29,9 +29,9 @@ struct Config;
 
 struct DataOptions {
   std::string path;
-  std::string format = "text";       // text | u16 | llmc
-  std::string sampling = "random";   // random | sequential
-  int seq_len = 128;                 // T
+  std::string format = "text";      // text | u16 | llmc
+  std::string sampling = "random";  // random | sequential
+  int seq_len = 128;                // T
   int vocab_size = 256;
   std::uint64_t seed = 0;
 

@@ -47,7 +47,8 @@ std::string state_json(const CheckpointState& s) {
 void write_text_file(const fs::path& path, const std::string& text) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
   STP_CHECK(f, "checkpoint: cannot create '", path.string(), "': ", std::strerror(errno));
-  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
+  bool ok =
+      std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
   ok = (std::fclose(f) == 0) && ok;
   STP_CHECK(ok, "checkpoint: writing '", path.string(), "' failed: ", std::strerror(errno));
 }
@@ -56,8 +57,8 @@ using nlohmann::json;
 
 std::uint64_t parse_u64_string(const json& obj, const char* key, const std::string& what, const std::string& file) {
   const std::string& v = json_string(obj, key);
-  STP_CHECK(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos,
-            "checkpoint: ", file, ": ", what, " must be a decimal string");
+  STP_CHECK(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos, "checkpoint: ", file, ": ", what,
+            " must be a decimal string");
   errno = 0;
   std::uint64_t x = std::strtoull(v.c_str(), nullptr, 10);
   STP_CHECK(errno == 0, "checkpoint: ", file, ": ", what, " is out of range");
@@ -115,7 +116,9 @@ void split_moments(std::map<std::string, HostTensor> tensors, Checkpoint& ck, co
     };
     if (ends(sq)) ck.exp_avg_sq.emplace(name.substr(0, name.size() - sq.size()), std::move(t));
     else if (ends(avg)) ck.exp_avg.emplace(name.substr(0, name.size() - avg.size()), std::move(t));
-    else throw Error(str("checkpoint: ", path, ": unexpected tensor \"", name, "\" (expected NAME.exp_avg / NAME.exp_avg_sq)"));
+    else
+      throw Error(
+          str("checkpoint: ", path, ": unexpected tensor \"", name, "\" (expected NAME.exp_avg / NAME.exp_avg_sq)"));
   }
   for (const auto& [name, t] : ck.model) {
     for (const auto* m : {&ck.exp_avg, &ck.exp_avg_sq}) {
@@ -211,7 +214,8 @@ std::string find_latest_checkpoint(const std::string& output_dir) {
     if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
     if (!e.is_directory()) continue;
     bool complete = true;
-    for (const char* f : {kModelFile, kOptimizerFile, kStateFile}) complete = complete && fs::is_regular_file(e.path() / f, ec);
+    for (const char* f : {kModelFile, kOptimizerFile, kStateFile})
+      complete = complete && fs::is_regular_file(e.path() / f, ec);
     std::int64_t step = std::stoll(digits);
     if (complete && step > best) {
       best = step;

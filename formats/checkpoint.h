@@ -1,7 +1,7 @@
 // Checkpoints on disk (docs/design.md, Files): output.dir/checkpoint-STEP/ holds
 //
-//   model.safetensors      full tensors, HF GPT-2 names and layouts ("wte.weight", "h.0.attn.c_attn.weight" [C, 3C], ...)
-//   optimizer.safetensors  "NAME.exp_avg" and "NAME.exp_avg_sq" per model tensor (full layout),
+//   model.safetensors      full tensors, HF GPT-2 names and layouts ("wte.weight", "h.0.attn.c_attn.weight" [C, 3C],
+//   ...) optimizer.safetensors  "NAME.exp_avg" and "NAME.exp_avg_sq" per model tensor (full layout),
 //                          metadata {"step": optimizer steps taken}
 //   state.json             {"format": "stp-checkpoint-1", "step": S, "data_position": B,
 //                           "rng": {"seed": "...", "offset": "..."}, "config_fingerprint": "..."}
@@ -28,11 +28,11 @@
 namespace stp {
 
 struct CheckpointState {
-  std::int64_t step = 0;              // optimizer steps completed
-  std::uint64_t data_position = 0;    // sequence index b of the next sequence to read
-  std::uint64_t rng_seed = 0;         // train.seed
-  std::uint64_t rng_offset = 0;       // draws consumed from seeded streams (0 if none)
-  std::string config_fingerprint;     // config_fingerprint() of the run (model shape)
+  std::int64_t step = 0;            // optimizer steps completed
+  std::uint64_t data_position = 0;  // sequence index b of the next sequence to read
+  std::uint64_t rng_seed = 0;       // train.seed
+  std::uint64_t rng_offset = 0;     // draws consumed from seeded streams (0 if none)
+  std::string config_fingerprint;   // config_fingerprint() of the run (model shape)
 };
 
 struct OptimizerMoments {
@@ -41,15 +41,15 @@ struct OptimizerMoments {
 };
 
 struct CheckpointData {
-  std::vector<std::pair<std::string, const HostTensor*>> model;        // full tensors
-  std::vector<std::pair<std::string, OptimizerMoments>> optimizer;     // one per model tensor
+  std::vector<std::pair<std::string, const HostTensor*>> model;     // full tensors
+  std::vector<std::pair<std::string, OptimizerMoments>> optimizer;  // one per model tensor
   std::int64_t optimizer_step = 0;
   CheckpointState state;
 };
 
 struct Checkpoint {
   std::map<std::string, HostTensor> model;
-  std::map<std::string, HostTensor> exp_avg;     // keyed by model tensor name
+  std::map<std::string, HostTensor> exp_avg;  // keyed by model tensor name
   std::map<std::string, HostTensor> exp_avg_sq;
   std::int64_t optimizer_step = 0;
   CheckpointState state;

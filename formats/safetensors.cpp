@@ -120,8 +120,8 @@ json parse_json(std::string_view text, const std::string& path) {
       case json::parse_event_t::key: {
         const auto& k = parsed.get_ref<const std::string&>();
         if (!keys.back().insert(k).second)
-          throw Error(str(path, ": bad safetensors header: ", depth == 1 ? "duplicate tensor name \"" : "duplicate key \"",
-                          k, "\""));
+          throw Error(str(path, ": bad safetensors header: ",
+                          depth == 1 ? "duplicate tensor name \"" : "duplicate key \"", k, "\""));
         break;
       }
       default: break;
@@ -142,8 +142,8 @@ using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
 void read_exact(std::FILE* f, void* dst, std::size_t bytes, std::uint64_t offset, const std::string& path) {
   if (bytes == 0) return;
-  STP_CHECK(std::fseek(f, static_cast<long>(offset), SEEK_SET) == 0 && std::fread(dst, 1, bytes, f) == bytes,
-            path, ": cannot read ", bytes, " bytes at offset ", offset, " (truncated file?)");
+  STP_CHECK(std::fseek(f, static_cast<long>(offset), SEEK_SET) == 0 && std::fread(dst, 1, bytes, f) == bytes, path,
+            ": cannot read ", bytes, " bytes at offset ", offset, " (truncated file?)");
 }
 
 HostTensor load_entry(std::FILE* f, const SafetensorsEntry& e, std::uint64_t data_start, const std::string& path) {
@@ -220,12 +220,14 @@ SafetensorsFile read_safetensors_file(const std::string& path) {
   STP_CHECK(!ec, path, ": cannot open safetensors file: ", ec.message());
   FilePtr f(std::fopen(path.c_str(), "rb"));
   STP_CHECK(f, path, ": cannot open safetensors file: ", std::strerror(errno));
-  STP_CHECK(file_bytes >= 8, path, ": not a safetensors file (", file_bytes, " bytes, shorter than the 8-byte header length)");
+  STP_CHECK(file_bytes >= 8, path, ": not a safetensors file (", file_bytes,
+            " bytes, shorter than the 8-byte header length)");
   std::uint64_t header_bytes = 0;
   read_exact(f.get(), &header_bytes, 8, 0, path);
   STP_CHECK(header_bytes <= file_bytes - 8, path, ": header length ", header_bytes, " exceeds the file size ",
             file_bytes, " (truncated or not a safetensors file)");
-  STP_CHECK(header_bytes <= kMaxHeaderBytes, path, ": header length ", header_bytes, " exceeds the limit ", kMaxHeaderBytes);
+  STP_CHECK(header_bytes <= kMaxHeaderBytes, path, ": header length ", header_bytes, " exceeds the limit ",
+            kMaxHeaderBytes);
   std::string header(static_cast<std::size_t>(header_bytes), '\0');
   read_exact(f.get(), header.data(), header.size(), 8, path);
 
@@ -290,7 +292,8 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
     write_all(f.get(), &n, 8, tmp);
     write_all(f.get(), header.data(), header.size(), tmp);
     for (const auto& [name, t] : tensors) write_all(f.get(), t->data.data(), t->data.size() * 4, tmp);
-    STP_CHECK(std::fflush(f.get()) == 0 && ::fsync(fileno(f.get())) == 0, tmp, ": flush failed: ", std::strerror(errno));
+    STP_CHECK(std::fflush(f.get()) == 0 && ::fsync(fileno(f.get())) == 0, tmp,
+              ": flush failed: ", std::strerror(errno));
     STP_CHECK(std::fclose(f.release()) == 0, tmp, ": close failed: ", std::strerror(errno));
     std::error_code ec;
     std::filesystem::rename(tmp, path, ec);

@@ -71,8 +71,7 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path);
 
 // Writes `tensors` as F32 in the given order, atomically (PATH.tmp + rename). Names must be
 // unique and non-empty; each tensor's data size must equal numel(shape).
-void write_safetensors(const std::string& path,
-                       const std::vector<std::pair<std::string, const HostTensor*>>& tensors,
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, const HostTensor*>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 // Conversions used by the reader (exposed for tests and for callers holding raw halves).

@@ -32,20 +32,20 @@
 namespace stp {
 
 enum class RecordReader : std::uint8_t {
-  B = 1,         // read by B of the owning unit
-  W = 2,         // read by W of the owning unit
-  BW = 3,        // read by both
-  B_PREV = 4,    // read by B of the previous unit (u-1) of the same stage
+  B = 1,       // read by B of the owning unit
+  W = 2,       // read by W of the owning unit
+  BW = 3,      // read by both
+  B_PREV = 4,  // read by B of the previous unit (u-1) of the same stage
 };
 
 const char* to_string(RecordReader reader);
 
 struct ActivationRecord {
-  std::string name;      // "<hf prefix>.<what>", e.g. "h.3.attn.qkv", "h.3.mlp.ln_2.x", "head.logits"
-  Tensor tensor;         // on the stage's device
-  std::size_t bytes = 0; // tensor.bytes()
+  std::string name;       // "<hf prefix>.<what>", e.g. "h.3.attn.qkv", "h.3.mlp.ln_2.x", "head.logits"
+  Tensor tensor;          // on the stage's device
+  std::size_t bytes = 0;  // tensor.bytes()
   RecordReader reader = RecordReader::B;
-  char saved_by = 'F';   // 'F' or 'B' (gradients kept for a deferred W)
+  char saved_by = 'F';  // 'F' or 'B' (gradients kept for a deferred W)
 };
 
 inline const char* to_string(RecordReader reader) {

@@ -55,7 +55,7 @@ struct Block {
   char* segment = nullptr;  // base of the owning segment
   bool free = true;
   MemoryCategory category = MemoryCategory::Activations;
-  Fence fence;              // free blocks: last uses to order after
+  Fence fence;  // free blocks: last uses to order after
 };
 
 }  // namespace
@@ -69,8 +69,8 @@ struct BlockArena::State : std::enable_shared_from_this<BlockArena::State> {
   ArenaOptions options;
 
   mutable std::mutex mu;
-  std::map<char*, std::size_t> segments;        // base -> bytes
-  std::map<char*, Block> blocks;                // every block, address order
+  std::map<char*, std::size_t> segments;               // base -> bytes
+  std::map<char*, Block> blocks;                       // every block, address order
   std::set<std::pair<std::size_t, char*>> free_index;  // (size, address) of free blocks: best fit
   ArenaStats stats;
   MemoryCategory current = MemoryCategory::Activations;
@@ -126,14 +126,16 @@ Fence BlockArena::State::record_fence(const std::vector<Stream*>& uses) {
     if (!e) e = device.create_event();
     s->record(*e);
     std::weak_ptr<State> weak = weak_from_this();
-    fence.push_back(Use{s, std::shared_ptr<Event>(e.release(), [weak, s](Event* ev) {
-                          if (auto st = weak.lock()) {
-                            std::lock_guard<std::mutex> lock(st->pool_mu);
-                            st->pool[s].emplace_back(ev);
-                          } else {
-                            delete ev;
-                          }
-                        }),
+    fence.push_back(Use{s,
+                        std::shared_ptr<Event>(e.release(),
+                                               [weak, s](Event* ev) {
+                                                 if (auto st = weak.lock()) {
+                                                   std::lock_guard<std::mutex> lock(st->pool_mu);
+                                                   st->pool[s].emplace_back(ev);
+                                                 } else {
+                                                   delete ev;
+                                                 }
+                                               }),
                         seq});
   }
   return fence;
@@ -345,11 +347,12 @@ void BlockArena::reserve(std::size_t bytes) {
   if (bytes == 0) return;
   std::size_t size = aligned(bytes);
   if (state_->stats.reserved + size > state_->options.budget)
-    throw OutOfMemoryError(str("cannot reserve ", format_bytes(size), " of ", state_->options.what, " memory on ",
-                               state_->device.name(), ": ", state_->options.budget_knob, " = ",
-                               format_bytes(state_->options.budget), " and ", format_bytes(state_->stats.reserved),
-                               " are reserved already.", state_->options.advice.empty() ? "" : " ", state_->options.advice),
-                           size);
+    throw OutOfMemoryError(
+        str("cannot reserve ", format_bytes(size), " of ", state_->options.what, " memory on ", state_->device.name(),
+            ": ", state_->options.budget_knob, " = ", format_bytes(state_->options.budget), " and ",
+            format_bytes(state_->stats.reserved), " are reserved already.", state_->options.advice.empty() ? "" : " ",
+            state_->options.advice),
+        size);
   state_->add_segment(size);
 }
 

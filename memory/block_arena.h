@@ -38,28 +38,30 @@ constexpr std::size_t kMemoryCategories = 5;
 const char* to_string(MemoryCategory c);  // "weights", "gradients", "optimizer_state", ...
 
 struct ArenaStats {
-  std::size_t budget = 0;           // reserved never exceeds this
-  std::size_t allocated = 0;        // bytes in live blocks (aligned sizes)
-  std::size_t peak_allocated = 0;   // high-water mark of `allocated`
-  std::size_t reserved = 0;         // bytes in segments (allocated + cached free)
+  std::size_t budget = 0;          // reserved never exceeds this
+  std::size_t allocated = 0;       // bytes in live blocks (aligned sizes)
+  std::size_t peak_allocated = 0;  // high-water mark of `allocated`
+  std::size_t reserved = 0;        // bytes in segments (allocated + cached free)
   std::size_t peak_reserved = 0;
-  std::size_t largest_free = 0;     // largest free block (fragmentation indicator)
-  std::size_t high_water = 0;       // furthest end of a live block from its segment's base
-  std::array<std::size_t, kMemoryCategories> by_category{};       // live bytes now
+  std::size_t largest_free = 0;                              // largest free block (fragmentation indicator)
+  std::size_t high_water = 0;                                // furthest end of a live block from its segment's base
+  std::array<std::size_t, kMemoryCategories> by_category{};  // live bytes now
   std::array<std::size_t, kMemoryCategories> peak_by_category{};  // at the moment of peak_allocated
   std::uint64_t alloc_count = 0, free_count = 0;
   std::uint64_t segment_allocs = 0, segment_frees = 0;  // backend calls (flat in steady state)
-  std::uint64_t stream_waits = 0;   // reuses that had to order a stream after another one
+  std::uint64_t stream_waits = 0;                       // reuses that had to order a stream after another one
   // 1 - allocated / reserved: the share of reserved memory not in live blocks.
-  double fragmentation() const { return reserved ? 1.0 - static_cast<double>(allocated) / static_cast<double>(reserved) : 0.0; }
+  double fragmentation() const {
+    return reserved ? 1.0 - static_cast<double>(allocated) / static_cast<double>(reserved) : 0.0;
+  }
 };
 
 struct ArenaOptions {
   std::string what = "device";                       // "device", "pinned host": names errors
   std::string budget_knob = "memory.device_budget";  // the knob an OOM report tells users to raise
   std::size_t budget = SIZE_MAX;
-  std::size_t segment_bytes = 32ull << 20;           // growth granularity; larger requests get their own segment
-  bool grow = true;                                  // false: only reserve() adds segments (a fixed pool)
+  std::size_t segment_bytes = 32ull << 20;  // growth granularity; larger requests get their own segment
+  bool grow = true;                         // false: only reserve() adds segments (a fixed pool)
   // Lowest-address fit instead of best fit. A fixed pool uses it: its layout then does not depend
   // on the pool's size, so high_water from a run with a big pool is the exact size it needs.
   bool first_fit = false;

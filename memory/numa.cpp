@@ -142,8 +142,8 @@ std::vector<int> allowed_cpus() {
 CpuSplit split_cpus_for_copies(int copy_cpus) {
   std::vector<int> cpus = allowed_cpus();
   STP_CHECK(copy_cpus >= 0 && copy_cpus < static_cast<int>(cpus.size()), "memory.copy_engine_cpus = ", copy_cpus,
-            " leaves no CPU for compute: this process may run on ", cpus.size(),
-            " CPU(s); use at most ", cpus.size() - 1, ", or 0 to share every CPU");
+            " leaves no CPU for compute: this process may run on ", cpus.size(), " CPU(s); use at most ",
+            cpus.size() - 1, ", or 0 to share every CPU");
   CpuSplit split;
   split.copy.assign(cpus.end() - copy_cpus, cpus.end());
   split.compute.assign(cpus.begin(), cpus.end() - copy_cpus);

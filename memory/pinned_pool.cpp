@@ -41,8 +41,7 @@ struct Placement {
 
 }  // namespace
 
-PinnedPool::PinnedPool(Device& device, Stream& home, PinnedPoolOptions options)
-    : device_(device) {
+PinnedPool::PinnedPool(Device& device, Stream& home, PinnedPoolOptions options) : device_(device) {
   STP_CHECK(options.chunk_bytes > 0, "pinned host pool: chunk_bytes must be positive");
   capacity_ = round_up(options.bytes, kBlockAlign);
   // Checked before any memory is taken, so a misconfigured run pins nothing.

@@ -31,9 +31,9 @@
 namespace stp {
 
 struct PinnedPoolOptions {
-  std::size_t bytes = 0;                   // pool size, allocated once at construction
-  std::size_t host_budget = SIZE_MAX;      // memory.host_budget (the limit the pool must fit)
-  std::size_t chunk_bytes = 64ull << 20;   // NUMA bind / pre-fault granularity
+  std::size_t bytes = 0;                  // pool size, allocated once at construction
+  std::size_t host_budget = SIZE_MAX;     // memory.host_budget (the limit the pool must fit)
+  std::size_t chunk_bytes = 64ull << 20;  // NUMA bind / pre-fault granularity
 };
 
 class PinnedPool final : public Allocator {

@@ -27,8 +27,8 @@ struct PrefetchPoint {
 
 // One pipeline rank's decisions (every TP rank of it runs the same plan).
 struct RankPlan {
-  std::vector<std::vector<UnitPlan>> units;           // [local chunk][unit]
-  std::vector<std::vector<PrefetchPoint>> prefetch;   // [op index]: sets to prefetch before the op
+  std::vector<std::vector<UnitPlan>> units;          // [local chunk][unit]
+  std::vector<std::vector<PrefetchPoint>> prefetch;  // [op index]: sets to prefetch before the op
   bool offloads() const;
 };
 
@@ -37,11 +37,11 @@ struct RankPrediction {
   std::size_t peak_device_bytes = 0;  // live bytes of the caching allocator: exact on every backend
   std::size_t peak_reserved_bytes = 0;
   std::array<std::size_t, kMemoryCategories> peak_by_category{};
-  std::size_t host_pinned_bytes = 0;  // peak pool bytes this device's offload needs
+  std::size_t host_pinned_bytes = 0;         // peak pool bytes this device's offload needs
   std::uint64_t offload_bytes_per_step = 0;  // D2H bytes (= H2D bytes)
-  double compute_s = 0;                // estimated compute time per step (FLOPs / rate)
-  double recompute_s = 0;              // added forward work per step
-  double exposed_copy_s = 0;           // copy time per step the compute cannot hide
+  double compute_s = 0;                      // estimated compute time per step (FLOPs / rate)
+  double recompute_s = 0;                    // added forward work per step
+  double exposed_copy_s = 0;                 // copy time per step the compute cannot hide
   double step_cost_s() const { return recompute_s + exposed_copy_s; }
 };
 

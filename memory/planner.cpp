@@ -11,12 +11,14 @@ namespace {
 std::vector<RankPlan> empty_plans(const PlannerInput& in) {
   std::vector<RankPlan> plans(static_cast<std::size_t>(in.pp));
   for (int r = 0; r < in.pp; ++r)
-    for (int n : in.units[static_cast<std::size_t>(r)]) plans[static_cast<std::size_t>(r)].units.emplace_back(static_cast<std::size_t>(n));
+    for (int n : in.units[static_cast<std::size_t>(r)])
+      plans[static_cast<std::size_t>(r)].units.emplace_back(static_cast<std::size_t>(n));
   return plans;
 }
 
 UnitPlan& at(std::vector<RankPlan>& plans, const PlanCandidate& c) {
-  return plans[static_cast<std::size_t>(c.pp_rank)].units[static_cast<std::size_t>(c.chunk)][static_cast<std::size_t>(c.unit)];
+  return plans[static_cast<std::size_t>(c.pp_rank)]
+      .units[static_cast<std::size_t>(c.chunk)][static_cast<std::size_t>(c.unit)];
 }
 
 // The strongest recompute level a mode allows for a candidate.
@@ -29,7 +31,8 @@ Recompute strongest(RecomputePolicy mode, const PlanCandidate& c) {
 
 std::size_t peak_of_pp_rank(const PlannerInput& in, const std::vector<RankPrediction>& pred, int pp_rank) {
   std::size_t peak = 0;
-  for (int t = 0; t < in.tp; ++t) peak = std::max(peak, pred[static_cast<std::size_t>(pp_rank * in.tp + t)].peak_device_bytes);
+  for (int t = 0; t < in.tp; ++t)
+    peak = std::max(peak, pred[static_cast<std::size_t>(pp_rank * in.tp + t)].peak_device_bytes);
   return peak;
 }
 
@@ -69,12 +72,14 @@ Move cheapest_move(const PlannerInput& in, std::vector<RankPlan>& plans, const R
     if (in.recompute != RecomputePolicy::None) {
       if (in.recompute == RecomputePolicy::Auto || in.recompute == RecomputePolicy::Full) {
         if (u.recompute == Recompute::None && c.selective_saving)
-          consider(Move{&c, u.offload, Recompute::Selective, 0}, m * c.forward_s * c.selective_cost, c.selective_saving);
+          consider(Move{&c, u.offload, Recompute::Selective, 0}, m * c.forward_s * c.selective_cost,
+                   c.selective_saving);
         if (u.recompute != Recompute::Full && c.full_saving) {
           double have = u.recompute == Recompute::Selective ? c.selective_cost : 0;
           std::size_t saved = u.recompute == Recompute::Selective ? c.selective_saving : 0;
           if (c.full_saving > saved)
-            consider(Move{&c, u.offload, Recompute::Full, 0}, m * c.forward_s * (c.full_cost - have), c.full_saving - saved);
+            consider(Move{&c, u.offload, Recompute::Full, 0}, m * c.forward_s * (c.full_cost - have),
+                     c.full_saving - saved);
         }
       }
     }
@@ -85,7 +90,8 @@ Move cheapest_move(const PlannerInput& in, std::vector<RankPlan>& plans, const R
 std::string summarize(const PlannerInput& in, const std::vector<RankPlan>& plans) {
   std::string out;
   for (const PlanCandidate& c : in.candidates) {
-    const UnitPlan& u = plans[static_cast<std::size_t>(c.pp_rank)].units[static_cast<std::size_t>(c.chunk)][static_cast<std::size_t>(c.unit)];
+    const UnitPlan& u = plans[static_cast<std::size_t>(c.pp_rank)]
+                            .units[static_cast<std::size_t>(c.chunk)][static_cast<std::size_t>(c.unit)];
     if (!u.offload && u.recompute == Recompute::None) continue;
     out += str("rank ", c.pp_rank, " chunk ", c.chunk, " ", c.name, ": ", u.offload ? "offload" : "keep",
                u.recompute != Recompute::None ? str(" + recompute ", to_string(u.recompute)) : std::string(), "\n");
@@ -115,7 +121,8 @@ MemoryPlan plan_memory(const PlannerInput& in) {
     u.offload = in.offload != OffloadPolicy::None && c.offload_bytes > 0;
   }
   std::vector<RankPrediction> most_pred = in.evaluate(most);
-  for (const RankPrediction& p : most_pred) out.min_device_budget = std::max(out.min_device_budget, p.peak_device_bytes);
+  for (const RankPrediction& p : most_pred)
+    out.min_device_budget = std::max(out.min_device_budget, p.peak_device_bytes);
   if (in.placeable_budget) out.min_device_budget = in.placeable_budget(most, out.min_device_budget);
   if (out.min_device_budget > in.device_budget) {
     out.feasible = false;

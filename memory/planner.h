@@ -11,10 +11,9 @@
 // Search (policies: memory/policy.h): levers set to `none` are never used, `all` / `selective` /
 // `full` are forced on every candidate, `auto` levers are added greedily. First the most the
 // enabled levers can do is evaluated: if even that exceeds the budget the config is infeasible and
-// min_device_budget says what would fit. Otherwise, starting from the forced decisions, each round gives every rank that
-// is over budget its cheapest remaining move — cost per byte freed, where offloading costs only
-// the copy time the compute of a step cannot hide and recomputing costs its forward time — and
-// re-evaluates, until every rank fits.
+// min_device_budget says what would fit. Otherwise, starting from the forced decisions, each round gives every rank
+// that is over budget its cheapest remaining move — cost per byte freed, where offloading costs only the copy time the
+// compute of a step cannot hide and recomputing costs its forward time — and re-evaluates, until every rank fits.
 #pragma once
 
 #include <cstddef>
@@ -29,11 +28,11 @@ namespace stp {
 
 struct PlanCandidate {
   int pp_rank = 0, chunk = 0, unit = 0;
-  std::string name;                   // "h.3.attn"
-  std::size_t offload_bytes = 0;      // bytes per microbatch F leaves behind (after recompute drops)
-  std::size_t selective_saving = 0;   // bytes per microbatch Selective drops (0: not supported)
-  std::size_t full_saving = 0;        // bytes per microbatch Full drops (0: not supported)
-  double forward_s = 0;               // forward time of the unit per microbatch
+  std::string name;                          // "h.3.attn"
+  std::size_t offload_bytes = 0;             // bytes per microbatch F leaves behind (after recompute drops)
+  std::size_t selective_saving = 0;          // bytes per microbatch Selective drops (0: not supported)
+  std::size_t full_saving = 0;               // bytes per microbatch Full drops (0: not supported)
+  double forward_s = 0;                      // forward time of the unit per microbatch
   double selective_cost = 0, full_cost = 0;  // fraction of the forward re-run
 };
 
@@ -42,11 +41,11 @@ struct PlannerInput {
   OffloadPolicy offload = OffloadPolicy::Auto;
   RecomputePolicy recompute = RecomputePolicy::Auto;
   int pp = 1;
-  int tp = 1;                         // global rank = pp_rank * tp + tp_rank
+  int tp = 1;  // global rank = pp_rank * tp + tp_rank
   int microbatches = 1;
   std::vector<std::vector<int>> units;  // [pp rank][local chunk] unit count
   std::vector<PlanCandidate> candidates;
-  double link_bytes_per_s = 1;        // D2H / H2D rate (each direction)
+  double link_bytes_per_s = 1;  // D2H / H2D rate (each direction)
   // Fills each plan's prefetch points and returns predictions [global rank].
   std::function<std::vector<RankPrediction>(std::vector<RankPlan>&)> evaluate;
   // Optional: the smallest budget in which the allocator can place `plans` (prefetches filled by

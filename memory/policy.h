@@ -9,7 +9,8 @@
 // below. tests/train/memory_settings_test.cpp checks that the registry's choices and these tables
 // agree, so the two spellings cannot drift apart.
 //
-// Adding a lever: an enum, a `policy_names` overload returning its table, a knob whose choices are policy_choices<E>(), and a field in MemorySettings.
+// Adding a lever: an enum, a `policy_names` overload returning its table, a knob whose choices are policy_choices<E>(),
+// and a field in MemorySettings.
 //
 // Usage:
 //   std::optional<OffloadPolicy> p = parse_policy<OffloadPolicy>("all");  // nullopt: not a name
@@ -61,7 +62,9 @@ inline std::span<const PolicyName<RecomputePolicy>> policy_names(RecomputePolicy
 }
 
 template <class E>
-concept Policy = requires(E e) { policy_names(e); };
+concept Policy = requires(E e) {
+  policy_names(e);
+};
 
 template <Policy E>
 const char* to_string(E e) {

@@ -21,8 +21,8 @@ struct GPT2Config {
   int n_head = 4;
   int n_embd = 32;
   int vocab_size = 64;
-  int seq_len = 16;      // T of every microbatch
-  int n_positions = 0;   // rows of wpe; 0 = seq_len
+  int seq_len = 16;              // T of every microbatch
+  int n_positions = 0;           // rows of wpe; 0 = seq_len
   DType precision = DType::F32;  // activation / GEMM type (GPT2Dims::act); master weights are f32
   AttentionKernel attention = AttentionKernel::Naive;
   int positions() const { return n_positions > 0 ? n_positions : seq_len; }

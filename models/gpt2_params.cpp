@@ -56,7 +56,9 @@ Shape shard_shape(const ParamInfo& p) {
 
 void add_layer(std::vector<ParamInfo>& out, int i, i64 C, int r, int t) {
   std::string h = "h." + std::to_string(i) + ".";
-  auto vec = [&](const std::string& n, i64 len) { out.push_back(make_info(h + n, {len}, replicated_layout(1, len), true)); };
+  auto vec = [&](const std::string& n, i64 len) {
+    out.push_back(make_info(h + n, {len}, replicated_layout(1, len), true));
+  };
   vec("ln_1.weight", C);
   vec("ln_1.bias", C);
   out.push_back(make_info(h + "attn.c_attn.weight", {C, 3 * C}, column_layout(C, 3 * C, 3, r, t), t == 1));
@@ -76,10 +78,11 @@ void add_layer(std::vector<ParamInfo>& out, int i, i64 C, int r, int t) {
 void validate(const GPT2Config& c, const GPT2StageSpec& s) {
   STP_CHECK(c.n_layer >= 1 && c.n_head >= 1 && c.n_embd >= 1 && c.vocab_size >= 1 && c.seq_len >= 1,
             "model: n_layer, n_head, n_embd, vocab_size and seq_len must be positive");
-  STP_CHECK(c.n_embd % c.n_head == 0, "model.n_embd (", c.n_embd, ") must be a multiple of model.n_head (", c.n_head, ")");
+  STP_CHECK(c.n_embd % c.n_head == 0, "model.n_embd (", c.n_embd, ") must be a multiple of model.n_head (", c.n_head,
+            ")");
   STP_CHECK(c.positions() >= c.seq_len, "model: ", c.positions(), " positions cannot hold seq_len ", c.seq_len);
-  STP_CHECK(s.tp_size >= 1 && c.n_head % s.tp_size == 0, "parallel.tp (", s.tp_size,
-            ") must divide model.n_head (", c.n_head, ")");
+  STP_CHECK(s.tp_size >= 1 && c.n_head % s.tp_size == 0, "parallel.tp (", s.tp_size, ") must divide model.n_head (",
+            c.n_head, ")");
   STP_CHECK(s.tp_rank >= 0 && s.tp_rank < s.tp_size, "tp rank ", s.tp_rank, " outside [0, ", s.tp_size, ")");
   STP_CHECK(0 <= s.layer_begin && s.layer_begin <= s.layer_end && s.layer_end <= c.n_layer, "stage layers [",
             s.layer_begin, ", ", s.layer_end, ") outside [0, ", c.n_layer, "]");

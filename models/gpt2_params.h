@@ -35,7 +35,7 @@ class GPT2Params {
   GPT2Params(const GPT2Config& config, const GPT2StageSpec& spec, Allocator& alloc);
 
   std::vector<ParamInfo>& list() { return params_; }
-  ParamInfo& at(const std::string& name);    // asserts the name exists
+  ParamInfo& at(const std::string& name);  // asserts the name exists
   bool has(const std::string& name) const;
   const Tensor& flat_params() const { return flat_params_; }
   const Tensor& flat_grads() const { return flat_grads_; }

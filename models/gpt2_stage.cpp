@@ -224,8 +224,8 @@ Tensor GPT2Stage::backward_input(int u, int mb, Stream& s) {
 
 void GPT2Stage::backward_weight(int u, int mb, Stream& s) {
   Microbatch& m = mb_state(mb);
-  STP_ASSERT(m.next_b >= -1 && m.next_b < u && m.next_f == num_units() && u < num_units() && m.next_b != u,
-             "W(", u, ", mb ", mb, ") before its B");
+  STP_ASSERT(m.next_b >= -1 && m.next_b < u && m.next_f == num_units() && u < num_units() && m.next_b != u, "W(", u,
+             ", mb ", mb, ") before its B");
   CallScope cs(alloc_, s);
   RecordSet& rec = records(u, mb);
   Unit& unit = units_[static_cast<std::size_t>(u)];
@@ -298,8 +298,7 @@ double GPT2Stage::recompute_cost(int u, Recompute r) const {
 
 std::size_t GPT2Stage::recompute_saving(int u, Recompute r) const {
   std::size_t bytes = 0;
-  for (const RecomputedRecord& rec : recomputed_records(u, r))
-    bytes += rec.bytes();
+  for (const RecomputedRecord& rec : recomputed_records(u, r)) bytes += rec.bytes();
   return bytes;
 }
 

@@ -73,8 +73,8 @@ class GPT2Stage final : public Stage {
   enum class Kind { EMBED, INPUT, ATTN, MLP, HEAD };
   struct Unit {
     Kind kind;
-    std::string name;     // "embed", "input", "h.3.attn", "h.3.mlp", "head"
-    BranchParams branch;  // ATTN / MLP
+    std::string name;                       // "embed", "input", "h.3.attn", "h.3.mlp", "head"
+    BranchParams branch;                    // ATTN / MLP
     Recompute recompute = Recompute::None;  // ATTN / MLP only
   };
   // Per-microbatch state between calls (besides the records). Tensors are handles, not copies.

@@ -42,9 +42,10 @@ template <typename A>
 LayerNormOut layernorm_step(const GPT2Dims& d, const LayerNormParams& p, const Tensor& x, CallScope& cs,
                             bool keep_stats = true) {
   const i64 N = d.N(), C = d.C;
-  LayerNormOut r{cs.keep({N, C}, d.act), keep_stats ? cs.keep({N}) : cs.tmp({N}), keep_stats ? cs.keep({N}) : cs.tmp({N})};
-  layernorm_forward(cs.stream(), r.out.as<A>(), r.mean.f32(), r.rstd.f32(), x.f32(), p.w->param.f32(),
-                    p.b->param.f32(), N, C);
+  LayerNormOut r{cs.keep({N, C}, d.act), keep_stats ? cs.keep({N}) : cs.tmp({N}),
+                 keep_stats ? cs.keep({N}) : cs.tmp({N})};
+  layernorm_forward(cs.stream(), r.out.as<A>(), r.mean.f32(), r.rstd.f32(), x.f32(), p.w->param.f32(), p.b->param.f32(),
+                    N, C);
   return r;
 }
 
@@ -74,8 +75,7 @@ AttentionOut attention_step(const GPT2Dims& d, const Tensor& qkv /*(B, T, 3Cl)*/
   if (fused(d)) {
     AttentionOut r{cs.keep({d.B, d.H, d.T}), cs.keep({d.B, d.T, d.Cl}, d.act)};
     const A* q = qkv.as<A>();
-    fused_attention_forward<A>(cs.stream(), attention_layout(d), r.y.as<A>(), r.core.f32(), q, q + d.Cl,
-                               q + 2 * d.Cl);
+    fused_attention_forward<A>(cs.stream(), attention_layout(d), r.y.as<A>(), r.core.f32(), q, q + d.Cl, q + 2 * d.Cl);
     return r;
   }
   AttentionOut r{cs.keep({d.B, d.H, d.T, d.T}, d.act), cs.keep({d.B, d.T, d.Cl}, d.act)};
@@ -369,8 +369,7 @@ Tensor attn_forward(const GPT2Dims& d, const BranchParams& p, const Tensor& x, R
   return with_act(d, [&](auto a) { return attn_forward_t<decltype(a)>(d, p, x, rec, cs); });
 }
 
-Tensor attn_backward_input(const GPT2Dims& d, const BranchParams& p, const Tensor& dy, RecordSet& rec,
-                           CallScope& cs) {
+Tensor attn_backward_input(const GPT2Dims& d, const BranchParams& p, const Tensor& dy, RecordSet& rec, CallScope& cs) {
   return with_act(d, [&](auto a) { return attn_backward_input_t<decltype(a)>(d, p, dy, rec, cs); });
 }
 
@@ -382,8 +381,7 @@ Tensor mlp_forward(const GPT2Dims& d, const BranchParams& p, const Tensor& x, Re
   return with_act(d, [&](auto a) { return mlp_forward_t<decltype(a)>(d, p, x, rec, cs); });
 }
 
-Tensor mlp_backward_input(const GPT2Dims& d, const BranchParams& p, const Tensor& dy, RecordSet& rec,
-                          CallScope& cs) {
+Tensor mlp_backward_input(const GPT2Dims& d, const BranchParams& p, const Tensor& dy, RecordSet& rec, CallScope& cs) {
   return with_act(d, [&](auto a) { return mlp_backward_input_t<decltype(a)>(d, p, dy, rec, cs); });
 }
 
@@ -421,8 +419,8 @@ std::vector<RecomputedRecord> attn_recomputed_records(const GPT2Dims& d, Recompu
   const i64 N = d.N();
   const DType a = d.act, f = DType::F32;  // LayerNorm statistics are f32 at every precision
   // The attention core's record: the probabilities (naive) or the f32 log-sum-exp per query row (fused).
-  const RecomputedRecord core = fused(d) ? RecomputedRecord{"lse", d.B * d.H * d.T, f}
-                                         : RecomputedRecord{"att", d.B * d.H * d.T * d.T, a};
+  const RecomputedRecord core =
+      fused(d) ? RecomputedRecord{"lse", d.B * d.H * d.T, f} : RecomputedRecord{"att", d.B * d.H * d.T * d.T, a};
   switch (r) {
     case Recompute::None: return {};
     case Recompute::Selective: return {{"ln.out", N * d.C, a}, core, {"y", N * d.Cl, a}};
@@ -502,8 +500,8 @@ Tensor layernorm_finalize(const GPT2Dims& d, const LayerNormParams& p, const Ten
   Tensor x = rec.take("ln.x"), mean = rec.take("ln.mean"), rstd = rec.take("ln.rstd");
   Tensor dx = cs.keep({d.B, d.T, C});
   layernorm_backward_input(s, dx.f32(), dy.f32(), dln.f32(), x.f32(), mean.f32(), rstd.f32(), p.w->param.f32(), N, C);
-  layernorm_backward_weight_accumulate(s, p.w->grad.f32(), p.b->grad.f32(), dln.f32(), x.f32(), mean.f32(),
-                                       rstd.f32(), N, C);
+  layernorm_backward_weight_accumulate(s, p.w->grad.f32(), p.b->grad.f32(), dln.f32(), x.f32(), mean.f32(), rstd.f32(),
+                                       N, C);
   for (Tensor* t : {&x, &mean, &rstd}) cs.release(std::move(*t));
   return dx;
 }

@@ -66,7 +66,7 @@ class CallScope {
 
   Tensor tmp(Shape shape, DType dtype = DType::F32);   // dead after this call
   Tensor keep(Shape shape, DType dtype = DType::F32);  // allocated here, kept by the caller (records, outputs)
-  void release(Tensor t);           // a record whose last reader is enqueued in this call
+  void release(Tensor t);                              // a record whose last reader is enqueued in this call
   Stream& stream() { return s_; }
 
  private:
@@ -83,7 +83,7 @@ struct LayerNormParams {
 // Attention and MLP units share a shape: LN -> column-parallel -> op -> row-parallel.
 struct BranchParams {
   LayerNormParams ln;
-  ParamInfo* in_w = nullptr;   // c_attn / c_fc (column-parallel shard)
+  ParamInfo* in_w = nullptr;  // c_attn / c_fc (column-parallel shard)
   ParamInfo* in_b = nullptr;
   ParamInfo* out_w = nullptr;  // c_proj (row-parallel shard)
   ParamInfo* out_b = nullptr;  // replicated, added by rank 0
@@ -112,8 +112,8 @@ Tensor layernorm_finalize(const GPT2Dims& d, const LayerNormParams& p, const Ten
 //   mlp   Selective: ln.x, ln.mean, ln.rstd, h        (drops ln.out, gelu)
 //         Full:      ln.x                             (drops ln.mean, ln.rstd, ln.out, h, gelu)
 struct RecomputedRecord {
-  const char* name;      // without the unit prefix, e.g. "att"
-  std::int64_t numel;    // elements
+  const char* name;    // without the unit prefix, e.g. "att"
+  std::int64_t numel;  // elements
   DType dtype;
   std::size_t bytes() const { return static_cast<std::size_t>(numel) * dtype_size(dtype); }
 };

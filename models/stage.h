@@ -117,12 +117,12 @@ struct ShardLayout {
 };
 
 struct ParamInfo {
-  std::string name;   // HF GPT-2 name, e.g. "h.0.attn.c_attn.weight" (no "transformer." prefix)
-  Tensor param;       // this rank's shard, on the device
-  Tensor grad;        // same shape; accumulated by W (and by B for LayerNorm weights)
-  Tensor compute;     // what GEMMs multiply by: `param` itself, or (bf16 precision, GEMM weights
-                      // only) its bf16 copy, refreshed from `param` at the start of every step
-  Shape full_shape;   // HF layout ([C, 3C] for c_attn.weight, ...)
+  std::string name;         // HF GPT-2 name, e.g. "h.0.attn.c_attn.weight" (no "transformer." prefix)
+  Tensor param;             // this rank's shard, on the device
+  Tensor grad;              // same shape; accumulated by W (and by B for LayerNorm weights)
+  Tensor compute;           // what GEMMs multiply by: `param` itself, or (bf16 precision, GEMM weights
+                            // only) its bf16 copy, refreshed from `param` at the start of every step
+  Shape full_shape;         // HF layout ([C, 3C] for c_attn.weight, ...)
   bool decay = false;       // weight decay applies (tensors with two or more dimensions)
   bool replicated = false;  // every TP rank holds the full tensor with identical values and
                             // identical grads: count it once in a global grad norm
@@ -136,10 +136,10 @@ class Stage {
  public:
   virtual ~Stage() = default;
 
-  virtual int num_units() const = 0;                  // forward order 0..U-1
-  virtual std::string unit_name(int u) const = 0;     // "embed", "input", "h.3.attn", "h.3.mlp", "head"
-  virtual bool is_first() const = 0;                  // owns the embedding
-  virtual bool is_last() const = 0;                   // owns ln_f, the head and the loss
+  virtual int num_units() const = 0;               // forward order 0..U-1
+  virtual std::string unit_name(int u) const = 0;  // "embed", "input", "h.3.attn", "h.3.mlp", "head"
+  virtual bool is_first() const = 0;               // owns the embedding
+  virtual bool is_last() const = 0;                // owns ln_f, the head and the loss
 
   // Microbatch I/O (see the header comment).
   virtual Tensor tokens(int mb) = 0;
@@ -152,7 +152,7 @@ class Stage {
   virtual Tensor grad_input(int mb) = 0;
   virtual Tensor loss(int mb) = 0;
 
-  virtual void set_loss_scale(float scale) = 0;       // default 1
+  virtual void set_loss_scale(float scale) = 0;  // default 1
   virtual float loss_scale() const = 0;
 
   // The three passes. F and B return the tensor to all-reduce before the next unit of the same
@@ -182,7 +182,7 @@ class Stage {
   virtual std::size_t recompute_saving(int u, Recompute r) const = 0;
 
   virtual std::vector<ParamInfo>& params() = 0;
-  virtual void zero_grads(Stream& s) = 0;             // also drops all microbatch state (in stream order)
+  virtual void zero_grads(Stream& s) = 0;  // also drops all microbatch state (in stream order)
   // Drops mb's I/O buffers (its records must be gone), in stream order on s.
   virtual void release_microbatch(int mb, Stream& s) = 0;
 };

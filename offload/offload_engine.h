@@ -51,8 +51,8 @@ namespace stp {
 struct OffloadCounters {
   std::uint64_t d2h_bytes = 0, h2d_bytes = 0;
   std::uint64_t d2h_copies = 0, h2d_copies = 0;
-  std::uint64_t skipped_shared = 0;  // records not moved: their storage is shared
-  std::uint64_t late_prefetches = 0; // prefetches issued by make_ready itself (no lookahead)
+  std::uint64_t skipped_shared = 0;       // records not moved: their storage is shared
+  std::uint64_t late_prefetches = 0;      // prefetches issued by make_ready itself (no lookahead)
   double d2h_busy_s = 0, h2d_busy_s = 0;  // time the copy streams spent in offload/reload batches
   double compute_stall_s = 0;             // time consumers waited for a reload to finish
   double d2h_bytes_per_s() const { return d2h_busy_s > 0 ? static_cast<double>(d2h_bytes) / d2h_busy_s : 0; }
@@ -102,11 +102,11 @@ class OffloadEngine {
 
  private:
   enum class State : std::uint8_t { Offloading, Prefetching };
-  struct Moved {           // one record away from its device tensor
-    RecordSet* set;        // the stage's record set (map nodes: stable while the record lives)
-    std::string name;      // the record's full name
-    Tensor host;           // pinned copy
-    Tensor device;         // the reload buffer (Prefetching)
+  struct Moved {       // one record away from its device tensor
+    RecordSet* set;    // the stage's record set (map nodes: stable while the record lives)
+    std::string name;  // the record's full name
+    Tensor host;       // pinned copy
+    Tensor device;     // the reload buffer (Prefetching)
   };
   // A measured stretch of device time: from `start`'s record to `end`'s (timing events). Kept until
   // both have completed, then added to its clock (harvest). A stall is max(0, reload end - the

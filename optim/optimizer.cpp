@@ -36,7 +36,8 @@ void AdamW::step(Stream& s, float lr) {
   }
 }
 
-GradClipper::GradClipper(std::vector<ParamInfo>& params, Allocator& alloc, std::function<bool(const ParamInfo&)> counted)
+GradClipper::GradClipper(std::vector<ParamInfo>& params, Allocator& alloc,
+                         std::function<bool(const ParamInfo&)> counted)
     : params_(params) {
   std::size_t partials = 1;
   for (const ParamInfo& p : params_) {
@@ -53,7 +54,8 @@ void GradClipper::local_sumsq(Stream& s) {
   s.zero(scalars_, sizeof(float));
   for (std::size_t i = 0; i < params_.size(); ++i)
     if (counted_[i])
-      sumsq_accumulate(s, params_[i].grad.f32(), static_cast<std::size_t>(params_[i].grad.numel()), partials_, scalars_);
+      sumsq_accumulate(s, params_[i].grad.f32(), static_cast<std::size_t>(params_[i].grad.numel()), partials_,
+                       scalars_);
 }
 
 void GradClipper::clip(Stream& s, float max_norm) {

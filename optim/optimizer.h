@@ -36,11 +36,11 @@ class AdamW {
   // Counts one step, then updates every parameter: decay iff ParamInfo::decay (>= 2 dims).
   void step(Stream& s, float lr);
 
-  std::int64_t step_count() const { return step_count_; }  // steps taken (0 before the first)
+  std::int64_t step_count() const { return step_count_; }           // steps taken (0 before the first)
   void set_step_count(std::int64_t steps) { step_count_ = steps; }  // when resuming
 
   std::size_t size() const { return exp_avg_.size(); }
-  const Tensor& exp_avg(std::size_t i) const { return exp_avg_[i]; }      // same order as params
+  const Tensor& exp_avg(std::size_t i) const { return exp_avg_[i]; }  // same order as params
   const Tensor& exp_avg_sq(std::size_t i) const { return exp_avg_sq_[i]; }
   const AdamWHyper& hyper() const { return hyper_; }
 

@@ -19,8 +19,8 @@ struct RankStep {
   StepWindow window;
   std::vector<const Span*> ops, units, ars;
   std::unordered_map<std::string, const Span*> recv_by_name;  // "recv <message>" -> its span
-  std::vector<double> lag;        // per unit: the issue gap before it (µs)
-  std::vector<int> op_of;         // per unit: op index (-1: outside every op)
+  std::vector<double> lag;                                    // per unit: the issue gap before it (µs)
+  std::vector<int> op_of;                                     // per unit: op index (-1: outside every op)
 };
 
 // Everything in flight on a rank besides compute: the intervals issue gaps are measured against.
@@ -167,8 +167,8 @@ Calibration calibrate(const Trace& trace, const std::vector<RankTimeline>& ranks
   std::map<int, const RankTimeline*> by_pid;
   for (const RankTimeline& r : ranks) by_pid[r.pid] = &r;
   for (int g = 0; g < s.pp * tp; ++g)
-    STP_CHECK(by_pid.count(g), "the trace has no spans of rank ", g, " but the run has pp ", s.pp, " x tp ", tp,
-              " = ", s.pp * tp, " ranks: is config.yaml the config of this run?");
+    STP_CHECK(by_pid.count(g), "the trace has no spans of rank ", g, " but the run has pp ", s.pp, " x tp ", tp, " = ",
+              s.pp * tp, " ranks: is config.yaml the config of this run?");
   // Which op of which pp rank sends each message.
   std::unordered_map<long, std::pair<int, int>> sender;  // key -> (pp rank, op index)
   for (int r = 0; r < s.pp; ++r)
@@ -199,10 +199,11 @@ Calibration calibrate(const Trace& trace, const std::vector<RankTimeline>& ranks
         rs.ops = starting_in(rt.ops, w->begin, w->end);
         rs.units = starting_in(rt.units(), w->begin, w->end);
         rs.ars = starting_in(rt.lane(Lane::TpComm), w->begin, w->end);
-        for (const Span* p : starting_in(rt.lane(Lane::P2P), w->begin, w->end)) rs.recv_by_name.emplace(trace.str(p->name), p);
+        for (const Span* p : starting_in(rt.lane(Lane::P2P), w->begin, w->end))
+          rs.recv_by_name.emplace(trace.str(p->name), p);
         STP_CHECK(rs.ops.size() == s.ranks[r].size(), "rank ", rt.pid, " ran ", rs.ops.size(), " ops in step ", w->step,
-                  " but schedule ", s.name, " (pp ", s.pp, ", microbatches ", s.microbatches, ") gives pp rank ", r, " ",
-                  s.ranks[r].size(), ": the trace is not of this schedule");
+                  " but schedule ", s.name, " (pp ", s.pp, ", microbatches ", s.microbatches, ") gives pp rank ", r,
+                  " ", s.ranks[r].size(), ": the trace is not of this schedule");
         charge_issue_gaps(rs, busy_elsewhere.at(rt.pid));
         assign_ops(rs);
         for (const Span* c : starting_in(rt.lane(Lane::D2H), w->begin, w->end))

@@ -12,8 +12,8 @@
 //                   Idle time under an all-reduce or a message is not an issue gap: the simulator
 //                   produces it from T_AR and T_P2P.
 //   TP group        An all-reduce ends when its slowest member arrives, so the group moves at its
-//                   slowest member's pace: a unit costs the maximum span over the TP ranks (units matched by step, op and position in the op),
-//                   and an all-reduce the minimum of its spans over the TP ranks (the transfer
+//                   slowest member's pace: a unit costs the maximum span over the TP ranks (units matched by step, op
+//                   and position in the op), and an all-reduce the minimum of its spans over the TP ranks (the transfer
 //                   after the last arrival; the other spans include waiting for that member).
 //                   An op's issue gap is the sum over its units of the largest gap before each.
 //   T_F, T_B, T_W   mean over every part (one pass of one chunk for one microbatch, args "part")
@@ -45,9 +45,9 @@
 namespace stp::profile {
 
 struct Calibration {
-  sched::Costs costs;                  // ms per chunk-pass; issue ms per op
-  double d2h_gbps = 0, h2d_gbps = 0;   // 0: no copies traced
-  int parts = 0, all_reduces = 0, messages = 0;  // samples behind the costs
+  sched::Costs costs;                                 // ms per chunk-pass; issue ms per op
+  double d2h_gbps = 0, h2d_gbps = 0;                  // 0: no copies traced
+  int parts = 0, all_reduces = 0, messages = 0;       // samples behind the costs
   std::array<int, sched::kOpShapes> issue_samples{};  // ops of each shape measured (0: derived)
   int steps = 0;
 };

@@ -44,7 +44,8 @@ MemoryReport memory_report(const Trace& trace, const RankTimeline& rank, const S
       if (rising && falling) peaks.push_back({i, &w});
     }
   }
-  std::stable_sort(peaks.begin(), peaks.end(), [&](const Candidate& a, const Candidate& b) { return total[a.i] > total[b.i]; });
+  std::stable_sort(peaks.begin(), peaks.end(),
+                   [&](const Candidate& a, const Candidate& b) { return total[a.i] > total[b.i]; });
   std::set<std::string> ops_seen;
   for (const Candidate& p : peaks) {
     if (static_cast<int>(r.high_water.size()) >= top) break;
@@ -58,7 +59,8 @@ MemoryReport memory_report(const Trace& trace, const RankTimeline& rank, const S
     m.into_step_ms = (c->ts - p.w->begin) * 1e-3;
     m.total = total[p.i];
     m.op = name;
-    for (std::uint32_t k = c->begin; k < c->end; ++k) m.by_category.emplace_back(trace.str(trace.values[k].first), trace.values[k].second);
+    for (std::uint32_t k = c->begin; k < c->end; ++k)
+      m.by_category.emplace_back(trace.str(trace.values[k].first), trace.values[k].second);
     r.high_water.push_back(std::move(m));
   }
   return r;

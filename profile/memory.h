@@ -20,17 +20,17 @@ namespace stp::profile {
 
 struct MemoryMoment {
   double ts_us = 0;
-  std::int64_t step = 0;                                 // the step window it falls in
-  double into_step_ms = 0;                               // since that window began
-  double total = 0;                                      // bytes
+  std::int64_t step = 0;    // the step window it falls in
+  double into_step_ms = 0;  // since that window began
+  double total = 0;         // bytes
   std::vector<std::pair<std::string, double>> by_category;
-  std::string op;                                        // op running on compute then ("" if none)
+  std::string op;  // op running on compute then ("" if none)
 };
 
 struct MemoryReport {
   double peak_device = 0, peak_pinned = 0;  // bytes
   bool has_device = false, has_pinned = false;
-  std::vector<MemoryMoment> high_water;     // highest first
+  std::vector<MemoryMoment> high_water;  // highest first
 };
 
 MemoryReport memory_report(const Trace& trace, const RankTimeline& rank, const StepFilter& filter = {}, int top = 3);

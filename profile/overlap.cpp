@@ -36,10 +36,12 @@ Interval pipeline_extent(const RankTimeline& rank, const StepWindow& w) {
 RankTimes& RankTimes::operator+=(const RankTimes& o) {
   step_ms += o.step_ms, span_ms += o.span_ms, busy_ms += o.busy_ms;
   tp_ms += o.tp_ms, tp_exposed_ms += o.tp_exposed_ms, p2p_ms += o.p2p_ms, p2p_exposed_ms += o.p2p_exposed_ms;
-  bubble_ms += o.bubble_ms, p2p_wait_ms += o.p2p_wait_ms, copy_stall_ms += o.copy_stall_ms, issue_gap_ms += o.issue_gap_ms;
+  bubble_ms += o.bubble_ms, p2p_wait_ms += o.p2p_wait_ms, copy_stall_ms += o.copy_stall_ms,
+      issue_gap_ms += o.issue_gap_ms;
   d2h_bytes += o.d2h_bytes, h2d_bytes += o.h2d_bytes, d2h_ms += o.d2h_ms, h2d_ms += o.h2d_ms;
   copy_ms += o.copy_ms, copy_hidden_ms += o.copy_hidden_ms;
-  for (int l = 0; l < kLanes; ++l) lane_busy_ms[static_cast<std::size_t>(l)] += o.lane_busy_ms[static_cast<std::size_t>(l)];
+  for (int l = 0; l < kLanes; ++l)
+    lane_busy_ms[static_cast<std::size_t>(l)] += o.lane_busy_ms[static_cast<std::size_t>(l)];
   return *this;
 }
 

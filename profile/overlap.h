@@ -29,14 +29,14 @@ namespace stp::profile {
 
 struct RankTimes {
   int pid = 0;
-  int steps = 0;                                   // windows analysed
-  double step_ms = 0;                              // Σ window lengths
+  int steps = 0;       // windows analysed
+  double step_ms = 0;  // Σ window lengths
   double span_ms = 0, busy_ms = 0;
   double tp_ms = 0, tp_exposed_ms = 0;
   double p2p_ms = 0, p2p_exposed_ms = 0;
   double bubble_ms = 0, p2p_wait_ms = 0, copy_stall_ms = 0, issue_gap_ms = 0;
   double d2h_bytes = 0, h2d_bytes = 0, d2h_ms = 0, h2d_ms = 0;
-  double copy_ms = 0, copy_hidden_ms = 0;          // |d2h ∪ h2d|, its part under compute
+  double copy_ms = 0, copy_hidden_ms = 0;  // |d2h ∪ h2d|, its part under compute
   std::array<double, kLanes> lane_busy_ms{};
 
   double busy_fraction() const { return span_ms > 0 ? busy_ms / span_ms : 0; }

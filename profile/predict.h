@@ -34,7 +34,7 @@ struct RankPrediction {
 struct Prediction {
   Calibration calibration;
   sched::SimResult sim;
-  Versus makespan;                 // ms per step
+  Versus makespan;  // ms per step
   std::vector<RankPrediction> ranks;
 };
 

@@ -76,7 +76,8 @@ std::string compute_row(const Trace& trace, const RankTimeline& r, const Frame& 
     sched::Pass pass = u->kind == Kind::F ? sched::Pass::F : u->kind == Kind::B ? sched::Pass::B : sched::Pass::W;
     sched::Pass ignored;
     part_of(trace.str(u->part), chunk, ignored);
-    out += rect(f.x(u->ts), y, f.w(u->ts, u->end), kCompute, svg::fill(chunk, pass), " stroke=\"#fff\" stroke-width=\"0.3\"");
+    out += rect(f.x(u->ts), y, f.w(u->ts, u->end), kCompute, svg::fill(chunk, pass),
+                " stroke=\"#fff\" stroke-width=\"0.3\"");
   }
   for (const Span* op : r.ops) {
     if (op->end <= f.t0 || op->ts >= f.t1) continue;
@@ -135,7 +136,9 @@ std::string memory_row(const Trace& trace, const RankTimeline& r, const Frame& f
   std::vector<const Counter*> most(kColumns, nullptr), last(kColumns, nullptr);
   const Counter* before = nullptr;  // the value in force when the frame starts
   const Counter* peak = nullptr;
-  auto larger = [&](const Counter* a, const Counter* b) { return !a || (b && trace.total(*b) > trace.total(*a)) ? b : a; };
+  auto larger = [&](const Counter* a, const Counter* b) {
+    return !a || (b && trace.total(*b) > trace.total(*a)) ? b : a;
+  };
   for (const Counter* c : r.device_memory) {
     if (c->ts < f.t0) {
       before = c;
@@ -257,8 +260,8 @@ std::string render_timeline_svg(const Trace& trace, const std::vector<RankTimeli
 
   const double axis_y = kTop + static_cast<double>(ranks.size()) * kBlock;
   const double height = axis_y + 84;
-  std::string out = str("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", num(kLeft + kWidth + kRight), "\" height=\"",
-                        num(height), "\" font-family=\"Helvetica, Arial, sans-serif\">\n");
+  std::string out = str("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", num(kLeft + kWidth + kRight),
+                        "\" height=\"", num(height), "\" font-family=\"Helvetica, Arial, sans-serif\">\n");
   out += rect(0, 0, kLeft + kWidth + kRight, height, "#ffffff");
   out += svg::text(kLeft, 24, 15, title, " font-weight=\"bold\"");
   // Summary of the step: busy share and exposed communication per rank (overlap.h).
@@ -272,19 +275,21 @@ std::string render_timeline_svg(const Trace& trace, const std::vector<RankTimeli
   double n = std::max<double>(1, static_cast<double>(ranks.size()));
   out += svg::text(kLeft + kWidth, 24, 11,
                    str("makespan ", one((f.t1 - f.t0) * 1e-3), " ms; mean per rank: compute busy ",
-                       one(span > 0 ? 100 * busy / span : 0), "% of its span, TP exposed ", one(tp_exposed / n), " ms, bubble ",
-                       one(bubble / n), " ms"),
+                       one(span > 0 ? 100 * busy / span : 0), "% of its span, TP exposed ", one(tp_exposed / n),
+                       " ms, bubble ", one(bubble / n), " ms"),
                    " text-anchor=\"end\" fill=\"#444\"");
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const RankTimeline& r = ranks[i];
     double y = kTop + static_cast<double>(i) * kBlock;
-    out += svg::text(kLeft - 48, y + kCompute / 2 + 2, 12, str("rank ", r.pid), " font-weight=\"bold\" text-anchor=\"end\"");
+    out += svg::text(kLeft - 48, y + kCompute / 2 + 2, 12, str("rank ", r.pid),
+                     " font-weight=\"bold\" text-anchor=\"end\"");
     if (tp > 0)
       out += svg::text(kLeft - 48, y + kCompute / 2 + 14, 9, str("pp ", r.pid / tp, " · tp ", r.pid % tp),
                        " text-anchor=\"end\" fill=\"#555\"");
     out += compute_row(trace, r, f, y);
     double yl = y + kCompute + 2;
-    const std::pair<Lane, const char*> thin[] = {{Lane::TpComm, "TP"}, {Lane::P2P, "P2P"}, {Lane::D2H, "D2H"}, {Lane::H2D, "H2D"}};
+    const std::pair<Lane, const char*> thin[] = {
+        {Lane::TpComm, "TP"}, {Lane::P2P, "P2P"}, {Lane::D2H, "D2H"}, {Lane::H2D, "H2D"}};
     for (const auto& [lane, name] : thin) {
       out += thin_row(trace, r.lane(lane), lane, f, yl, name);
       yl += kLane + kLaneGap;

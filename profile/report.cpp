@@ -105,14 +105,15 @@ Report measure_run(const Trace& trace, const std::vector<RankTimeline>& ranks, c
 std::string render_text(const Report& r) {
   std::string o = str("stp profile ", r.run, ": ", r.ranks.size(), " rank(s), ", steps_text(r.steps), " of ",
                       r.steps_in_trace, " traced; per step, in ms\n\n");
-  o += "rank |   step |   span | busy          | bubble = p2p wait + copy stall + issue gap | TP comm (exposed) | P2P (exposed)\n";
+  o += "rank |   step |   span | busy          | bubble = p2p wait + copy stall + issue gap | TP comm (exposed) | P2P "
+       "(exposed)\n";
   RankTimes total;
   auto row = [&](const std::string& name, const RankTimes& t) {
     o += str(fmt("%-4s", name), " | ", fmt("%6.1f", t.step_ms), " | ", fmt("%6.1f", t.span_ms), " | ",
-             fmt("%6.1f", t.busy_ms), fmt(" (%3.0f%%)", 100 * t.busy_fraction()), " | ", fmt("%6.1f", t.bubble_ms), " = ",
-             fmt("%6.1f", t.p2p_wait_ms), " + ", fmt("%6.1f", t.copy_stall_ms), " + ", fmt("%6.1f", t.issue_gap_ms),
-             "              | ", fmt("%6.1f", t.tp_ms), fmt(" (%6.1f)", t.tp_exposed_ms), "   | ", fmt("%6.1f", t.p2p_ms),
-             fmt(" (%5.1f)", t.p2p_exposed_ms), "\n");
+             fmt("%6.1f", t.busy_ms), fmt(" (%3.0f%%)", 100 * t.busy_fraction()), " | ", fmt("%6.1f", t.bubble_ms),
+             " = ", fmt("%6.1f", t.p2p_wait_ms), " + ", fmt("%6.1f", t.copy_stall_ms), " + ",
+             fmt("%6.1f", t.issue_gap_ms), "              | ", fmt("%6.1f", t.tp_ms), fmt(" (%6.1f)", t.tp_exposed_ms),
+             "   | ", fmt("%6.1f", t.p2p_ms), fmt(" (%5.1f)", t.p2p_exposed_ms), "\n");
   };
   for (const RankTimes& t : r.ranks) {
     RankTimes p = per_step(t);
@@ -129,27 +130,30 @@ std::string render_text(const Report& r) {
     o += "\noffload | D2H MiB    GB/s | H2D MiB    GB/s | copy hidden under compute | compute stalled on copies\n";
     for (const RankTimes& t : r.ranks) {
       RankTimes p = per_step(t);
-      o += str(fmt("%-7s", std::to_string(t.pid)), " | ", fmt("%7.1f", p.d2h_bytes / 1048576.0), fmt(" %7.2f", p.d2h_gbps()), " | ",
-               fmt("%7.1f", p.h2d_bytes / 1048576.0), fmt(" %7.2f", p.h2d_gbps()), " | ",
-               fmt("%24.0f%%", 100 * p.copy_hidden_fraction()), " | ", fmt("%22.1f ms", p.copy_stall_ms), "\n");
+      o += str(fmt("%-7s", std::to_string(t.pid)), " | ", fmt("%7.1f", p.d2h_bytes / 1048576.0),
+               fmt(" %7.2f", p.d2h_gbps()), " | ", fmt("%7.1f", p.h2d_bytes / 1048576.0), fmt(" %7.2f", p.h2d_gbps()),
+               " | ", fmt("%24.0f%%", 100 * p.copy_hidden_fraction()), " | ", fmt("%22.1f ms", p.copy_stall_ms), "\n");
     }
   } else {
     o += "\noffload: no D2H/H2D copies in the trace\n";
   }
 
-  o += "\nmemory | peak device (trace) | metrics.jsonl | peak pinned live | high-water moments (live bytes by category)\n";
+  o += "\nmemory | peak device (trace) | metrics.jsonl | peak pinned live | high-water moments (live bytes by "
+       "category)\n";
   for (std::size_t i = 0; i < r.memory.size(); ++i) {
     const MemoryReport& m = r.memory[i];
     int pid = r.ranks[i].pid;
     std::string metric = "-";
     if (r.has_metrics && pid >= 0 && static_cast<std::size_t>(pid) < r.metrics.peak_device_bytes.size())
       metric = mib(r.metrics.peak_device_bytes[static_cast<std::size_t>(pid)]);
-    o += str(fmt("%-6s", std::to_string(pid)), " | ", fmt("%19s", m.has_device ? mib(m.peak_device) : std::string("no counters")), " | ",
-             fmt("%13s", metric), " | ", fmt("%16s", m.has_pinned ? mib(m.peak_pinned) : std::string("-")), " |");
+    o += str(fmt("%-6s", std::to_string(pid)), " | ",
+             fmt("%19s", m.has_device ? mib(m.peak_device) : std::string("no counters")), " | ", fmt("%13s", metric),
+             " | ", fmt("%16s", m.has_pinned ? mib(m.peak_pinned) : std::string("-")), " |");
     for (std::size_t k = 0; k < m.high_water.size(); ++k) {
       const MemoryMoment& h = m.high_water[k];
       o += str(k ? "\n       |                     |               |                  |" : "", " ", mib(h.total),
-               h.step >= 0 ? str(" at ", fmt("%.1f", h.into_step_ms), " ms of step ", h.step) : std::string(" outside steps"),
+               h.step >= 0 ? str(" at ", fmt("%.1f", h.into_step_ms), " ms of step ", h.step)
+                           : std::string(" outside steps"),
                h.op.empty() ? std::string() : str(" during ", h.op), ":");
       for (const auto& [cat, bytes] : h.by_category)
         if (bytes > 0) o += str(" ", cat, " ", mib(bytes));
@@ -217,8 +221,12 @@ std::string render_json(const Report& r) {
     for (const MemoryMoment& h : m.high_water) {
       ordered_json by_category = ordered_json::object();
       for (const auto& [category, bytes] : h.by_category) by_category[category] = num(bytes);
-      high_water.push_back({{"step", h.step}, {"time_ms", num(h.ts_us * 1e-3)}, {"into_step_ms", num(h.into_step_ms)},
-                            {"bytes", num(h.total)}, {"op", h.op}, {"by_category", std::move(by_category)}});
+      high_water.push_back({{"step", h.step},
+                            {"time_ms", num(h.ts_us * 1e-3)},
+                            {"into_step_ms", num(h.into_step_ms)},
+                            {"bytes", num(h.total)},
+                            {"op", h.op},
+                            {"by_category", std::move(by_category)}});
     }
     rank["high_water"] = std::move(high_water);
     ranks.push_back(std::move(rank));
@@ -246,20 +254,24 @@ std::string render_json(const Report& r) {
     pr["pp"] = r.pp;
     pr["tp"] = r.tp;
     pr["microbatches"] = r.microbatches;
-    pr["costs"] = {{"tf", num(c.tf)}, {"tb", num(c.tb)}, {"tw", num(c.tw)}, {"tar", num(c.tar)}, {"tp2p", num(c.tp2p)},
-                   {"units", c.units}};
+    pr["costs"] = {{"tf", num(c.tf)},   {"tb", num(c.tb)},     {"tw", num(c.tw)},
+                   {"tar", num(c.tar)}, {"tp2p", num(c.tp2p)}, {"units", c.units}};
     pr["sim_flags"] = sim_flags(c);
     pr["d2h_gbps"] = num(p.calibration.d2h_gbps);
     pr["h2d_gbps"] = num(p.calibration.h2d_gbps);
     pr["makespan_ms"] = versus_json(p.makespan);
     ordered_json pranks = ordered_json::array();
     for (const RankPrediction& rp : p.ranks)
-      pranks.push_back({{"rank", rp.rank}, {"span_ms", versus_json(rp.span)}, {"busy_ms", versus_json(rp.busy)},
-                        {"tp_exposed_ms", versus_json(rp.tp_exposed)}, {"pp_bubble_ms", versus_json(rp.bubble)}});
+      pranks.push_back({{"rank", rp.rank},
+                        {"span_ms", versus_json(rp.span)},
+                        {"busy_ms", versus_json(rp.busy)},
+                        {"tp_exposed_ms", versus_json(rp.tp_exposed)},
+                        {"pp_bubble_ms", versus_json(rp.bubble)}});
     pr["ranks"] = std::move(pranks);
     ordered_json peaks = ordered_json::array();
     for (std::size_t i = 0; i < r.planned_peak_device.size() && i < r.memory.size(); ++i)
-      peaks.push_back({{"rank", r.ranks[i].pid}, {"measured", num(r.memory[i].peak_device)},
+      peaks.push_back({{"rank", r.ranks[i].pid},
+                       {"measured", num(r.memory[i].peak_device)},
                        {"predicted", num(r.planned_peak_device[i])}});
     pr["peak_device_bytes"] = std::move(peaks);
     o["predicted"] = std::move(pr);

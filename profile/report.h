@@ -29,11 +29,11 @@
 namespace stp::profile {
 
 struct Report {
-  std::string run;                         // what is profiled (the run folder)
-  std::vector<std::int64_t> steps;         // step numbers analysed
+  std::string run;                  // what is profiled (the run folder)
+  std::vector<std::int64_t> steps;  // step numbers analysed
   std::int64_t steps_in_trace = 0;
-  std::vector<RankTimes> ranks;            // per global rank
-  std::vector<MemoryReport> memory;        // per global rank
+  std::vector<RankTimes> ranks;      // per global rank
+  std::vector<MemoryReport> memory;  // per global rank
   bool has_metrics = false;
   RunMetrics metrics;
   bool has_prediction = false;

@@ -10,11 +10,11 @@
 namespace stp::profile {
 
 struct RunMetrics {
-  std::int64_t steps = 0;                        // lines read
+  std::int64_t steps = 0;  // lines read
   std::int64_t last_step = 0;
-  std::vector<double> peak_device_bytes;         // per device, at the last line
-  double peak_host_pinned_bytes = 0;             // at the last line
-  std::vector<double> step_ms;                   // per line, in file order
+  std::vector<double> peak_device_bytes;  // per device, at the last line
+  double peak_host_pinned_bytes = 0;      // at the last line
+  std::vector<double> step_ms;            // per line, in file order
 };
 
 // Throws stp::Error naming the file and line on a missing file, malformed JSON or missing keys.

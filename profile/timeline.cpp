@@ -43,7 +43,8 @@ std::vector<RankTimeline> timelines(const Trace& trace) {
     r.pid = pid;
     for (auto& l : r.lanes) std::stable_sort(l.begin(), l.end(), by_start);
     std::stable_sort(r.ops.begin(), r.ops.end(), by_start);
-    std::sort(r.steps.begin(), r.steps.end(), [](const StepWindow& a, const StepWindow& b) { return a.begin < b.begin; });
+    std::sort(r.steps.begin(), r.steps.end(),
+              [](const StepWindow& a, const StepWindow& b) { return a.begin < b.begin; });
     for (auto* v : {&r.device_memory, &r.pinned_memory})
       std::stable_sort(v->begin(), v->end(), [](const Counter* a, const Counter* b) { return a->ts < b->ts; });
     if (r.steps.empty()) {  // one window over everything the rank did

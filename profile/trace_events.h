@@ -20,7 +20,7 @@ namespace stp::profile {
 
 enum class Lane : std::uint8_t { Compute, TpComm, P2P, D2H, H2D, Other };
 constexpr int kLanes = 6;
-const char* to_string(Lane lane);     // "compute", "tp-comm", "p2p", "d2h", "h2d", "other"
+const char* to_string(Lane lane);  // "compute", "tp-comm", "p2p", "d2h", "h2d", "other"
 Lane lane_of_stream(const std::string& name);
 
 // What a compute span is ("cat"): a unit's forward, input-gradient backward or weight gradient,
@@ -29,29 +29,29 @@ enum class Kind : std::uint8_t { F, B, W, Op, Step, Other };
 Kind kind_of_category(const std::string& cat);
 
 struct Span {
-  double ts = 0, end = 0;     // µs since the recorder started
-  int pid = 0;                // global rank
+  double ts = 0, end = 0;  // µs since the recorder started
+  int pid = 0;             // global rank
   Lane lane = Lane::Other;
   Kind kind = Kind::Other;
-  std::uint32_t name = 0;     // Trace::strings index
-  std::uint32_t part = 0;     // args.part, e.g. "F0.3" (0 = none)
-  double bytes = -1;          // args.bytes (-1 = none)
-  int chunk = -1, mb = -1;    // args.chunk, args.mb (-1 = none)
+  std::uint32_t name = 0;   // Trace::strings index
+  std::uint32_t part = 0;   // args.part, e.g. "F0.3" (0 = none)
+  double bytes = -1;        // args.bytes (-1 = none)
+  int chunk = -1, mb = -1;  // args.chunk, args.mb (-1 = none)
   double dur() const { return end - ts; }
 };
 
 struct Counter {
-  double ts = 0;              // µs
+  double ts = 0;  // µs
   int pid = 0;
-  std::uint32_t track = 0;    // Trace::strings index, e.g. "device memory"
+  std::uint32_t track = 0;           // Trace::strings index, e.g. "device memory"
   std::uint32_t begin = 0, end = 0;  // its series in Trace::values
 };
 
 struct Trace {
-  std::vector<std::string> strings{""};                    // interned; 0 = empty
-  std::vector<Span> spans;                                 // file order
-  std::vector<Counter> counters;                           // file order
-  std::vector<std::pair<std::uint32_t, double>> values;    // (series name id, value)
+  std::vector<std::string> strings{""};                  // interned; 0 = empty
+  std::vector<Span> spans;                               // file order
+  std::vector<Counter> counters;                         // file order
+  std::vector<std::pair<std::uint32_t, double>> values;  // (series name id, value)
 
   const std::string& str(std::uint32_t id) const { return strings[id]; }
   // The id of `s` if it was interned, else 0 (no span can then carry it).

@@ -44,9 +44,7 @@ struct ThreadKey {
   bool operator==(const ThreadKey&) const = default;
 };
 struct ThreadHash {
-  std::size_t operator()(const ThreadKey& k) const {
-    return std::hash<std::int64_t>{}(k.tid * 1000003 + k.pid);
-  }
+  std::size_t operator()(const ThreadKey& k) const { return std::hash<std::int64_t>{}(k.tid * 1000003 + k.pid); }
 };
 
 // Assigns lanes once the whole file is read: thread_name metadata may come after the spans.
@@ -66,7 +64,8 @@ class Threads {
     for (std::size_t i = 0; i < keys_.size(); ++i) {
       if (names_[i]) out[i] = lane_of_stream(t.str(names_[i]));
       else if (keys_[i].tid < 0) out[i] = lane_of_stream(t.str(static_cast<std::uint32_t>(-keys_[i].tid - 1)));
-      else if (keys_[i].tid >= 1 && keys_[i].tid <= 5) out[i] = static_cast<Lane>(keys_[i].tid - 1);  // base/trace.h ids
+      else if (keys_[i].tid >= 1 && keys_[i].tid <= 5)
+        out[i] = static_cast<Lane>(keys_[i].tid - 1);  // base/trace.h ids
     }
     return out;
   }
@@ -112,7 +111,8 @@ class Reader {
       if (!found) throw Error(str("trace '", source_, "' has no \"traceEvents\" array (not a Chrome trace?)"));
     }
     const char* rest = nullptr;  // current_location() fails once every token has been read
-    if (doc.current_location().get(rest) == simdjson::SUCCESS) throw simdjson::simdjson_error(simdjson::TRAILING_CONTENT);
+    if (doc.current_location().get(rest) == simdjson::SUCCESS)
+      throw simdjson::simdjson_error(simdjson::TRAILING_CONTENT);
     std::vector<Lane> lanes = threads_.lanes(t_);
     for (std::size_t i = 0; i < t_.spans.size(); ++i) t_.spans[i].lane = lanes[span_thread_[i]];
   }
@@ -213,8 +213,7 @@ class Reader {
       case 'M':
         if (t_.str(f.name) == "thread_name" && f.meta_name) threads_.name({f.pid, f.tid}, f.meta_name);
         break;
-      default:
-        break;
+      default: break;
     }
     t_.values.resize(values_begin);
   }
@@ -276,7 +275,8 @@ Trace parse_padded(const char* data, std::size_t size, const std::string& source
     if (ending == Ending::Truncated)
       throw Error(str("trace '", source, "' is truncated: it ends after ", size,
                       " bytes inside the trace; was the run interrupted while writing it?"));
-    std::string at = where && where >= data && where <= data + size ? str(" at byte ", where - data) : " at an unknown byte";
+    std::string at =
+        where && where >= data && where <= data + size ? str(" at byte ", where - data) : " at an unknown byte";
     throw Error(str("trace '", source, "' is not valid JSON", at, ": ", e.what()));
   }
   return t;
@@ -301,8 +301,6 @@ Trace read_trace_file(const std::string& path) {
   return parse_padded(text.data(), text.size(), path);
 }
 
-Trace from_recorder(const TraceRecorder& recorder) {
-  return parse_trace(recorder.to_json(), "the in-memory trace");
-}
+Trace from_recorder(const TraceRecorder& recorder) { return parse_trace(recorder.to_json(), "the in-memory trace"); }
 
 }  // namespace stp::profile

@@ -55,9 +55,9 @@ std::vector<CompareRow> compare_table1(int pp, int m, const Costs& c) {
 
 std::string render_compare(int pp, int m, const Costs& c) {
   std::vector<CompareRow> rows = compare_table1(pp, m, c);
-  std::string out = str("Table 1, p = ", pp, ", m = ", m, ", T_F ", format_number(c.tf), ", T_B ",
-                        format_number(c.tb), ", T_W ", format_number(c.tw), ", T_AR ", format_number(c.tar),
-                        ", T_P2P ", format_number(c.tp2p), " (per chunk); formula | simulated\n\n");
+  std::string out = str("Table 1, p = ", pp, ", m = ", m, ", T_F ", format_number(c.tf), ", T_B ", format_number(c.tb),
+                        ", T_W ", format_number(c.tw), ", T_AR ", format_number(c.tar), ", T_P2P ",
+                        format_number(c.tp2p), " (per chunk); formula | simulated\n\n");
   char line[256];
   std::snprintf(line, sizeof line, "%-8s %21s %21s %16s %10s %9s\n", "schedule", "PP bubble", "TP bubble",
                 "peak act (M_a)", "transient", "makespan");

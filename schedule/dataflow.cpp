@@ -32,9 +32,9 @@ std::string describe_key(const Schedule& s, const DataKey& key, int k) {
 void walk_dataflow(const Schedule& s, const std::function<void(int rank, int op)>& visit) {
   const DataKey key{s.n_stages(), s.microbatches};
   std::vector<char> produced(key.size(), 0);
-  std::vector<int> waiter(key.size(), -1);     // the rank stalled on this output, if any
+  std::vector<int> waiter(key.size(), -1);  // the rank stalled on this output, if any
   std::vector<int> pos(s.pp, 0), waits_on(s.pp, -1);
-  std::vector<int> ready;                       // ranks that may make progress
+  std::vector<int> ready;  // ranks that may make progress
   for (int r = s.pp - 1; r >= 0; --r) ready.push_back(r);
 
   while (!ready.empty()) {

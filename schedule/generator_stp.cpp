@@ -63,12 +63,12 @@ struct StpRank {
 // the count checks listed there hold by algebra (F0: 2(p−r−1) + 2(r+1)... = m) and are asserted at the end.
 std::vector<Op> stp_rank(int p, int m, int r) {
   StpRank k;
-  for (int i = 0; i < 2 * (p - r - 1); ++i) k.F(0);            // S1: 2(p−r−1) × F0
-  for (int i = 0; i < r + 1; ++i) k.F(0), k.F(1);              // S2: (r+1) × (F0, F1)
-  if ((r + 1) % 2 == 1) k.F(0);                                // S3: one F0 if r+1 is odd,
-  for (int i = 0; i < (r + 1) / 2; ++i) k.FF();                //     then ⌊(r+1)/2⌋ × F0+F0
-  for (int i = 0; i < p - r - 1; ++i) k.FB(1, true), k.FW(0);  // S4: (p−r−1) × (F1&B1*, F0&W)
-  const int s5 = 2 * (m - 3 * p + 1) + 1 + 2 * r;               // S5: s5 blocks F1&B1, F0&B0, …, F1&B1;
+  for (int i = 0; i < 2 * (p - r - 1); ++i) k.F(0);                    // S1: 2(p−r−1) × F0
+  for (int i = 0; i < r + 1; ++i) k.F(0), k.F(1);                      // S2: (r+1) × (F0, F1)
+  if ((r + 1) % 2 == 1) k.F(0);                                        // S3: one F0 if r+1 is odd,
+  for (int i = 0; i < (r + 1) / 2; ++i) k.FF();                        //     then ⌊(r+1)/2⌋ × F0+F0
+  for (int i = 0; i < p - r - 1; ++i) k.FB(1, true), k.FW(0);          // S4: (p−r−1) × (F1&B1*, F0&W)
+  const int s5 = 2 * (m - 3 * p + 1) + 1 + 2 * r;                      // S5: s5 blocks F1&B1, F0&B0, …, F1&B1;
   for (int i = 0; i < s5; ++i) k.FB(i % 2 == 0 ? 1 : 0, i >= s5 - r);  //     the last r defer their W
   k.offload_f1 = r > 0;
   for (int i = 0; i < 2 * p - r - 2; ++i) k.B(0, false), k.FB(1, true);  // S6: (2p−r−2) × (B0, F1&B1*)
@@ -78,7 +78,7 @@ std::vector<Op> stp_rank(int p, int m, int r) {
     if (slot % 2 == 0) k.B(0, false);
     else k.W(), k.W();
   }
-  for (int i = 0; i < 2 * r; ++i) k.W();                         // S9: 2r × W
+  for (int i = 0; i < 2 * r; ++i) k.W();  // S9: 2r × W
   STP_ASSERT(k.f[0] == m + 1 && k.f[1] == m + 1 && k.b[0] == m + 1 && k.b[1] == m + 1 && k.deferred.empty(),
              "stp rule broken for p=", p, " m=", m, " r=", r);
   return std::move(k.ops);

@@ -24,12 +24,12 @@ Schedule generate_1f1b(int pp, int m) {
     auto& ops = s.ranks[r];
     int warmup = std::min(pp - 1 - r, m);
     int f = 1, b = 1;
-    for (int i = 0; i < warmup; ++i) ops.push_back(Op::f(0, f++));           // Step 1: w × F
-    for (int i = 0; i < m - warmup; ++i) {                                      // Step 2: (m−w) × (F, B)
+    for (int i = 0; i < warmup; ++i) ops.push_back(Op::f(0, f++));  // Step 1: w × F
+    for (int i = 0; i < m - warmup; ++i) {                          // Step 2: (m−w) × (F, B)
       ops.push_back(Op::f(0, f++));
       ops.push_back(Op::bwd(0, b++, false));
     }
-    for (int i = 0; i < warmup; ++i) ops.push_back(Op::bwd(0, b++, false));   // Step 3: w × B
+    for (int i = 0; i < warmup; ++i) ops.push_back(Op::bwd(0, b++, false));  // Step 3: w × B
     STP_ASSERT(f == m + 1 && b == m + 1, "1f1b counts");
   }
   return s;
@@ -55,12 +55,12 @@ Schedule generate_zb_h1(int pp, int m) {
     };
     int warmup = std::min(pp - 1 - r, m);
     for (int i = 0; i < warmup; ++i) ops.push_back(Op::f(0, f++));  // Step 1: w × F
-    for (int i = 0; i < m - warmup; ++i) {                             // Step 2: (m−w) × (F, B*, W if > r pending)
+    for (int i = 0; i < m - warmup; ++i) {                          // Step 2: (m−w) × (F, B*, W if > r pending)
       ops.push_back(Op::f(0, f++));
       backward();
     }
-    for (int i = 0; i < warmup; ++i) backward();                       // Step 3: w × (B*, W if > r pending)
-    for (int j : pending) ops.push_back(Op::w(0, j));                  // Step 4: flush the pending W's
+    for (int i = 0; i < warmup; ++i) backward();       // Step 3: w × (B*, W if > r pending)
+    for (int j : pending) ops.push_back(Op::w(0, j));  // Step 4: flush the pending W's
     STP_ASSERT(f == m + 1 && b == m + 1, "zb-h1 counts");
   }
   return s;

@@ -50,8 +50,8 @@ Schedule generate_1f1b_i(int pp, int m) {
     int f = 0, b = 0;
     auto forward = [&] { ops.push_back(Op::f(table[f].chunk, table[f].mb)), ++f; };
     auto backward = [&] { ops.push_back(Op::bwd(v - 1 - table[b].chunk, table[b].mb, false)), ++b; };
-    for (int i = 0; i < warmup; ++i) forward();   // Step 1: warm-up
-    for (int i = 0; i < total - warmup; ++i) {      // Step 2: steady (F, B)
+    for (int i = 0; i < warmup; ++i) forward();  // Step 1: warm-up
+    for (int i = 0; i < total - warmup; ++i) {   // Step 2: steady (F, B)
       forward();
       backward();
     }

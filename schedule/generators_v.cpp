@@ -43,14 +43,14 @@ Schedule generate_zb_v(int pp, int m) {
   for (int r = 0; r < pp; ++r) {
     VRank v;
     v.n = n;
-    for (int i = 0; i < 2 * (pp - r) - 1; ++i) v.F(0);                       // Step 1
-    for (int i = 0; i < r; ++i) v.F(1), v.F(0);                               // Step 2
-    for (int i = 0; i < pp - r; ++i) v.F(1), v.B(1), v.W(1);                  // Step 3
-    while (v.f[1] <= n) {                                                     // Step 4
+    for (int i = 0; i < 2 * (pp - r) - 1; ++i) v.F(0);        // Step 1
+    for (int i = 0; i < r; ++i) v.F(1), v.F(0);               // Step 2
+    for (int i = 0; i < pp - r; ++i) v.F(1), v.B(1), v.W(1);  // Step 3
+    while (v.f[1] <= n) {                                     // Step 4
       if (v.f[0] <= n) v.F(0);
       v.B(0), v.W(0), v.F(1), v.B(1), v.W(1);
     }
-    for (int i = 0; i < r; ++i) v.B(0), v.B(1);                               // Step 5
+    for (int i = 0; i < r; ++i) v.B(0), v.B(1);  // Step 5
     for (int i = 0; i < pp - r; ++i) v.B(0), v.W(0);
     while (!v.pending[1].empty()) v.W(1);
     while (!v.pending[0].empty()) v.W(0);

@@ -17,9 +17,7 @@ static Part make_part(Pass pass, int chunk, int mb, bool defer_w = false) {
 }
 
 Op Op::f(int chunk, int mb) { return Op{OpKind::F, make_part(Pass::F, chunk, mb), {}, {}}; }
-Op Op::bwd(int chunk, int mb, bool defer_w) {
-  return Op{OpKind::B, make_part(Pass::B, chunk, mb, defer_w), {}, {}};
-}
+Op Op::bwd(int chunk, int mb, bool defer_w) { return Op{OpKind::B, make_part(Pass::B, chunk, mb, defer_w), {}, {}}; }
 Op Op::w(int chunk, int mb) { return Op{OpKind::W, make_part(Pass::W, chunk, mb), {}, {}}; }
 Op Op::fb(int f_chunk, int f_mb, int b_chunk, int b_mb, bool defer_w) {
   return Op{OpKind::FB, make_part(Pass::F, f_chunk, f_mb), make_part(Pass::B, b_chunk, b_mb, defer_w), {}};

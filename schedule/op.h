@@ -49,9 +49,9 @@ struct ChunkMb {
 
 struct Op {
   OpKind kind = OpKind::F;
-  Part a;                      // the F of F/FB/FW/FF, the B of B, the W of W
-  Part b;                      // FB: the B; FW: the W; FF: the second F; unused for single-part ops
-  std::vector<ChunkMb> reload; // activation sets to start reloading before this op (offload hint)
+  Part a;                       // the F of F/FB/FW/FF, the B of B, the W of W
+  Part b;                       // FB: the B; FW: the W; FF: the second F; unused for single-part ops
+  std::vector<ChunkMb> reload;  // activation sets to start reloading before this op (offload hint)
 
   static Op f(int chunk, int mb);
   static Op bwd(int chunk, int mb, bool defer_w);

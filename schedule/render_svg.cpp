@@ -23,7 +23,8 @@ std::string draw_op(const Op& op, const OpTime& t, const Costs& c, double y, dou
     const Part& p = op.part(seg.part);
     double x = kLeft + seg.start * scale, w = (seg.end - seg.start) * scale;
     // A thin white edge between units keeps the braid visible even where both parts share a colour (F+F).
-    if (seg.stream == 0) out += rect(x, y, w, kRow, svg::fill(p.chunk, seg.pass), " stroke=\"#fff\" stroke-width=\"0.4\"");
+    if (seg.stream == 0)
+      out += rect(x, y, w, kRow, svg::fill(p.chunk, seg.pass), " stroke=\"#fff\" stroke-width=\"0.4\"");
     else out += rect(x, y + kRow + 1, w, kLane, svg::fill(p.chunk, seg.pass), " opacity=\"0.8\"");
   }
   double x = kLeft + t.start * scale, w = (t.end - t.start) * scale;
@@ -34,8 +35,8 @@ std::string draw_op(const Op& op, const OpTime& t, const Costs& c, double y, dou
   if (font >= 5) {
     const char* ink = op.braided() ? "#000" : svg::ink(op.a.pass);
     std::string halo = op.braided() ? " stroke=\"#fff\" stroke-width=\"2.2\" paint-order=\"stroke\"" : "";
-    out += str("<text x=\"", num(x + w / 2), "\" y=\"", num(y + kRow / 2 + font * 0.35), "\" font-size=\"",
-               num(font), "\" text-anchor=\"middle\" fill=\"", ink, "\"", halo, ">", l, "</text>\n");
+    out += str("<text x=\"", num(x + w / 2), "\" y=\"", num(y + kRow / 2 + font * 0.35), "\" font-size=\"", num(font),
+               "\" text-anchor=\"middle\" fill=\"", ink, "\"", halo, ">", l, "</text>\n");
   }
   return out;
 }
@@ -59,14 +60,14 @@ std::string render_svg(const Schedule& s, const SimResult& r, const Costs& c) {
   const double row_h = kRow + kLane + kGap;
   const double axis_y = kTop + s.pp * row_h;
   const double height = axis_y + 72;
-  std::string out = str("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", num(kLeft + kWidth + 24),
-                        "\" height=\"", num(height), "\" font-family=\"Helvetica, Arial, sans-serif\">\n");
+  std::string out = str("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", num(kLeft + kWidth + 24), "\" height=\"",
+                        num(height), "\" font-family=\"Helvetica, Arial, sans-serif\">\n");
   out += rect(0, 0, kLeft + kWidth + 24, height, "#ffffff");
   out += str("<text x=\"", num(kLeft), "\" y=\"26\" font-size=\"15\" font-weight=\"bold\">", s.name, ": p = ", s.pp,
              ", m = ", s.microbatches, "</text><text x=\"", num(kLeft + kWidth), "\" y=\"26\" font-size=\"11\" ",
              "text-anchor=\"end\" fill=\"#444\">T_F ", format_number(c.tf), ", T_B ", format_number(c.tb), ", T_W ",
-             format_number(c.tw), ", T_AR ", format_number(c.tar), ", T_P2P ", format_number(c.tp2p),
-             "; makespan ", format_number(r.makespan), "</text>\n");
+             format_number(c.tw), ", T_AR ", format_number(c.tar), ", T_P2P ", format_number(c.tp2p), "; makespan ",
+             format_number(r.makespan), "</text>\n");
   for (int k = 0; k < s.pp; ++k) {
     double y = kTop + k * row_h;
     out += rect(kLeft, y, r.makespan * scale, kRow, "#f2f2f2");

@@ -51,8 +51,8 @@ std::string gantt_row(const Schedule& s, const SimResult& r, int rank, int width
 }  // namespace
 
 std::string render_text(const Schedule& s, const SimResult& r, int width) {
-  std::string out = str("schedule ", s.name, "  pp ", s.pp, "  microbatches ", s.microbatches, "  chunks ",
-                        s.chunks, "  makespan ", format_number(r.makespan), "\n\n");
+  std::string out = str("schedule ", s.name, "  pp ", s.pp, "  microbatches ", s.microbatches, "  chunks ", s.chunks,
+                        "  makespan ", format_number(r.makespan), "\n\n");
   char line[256];
   std::snprintf(line, sizeof line, "%-5s %10s %10s %10s %10s %8s %9s %8s\n", "rank", "span", "busy", "pp_bubble",
                 "tp_exposed", "peak_act", "transient", "residue");

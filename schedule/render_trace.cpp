@@ -29,8 +29,13 @@ std::string render_trace(const Schedule& s, const SimResult& r, const Costs& c) 
         const Part& p = op.part(seg.part);
         std::string name = seg.stream == 0 ? str(kPass[static_cast<int>(seg.pass)], p.chunk, ".", p.mb)
                                            : str("AR ", kPass[static_cast<int>(seg.pass)], p.chunk, ".", p.mb);
-        event({{"name", name}, {"cat", to_string(op)}, {"ph", "X"}, {"pid", k}, {"tid", seg.stream},
-               {"ts", number_json(seg.start * 1000)}, {"dur", number_json((seg.end - seg.start) * 1000)}});
+        event({{"name", name},
+               {"cat", to_string(op)},
+               {"ph", "X"},
+               {"pid", k},
+               {"tid", seg.stream},
+               {"ts", number_json(seg.start * 1000)},
+               {"dur", number_json((seg.end - seg.start) * 1000)}});
       }
     }
   }

@@ -14,10 +14,10 @@ std::string where(const Schedule& s, int rank, int i) {
 
 // 1. every stage on exactly one (rank, chunk).
 void check_placement(const Schedule& s) {
-  STP_CHECK(s.pp >= 1 && s.microbatches >= 1 && s.chunks >= 1, "schedule '", s.name, "' has pp ", s.pp,
-            ", ", s.microbatches, " microbatches, ", s.chunks, " chunks (each must be at least 1)");
-  STP_CHECK(static_cast<int>(s.ranks.size()) == s.pp && static_cast<int>(s.stage_of.size()) == s.pp,
-            "schedule '", s.name, "' has ", s.ranks.size(), " op lists for pp ", s.pp);
+  STP_CHECK(s.pp >= 1 && s.microbatches >= 1 && s.chunks >= 1, "schedule '", s.name, "' has pp ", s.pp, ", ",
+            s.microbatches, " microbatches, ", s.chunks, " chunks (each must be at least 1)");
+  STP_CHECK(static_cast<int>(s.ranks.size()) == s.pp && static_cast<int>(s.stage_of.size()) == s.pp, "schedule '",
+            s.name, "' has ", s.ranks.size(), " op lists for pp ", s.pp);
   std::vector<std::pair<int, int>> owner(s.n_stages(), {-1, -1});
   for (int r = 0; r < s.pp; ++r) {
     STP_CHECK(static_cast<int>(s.stage_of[r].size()) == s.chunks, "rank ", r, " places ", s.stage_of[r].size(),
@@ -40,10 +40,10 @@ void check_parts(const Schedule& s) {
       const Op& op = s.ranks[r][i];
       for (int k = 0; k < op.n_parts(); ++k) {
         const Part& p = op.part(k);
-        STP_CHECK(p.chunk >= 0 && p.chunk < s.chunks, where(s, r, i), ": chunk ", p.chunk,
-                  " out of range (", s.chunks, " chunks per rank)");
-        STP_CHECK(p.mb >= 1 && p.mb <= s.microbatches, where(s, r, i), ": microbatch ", p.mb,
-                  " out of range 1..", s.microbatches);
+        STP_CHECK(p.chunk >= 0 && p.chunk < s.chunks, where(s, r, i), ": chunk ", p.chunk, " out of range (", s.chunks,
+                  " chunks per rank)");
+        STP_CHECK(p.mb >= 1 && p.mb <= s.microbatches, where(s, r, i), ": microbatch ", p.mb, " out of range 1..",
+                  s.microbatches);
         STP_CHECK(!p.defer_w || p.pass == Pass::B, where(s, r, i), ": only a B can defer its W");
       }
       STP_CHECK(op.kind != OpKind::FF || op.a.mb != op.b.mb, where(s, r, i), ": F+F repeats a microbatch");
@@ -71,8 +71,7 @@ void check_counts_and_w(const Schedule& s) {
         }
         if (p.pass == Pass::W) {
           int b = seen[key(Pass::B, st, p.mb)];
-          STP_CHECK(b >= 0 && b < i, where(s, r, i), ": W of stage ", st, " microbatch ", p.mb,
-                    " runs before its B");
+          STP_CHECK(b >= 0 && b < i, where(s, r, i), ": W of stage ", st, " microbatch ", p.mb, " runs before its B");
           const Op& bop = ops[b];
           const Part& bp = bop.a.pass == Pass::B ? bop.a : bop.b;
           STP_CHECK(bp.defer_w, where(s, r, i), ": '", to_string(bop), "' at op ", b, " did not defer its W");
@@ -91,8 +90,8 @@ void check_counts_and_w(const Schedule& s) {
         STP_CHECK(b >= 0, "stage ", st, " (rank ", r, " chunk ", c, ") has no backward of microbatch ", j);
         const Op& bop = s.ranks[r][b];
         bool deferred = (bop.a.pass == Pass::B ? bop.a : bop.b).defer_w;
-        STP_CHECK(!deferred || seen[key(Pass::W, st, j)] >= 0, where(s, r, b),
-                  " defers its W but no W or F&W on rank ", r, " consumes it");
+        STP_CHECK(!deferred || seen[key(Pass::W, st, j)] >= 0, where(s, r, b), " defers its W but no W or F&W on rank ",
+                  r, " consumes it");
       }
     }
   }
@@ -109,13 +108,16 @@ void check_sequence(const Schedule& s, const Channel& c, int lane) {
   std::vector<int> sent = pick(c.sent), recv = pick(c.received);
   for (std::size_t k = 0; k < std::max(sent.size(), recv.size()); ++k) {
     if (k < sent.size() && k < recv.size() && c.sent[sent[k]] == c.received[recv[k]]) continue;
-    std::string what = k < sent.size() ? str(where(s, c.src, c.sent_op[sent[k]]), " sends the ",
-                                             to_string(c.sent[sent[k]]))
-                                       : str("rank ", c.src, " sends nothing more");
-    std::string want = k < recv.size() ? str(where(s, c.dst, c.received_op[recv[k]]), " expects the ",
-                                             to_string(c.received[recv[k]]))
-                                       : str("rank ", c.dst, " expects nothing more");
-    throw Error(str("channel rank ", c.src, " -> rank ", c.dst, lane < 0 ? "" : lane == 0 ? " (activations)" : " (gradients)",
+    std::string what = k < sent.size()
+                           ? str(where(s, c.src, c.sent_op[sent[k]]), " sends the ", to_string(c.sent[sent[k]]))
+                           : str("rank ", c.src, " sends nothing more");
+    std::string want =
+        k < recv.size() ? str(where(s, c.dst, c.received_op[recv[k]]), " expects the ", to_string(c.received[recv[k]]))
+                        : str("rank ", c.dst, " expects nothing more");
+    throw Error(str("channel rank ", c.src, " -> rank ", c.dst,
+                    lane < 0    ? ""
+                    : lane == 0 ? " (activations)"
+                                : " (gradients)",
                     " disagrees at message ", k, ": ", what, " but ", want));
   }
 }

@@ -83,8 +83,8 @@ class Case {
     float* dqkv = alloc(B_ * T_ * 3 * W);
     float* ws = alloc(fused_ ? fused_attention_backward_workspace(layout()) : rows * T_);  // datt
     if (fused_) {
-      fused_attention_backward<float>(s_, layout(), dqkv, dqkv + W, dqkv + 2 * W, ws, dy_, qkv_, qkv_ + W,
-                                      qkv_ + 2 * W, y, core);
+      fused_attention_backward<float>(s_, layout(), dqkv, dqkv + W, dqkv + 2 * W, ws, dy_, qkv_, qkv_ + W, qkv_ + 2 * W,
+                                      y, core);
     } else {
       stp::attention_backward<float>(s_, dqkv, ws, dy_, qkv_, core, B_, T_, H_, D_);
     }
@@ -159,33 +159,39 @@ void run(const Args& a) {
     char cell[2][64];
     for (int k = 0; k < 2; ++k)
       std::snprintf(cell[k], sizeof cell[k], "%.1f (%.1f..%.1f)", median(r[k].ms),
-                    *std::min_element(r[k].ms.begin(), r[k].ms.end()), *std::max_element(r[k].ms.begin(), r[k].ms.end()));
+                    *std::min_element(r[k].ms.begin(), r[k].ms.end()),
+                    *std::max_element(r[k].ms.begin(), r[k].ms.end()));
     std::printf("%6lld  %-28s %-28s %6.2fx  %8.2f MiB %8.2f MiB %6.1fx  %8.1f MiB %8.1f MiB %6.1fx\n",
                 static_cast<long long>(T), cell[0], cell[1], median(r[0].ms) / median(r[1].ms), mib(r[0].records),
                 mib(r[1].records), static_cast<double>(r[0].records) / static_cast<double>(r[1].records),
                 mib(r[0].peak), mib(r[1].peak), static_cast<double>(r[0].peak) / static_cast<double>(r[1].peak));
     std::fflush(stdout);
   }
-  std::printf("speed = naive median / fused median (targets: >= 1.0x at T >= 1024, >= 0.8x at T = 256); "
-              "records target at T = 1024: >= 8x smaller\n");
+  std::printf(
+      "speed = naive median / fused median (targets: >= 1.0x at T >= 1024, >= 0.8x at T = 256); "
+      "records target at T = 1024: >= 8x smaller\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Args a;
-  CLI::App app{"Fused causal attention against the naive kernels: forward + backward time, records and peak bytes "
-               "per sequence length, on the CPU backend.",
-               "bench_attention"};
+  CLI::App app{
+      "Fused causal attention against the naive kernels: forward + backward time, records and peak bytes "
+      "per sequence length, on the CPU backend.",
+      "bench_attention"};
   stp::tools::init_cli(app);
   const auto positive = CLI::PositiveNumber;
   app.add_option("--reps", a.reps, "timed runs of each kernel per T (median and spread are printed)")
-      ->check(positive)->capture_default_str();
+      ->check(positive)
+      ->capture_default_str();
   app.add_option("--batch", a.batch, "sequences (B)")->check(positive)->capture_default_str();
   app.add_option("--heads", a.heads, "attention heads (H)")->check(positive)->capture_default_str();
   app.add_option("--head-dim", a.head_dim, "head dimension (D)")->check(positive)->capture_default_str();
   app.add_option("--seq", a.seq, "sequence lengths T, comma-separated")
-      ->delimiter(',')->check(positive)->capture_default_str();
+      ->delimiter(',')
+      ->check(positive)
+      ->capture_default_str();
   if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
   return stp::tools::run_main(app, [&] {
     run(a);

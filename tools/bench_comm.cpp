@@ -54,7 +54,8 @@ bool report(const stp::Config& cfg) {
                 static_cast<unsigned long long>(tp), static_cast<unsigned long long>(f.tp),
                 static_cast<unsigned long long>(pp), static_cast<unsigned long long>(f.pp),
                 static_cast<unsigned long long>(dp), static_cast<unsigned long long>(f.dp),
-                static_cast<unsigned long long>(other), static_cast<unsigned long long>(f.other), row ? "" : "  MISMATCH");
+                static_cast<unsigned long long>(other), static_cast<unsigned long long>(f.other),
+                row ? "" : "  MISMATCH");
   }
   return ok;
 }
@@ -62,9 +63,10 @@ bool report(const stp::Config& cfg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Bytes sent per step per rank by kind (TP, PP, DP, other), measured next to the analytic formula "
-               "(exit status 1 on a mismatch), for built-in dp x pp x tp layouts or one CONFIG.yaml.",
-               "bench_comm"};
+  CLI::App app{
+      "Bytes sent per step per rank by kind (TP, PP, DP, other), measured next to the analytic formula "
+      "(exit status 1 on a mismatch), for built-in dp x pp x tp layouts or one CONFIG.yaml.",
+      "bench_comm"};
   stp::tools::init_cli(app);
   stp::tools::ConfigArgs args;
   stp::tools::add_config_args(app, args, /*config_required=*/false);
@@ -75,12 +77,16 @@ int main(int argc, char** argv) {
     if (!args.config_path.empty()) {
       configs.push_back(stp::load_config(args.config_path, args.overrides));
     } else {
-      for (auto [dp, pp, tp, schedule] : std::vector<std::tuple<int, int, int, const char*>>{
-               {4, 1, 1, "gpipe"}, {2, 2, 1, "1f1b"}, {1, 2, 2, "stp"}, {2, 1, 2, "gpipe"}, {2, 2, 2, "stp"},
-               {2, 2, 1, "1f1b-i"}}) {
+      for (auto [dp, pp, tp, schedule] : std::vector<std::tuple<int, int, int, const char*>>{{4, 1, 1, "gpipe"},
+                                                                                             {2, 2, 1, "1f1b"},
+                                                                                             {1, 2, 2, "stp"},
+                                                                                             {2, 1, 2, "gpipe"},
+                                                                                             {2, 2, 2, "stp"},
+                                                                                             {2, 2, 1, "1f1b-i"}}) {
         configs.push_back(stp::load_config_from_string(
-            kBase, "bench_comm", {"parallel.dp=" + std::to_string(dp), "parallel.pp=" + std::to_string(pp),
-                                  "parallel.tp=" + std::to_string(tp), std::string("parallel.schedule=") + schedule}));
+            kBase, "bench_comm",
+            {"parallel.dp=" + std::to_string(dp), "parallel.pp=" + std::to_string(pp),
+             "parallel.tp=" + std::to_string(tp), std::string("parallel.schedule=") + schedule}));
       }
     }
     std::printf("bytes sent per step per rank (Communicator::bytes_sent; an all-reduce counts its buffer once)\n");

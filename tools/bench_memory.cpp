@@ -41,9 +41,9 @@ struct Options {
   std::string config = "configs/tiny.yaml";
   std::string budget = "40MiB";
   std::string link = "4GB/s";
-  int copy_cpus = 1;   // memory.copy_engine_cpus for the cost runs (both of each pair)
-  int steps = 3;       // measured steps per run (after one warm-up step)
-  int pairs = 3;       // plain/planned run pairs
+  int copy_cpus = 1;  // memory.copy_engine_cpus for the cost runs (both of each pair)
+  int steps = 3;      // measured steps per run (after one warm-up step)
+  int pairs = 3;      // plain/planned run pairs
   int max_layers = 256;
   std::vector<std::string> overrides;
 };
@@ -100,8 +100,10 @@ int largest_depth(const Options& o, const std::vector<std::string>& levers, int 
 void capacity(const Options& o) {
   stp::Config base = config_with(o, {"memory.device_budget=" + o.budget});
   const std::size_t budget = static_cast<std::size_t>(*base.memory.device_budget);
-  const int stages = base.parallel.pp * (base.parallel.schedule == "stp" || base.parallel.schedule == "zb-v" ||
-                                                 base.parallel.schedule == "1f1b-i" ? 2 : 1);
+  const int stages =
+      base.parallel.pp *
+      (base.parallel.schedule == "stp" || base.parallel.schedule == "zb-v" || base.parallel.schedule == "1f1b-i" ? 2
+                                                                                                                 : 1);
   std::printf("\n== capacity: n_embd %lld, %s tp %d pp %d, m %d, micro batch %d, device budget %.1f MiB ==\n",
               static_cast<long long>(base.model.n_embd), base.parallel.schedule.c_str(), base.parallel.tp,
               base.parallel.pp, base.train.microbatches, base.train.micro_batch_size, mib(budget));
@@ -128,10 +130,11 @@ void capacity(const Options& o) {
     stp::StepResult r = t.step();
     std::size_t measured = *std::max_element(r.peak_device_bytes.begin(), r.peak_device_bytes.end());
     std::size_t predicted = max_peak(t.memory_plan());
-    std::printf("%-26s: largest n_layer %3d (search %.1f s); one step: peak %.2f MiB (predicted %.2f MiB, "
-                "%s budget), pinned host %.1f MiB, step %.0f ms\n",
-                m.name, m.depth, search_s, mib(measured), mib(predicted), measured <= budget ? "within" : "OVER",
-                mib(r.peak_host_pinned_bytes), r.step_ms);
+    std::printf(
+        "%-26s: largest n_layer %3d (search %.1f s); one step: peak %.2f MiB (predicted %.2f MiB, "
+        "%s budget), pinned host %.1f MiB, step %.0f ms\n",
+        m.name, m.depth, search_s, mib(measured), mib(predicted), measured <= budget ? "within" : "OVER",
+        mib(r.peak_host_pinned_bytes), r.step_ms);
   }
   if (modes[0].depth > 0)
     std::printf("capacity ratio: %.2fx (planner %d / plain %d layers; target >= 3x)\n",
@@ -139,9 +142,9 @@ void capacity(const Options& o) {
 }
 
 struct StepTimes {
-  double step_ms = 0;    // median step time
-  double stall_ms = 0;   // median over steps of the largest per-device compute stall on reloads
-  double copy_ms = 0;    // median over steps of the largest per-device D2H + H2D busy time
+  double step_ms = 0;   // median step time
+  double stall_ms = 0;  // median over steps of the largest per-device compute stall on reloads
+  double copy_ms = 0;   // median over steps of the largest per-device D2H + H2D busy time
 };
 
 StepTimes run_steps(const stp::Config& c, int steps) {
@@ -167,15 +170,17 @@ void cost(const Options& o) {
   fits(plain, &free_plan);
   const std::size_t peak = max_peak(free_plan);
   const std::size_t budget = peak * 6 / 10;
-  stp::Config planned = config_with(o, {"memory.offload=auto", "memory.recompute=auto", engine,
-                                         "memory.device_budget=" + std::to_string(budget)});
-  std::printf("\n== cost: n_layer %lld, %s tp %d pp %d, link %.2f GB/s, copy-engine CPUs %d, unconstrained peak %.2f MiB, "
-              "budget 60%% = %.2f MiB ==\n",
-              static_cast<long long>(plain.model.n_layer), plain.parallel.schedule.c_str(), plain.parallel.tp,
-              plain.parallel.pp, planned.memory.link_bandwidth / 1e9, o.copy_cpus, mib(peak), mib(budget));
+  stp::Config planned = config_with(
+      o, {"memory.offload=auto", "memory.recompute=auto", engine, "memory.device_budget=" + std::to_string(budget)});
+  std::printf(
+      "\n== cost: n_layer %lld, %s tp %d pp %d, link %.2f GB/s, copy-engine CPUs %d, unconstrained peak %.2f MiB, "
+      "budget 60%% = %.2f MiB ==\n",
+      static_cast<long long>(plain.model.n_layer), plain.parallel.schedule.c_str(), plain.parallel.tp,
+      plain.parallel.pp, planned.memory.link_bandwidth / 1e9, o.copy_cpus, mib(peak), mib(budget));
   stp::MemoryPlan plan;
   if (!fits(planned, &plan)) {
-    std::printf("the planner finds no plan for 60%% (minimum feasible %.2f MiB): no cost to measure\n", mib(plan.min_device_budget));
+    std::printf("the planner finds no plan for 60%% (minimum feasible %.2f MiB): no cost to measure\n",
+                mib(plan.min_device_budget));
     return;
   }
   double exposed = 0, recompute = 0, compute = 0;
@@ -186,17 +191,19 @@ void cost(const Options& o) {
     compute = std::max(compute, p.compute_s);
     offload = std::max(offload, p.offload_bytes_per_step);
   }
-  std::printf("plan: predicted peak %.2f MiB; per device at most %.1f MiB offloaded/step, predicted exposed copy %.1f ms, "
-              "recompute %.1f ms over %.1f ms compute -> copies %s\n%s",
-              mib(max_peak(plan)), mib(offload), exposed * 1e3, recompute * 1e3, compute * 1e3,
-              exposed == 0 ? "fit under compute" : "do NOT fit under compute", plan.summary.c_str());
+  std::printf(
+      "plan: predicted peak %.2f MiB; per device at most %.1f MiB offloaded/step, predicted exposed copy %.1f ms, "
+      "recompute %.1f ms over %.1f ms compute -> copies %s\n%s",
+      mib(max_peak(plan)), mib(offload), exposed * 1e3, recompute * 1e3, compute * 1e3,
+      exposed == 0 ? "fit under compute" : "do NOT fit under compute", plan.summary.c_str());
   std::vector<double> ratios, plain_ms, planned_ms;
   for (int i = 0; i < o.pairs; ++i) {
     StepTimes a = run_steps(plain, o.steps), b = run_steps(planned, o.steps);
     plain_ms.push_back(a.step_ms), planned_ms.push_back(b.step_ms), ratios.push_back(b.step_ms / a.step_ms);
-    std::printf("pair %d: unconstrained %.1f ms/step, planned %.1f ms/step (copy streams busy %.1f ms, compute "
-                "stalled on reloads %.2f ms), ratio %.3f\n",
-                i + 1, a.step_ms, b.step_ms, b.copy_ms, b.stall_ms, b.step_ms / a.step_ms);
+    std::printf(
+        "pair %d: unconstrained %.1f ms/step, planned %.1f ms/step (copy streams busy %.1f ms, compute "
+        "stalled on reloads %.2f ms), ratio %.3f\n",
+        i + 1, a.step_ms, b.step_ms, b.copy_ms, b.stall_ms, b.step_ms / a.step_ms);
   }
   std::printf("cost ratio: %.3fx (median of %d pairs; unconstrained %.1f ms, planned %.1f ms; target <= 1.10x %s)\n",
               median(ratios), o.pairs, median(plain_ms), median(planned_ms),
@@ -208,20 +215,28 @@ void cost(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   bool capacity_only = false, cost_only = false;
-  CLI::App app{"Memory-budget benchmark on the CPU backend: (1) capacity, the largest depth whose plan fits the "
-               "budget with the planner vs without; (2) cost, step time at 60% of the unconstrained peak vs "
-               "unconstrained, with rate-limited copies. Sizes and rates take the config's units (48MiB, 4GB/s).",
-               "bench_memory"};
+  CLI::App app{
+      "Memory-budget benchmark on the CPU backend: (1) capacity, the largest depth whose plan fits the "
+      "budget with the planner vs without; (2) cost, step time at 60% of the unconstrained peak vs "
+      "unconstrained, with rate-limited copies. Sizes and rates take the config's units (48MiB, 4GB/s).",
+      "bench_memory"};
   stp::tools::init_cli(app);
   app.add_option("--config", o.config, "the job to scale")->type_name("PATH")->capture_default_str();
-  app.add_option("--budget", o.budget, "memory.device_budget of the capacity search")->type_name("BYTES")->capture_default_str();
+  app.add_option("--budget", o.budget, "memory.device_budget of the capacity search")
+      ->type_name("BYTES")
+      ->capture_default_str();
   app.add_option("--link", o.link, "memory.link_bandwidth: D2H/H2D copy rate of the cost runs")
       ->type_name("BYTES_PER_S")
       ->capture_default_str();
-  app.add_option("--steps", o.steps, "measured steps per run, after one warm-up step")->type_name("N")->capture_default_str();
+  app.add_option("--steps", o.steps, "measured steps per run, after one warm-up step")
+      ->type_name("N")
+      ->capture_default_str();
   app.add_option("--pairs", o.pairs, "plain/planned run pairs of the cost part")->type_name("N")->capture_default_str();
-  app.add_option("--max-layers", o.max_layers, "deepest model the capacity search tries")->type_name("N")->capture_default_str();
-  app.add_option("--copy-cpus", o.copy_cpus, "memory.copy_engine_cpus of the cost runs (0: copies share the compute CPUs)")
+  app.add_option("--max-layers", o.max_layers, "deepest model the capacity search tries")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--copy-cpus", o.copy_cpus,
+                 "memory.copy_engine_cpus of the cost runs (0: copies share the compute CPUs)")
       ->type_name("N")
       ->capture_default_str();
   app.add_option("--set", o.overrides, "override one config key (repeatable)")

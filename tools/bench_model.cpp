@@ -37,18 +37,16 @@ namespace {
 
 std::atomic<std::int64_t> g_gemm_ns{0};
 
-using SgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint, float,
-                         const float*, blasint, const float*, blasint, float, float*, blasint);
+using SgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint, float, const float*,
+                         blasint, const float*, blasint, float, float*, blasint);
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
-extern "C" void cblas_sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n,
-                            blasint k, float alpha, const float* a, blasint lda, const float* b, blasint ldb,
-                            float beta, float* c, blasint ldc) {
+extern "C" void cblas_sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k,
+                            float alpha, const float* a, blasint lda, const float* b, blasint ldb, float beta, float* c,
+                            blasint ldc) {
   static SgemmFn real = reinterpret_cast<SgemmFn>(dlsym(RTLD_NEXT, "cblas_sgemm"));
   auto t0 = std::chrono::steady_clock::now();
   real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -83,8 +81,8 @@ void train_step(GPT2Stage& st, Optimizer& opt, Stream& s, const std::vector<std:
   AdamWHyper h{0.9f, 0.95f, 1e-8f, 0.1f};
   for (std::size_t i = 0; i < st.params().size(); ++i) {
     ParamInfo& p = st.params()[i];
-    adamw_step(s, p.param.f32(), p.grad.f32(), opt.m[i].f32(), opt.v[i].f32(), static_cast<std::size_t>(p.param.numel()),
-               3e-4f, h, opt.step, p.decay);
+    adamw_step(s, p.param.f32(), p.grad.f32(), opt.m[i].f32(), opt.v[i].f32(),
+               static_cast<std::size_t>(p.param.numel()), 3e-4f, h, opt.step, p.decay);
   }
   s.synchronize();
 }
@@ -152,9 +150,10 @@ int bench(const Options& o) {
 
 int main(int argc, char** argv) {
   stp::Options o;
-  CLI::App app{"Training throughput of the GPT-2 stage on the CPU backend, single rank: tokens/s, GEMM share of "
-               "the step and, with the torch script, the same model in PyTorch and the ratio.",
-               "bench_model"};
+  CLI::App app{
+      "Training throughput of the GPT-2 stage on the CPU backend, single rank: tokens/s, GEMM share of "
+      "the step and, with the torch script, the same model in PyTorch and the ratio.",
+      "bench_model"};
   stp::tools::init_cli(app);
   app.add_option("--steps", o.steps, "measured steps, after one warm-up step")->type_name("N")->capture_default_str();
   app.add_option("--layers", o.cfg.n_layer, "n_layer")->type_name("L")->capture_default_str();
@@ -166,7 +165,9 @@ int main(int argc, char** argv) {
   auto* torch = app.add_option("--torch", o.torch, "the PyTorch script to compare with (run from the repository root)")
                     ->type_name("PATH")
                     ->capture_default_str();
-  app.add_flag_callback("--no-torch", [&] { o.torch.clear(); }, "skip the PyTorch comparison")->excludes(torch);
+  app.add_flag_callback(
+         "--no-torch", [&] { o.torch.clear(); }, "skip the PyTorch comparison")
+      ->excludes(torch);
   if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
   return stp::tools::run_main(app, [&] { return stp::bench(o); });
 }

@@ -152,14 +152,17 @@ void run(const Args& args) {
 
 int main(int argc, char** argv) {
   Args a;
-  CLI::App app{"What the pinned host pool buys over pinning on demand: allocate + free latency, and copy "
-               "bandwidth through the pool vs a plain memcpy.",
-               "bench_pool"};
+  CLI::App app{
+      "What the pinned host pool buys over pinning on demand: allocate + free latency, and copy "
+      "bandwidth through the pool vs a plain memcpy.",
+      "bench_pool"};
   stp::tools::init_cli(app);
   const CLI::Range kPositive(1, std::numeric_limits<int>::max());
   app.add_option("--pool-mib", a.pool_mib, "MiB pinned in the pool")->check(kPositive)->capture_default_str();
   app.add_option("--copy-mib", a.copy_mib, "MiB per timed copy")->check(kPositive)->capture_default_str();
-  app.add_option("--reps", a.reps, "repeats of each copy (the median is printed)")->check(kPositive)->capture_default_str();
+  app.add_option("--reps", a.reps, "repeats of each copy (the median is printed)")
+      ->check(kPositive)
+      ->capture_default_str();
   if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
   return stp::tools::run_main(app, [&] {
     STP_CHECK(a.copy_mib + 16 <= a.pool_mib, "--pool-mib must exceed --copy-mib by 16");

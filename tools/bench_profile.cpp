@@ -3,8 +3,8 @@
 // memory counters after every unit, step spans; timings from the simulator with ±10% jitter),
 // writes it, and times what `stp profile --json` does with it: read + parse, then analysis
 // (timelines, overlap, memory, calibration, simulation, report). Target: under 2 s.
-// --compare-json also times nlohmann-json's generic tree reader on the same file (why profile/ reads it with simdjson On Demand).
-// Usage: build/bench_profile [--events N] [--out PATH] [--keep] [--compare-json]   (or --help)
+// --compare-json also times nlohmann-json's generic tree reader on the same file (why profile/ reads it with simdjson
+// On Demand). Usage: build/bench_profile [--events N] [--out PATH] [--keep] [--compare-json]   (or --help)
 #include <chrono>
 #include <ctime>
 #include <cstdio>
@@ -32,8 +32,8 @@ namespace sched = stp::sched;
 constexpr int kTp = 2, kPp = 4, kMicrobatches = 16;
 
 // Adds one step of every rank starting at `origin` (µs); returns the events added.
-std::size_t add_step(stp::TraceRecorder& rec, const sched::Schedule& s, const sched::Costs& c, const sched::SimResult& r,
-                     int step, double origin, std::mt19937& rng) {
+std::size_t add_step(stp::TraceRecorder& rec, const sched::Schedule& s, const sched::Costs& c,
+                     const sched::SimResult& r, int step, double origin, std::mt19937& rng) {
   static const char* kCat[] = {"F", "B", "W"};
   std::uniform_real_distribution<double> jitter(0.9, 1.1);
   std::size_t events = 0;
@@ -55,11 +55,18 @@ std::size_t add_step(stp::TraceRecorder& rec, const sched::Schedule& s, const sc
           double dur = (seg.end - seg.start) * 1e3 * jitter(rng);
           if (seg.stream == 0) {
             rec.add({pid, "compute", part + " h.0.mlp", kCat[static_cast<int>(seg.pass)],
-                     str("{\"part\":\"", part, "\",\"unit\":1,\"mb\":", op.part(seg.part).mb, "}"), at(seg.start), dur});
+                     str("{\"part\":\"", part, "\",\"unit\":1,\"mb\":", op.part(seg.part).mb, "}"), at(seg.start),
+                     dur});
             live += seg.pass == sched::Pass::F ? 1.5e6 : -1.0e6;
             if (live < 0) live = 0;
-            rec.add_counter({pid, "device memory", at(seg.end), {{"weights", 8e6}, {"gradients", 8e6},
-                             {"optimizer_state", 16e6}, {"activations", live}, {"buffers", 1e6}}});
+            rec.add_counter({pid,
+                             "device memory",
+                             at(seg.end),
+                             {{"weights", 8e6},
+                              {"gradients", 8e6},
+                              {"optimizer_state", 16e6},
+                              {"activations", live},
+                              {"buffers", 1e6}}});
             if (seg.pass == sched::Pass::F) {
               rec.add({pid, "d2h", str("offload ", part), "d2h", "{\"bytes\":1048576}", at(seg.end), 0.3e3});
               rec.add_counter({pid, "pinned memory", at(seg.end), {{"activations", live / 2}}});
@@ -92,9 +99,10 @@ int main(int argc, char** argv) {
   std::size_t target = 1000000;
   std::string out = (std::filesystem::temp_directory_path() / "bench_profile_trace.json").string();
   bool keep = false, compare_json = false;
-  CLI::App app{"Profiling speed: writes a trace of about a million events shaped like a real run's and times "
-               "what `stp profile --json` does with it (read + parse, then analysis); exit status 1 over 2 s.",
-               "bench_profile"};
+  CLI::App app{
+      "Profiling speed: writes a trace of about a million events shaped like a real run's and times "
+      "what `stp profile --json` does with it (read + parse, then analysis); exit status 1 over 2 s.",
+      "bench_profile"};
   stp::tools::init_cli(app);
   app.add_option("--events", target, "events in the generated trace (whole steps, at least this many)")
       ->type_name("N")
@@ -140,10 +148,11 @@ int main(int argc, char** argv) {
     auto cpu = [](std::clock_t a, std::clock_t b) { return static_cast<double>(b - a) / CLOCKS_PER_SEC; };
     std::printf("read + parse %.3f s (%.0f MB/s), analysis %.3f s, total %.3f s: %s the 2 s target\n", parse_s,
                 mb / parse_s, analysis_s, total, total < 2 ? "within" : "OVER");
-    std::printf("(CPU time of this process: read + parse %.3f s, analysis %.3f s; wall > CPU means the machine was busy)\n",
-                cpu(c0, c1), cpu(c1, c2));
-    std::printf("(%zu spans, %zu counter samples; report %zu bytes of JSON)\n", trace.spans.size(), trace.counters.size(),
-                json.size());
+    std::printf(
+        "(CPU time of this process: read + parse %.3f s, analysis %.3f s; wall > CPU means the machine was busy)\n",
+        cpu(c0, c1), cpu(c1, c2));
+    std::printf("(%zu spans, %zu counter samples; report %zu bytes of JSON)\n", trace.spans.size(),
+                trace.counters.size(), json.size());
     if (compare_json) {  // nlohmann-json's generic tree reader on the same file, for comparison
       auto t2 = std::chrono::steady_clock::now();
       std::string text;

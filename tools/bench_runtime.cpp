@@ -99,20 +99,24 @@ void bench_empty_launch(stp::Device& dev, int repeats) {
 
 int main(int argc, char** argv) {
   int threads = 2, repeats = 5;
-  CLI::App app{"Runtime micro-benchmark on the CPU backend: GEMM through a stream vs OpenBLAS directly, event "
-               "round trip, empty launch overhead; medians of repeats.",
-               "bench_runtime"};
+  CLI::App app{
+      "Runtime micro-benchmark on the CPU backend: GEMM through a stream vs OpenBLAS directly, event "
+      "round trip, empty launch overhead; medians of repeats.",
+      "bench_runtime"};
   stp::tools::init_cli(app);
   app.add_option("--threads", threads, "OpenBLAS threads")->type_name("N")->capture_default_str();
-  app.add_option("--repeats", repeats, "repeats of each measurement (the median is printed)")->type_name("R")->capture_default_str();
+  app.add_option("--repeats", repeats, "repeats of each measurement (the median is printed)")
+      ->type_name("R")
+      ->capture_default_str();
   if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
   return stp::tools::run_main(app, [&] {
     openblas_set_num_threads(threads);
     std::printf("stp runtime benchmark: CPU backend, OpenBLAS threads %d, median of %d repeats\n", threads, repeats);
     stp::CpuDevice dev(0, {});
     auto stream = dev.create_stream("compute");
-    for (const GemmCase& c : {GemmCase{"square", 2048, 2048, 2048}, GemmCase{"transformer mlp (B*T, 4C, C)", 2048, 1536, 384},
-                              GemmCase{"transformer qkv (B*T, 3C, C)", 2048, 1152, 384}})
+    for (const GemmCase& c :
+         {GemmCase{"square", 2048, 2048, 2048}, GemmCase{"transformer mlp (B*T, 4C, C)", 2048, 1536, 384},
+          GemmCase{"transformer qkv (B*T, 3C, C)", 2048, 1152, 384}})
       bench_gemm(c, *stream, repeats);
     bench_event_round_trip(dev, repeats);
     bench_empty_launch(dev, repeats);

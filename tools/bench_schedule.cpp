@@ -12,9 +12,10 @@
 #include "tools/cli.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Generates, validates and simulates every schedule at p = 8, m = 256 (target: < 50 ms in total) and "
-               "the cost per op at m = 64, 256 and 1024.",
-               "bench_schedule"};
+  CLI::App app{
+      "Generates, validates and simulates every schedule at p = 8, m = 256 (target: < 50 ms in total) and "
+      "the cost per op at m = 64, 256 and 1024.",
+      "bench_schedule"};
   stp::tools::init_cli(app);
   if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
   using Clock = std::chrono::steady_clock;

@@ -45,9 +45,10 @@ struct Run {
 };
 
 Run run_once(const std::string& config, const char* name, double tp_link, int steps) {
-  stp::Config cfg = stp::load_config(config, {std::string("parallel.schedule=") + name, "parallel.tp=2", "parallel.pp=2",
-                                              "train.microbatches=8", "output.trace=true", "output.dir=runs/bench-train",
-                                              "parallel.tp_link_bandwidth=" + std::to_string(tp_link)});
+  stp::Config cfg =
+      stp::load_config(config, {std::string("parallel.schedule=") + name, "parallel.tp=2", "parallel.pp=2",
+                                "train.microbatches=8", "output.trace=true", "output.dir=runs/bench-train",
+                                "parallel.tp_link_bandwidth=" + std::to_string(tp_link)});
   stp::Trainer t(cfg);
   t.step();  // warm-up: step 1 is not measured
   std::vector<double> step_ms;
@@ -78,10 +79,11 @@ Run run_once(const std::string& config, const char* name, double tp_link, int st
 }
 
 void print(const char* name, const Run& r) {
-  std::printf("%-7s | %6.1f | %6.1f / %6.1f (%+5.1f%%) | %6.1f / %6.1f | %6.1f / %6.1f | %6.1f | F %.2f B %.2f W %.2f "
-              "AR %.2f P2P %.2f (units %d)\n",
-              name, r.step_ms, r.makespan_meas, r.makespan_pred, 100 * r.error(), r.tp_meas, r.tp_pred, r.bub_meas,
-              r.bub_pred, r.issue, r.costs.tf, r.costs.tb, r.costs.tw, r.costs.tar, r.costs.tp2p, r.costs.units);
+  std::printf(
+      "%-7s | %6.1f | %6.1f / %6.1f (%+5.1f%%) | %6.1f / %6.1f | %6.1f / %6.1f | %6.1f | F %.2f B %.2f W %.2f "
+      "AR %.2f P2P %.2f (units %d)\n",
+      name, r.step_ms, r.makespan_meas, r.makespan_pred, 100 * r.error(), r.tp_meas, r.tp_pred, r.bub_meas, r.bub_pred,
+      r.issue, r.costs.tf, r.costs.tb, r.costs.tw, r.costs.tar, r.costs.tp2p, r.costs.units);
   std::fflush(stdout);
 }
 
@@ -91,15 +93,18 @@ int main(int argc, char** argv) {
   double tp_link = 64e6;  // bytes/s: ~ T_AR comparable to a unit's compute for this model
   int steps = 3, repeat = 1;
   std::string config = "configs/tiny.yaml";
-  CLI::App app{"Schedule benchmark on the CPU backend: 1f1b-i, zb-v and stp on the tiny job (tp 2, pp 2, m 8); "
-               "measured step time, makespan, exposed TP time and bubble next to the simulator calibrated from "
-               "the same trace.",
-               "bench_train"};
+  CLI::App app{
+      "Schedule benchmark on the CPU backend: 1f1b-i, zb-v and stp on the tiny job (tp 2, pp 2, m 8); "
+      "measured step time, makespan, exposed TP time and bubble next to the simulator calibrated from "
+      "the same trace.",
+      "bench_train"};
   stp::tools::init_cli(app);
   app.add_option("--tp-link", tp_link, "emulated TP link (parallel.tp_link_bandwidth)")
       ->type_name("BYTES_PER_S")
       ->capture_default_str();
-  app.add_option("--steps", steps, "measured steps per run, after one warm-up step")->type_name("N")->capture_default_str();
+  app.add_option("--steps", steps, "measured steps per run, after one warm-up step")
+      ->type_name("N")
+      ->capture_default_str();
   app.add_option("--repeat", repeat, "runs per schedule (a fresh trainer each); more than 1 adds medians")
       ->type_name("R")
       ->capture_default_str();
@@ -108,9 +113,10 @@ int main(int argc, char** argv) {
   return stp::tools::run_main(app, [&] {
     steps = std::max(steps, 1);
     repeat = std::max(repeat, 1);
-    std::printf("bench_train: %s, tp 2, pp 2, m 8, emulated TP link %.0f MB/s, %d measured steps after 1 warm-up, "
-                "%d run(s) per schedule; ms per step\n",
-                config.c_str(), tp_link / 1e6, steps, repeat);
+    std::printf(
+        "bench_train: %s, tp 2, pp 2, m 8, emulated TP link %.0f MB/s, %d measured steps after 1 warm-up, "
+        "%d run(s) per schedule; ms per step\n",
+        config.c_str(), tp_link / 1e6, steps, repeat);
     const char* header = "%-7s | %6s | %-25s | %-15s | %-15s | %6s | calibrated costs per chunk-pass (ms)\n";
     std::printf(header, "", "step", "makespan meas / pred (err)", "TP exp meas/pred", "bubble meas/pred", "issue");
     std::map<std::string, std::vector<Run>> runs;
@@ -143,9 +149,10 @@ int main(int argc, char** argv) {
         std::printf("        median prediction error of the makespan: %+.1f%%\n", 100 * err);
       }
     }
-    std::printf("(step = wall time of a whole step incl. data upload, clipping and AdamW; makespan = first op start to "
-                "last op end over all ranks, what the simulator predicts; TP exp and bubble per rank; the bubble excludes "
-                "the issue gaps, which the calibration turns into per-op issue overheads, profile/calibrate.h)\n");
+    std::printf(
+        "(step = wall time of a whole step incl. data upload, clipping and AdamW; makespan = first op start to "
+        "last op end over all ranks, what the simulator predicts; TP exp and bubble per rank; the bubble excludes "
+        "the issue gaps, which the calibration turns into per-op issue overheads, profile/calibrate.h)\n");
     return 0;
   });
 }

@@ -45,7 +45,8 @@ std::optional<int> parse_cli(CLI::App& app, int argc, const char* const* argv) {
     // first, since it is usually why a required one looks missing.
     std::vector<std::string> extra = sub->remaining();
     if (!extra.empty())
-      return usage_error(prog, (extra[0].rfind('-', 0) == 0 ? "unknown option '" : "unexpected argument '") + extra[0] + "'");
+      return usage_error(prog,
+                         (extra[0].rfind('-', 0) == 0 ? "unknown option '" : "unexpected argument '") + extra[0] + "'");
     return usage_error(prog, e.what());
   }
 }

@@ -72,17 +72,18 @@ int run(const PlanArgs& a) {
     out["ranks"] = std::move(ranks);
     std::printf("%s\n", out.dump().c_str());
   } else {
-    std::printf("memory plan for %s (schedule %s, tp %d, pp %d, m %d)\n", path.c_str(), cfg.parallel.schedule.c_str(), tp,
-                cfg.parallel.pp, cfg.train.microbatches);
-    std::printf("device budget %s, minimum feasible %s\n",
-                stp::format_budget(plan.device_budget).c_str(),
+    std::printf("memory plan for %s (schedule %s, tp %d, pp %d, m %d)\n", path.c_str(), cfg.parallel.schedule.c_str(),
+                tp, cfg.parallel.pp, cfg.train.microbatches);
+    std::printf("device budget %s, minimum feasible %s\n", stp::format_budget(plan.device_budget).c_str(),
                 stp::format_bytes(plan.min_device_budget).c_str());
     for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
       const stp::RankPrediction& p = plan.predicted[g];
-      std::printf("device %zu: peak %s (%s); pinned host %s; offload %s/step; cost +%.1f ms/step (recompute %.1f, exposed copies %.1f) over %.1f ms compute\n",
-                  g, stp::format_bytes(p.peak_device_bytes).c_str(), stp::describe_categories(p).c_str(),
-                  stp::format_bytes(p.host_pinned_bytes).c_str(), stp::format_bytes(p.offload_bytes_per_step).c_str(),
-                  1e3 * p.step_cost_s(), 1e3 * p.recompute_s, 1e3 * p.exposed_copy_s, 1e3 * p.compute_s);
+      std::printf(
+          "device %zu: peak %s (%s); pinned host %s; offload %s/step; cost +%.1f ms/step (recompute %.1f, exposed "
+          "copies %.1f) over %.1f ms compute\n",
+          g, stp::format_bytes(p.peak_device_bytes).c_str(), stp::describe_categories(p).c_str(),
+          stp::format_bytes(p.host_pinned_bytes).c_str(), stp::format_bytes(p.offload_bytes_per_step).c_str(),
+          1e3 * p.step_cost_s(), 1e3 * p.recompute_s, 1e3 * p.exposed_copy_s, 1e3 * p.compute_s);
     }
     std::printf("decisions:\n%s", plan.summary.c_str());
     if (!error.empty()) std::printf("not feasible: %s\n", error.c_str());

@@ -45,7 +45,8 @@ struct ProfileArgs {
 std::int64_t parse_step(const std::string& text) {
   char* end = nullptr;
   long long v = std::strtoll(text.c_str(), &end, 10);
-  STP_CHECK(!text.empty() && end && *end == '\0' && v >= 0, "--steps expects A or A-B (step numbers), got '", text, "'");
+  STP_CHECK(!text.empty() && end && *end == '\0' && v >= 0, "--steps expects A or A-B (step numbers), got '", text,
+            "'");
   return v;
 }
 
@@ -106,7 +107,8 @@ int run(ProfileArgs& a) {
 
   stp::profile::Report report = stp::profile::measure_run(trace, ranks, steps);
   report.run = a.dir;
-  STP_CHECK(!report.steps.empty(), "no step of the trace is in --steps (the trace has steps ", first, " to ", last, ")");
+  STP_CHECK(!report.steps.empty(), "no step of the trace is in --steps (the trace has steps ", first, " to ", last,
+            ")");
   fs::path metrics = dir / "metrics.jsonl";
   if (fs::exists(metrics)) {
     report.metrics = stp::profile::read_run_metrics(metrics.string());
@@ -118,10 +120,10 @@ int run(ProfileArgs& a) {
 
   std::string out = a.json ? stp::profile::render_json(report) : stp::profile::render_text(report);
   if (!a.svg.empty()) {
-    std::string title = report.has_prediction
-                            ? str(report.schedule, ", tp ", report.tp, " × pp ", report.pp, ", m = ", report.microbatches,
-                                  " — measured step ", report.steps.back(), " of ", a.dir)
-                            : str("measured step ", report.steps.back(), " of ", a.dir);
+    std::string title = report.has_prediction ? str(report.schedule, ", tp ", report.tp, " × pp ", report.pp,
+                                                    ", m = ", report.microbatches, " — measured step ",
+                                                    report.steps.back(), " of ", a.dir)
+                                              : str("measured step ", report.steps.back(), " of ", a.dir);
     write_file(a.svg, stp::profile::render_timeline_svg(trace, ranks, report.steps.back(), title, report.tp));
     if (!a.json) out += str("wrote ", a.svg, " (step ", report.steps.back(), ")\n");
   }

@@ -2,9 +2,9 @@
 //         [--units N --issue SHAPE=X,...] [--json | --svg FILE | --trace FILE]
 // stp sim --compare --pp P --microbatches M [costs]
 //
-// Generates, validates and simulates a pipeline schedule (docs/design.md, Command line; docs/schedules.md) and prints the
-// result as text or JSON, or writes the timeline as SVG or a Chrome trace; --compare prints Table 1
-// of the STP paper (formula vs simulation for 1f1b-i, zb-v and stp). `stp sim --help` lists the options.
+// Generates, validates and simulates a pipeline schedule (docs/design.md, Command line; docs/schedules.md) and prints
+// the result as text or JSON, or writes the timeline as SVG or a Chrome trace; --compare prints Table 1 of the STP
+// paper (formula vs simulation for 1f1b-i, zb-v and stp). `stp sim --help` lists the options.
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -41,8 +41,8 @@ double parse_number(const std::string& flag, const std::string& text) {
   char* end = nullptr;
   errno = 0;
   double v = std::strtod(text.c_str(), &end);
-  STP_CHECK(!text.empty() && end && *end == '\0' && errno == 0 && std::isfinite(v), flag,
-            " expects a number, got '", text, "'");
+  STP_CHECK(!text.empty() && end && *end == '\0' && errno == 0 && std::isfinite(v), flag, " expects a number, got '",
+            text, "'");
   return v;
 }
 
@@ -100,8 +100,10 @@ int run(SimArgs& a) {
 
 stp::tools::Run define(CLI::App& app) {
   auto a = std::make_shared<SimArgs>();
-  auto* schedule = app.add_option("--schedule", a->schedule, "schedule: gpipe, 1f1b, 1f1b-i, zb-h1, zb-v, stp")->type_name("NAME");
-  app.add_flag("--compare", a->compare, "print Table 1 for 1f1b-i, zb-v and stp: formula vs simulation")->excludes(schedule);
+  auto* schedule =
+      app.add_option("--schedule", a->schedule, "schedule: gpipe, 1f1b, 1f1b-i, zb-h1, zb-v, stp")->type_name("NAME");
+  app.add_flag("--compare", a->compare, "print Table 1 for 1f1b-i, zb-v and stp: formula vs simulation")
+      ->excludes(schedule);
   app.add_option("--pp", a->pp, "pipeline stages")->type_name("P")->required();
   app.add_option("--microbatches", a->microbatches, "microbatches per step")->type_name("M")->required();
   const char* costs = "Costs (ms)";
@@ -110,7 +112,10 @@ stp::tools::Run define(CLI::App& app) {
   app.add_option("--tw", a->costs.tw, "time of W, the weight gradient")->group(costs)->capture_default_str();
   app.add_option("--tar", a->costs.tar, "time of one TP all-reduce")->group(costs)->capture_default_str();
   app.add_option("--tp2p", a->costs.tp2p, "time of one pipeline send")->group(costs)->capture_default_str();
-  app.add_option("--units", a->costs.units, "compute units per pass per chunk")->type_name("N")->group(costs)->capture_default_str();
+  app.add_option("--units", a->costs.units, "compute units per pass per chunk")
+      ->type_name("N")
+      ->group(costs)
+      ->capture_default_str();
   app.add_option("--issue", a->issue, "issue overhead per op shape (F, B, B*, W, F&B, F&B*, F&W, F+F); others 0")
       ->type_name("SHAPE=X,...")
       ->group(costs)
@@ -118,7 +123,8 @@ stp::tools::Run define(CLI::App& app) {
       ->allow_extra_args(false);
   auto* json = app.add_flag("--json", a->json, "print the schedule and its simulation as JSON");
   auto* svg = app.add_option("--svg", a->svg, "write the timeline as SVG")->type_name("FILE");
-  auto* trace = app.add_option("--trace", a->trace, "write the timeline as a Chrome trace (Perfetto)")->type_name("FILE");
+  auto* trace =
+      app.add_option("--trace", a->trace, "write the timeline as a Chrome trace (Perfetto)")->type_name("FILE");
   json->excludes(svg)->excludes(trace);
   svg->excludes(trace);
   return [a] { return run(*a); };
@@ -126,4 +132,5 @@ stp::tools::Run define(CLI::App& app) {
 
 }  // namespace
 
-static const stp::tools::Command kCmd{"sim", "generate, validate and simulate a pipeline schedule, or print Table 1 (--compare)", &define};
+static const stp::tools::Command kCmd{
+    "sim", "generate, validate and simulate a pipeline schedule, or print Table 1 (--compare)", &define};

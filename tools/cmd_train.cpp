@@ -67,8 +67,11 @@ std::string metrics_line(const stp::StepResult& r) {
   j["peak_device_bytes"] = r.peak_device_bytes;
   j["peak_host_pinned_bytes"] = r.peak_host_pinned_bytes;
   if (!r.offload.empty()) {
-    auto rate = [](std::uint64_t bytes, double s) { return stp::json_fixed(s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0, 3); };
-    nlohmann::ordered_json d2h = nlohmann::ordered_json::array(), h2d = d2h, d2h_rate = d2h, h2d_rate = d2h, stall = d2h;
+    auto rate = [](std::uint64_t bytes, double s) {
+      return stp::json_fixed(s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0, 3);
+    };
+    nlohmann::ordered_json d2h = nlohmann::ordered_json::array(), h2d = d2h, d2h_rate = d2h, h2d_rate = d2h,
+                           stall = d2h;
     for (const auto& o : r.offload) {
       d2h.push_back(o.d2h_bytes);
       h2d.push_back(o.h2d_bytes);
@@ -76,7 +79,8 @@ std::string metrics_line(const stp::StepResult& r) {
       h2d_rate.push_back(rate(o.h2d_bytes, o.h2d_busy_s));
       stall.push_back(stp::json_fixed(o.stall_s * 1e3, 3));
     }
-    j["offload"] = {{"d2h_bytes", d2h}, {"h2d_bytes", h2d}, {"d2h_GBps", d2h_rate}, {"h2d_GBps", h2d_rate}, {"stall_ms", stall}};
+    j["offload"] = {
+        {"d2h_bytes", d2h}, {"h2d_bytes", h2d}, {"d2h_GBps", d2h_rate}, {"h2d_GBps", h2d_rate}, {"stall_ms", stall}};
   }
   return j.dump() + "\n";
 }
@@ -92,11 +96,12 @@ void print_progress(const stp::StepResult& r, std::int64_t total, double elapsed
                     bool tty) {
   std::uint64_t peak = 0;
   for (auto b : r.peak_device_bytes) peak = std::max<std::uint64_t>(peak, b);
-  double eta = done_this_run > 0 ? elapsed_s / static_cast<double>(done_this_run) * static_cast<double>(total - r.step) : 0;
-  std::fprintf(stderr, "%sstep %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | %.0f ms/step | peak device %.1f MiB | ETA %s%s",
-               tty ? "\r" : "", static_cast<long long>(r.step), static_cast<long long>(total), r.loss, r.lr,
-               r.tokens_per_s, r.step_ms, static_cast<double>(peak) / (1024.0 * 1024.0), format_duration(eta).c_str(),
-               tty ? "   " : "\n");
+  double eta =
+      done_this_run > 0 ? elapsed_s / static_cast<double>(done_this_run) * static_cast<double>(total - r.step) : 0;
+  std::fprintf(
+      stderr, "%sstep %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | %.0f ms/step | peak device %.1f MiB | ETA %s%s",
+      tty ? "\r" : "", static_cast<long long>(r.step), static_cast<long long>(total), r.loss, r.lr, r.tokens_per_s,
+      r.step_ms, static_cast<double>(peak) / (1024.0 * 1024.0), format_duration(eta).c_str(), tty ? "   " : "\n");
   std::fflush(stderr);
 }
 
@@ -132,7 +137,9 @@ int run(const stp::tools::ConfigArgs& args) {
     write_text(dir / "config.yaml", cfg.to_yaml());
     metrics.open(dir / "metrics.jsonl", resuming ? std::ios::app : std::ios::trunc);
     STP_CHECK(metrics.good(), "cannot write '", (dir / "metrics.jsonl").string(), "'");
-    std::fprintf(stderr, "stp train: %s | gpt2 %d layers, %d heads, %d embd, vocab %d, T %d | %s dp=%d tp=%d pp=%d m=%d B=%d | %s backend, %d ranks in %d process%s%s\n",
+    std::fprintf(stderr,
+                 "stp train: %s | gpt2 %d layers, %d heads, %d embd, vocab %d, T %d | %s dp=%d tp=%d pp=%d m=%d B=%d | "
+                 "%s backend, %d ranks in %d process%s%s\n",
                  args.config_path.c_str(), cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size,
                  cfg.model.seq_len, cfg.parallel.schedule.c_str(), cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp,
                  cfg.train.microbatches, cfg.train.micro_batch_size, cfg.parallel.backend.c_str(), trainer.world_size(),
@@ -169,7 +176,8 @@ int run(const stp::tools::ConfigArgs& args) {
   if (!lead) return stop ? 130 : 0;
   if (cfg.output.trace && trainer.trace()) trainer.trace()->write((dir / "trace.json").string());
   if (stop) {
-    std::fprintf(stderr, "stp train: interrupted after step %lld; checkpoint %s (continue with --set train.resume=%s)\n",
+    std::fprintf(stderr,
+                 "stp train: interrupted after step %lld; checkpoint %s (continue with --set train.resume=%s)\n",
                  static_cast<long long>(trainer.steps_done()), ck.c_str(), ck.c_str());
     return 130;
   }
@@ -182,8 +190,9 @@ int run(const stp::tools::ConfigArgs& args) {
 stp::tools::Run define(CLI::App& app) {
   auto args = std::make_shared<stp::tools::ConfigArgs>();
   stp::tools::add_config_args(app, *args);
-  app.footer("Writes output.dir/metrics.jsonl, config.yaml, checkpoints and (output.trace) trace.json. Ctrl-C "
-             "finishes the step, writes a checkpoint and exits with status 130.");
+  app.footer(
+      "Writes output.dir/metrics.jsonl, config.yaml, checkpoints and (output.trace) trace.json. Ctrl-C "
+      "finishes the step, writes a checkpoint and exits with status 130.");
   return [args] { return run(*args); };
 }
 

@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
 
   const CLI::App* chosen = app.get_subcommands().front();
   const char* name = chosen->get_name().c_str();
-  const stp::tools::Run& run = std::find_if(runs.begin(), runs.end(), [&](auto& r) { return r.first == chosen; })->second;
+  const stp::tools::Run& run =
+      std::find_if(runs.begin(), runs.end(), [&](auto& r) { return r.first == chosen; })->second;
   try {
     stp::tools::process_group() = stp::start_processes();
     int status = run();

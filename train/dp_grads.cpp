@@ -13,7 +13,8 @@ DpGradSync::DpGradSync(std::vector<Tensor> chunk_grads, Communicator& dp, Device
   for (Tensor& g : chunk_grads) {
     Chunk c;
     const auto n = static_cast<std::size_t>(g.numel());
-    for (std::size_t at = 0; at < n; at += std::min(per_bucket, n - at)) c.buckets.emplace_back(at, std::min(per_bucket, n - at));
+    for (std::size_t at = 0; at < n; at += std::min(per_bucket, n - at))
+      c.buckets.emplace_back(at, std::min(per_bucket, n - at));
     c.grads = std::move(g);
     c.final = device.create_event();
     chunks_.push_back(std::move(c));

@@ -12,28 +12,30 @@ using sched::Pass;
 
 std::uint32_t p2p_tag(Pass pass, int from_stage, int mb) {
   STP_ASSERT(from_stage < (1 << 10) && mb < (1 << 20), "p2p tag overflow: stage ", from_stage, " mb ", mb);
-  return (pass == Pass::F ? 0u : 1u) << 31 | static_cast<std::uint32_t>(from_stage) << 20 | static_cast<std::uint32_t>(mb);
+  return (pass == Pass::F ? 0u : 1u) << 31 | static_cast<std::uint32_t>(from_stage) << 20 |
+         static_cast<std::uint32_t>(mb);
 }
 
 // One part of the op being run: which unit comes next and which all-reduce it must wait for.
 struct Executor::Cursor {
   Part part;
   Stage* stage = nullptr;
-  int next = 0;             // next unit (F ascending; B and W descending)
-  int end = 0;              // one past the last unit in walking order
-  Event* pending = nullptr; // all-reduce the next step of this part waits for
-  std::string label;        // "F1.5", "B0.3*", "W1.2"
+  int next = 0;              // next unit (F ascending; B and W descending)
+  int end = 0;               // one past the last unit in walking order
+  Event* pending = nullptr;  // all-reduce the next step of this part waits for
+  std::string label;         // "F1.5", "B0.3*", "W1.2"
   bool done() const { return next == end; }
 };
 
 Executor::Executor(RankResources resources) : r_(std::move(resources)) {
   STP_ASSERT(r_.schedule && r_.compute && r_.tp_comm && r_.p2p && r_.device, "incomplete rank resources");
   for (Communicator* c : {r_.pp_act, r_.pp_grad})
-    STP_ASSERT(!c || c->rank() == r_.pp_rank, "pipeline communicator of rank ", c->rank(), " given to pp rank ", r_.pp_rank);
+    STP_ASSERT(!c || c->rank() == r_.pp_rank, "pipeline communicator of rank ", c->rank(), " given to pp rank ",
+               r_.pp_rank);
   STP_ASSERT(!r_.plan || !r_.plan->offloads() || r_.offload, "the memory plan offloads but rank ", r_.pp_rank,
              " has no offload engine");
-  STP_ASSERT(static_cast<int>(r_.stages.size()) == r_.schedule->chunks, "rank ", r_.pp_rank, " has ",
-             r_.stages.size(), " stages, the schedule places ", r_.schedule->chunks, " chunks per rank");
+  STP_ASSERT(static_cast<int>(r_.stages.size()) == r_.schedule->chunks, "rank ", r_.pp_rank, " has ", r_.stages.size(),
+             " stages, the schedule places ", r_.schedule->chunks, " chunks per rank");
   const auto& ops = r_.schedule->ranks[static_cast<std::size_t>(r_.pp_rank)];
   last_backward_.assign(r_.stages.size(), ops.size());
   for (std::size_t k = 0; k < ops.size(); ++k)
@@ -228,8 +230,8 @@ void Executor::step(Cursor& c) {
     if (r_.trace) {
       const char* cat = pass == Pass::F ? "F" : pass == Pass::B ? "B" : "W";
       r_.compute->trace_begin(str(c.label, " ", st.unit_name(u)), cat,
-                              str("{\"part\":\"", c.label, "\",\"unit\":", u, ",\"mb\":", mb, ",\"chunk\":", c.part.chunk,
-                                  ",\"pass\":\"", cat, "\"}"));
+                              str("{\"part\":\"", c.label, "\",\"unit\":", u, ",\"mb\":", mb,
+                                  ",\"chunk\":", c.part.chunk, ",\"pass\":\"", cat, "\"}"));
     }
     fn();
     if (r_.trace) r_.compute->trace_end();

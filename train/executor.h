@@ -57,18 +57,18 @@ namespace stp {
 struct RankResources {
   const sched::Schedule* schedule = nullptr;
   int pp_rank = 0;
-  std::vector<Stage*> stages;       // [local chunk]
+  std::vector<Stage*> stages;  // [local chunk]
   Device* device = nullptr;
   Stream* compute = nullptr;
   Stream* tp_comm = nullptr;
   Stream* p2p = nullptr;
-  Communicator* tp = nullptr;       // TP group; null or size 1: units return nothing to reduce
+  Communicator* tp = nullptr;  // TP group; null or size 1: units return nothing to reduce
   // PP groups (rank = pp_rank; null when pp == 1), one per message kind: activations and
   // gradients are separate FIFO lanes, because schedules such as ZB-V consume the two kinds on a
   // channel in a different order than they were sent (docs/schedules.md).
   Communicator* pp_act = nullptr;
   Communicator* pp_grad = nullptr;
-  bool trace = false;               // emit op / unit / all-reduce spans (streams have a recorder)
+  bool trace = false;  // emit op / unit / all-reduce spans (streams have a recorder)
   // Memory plan of this rank (null: keep everything) and the engine that moves offloaded records.
   const RankPlan* plan = nullptr;
   OffloadEngine* offload = nullptr;  // required when the plan offloads
@@ -125,9 +125,9 @@ class Executor {
   std::vector<std::size_t> last_backward_;  // [local chunk] index of its last op with B or W
   std::vector<int> final_pending_;          // chunks final but not reported yet (a group was open)
   std::map<Stream*, EventPool> pools_;
-  Tensor losses_;            // (m,) last stage only
-  bool group_open_ = false;  // an open communicator group holds the previous op's sends
-  std::vector<Tensor> held_sends_;  // their buffers, released when the group closes
+  Tensor losses_;                             // (m,) last stage only
+  bool group_open_ = false;                   // an open communicator group holds the previous op's sends
+  std::vector<Tensor> held_sends_;            // their buffers, released when the group closes
   std::set<std::pair<int, int>> deferred_w_;  // (local chunk, mb) whose B defers W on this rank
 };
 

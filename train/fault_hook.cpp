@@ -34,7 +34,8 @@ FaultHook FaultHook::from_env() {
 
 void FaultHook::maybe_fail(int global, std::int64_t current_step) const {
   if (global != rank || current_step != step) return;
-  std::string what = str("STP_FAULT_RANK: injected failure of rank ", global, " in step ", current_step, " (test hook)");
+  std::string what =
+      str("STP_FAULT_RANK: injected failure of rank ", global, " in step ", current_step, " (test hook)");
   if (device) throw DeviceError(what);
   throw Error(what);
 }

@@ -21,10 +21,10 @@ namespace {
 // Nominal rates (documented in docs/memory.md). Plans must not depend on a timing probe: `stp
 // plan` and `stp train` of one config must choose the same plan and report the same minimum
 // budget, run to run, on a loaded machine or an idle one.
-constexpr double kCpuLinkBytesPerS = 8e9;       // memcpy between host buffers
-constexpr double kCudaLinkBytesPerS = 25e9;     // PCIe 4.0 x16, one direction
-constexpr double kCpuFlopsPerThread = 100e9;    // FP32 GEMM of one AVX-512 core (120 measured on the dev host)
-constexpr double kCudaFlops = 20e12;            // FP32 GEMM class throughput of a datacenter GPU
+constexpr double kCpuLinkBytesPerS = 8e9;     // memcpy between host buffers
+constexpr double kCudaLinkBytesPerS = 25e9;   // PCIe 4.0 x16, one direction
+constexpr double kCpuFlopsPerThread = 100e9;  // FP32 GEMM of one AVX-512 core (120 measured on the dev host)
+constexpr double kCudaFlops = 20e12;          // FP32 GEMM class throughput of a datacenter GPU
 
 // GEMM throughput one rank gets: on the CPU backend every rank's stream runs its GEMMs at once,
 // so a rank gets its share of parallel.cpu_threads (which may be a fraction of a core).
@@ -38,7 +38,10 @@ double rank_flops(const Config& c) {
 double unit_flops(const Config& c, const std::string& name) {
   const double B = c.train.micro_batch_size, T = c.model.seq_len, C = c.model.n_embd, V = c.model.vocab_size;
   const double tp = c.parallel.tp, N = B * T;
-  auto ends_with = [&](const char* s) { return name.size() >= std::string(s).size() && name.compare(name.size() - std::string(s).size(), std::string::npos, s) == 0; };
+  auto ends_with = [&](const char* s) {
+    return name.size() >= std::string(s).size() &&
+           name.compare(name.size() - std::string(s).size(), std::string::npos, s) == 0;
+  };
   // The attention core: dense T x T with the naive kernel's GEMMs; the fused kernel skips the masked half.
   const double core = (c.model.attention == "naive" ? 4 : 2) * B * T * T * C / tp;
   if (ends_with(".attn")) return 2 * N * C * 3 * C / tp + core + 2 * N * C * C / tp;
@@ -120,7 +123,8 @@ MemoryPlan keep_everything(const ModelLayout& s, int pp) {
   MemoryPlan mp;
   for (int r = 0; r < pp; ++r) {
     RankPlan rp;
-    for (auto& st : s.stages[static_cast<std::size_t>(r)]) rp.units.emplace_back(static_cast<std::size_t>(st->num_units()));
+    for (auto& st : s.stages[static_cast<std::size_t>(r)])
+      rp.units.emplace_back(static_cast<std::size_t>(st->num_units()));
     rp.prefetch.assign(s.schedule.ranks[static_cast<std::size_t>(r)].size(), {});
     mp.ranks.push_back(std::move(rp));
   }
@@ -186,7 +190,9 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
       const auto& ops = shape.schedule.ranks[static_cast<std::size_t>(r)];
       double set_bytes = 0;
       for (const PlanCandidate& c : in.candidates)
-        if (c.pp_rank == r && plans[static_cast<std::size_t>(r)].units[static_cast<std::size_t>(c.chunk)][static_cast<std::size_t>(c.unit)].offload)
+        if (c.pp_rank == r && plans[static_cast<std::size_t>(r)]
+                                  .units[static_cast<std::size_t>(c.chunk)][static_cast<std::size_t>(c.unit)]
+                                  .offload)
           set_bytes += static_cast<double>(c.offload_bytes) / shape.schedule.chunks;
       double op_s = compute_s[static_cast<std::size_t>(r)] / std::max<std::size_t>(1, ops.size());
       int lookahead = std::max(1, static_cast<int>(std::ceil(set_bytes / link / std::max(op_s, 1e-12))));
@@ -207,7 +213,9 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
       p.compute_s = compute_s[static_cast<std::size_t>(r)];
       for (const PlanCandidate& c : in.candidates) {
         if (c.pp_rank != r) continue;
-        Recompute level = plans[static_cast<std::size_t>(r)].units[static_cast<std::size_t>(c.chunk)][static_cast<std::size_t>(c.unit)].recompute;
+        Recompute level = plans[static_cast<std::size_t>(r)]
+                              .units[static_cast<std::size_t>(c.chunk)][static_cast<std::size_t>(c.unit)]
+                              .recompute;
         double cost = level == Recompute::Full ? c.full_cost : level == Recompute::Selective ? c.selective_cost : 0;
         p.recompute_s += m * c.forward_s * cost;
       }
@@ -275,7 +283,8 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
       break;
     }
     if (places(plan.ranks, budget)) {
-      if (attempt) plan.summary += str("(planned for ", format_bytes(in.device_budget), " to leave room for fragmentation)\n");
+      if (attempt)
+        plan.summary += str("(planned for ", format_bytes(in.device_budget), " to leave room for fragmentation)\n");
       break;
     }
     if (attempt == 7) {
@@ -297,8 +306,8 @@ void check_plan(const MemoryPlan& plan, const Config& config) {
       if (plan.predicted[g].peak_device_bytes > plan.predicted[worst].peak_device_bytes) worst = g;
     const RankPrediction& p = plan.predicted[worst];
     throw Error(str("memory.device_budget = ", format_bytes(plan.device_budget), " is too small: with memory.offload: ",
-                    to_string(settings.offload), " and memory.recompute: ", to_string(settings.recompute), " device ", worst,
-                    " still needs ", format_bytes(p.peak_device_bytes), " (", describe_categories(p),
+                    to_string(settings.offload), " and memory.recompute: ", to_string(settings.recompute), " device ",
+                    worst, " still needs ", format_bytes(p.peak_device_bytes), " (", describe_categories(p),
                     "). The minimum feasible budget is ", format_bytes(plan.min_device_budget), " (",
                     plan.min_device_budget, " bytes); raise memory.device_budget to at least that",
                     settings.offload == OffloadPolicy::None || settings.recompute == RecomputePolicy::None
@@ -309,9 +318,10 @@ void check_plan(const MemoryPlan& plan, const Config& config) {
   std::size_t pinned = 0;
   for (const RankPrediction& p : plan.predicted) pinned += p.host_pinned_bytes;
   if (pinned > settings.host_budget)
-    throw Error(str("the plan offloads ", format_bytes(pinned), " of activations to pinned host memory but memory.host_budget = ",
-                    format_bytes(settings.host_budget),
-                    "; raise memory.host_budget, or set memory.offload: none to recompute instead"));
+    throw Error(
+        str("the plan offloads ", format_bytes(pinned),
+            " of activations to pinned host memory but memory.host_budget = ", format_bytes(settings.host_budget),
+            "; raise memory.host_budget, or set memory.offload: none to recompute instead"));
 }
 
 }  // namespace stp

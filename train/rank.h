@@ -33,12 +33,12 @@ struct Rank {
   // own node (Device::numa_node_hint) on a machine with several nodes; -1 = not bound.
   int host_node = -1;
   std::unique_ptr<Stream> compute, tp_comm, p2p;
-  std::unique_ptr<Stream> dp_comm;    // data-parallel gradient all-reduces (dp > 1)
+  std::unique_ptr<Stream> dp_comm;  // data-parallel gradient all-reduces (dp > 1)
   std::unique_ptr<DpGradSync> dp_grads;
   std::unique_ptr<BlockArena> alloc;  // the caching device allocator, capped at memory.device_budget
   std::unique_ptr<PinnedPool> pool;   // pinned host pool (ranks whose plan offloads)
   std::unique_ptr<OffloadEngine> offload;
-  OffloadCounters offload_before;     // the engine's counters at the start of this step
+  OffloadCounters offload_before;                  // the engine's counters at the start of this step
   std::vector<std::unique_ptr<GPT2Stage>> stages;  // [local chunk]
   std::vector<ParamInfo> params;                   // every stage's parameters (views), chunk order
   std::vector<int> param_chunk;                    // local chunk of params[i]
@@ -51,7 +51,7 @@ struct Rank {
   Communicator* dp = nullptr;       // the DP group: same pp and tp rank in every replica (dp > 1)
   Communicator* replica = nullptr;  // every rank of this replica: global grad norm, checkpoint gather
   Communicator* world = nullptr;    // every rank of the job: the step's losses
-  Communicator* tied = nullptr;  // ranks holding the first and the last stage, when they differ
+  Communicator* tied = nullptr;     // ranks holding the first and the last stage, when they differ
   // (dp · m,) the step's per-microbatch losses, slot replica · m + mb − 1: written by the last
   // stage's TP rank 0 of each replica, zero elsewhere, then summed over the world (so every rank
   // holds every loss, exactly).
@@ -62,7 +62,7 @@ struct Rank {
   bool holds_last() const;
   GPT2Stage* first_stage() const;  // nullptr when not held
   GPT2Stage* last_stage() const;
-  void synchronize();              // every stream of the rank
+  void synchronize();  // every stream of the rank
 };
 
 }  // namespace stp

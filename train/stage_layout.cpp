@@ -14,7 +14,8 @@ GPT2Config gpt2_config_of(const Config& config) {
   return m;
 }
 
-GPT2StageSpec stage_spec_of(const Config& config, const sched::Schedule& schedule, int pp_rank, int chunk, int tp_rank) {
+GPT2StageSpec stage_spec_of(const Config& config, const sched::Schedule& schedule, int pp_rank, int chunk,
+                            int tp_rank) {
   const int layers_per_stage = config.model.n_layer / schedule.n_stages();
   GPT2StageSpec spec;
   spec.layer_begin = schedule.stage(pp_rank, chunk) * layers_per_stage;

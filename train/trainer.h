@@ -34,11 +34,11 @@ namespace stp {
 class ProcessGroup;
 
 struct StepResult {
-  std::int64_t step = 0;          // 1-based step just completed
-  double loss = 0;                // mean over every replica's microbatches of the mean token cross-entropy
+  std::int64_t step = 0;  // 1-based step just completed
+  double loss = 0;        // mean over every replica's microbatches of the mean token cross-entropy
   double lr = 0;
   double step_ms = 0;
-  double tokens_per_s = 0;        // of the global batch
+  double tokens_per_s = 0;  // of the global batch
   // Per device of this process (global rank order), since start: bytes in live blocks of the caching allocator
   // (what the planner predicts exactly), and bytes it reserved from the device (<= the budget).
   std::vector<std::uint64_t> peak_device_bytes;

@@ -27,11 +27,11 @@ void place(const ParamInfo& p, const std::vector<float>& shard, std::map<std::st
 }  // namespace
 
 // For every parameter name, the full tensor from the shards of one replica (every replica holds
-// the same values; checkpoints read replica 0). `pick(r, i)` gives the device tensor of r.params[i] to read (the parameter, or an
-// optimizer moment). Across processes, replica 0's ranks send their shards in parameter order over
-// the replica communicator to global rank 0, which knows every rank's parameter table.
+// the same values; checkpoints read replica 0). `pick(r, i)` gives the device tensor of r.params[i] to read (the
+// parameter, or an optimizer moment). Across processes, replica 0's ranks send their shards in parameter order over the
+// replica communicator to global rank 0, which knows every rank's parameter table.
 std::map<std::string, HostTensor> Trainer::Impl::gather(const std::function<Tensor(Rank&, std::size_t)>& pick,
-                                                         int replica) {
+                                                        int replica) {
   STP_CHECK(replica >= 0 && replica < layout.dp && (replica == 0 || !multi_process()), "replica ", replica,
             " cannot be gathered here (dp = ", layout.dp, multi_process() ? ", only replica 0 across processes)" : ")");
   std::map<std::string, HostTensor> out;
@@ -53,8 +53,8 @@ std::map<std::string, HostTensor> Trainer::Impl::gather(const std::function<Tens
   for (int src = 1; src < layout.replica_size(); ++src) {
     std::uint32_t i = 0;
     for (int c = 0; c < schedule.chunks; ++c) {
-      for (const ParamInfo& p : gpt2_param_table(model, stage_spec_of(config, schedule, layout.pp_rank(src), c,
-                                                                      layout.tp_rank(src)))) {
+      for (const ParamInfo& p :
+           gpt2_param_table(model, stage_spec_of(config, schedule, layout.pp_rank(src), c, layout.tp_rank(src)))) {
         Tensor shard = Tensor::empty(*r.alloc, {p.layout.shard_rows * p.layout.shard_cols});
         r.replica->recv(*r.compute, shard.raw(), shard.bytes(), src, i++);
         place(p, download(shard, *r.compute), out);
@@ -81,9 +81,8 @@ std::string Trainer::save_checkpoint() {
   }
   data.optimizer_step = m.ranks.front()->adamw->step_count();
   data.state.step = m.steps_done;
-  data.state.data_position =
-      sequence_index(m.steps_done + 1, 0, 0, m.config.parallel.dp, m.config.train.microbatches,
-                     m.config.train.micro_batch_size);
+  data.state.data_position = sequence_index(m.steps_done + 1, 0, 0, m.config.parallel.dp, m.config.train.microbatches,
+                                            m.config.train.micro_batch_size);
   data.state.rng_seed = m.config.train.seed;
   data.state.config_fingerprint = config_fingerprint(m.config);
   return write_checkpoint(m.config.output.dir, data);
@@ -110,7 +109,8 @@ void Trainer::Impl::load_optimizer_state(const std::map<std::string, HostTensor>
   run_on_ranks([&](Rank& r) {
     for (std::size_t i = 0; i < r.params.size(); ++i) {
       const ParamInfo& p = r.params[i];
-      for (auto [moments, tensor] : {std::pair{&exp_avg, r.adamw->exp_avg(i)}, std::pair{&exp_avg_sq, r.adamw->exp_avg_sq(i)}}) {
+      for (auto [moments, tensor] :
+           {std::pair{&exp_avg, r.adamw->exp_avg(i)}, std::pair{&exp_avg_sq, r.adamw->exp_avg_sq(i)}}) {
         const HostTensor& full = moments->at(p.name);
         std::vector<float> shard(static_cast<std::size_t>(tensor.numel()));
         p.layout.scatter(full.data.data(), shard.data());

@@ -59,9 +59,9 @@ struct Trainer::Impl {
   std::unique_ptr<TokenDataset> dataset;
   LrSchedule lr_schedule;
   std::unique_ptr<TraceRecorder> trace;
-  std::vector<std::unique_ptr<Device>> devices;       // [local rank]
-  std::vector<std::unique_ptr<Communicator>> comms;   // every communicator (owned here)
-  std::vector<std::unique_ptr<Rank>> ranks;           // the ranks this process drives, global order
+  std::vector<std::unique_ptr<Device>> devices;      // [local rank]
+  std::vector<std::unique_ptr<Communicator>> comms;  // every communicator (owned here)
+  std::vector<std::unique_ptr<Rank>> ranks;          // the ranks this process drives, global order
   std::int64_t steps_done = 0;
 };
 

@@ -61,8 +61,8 @@ void Trainer::Impl::check_config() const {
     auto s = sched::generate(c.parallel.schedule, c.parallel.pp, c.train.microbatches);
     int stages = s.n_stages();
     STP_CHECK(c.model.n_layer % stages == 0, "model.n_layer = ", c.model.n_layer, " cannot be split evenly into ",
-              stages, " pipeline stages (parallel.pp = ", c.parallel.pp, " x ", s.chunks, " chunk(s) per rank for schedule ",
-              c.parallel.schedule, "); use a multiple of ", stages);
+              stages, " pipeline stages (parallel.pp = ", c.parallel.pp, " x ", s.chunks,
+              " chunk(s) per rank for schedule ", c.parallel.schedule, "); use a multiple of ", stages);
   } catch (const Error& e) {
     std::string what = e.what();
     if (what.rfind("model.n_layer", 0) == 0) throw;
@@ -143,7 +143,8 @@ void Trainer::Impl::build_communicators() {
         group(lane, &Rank::pp_act);
         group(lane, &Rank::pp_grad);
       }
-      if (first_rank != last_rank) group({layout.global(d, first_rank, t), layout.global(d, last_rank, t)}, &Rank::tied);
+      if (first_rank != last_rank)
+        group({layout.global(d, first_rank, t), layout.global(d, last_rank, t)}, &Rank::tied);
     }
   }
   for (int p = 0; p < pp; ++p)
@@ -162,8 +163,9 @@ void Trainer::Impl::build_rank(Rank& r) {
   r.p2p = r.device->create_stream("p2p");
   if (layout.dp > 1) r.dp_comm = r.device->create_stream("dp-comm");
   ArenaOptions arena = budgeted_arena_options(*r.device, memory_settings(config).device_budget);
-  arena.advice = "Raise memory.device_budget, let stp offload and recompute activations (memory.offload: auto, "
-                 "memory.recompute: auto; `stp plan CONFIG` shows what fits), or lower train.micro_batch_size.";
+  arena.advice =
+      "Raise memory.device_budget, let stp offload and recompute activations (memory.offload: auto, "
+      "memory.recompute: auto; `stp plan CONFIG` shows what fits), or lower train.micro_batch_size.";
   r.alloc = std::make_unique<BlockArena>(*r.device, *r.compute, std::move(arena));
   if (trace) r.alloc->set_trace(trace.get(), r.global);  // "device memory" counters
   const RankPlan& rank_plan = plan.ranks.at(static_cast<std::size_t>(r.pp_rank));
@@ -218,9 +220,9 @@ void Trainer::Impl::build_rank(Rank& r) {
   if (layout.dp > 1) {
     std::vector<Tensor> grads;
     for (auto& s : r.stages) grads.push_back(s->param_store().flat_grads());
-    r.dp_grads = std::make_unique<DpGradSync>(std::move(grads), *r.dp, *r.device, *r.compute, *r.dp_comm,
-                                              static_cast<std::size_t>(config.parallel.dp_bucket.value_or(0)),
-                                              trace != nullptr);
+    r.dp_grads =
+        std::make_unique<DpGradSync>(std::move(grads), *r.dp, *r.device, *r.compute, *r.dp_comm,
+                                     static_cast<std::size_t>(config.parallel.dp_bucket.value_or(0)), trace != nullptr);
     res.grads_final = [sync = r.dp_grads.get()](int chunk) { sync->chunk_final(chunk); };
   }
   r.executor = std::make_unique<Executor>(res);

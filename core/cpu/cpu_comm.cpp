@@ -116,14 +116,14 @@ class HostComm final : public Communicator {
 
  private:
   void check_peer(int peer) const {
-    STP_ASSERT(peer >= 0 && peer < group_->size && peer != rank_, "bad p2p peer ", peer, " for rank ", rank_,
-               " of ", group_->size);
+    STP_ASSERT(peer >= 0 && peer < group_->size && peer != rank_, "bad p2p peer ", peer, " for rank ", rank_, " of ",
+               group_->size);
   }
 
   void enqueue_collective(Stream& stream, float* data, std::size_t count) {
     std::uint64_t seq = next_seq_++;  // issue order on this rank's host thread
-    as_cpu_stream(stream).enqueue([g = group_, rank = rank_, seq, data, count] { run_all_reduce(*g, rank, seq, data, count); },
-                                  true);
+    as_cpu_stream(stream).enqueue(
+        [g = group_, rank = rank_, seq, data, count] { run_all_reduce(*g, rank, seq, data, count); }, true);
   }
 
   static void run_all_reduce(HostGroup& g, int rank, std::uint64_t seq, float* data, std::size_t count) {

@@ -40,9 +40,8 @@ void* CpuDevice::allocate_in(Space& space, std::size_t bytes, const char* what, 
   MemoryStats& s = space.stats;
   if (bytes > s.capacity - s.in_use) {
     throw OutOfMemoryError(
-        str(name(), ": out of ", what, " memory: requested ", format_bytes(bytes), ", in use ",
-            format_bytes(s.in_use), ", capacity ", format_bytes(s.capacity), ", peak ",
-            format_bytes(s.peak)),
+        str(name(), ": out of ", what, " memory: requested ", format_bytes(bytes), ", in use ", format_bytes(s.in_use),
+            ", capacity ", format_bytes(s.capacity), ", peak ", format_bytes(s.peak)),
         bytes);
   }
   void* ptr = given;

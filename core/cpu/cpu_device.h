@@ -26,10 +26,10 @@ namespace stp {
 
 struct CpuDeviceOptions {
   std::size_t capacity = std::numeric_limits<std::size_t>::max();  // device memory limit
-  double link_bytes_per_s = 0;  // D2H/H2D copy rate limit; 0 = memcpy speed
-  bool lock_pinned = false;     // mlock() pinned host allocations (best effort, counted)
-  bool dry_run = false;         // count allocations, run nothing (core/cpu/dry_stream.h)
-  int numa_node = -1;           // Device::numa_node_hint: emulates a GPU's PCI locality (tests)
+  double link_bytes_per_s = 0;                                     // D2H/H2D copy rate limit; 0 = memcpy speed
+  bool lock_pinned = false;  // mlock() pinned host allocations (best effort, counted)
+  bool dry_run = false;      // count allocations, run nothing (core/cpu/dry_stream.h)
+  int numa_node = -1;        // Device::numa_node_hint: emulates a GPU's PCI locality (tests)
 };
 
 class CpuDevice final : public Device {
@@ -59,7 +59,7 @@ class CpuDevice final : public Device {
 
   const CpuDeviceOptions& options() const { return options_; }
   bool is_pinned_host(const void* ptr) const;  // ptr lies inside a pinned host allocation
-  std::uint64_t lock_failures() const;          // mlock() refusals (lock_pinned only)
+  std::uint64_t lock_failures() const;         // mlock() refusals (lock_pinned only)
 
  private:
   struct Space {  // one memory space: device or pinned host
@@ -76,9 +76,10 @@ class CpuDevice final : public Device {
   Space pinned_;
   std::uint64_t lock_failures_ = 0;
   std::map<const char*, std::size_t> registered_;  // pinned_.live entries the caller owns
-  std::uintptr_t next_fake_ = 1ull << 44;  // dry run: addresses handed out, never dereferenced
+  std::uintptr_t next_fake_ = 1ull << 44;          // dry run: addresses handed out, never dereferenced
 };
 
-std::vector<std::unique_ptr<CpuDevice>> make_cpu_devices(int count, const CpuDeviceOptions& options = {}, int first = 0);
+std::vector<std::unique_ptr<CpuDevice>> make_cpu_devices(int count, const CpuDeviceOptions& options = {},
+                                                         int first = 0);
 
 }  // namespace stp

@@ -13,7 +13,8 @@ namespace {
 void widen(std::vector<float>& out, const bf16* in, int rows, int cols, int ld) {
   out.resize(static_cast<std::size_t>(rows) * cols);
   for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) out[static_cast<std::size_t>(r) * cols + c] = to_f32(in[static_cast<std::size_t>(r) * ld + c]);
+    for (int c = 0; c < cols; ++c)
+      out[static_cast<std::size_t>(r) * cols + c] = to_f32(in[static_cast<std::size_t>(r) * ld + c]);
 }
 
 }  // namespace

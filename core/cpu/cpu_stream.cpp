@@ -33,9 +33,9 @@ void CpuEventState::complete(std::uint64_t generation) {
   std::lock_guard<std::mutex> lock(mu_);
   if (generation > completed_) {
     completed_ = generation;
-    completed_at_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::steady_clock::now().time_since_epoch())
-                           .count();
+    completed_at_ns_ =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
   }
   cv_.notify_all();
 }
@@ -187,8 +187,8 @@ void CpuStream::trace_end() {
         OpenSpan s = std::move(open_spans_.back());
         open_spans_.pop_back();
         double end = trace_->now_us();
-        trace_->add(TraceSpan{trace_pid_, trace_tid_, std::move(s.name), std::move(s.category),
-                              std::move(s.args), s.start_us, end - s.start_us});
+        trace_->add(TraceSpan{trace_pid_, trace_tid_, std::move(s.name), std::move(s.category), std::move(s.args),
+                              s.start_us, end - s.start_us});
       },
       true);
 }

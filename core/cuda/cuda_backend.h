@@ -33,6 +33,7 @@ void nccl_poll_async_errors(int ordinal);
 // joins with make_nccl_comm_rank (ncclCommInitRank, collective over the members).
 std::vector<char> nccl_unique_id();
 std::size_t nccl_unique_id_size();
-std::unique_ptr<Communicator> make_nccl_comm_rank(Device& device, int size, int rank, const std::vector<char>& unique_id);
+std::unique_ptr<Communicator> make_nccl_comm_rank(Device& device, int size, int rank,
+                                                  const std::vector<char>& unique_id);
 
 }  // namespace stp

@@ -35,32 +35,25 @@ inline bool ok(cublasStatus_t e) { return e == CUBLAS_STATUS_SUCCESS; }
 
 inline Failure failure_of(cudaError_t e) {
   switch (e) {
-    case cudaErrorMemoryAllocation:
-      return Failure::OutOfMemory;
+    case cudaErrorMemoryAllocation: return Failure::OutOfMemory;
     case cudaErrorInvalidValue:
     case cudaErrorInvalidDevicePointer:
     case cudaErrorInvalidResourceHandle:
-    case cudaErrorInvalidMemcpyDirection:
-      return Failure::Bug;
-    default:
-      return Failure::Device;
+    case cudaErrorInvalidMemcpyDirection: return Failure::Bug;
+    default: return Failure::Device;
   }
 }
 inline Failure failure_of(cublasStatus_t e) {
   switch (e) {
-    case CUBLAS_STATUS_ALLOC_FAILED:
-      return Failure::OutOfMemory;
-    case CUBLAS_STATUS_INVALID_VALUE:
-      return Failure::Bug;
-    default:
-      return Failure::Device;
+    case CUBLAS_STATUS_ALLOC_FAILED: return Failure::OutOfMemory;
+    case CUBLAS_STATUS_INVALID_VALUE: return Failure::Bug;
+    default: return Failure::Device;
   }
 }
 inline Failure failure_of(ncclResult_t e) {
   switch (e) {
     case ncclInvalidArgument:
-    case ncclInvalidUsage:
-      return Failure::Bug;
+    case ncclInvalidUsage: return Failure::Bug;
     default:  // NCCL reports a failed cudaMalloc as ncclUnhandledCudaError: the message says so
       return Failure::Device;
   }
@@ -80,8 +73,8 @@ inline std::string memory_state() {
 template <typename Status>
 [[noreturn]] void fail(Status status, const char* expr, const char* file, int line) {
   (void)cudaGetLastError();  // clear the non-sticky last error
-  std::string what = str(expr, " failed at ", file, ":", line, ": ", status_string(status), " (",
-                         static_cast<int>(status), ")");
+  std::string what =
+      str(expr, " failed at ", file, ":", line, ": ", status_string(status), " (", static_cast<int>(status), ")");
   switch (failure_of(status)) {
     case Failure::OutOfMemory: {
       std::string state = memory_state();
@@ -93,8 +86,7 @@ template <typename Status>
     }
     case Failure::Bug:
       throw InternalError(str("internal error: ", what, " (stp passed an invalid argument to a CUDA library)"));
-    case Failure::Device:
-      break;
+    case Failure::Device: break;
   }
   if constexpr (std::is_same_v<Status, ncclResult_t>) {
     // NCCL reports its own failed cudaMalloc (buffers for a connection made at the first
@@ -102,7 +94,8 @@ template <typename Status>
     if (status == ncclUnhandledCudaError || status == ncclSystemError) {
       std::string state = memory_state();
       if (!state.empty())
-        what += str("; ", state, " (if NCCL could not allocate its buffers: they lie outside "
+        what += str("; ", state,
+                    " (if NCCL could not allocate its buffers: they lie outside "
                     "memory.device_budget, so lower it)");
     }
   }
@@ -111,8 +104,8 @@ template <typename Status>
 
 }  // namespace stp::cuda
 
-#define STP_CUDA_CHECK(expr)                                                        \
-  do {                                                                              \
-    auto _stp_status = (expr);                                                      \
+#define STP_CUDA_CHECK(expr)                                                                      \
+  do {                                                                                            \
+    auto _stp_status = (expr);                                                                    \
     if (!::stp::cuda::ok(_stp_status)) ::stp::cuda::fail(_stp_status, #expr, __FILE__, __LINE__); \
   } while (0)

@@ -231,7 +231,8 @@ class CudaDevice final : public Device {
     std::size_t free_bytes = 0, total = 0;
     STP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     device_.capacity = std::min(budget_, device_.in_use + free_bytes);
-    if (bytes > device_.capacity - device_.in_use) throw oom(bytes, budget_ - device_.in_use >= bytes ? "GPU" : "limit", free_bytes);
+    if (bytes > device_.capacity - device_.in_use)
+      throw oom(bytes, budget_ - device_.in_use >= bytes ? "GPU" : "limit", free_bytes);
     void* p = nullptr;
     cudaError_t e = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
     if (e == cudaErrorMemoryAllocation) {
@@ -313,13 +314,13 @@ class CudaDevice final : public Device {
       (void)cudaGetLastError();
       std::size_t free_bytes = 0, total = 0;
       if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) (void)cudaGetLastError();
-      throw OutOfMemoryError(str(name_, ": out of device memory for a cuBLAS workspace of ",
-                                 format_bytes(cublas_workspace_bytes_), " (", cublas_handles_,
-                                 " allocated so far); the GPU has ", format_bytes(free_bytes), " free of ",
-                                 format_bytes(total_bytes_), ", ", format_bytes(device_.in_use),
-                                 " of it stp's (memory.device_budget). Free the GPU of other processes "
-                                 "(nvidia-smi) or lower memory.device_budget"),
-                             cublas_workspace_bytes_);
+      throw OutOfMemoryError(
+          str(name_, ": out of device memory for a cuBLAS workspace of ", format_bytes(cublas_workspace_bytes_), " (",
+              cublas_handles_, " allocated so far); the GPU has ", format_bytes(free_bytes), " free of ",
+              format_bytes(total_bytes_), ", ", format_bytes(device_.in_use),
+              " of it stp's (memory.device_budget). Free the GPU of other processes "
+              "(nvidia-smi) or lower memory.device_budget"),
+          cublas_workspace_bytes_);
     }
     STP_CUDA_CHECK(e);
     ++cublas_handles_;
@@ -343,9 +344,11 @@ class CudaDevice final : public Device {
     if (std::string(who) == "GPU")
       what += str("; the GPU has ", format_bytes(free_bytes), " free of ", format_bytes(total_bytes_),
                   ". Outside memory.device_budget: the CUDA context, cuBLAS (", cublas_handles_, " handle(s) with ",
-                  format_bytes(cublas_handles_ * cublas_workspace_bytes_), " of workspace), NCCL's buffers and other "
+                  format_bytes(cublas_handles_ * cublas_workspace_bytes_),
+                  " of workspace), NCCL's buffers and other "
                   "processes on this GPU (nvidia-smi). Lower memory.device_budget to at most ",
-                  format_bytes(device_.in_use + free_bytes), " less some room for NCCL (connections made at the "
+                  format_bytes(device_.in_use + free_bytes),
+                  " less some room for NCCL (connections made at the "
                   "first transfer allocate more)");
     return OutOfMemoryError(what, bytes);
   }
@@ -364,8 +367,8 @@ class CudaDevice final : public Device {
   }
 
   int ordinal_;
-  std::size_t budget_;            // memory.device_budget (SIZE_MAX: none)
-  std::size_t total_bytes_ = 0;   // the GPU's memory
+  std::size_t budget_;           // memory.device_budget (SIZE_MAX: none)
+  std::size_t total_bytes_ = 0;  // the GPU's memory
   std::size_t cublas_workspace_bytes_ = 0;
   std::size_t cublas_handles_ = 0;  // live workspaces
   int numa_node_ = -1;
@@ -430,8 +433,8 @@ void CudaStream::gemm(const GemmArgs& g) {
   // f32 x f32 -> f32, bf16 x bf16 -> f32 or bf16; always f32 products and sums (core/device.h).
   STP_ASSERT(g.ab == DType::BF16 || g.c_type == DType::F32, "GEMM with f32 inputs writes f32");
   auto type = [](DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; };
-  STP_CUDA_CHECK(cublasGemmEx(cublas_, tb, ta, g.n, g.m, g.k, &g.alpha, g.b, type(g.ab), g.ldb, g.a, type(g.ab),
-                              g.lda, &g.beta, g.c, type(g.c_type), g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  STP_CUDA_CHECK(cublasGemmEx(cublas_, tb, ta, g.n, g.m, g.k, &g.alpha, g.b, type(g.ab), g.ldb, g.a, type(g.ab), g.lda,
+                              &g.beta, g.c, type(g.c_type), g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 cudaEvent_t CudaStream::timing_event() {
@@ -492,7 +495,8 @@ void* cuda_stream_handle(Stream& stream) {
 
 void cuda_check_launch(const char* kernel_name) {
   cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw DeviceError(str("CUDA kernel launch failed (", kernel_name, "): ", cudaGetErrorString(e)));
+  if (e != cudaSuccess)
+    throw DeviceError(str("CUDA kernel launch failed (", kernel_name, "): ", cudaGetErrorString(e)));
 }
 
 bool cuda_devices_usable(int needed, std::string* why) {
@@ -509,10 +513,10 @@ bool cuda_devices_usable(int needed, std::string* why) {
     if (driver == 0)
       *why = "no NVIDIA driver was found (libcuda.so.1 could not be loaded; nvidia-smi shows whether one is installed)";
     else if (e == cudaErrorInsufficientDriver)
-      *why = str("the NVIDIA driver supports CUDA ", driver / 1000, ".", driver % 1000 / 10, ", older than this stp's CUDA runtime ",
-                 CUDART_VERSION / 1000, ".", CUDART_VERSION % 1000 / 10, " (update the driver)");
-    else
-      *why = str("no usable GPU (cudaGetDeviceCount: ", cudaGetErrorString(e), ")");
+      *why = str("the NVIDIA driver supports CUDA ", driver / 1000, ".", driver % 1000 / 10,
+                 ", older than this stp's CUDA runtime ", CUDART_VERSION / 1000, ".", CUDART_VERSION % 1000 / 10,
+                 " (update the driver)");
+    else *why = str("no usable GPU (cudaGetDeviceCount: ", cudaGetErrorString(e), ")");
     return false;
   }
   if (count < needed) {

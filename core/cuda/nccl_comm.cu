@@ -102,7 +102,8 @@ class NcclComm final : public Communicator {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (finalized) {
       ncclResult_t state = ncclSuccess;
-      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) finalized = false;
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess || (state != ncclSuccess && state != ncclInProgress))
+        finalized = false;
       else if (state == ncclSuccess) break;
       else if (std::chrono::steady_clock::now() > deadline) finalized = false;
       else std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -201,7 +202,8 @@ class NcclComm final : public Communicator {
     wait_enqueued(what);
   }
   void wait_enqueued(const char* what) {
-    if (!wait_ready(comm_, [this] { return gate_.requested(); }, what))
+    if (!wait_ready(
+            comm_, [this] { return gate_.requested(); }, what))
       throw CommunicatorAborted(str("communicator aborted: ", gate_.why()));
   }
   static cudaStream_t handle(Stream& s) { return static_cast<cudaStream_t>(cuda_stream_handle(s)); }
@@ -250,7 +252,8 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Dev
   for (ncclComm_t c : comms) wait_ready(c, nullptr, "ncclCommInitRankConfig(...)");
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < n; ++r)
-    out.push_back(std::make_unique<NcclComm>(comms[static_cast<std::size_t>(r)], r, n, ordinals[static_cast<std::size_t>(r)]));
+    out.push_back(
+        std::make_unique<NcclComm>(comms[static_cast<std::size_t>(r)], r, n, ordinals[static_cast<std::size_t>(r)]));
   return out;
 }
 
@@ -263,7 +266,8 @@ std::vector<char> nccl_unique_id() {
 
 std::size_t nccl_unique_id_size() { return sizeof(ncclUniqueId); }
 
-std::unique_ptr<Communicator> make_nccl_comm_rank(Device& device, int size, int rank, const std::vector<char>& unique_id) {
+std::unique_ptr<Communicator> make_nccl_comm_rank(Device& device, int size, int rank,
+                                                  const std::vector<char>& unique_id) {
   STP_ASSERT(unique_id.size() == sizeof(ncclUniqueId), "NCCL unique id of ", unique_id.size(), " bytes, expected ",
              sizeof(ncclUniqueId));
   ncclUniqueId id;
@@ -272,7 +276,8 @@ std::unique_ptr<Communicator> make_nccl_comm_rank(Device& device, int size, int 
   ncclComm_t comm;
   ncclConfig_t config = nonblocking_config();
   ncclResult_t res = ncclCommInitRankConfig(&comm, size, id, rank, &config);
-  if (res != ncclSuccess && res != ncclInProgress) ::stp::cuda::fail(res, "ncclCommInitRankConfig(...)", __FILE__, __LINE__);
+  if (res != ncclSuccess && res != ncclInProgress)
+    ::stp::cuda::fail(res, "ncclCommInitRankConfig(...)", __FILE__, __LINE__);
   wait_ready(comm, nullptr, "ncclCommInitRankConfig(...)");
   return std::make_unique<NcclComm>(comm, rank, size, device.index());
 }

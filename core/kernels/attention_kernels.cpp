@@ -29,9 +29,9 @@ STP_HD inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
 // exp(-87) ~ 1.6e-38 instead of a denormal: 0 to f32 working precision against any real weight.
 STP_HD inline float exp_nonpositive(float x) {
   x = x < -87.0f ? -87.0f : x;
-  const float fx = x * 1.44269504088896341f;  // x / ln 2
-  int n = static_cast<int>(fx);                 // truncates towards zero: floor for x <= 0 ...
-  n -= static_cast<float>(n) > fx ? 1 : 0;      // ... once the non-integers below are moved down
+  const float fx = x * 1.44269504088896341f;       // x / ln 2
+  int n = static_cast<int>(fx);                    // truncates towards zero: floor for x <= 0 ...
+  n -= static_cast<float>(n) > fx ? 1 : 0;         // ... once the non-integers below are moved down
   n += fx - static_cast<float>(n) > 0.5f ? 1 : 0;  // round to nearest: |r| <= ln2 / 2
   const float nf = static_cast<float>(n);
   const float r = (x - nf * 0.693359375f) - nf * -2.12194440e-4f;
@@ -472,13 +472,12 @@ void fused_attention_forward(Stream& s, const AttentionLayout& L, T* o, float* l
   const usize bh = static_cast<usize>(L.B * L.NH);
   if (s.device().kind() == DeviceKind::Cpu)
     launch_cpu_tasks(s, bh * tiles(L.T, kTile), FusedForward<T, kTile, kTile>{L, o, lse, q, k, v, scale});
-  else
-    launch(s, bh * static_cast<usize>(L.T), FusedForward<T, 1, 1>{L, o, lse, q, k, v, scale});
+  else launch(s, bh * static_cast<usize>(L.T), FusedForward<T, 1, 1>{L, o, lse, q, k, v, scale});
 }
 
 template <typename T>
-void fused_attention_backward(Stream& s, const AttentionLayout& L, T* dq, T* dk, T* dv, float* workspace,
-                              const T* dout, const T* q, const T* k, const T* v, const T* o, const float* lse) {
+void fused_attention_backward(Stream& s, const AttentionLayout& L, T* dq, T* dk, T* dv, float* workspace, const T* dout,
+                              const T* q, const T* k, const T* v, const T* o, const float* lse) {
   check_layout(L);
   const float scale = 1.0f / std::sqrt(static_cast<float>(L.D));
   const usize bh = static_cast<usize>(L.B * L.NH), bg = static_cast<usize>(L.B * L.NKV);
@@ -494,11 +493,10 @@ void fused_attention_backward(Stream& s, const AttentionLayout& L, T* dq, T* dk,
   }
 }
 
-#define STP_FUSED_ATTENTION(T)                                                                                    \
-  template void fused_attention_forward<T>(Stream&, const AttentionLayout&, T*, float*, const T*, const T*,     \
-                                           const T*);                                                          \
-  template void fused_attention_backward<T>(Stream&, const AttentionLayout&, T*, T*, T*, float*, const T*,      \
-                                            const T*, const T*, const T*, const T*, const float*);
+#define STP_FUSED_ATTENTION(T)                                                                                         \
+  template void fused_attention_forward<T>(Stream&, const AttentionLayout&, T*, float*, const T*, const T*, const T*); \
+  template void fused_attention_backward<T>(Stream&, const AttentionLayout&, T*, T*, T*, float*, const T*, const T*,   \
+                                            const T*, const T*, const T*, const float*);
 STP_FUSED_ATTENTION(float)
 STP_FUSED_ATTENTION(bf16)
 #undef STP_FUSED_ATTENTION

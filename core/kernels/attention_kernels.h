@@ -55,8 +55,7 @@ struct AttentionLayout {
 
 // o = causal attention of q, k, v; lse (B, NH, T) = the log-sum-exp of each query row's scores.
 template <typename T>
-void fused_attention_forward(Stream& s, const AttentionLayout& L, T* o, float* lse, const T* q, const T* k,
-                             const T* v);
+void fused_attention_forward(Stream& s, const AttentionLayout& L, T* o, float* lse, const T* q, const T* k, const T* v);
 
 // f32 elements of the backward's workspace: B * NH * T * (1 + D) (do . o per query row, and on the
 // CPU the f32 dq accumulators of the one-pass backward).
@@ -65,7 +64,7 @@ std::int64_t fused_attention_backward_workspace(const AttentionLayout& L);
 // dq, dk, dv (overwritten) from do, the forward's inputs, its output o and lse.
 // workspace: fused_attention_backward_workspace(L) f32 elements of device memory.
 template <typename T>
-void fused_attention_backward(Stream& s, const AttentionLayout& L, T* dq, T* dk, T* dv, float* workspace,
-                              const T* dout, const T* q, const T* k, const T* v, const T* o, const float* lse);
+void fused_attention_backward(Stream& s, const AttentionLayout& L, T* dq, T* dk, T* dv, float* workspace, const T* dout,
+                              const T* q, const T* k, const T* v, const T* o, const float* lse);
 
 }  // namespace stp

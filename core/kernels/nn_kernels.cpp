@@ -358,8 +358,8 @@ void layernorm_backward_weight_accumulate(Stream& s, float* dw, float* db, const
 }
 
 template <typename TA, typename TC>
-void linear_forward(Stream& s, TC* y, const TA* x, const TA* W, const float* bias, const std::type_identity_t<TC>* resid,
-                    i64 N, i64 in, i64 out) {
+void linear_forward(Stream& s, TC* y, const TA* x, const TA* W, const float* bias,
+                    const std::type_identity_t<TC>* resid, i64 N, i64 in, i64 out) {
   bool init = bias || resid;
   if (init) launch(s, static_cast<usize>(N), RowsInit<TC>{y, bias, resid, out}, row_grain(out));
   gemm(s, false, false, N, out, in, x, in, W, out, y, out, 1.0f, init ? 1.0f : 0.0f);
@@ -403,8 +403,8 @@ void embedding_forward(Stream& s, float* out, const std::int32_t* tokens, const 
 
 i64 embedding_backward_workspace(i64 V, i64 BT) { return V + 1 + BT; }
 
-void embedding_backward_accumulate(Stream& s, float* dwte, float* dwpe, const float* dout,
-                                   const std::int32_t* tokens, std::int32_t* workspace, i64 B, i64 T, i64 C, i64 V) {
+void embedding_backward_accumulate(Stream& s, float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                                   std::int32_t* workspace, i64 B, i64 T, i64 C, i64 V) {
   std::int32_t* offsets = workspace;
   std::int32_t* rows = workspace + V + 1;
   launch(s, 1, TokenBuckets{offsets, rows, tokens, V, B * T}, 1);
@@ -452,8 +452,8 @@ void attention_backward(Stream& s, T* dqkv, T* datt, const T* dy, const T* qkv, 
       const T* ds = datt + (b * NH + h) * Tn * Tn;
       const T* qh = qkv + b * Tn * 3 * W + h * D;
       T* dq = dqkv + b * Tn * 3 * W + h * D;
-      gemm(s, false, false, Tn, D, Tn, ds, Tn, qh + W, 3 * W, dq, 3 * W);   // dq = ds k
-      gemm(s, true, false, Tn, D, Tn, ds, Tn, qh, 3 * W, dq + W, 3 * W);    // dk = ds^T q
+      gemm(s, false, false, Tn, D, Tn, ds, Tn, qh + W, 3 * W, dq, 3 * W);  // dq = ds k
+      gemm(s, true, false, Tn, D, Tn, ds, Tn, qh, 3 * W, dq + W, 3 * W);   // dk = ds^T q
     }
 }
 
@@ -483,7 +483,7 @@ void cross_entropy_backward_inplace(Stream& s, T* logits, const float* lse, cons
   template void gelu_backward<T>(Stream&, T*, const T*, const T*, i64);                                               \
   template void attention_forward<T>(Stream&, T*, T*, const T*, i64, i64, i64, i64);                                  \
   template void attention_backward<T>(Stream&, T*, T*, const T*, const T*, const T*, i64, i64, i64, i64);             \
-  template void cross_entropy_forward<T>(Stream&, float*, float*, float*, const T*, const std::int32_t*, i64, i64);    \
+  template void cross_entropy_forward<T>(Stream&, float*, float*, float*, const T*, const std::int32_t*, i64, i64);   \
   template void cross_entropy_backward_inplace<T>(Stream&, T*, const float*, const std::int32_t*, float, i64, i64);
 STP_PER_ACTIVATION_TYPE(float)
 STP_PER_ACTIVATION_TYPE(bf16)

@@ -58,8 +58,8 @@ void convert(Stream& s, TO* y /*(n,)*/, const TI* x /*(n,)*/, std::int64_t n);
 // out = (x - mean) * rstd * w + b per row; saves mean and rstd (N,) for the backward.
 template <typename T>
 void layernorm_forward(Stream& s, T* out /*(N,C)*/, float* mean /*(N,)*/, float* rstd /*(N,)*/,
-                       const float* x /*(N,C)*/, const float* w /*(C,)*/, const float* b /*(C,)*/,
-                       std::int64_t N, std::int64_t C, float eps = 1e-5f);
+                       const float* x /*(N,C)*/, const float* w /*(C,)*/, const float* b /*(C,)*/, std::int64_t N,
+                       std::int64_t C, float eps = 1e-5f);
 
 // dx = resid + LN^T(dout): the input gradient of LayerNorm plus an optional residual gradient
 // (resid may be nullptr, or alias dx).
@@ -70,8 +70,8 @@ void layernorm_backward_input(Stream& s, float* dx /*(N,C)*/, const float* resid
 // dw += sum_n dout * xhat, db += sum_n dout (per channel, rows in order).
 void layernorm_backward_weight_accumulate(Stream& s, float* dw /*(C,)*/, float* db /*(C,)*/,
                                           const float* dout /*(N,C)*/, const float* x /*(N,C)*/,
-                                          const float* mean /*(N,)*/, const float* rstd /*(N,)*/,
-                                          std::int64_t N, std::int64_t C);
+                                          const float* mean /*(N,)*/, const float* rstd /*(N,)*/, std::int64_t N,
+                                          std::int64_t C);
 
 // ---- Linear layers (HF Conv1D layout: y = x @ W + b, W is (in, out)) --------------------------
 
@@ -141,8 +141,8 @@ void attention_forward(Stream& s, T* y /*(B,T,NH*D)*/, T* att /*(B,NH,T,T)*/, co
 // dqkv = gradient w.r.t. qkv (overwritten). datt: workspace (B,NH,T,T).
 template <typename T>
 void attention_backward(Stream& s, T* dqkv /*(B,T,3*NH*D)*/, T* datt /*(B,NH,T,T)*/, const T* dy /*(B,T,NH*D)*/,
-                        const T* qkv /*(B,T,3*NH*D)*/, const T* att /*(B,NH,T,T)*/, std::int64_t B,
-                        std::int64_t Tn, std::int64_t NH, std::int64_t D);
+                        const T* qkv /*(B,T,3*NH*D)*/, const T* att /*(B,NH,T,T)*/, std::int64_t B, std::int64_t Tn,
+                        std::int64_t NH, std::int64_t D);
 
 // ---- Cross-entropy (mean over tokens) -----------------------------------------------------------
 
@@ -157,7 +157,6 @@ void cross_entropy_forward(Stream& s, float* loss /*(1,)*/, float* losses /*(N,)
 // loss_scale / N for a mean loss.
 template <typename T>
 void cross_entropy_backward_inplace(Stream& s, T* logits /*(N,V) -> dlogits*/, const float* lse /*(N,)*/,
-                                    const std::int32_t* targets /*(N,)*/, float scale, std::int64_t N,
-                                    std::int64_t V);
+                                    const std::int32_t* targets /*(N,)*/, float scale, std::int64_t N, std::int64_t V);
 
 }  // namespace stp

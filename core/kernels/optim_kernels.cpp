@@ -14,10 +14,10 @@ struct AdamWKernel {
   const float* g;
   float* m;
   float* v;
-  float decay_factor;     // 1 - lr * wd, or 1
+  float decay_factor;  // 1 - lr * wd, or 1
   float beta1, beta2;
-  float step_size;        // lr / (1 - beta1^step)
-  float bias2_sqrt;       // sqrt(1 - beta2^step)
+  float step_size;   // lr / (1 - beta1^step)
+  float bias2_sqrt;  // sqrt(1 - beta2^step)
   float eps;
   STP_HD void operator()(std::size_t i) const {
     float gi = g[i];
@@ -82,8 +82,16 @@ void adamw_step(Stream& s, float* param, const float* grad, float* m, float* v, 
   // Bias corrections in double, as torch computes them with Python floats.
   double bias1 = 1.0 - std::pow(double(h.beta1), step);
   double bias2 = 1.0 - std::pow(double(h.beta2), step);
-  AdamWKernel k{param, grad, m, v, decay ? float(1.0 - double(lr) * double(h.weight_decay)) : 1.0f,
-                h.beta1, h.beta2, float(double(lr) / bias1), float(std::sqrt(bias2)), h.eps};
+  AdamWKernel k{param,
+                grad,
+                m,
+                v,
+                decay ? float(1.0 - double(lr) * double(h.weight_decay)) : 1.0f,
+                h.beta1,
+                h.beta2,
+                float(double(lr) / bias1),
+                float(std::sqrt(bias2)),
+                h.eps};
   launch(s, n, k);
 }
 
@@ -100,8 +108,6 @@ void clip_coefficient(Stream& s, const float* sumsq, float max_norm, float* norm
   launch(s, 1, ClipCoefKernel{sumsq, max_norm, norm, coef}, 1);
 }
 
-void scale_by_scalar(Stream& s, float* x, std::size_t n, const float* coef) {
-  launch(s, n, ScaleKernel{x, coef});
-}
+void scale_by_scalar(Stream& s, float* x, std::size_t n, const float* coef) { launch(s, n, ScaleKernel{x, coef}); }
 
 }  // namespace stp

@@ -94,7 +94,8 @@ class MpiComm final : public Communicator {
       check(MPI_Irecv(buffer.data(), to_count(buffer.size(), "a message"), MPI_BYTE, peer, kDataTag, comm_, &request),
             "MPI_Irecv");
       turn.pass();
-      std::string expected = str("p2p channel ", peer, "->", rank_, ": expected message tag ", tag, " of ", bytes, " bytes");
+      std::string expected =
+          str("p2p channel ", peer, "->", rank_, ": expected message tag ", tag, " of ", bytes, " bytes");
       MPI_Status status;
       try {
         status = wait(request, *abort_);

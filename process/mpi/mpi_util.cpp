@@ -22,7 +22,8 @@ void backoff(int iteration) {
     std::this_thread::yield();
     return;
   }
-  auto sleep = std::chrono::microseconds(std::min<long>(kMaxPollSleep.count(), 10L << std::min(6, (iteration - 32) / 8)));
+  auto sleep =
+      std::chrono::microseconds(std::min<long>(kMaxPollSleep.count(), 10L << std::min(6, (iteration - 32) / 8)));
   std::this_thread::sleep_for(sleep);
 }
 

@@ -34,7 +34,7 @@ class JobAbort {
   ~JobAbort();
 
   void raise(const std::string& why);
-  bool poll();                             // true once the job is aborted
+  bool poll();  // true once the job is aborted
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
   std::string reason() const;
   [[noreturn]] void throw_aborted() const;  // CommunicatorAborted("communicator aborted: " + reason)
@@ -46,7 +46,7 @@ class JobAbort {
   std::atomic<bool> aborted_{false};
   mutable std::mutex mu_;
   std::string reason_;
-  std::string sent_;                    // the broadcast text (alive while its sends are pending)
+  std::string sent_;  // the broadcast text (alive while its sends are pending)
   std::vector<MPI_Request> sends_;
 };
 

@@ -132,7 +132,8 @@ TEST(Config, UnknownKeysNameTheKeyAndListTheSection) {
   expect_error([] { load("model:\n  n_layers: 4\n"); },
                {"unknown key 'model.n_layers'", "test.yaml:2:3", "valid keys of 'model'", "n_layer", "seq_len"});
   expect_error([] { load("modle:\n  n_layer: 4\n"); }, {"unknown section 'modle'", "valid sections", "model, data"});
-  expect_error([] { load("train:\n  steps: 3\n  schedule: stp\n"); }, {"unknown key 'train.schedule'", "test.yaml:3:3"});
+  expect_error([] { load("train:\n  steps: 3\n  schedule: stp\n"); },
+               {"unknown key 'train.schedule'", "test.yaml:3:3"});
   // A nested map under a knob is a type error naming the knob.
   expect_error([] { load("model:\n  n_layer:\n    x: 1\n"); }, {"model.n_layer", "expected a int value, got a map"});
   expect_error([] { load("model: 4\n"); }, {"section 'model' must be a map"});
@@ -148,7 +149,8 @@ TEST(Config, WrongTypesNameKeyValueAndExpectedType) {
   expect_error([] { load("train:\n  seed: -1\n"); }, {"train.seed", "'-1'", "non-negative integer"});
   expect_error([] { load("model:\n  n_layer: 99999999999\n"); }, {"model.n_layer", "out of range"});
   expect_error([] { load("data:\n  path: null\n"); }, {"data.path", "non-empty string"});
-  expect_error([] { load("memory:\n  device_budget: 12 furlongs\n"); }, {"memory.device_budget", "'12 furlongs'", "byte size", "KiB"});
+  expect_error([] { load("memory:\n  device_budget: 12 furlongs\n"); },
+               {"memory.device_budget", "'12 furlongs'", "byte size", "KiB"});
   expect_error([] { load("parallel:\n  tp: [1, 2]\n"); }, {"parallel.tp", "got a list"});
 }
 
@@ -185,9 +187,10 @@ TEST(Config, ConsistencyChecksNameTheKeys) {
 }
 
 TEST(Config, SetOverridesByDottedPath) {
-  Config c = load("parallel:\n  tp: 2\n", {"parallel.tp=4", "train.lr=1e-3", "memory.device_budget=1.5GiB",
-                                           "memory.host_budget=null", "model.init_from=w.safetensors", "output.trace=true",
-                                           "memory.link_bandwidth=12GB/s", "parallel.cpu_threads=3"});
+  Config c =
+      load("parallel:\n  tp: 2\n", {"parallel.tp=4", "train.lr=1e-3", "memory.device_budget=1.5GiB",
+                                    "memory.host_budget=null", "model.init_from=w.safetensors", "output.trace=true",
+                                    "memory.link_bandwidth=12GB/s", "parallel.cpu_threads=3"});
   EXPECT_EQ(c.parallel.tp, 4);
   EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
   EXPECT_EQ(c.memory.device_budget, std::optional<std::uint64_t>(3ull << 29));
@@ -202,7 +205,8 @@ TEST(Config, SetOverridesByDottedPath) {
 }
 
 TEST(Config, SetRejectsUnknownKeysAndBadValues) {
-  expect_error([] { load("", {"parallel.tpp=2"}); }, {"unknown key 'parallel.tpp'", "--set parallel.tpp=2", "valid keys of 'parallel'", "tp"});
+  expect_error([] { load("", {"parallel.tpp=2"}); },
+               {"unknown key 'parallel.tpp'", "--set parallel.tpp=2", "valid keys of 'parallel'", "tp"});
   expect_error([] { load("", {"paralel.tp=2"}); }, {"unknown section 'paralel'"});
   expect_error([] { load("", {"model.n_layer.x=2"}); }, {"unknown key 'model.n_layer.x'", "valid keys of 'model'"});
   expect_error([] { load("", {"model=2"}); }, {"unknown key 'model'"});
@@ -239,8 +243,8 @@ TEST(Config, ByteSizesAndRates) {
 
 TEST(Config, ToYamlRoundTrips) {
   Config c = load("", {"model.init_from=gpt2.safetensors", "memory.device_budget=1000", "memory.host_budget=null",
-                       "train.lr=0.000123", "data.path=null.txt", "output.dir=runs/a b", "memory.link_bandwidth=1.5GB/s",
-                       "train.seed=18446744073709551615"});
+                       "train.lr=0.000123", "data.path=null.txt", "output.dir=runs/a b",
+                       "memory.link_bandwidth=1.5GB/s", "train.seed=18446744073709551615"});
   std::string y = c.to_yaml();
   Config back = load(y);
   EXPECT_EQ(back.to_yaml(), y);

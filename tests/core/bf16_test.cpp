@@ -42,7 +42,7 @@ TEST(Bf16, RoundsToNearestTiesToEven) {
   EXPECT_EQ(round_bits(std::numeric_limits<float>::max()), 0x7f80);  // overflows to inf, as IEEE
   EXPECT_TRUE(std::isnan(to_f32(from_f32<bf16>(std::numeric_limits<float>::quiet_NaN()))));
   EXPECT_TRUE(std::isnan(to_f32(from_f32<bf16>(from_bits(0x7f800001)))));  // a NaN whose top half is inf
-  EXPECT_EQ(round_bits(from_bits(0x00000001)), 0x0000);  // the smallest subnormal rounds to zero
+  EXPECT_EQ(round_bits(from_bits(0x00000001)), 0x0000);                    // the smallest subnormal rounds to zero
 }
 
 TEST(Bf16, EveryRoundingIsTheNearestNeighbour) {
@@ -90,8 +90,7 @@ class Bf16Kernels : public ::testing::Test {
   // The bf16 result must be the f32 result rounded, element for element.
   void expect_rounded(const bf16* got, const float* f32, std::size_t n, const char* what) {
     s_->synchronize();
-    for (std::size_t i = 0; i < n; ++i)
-      ASSERT_EQ(got[i].bits, from_f32<bf16>(f32[i]).bits) << what << " element " << i;
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i].bits, from_f32<bf16>(f32[i]).bits) << what << " element " << i;
   }
   void TearDown() override {
     s_->synchronize();
@@ -130,7 +129,8 @@ TEST_F(Bf16Kernels, ElementwiseAndRowKernelsRoundTheF32ResultOnce) {
   // LayerNorm (f32 input, bf16 output).
   {
     auto x = values(nc), w = values(static_cast<std::size_t>(C)), b = values(static_cast<std::size_t>(C));
-    float *of = alloc<float>(nc), *mean = alloc<float>(static_cast<std::size_t>(N)), *rstd = alloc<float>(static_cast<std::size_t>(N));
+    float *of = alloc<float>(nc), *mean = alloc<float>(static_cast<std::size_t>(N)),
+          *rstd = alloc<float>(static_cast<std::size_t>(N));
     bf16* ob = alloc<bf16>(nc);
     stp::layernorm_forward(*s_, of, mean, rstd, f32_of(x), f32_of(w), f32_of(b), N, C);
     stp::layernorm_forward(*s_, ob, mean, rstd, f32_of(x), f32_of(w), f32_of(b), N, C);
@@ -204,7 +204,8 @@ TEST_F(Bf16Kernels, AttentionStaysWithinAFewRoundingsOfF32) {
     }
     return num / den;
   };
-  std::printf("[ bf16 attention ] scaled error y %.1e att %.1e dqkv %.1e\n", scaled_error(yb, yf, ny), scaled_error(ab, af, natt), scaled_error(dqb, dqf, nqkv));
+  std::printf("[ bf16 attention ] scaled error y %.1e att %.1e dqkv %.1e\n", scaled_error(yb, yf, ny),
+              scaled_error(ab, af, natt), scaled_error(dqb, dqf, nqkv));
   EXPECT_LT(scaled_error(yb, yf, ny), 2e-2);
   EXPECT_LT(scaled_error(ab, af, natt), 2e-2);
   EXPECT_LT(scaled_error(dqb, dqf, nqkv), 2e-2);

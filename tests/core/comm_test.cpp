@@ -63,13 +63,15 @@ TEST(HostComm, ManyAllReducesInARowStayMatched) {
     auto& s = *g.streams[static_cast<std::size_t>(r)];
     for (int k = 0; k < rounds; ++k) {
       vals[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)] = static_cast<float>(k * 100 + r);
-      g.comms[static_cast<std::size_t>(r)]->all_reduce_sum(s, &vals[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)], 1);
+      g.comms[static_cast<std::size_t>(r)]->all_reduce_sum(
+          s, &vals[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)], 1);
     }
     s.synchronize();
   });
   for (int r = 0; r < kRanks; ++r)
     for (int k = 0; k < rounds; ++k)
-      EXPECT_EQ(vals[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)], static_cast<float>(k * 100 * kRanks + 28));
+      EXPECT_EQ(vals[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)],
+                static_cast<float>(k * 100 * kRanks + 28));
 }
 
 // Every rank sends a sequence of tagged messages to every other rank over two streams (one for
@@ -101,7 +103,8 @@ TEST(HostComm, InterleavedSendRecvDeliverInOrderWithoutDeadlock) {
     for (int b = 0; b < kRanks; ++b) {
       if (a == b) continue;
       for (int k = 0; k < msgs; ++k)
-        EXPECT_EQ(received[static_cast<std::size_t>(a * kRanks + b)][static_cast<std::size_t>(k)], a * 10000 + b * 100 + k);
+        EXPECT_EQ(received[static_cast<std::size_t>(a * kRanks + b)][static_cast<std::size_t>(k)],
+                  a * 10000 + b * 100 + k);
     }
   }
 }

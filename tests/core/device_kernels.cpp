@@ -73,7 +73,8 @@ TEST_P(OnDevice, GemmMatchesNaiveReferenceForEveryTransposition) {
   const int m = 37, n = 29, k = 53;
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) {
-      std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n)), c(static_cast<std::size_t>(m * n));
+      std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n)),
+          c(static_cast<std::size_t>(m * n));
       for (auto* v : {&a, &b, &c})
         for (auto& x : *v) x = u(rng);
       stp::GemmArgs g;
@@ -108,7 +109,7 @@ TEST_P(OnDevice, PinnedRoundTripIsByteExactAndOrderedByEvents) {
   d2h->copy(src, pattern.data(), n);
   d2h->copy(host, src, n);  // offload
   d2h->record(*offloaded);
-  h2d->wait(*offloaded);    // prefetch only after the offload finished
+  h2d->wait(*offloaded);  // prefetch only after the offload finished
   h2d->copy(back, host, n);
   h2d->copy(out.data(), back, n);
   h2d->synchronize();
@@ -132,7 +133,10 @@ TEST_P(OnDevice, AllReduceOverTwoDevicesEqualsTheSum) {
   }
   std::vector<std::thread> ts;  // one host thread per rank, as the executor does
   for (int r = 0; r < 2; ++r)
-    ts.emplace_back([&, r] { comms[static_cast<std::size_t>(r)]->all_reduce_sum(*streams[static_cast<std::size_t>(r)], bufs[static_cast<std::size_t>(r)], n); });
+    ts.emplace_back([&, r] {
+      comms[static_cast<std::size_t>(r)]->all_reduce_sum(*streams[static_cast<std::size_t>(r)],
+                                                         bufs[static_cast<std::size_t>(r)], n);
+    });
   for (auto& t : ts) t.join();
   for (int r = 0; r < 2; ++r) {
     std::vector<float> out(n);

@@ -170,8 +170,8 @@ Buffers<T> run(const Problem& p) {
   const AttentionLayout L = p.layout();
   h.delta.assign(static_cast<std::size_t>(fused_attention_backward_workspace(L)), 77.0f);
   fused_attention_forward<T>(*s, L, h.o.data(), h.lse.data(), h.q.data(), h.k.data(), h.v.data());
-  fused_attention_backward<T>(*s, L, h.dq.data(), h.dk.data(), h.dv.data(), h.delta.data(), h.dout.data(),
-                              h.q.data(), h.k.data(), h.v.data(), h.o.data(), h.lse.data());
+  fused_attention_backward<T>(*s, L, h.dq.data(), h.dk.data(), h.dv.data(), h.delta.data(), h.dout.data(), h.q.data(),
+                              h.k.data(), h.v.data(), h.o.data(), h.lse.data());
   s->synchronize();
   return h;
 }
@@ -187,7 +187,9 @@ void expect_close(const char* what, const std::vector<T>& got, const std::vector
       const std::size_t i = static_cast<std::size_t>(r * ld + w);
       const double err = std::fabs(static_cast<double>(to_f32(got[i])) - ref[i]), b = bound(i);
       if (err / b > (worst_bound > 0 ? worst / worst_bound : 0)) worst = err, worst_bound = b;
-      if (!(err <= b) && bad++ < 5) ADD_FAILURE() << what << "[" << r << "," << w << "] = " << to_f32(got[i]) << ", reference " << ref[i] << ", bound " << b;
+      if (!(err <= b) && bad++ < 5)
+        ADD_FAILURE() << what << "[" << r << "," << w << "] = " << to_f32(got[i]) << ", reference " << ref[i]
+                      << ", bound " << b;
     }
   std::printf("[ fused attention ] %-4s largest error %.2e (bound there %.2e)\n", what, worst, worst_bound);
 }
@@ -200,7 +202,8 @@ void check_case(const Case& c, unsigned seed) {
   const Buffers<T> h = run<T>(p);
   const i64 rows = c.B * c.T;
   const double rel = bf ? kBf16 : 0.0, grad_delta = bf ? 4 * kBf16 : 0.0;
-  expect_close("o", h.o, r.o, rows, p.ldo, c.NH * c.D, [&](std::size_t i) { return 512 * kU + rel * std::fabs(r.o[i]); });
+  expect_close("o", h.o, r.o, rows, p.ldo, c.NH * c.D,
+               [&](std::size_t i) { return 512 * kU + rel * std::fabs(r.o[i]); });
   expect_close("lse", h.lse, r.lse, 1, 0, static_cast<i64>(r.lse.size()),
                [&](std::size_t i) { return 512 * kU * std::max(1.0, std::fabs(r.lse[i])); });
   expect_close("dq", h.dq, r.dq, rows, p.ldq, c.NH * c.D,
@@ -208,9 +211,8 @@ void check_case(const Case& c, unsigned seed) {
   expect_close("dk", h.dk, r.dk, rows, p.ldkv, c.NKV * c.D, [&](std::size_t i) {
     return (8192 * kU + grad_delta) * std::max(1.0, r.colsum[i]) + rel * std::fabs(r.dk[i]);
   });
-  expect_close("dv", h.dv, r.dv, rows, p.ldkv, c.NKV * c.D, [&](std::size_t i) {
-    return 1024 * kU * std::max(1.0, r.colsum[i]) + rel * std::fabs(r.dv[i]);
-  });
+  expect_close("dv", h.dv, r.dv, rows, p.ldkv, c.NKV * c.D,
+               [&](std::size_t i) { return 1024 * kU * std::max(1.0, r.colsum[i]) + rel * std::fabs(r.dv[i]); });
   // Padding between rows is never written.
   for (std::size_t i = 0; i < h.dq.size(); ++i) {
     if (static_cast<i64>(i) % p.ldq >= c.NH * c.D) {
@@ -288,9 +290,11 @@ TEST(FusedAttention, RejectsHeadDimensionAboveTheLimitAndUnevenGroups) {
   std::vector<float> buf(1 << 12), lse(64);
   const i64 D = kMaxAttentionHeadDim + 1;
   AttentionLayout big{1, 2, 1, 1, D, D, D, D};
-  EXPECT_THROW(fused_attention_forward<float>(*s, big, buf.data(), lse.data(), buf.data(), buf.data(), buf.data()), stp::Error);
+  EXPECT_THROW(fused_attention_forward<float>(*s, big, buf.data(), lse.data(), buf.data(), buf.data(), buf.data()),
+               stp::Error);
   AttentionLayout uneven{1, 2, 3, 2, 4, 12, 8, 12};
-  EXPECT_THROW(fused_attention_forward<float>(*s, uneven, buf.data(), lse.data(), buf.data(), buf.data(), buf.data()), stp::Error);
+  EXPECT_THROW(fused_attention_forward<float>(*s, uneven, buf.data(), lse.data(), buf.data(), buf.data(), buf.data()),
+               stp::Error);
   s->synchronize();
 }
 

@@ -80,7 +80,9 @@ struct Buf {
 struct Side {
   int i;
   template <typename T>
-  T* operator()(const Buf<T>& b) const { return b.on[i]; }
+  T* operator()(const Buf<T>& b) const {
+    return b.on[i];
+  }
 };
 
 template <typename T>
@@ -210,7 +212,9 @@ class KernelParity : public ::testing::TestWithParam<DeviceKind> {
 // rounding to nearest (Fasi, Higham, Mikaitis, Pranesh, "Numerical behavior of NVIDIA tensor
 // cores", PeerJ Computer Science 2021). bf16 products are exact in f32.
 template <typename TA>
-constexpr double accumulation_u() { return std::is_same_v<TA, float> ? kU : 2 * kU; }
+constexpr double accumulation_u() {
+  return std::is_same_v<TA, float> ? kU : 2 * kU;
+}
 
 // Per element of C = alpha * op(A) op(B) + beta * C0 (row-major, GemmArgs conventions; a, b, c0
 // as f32 values): the largest difference between two f32 evaluations in different orders,
@@ -241,7 +245,9 @@ std::vector<double> gemm_bound(const stp::GemmArgs& g, const std::vector<float>&
 // ldc == n here so C is compared whole.
 template <typename TA, typename TC>
 void KernelParity::gemm_case() {
-  struct Shape { int m, n, k; };
+  struct Shape {
+    int m, n, k;
+  };
   for (Shape sh : {Shape{37, 29, 53}, Shape{64, 48, 300}, Shape{5, 70, 1}})
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb) {
@@ -262,7 +268,9 @@ void KernelParity::gemm_case() {
           h.a = at(da), h.b = at(db), h.c = at(dc);
           s.gemm(h);
         });
-        expect_match("C", dc, stored_as<TC>(per_element(gemm_bound(g, widened(a), widened(b), widened(c), accumulation_u<TA>()))));
+        expect_match(
+            "C", dc,
+            stored_as<TC>(per_element(gemm_bound(g, widened(a), widened(b), widened(c), accumulation_u<TA>()))));
       }
 }
 
@@ -283,7 +291,9 @@ void KernelParity::layernorm_forward_case() {
   auto dx = upload(x), dw = upload(w), db = upload(b);
   auto out = upload(values<T>(kRows * kC, -9, 9));
   auto mean = upload(uniform(kRows, -9, 9)), rstd = upload(uniform(kRows, -9, 9));
-  run([&](Stream& s, Side at) { stp::layernorm_forward(s, at(out), at(mean), at(rstd), at(dx), at(dw), at(db), kRows, kC); });
+  run([&](Stream& s, Side at) {
+    stp::layernorm_forward(s, at(out), at(mean), at(rstd), at(dx), at(dw), at(db), kRows, kC);
+  });
   // mean: C adds in index order and one division: exact.
   expect_match("mean", mean, Tolerance::exact());
   // rstd: the variance sums C squares, each (x-m)*(x-m) + v contracted on CUDA: a positive sum whose
@@ -336,7 +346,8 @@ TEST_P(KernelParity, LayerNormBackwardInput) {
       auto i = static_cast<std::size_t>(n * kC + c);
       double g = double(dout[i]) * w[static_cast<std::size_t>(c)], xh = (x[i] - m[static_cast<std::size_t>(n)]) * rs;
       double means = rs * 2 * gamma * (sg + std::fabs(xh) * sgx) / kC;
-      double elementwise = 8 * kU * (rs * (std::fabs(g) + std::fabs(g_mean) + std::fabs(xh * gx_mean)) + 2.0);  // |resid| <= 1
+      double elementwise =
+          8 * kU * (rs * (std::fabs(g) + std::fabs(g_mean) + std::fabs(xh * gx_mean)) + 2.0);  // |resid| <= 1
       bound[i] = 2 * (means + elementwise);
     }
   }
@@ -499,7 +510,8 @@ TEST_P(KernelParity, GeluForwardBf16) { gelu_forward_case<bf16>(); }
 // the bound is absolute in |dy| (<= 1 here): 64 u, with the relative 64 u for the rest.
 template <typename T>
 void KernelParity::gelu_backward_case() {
-  auto x = upload(values<T>(kElems, -4, 4)), dy = upload(values<T>(kElems, -1, 1)), dx = upload(values<T>(kElems, -9, 9));
+  auto x = upload(values<T>(kElems, -4, 4)), dy = upload(values<T>(kElems, -1, 1)),
+       dx = upload(values<T>(kElems, -9, 9));
   auto in_place = upload(values<T>(kElems, -1, 1));  // dx aliasing dy
   run([&](Stream& s, Side at) {
     stp::gelu_backward(s, at(dx), at(dy), at(x), kElems);
@@ -569,7 +581,8 @@ TEST_P(KernelParity, EmbeddingBackward) {
   auto tok = upload(tokens(kB * kT, 37));
   auto dout = upload(uniform(kB * kT * kEmb, -1, 1));
   auto dwte = upload(uniform(kV * kEmb, -1, 1)), dwpe = upload(uniform((kT + 4) * kEmb, -1, 1));
-  auto ws = upload(std::vector<std::int32_t>(static_cast<std::size_t>(stp::embedding_backward_workspace(kV, kB * kT)), -1));
+  auto ws =
+      upload(std::vector<std::int32_t>(static_cast<std::size_t>(stp::embedding_backward_workspace(kV, kB * kT)), -1));
   run([&](Stream& s, Side at) {
     stp::embedding_backward_accumulate(s, at(dwte), at(dwpe), at(dout), at(tok), at(ws), kB, kT, kEmb, kV);
   });
@@ -665,7 +678,8 @@ void KernelParity::fused_attention_case() {
   });
   const std::vector<float> lse_oracle = download(lse, 0);
   std::vector<double> lse_bound(lse_oracle.size());
-  for (std::size_t i = 0; i < lse_bound.size(); ++i) lse_bound[i] = 1024 * kU * std::max(1.0, std::fabs(double(lse_oracle[i])));
+  for (std::size_t i = 0; i < lse_bound.size(); ++i)
+    lse_bound[i] = 1024 * kU * std::max(1.0, std::fabs(double(lse_oracle[i])));
   expect_match("fused o", o, stored_as<T>(within(0, 1024 * kU)));
   expect_match("fused lse", lse, per_element(lse_bound));
 
@@ -725,7 +739,9 @@ void KernelParity::cross_entropy_forward_case() {
   auto dl = upload(values<T>(kCeN * kCeV, -3, 3));
   auto tg = upload(tokens(kCeN, kCeV));
   auto loss = upload(std::vector<float>{-9}), losses = upload(uniform(kCeN, -9, 9)), lse = upload(uniform(kCeN, -9, 9));
-  run([&](Stream& s, Side at) { stp::cross_entropy_forward(s, at(loss), at(losses), at(lse), at(dl), at(tg), kCeN, kCeV); });
+  run([&](Stream& s, Side at) {
+    stp::cross_entropy_forward(s, at(loss), at(losses), at(lse), at(dl), at(tg), kCeN, kCeV);
+  });
   std::vector<float> want_lse = download(lse, 0), want_losses = download(losses, 0);
   double max_lse = 0, max_loss = 0;
   for (float v : want_lse) max_lse = std::max(max_lse, double(std::fabs(v)));
@@ -747,7 +763,8 @@ void KernelParity::cross_entropy_backward_case() {
   auto logits = values<T>(kCeN * kCeV, -3, 3);
   auto dl0 = upload(logits);
   auto tg = upload(tokens(kCeN, kCeV));
-  auto loss = upload(std::vector<float>{0}), losses = upload(std::vector<float>(kCeN)), lse_fwd = upload(std::vector<float>(kCeN));
+  auto loss = upload(std::vector<float>{0}), losses = upload(std::vector<float>(kCeN)),
+       lse_fwd = upload(std::vector<float>(kCeN));
   stp::cross_entropy_forward(*stream_[0], loss.on[0], losses.on[0], lse_fwd.on[0], dl0.on[0], tg.on[0], kCeN, kCeV);
   auto lse = upload(download(lse_fwd, 0));
   auto dl = upload(logits);
@@ -773,7 +790,8 @@ TEST_P(KernelParity, AdamWStep) {
        v = upload(uniform(n, 0.01f, 1));
   auto q = upload(uniform(n, -1, 1)), mq = upload(uniform(n, -0.3f, 0.3f)), vq = upload(uniform(n, 0.01f, 1));
   run([&](Stream& s, Side at) {
-    for (int step = 1; step <= 3; ++step) stp::adamw_step(s, at(p), at(g), at(m), at(v), n, 0.05f, h, step, /*decay=*/true);
+    for (int step = 1; step <= 3; ++step)
+      stp::adamw_step(s, at(p), at(g), at(m), at(v), n, 0.05f, h, step, /*decay=*/true);
     stp::adamw_step(s, at(q), at(g), at(mq), at(vq), n, 0.05f, h, 7, /*decay=*/false);
   });
   // Three chained steps: the differences of one step enter the next unamplified (m, v are
@@ -797,7 +815,8 @@ TEST_P(KernelParity, GradientClipping) {
   const std::size_t n1 = 3 * stp::kSumSqBlock + 77, n2 = 500;
   auto g1 = upload(uniform(n1, -1, 1)), g2 = upload(uniform(n2, -2, 2));
   auto partials = upload(std::vector<float>(stp::sumsq_partials_count(n1)));
-  auto sumsq = upload(std::vector<float>{0.25f}), norm = upload(std::vector<float>{-1}), coef = upload(std::vector<float>{-1});
+  auto sumsq = upload(std::vector<float>{0.25f}), norm = upload(std::vector<float>{-1}),
+       coef = upload(std::vector<float>{-1});
   auto norm_alias = upload(std::vector<float>{0}), coef2 = upload(std::vector<float>{-1});
   run([&](Stream& s, Side at) {
     stp::sumsq_accumulate(s, at(g1), n1, at(partials), at(sumsq));  // onto 0.25
@@ -818,6 +837,7 @@ TEST_P(KernelParity, GradientClipping) {
   expect_match("g2 scaled", g2, Tolerance::exact());
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, KernelParity, ::testing::ValuesIn(stp::testing::all_kinds()), stp::testing::kind_name);
+INSTANTIATE_TEST_SUITE_P(Backends, KernelParity, ::testing::ValuesIn(stp::testing::all_kinds()),
+                         stp::testing::kind_name);
 
 }  // namespace

@@ -159,7 +159,8 @@ TEST_F(CpuStreams, AsyncCopyIsByteExactAndSourceReusableAfterItsEvent) {
   auto* src = static_cast<unsigned char*>(dev.allocate(n));
   auto* dst = static_cast<unsigned char*>(dev.allocate_pinned_host(n));
   for (int round = 0; round < 5; ++round) {
-    for (std::size_t i = 0; i < n; ++i) src[i] = static_cast<unsigned char>((i * 31 + static_cast<std::size_t>(round)) & 0xFF);
+    for (std::size_t i = 0; i < n; ++i)
+      src[i] = static_cast<unsigned char>((i * 31 + static_cast<std::size_t>(round)) & 0xFF);
     std::vector<unsigned char> expect(src, src + n);
     std::atomic<bool> gate{false};
     copy->enqueue_host([&] {  // delay the copy stream

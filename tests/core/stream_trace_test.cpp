@@ -30,7 +30,8 @@ TEST(Trace, SpansCoverTheirStreamWorkAndExportValidChromeJson) {
   std::string thread_of_tid1;
   for (const auto& e : json.at("traceEvents")) {
     if (e.at("ph").get<std::string>() == "X") events.push_back(e);
-    if (e.at("ph").get<std::string>() == "M" && e.at("name").get<std::string>() == "thread_name" && e.at("tid").get<std::int64_t>() == 1)
+    if (e.at("ph").get<std::string>() == "M" && e.at("name").get<std::string>() == "thread_name" &&
+        e.at("tid").get<std::int64_t>() == 1)
       thread_of_tid1 = e.at("args").at("name").get<std::string>();
   }
   ASSERT_EQ(events.size(), 2u);

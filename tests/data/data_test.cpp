@@ -22,7 +22,8 @@ DataOptions opts(const std::string& path, const char* format, const char* sampli
   return DataOptions{path, format, sampling, T, vocab, 42};
 }
 
-std::string llmc_file(std::int32_t magic, std::int32_t version, std::int32_t count, const std::vector<std::uint16_t>& toks) {
+std::string llmc_file(std::int32_t magic, std::int32_t version, std::int32_t count,
+                      const std::vector<std::uint16_t>& toks) {
   std::vector<std::int32_t> header(256, 0);
   header[0] = magic;
   header[1] = version;
@@ -134,7 +135,8 @@ TEST(Data, U16AndLlmcFormats) {
 TEST(Data, BadInputsAreClearErrors) {
   ScratchDir dir;
   std::vector<std::uint16_t> toks = {1, 2, 3, 300, 4, 5};
-  expect_error([&] { TokenDataset(opts(dir.file("missing.txt"), "text", "random", 4)); }, {"missing.txt", "does not exist"});
+  expect_error([&] { TokenDataset(opts(dir.file("missing.txt"), "text", "random", 4)); },
+               {"missing.txt", "does not exist"});
   stp::iotest::write_bytes(dir.file("short.txt"), "abcd");
   expect_error([&] { TokenDataset(opts(dir.file("short.txt"), "text", "random", 4)); },
                {"short.txt", "4 tokens", "seq_len + 1 = 5"});
@@ -143,19 +145,22 @@ TEST(Data, BadInputsAreClearErrors) {
   expect_error([&] { TokenDataset(opts(dir.file("empty"), "text", "random", 4)); }, {"empty", "no regular files"});
   expect_error([&] { TokenDataset(opts(dir.file("empty"), "u16", "random", 4)); }, {"folder", "u16"});
   stp::iotest::write_bytes(dir.file("odd.u16"), "abc");
-  expect_error([&] { TokenDataset(opts(dir.file("odd.u16"), "u16", "random", 1, 65536)); }, {"odd.u16", "3 bytes", "uint16"});
+  expect_error([&] { TokenDataset(opts(dir.file("odd.u16"), "u16", "random", 1, 65536)); },
+               {"odd.u16", "3 bytes", "uint16"});
   stp::iotest::write_bytes(dir.file("big.u16"), stp::iotest::as_bytes(toks));
   expect_error([&] { TokenDataset(opts(dir.file("big.u16"), "u16", "random", 2, 256)); },
                {"token 300", "position 3", "big.u16", "vocab_size 256"});
   stp::iotest::write_bytes(dir.file("magic.bin"), llmc_file(1234, 1, 6, toks));
-  expect_error([&] { TokenDataset(opts(dir.file("magic.bin"), "llmc", "random", 2, 1000)); }, {"magic.bin", "magic 1234", "20240520"});
+  expect_error([&] { TokenDataset(opts(dir.file("magic.bin"), "llmc", "random", 2, 1000)); },
+               {"magic.bin", "magic 1234", "20240520"});
   stp::iotest::write_bytes(dir.file("version.bin"), llmc_file(20240520, 2, 6, toks));
   expect_error([&] { TokenDataset(opts(dir.file("version.bin"), "llmc", "random", 2, 1000)); }, {"version 2"});
   stp::iotest::write_bytes(dir.file("count.bin"), llmc_file(20240520, 1, 7, toks));
   expect_error([&] { TokenDataset(opts(dir.file("count.bin"), "llmc", "random", 2, 1000)); },
                {"count.bin", "says 7 tokens", "1038 bytes", "1036 bytes"});
   stp::iotest::write_bytes(dir.file("tiny.bin"), "xyz");
-  expect_error([&] { TokenDataset(opts(dir.file("tiny.bin"), "llmc", "random", 2, 1000)); }, {"shorter than the llm.c header"});
+  expect_error([&] { TokenDataset(opts(dir.file("tiny.bin"), "llmc", "random", 2, 1000)); },
+               {"shorter than the llm.c header"});
 }
 
 TEST(Data, DefaultConfigReadsTheFortunes) {

@@ -52,11 +52,41 @@ std::string with_header(const std::string& header, const std::string& data) {
 // Random JSON-ish text built from fragments a safetensors header is made of, nested and
 // recombined with no regard for validity.
 std::string random_header(std::mt19937& rng) {
-  static const char* const kTokens[] = {
-      "{", "}", "[", "]", ",", ":", "\"a\"", "\"b\"", "\"__metadata__\"", "\"dtype\"", "\"shape\"",
-      "\"data_offsets\"", "\"F32\"", "\"BF16\"", "\"F16\"", "\"I8\"", "0", "1", "2", "4", "8", "16", "-1", "1.5",
-      "1e3", "4611686018427387904", "18446744073709551615", "18446744073709551616", "null", "true", "\"\\u0000\"",
-      "\"\\ud800\"", "\" \"", "\xff", "\"x"};
+  static const char* const kTokens[] = {"{",
+                                        "}",
+                                        "[",
+                                        "]",
+                                        ",",
+                                        ":",
+                                        "\"a\"",
+                                        "\"b\"",
+                                        "\"__metadata__\"",
+                                        "\"dtype\"",
+                                        "\"shape\"",
+                                        "\"data_offsets\"",
+                                        "\"F32\"",
+                                        "\"BF16\"",
+                                        "\"F16\"",
+                                        "\"I8\"",
+                                        "0",
+                                        "1",
+                                        "2",
+                                        "4",
+                                        "8",
+                                        "16",
+                                        "-1",
+                                        "1.5",
+                                        "1e3",
+                                        "4611686018427387904",
+                                        "18446744073709551615",
+                                        "18446744073709551616",
+                                        "null",
+                                        "true",
+                                        "\"\\u0000\"",
+                                        "\"\\ud800\"",
+                                        "\" \"",
+                                        "\xff",
+                                        "\"x"};
   std::string h;
   int n = 1 + static_cast<int>(rng() % 40);
   for (int i = 0; i < n; ++i) h += kTokens[rng() % (sizeof kTokens / sizeof *kTokens)];
@@ -66,8 +96,21 @@ std::string random_header(std::mt19937& rng) {
 // A plausible header: one to three entries with random dtype, shape and offsets.
 std::string random_entries(std::mt19937& rng) {
   static const char* const kDtypes[] = {"F32", "BF16", "F16", "F64"};
-  static const char* const kNums[] = {"0", "1", "2", "3", "4", "8", "12", "16", "20", "24", "-4", "2.0", "1e1",
-                                      "9223372036854775807", "18446744073709551615"};
+  static const char* const kNums[] = {"0",
+                                      "1",
+                                      "2",
+                                      "3",
+                                      "4",
+                                      "8",
+                                      "12",
+                                      "16",
+                                      "20",
+                                      "24",
+                                      "-4",
+                                      "2.0",
+                                      "1e1",
+                                      "9223372036854775807",
+                                      "18446744073709551615"};
   auto num = [&] { return std::string(kNums[rng() % (sizeof kNums / sizeof *kNums)]); };
   std::string h = "{";
   int n = 1 + static_cast<int>(rng() % 3);

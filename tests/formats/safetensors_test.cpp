@@ -29,7 +29,8 @@ TEST(Safetensors, RoundTripKeepsNamesShapesValuesAndMetadata) {
   HostTensor empty{{0, 4}, {}};
   HostTensor vec{{5}, {0, 1, 2, 3, 4}};
   std::string path = dir.file("t.safetensors");
-  write_safetensors(path, {{"h.0.w", &a}, {"s", &scalar}, {"e", &empty}, {"v\"q", &vec}}, {{"step", "7"}, {"k", "x\ny"}});
+  write_safetensors(path, {{"h.0.w", &a}, {"s", &scalar}, {"e", &empty}, {"v\"q", &vec}},
+                    {{"step", "7"}, {"k", "x\ny"}});
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
   SafetensorsFile f = read_safetensors_file(path);
   ASSERT_EQ(f.tensors.size(), 4u);
@@ -62,7 +63,7 @@ TEST(Safetensors, WriteRejectsDuplicateNamesAndSizeMismatch) {
 
 TEST(Safetensors, LoadsBF16AndF16AsF32) {
   ScratchDir dir;
-  std::vector<std::uint16_t> bf16 = {0x3F80, 0xC040, 0x4049, 0x0000, 0x8000};   // 1, -3, 3.140625, 0, -0
+  std::vector<std::uint16_t> bf16 = {0x3F80, 0xC040, 0x4049, 0x0000, 0x8000};  // 1, -3, 3.140625, 0, -0
   std::vector<std::uint16_t> f16 = {0x3C00, 0xC000, 0x3800, 0x7BFF, 0x0001, 0x7C00, 0x03FF};
   std::string header = R"({"b":{"dtype":"BF16","shape":[5],"data_offsets":[0,10]},)"
                        R"("h":{"dtype":"F16","shape":[7],"data_offsets":[10,24]}})";
@@ -76,9 +77,9 @@ TEST(Safetensors, LoadsBF16AndF16AsF32) {
   EXPECT_EQ(h[1], -2.0f);
   EXPECT_EQ(h[2], 0.5f);
   EXPECT_EQ(h[3], 65504.0f);
-  EXPECT_EQ(h[4], std::ldexp(1.0f, -24));                  // smallest subnormal
+  EXPECT_EQ(h[4], std::ldexp(1.0f, -24));  // smallest subnormal
   EXPECT_TRUE(std::isinf(h[5]) && h[5] > 0);
-  EXPECT_EQ(h[6], std::ldexp(1023.0f, -24));               // largest subnormal
+  EXPECT_EQ(h[6], std::ldexp(1023.0f, -24));  // largest subnormal
 }
 
 TEST(Safetensors, F16ConversionMatchesExhaustiveDefinition) {
@@ -103,49 +104,93 @@ TEST(Safetensors, EachCorruptionIsAClearError) {
   std::uint64_t huge = 1000;
   std::vector<CorruptCase> cases = {
       {"short file", "abc", {"shorter than the 8-byte"}},
-      {"header longer than file", std::string(reinterpret_cast<const char*>(&huge), 8) + "{}", {"header length 1000", "exceeds the file size"}},
+      {"header longer than file",
+       std::string(reinterpret_cast<const char*>(&huge), 8) + "{}",
+       {"header length 1000", "exceeds the file size"}},
       {"bad json", raw_file(R"({"a":{"dtype":"F32",)", d8), {"bad safetensors header", "JSON"}},
       {"not an object", raw_file("[1,2]", ""), {"not an object"}},
-      {"unknown dtype", raw_file(R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", d8), {"\"a\"", "unsupported dtype \"I64\""}},
+      {"unknown dtype",
+       raw_file(R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", d8),
+       {"\"a\"", "unsupported dtype \"I64\""}},
       {"missing field", raw_file(R"({"a":{"dtype":"F32","shape":[2]}})", d8), {"\"a\"", "data_offsets"}},
       {"negative dim", raw_file(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", d8), {"shape dimension"}},
-      {"fractional dim", raw_file(R"({"a":{"dtype":"F32","shape":[1.5],"data_offsets":[0,8]}})", d8), {"shape dimension"}},
-      {"size mismatch", raw_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", d8), {"\"a\"", "span 8 bytes", "needs 12"}},
+      {"fractional dim",
+       raw_file(R"({"a":{"dtype":"F32","shape":[1.5],"data_offsets":[0,8]}})", d8),
+       {"shape dimension"}},
+      {"size mismatch",
+       raw_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", d8),
+       {"\"a\"", "span 8 bytes", "needs 12"}},
       {"reversed", raw_file(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", d8), {"reversed"}},
-      {"out of range", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", d8), {"\"a\"", "exceed the data section"}},
-      {"truncated data", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", d8.substr(0, 5)), {"truncated"}},
-      {"overlap", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", d8),
+      {"out of range",
+       raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", d8),
+       {"\"a\"", "exceed the data section"}},
+      {"truncated data",
+       raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", d8.substr(0, 5)),
+       {"truncated"}},
+      {"overlap",
+       raw_file(
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+           d8),
        {"\"a\"", "\"b\"", "overlap"}},
       {"overlap behind an empty tensor",
-       raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"z":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
-                R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", d8),
+       raw_file(
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"z":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
+           R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+           d8),
        {"\"a\"", "\"b\"", "overlap"}},
       {"metadata not string", raw_file(R"({"__metadata__":{"k":1}})", ""), {"__metadata__", "\"k\""}},
-      {"huge shape", raw_file(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,8]}})", d8), {"too large"}},
-      {"byte size overflows", raw_file(R"({"a":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,8]}})", d8),
+      {"huge shape",
+       raw_file(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,8]}})", d8),
+       {"too large"}},
+      {"byte size overflows",
+       raw_file(R"({"a":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,8]}})", d8),
        {"\"a\"", "byte size overflows"}},
-      {"exponent offset", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8e0]}})", d8),
+      {"exponent offset",
+       raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8e0]}})", d8),
        {"\"a\"", "data_offsets end", "non-negative integer", "8.0"}},
-      {"fractional offset", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0.5,8]}})", d8),
+      {"fractional offset",
+       raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0.5,8]}})", d8),
        {"data_offsets begin", "non-negative integer", "0.5"}},
-      {"exponent dim", raw_file(R"({"a":{"dtype":"F32","shape":[1e3],"data_offsets":[0,8]}})", d8), {"shape dimension", "1000.0"}},
-      {"negative offset", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})", d8),
+      {"exponent dim",
+       raw_file(R"({"a":{"dtype":"F32","shape":[1e3],"data_offsets":[0,8]}})", d8),
+       {"shape dimension", "1000.0"}},
+      {"negative offset",
+       raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})", d8),
        {"data_offsets begin", "non-negative integer, not -8"}},
-      {"offset above 2^64", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,18446744073709551616]}})", d8),
+      {"offset above 2^64",
+       raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,18446744073709551616]}})", d8),
        {"data_offsets end", "above 2^64"}},
-      {"offset far past the end", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[18446744073709551600,18446744073709551608]}})", d8),
+      {"offset far past the end",
+       raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[18446744073709551600,18446744073709551608]}})", d8),
        {"exceed the data section"}},
-      {"string offset", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":["0",8]}})", d8), {"data_offsets begin", "not a string"}},
-      {"three offsets", raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8,8]}})", d8), {"data_offsets must be [begin, end]"}},
-      {"shape not a list", raw_file(R"({"a":{"dtype":"F32","shape":"2","data_offsets":[0,8]}})", d8), {"shape is not a list but a string"}},
-      {"dtype not a string", raw_file(R"({"a":{"dtype":4,"shape":[2],"data_offsets":[0,8]}})", d8), {"dtype is not a string but a number"}},
+      {"string offset",
+       raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":["0",8]}})", d8),
+       {"data_offsets begin", "not a string"}},
+      {"three offsets",
+       raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8,8]}})", d8),
+       {"data_offsets must be [begin, end]"}},
+      {"shape not a list",
+       raw_file(R"({"a":{"dtype":"F32","shape":"2","data_offsets":[0,8]}})", d8),
+       {"shape is not a list but a string"}},
+      {"dtype not a string",
+       raw_file(R"({"a":{"dtype":4,"shape":[2],"data_offsets":[0,8]}})", d8),
+       {"dtype is not a string but a number"}},
       {"entry not an object", raw_file(R"({"a":[0,8]})", d8), {"\"a\"", "not an object but a array"}},
       {"metadata not an object", raw_file(R"({"__metadata__":[]})", ""), {"__metadata__ is not an object"}},
-      {"duplicate name", raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", d8),
+      {"duplicate name",
+       raw_file(
+           R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+           d8),
        {"duplicate tensor name \"a\""}},
-      {"duplicate field", raw_file(R"({"a":{"dtype":"F32","shape":[2],"shape":[2],"data_offsets":[0,8]}})", d8), {"duplicate key \"shape\""}},
-      {"deep nesting", raw_file("{\"__metadata__\":" + std::string(100000, '[') + std::string(100000, ']') + "}", ""), {"nested deeper"}},
-      {"not UTF-8", raw_file("{\"\xff\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}", ""), {"not valid JSON"}},
+      {"duplicate field",
+       raw_file(R"({"a":{"dtype":"F32","shape":[2],"shape":[2],"data_offsets":[0,8]}})", d8),
+       {"duplicate key \"shape\""}},
+      {"deep nesting",
+       raw_file("{\"__metadata__\":" + std::string(100000, '[') + std::string(100000, ']') + "}", ""),
+       {"nested deeper"}},
+      {"not UTF-8",
+       raw_file("{\"\xff\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}", ""),
+       {"not valid JSON"}},
       {"trailing text", raw_file(R"({} {})", ""), {"not valid JSON"}},
   };
   for (const auto& c : cases) {

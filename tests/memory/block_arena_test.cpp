@@ -23,9 +23,7 @@ constexpr std::size_t MiB = 1024 * KiB;
 char* at(const Block& b) { return static_cast<char*>(b->data); }
 
 std::size_t live(const stp::ArenaStats& s, MemoryCategory c) { return s.by_category[static_cast<std::size_t>(c)]; }
-std::size_t peak(const stp::ArenaStats& s, MemoryCategory c) {
-  return s.peak_by_category[static_cast<std::size_t>(c)];
-}
+std::size_t peak(const stp::ArenaStats& s, MemoryCategory c) { return s.peak_by_category[static_cast<std::size_t>(c)]; }
 
 struct ArenaTest : ::testing::Test {
   stp::CpuDevice dev{0, {}};
@@ -161,8 +159,8 @@ TEST_F(ArenaTest, SegmentsStayFlatInSteadyState) {
 
 TEST_F(ArenaTest, ReleaseCachedGivesFreeSegmentsBack) {
   auto arena = growing(SIZE_MAX, 1 * MiB);
-  Block keep = arena->allocate(512 * KiB);   // segment 1 (1 MiB), stays partly live
-  Block drop = arena->allocate(3 * MiB);     // segment 2, its own size
+  Block keep = arena->allocate(512 * KiB);  // segment 1 (1 MiB), stays partly live
+  Block drop = arena->allocate(3 * MiB);    // segment 2, its own size
   EXPECT_EQ(dev.memory_stats().in_use, 4 * MiB);
   drop.reset();
   EXPECT_EQ(dev.memory_stats().in_use, 4 * MiB);  // cached, not returned

@@ -65,7 +65,7 @@ class UnfencedAllocator final : public stp::Allocator {
 };
 
 struct Outcome {
-  bool same_address = false;  // the reuse really handed out the same bytes
+  bool same_address = false;      // the reuse really handed out the same bytes
   bool b_finished_first = false;  // B's overwrite completed while A had not read yet
   std::uint64_t a_saw = 0;
   std::uint64_t final_value = 0;
@@ -77,7 +77,7 @@ Outcome device_scenario(stp::Device& dev, stp::Allocator& alloc, stp::Stream& a,
   constexpr std::size_t kBytes = 64 * 1024;
   Outcome out;
   std::latch gate(1);
-  std::uint64_t seen = 0;  // written on A's worker, read after a.synchronize()
+  std::uint64_t seen = 0;                      // written on A's worker, read after a.synchronize()
   Block block = alloc.allocate_on(kBytes, a);  // A is its only user
   void* first = block->data;
   fill(first, kBytes, kOld);

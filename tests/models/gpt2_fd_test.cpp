@@ -135,7 +135,8 @@ class UnitFd : public ::testing::Test {
     EXPECT_TRUE(rec.empty());
     std::uint32_t seed = 200;
     check("x", x, host(dx), loss, seed++);
-    for (ParamInfo* p : {bp.ln.w, bp.ln.b, bp.in_w, bp.in_b, bp.out_w, bp.out_b}) check(p->name, p->param, host(p->grad), loss, seed++);
+    for (ParamInfo* p : {bp.ln.w, bp.ln.b, bp.in_w, bp.in_b, bp.out_w, bp.out_b})
+      check(p->name, p->param, host(p->grad), loss, seed++);
   }
 
   GPT2Config cfg_;

@@ -169,7 +169,9 @@ void expect_bitwise_equal_to_none(AttentionKernel attention) {
   }
 }
 
-TEST(GPT2Recompute, BitwiseEqualToNoneAndHoldsExactlyTheSavingLess) { expect_bitwise_equal_to_none(AttentionKernel::Naive); }
+TEST(GPT2Recompute, BitwiseEqualToNoneAndHoldsExactlyTheSavingLess) {
+  expect_bitwise_equal_to_none(AttentionKernel::Naive);
+}
 
 // The same with fused attention, whose Selective drops ln.out, the log-sum-exp and y and re-runs
 // LayerNorm and the fused forward (docs/model.md, Recompute).
@@ -218,8 +220,8 @@ TEST(GPT2Recompute, OnlyAttentionAndMlpUnitsAcceptAPolicyAndOnlyBetweenSteps) {
   GPT2Stage& st = whole.stage();
   const int head = st.num_units() - 1;
   for (Recompute r : {Recompute::Selective, Recompute::Full}) {
-    EXPECT_THROW(st.set_recompute(0, r), Error);     // embed
-    EXPECT_THROW(st.set_recompute(head, r), Error);  // head
+    EXPECT_THROW(st.set_recompute(0, r), Error);            // embed
+    EXPECT_THROW(st.set_recompute(head, r), Error);         // head
     EXPECT_THROW(tail.stage().set_recompute(0, r), Error);  // input
   }
   EXPECT_NO_THROW(st.set_recompute(head, Recompute::None));

@@ -126,7 +126,8 @@ class TpStage {
 
   void load_reference_params() {
     for (auto& st : stages_)
-      for (ParamInfo& p : st->params()) st->param_store().load_full(p.name, reference().at("param." + p.name).data, compute());
+      for (ParamInfo& p : st->params())
+        st->param_store().load_full(p.name, reference().at("param." + p.name).data, compute());
   }
   void zero_grads() {
     for (int r = 0; r < tp(); ++r) stage(r).zero_grads(compute(r));
@@ -213,7 +214,8 @@ inline void feed_reference_batch(TpStage& ts, int mb, int row0 = 0) {
     std::size_t n = static_cast<std::size_t>(st.dims().N());
     std::size_t off = static_cast<std::size_t>(row0 * T);
     if (st.is_first())
-      fill_ids(st.tokens(mb), std::vector<float>(ref.at("tokens").data.begin() + off, ref.at("tokens").data.begin() + off + n));
+      fill_ids(st.tokens(mb),
+               std::vector<float>(ref.at("tokens").data.begin() + off, ref.at("tokens").data.begin() + off + n));
     if (st.is_last())
       fill_ids(st.targets(mb),
                std::vector<float>(ref.at("targets").data.begin() + off, ref.at("targets").data.begin() + off + n));

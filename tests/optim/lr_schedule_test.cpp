@@ -24,9 +24,9 @@ TEST(LrSchedule, LinearWarmupThenConstant) {
 TEST(LrSchedule, CosineFollowsTheDocumentedFormula) {
   LrSchedule s{"cosine", 6e-4, 6e-5, 10, 110};
   EXPECT_DOUBLE_EQ(s.at(5), 3e-4);
-  EXPECT_DOUBLE_EQ(s.at(10), 6e-4);                       // peak at the end of warm-up
-  EXPECT_DOUBLE_EQ(s.at(60), 6e-5 + 0.5 * (6e-4 - 6e-5)); // half way: the mean
-  EXPECT_DOUBLE_EQ(s.at(110), 6e-5);                      // min_lr at the last step
+  EXPECT_DOUBLE_EQ(s.at(10), 6e-4);                        // peak at the end of warm-up
+  EXPECT_DOUBLE_EQ(s.at(60), 6e-5 + 0.5 * (6e-4 - 6e-5));  // half way: the mean
+  EXPECT_DOUBLE_EQ(s.at(110), 6e-5);                       // min_lr at the last step
   EXPECT_DOUBLE_EQ(s.at(200), 6e-5);
   double p = 25.0 / 100.0;
   EXPECT_DOUBLE_EQ(s.at(35), 6e-5 + 0.5 * (6e-4 - 6e-5) * (1 + std::cos(std::numbers::pi * p)));

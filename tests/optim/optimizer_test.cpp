@@ -29,7 +29,8 @@ std::map<std::string, std::vector<float>> reference() {
   return ref;
 }
 
-ParamInfo make_param(Allocator& alloc, const std::string& name, Shape shape, const std::vector<float>& init, bool decay) {
+ParamInfo make_param(Allocator& alloc, const std::string& name, Shape shape, const std::vector<float>& init,
+                     bool decay) {
   ParamInfo p;
   p.name = name;
   p.param = Tensor::empty(alloc, shape);

@@ -41,7 +41,8 @@ std::vector<float> host_comm_sum(std::size_t count) {
   for (int r = 0; r < 4; ++r) {
     streams.push_back(devs[static_cast<std::size_t>(r)]->create_stream("s"));
     for (std::size_t i = 0; i < count; ++i) data[static_cast<std::size_t>(r)].push_back(value(r, i));
-    comms[static_cast<std::size_t>(r)]->all_reduce_sum(*streams.back(), data[static_cast<std::size_t>(r)].data(), count);
+    comms[static_cast<std::size_t>(r)]->all_reduce_sum(*streams.back(), data[static_cast<std::size_t>(r)].data(),
+                                                       count);
   }
   for (auto& s : streams) s->synchronize();
   return data[0];
@@ -56,7 +57,8 @@ TEST(MpiComm, AllReduceIsBitwiseHostCommsRankOrderSum) {
   auto stream = devs[0]->create_stream("s");
   std::uint64_t bytes = 0;
   bool order_matters = false;
-  for (std::size_t count : {std::size_t{1}, std::size_t{3}, std::size_t{4}, std::size_t{5}, std::size_t{1000}, std::size_t{4099}}) {
+  for (std::size_t count :
+       {std::size_t{1}, std::size_t{3}, std::size_t{4}, std::size_t{5}, std::size_t{1000}, std::size_t{4099}}) {
     std::vector<float> mine(count);
     for (std::size_t i = 0; i < count; ++i) mine[i] = value(job().rank(), i);
     comm->all_reduce_sum(*stream, mine.data(), count);
@@ -94,11 +96,13 @@ TEST(MpiComm, SubGroupSendRecvInOrderAnySize) {
   // Both send everything first (buffered sends never wait for the receiver), then receive.
   for (std::size_t k = 0; k < sizes.size(); ++k)
     comm->send(*stream, out[k].data(), sizes[k], peer, static_cast<std::uint32_t>(100 + k));
-  for (std::size_t k = 0; k < sizes.size(); ++k) comm->recv(*stream, in[k].data(), sizes[k], peer, static_cast<std::uint32_t>(100 + k));
+  for (std::size_t k = 0; k < sizes.size(); ++k)
+    comm->recv(*stream, in[k].data(), sizes[k], peer, static_cast<std::uint32_t>(100 + k));
   stream->synchronize();
   const int other = me == 3 ? 1 : 3;
   for (std::size_t k = 0; k < sizes.size(); ++k)
-    EXPECT_EQ(in[k], std::vector<char>(sizes[k], static_cast<char>('a' + k + static_cast<std::size_t>(other)))) << "message " << k;
+    EXPECT_EQ(in[k], std::vector<char>(sizes[k], static_cast<char>('a' + k + static_cast<std::size_t>(other))))
+        << "message " << k;
   std::uint64_t sent = 0;
   for (auto n : sizes) sent += n;
   EXPECT_EQ(comm->bytes_sent(), sent);

@@ -54,7 +54,8 @@ std::string simulated_trace(const sched::Schedule& s, const sched::Costs& c, int
           std::string part = sched::to_string(op.part(seg.part));
           std::string args = str("{\"part\":\"", part, "\"}");
           if (seg.stream == 0) {
-            b.x(pid, "compute", part + " u", kCat[static_cast<int>(seg.pass)], seg.start * kUs, (seg.end - seg.start) * kUs, args);
+            b.x(pid, "compute", part + " u", kCat[static_cast<int>(seg.pass)], seg.start * kUs,
+                (seg.end - seg.start) * kUs, args);
           } else {
             b.x(pid, "tp-comm", "AR " + part, "tp-comm", seg.start * kUs, (seg.end - seg.start) * kUs, args);
           }
@@ -81,7 +82,8 @@ void round_trip(const char* name, int pp, int m, int tp, sched::Costs c) {
   EXPECT_NEAR(got.tp2p, c.tp2p, eps);
   for (int k = 0; k < sched::kOpShapes; ++k) {
     if (p.calibration.issue_samples[static_cast<std::size_t>(k)] == 0) continue;
-    EXPECT_NEAR(got.issue[static_cast<std::size_t>(k)], c.issue[static_cast<std::size_t>(k)], eps) << sched::op_shape_name(k);
+    EXPECT_NEAR(got.issue[static_cast<std::size_t>(k)], c.issue[static_cast<std::size_t>(k)], eps)
+        << sched::op_shape_name(k);
   }
   EXPECT_GT(p.calibration.messages, 0);
   EXPECT_NEAR(p.makespan.measured, p.makespan.predicted, 1e-6);
@@ -163,7 +165,8 @@ TEST(Calibrate, SimFlagsAreWhatStpSimAccepts) {
   c.tf = 4.25, c.tb = 5, c.tw = 2.5, c.tar = 8.125, c.tp2p = 0.25, c.units = 2;
   EXPECT_EQ(stp::profile::sim_flags(c), "--tf 4.25 --tb 5 --tw 2.5 --tar 8.125 --tp2p 0.25 --units 2");
   c.issue[0] = 0.5, c.issue[4] = 3.125;
-  EXPECT_EQ(stp::profile::sim_flags(c), "--tf 4.25 --tb 5 --tw 2.5 --tar 8.125 --tp2p 0.25 --units 2 --issue 'F=0.5,F&B=3.125'");
+  EXPECT_EQ(stp::profile::sim_flags(c),
+            "--tf 4.25 --tb 5 --tw 2.5 --tar 8.125 --tp2p 0.25 --units 2 --issue 'F=0.5,F&B=3.125'");
 }
 
 }  // namespace

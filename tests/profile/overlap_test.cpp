@@ -96,12 +96,12 @@ TraceBuilder nested() {
   b.x(0, "compute", "F0.1", "op", 0, 12 * ms).x(0, "compute", "B0.1", "op", 15 * ms, 15 * ms);
   b.x(0, "compute", "F0.1 a", "F", 0, 10 * ms, R"({"part":"F0.1"})");
   b.x(0, "compute", "B0.1 a", "B", 15 * ms, 15 * ms, R"({"part":"B0.1"})");
-  b.x(0, "d2h", "offload 0.1 u0", "d2h", 5 * ms, 7 * ms, R"({"bytes":7e6})");   // 1 GB/s
-  b.x(0, "h2d", "reload 0.1", "h2d", 12 * ms, 6 * ms, R"({"bytes":3e6})");      // 0.5 GB/s
+  b.x(0, "d2h", "offload 0.1 u0", "d2h", 5 * ms, 7 * ms, R"({"bytes":7e6})");  // 1 GB/s
+  b.x(0, "h2d", "reload 0.1", "h2d", 12 * ms, 6 * ms, R"({"bytes":3e6})");     // 0.5 GB/s
   b.x(0, "other", "host work", "misc", 0, 30 * ms);
   b.c(0, "device memory", -5 * ms, R"({"weights":10,"activations":0})");
   b.c(0, "device memory", 5 * ms, R"({"weights":10,"activations":20})");
-  b.c(0, "device memory", 8 * ms, R"({"weights":10,"activations":50})");   // peak 60, during F0.1
+  b.c(0, "device memory", 8 * ms, R"({"weights":10,"activations":50})");  // peak 60, during F0.1
   b.c(0, "device memory", 14 * ms, R"({"weights":10,"activations":10})");
   b.c(0, "device memory", 20 * ms, R"({"weights":10,"activations":40})");  // 50, during B0.1
   b.c(0, "device memory", 25 * ms, R"({"weights":10,"activations":5})");
@@ -121,10 +121,10 @@ TEST(Overlap, NestedStreamsAndCopies) {
   EXPECT_DOUBLE_EQ(m.h2d_ms, 6);
   EXPECT_DOUBLE_EQ(m.d2h_gbps(), 1.0);
   EXPECT_DOUBLE_EQ(m.h2d_gbps(), 0.5);
-  EXPECT_DOUBLE_EQ(m.copy_ms, 13);                     // [5,18)
-  EXPECT_DOUBLE_EQ(m.copy_hidden_ms, 8);               // [5,10) + [15,18)
+  EXPECT_DOUBLE_EQ(m.copy_ms, 13);        // [5,18)
+  EXPECT_DOUBLE_EQ(m.copy_hidden_ms, 8);  // [5,10) + [15,18)
   EXPECT_DOUBLE_EQ(m.copy_hidden_fraction(), 8.0 / 13.0);
-  EXPECT_DOUBLE_EQ(m.copy_stall_ms, 5);                // [10,15): only copies in flight
+  EXPECT_DOUBLE_EQ(m.copy_stall_ms, 5);  // [10,15): only copies in flight
   EXPECT_DOUBLE_EQ(m.bubble_ms, 5);
   EXPECT_DOUBLE_EQ(m.issue_gap_ms, 0);
   EXPECT_DOUBLE_EQ(lane(m, Lane::Other), 30);

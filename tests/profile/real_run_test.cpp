@@ -85,7 +85,8 @@ TEST(ProfileRealRun, TraceIsValidChromeTraceEventFormat) {
     auto key = std::make_pair(e.at("pid").get<std::int64_t>(), e.at("tid").get<std::int64_t>());
     if (ph == "M") {
       const std::string n = e.at("name").get<std::string>();
-      ASSERT_TRUE(n == "process_name" || n == "process_sort_index" || n == "thread_name" || n == "thread_sort_index") << n;
+      ASSERT_TRUE(n == "process_name" || n == "process_sort_index" || n == "thread_name" || n == "thread_sort_index")
+          << n;
       if (n == "thread_name") {
         named.insert(key);
         streams.insert(e.at("args").at("name").get<std::string>());
@@ -104,7 +105,8 @@ TEST(ProfileRealRun, TraceIsValidChromeTraceEventFormat) {
       FAIL() << "unexpected phase " << ph;
     }
   }
-  for (const auto& k : used) EXPECT_TRUE(named.count(k)) << "pid " << k.first << " tid " << k.second << " has no thread_name";
+  for (const auto& k : used)
+    EXPECT_TRUE(named.count(k)) << "pid " << k.first << " tid " << k.second << " has no thread_name";
   EXPECT_EQ(streams, (std::set<std::string>{"compute", "tp-comm", "p2p", "d2h", "h2d"}));
   EXPECT_EQ(tracks, (std::set<std::string>{"device memory", "pinned memory"}));
   EXPECT_GT(phases.at("X"), 100);
@@ -112,7 +114,8 @@ TEST(ProfileRealRun, TraceIsValidChromeTraceEventFormat) {
 }
 
 // Union length of [ts, min(end, window end)) of the spans starting in each window.
-double busy_ms(const std::vector<std::pair<double, double>>& spans, const std::vector<std::pair<double, double>>& windows) {
+double busy_ms(const std::vector<std::pair<double, double>>& spans,
+               const std::vector<std::pair<double, double>>& windows) {
   double total = 0;
   for (const auto& [wa, wb] : windows) {
     std::vector<std::pair<double, double>> in;
@@ -156,7 +159,8 @@ TEST(ProfileRealRun, PeaksEqualMetricsAndStreamBusyTimesEqualTheTrace) {
   }
   // The planner's dry run predicts the same peaks exactly on the CPU backend.
   for (const nlohmann::json& p : report.at("predicted").at("peak_device_bytes"))
-    EXPECT_EQ(p.at("measured").get<double>(), p.at("predicted").get<double>()) << "rank " << p.at("rank").get<std::int64_t>();
+    EXPECT_EQ(p.at("measured").get<double>(), p.at("predicted").get<double>())
+        << "rank " << p.at("rank").get<std::int64_t>();
 
   // Stream busy times: the report (per step, over the steps analysed) against the trace itself.
   std::set<std::int64_t> analysed;
@@ -166,7 +170,8 @@ TEST(ProfileRealRun, PeaksEqualMetricsAndStreamBusyTimesEqualTheTrace) {
   std::map<std::pair<std::int64_t, std::int64_t>, std::string> stream_of;
   for (const nlohmann::json& e : trace.at("traceEvents"))
     if (e.at("ph").get<std::string>() == "M" && e.at("name").get<std::string>() == "thread_name")
-      stream_of[{e.at("pid").get<std::int64_t>(), e.at("tid").get<std::int64_t>()}] = e.at("args").at("name").get<std::string>();
+      stream_of[{e.at("pid").get<std::int64_t>(), e.at("tid").get<std::int64_t>()}] =
+          e.at("args").at("name").get<std::string>();
   std::map<std::int64_t, std::vector<std::pair<double, double>>> windows;
   std::map<std::pair<std::int64_t, std::string>, std::vector<std::pair<double, double>>> spans;
   for (const nlohmann::json& e : trace.at("traceEvents")) {
@@ -188,7 +193,8 @@ TEST(ProfileRealRun, PeaksEqualMetricsAndStreamBusyTimesEqualTheTrace) {
     for (const char* stream : {"compute", "tp-comm", "p2p", "d2h", "h2d"}) {
       double want = busy_ms(spans[{pid, stream}], windows[pid]);
       EXPECT_GT(want, 0) << stream;
-      EXPECT_NEAR(r.at("streams").at(stream).get<double>() * steps, want, 1e-6 * want + 1e-9) << "rank " << pid << " " << stream;
+      EXPECT_NEAR(r.at("streams").at(stream).get<double>() * steps, want, 1e-6 * want + 1e-9)
+          << "rank " << pid << " " << stream;
     }
   }
 }

@@ -22,7 +22,8 @@ class TraceBuilder {
   }
   // A counter sample, e.g. c(0, "device memory", 5, "{\"weights\":10,\"activations\":20}").
   TraceBuilder& c(int pid, const std::string& name, double ts, const std::string& args) {
-    add(str("{\"ph\":\"C\",\"pid\":", pid, ",\"tid\":0,\"name\":\"", name, "\",\"ts\":", exact(ts), ",\"args\":", args, "}"));
+    add(str("{\"ph\":\"C\",\"pid\":", pid, ",\"tid\":0,\"name\":\"", name, "\",\"ts\":", exact(ts), ",\"args\":", args,
+            "}"));
     return *this;
   }
   TraceBuilder& raw(const std::string& event) {
@@ -33,8 +34,8 @@ class TraceBuilder {
   std::string json() const {
     std::string meta;
     for (const auto& [key, id] : tids_)
-      meta += str(",\n{\"ph\":\"M\",\"pid\":", key.first, ",\"tid\":", id, ",\"name\":\"thread_name\",\"args\":{\"name\":\"",
-                  key.second, "\"}}");
+      meta += str(",\n{\"ph\":\"M\",\"pid\":", key.first, ",\"tid\":", id,
+                  ",\"name\":\"thread_name\",\"args\":{\"name\":\"", key.second, "\"}}");
     return "{\"traceEvents\":[\n" + events_ + meta + "\n],\"displayTimeUnit\":\"ms\"}\n";
   }
 

@@ -87,15 +87,15 @@ TEST(CostModel, SingleOpDurations) {
     for (const Segment& s : seg) end = std::max(end, s.end);
     return end - 10.0;
   };
-  EXPECT_DOUBLE_EQ(duration("F0.1"), 3);         // tf + tar, every AR exposed
-  EXPECT_DOUBLE_EQ(duration("B0.1*"), 4);        // tb + tar
-  EXPECT_DOUBLE_EQ(duration("B0.1"), 4.5);       // tb + tw, AR (0.5 per unit) hidden under W (0.75 per unit)
+  EXPECT_DOUBLE_EQ(duration("F0.1"), 3);    // tf + tar, every AR exposed
+  EXPECT_DOUBLE_EQ(duration("B0.1*"), 4);   // tb + tar
+  EXPECT_DOUBLE_EQ(duration("B0.1"), 4.5);  // tb + tw, AR (0.5 per unit) hidden under W (0.75 per unit)
   EXPECT_DOUBLE_EQ(duration("W0.1"), 1.5);
-  EXPECT_DOUBLE_EQ(duration("F0.2&B0.1"), 6.5);  // tf + tb + tw: every AR hidden
-  EXPECT_DOUBLE_EQ(duration("F0.2&B0.1*"), 5.5); // tf + tb + the last B all-reduce (tar/units)
-  EXPECT_DOUBLE_EQ(duration("F0.2&W1.1"), 3.5);  // tf + tw: F's ARs hidden under W pieces
-  EXPECT_DOUBLE_EQ(duration("F0.1+F0.2"), 4.5);  // 2tf + the last all-reduce of the second forward
-  c.tw = 0.2;                                    // W too short to hide the AR: the excess shows
+  EXPECT_DOUBLE_EQ(duration("F0.2&B0.1"), 6.5);   // tf + tb + tw: every AR hidden
+  EXPECT_DOUBLE_EQ(duration("F0.2&B0.1*"), 5.5);  // tf + tb + the last B all-reduce (tar/units)
+  EXPECT_DOUBLE_EQ(duration("F0.2&W1.1"), 3.5);   // tf + tw: F's ARs hidden under W pieces
+  EXPECT_DOUBLE_EQ(duration("F0.1+F0.2"), 4.5);   // 2tf + the last all-reduce of the second forward
+  c.tw = 0.2;                                     // W too short to hide the AR: the excess shows
   EXPECT_DOUBLE_EQ(duration("B0.1"), 3 + 0.2 + 2 * (0.5 - 0.1));
 }
 

@@ -97,8 +97,9 @@ TEST(Validator, RejectsOutOfRangeMicrobatch) {
 TEST(Validator, ZbvNeedsChannelLanes) {
   // Note [Channel lanes]: the other schedules also agree on one shared FIFO per rank pair (the sweep below
   // checks exactly which (schedule, p, m) need lanes).
-  EXPECT_NE(error_of(generate("zb-v", 4, 8), ChannelModel::SHARED_FIFO).find("rank 1 op 8 'B1.1*' expects the "
-                                                                            "gradient"),
+  EXPECT_NE(error_of(generate("zb-v", 4, 8), ChannelModel::SHARED_FIFO)
+                .find("rank 1 op 8 'B1.1*' expects the "
+                      "gradient"),
             std::string::npos);
   for (const char* name : {"gpipe", "1f1b", "1f1b-i", "zb-h1", "stp"})
     EXPECT_EQ(error_of(generate(name, 4, 16), ChannelModel::SHARED_FIFO), "") << name;

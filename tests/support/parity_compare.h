@@ -22,12 +22,18 @@ namespace stp::testing {
 template <typename T>
 constexpr double unit_roundoff();
 template <>
-constexpr double unit_roundoff<float>() { return 0x1p-24; }
+constexpr double unit_roundoff<float>() {
+  return 0x1p-24;
+}
 template <>
-constexpr double unit_roundoff<bf16>() { return 0x1p-8; }
+constexpr double unit_roundoff<bf16>() {
+  return 0x1p-8;
+}
 
 template <typename T>
-double to_double(T v) { return static_cast<double>(v); }
+double to_double(T v) {
+  return static_cast<double>(v);
+}
 inline double to_double(bf16 v) { return stp::to_f32(v); }
 
 constexpr double kU = unit_roundoff<float>();
@@ -67,7 +73,8 @@ template <typename T>
   if (got.size() != want.size())
     return ::testing::AssertionFailure() << got.size() << " elements, expected " << want.size();
   if (!tol.bound.empty() && tol.bound.size() != want.size())
-    return ::testing::AssertionFailure() << "tolerance has " << tol.bound.size() << " bounds for " << want.size() << " elements";
+    return ::testing::AssertionFailure() << "tolerance has " << tol.bound.size() << " bounds for " << want.size()
+                                         << " elements";
   double scale = 0;
   for (const T& w : want) scale = std::max(scale, std::fabs(to_double(w)));
   std::size_t bad = 0, worst = 0;
@@ -100,7 +107,9 @@ template <typename T>
     double w = to_double(want[worst]);
     result << "; " << bad << " outside it, worst [" << worst << "]: got " << to_double(got[worst]) << ", want " << w
            << ", allowed error "
-           << (tol.bitwise() ? 0.0 : tol.rel * std::fabs(w) + tol.abs + tol.of_max * scale + (tol.bound.empty() ? 0.0 : tol.bound[worst]));
+           << (tol.bitwise() ? 0.0
+                             : tol.rel * std::fabs(w) + tol.abs + tol.of_max * scale +
+                                   (tol.bound.empty() ? 0.0 : tol.bound[worst]));
   }
   return result;
 }

@@ -41,7 +41,7 @@ TEST(CmdSim, BadInputIsOneLineAndNoOutput) {
   if (!have_stp()) GTEST_SKIP() << "stp not built";
   const char* bad[] = {"--schedule nope --pp 4 --microbatches 8", "--schedule stp --pp 0 --microbatches 8",
                        "--schedule 1f1b --pp 2 --microbatches 0", "--schedule stp --pp 4 --microbatches 8 --tb -1",
-                       "--schedule stp --pp 4 --microbatches 7", "--compare --pp 4 --microbatches 7"};
+                       "--schedule stp --pp 4 --microbatches 7",  "--compare --pp 4 --microbatches 7"};
   for (const char* args : bad) {
     Result r = run_sim(args);
     EXPECT_EQ(r.status, 1) << args;

@@ -67,7 +67,8 @@ TEST(CmdTrain, CudaBackendWithoutAGpu) {
   std::string why;
   if (stp::cuda_usable(4, &why)) GTEST_SKIP() << "GPUs are usable here";
   // One line naming what was found (this build without CUDA, no driver, too few GPUs) and what to do.
-  expect_clean_failure("bad_cuda", "--set parallel.backend=cuda", "parallel.backend is cuda but " + why + "; use parallel.backend: cpu");
+  expect_clean_failure("bad_cuda", "--set parallel.backend=cuda",
+                       "parallel.backend is cuda but " + why + "; use parallel.backend: cpu");
 }
 
 // A failure of the device runtime or a device library (here injected as one) is a DeviceError:
@@ -106,8 +107,8 @@ TEST(CmdTrain, FreshRunKeepsTheEarlierRunAndWritesMetrics) {
             "{\"step\":1,\"loss\":9.0} earlier run\n");
   std::string metrics = run.earlier_metrics();  // now the new run's file
   EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 3);
-  for (const char* key : {"\"step\":3", "\"loss\":", "\"lr\":", "\"step_ms\":", "\"tokens_per_s\":", "\"peak_device_bytes\":[",
-                          "\"peak_host_pinned_bytes\":"})
+  for (const char* key : {"\"step\":3", "\"loss\":", "\"lr\":", "\"step_ms\":", "\"tokens_per_s\":",
+                          "\"peak_device_bytes\":[", "\"peak_host_pinned_bytes\":"})
     EXPECT_NE(metrics.find(key), std::string::npos) << key << " missing in " << metrics;
   EXPECT_TRUE(fs::exists(run.dir / "out" / "checkpoint-3" / "model.safetensors"));
   EXPECT_TRUE(fs::exists(run.dir / "out" / "config.yaml"));

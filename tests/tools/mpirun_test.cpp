@@ -43,13 +43,14 @@ Launch run(int np, const std::string& args, const std::string& env = "") {
   std::string tmpl = (fs::temp_directory_path() / "stp_mpirun_XXXXXX").string();
   std::string dir = mkdtemp(tmpl.data()) ? tmpl : std::string("/tmp");
   std::string launcher = np > 0 ? kMpiexec + " " + STP_MPIEXEC_FLAGS + " -np " + std::to_string(np) + " " : "";
-  std::string cmd = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + env + " timeout 120 " + launcher +
-                    STP_BINARY_DIR + "/stp " + args + " >" + dir + "/out 2>" + dir + "/err </dev/null";
+  std::string cmd = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + env + " timeout 120 " +
+                    launcher + STP_BINARY_DIR + "/stp " + args + " >" + dir + "/out 2>" + dir + "/err </dev/null";
   auto start = std::chrono::steady_clock::now();
   int rc = std::system(cmd.c_str());
   Launch l;
   l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  l.result = {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, stp::testing::slurp(dir + "/out"), stp::testing::slurp(dir + "/err")};
+  l.result = {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, stp::testing::slurp(dir + "/out"),
+              stp::testing::slurp(dir + "/err")};
   fs::remove_all(dir);
   return l;
 }
@@ -127,13 +128,15 @@ TEST_P(Mpirun, FourProcessesMatchTheSingleProcessRun) {
   std::string config = prepare(name);
   Launch launch = run(4, "train " + config + " " + sets(l));
   ASSERT_EQ(launch.result.status, 0) << launch.result.err;
-  EXPECT_NE(launch.result.err.find(std::to_string(4) + " ranks in 4 processes"), std::string::npos) << launch.result.err;
+  EXPECT_NE(launch.result.err.find(std::to_string(4) + " ranks in 4 processes"), std::string::npos)
+      << launch.result.err;
   std::vector<double> losses = losses_of(config);
   const Reference& ref = reference();
   ASSERT_EQ(losses.size(), ref.losses.size()) << "metrics.jsonl written once, by process 0";
   for (std::size_t i = 0; i < losses.size(); ++i)
     EXPECT_NEAR(losses[i], ref.losses[i], 1e-5 * ref.losses[i]) << "step " << i + 1;
-  auto params = stp::read_model_tensors((fs::path(config).parent_path() / "out" / "checkpoint-3" / "model.safetensors").string());
+  auto params =
+      stp::read_model_tensors((fs::path(config).parent_path() / "out" / "checkpoint-3" / "model.safetensors").string());
   std::string where;
   EXPECT_LT(stp::testing::max_rel_diff(params, ref.params, &where), 1e-5) << "worst at " << where;
 }
@@ -175,10 +178,11 @@ TEST(Mpirun, LayoutNotMatchingTheProcessesIsAnErrorOnEveryProcess) {
   Launch launch = run(4, "train " + config + " --set parallel.dp=2");
   EXPECT_NE(launch.result.status, 0);
   for (int p = 0; p < 4; ++p)
-    EXPECT_NE(launch.result.err.find("[process " + std::to_string(p) +
-                                     "/4]: error: parallel.dp x parallel.pp x parallel.tp = 2 x 1 x 1 = 2 ranks, but the "
-                                     "MPI launcher started 4 processes"),
-              std::string::npos)
+    EXPECT_NE(
+        launch.result.err.find("[process " + std::to_string(p) +
+                               "/4]: error: parallel.dp x parallel.pp x parallel.tp = 2 x 1 x 1 = 2 ranks, but the "
+                               "MPI launcher started 4 processes"),
+        std::string::npos)
         << launch.result.err;
   EXPECT_FALSE(fs::exists(fs::path(config).parent_path() / "out")) << "output.dir was touched";
 }
@@ -200,7 +204,8 @@ TEST(Mpirun, Dp2CheckpointResumesAtDp1WithTheIdenticalNextLoss) {
   std::vector<double> dp1 = losses_of(resumed);
   ASSERT_EQ(dp1.size(), 1u) << "only step 3 remains";
   EXPECT_EQ(dp1[0], dp2[2]) << "same parameters and optimizer state, same global batch: the same forward";
-  auto dp1_final = stp::read_model_tensors((fs::path(resumed).parent_path() / "out" / "checkpoint-3" / "model.safetensors").string());
+  auto dp1_final = stp::read_model_tensors(
+      (fs::path(resumed).parent_path() / "out" / "checkpoint-3" / "model.safetensors").string());
   EXPECT_LT(stp::testing::max_rel_diff(dp1_final, dp2_final), 1e-5);
 }
 

@@ -8,9 +8,9 @@
 //                             unchanged by the levers the planner chose.
 // Names: LAYOUT/BackendTraining.TEST/KIND, one instantiation per layout and precision (f32, and
 // train.precision: bf16 with the suffix _bf16). The cpu instances run every body here, the backend
-// under test being the CPU backend itself (where MatchesTheCpuBackend must then be bitwise). The cuda instances are skipped with cuda_usable's reason unless the build
-// has CUDA and tp x pp GPUs are usable; tools/gpu-check accepts such a skip only for "needs more
-// GPUs than this machine has". They have never run on a GPU.
+// under test being the CPU backend itself (where MatchesTheCpuBackend must then be bitwise). The cuda instances are
+// skipped with cuda_usable's reason unless the build has CUDA and tp x pp GPUs are usable; tools/gpu-check accepts such
+// a skip only for "needs more GPUs than this machine has". They have never run on a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -48,15 +48,19 @@ class BackendTraining : public ::testing::TestWithParam<Case> {
   stp::Config config(DeviceKind kind, std::vector<std::string> extra = {}) const {
     const Case& c = GetParam();
     std::vector<std::string> o = {std::string("parallel.backend=") + stp::to_string(kind),
-                                  std::string("parallel.schedule=") + c.schedule, "parallel.tp=" + std::to_string(c.tp),
-                                  "parallel.pp=" + std::to_string(c.pp), "model.n_layer=4",
+                                  std::string("parallel.schedule=") + c.schedule,
+                                  "parallel.tp=" + std::to_string(c.tp),
+                                  "parallel.pp=" + std::to_string(c.pp),
+                                  "model.n_layer=4",
                                   std::string("train.precision=") + c.precision};
     o.insert(o.end(), extra.begin(), extra.end());
     return stp::testing::tiny_config(o);
   }
 };
 
-std::uint64_t max_of(const std::vector<std::uint64_t>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+std::uint64_t max_of(const std::vector<std::uint64_t>& v) {
+  return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+}
 
 // Tolerance against the CPU backend: relative 1e-4 for each step's loss, and 1e-4 normwise per
 // parameter tensor (max_rel_diff; the key bias left out as there: its gradient is zero in exact
@@ -149,8 +153,8 @@ std::string kind_of(const ::testing::TestParamInfo<Case>& info) { return stp::to
 INSTANTIATE_TEST_SUITE_P(tp1_pp1_gpipe, BackendTraining, ::testing::ValuesIn(on_every_backend("gpipe", 1, 1)), kind_of);
 INSTANTIATE_TEST_SUITE_P(tp1_pp2_stp, BackendTraining, ::testing::ValuesIn(on_every_backend("stp", 1, 2)), kind_of);
 INSTANTIATE_TEST_SUITE_P(tp2_pp2_stp, BackendTraining, ::testing::ValuesIn(on_every_backend("stp", 2, 2)), kind_of);
-INSTANTIATE_TEST_SUITE_P(tp1_pp1_gpipe_bf16, BackendTraining, ::testing::ValuesIn(on_every_backend("gpipe", 1, 1, "bf16")),
-                         kind_of);
+INSTANTIATE_TEST_SUITE_P(tp1_pp1_gpipe_bf16, BackendTraining,
+                         ::testing::ValuesIn(on_every_backend("gpipe", 1, 1, "bf16")), kind_of);
 INSTANTIATE_TEST_SUITE_P(tp2_pp2_stp_bf16, BackendTraining, ::testing::ValuesIn(on_every_backend("stp", 2, 2, "bf16")),
                          kind_of);
 

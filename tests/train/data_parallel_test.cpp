@@ -44,7 +44,8 @@ TrainRun train(const std::vector<std::string>& overrides, int dp) {
   for (int i = 0; i < 3; ++i) {
     out.losses.push_back(t.step().loss);
     auto first = t.full_parameters(0);
-    for (int d = 1; d < dp; ++d) out.replicas_identical = out.replicas_identical && stp::testing::bitwise_equal(t.full_parameters(d), first);
+    for (int d = 1; d < dp; ++d)
+      out.replicas_identical = out.replicas_identical && stp::testing::bitwise_equal(t.full_parameters(d), first);
   }
   out.params = t.full_parameters();
   return out;
@@ -76,7 +77,8 @@ TEST_P(DataParallel, MatchesOneReplicaOnTheSameGlobalBatch) {
   const Layout l = GetParam();
   TrainRun run = train(overrides(l), l.dp);
   const TrainRun& ref = reference();
-  for (std::size_t i = 0; i < 3; ++i) EXPECT_NEAR(run.losses[i], ref.losses[i], 1e-5 * ref.losses[i]) << "step " << i + 1;
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(run.losses[i], ref.losses[i], 1e-5 * ref.losses[i]) << "step " << i + 1;
   if (l.tp == 1) {
     EXPECT_EQ(run.losses[0], ref.losses[0]) << "the first step's forward is the same math";
   }
@@ -93,7 +95,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DataParallel,
                          stp::testing::layout_case_name<Layout>);
 
 TEST(DataParallel, BucketSizeChangesNoBit) {
-  const std::vector<std::string> base = {"parallel.dp=2", "parallel.pp=2", "parallel.schedule=stp", "train.microbatches=4"};
+  const std::vector<std::string> base = {"parallel.dp=2", "parallel.pp=2", "parallel.schedule=stp",
+                                         "train.microbatches=4"};
   auto with = [&](const std::string& bucket) {
     auto o = base;
     o.push_back("parallel.dp_bucket=" + bucket);
@@ -114,9 +117,9 @@ TEST(DataParallel, BucketSizeChangesNoBit) {
 TEST(DataParallel, FirstFinishedChunkIsReducedDuringTheRemainingBackward) {
   for (const char* name : {"1f1b-i", "zb-v"}) {
     SCOPED_TRACE(name);
-    stp::Trainer t(tiny_config({"parallel.dp=2", "parallel.pp=2", "parallel.tp=2", std::string("parallel.schedule=") + name,
-                                "train.microbatches=4", "parallel.dp_bucket=null", "output.trace=true",
-                                "parallel.tp_link_bandwidth=1MB/s"}));
+    stp::Trainer t(tiny_config({"parallel.dp=2", "parallel.pp=2", "parallel.tp=2",
+                                std::string("parallel.schedule=") + name, "train.microbatches=4",
+                                "parallel.dp_bucket=null", "output.trace=true", "parallel.tp_link_bandwidth=1MB/s"}));
     t.step();
     const stp::sched::Schedule sched = stp::sched::generate(name, 2, 4);
     int checked = 0;
@@ -144,7 +147,8 @@ TEST(DataParallel, FirstFinishedChunkIsReducedDuringTheRemainingBackward) {
       // assert on; a tail of W ops alone (zb-v) is tens of microseconds.
       bool tail_has_b = false;
       for (std::size_t k = last_backward[early] + 1; k < ops.size(); ++k)
-        for (int i = 0; i < ops[k].n_parts(); ++i) tail_has_b = tail_has_b || ops[k].part(i).pass == stp::sched::Pass::B;
+        for (int i = 0; i < ops[k].n_parts(); ++i)
+          tail_has_b = tail_has_b || ops[k].part(i).pass == stp::sched::Pass::B;
       if (!tail_has_b) continue;
       ++checked;
       EXPECT_LT(ar_begin, op_spans.back().second)

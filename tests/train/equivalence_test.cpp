@@ -26,7 +26,9 @@ using stp::testing::tiny_config;
 
 using stp::testing::TrainRun;
 
-TrainRun train(const std::vector<std::string>& overrides) { return stp::testing::run_training(tiny_config(overrides), 3); }
+TrainRun train(const std::vector<std::string>& overrides) {
+  return stp::testing::run_training(tiny_config(overrides), 3);
+}
 
 const TrainRun& reference() {
   static const TrainRun r = train({});
@@ -43,7 +45,7 @@ class Equivalence : public ::testing::TestWithParam<Layout> {};
 TEST_P(Equivalence, MatchesSingleRankLossesAndParameters) {
   const Layout l = GetParam();
   TrainRun run = train({std::string("parallel.schedule=") + l.schedule, "parallel.tp=" + std::to_string(l.tp),
-                   "parallel.pp=" + std::to_string(l.pp)});
+                        "parallel.pp=" + std::to_string(l.pp)});
   const TrainRun& ref = reference();
   for (int i = 0; i < 3; ++i)
     EXPECT_NEAR(run.losses[static_cast<std::size_t>(i)], ref.losses[static_cast<std::size_t>(i)],

@@ -26,8 +26,13 @@ stp::Config reference_config(const std::vector<std::string>& extra) {
       f.write(reinterpret_cast<const char*>(&t), 2);
     }
   }
-  std::vector<std::string> sets = {"model.n_layer=2", "model.n_head=4", "model.n_embd=32", "model.vocab_size=64",
-                                   "model.seq_len=16", "data.format=u16", "data.path=" + data,
+  std::vector<std::string> sets = {"model.n_layer=2",
+                                   "model.n_head=4",
+                                   "model.n_embd=32",
+                                   "model.vocab_size=64",
+                                   "model.seq_len=16",
+                                   "data.format=u16",
+                                   "data.path=" + data,
                                    "model.init_from=" + kRefWeights,
                                    "output.dir=" + std::string(STP_BINARY_DIR) + "/tests/init_from_run"};
   sets.insert(sets.end(), extra.begin(), extra.end());

@@ -33,8 +33,11 @@ TEST(MemoryLevers, OffloadRecomputeAndThePlannerTrainBitwiseLikeKeepingEverythin
     TrainRun keep = train({sched});
     std::size_t minimum = train({sched, "memory.offload=auto", "memory.recompute=auto"}, 1).plan.min_device_budget;
     for (std::vector<std::string> lever : std::vector<std::vector<std::string>>{
-             {"memory.offload=all"}, {"memory.recompute=full"}, {"memory.recompute=selective"},
-             {"memory.offload=auto", "memory.recompute=auto", "memory.device_budget=" + std::to_string((keep.peaks[0] + minimum) / 2)}}) {
+             {"memory.offload=all"},
+             {"memory.recompute=full"},
+             {"memory.recompute=selective"},
+             {"memory.offload=auto", "memory.recompute=auto",
+              "memory.device_budget=" + std::to_string((keep.peaks[0] + minimum) / 2)}}) {
       SCOPED_TRACE(lever.back());
       lever.push_back(sched);
       TrainRun r = train(lever);
@@ -53,18 +56,20 @@ TEST(MemoryPlanner, PredictedPeaksEqualMeasuredPeaksWithinEveryBudget) {
     std::string sched = std::string("parallel.schedule=") + schedule;
     TrainRun keep = train({sched, "memory.offload=auto", "memory.recompute=auto"}, 2);
     std::size_t generous = keep.peaks[0] * 2;
-    stp::MemoryPlan exact = stp::make_memory_plan(
-        tiny_config({"parallel.tp=2", "parallel.pp=2", "model.n_layer=4", sched, "memory.offload=auto", "memory.recompute=auto"}),
-        /*exact_minimum=*/true);
+    stp::MemoryPlan exact = stp::make_memory_plan(tiny_config({"parallel.tp=2", "parallel.pp=2", "model.n_layer=4",
+                                                               sched, "memory.offload=auto", "memory.recompute=auto"}),
+                                                  /*exact_minimum=*/true);
     ASSERT_TRUE(exact.min_budget_exact);
     std::size_t minimum = exact.min_device_budget;
     EXPECT_GE(minimum, keep.plan.min_device_budget) << "the live-byte bound is above the exact minimum";
     ASSERT_LT(minimum, keep.peaks[0]);
     // min_device_budget is the smallest budget the allocator can place the strongest plan in (live
     // bytes plus fragmentation, found by dry runs): the tightest budget tested is exactly that.
-    for (std::size_t budget : {generous, (keep.peaks[0] + minimum) / 2, minimum + (keep.peaks[0] - minimum) / 4, minimum}) {
+    for (std::size_t budget :
+         {generous, (keep.peaks[0] + minimum) / 2, minimum + (keep.peaks[0] - minimum) / 4, minimum}) {
       SCOPED_TRACE(budget);
-      TrainRun r = train({sched, "memory.offload=auto", "memory.recompute=auto", "memory.device_budget=" + std::to_string(budget)}, 2);
+      TrainRun r = train(
+          {sched, "memory.offload=auto", "memory.recompute=auto", "memory.device_budget=" + std::to_string(budget)}, 2);
       stp::testing::expect_memory_as_planned(r, budget);
     }
   }
@@ -84,7 +89,8 @@ TEST(MemoryPlanner, InfeasibleBudgetFailsBeforeAnyStepNamingTheMinimum) {
 
 TEST(MemoryPlanner, HostBudgetExceededIsAClearError) {
   try {
-    stp::Trainer t(tiny_config({"parallel.tp=2", "parallel.pp=2", "model.n_layer=4", "memory.offload=all", "memory.host_budget=4KiB"}));
+    stp::Trainer t(tiny_config(
+        {"parallel.tp=2", "parallel.pp=2", "model.n_layer=4", "memory.offload=all", "memory.host_budget=4KiB"}));
     FAIL() << "a 4 KiB host budget was accepted with offload: all";
   } catch (const stp::Error& e) {
     EXPECT_NE(std::string(e.what()).find("memory.host_budget"), std::string::npos) << e.what();

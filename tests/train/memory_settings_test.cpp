@@ -30,7 +30,8 @@ TEST(MemorySettings, RegistryChoicesAreThePolicyNames) {
 TEST(MemorySettings, PoliciesRoundTripThroughTheirNames) {
   for (OffloadPolicy p : {OffloadPolicy::Auto, OffloadPolicy::None, OffloadPolicy::All})
     EXPECT_EQ(stp::parse_policy<OffloadPolicy>(stp::to_string(p)), p);
-  for (RecomputePolicy p : {RecomputePolicy::Auto, RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Full})
+  for (RecomputePolicy p :
+       {RecomputePolicy::Auto, RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Full})
     EXPECT_EQ(stp::parse_policy<RecomputePolicy>(stp::to_string(p)), p);
   EXPECT_STREQ(stp::to_string(RecomputePolicy::Selective), "selective");
   EXPECT_FALSE(stp::parse_policy<OffloadPolicy>("Auto").has_value());  // exact spellings only

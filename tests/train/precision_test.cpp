@@ -34,7 +34,9 @@ using stp::testing::tiny_config;
 
 using stp::testing::TrainRun;
 
-TrainRun train(const std::vector<std::string>& overrides) { return stp::testing::run_training(tiny_config(overrides), 3); }
+TrainRun train(const std::vector<std::string>& overrides) {
+  return stp::testing::run_training(tiny_config(overrides), 3);
+}
 
 const TrainRun& bf16_single() {
   static const TrainRun r = train({"train.precision=bf16"});
@@ -95,7 +97,9 @@ TEST(Bf16, MemoryLeversAreBitwiseNeutralAndThePlanIsExact) {
   const std::size_t minimum = stp::make_memory_plan(tiny_config(planned), true).min_device_budget;
   const std::size_t budget = (keep.peaks[0] + minimum) / 2;
   for (std::vector<std::string> lever : std::vector<std::vector<std::string>>{
-           {"memory.offload=all"}, {"memory.recompute=full"}, {"memory.recompute=selective"},
+           {"memory.offload=all"},
+           {"memory.recompute=full"},
+           {"memory.recompute=selective"},
            {"memory.offload=auto", "memory.recompute=auto", "memory.device_budget=" + std::to_string(budget)}}) {
     SCOPED_TRACE(lever.back());
     TrainRun r = with(lever);

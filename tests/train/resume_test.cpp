@@ -20,7 +20,7 @@ std::string fresh_dir(const std::string& name) {
 TEST(Resume, SixStepsEqualThreePlusCheckpointPlusThreeBitwise) {
   // bf16: the checkpoint holds the f32 masters; the bf16 weight copies are rounded from them again.
   for (std::string layout : {"parallel.pp=1", "parallel.pp=2", "parallel.pp=2 train.precision=bf16"}) {
-    std::vector<std::string> base = {"parallel.schedule=stp", "parallel.tp=2", "train.steps=6",
+    std::vector<std::string> base = {"parallel.schedule=stp",    "parallel.tp=2",        "train.steps=6",
                                      "train.lr_schedule=cosine", "train.warmup_steps=2", "data.sampling=random"};
     for (std::size_t at = 0, space = 0; at < layout.size(); at = space + 1) {
       space = std::min(layout.find(' ', at), layout.size());

@@ -42,9 +42,9 @@ std::vector<Span> spans_of(const stp::TraceRecorder& rec, int pid, const std::st
 }
 
 std::unique_ptr<stp::Trainer> traced_step(const std::string& schedule, double tp_link) {
-  auto t = std::make_unique<stp::Trainer>(stp::testing::tiny_config(
-      {"parallel.schedule=" + schedule, "parallel.tp=2", "parallel.pp=2", "output.trace=true",
-       "parallel.tp_link_bandwidth=" + std::to_string(tp_link)}));
+  auto t = std::make_unique<stp::Trainer>(
+      stp::testing::tiny_config({"parallel.schedule=" + schedule, "parallel.tp=2", "parallel.pp=2", "output.trace=true",
+                                 "parallel.tp_link_bandwidth=" + std::to_string(tp_link)}));
   t->step();
   return t;
 }
@@ -84,9 +84,11 @@ TEST(ExecutorTrace, BraidedAllReducesHideUnderTheOtherPassAndPrecedeTheirConsume
       // In a braided op, the all-reduce is in flight from the end of its producing unit (when the
       // comm stream may start it; on the CPU backend the comm thread's wake-up adds jitter to the
       // span's own start) to its end, and overlaps the next unit of the other part.
-      auto producer = std::find_if(units.rbegin(), units.rend(), [&](const Span& u) { return u.part == ar.part && u.end <= ar.begin; });
+      auto producer = std::find_if(units.rbegin(), units.rend(),
+                                   [&](const Span& u) { return u.part == ar.part && u.end <= ar.begin; });
       ASSERT_NE(producer, units.rend()) << ar.name;
-      auto op = std::find_if(ops.begin(), ops.end(), [&](const Span& o) { return o.begin <= producer->begin && producer->end <= o.end; });
+      auto op = std::find_if(ops.begin(), ops.end(),
+                             [&](const Span& o) { return o.begin <= producer->begin && producer->end <= o.end; });
       if (op == ops.end() || op->name.find_first_of("&+") == std::string::npos) continue;
       auto next_other = std::find_if(units.begin(), units.end(), [&](const Span& u) {
         return u.part != ar.part && u.begin >= producer->end && u.end <= op->end;

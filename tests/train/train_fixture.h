@@ -28,7 +28,8 @@ std::string layout_case_name(const ::testing::TestParamInfo<Param>& p) {
   std::string s = p.param.schedule;
   for (char& ch : s)
     if (ch == '-') ch = '_';
-  return "dp" + std::to_string(p.param.dp) + "_pp" + std::to_string(p.param.pp) + "_tp" + std::to_string(p.param.tp) + "_" + s;
+  return "dp" + std::to_string(p.param.dp) + "_pp" + std::to_string(p.param.pp) + "_tp" + std::to_string(p.param.tp) +
+         "_" + s;
 }
 
 // A deterministic English-ish text of ~20 KB, written once per test process. ctest runs tests as
@@ -39,8 +40,8 @@ inline std::string tiny_text_file() {
     std::string p = std::string(STP_BINARY_DIR) + "/tests/tiny_text.txt";
     std::string tmp = p + ".tmp." + std::to_string(::getpid());
     std::ofstream f(tmp, std::ios::binary);
-    const char* words[] = {"the ", "pipeline ", "braids ", "forward ", "and ", "backward ", "units ", "of ",
-                           "different ", "microbatches, ", "so ", "each ", "all-reduce ", "hides. "};
+    const char* words[] = {"the ", "pipeline ",  "braids ",        "forward ", "and ",  "backward ",   "units ",
+                           "of ",  "different ", "microbatches, ", "so ",      "each ", "all-reduce ", "hides. "};
     unsigned x = 12345;
     for (int i = 0; i < 3000; ++i) {
       x = x * 1103515245u + 12345u;
@@ -124,10 +125,10 @@ inline bool bitwise_equal(const std::map<std::string, HostTensor>& a, const std:
 struct TrainRun {
   std::vector<double> losses;
   std::map<std::string, HostTensor> params;
-  std::vector<std::uint64_t> peaks;           // StepResult::peak_device_bytes (live bytes; what the planner predicts)
-  std::vector<std::uint64_t> reserved;        // StepResult::peak_device_reserved_bytes (taken from the device)
-  std::uint64_t pinned = 0;                   // StepResult::peak_host_pinned_bytes
-  std::vector<std::uint64_t> offloaded;       // D2H bytes of the last step per device (empty: nothing offloads)
+  std::vector<std::uint64_t> peaks;      // StepResult::peak_device_bytes (live bytes; what the planner predicts)
+  std::vector<std::uint64_t> reserved;   // StepResult::peak_device_reserved_bytes (taken from the device)
+  std::uint64_t pinned = 0;              // StepResult::peak_host_pinned_bytes
+  std::vector<std::uint64_t> offloaded;  // D2H bytes of the last step per device (empty: nothing offloads)
   MemoryPlan plan;
 };
 
