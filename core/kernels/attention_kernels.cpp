@@ -64,6 +64,28 @@ STP_HD inline void load_cols(float* dst, const T* src, i64 ld, i64 r0, i64 nr, i
     for (i64 d = 0; d < D; ++d) dst[d * R + r] = r < nr ? to_f32(src[(r0 + r) * ld + d]) : 0.0f;
 }
 
+// acc (D, BQ) += p (nj, BQ)ᵀ-weighted rows (nj, D): acc[d][i] += Σ_j p[j][i] · rows[j][d], keys j in
+// order for every element (the fixed summation order that makes the result deterministic). d is the
+// outer loop, two rows of acc at a time sharing the loads of p, so they stay in registers.
+template <int BQ>
+STP_HD inline void accumulate_tile(float* acc, const float* p, const float* rows, i64 nj, i64 D) {
+  i64 d = 0;
+  for (; d + 2 <= D; d += 2)
+    for (i64 j = 0; j < nj; ++j) {
+      const float r0 = rows[j * D + d], r1 = rows[j * D + d + 1];
+      for (int i = 0; i < BQ; ++i) {
+        const float pij = p[j * BQ + i];
+        acc[d * BQ + i] += pij * r0;
+        acc[(d + 1) * BQ + i] += pij * r1;
+      }
+    }
+  for (; d < D; ++d)
+    for (i64 j = 0; j < nj; ++j) {
+      const float rd = rows[j * D + d];
+      for (int i = 0; i < BQ; ++i) acc[d * BQ + i] += p[j * BQ + i] * rd;
+    }
+}
+
 // Rows of the row-major k tile FusedBackwardKV keeps for the one-pass dq (CPU tiles only; the
 // one-row GPU instantiation never accumulates dq there and keeps one dummy row).
 constexpr int dq_rows(int bk) { return bk > 1 ? bk : 1; }
@@ -152,23 +174,7 @@ struct FusedForward {
         }
       for (i64 d = 0; d < D; ++d)
         for (int i = 0; i < BQ; ++i) ot[d * BQ + i] *= alpha[i];
-      // d outer, keys inner: rows of ot stay in registers (two at a time, sharing the loads of st);
-      // each element still adds keys in order.
-      i64 d2 = 0;
-      for (; d2 + 2 <= D; d2 += 2)
-        for (i64 j = 0; j < nj; ++j) {
-          const float v0 = vf[j * D + d2], v1 = vf[j * D + d2 + 1];
-          for (int i = 0; i < BQ; ++i) {
-            const float pv = st[j * BQ + i];
-            ot[d2 * BQ + i] += pv * v0;
-            ot[(d2 + 1) * BQ + i] += pv * v1;
-          }
-        }
-      for (; d2 < D; ++d2)
-        for (i64 j = 0; j < nj; ++j) {
-          const float vd = vf[j * D + d2];
-          for (int i = 0; i < BQ; ++i) ot[d2 * BQ + i] += st[j * BQ + i] * vd;
-        }
+      accumulate_tile<BQ>(ot, st, vf, nj, D);  // o += P V
     }
     for (i64 i = 0; i < ni; ++i) {
       const float inv = 1.0f / l[i];
@@ -385,22 +391,7 @@ struct FusedBackwardQ {
           const float pij = valid ? e : 0.0f;
           dst[j * BQ + i] = pij * (dst[j * BQ + i] - dl[i]);
         }
-      // d outer, two rows of dqt in registers sharing the loads of dst; keys in order.
-      i64 d2 = 0;
-      for (; d2 + 2 <= D; d2 += 2)
-        for (i64 j = 0; j < nj; ++j) {
-          const float k0 = kf[j * D + d2], k1 = kf[j * D + d2 + 1];
-          for (int i = 0; i < BQ; ++i) {
-            const float g = dst[j * BQ + i];
-            dqt[d2 * BQ + i] += k0 * g;
-            dqt[(d2 + 1) * BQ + i] += k1 * g;
-          }
-        }
-      for (; d2 < D; ++d2)
-        for (i64 j = 0; j < nj; ++j) {
-          const float kd = kf[j * D + d2];
-          for (int i = 0; i < BQ; ++i) dqt[d2 * BQ + i] += kd * dst[j * BQ + i];
-        }
+      accumulate_tile<BQ>(dqt, dst, kf, nj, D);  // dq += dS K
     }
     for (i64 i = 0; i < ni; ++i) {
       T* row = dq + P.q + (i0 + i) * L.ldq;
