@@ -3,8 +3,9 @@
 // memory counters after every unit, step spans; timings from the simulator with ±10% jitter),
 // writes it, and times what `stp profile --json` does with it: read + parse, then analysis
 // (timelines, overlap, memory, calibration, simulation, report). Target: under 2 s.
-// --compare-json also times nlohmann-json's generic tree reader on the same file (why profile/ reads it with simdjson
-// On Demand). Usage: build/bench_profile [--events N] [--out PATH] [--keep] [--compare-json]   (or --help)
+// --compare-json also times nlohmann-json's generic tree reader on the same file (why profile/
+// reads it with simdjson On Demand).
+// Usage: build/bench_profile [--events N] [--out PATH] [--keep] [--compare-json]   (or --help)
 #include <chrono>
 #include <ctime>
 #include <cstdio>
