@@ -4,7 +4,11 @@
 //     compute of that other part, and no unit of the same part starts before its all-reduce ends.
 // The TP link is emulated at a rate that makes each all-reduce take ~20 ms, far longer than a unit
 // of this tiny model and than the OS scheduling jitter of a loaded 2-core machine, so overlap is a
-// property of the executor's ordering, not of thread timing.
+// property of the executor's ordering, not of thread timing. That premise does not hold in the
+// sanitizer builds: instrumented code runs many times slower, beside other instrumented tests on the
+// same 2 cores, and an all-reduce queued behind a late one on the comm stream, or a unit waiting on
+// a slowed neighbour stage, can miss its overlap. There the ordering checks stay and the overlap
+// checks (a statement about timing) are left to the release build.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +23,12 @@
 #include "train/trainer.h"
 
 namespace {
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kTimingHoldsItsPremise = false;
+#else
+constexpr bool kTimingHoldsItsPremise = true;
+#endif
 
 struct Span {
   std::string name, cat, part;
@@ -97,12 +107,13 @@ TEST(ExecutorTrace, BraidedAllReducesHideUnderTheOtherPassAndPrecedeTheirConsume
       ++braided_ars;
       bool overlaps = next_other->begin < ar.end && producer->end < next_other->end;
       overlapped += overlaps;
-      EXPECT_TRUE(overlaps) << "rank " << g << ": " << ar.name << " [" << ar.begin << ", " << ar.end
-                            << ") does not overlap " << next_other->name;
+      if (kTimingHoldsItsPremise)
+        EXPECT_TRUE(overlaps) << "rank " << g << ": " << ar.name << " [" << ar.begin << ", " << ar.end
+                              << ") does not overlap " << next_other->name;
     }
   }
   EXPECT_GT(braided_ars, 50);
-  EXPECT_EQ(overlapped, braided_ars);
+  if (kTimingHoldsItsPremise) EXPECT_EQ(overlapped, braided_ars);
 }
 
 }  // namespace
