@@ -107,13 +107,16 @@ TEST(ExecutorTrace, BraidedAllReducesHideUnderTheOtherPassAndPrecedeTheirConsume
       ++braided_ars;
       bool overlaps = next_other->begin < ar.end && producer->end < next_other->end;
       overlapped += overlaps;
-      if (kTimingHoldsItsPremise)
+      if (kTimingHoldsItsPremise) {
         EXPECT_TRUE(overlaps) << "rank " << g << ": " << ar.name << " [" << ar.begin << ", " << ar.end
                               << ") does not overlap " << next_other->name;
+      }
     }
   }
   EXPECT_GT(braided_ars, 50);
-  if (kTimingHoldsItsPremise) EXPECT_EQ(overlapped, braided_ars);
+  if (kTimingHoldsItsPremise) {
+    EXPECT_EQ(overlapped, braided_ars);
+  }
 }
 
 }  // namespace
