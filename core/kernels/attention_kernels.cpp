@@ -99,6 +99,20 @@ STP_HD inline HeadPtrs head_offsets(const AttentionLayout& L, i64 b, i64 h) {
   return {b * L.T * L.ldq + h * L.D, b * L.T * L.ldkv + g * L.D, b * L.T * L.ldo + h * L.D};
 }
 
+// The query tile a (batch, head, query tile) task works on: task = (b · NH + h) · tiles + tile.
+struct QueryTile {
+  HeadPtrs ptrs;
+  i64 bh;      // b · NH + h: the (batch, head) row block of lse and delta, (B, NH, T)
+  i64 i0, ni;  // first row and row count (the last tile may be short)
+};
+template <int BQ>
+STP_HD inline QueryTile query_tile(const AttentionLayout& L, usize task) {
+  const i64 nqt = (L.T + BQ - 1) / BQ;
+  const i64 qt_index = static_cast<i64>(task) % nqt, bh = static_cast<i64>(task) / nqt;
+  const i64 i0 = qt_index * BQ;
+  return {head_offsets(L, bh / L.NH, bh % L.NH), bh, i0, min_i64(BQ, L.T - i0)};
+}
+
 // ---- Forward: one task per (b, h, query tile) ----------------------------------------------------
 // Per key tile: scores st[j][i] = (k_j . q_i) * scale (sum over d in order), masked; the running
 // max m and sum l per row are rescaled by exp(m_old - m_new), and so is the accumulator ot[d][i]
@@ -114,11 +128,10 @@ struct FusedForward {
   const T* v;
   float scale;
   STP_HD void operator()(usize task) const {
-    const i64 D = L.D, nqt = (L.T + BQ - 1) / BQ;
-    const i64 qt_index = static_cast<i64>(task) % nqt, bh = static_cast<i64>(task) / nqt;
-    const i64 h = bh % L.NH, b = bh / L.NH;
-    const HeadPtrs P = head_offsets(L, b, h);
-    const i64 i0 = qt_index * BQ, ni = min_i64(BQ, L.T - i0);
+    const i64 D = L.D;
+    const QueryTile Q = query_tile<BQ>(L, task);
+    const HeadPtrs& P = Q.ptrs;
+    const i64 bh = Q.bh, i0 = Q.i0, ni = Q.ni;
     float qt[kMaxD * BQ], ot[kMaxD * BQ], st[BK * BQ], kf[BK * kMaxD], vf[BK * kMaxD];
     float m[BQ], l[BQ], alpha[BQ], mt[BQ];
     load_cols<BQ>(qt, q + P.q, L.ldq, i0, ni, D);
@@ -356,11 +369,10 @@ struct FusedBackwardQ {
   const float* delta;
   float scale;
   STP_HD void operator()(usize task) const {
-    const i64 D = L.D, nqt = (L.T + BQ - 1) / BQ;
-    const i64 qt_index = static_cast<i64>(task) % nqt, bh = static_cast<i64>(task) / nqt;
-    const i64 h = bh % L.NH, b = bh / L.NH;
-    const HeadPtrs P = head_offsets(L, b, h);
-    const i64 i0 = qt_index * BQ, ni = min_i64(BQ, L.T - i0);
+    const i64 D = L.D;
+    const QueryTile Q = query_tile<BQ>(L, task);
+    const HeadPtrs& P = Q.ptrs;
+    const i64 bh = Q.bh, i0 = Q.i0, ni = Q.ni;
     float qt[kMaxD * BQ], dot[kMaxD * BQ], dqt[kMaxD * BQ], kf[BK * kMaxD], vf[BK * kMaxD];
     float pt[BK * BQ], dst[BK * BQ], z[BQ], dl[BQ];
     load_cols<BQ>(qt, q + P.q, L.ldq, i0, ni, D);
