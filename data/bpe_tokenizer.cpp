@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <queue>
@@ -22,12 +23,72 @@ namespace {
 constexpr std::size_t kChunkBytes = 256 * 1024;  // the parallel scan's unit of work
 constexpr std::size_t kCachedPieceBytes = 64;    // longer pieces are merged every time
 constexpr std::size_t kCacheEntries = 1 << 20;   // a thread's word cache is cleared beyond this
+                                                 // (its arena then holds < 1 << 20 * 130 bytes)
 
 struct StringHash {
   using is_transparent = void;
   std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
-using WordCache = std::unordered_map<std::string, std::vector<std::int32_t>, StringHash, std::equal_to<>>;
+
+// A thread's cache of piece -> ids: open addressing over one array of slots, each piece's bytes
+// and ids stored together in an arena (one or two cache lines per hit).
+class WordCache {
+ public:
+  // The ids of piece (hash h), or nullptr; n receives their count.
+  const char* find(std::string_view piece, std::uint64_t h, std::size_t& n) const {
+    if (slots_.empty()) return nullptr;
+    for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.key_len == 0) return nullptr;
+      if (s.hash == h && s.key_len == piece.size() &&
+          std::memcmp(arena_.data() + s.offset, piece.data(), piece.size()) == 0) {
+        n = s.n_ids;
+        return arena_.data() + s.offset + s.key_len;
+      }
+    }
+  }
+  void insert(std::string_view piece, std::uint64_t h, const std::int32_t* ids, std::size_t n) {
+    if (n > 0xFFFF || piece.size() > 0xFFFF) return;
+    if (entries_ >= kCacheEntries) clear();
+    if (2 * (entries_ + 1) > slots_.size()) grow();
+    Slot s{h, static_cast<std::uint32_t>(arena_.size()), static_cast<std::uint16_t>(piece.size()),
+           static_cast<std::uint16_t>(n)};
+    arena_.insert(arena_.end(), piece.begin(), piece.end());
+    const char* p = reinterpret_cast<const char*>(ids);
+    arena_.insert(arena_.end(), p, p + n * sizeof(std::int32_t));
+    place(s);
+    ++entries_;
+  }
+
+ private:
+  struct Slot {
+    std::uint64_t hash;
+    std::uint32_t offset;
+    std::uint16_t key_len;  // 0: empty
+    std::uint16_t n_ids;
+  };
+  void place(const Slot& s) {
+    std::size_t i = s.hash & mask_;
+    while (slots_[i].key_len != 0) i = (i + 1) & mask_;
+    slots_[i] = s;
+  }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(old.empty() ? std::size_t(1) << 14 : 2 * old.size(), Slot{0, 0, 0, 0});
+    mask_ = slots_.size() - 1;
+    for (const Slot& s : old)
+      if (s.key_len != 0) place(s);
+  }
+  void clear() {
+    slots_.clear();
+    arena_.clear();
+    entries_ = 0;
+    mask_ = 0;
+  }
+  std::vector<Slot> slots_;
+  std::vector<char> arena_;
+  std::size_t entries_ = 0, mask_ = 0;
+};
 
 struct Merge {
   std::int32_t rank;
@@ -142,14 +203,17 @@ void BpeTokenizer::Impl::encode_piece(std::string_view piece, WordCache& cache, 
     bpe(piece, out);
     return;
   }
-  auto it = cache.find(piece);
-  if (it == cache.end()) {
-    if (cache.size() >= kCacheEntries) cache.clear();
-    std::vector<std::int32_t> ids;
-    bpe(piece, ids);
-    it = cache.emplace(std::string(piece), std::move(ids)).first;
+  const std::uint64_t h = StringHash{}(piece);
+  std::size_t n = 0;
+  if (const char* ids = cache.find(piece, h, n)) {
+    const std::size_t at = out.size();
+    out.resize(at + n);
+    std::memcpy(out.data() + at, ids, n * sizeof(std::int32_t));
+    return;
   }
-  out.insert(out.end(), it->second.begin(), it->second.end());
+  const std::size_t at = out.size();
+  bpe(piece, out);
+  cache.insert(piece, h, out.data() + at, out.size() - at);
 }
 
 std::vector<Segment> BpeTokenizer::Impl::segments(std::string_view text) const {

@@ -68,7 +68,9 @@ void RegexSplitter::scan(std::string_view subject, std::size_t from, std::size_t
   std::size_t piece = from;  // start of the current piece (a boundary)
   std::size_t at = from;     // where the next search starts
   while (piece < to) {
-    int rc = pcre2_match(code, s, n, at, PCRE2_NO_UTF_CHECK, m.data, m.context);
+    // pcre2_jit_match skips pcre2_match's option checks (the subject was validated by the caller).
+    int rc = jit_ ? pcre2_jit_match(code, s, n, at, PCRE2_NO_UTF_CHECK, m.data, m.context)
+                  : pcre2_match(code, s, n, at, PCRE2_NO_UTF_CHECK, m.data, m.context);
     if (rc == PCRE2_ERROR_NOMATCH) {
       ends.push_back(n);
       return;

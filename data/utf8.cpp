@@ -1,5 +1,8 @@
 #include "data/utf8.h"
 
+#include <cstdint>
+#include <cstring>
+
 namespace stp::utf8 {
 namespace {
 
@@ -47,6 +50,14 @@ std::size_t sequence_length(std::string_view text, std::size_t i) {
 std::size_t first_invalid(std::string_view text) {
   std::size_t i = 0;
   while (i < text.size()) {
+    if (i + 8 <= text.size()) {  // eight ASCII bytes at once
+      std::uint64_t w;
+      std::memcpy(&w, text.data() + i, 8);
+      if ((w & 0x8080808080808080ull) == 0) {
+        i += 8;
+        continue;
+      }
+    }
     if (static_cast<unsigned char>(text[i]) < 0x80) {
       ++i;
       continue;
