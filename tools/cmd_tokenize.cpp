@@ -7,7 +7,7 @@
 // (symlinks and subfolders skipped), in name order, each encoded on its own, their ids
 // concatenated. Invalid UTF-8 is an error naming the file and offset, or with --invalid-utf8
 // replace, each ill-formed subsequence becomes U+FFFD (data/utf8.h). Progress goes to stderr,
-// the summary to stdout.
+// the tokenizer and the summary to stdout.
 #include <unistd.h>
 
 #include <algorithm>
@@ -66,7 +66,7 @@ int run(const TokenizeArgs& a) {
   const std::vector<fs::path> files = input_files(a.input);
   std::uintmax_t total = 0;
   for (const auto& f : files) total += fs::file_size(f);
-  std::fprintf(stderr, "stp tokenize: %s: vocabulary of %d ids (pre-split %s); %zu input file(s), %.1f MB\n",
+  std::printf("tokenizer %s: vocabulary of %d ids (pre-split %s); %zu input file(s), %.1f MB\n",
                a.tokenizer.c_str(), tok.vocab_size(), tok.pre_split_jit() ? "PCRE2 JIT" : "PCRE2 interpreter",
                files.size(), double(total) / 1e6);
 
@@ -83,13 +83,15 @@ int run(const TokenizeArgs& a) {
                  s > 0 ? double(done) / 1e6 / s : 0.0, tty && !final ? "" : "\n");
   };
 
+  std::fflush(stdout);
   std::vector<std::int32_t> ids;
   for (const auto& f : files) {
     std::string text = read_file(f);
     const std::size_t bad = stp::utf8::first_invalid(text);
     if (bad != std::string::npos) {
-      STP_CHECK(a.invalid_utf8 == "replace", "'", f.string(), "' is not valid UTF-8: byte ",
-                unsigned(static_cast<unsigned char>(text[bad])), " at offset ", bad,
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", unsigned(static_cast<unsigned char>(text[bad])));
+      STP_CHECK(a.invalid_utf8 == "replace", "'", f.string(), "' is not valid UTF-8: byte ", hex, " at offset ", bad,
                 " does not start a valid character (--invalid-utf8 replace substitutes U+FFFD)");
       text = stp::utf8::replace_invalid(text);
     }
