@@ -111,10 +111,10 @@ std::string read_pre_tokenizer(const json& pre, const std::string& where) {
   }
   if (type == "Split") {
     auto p = pre.find("pattern");
-    STP_CHECK(p != pre.end() && p->is_object() && p->contains("Regex") && (*p)["Regex"].is_string(), "tokenizer: ",
-              where, ": pre_tokenizer Split without a {\"Regex\": ...} pattern is not supported");
-    STP_CHECK(string_field(pre, "behavior") == "Isolated" && !bool_field(pre, "invert", false), "tokenizer: ",
-              where, ": pre_tokenizer Split must have behavior Isolated and invert false (got behavior '",
+    STP_CHECK(p != pre.end() && p->is_object() && p->contains("Regex") && (*p)["Regex"].is_string(),
+              "tokenizer: ", where, ": pre_tokenizer Split without a {\"Regex\": ...} pattern is not supported");
+    STP_CHECK(string_field(pre, "behavior") == "Isolated" && !bool_field(pre, "invert", false), "tokenizer: ", where,
+              ": pre_tokenizer Split must have behavior Isolated and invert false (got behavior '",
               string_field(pre, "behavior"), "')");
     return (*p)["Regex"].get<std::string>();
   }
@@ -125,12 +125,14 @@ std::string read_pre_tokenizer(const json& pre, const std::string& where) {
     for (const json& p : *list) {
       std::string one = read_pre_tokenizer(p, where);
       if (one.empty()) continue;
-      STP_CHECK(pattern.empty(), "tokenizer: ", where, ": a pre_tokenizer Sequence with two splitting steps is not supported");
+      STP_CHECK(pattern.empty(), "tokenizer: ", where,
+                ": a pre_tokenizer Sequence with two splitting steps is not supported");
       pattern = one;
     }
     return pattern;
   }
-  throw Error(str("tokenizer: ", where, ": pre_tokenizer type '", type, "' is not supported (ByteLevel, Split, Sequence)"));
+  throw Error(
+      str("tokenizer: ", where, ": pre_tokenizer type '", type, "' is not supported (ByteLevel, Split, Sequence)"));
 }
 
 BpeSpec read_tokenizer_json(const fs::path& path) {
@@ -143,8 +145,9 @@ BpeSpec read_tokenizer_json(const fs::path& path) {
   STP_CHECK(type.empty() || type == "BPE", "tokenizer: ", where, ": model type '", type,
             "' is not supported (only BPE)");
   STP_CHECK(!bool_field(model, "byte_fallback", false), "tokenizer: ", where, ": byte_fallback BPE is not supported");
-  STP_CHECK(string_field(model, "continuing_subword_prefix").empty() && string_field(model, "end_of_word_suffix").empty(),
-            "tokenizer: ", where, ": continuing_subword_prefix / end_of_word_suffix are not supported");
+  STP_CHECK(
+      string_field(model, "continuing_subword_prefix").empty() && string_field(model, "end_of_word_suffix").empty(),
+      "tokenizer: ", where, ": continuing_subword_prefix / end_of_word_suffix are not supported");
   if (j.contains("normalizer") && !j["normalizer"].is_null()) {
     const std::string n = string_field(j["normalizer"], "type");
     STP_CHECK(n == "NFC", "tokenizer: ", where, ": normalizer '", n, "' is not supported (null or NFC)");
@@ -158,8 +161,8 @@ BpeSpec read_tokenizer_json(const fs::path& path) {
     if (m.is_string()) {
       add_merge_line(m.get<std::string>(), where, spec);
     } else {
-      STP_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), "tokenizer: ", where,
-                ": merge ", m.dump(), " is neither \"a b\" nor [\"a\", \"b\"]");
+      STP_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), "tokenizer: ", where, ": merge ",
+                m.dump(), " is neither \"a b\" nor [\"a\", \"b\"]");
       spec.merges.emplace_back(merge_part(m[0].get<std::string>(), where), merge_part(m[1].get<std::string>(), where));
     }
   }
@@ -170,8 +173,8 @@ BpeSpec read_tokenizer_json(const fs::path& path) {
       STP_CHECK(a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") &&
                     a["content"].is_string() && !a["content"].get<std::string>().empty(),
                 "tokenizer: ", where, ": added token ", a.dump(), " needs an integer id and a non-empty content");
-      STP_CHECK(a["id"].get<std::int64_t>() >= 0 && a["id"].get<std::int64_t>() < (std::int64_t(1) << 31), "tokenizer: ", where,
-                ": added token id ", a["id"].dump(), " is out of range");
+      STP_CHECK(a["id"].get<std::int64_t>() >= 0 && a["id"].get<std::int64_t>() < (std::int64_t(1) << 31),
+                "tokenizer: ", where, ": added token id ", a["id"].dump(), " is out of range");
       spec.specials.push_back({a["content"].get<std::string>(), a["id"].get<std::int32_t>()});
     }
   }

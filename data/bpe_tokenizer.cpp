@@ -95,7 +95,9 @@ struct Merge {
   std::int32_t id;  // the merged token
 };
 
-std::uint64_t pair_key(std::int32_t a, std::int32_t b) { return (std::uint64_t(std::uint32_t(a)) << 32) | std::uint32_t(b); }
+std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
+  return (std::uint64_t(std::uint32_t(a)) << 32) | std::uint32_t(b);
+}
 
 struct Special {
   std::string bytes;

@@ -44,8 +44,8 @@ RegexSplitter::RegexSplitter(const std::string& pattern) {
   if (pattern.empty()) return;
   int err = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
+                                   &err, &offset, nullptr);
   STP_CHECK(code != nullptr, "tokenizer: the pre-split pattern does not compile with PCRE2 at offset ", offset, ": ",
             pcre2_message(err), " (pattern: ", pattern, ")");
   jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;

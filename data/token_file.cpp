@@ -76,8 +76,8 @@ std::vector<std::uint32_t> parse_tok32(const std::string& bytes, const std::stri
   std::vector<std::uint32_t> ids(count);
   std::memcpy(ids.data(), bytes.data() + kTok32Header, 4 * count);
   for (std::size_t i = 0; i < ids.size(); ++i)
-    STP_CHECK(ids[i] < vocab, "data: '", path, "': token ", ids[i], " at position ", i,
-              " is >= the vocab_size ", vocab, " of its tok32 header");
+    STP_CHECK(ids[i] < vocab, "data: '", path, "': token ", ids[i], " at position ", i, " is >= the vocab_size ", vocab,
+              " of its tok32 header");
   return ids;
 }
 

@@ -61,8 +61,9 @@ int main(int argc, char** argv) {
   app.add_option("--tokenizer", tokenizer, "tokenizer.json or a tokenizer folder")->capture_default_str();
   app.add_option("--input", input, "a UTF-8 text file or a folder of them")->capture_default_str();
   app.add_option("--mb", mb, "repeat the text to at least this many MB")->capture_default_str();
-  app.add_option("--repeats", repeats, "timed encodes after the cold one")->capture_default_str()->check(
-      CLI::PositiveNumber);
+  app.add_option("--repeats", repeats, "timed encodes after the cold one")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--threads", threads, "worker threads (0: every core)")->capture_default_str();
   if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
   return stp::tools::run_main(app, [&] {
@@ -99,8 +100,8 @@ int main(int argc, char** argv) {
     std::sort(rates.begin(), rates.end());
     const double median = rates[rates.size() / 2];
     std::printf("ids: %zu (%.2f bytes per id)\n", n_ids, double(text.size()) / double(n_ids));
-    std::printf("cold %.1f MB/s; warm median %.1f MB/s (min %.1f, max %.1f, %d repeats); target >= 10 MB/s: %s\n",
-                cold, median, rates.front(), rates.back(), repeats, median >= 10 ? "ok" : "MISSED");
+    std::printf("cold %.1f MB/s; warm median %.1f MB/s (min %.1f, max %.1f, %d repeats); target >= 10 MB/s: %s\n", cold,
+                median, rates.front(), rates.back(), repeats, median >= 10 ? "ok" : "MISSED");
     std::printf("warm: %.1f MB per CPU-second, %.2f cores busy on average\n", size_mb * repeats / cpu_s,
                 cpu_s / wall_s);
     return 0;

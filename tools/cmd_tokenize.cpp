@@ -66,9 +66,9 @@ int run(const TokenizeArgs& a) {
   const std::vector<fs::path> files = input_files(a.input);
   std::uintmax_t total = 0;
   for (const auto& f : files) total += fs::file_size(f);
-  std::printf("tokenizer %s: vocabulary of %d ids (pre-split %s); %zu input file(s), %.1f MB\n",
-               a.tokenizer.c_str(), tok.vocab_size(), tok.pre_split_jit() ? "PCRE2 JIT" : "PCRE2 interpreter",
-               files.size(), double(total) / 1e6);
+  std::printf("tokenizer %s: vocabulary of %d ids (pre-split %s); %zu input file(s), %.1f MB\n", a.tokenizer.c_str(),
+              tok.vocab_size(), tok.pre_split_jit() ? "PCRE2 JIT" : "PCRE2 interpreter", files.size(),
+              double(total) / 1e6);
 
   const bool tty = isatty(STDERR_FILENO) != 0;
   const double every_s = tty ? 0.5 : 10.0;  // a log file gets a line every 10 s

@@ -77,12 +77,10 @@ std::string tiny_tokenizer_json(bool ignore_merges) {
   nlohmann::json vocab = nlohmann::json::object();
   for (int b = 0; b < 256; ++b) vocab[byte_unicode::from_bytes(std::string(1, char(b)))] = b;
   vocab["ab"] = 256;
-  nlohmann::json j = {{"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
-                      {"model",
-                       {{"type", "BPE"},
-                        {"vocab", vocab},
-                        {"merges", nlohmann::json::array()},
-                        {"ignore_merges", ignore_merges}}}};
+  nlohmann::json j = {
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+      {"model",
+       {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}, {"ignore_merges", ignore_merges}}}};
   return j.dump();
 }
 
@@ -128,7 +126,10 @@ TEST(BpeTokenizer, InvalidUtf8IsAnErrorOrReplacedAsDocumented) {
   for (const char* s : {"\xC0\xAF", "\xE0\x80\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xF5\x80\x80\x80", "\xE2\x82"})
     EXPECT_EQ(utf8::first_invalid(std::string("ok") + s), 2u) << s;
   EXPECT_EQ(utf8::first_invalid("\xF4\x8F\xBF\xBF \xEF\xBF\xBF"), std::string::npos);
-  EXPECT_EQ(utf8::replace_invalid("a\xF0\x9F\x98" "b\x80\x80"), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(utf8::replace_invalid("a\xF0\x9F\x98"
+                                  "b\x80\x80"),
+            "a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
 TEST(BpeTokenizer, TokenizerJsonEncodesLikeTheVocabAndMergesFiles) {
