@@ -23,50 +23,76 @@ namespace {
 constexpr std::size_t kChunkBytes = 256 * 1024;  // the parallel scan's unit of work
 constexpr std::size_t kCachedPieceBytes = 64;    // longer pieces are merged every time
 constexpr std::size_t kCacheEntries = 1 << 20;   // a thread's word cache is cleared beyond this
-                                                 // (its arena then holds < 1 << 20 * 130 bytes)
+                                                 // (its arena then holds at most 1 << 20 * 323 bytes)
 
 struct StringHash {
   using is_transparent = void;
   std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
 
-// A thread's cache of piece -> ids: open addressing over one array of slots, each piece's bytes
-// and ids stored together in an arena (one or two cache lines per hit).
+// A thread's cache of piece -> ids: open addressing over one array of 32-byte slots. A piece of
+// at most 8 bytes is kept in its slot, and so are up to 2 ids: the common hit reads one slot.
+// Longer pieces and id lists live in an arena.
 class WordCache {
  public:
-  // The ids of piece (hash h), or nullptr; n receives their count.
-  const char* find(std::string_view piece, std::uint64_t h, std::size_t& n) const {
-    if (slots_.empty()) return nullptr;
+  // Appends the ids of piece (hash h) to out; false when piece is not cached.
+  bool append(std::string_view piece, std::uint64_t h, std::vector<std::int32_t>& out) const {
+    if (slots_.empty()) return false;
     for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
-      if (s.key_len == 0) return nullptr;
-      if (s.hash == h && s.key_len == piece.size() &&
-          std::memcmp(arena_.data() + s.offset, piece.data(), piece.size()) == 0) {
-        n = s.n_ids;
-        return arena_.data() + s.offset + s.key_len;
-      }
+      if (s.key_len == 0) return false;
+      if (s.hash != h || s.key_len != piece.size()) continue;
+      const char* key = s.key_len <= kInlineKey ? s.key : arena_.data() + s.key_at;
+      if (std::memcmp(key, piece.data(), piece.size()) != 0) continue;
+      const std::int32_t* ids =
+          s.n_ids <= kInlineIds ? s.ids : reinterpret_cast<const std::int32_t*>(arena_.data() + s.ids_at);
+      out.insert(out.end(), ids, ids + s.n_ids);
+      return true;
     }
   }
   void insert(std::string_view piece, std::uint64_t h, const std::int32_t* ids, std::size_t n) {
     if (n > 0xFFFF || piece.size() > 0xFFFF) return;
     if (entries_ >= kCacheEntries) clear();
     if (2 * (entries_ + 1) > slots_.size()) grow();
-    Slot s{h, static_cast<std::uint32_t>(arena_.size()), static_cast<std::uint16_t>(piece.size()),
-           static_cast<std::uint16_t>(n)};
-    arena_.insert(arena_.end(), piece.begin(), piece.end());
-    const char* p = reinterpret_cast<const char*>(ids);
-    arena_.insert(arena_.end(), p, p + n * sizeof(std::int32_t));
+    Slot s{};
+    s.hash = h;
+    s.key_len = static_cast<std::uint16_t>(piece.size());
+    s.n_ids = static_cast<std::uint16_t>(n);
+    if (piece.size() <= kInlineKey) {
+      std::memcpy(s.key, piece.data(), piece.size());
+    } else {
+      s.key_at = static_cast<std::uint32_t>(arena_.size());
+      arena_.insert(arena_.end(), piece.begin(), piece.end());
+    }
+    if (n <= kInlineIds) {
+      std::memcpy(s.ids, ids, n * sizeof(std::int32_t));
+    } else {
+      arena_.resize((arena_.size() + 3) / 4 * 4);  // ids aligned
+      s.ids_at = static_cast<std::uint32_t>(arena_.size());
+      const char* p = reinterpret_cast<const char*>(ids);
+      arena_.insert(arena_.end(), p, p + n * sizeof(std::int32_t));
+    }
     place(s);
     ++entries_;
   }
 
  private:
+  static constexpr std::size_t kInlineKey = 8, kInlineIds = 2;
   struct Slot {
     std::uint64_t hash;
-    std::uint32_t offset;
     std::uint16_t key_len;  // 0: empty
     std::uint16_t n_ids;
+    std::uint32_t key_at;  // arena offset of a longer key
+    union {
+      char key[kInlineKey];
+      std::uint64_t key_word;
+    };
+    union {
+      std::int32_t ids[kInlineIds];
+      std::uint32_t ids_at;  // arena offset of more ids
+    };
   };
+  static_assert(sizeof(Slot) == 32);
   void place(const Slot& s) {
     std::size_t i = s.hash & mask_;
     while (slots_[i].key_len != 0) i = (i + 1) & mask_;
@@ -74,7 +100,7 @@ class WordCache {
   }
   void grow() {
     std::vector<Slot> old = std::move(slots_);
-    slots_.assign(old.empty() ? std::size_t(1) << 14 : 2 * old.size(), Slot{0, 0, 0, 0});
+    slots_.assign(old.empty() ? std::size_t(1) << 14 : 2 * old.size(), Slot{});
     mask_ = slots_.size() - 1;
     for (const Slot& s : old)
       if (s.key_len != 0) place(s);
@@ -206,13 +232,7 @@ void BpeTokenizer::Impl::encode_piece(std::string_view piece, WordCache& cache, 
     return;
   }
   const std::uint64_t h = StringHash{}(piece);
-  std::size_t n = 0;
-  if (const char* ids = cache.find(piece, h, n)) {
-    const std::size_t at = out.size();
-    out.resize(at + n);
-    std::memcpy(out.data() + at, ids, n * sizeof(std::int32_t));
-    return;
-  }
+  if (cache.append(piece, h, out)) return;
   const std::size_t at = out.size();
   bpe(piece, out);
   cache.insert(piece, h, out.data() + at, out.size() - at);
