@@ -4,7 +4,8 @@
 //     ignore_merges), added_tokens, and the pre-split pattern of pre_tokenizer: ByteLevel with
 //     use_regex (GPT-2's pattern), or a Sequence of Split {Regex, behavior Isolated} and ByteLevel
 //     without use_regex (Llama-3, Qwen2). normalizer null or NFC (NFC is not applied: the input
-//     must already be NFC, as nearly all text is). Anything else is rejected by name.
+//     must already be NFC, as nearly all text is). Anything else is rejected by name. The
+//     post_processor is not applied (no BOS token is added: token files are plain text streams).
 //   * a folder holding tokenizer.json, or vocab.json + merges.txt, or encoder.json + vocab.bpe
 //     (the GPT-2 release's names), tried in that order. The two vocab + merges forms split with
 //     GPT-2's pattern and treat "<|endoftext|>", when in the vocabulary, as a special token.

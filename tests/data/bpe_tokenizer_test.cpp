@@ -10,6 +10,7 @@
 #include "data/bpe_files.h"
 #include "data/bpe_tokenizer.h"
 #include "data/byte_unicode.h"
+#include "data/regex_split.h"
 #include "data/data.h"
 #include "data/utf8.h"
 #include "tests/support/files.h"
@@ -215,4 +216,32 @@ TEST(BpeTokenizer, LoadErrorsNameTheProblem) {
   j["model"]["merges"] = {"a c"};
   write_bytes(dir.file("merge.json"), j.dump());
   expect_error([&] { BpeTokenizer::load(dir.file("merge.json")); }, {"merge 0", "not all in the vocabulary"});
+}
+
+// Llama-3's and Qwen2's pre-split patterns (as their tokenizer.json files give them) compile with
+// PCRE2 and cut as Unicode properties say: case-insensitive contractions, digits in runs of at
+// most 3 (Llama-3) or 1 (Qwen2), punctuation keeping its newlines, letters of any script.
+TEST(RegexSplitter, Llama3AndQwen2Patterns) {
+  const std::string llama3 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const std::string qwen2 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  auto pieces = [](const std::string& pattern, const std::string& text) {
+    RegexSplitter split(pattern);
+    std::vector<std::size_t> ends;
+    split.scan(text, 0, text.size(), ends);
+    std::vector<std::string> out;
+    std::size_t begin = 0;
+    for (std::size_t e : ends) {
+      out.push_back(text.substr(begin, e - begin));
+      begin = e;
+    }
+    return out;
+  };
+  const std::string text = "Hello wörld 12345!!\n\nI'M \xD0\x9C\xD0\xB8\xD1\x80  x";  // "Мир"
+  EXPECT_EQ(pieces(llama3, text), (std::vector<std::string>{"Hello", " wörld", " ", "123", "45", "!!\n\n", "I", "'M",
+                                                            " \xD0\x9C\xD0\xB8\xD1\x80", " ", " x"}));
+  EXPECT_EQ(pieces(qwen2, "a 123"), (std::vector<std::string>{"a", " ", "1", "2", "3"}));
+  // The GPT-2 pattern is case-sensitive: "'M" is punctuation, then a letter.
+  EXPECT_EQ(pieces(kGpt2Pattern, "I'M it's"), (std::vector<std::string>{"I", "'", "M", " it", "'s"}));
 }
