@@ -30,6 +30,29 @@ struct StringHash {
   std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
 
+// The word cache's hash: 8 bytes at a time, then a full avalanche (splitmix64's finalizer), which
+// linear probing needs in its low bits.
+std::uint64_t piece_hash(std::string_view s) {
+  std::uint64_t h = 0x243F6A8885A308D3ull ^ s.size();
+  std::size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 32;
+  }
+  if (i < s.size()) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, s.data() + i, s.size() - i);
+    h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+  }
+  h ^= h >> 30;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 27;
+  h *= 0x94D049BB133111EBull;
+  return h ^ (h >> 31);
+}
+
 // A thread's cache of piece -> ids: open addressing over one array of 32-byte slots. A piece of
 // at most 8 bytes is kept in its slot, and so are up to 2 ids: the common hit reads one slot.
 // Longer pieces and id lists live in an arena.
@@ -231,7 +254,7 @@ void BpeTokenizer::Impl::encode_piece(std::string_view piece, WordCache& cache, 
     bpe(piece, out);
     return;
   }
-  const std::uint64_t h = StringHash{}(piece);
+  const std::uint64_t h = piece_hash(piece);
   if (cache.append(piece, h, out)) return;
   const std::size_t at = out.size();
   bpe(piece, out);
