@@ -146,7 +146,7 @@ TEST(BpeTokenizer, TokenizerJsonEncodesLikeTheVocabAndMergesFiles) {
         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
   std::filesystem::create_directories(dir.path() / "folder");
   write_bytes(dir.file("folder/tokenizer.json"), gpt2_tokenizer_json(true, split.dump()));
-  for (const std::string path : {dir.file("bytelevel.json"), dir.file("folder")}) {
+  for (const std::string& path : {dir.file("bytelevel.json"), dir.file("folder")}) {
     BpeTokenizer t = BpeTokenizer::load(path);
     EXPECT_EQ(t.vocab_size(), 50257) << path;
     expect_ids(t, t.encode(text), want);
