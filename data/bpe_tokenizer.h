@@ -10,7 +10,8 @@
 //      merged, every occurrence left to right in one pass, until no pair has a rank (GPT-2's
 //      procedure). With ignore_merges, a piece that is itself in the vocabulary is that one token.
 // Long texts are scanned and merged in chunks in parallel (oneTBB); the ids are the same as a
-// sequential encode, in order. Words are cached per thread.
+// sequential encode, in order. Words are cached per thread, for the tokenizer's lifetime (at most
+// 2^20 pieces of up to 64 bytes per thread, then the cache starts over).
 //
 // decode(ids) concatenates each token's bytes (it may end inside a UTF-8 character); an id outside
 // the vocabulary is an stp::Error. decode(encode(x)) == x for every valid UTF-8 x.
