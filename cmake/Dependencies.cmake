@@ -9,6 +9,7 @@ find_package(nlohmann_json 3.10 REQUIRED)  # small JSON documents: safetensors h
 find_package(simdjson REQUIRED)            # trace.json reading (profile/trace_reader.cpp)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
 pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)  # the BPE tokenizer's pre-split (data/regex_split.cpp)
 
 # OpenBLAS for CPU GEMM. We want OpenBLAS specifically (for openblas_set_num_threads), not
 # whichever libblas the alternatives system points at.

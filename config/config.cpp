@@ -26,7 +26,7 @@ static const std::vector<Knob> kKnobs = {
   {"model.attention",        KnobType::KNOB_CHOICE, "fused",          "fused|naive", "fused: tiled causal attention with an online softmax, activation memory linear in seq_len (keeps the output and one log-sum-exp per query row); naive: the (B, H, T, T) probabilities are kept, the reference. docs/model.md, Attention", STP_FIELD(model.attention)},
   {"model.init_from",        KnobType::KNOB_PATH,   "null",           "", "a .safetensors file with HF GPT-2 tensor names; null = seeded random init", STP_FIELD(model.init_from)},
   {"data.path",              KnobType::KNOB_STRING, "/usr/share/games/fortunes", "", "a token file, or a folder whose regular files are concatenated in name order", STP_FIELD(data.path)},
-  {"data.format",            KnobType::KNOB_CHOICE, "text",           "text|u16|llmc", "text: bytes are tokens (vocab 256); u16: raw little-endian uint16; llmc: llm.c header + uint16", STP_FIELD(data.format)},
+  {"data.format",            KnobType::KNOB_CHOICE, "text",           "text|u16|llmc|tok32", "text: bytes are tokens (vocab 256); u16: raw little-endian uint16; llmc: llm.c header + uint16; tok32: stp header + uint32", STP_FIELD(data.format)},
   {"data.sampling",          KnobType::KNOB_CHOICE, "random",         "random|sequential", "sequence b starts at (b*T) mod (N-T) (sequential) or hash(seed, b) mod (N-T) (random)", STP_FIELD(data.sampling)},
   {"train.steps",            KnobType::KNOB_INT,    "200",            "", "optimizer steps", STP_FIELD(train.steps)},
   {"train.micro_batch_size", KnobType::KNOB_INT,    "4",              "", "sequences per microbatch", STP_FIELD(train.micro_batch_size)},

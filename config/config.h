@@ -41,7 +41,7 @@ struct ModelConfig {
 
 struct DataConfig {
   std::string path;
-  std::string format;    // text | u16 | llmc
+  std::string format;    // text | u16 | llmc | tok32
   std::string sampling;  // random | sequential
 };
 

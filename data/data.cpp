@@ -7,6 +7,7 @@
 
 #include "config/config.h"
 #include "base/error.h"
+#include "data/token_file.h"
 
 namespace stp {
 namespace {
@@ -40,8 +41,8 @@ std::vector<fs::path> list_files(const DataOptions& o) {
   return files;
 }
 
-std::vector<std::uint16_t> load_text(const std::vector<fs::path>& files) {
-  std::vector<std::uint16_t> tokens;
+std::vector<std::uint32_t> load_text(const std::vector<fs::path>& files) {
+  std::vector<std::uint32_t> tokens;
   for (const auto& f : files) {
     std::string bytes = read_file(f);
     for (unsigned char c : bytes) tokens.push_back(c);
@@ -49,20 +50,24 @@ std::vector<std::uint16_t> load_text(const std::vector<fs::path>& files) {
   return tokens;
 }
 
-std::vector<std::uint16_t> u16_tokens(const std::string& bytes, std::size_t offset) {
-  std::vector<std::uint16_t> tokens((bytes.size() - offset) / 2);
-  std::memcpy(tokens.data(), bytes.data() + offset, tokens.size() * 2);  // little-endian host
+std::vector<std::uint32_t> u16_tokens(const std::string& bytes, std::size_t offset) {
+  std::vector<std::uint32_t> tokens((bytes.size() - offset) / 2);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    std::uint16_t t;
+    std::memcpy(&t, bytes.data() + offset + 2 * i, 2);  // little-endian host
+    tokens[i] = t;
+  }
   return tokens;
 }
 
-std::vector<std::uint16_t> load_u16(const std::string& path) {
+std::vector<std::uint32_t> load_u16(const std::string& path) {
   std::string bytes = read_file(path);
   STP_CHECK(bytes.size() % 2 == 0, "data: '", path, "' has ", bytes.size(),
             " bytes, not a whole number of uint16 tokens (data.format u16)");
   return u16_tokens(bytes, 0);
 }
 
-std::vector<std::uint16_t> load_llmc(const std::string& path) {
+std::vector<std::uint32_t> load_llmc(const std::string& path) {
   std::string bytes = read_file(path);
   const std::size_t header_bytes = kLlmcHeaderInts * 4;
   STP_CHECK(bytes.size() >= header_bytes, "data: '", path, "' has ", bytes.size(),
@@ -89,20 +94,21 @@ DataOptions DataOptions::from_config(const Config& cfg) {
 TokenDataset::TokenDataset(const DataOptions& options) : options_(options) {
   const DataOptions& o = options_;
   STP_ASSERT(o.seq_len >= 1 && o.vocab_size >= 1, "data: bad seq_len/vocab_size");
-  STP_CHECK(o.format == "text" || o.format == "u16" || o.format == "llmc", "data: unknown data.format '", o.format,
-            "'");
+  STP_CHECK(o.format == "text" || o.format == "u16" || o.format == "llmc" || o.format == "tok32",
+            "data: unknown data.format '", o.format, "'");
   STP_CHECK(o.sampling == "random" || o.sampling == "sequential", "data: unknown data.sampling '", o.sampling, "'");
   std::vector<fs::path> files = list_files(o);
   if (o.format == "text") tokens_ = load_text(files);
   else if (o.format == "u16") tokens_ = load_u16(o.path);
-  else tokens_ = load_llmc(o.path);
+  else if (o.format == "llmc") tokens_ = load_llmc(o.path);
+  else tokens_ = parse_tok32(read_file(o.path), o.path);
 
   const std::uint64_t need = std::uint64_t(o.seq_len) + 1;
   STP_CHECK(tokens_.size() >= need, "data: '", o.path, "' has ", tokens_.size(),
             " tokens, fewer than model.seq_len + 1 = ", need,
             " needed for one sequence; use more data or a shorter model.seq_len");
   for (std::size_t i = 0; i < tokens_.size(); ++i)
-    STP_CHECK(tokens_[i] < o.vocab_size, "data: token ", tokens_[i], " at position ", i, " of '", o.path,
+    STP_CHECK(tokens_[i] < std::uint32_t(o.vocab_size), "data: token ", tokens_[i], " at position ", i, " of '", o.path,
               "' is >= model.vocab_size ", o.vocab_size);
 }
 
@@ -123,12 +129,12 @@ std::uint64_t TokenDataset::sequence_offset(std::uint64_t b) const {
 void TokenDataset::fill_batch(std::uint64_t b0, int rows, std::int32_t* inputs, std::int32_t* targets) const {
   const std::size_t T = static_cast<std::size_t>(options_.seq_len);
   for (int r = 0; r < rows; ++r) {
-    const std::uint16_t* src = tokens_.data() + sequence_offset(b0 + std::uint64_t(r));
+    const std::uint32_t* src = tokens_.data() + sequence_offset(b0 + std::uint64_t(r));
     std::int32_t* in = inputs + std::size_t(r) * T;
     std::int32_t* tg = targets + std::size_t(r) * T;
     for (std::size_t t = 0; t < T; ++t) {
-      in[t] = src[t];
-      tg[t] = src[t + 1];
+      in[t] = static_cast<std::int32_t>(src[t]);
+      tg[t] = static_cast<std::int32_t>(src[t + 1]);
     }
   }
 }

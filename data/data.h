@@ -6,6 +6,9 @@
 //   u16   raw little-endian uint16 tokens (the file size must be even).
 //   llmc  llm.c token file: a header of 256 int32 (header[0] = 20240520 magic, header[1] = 1
 //         version, header[2] = token count), then exactly that many uint16 tokens.
+//   tok32 stp's wide token file (ids up to 2^32 - 1): a 32-byte header (magic "STPTOK32",
+//         version 1, vocab_size, token count), then uint32 tokens; data/token_file.h. `stp
+//         tokenize` writes it when the tokenizer's vocabulary exceeds 65536 ids.
 //
 // Sampling: number the sequences of a run b = 0, 1, 2, ... in the order step, data-parallel
 // replica, microbatch, row (sequence_index()). Sequence b reads the T + 1 tokens at offset
@@ -15,7 +18,8 @@
 // functions of b (and the seed), so resuming from a checkpoint needs only the step number.
 //
 // Errors (stp::Error): missing path, empty folder, N < T + 1, odd u16 size, a bad llm.c header
-// (magic, version, or a token count that disagrees with the file size), a token >= vocab_size
+// (magic, version, or a token count that disagrees with the file size), a bad tok32 header
+// (data/token_file.h), a token >= vocab_size
 // (naming the token, its position and vocab_size).
 #pragma once
 
@@ -29,7 +33,7 @@ struct Config;
 
 struct DataOptions {
   std::string path;
-  std::string format = "text";      // text | u16 | llmc
+  std::string format = "text";      // text | u16 | llmc | tok32
   std::string sampling = "random";  // random | sequential
   int seq_len = 128;                // T
   int vocab_size = 256;
@@ -44,7 +48,7 @@ class TokenDataset {
 
   std::uint64_t num_tokens() const { return tokens_.size(); }  // N
   const DataOptions& options() const { return options_; }
-  std::uint16_t token(std::uint64_t i) const { return tokens_[i]; }
+  std::uint32_t token(std::uint64_t i) const { return tokens_[i]; }
 
   // Offset of sequence b's first token (the formulas above); < N - T.
   std::uint64_t sequence_offset(std::uint64_t b) const;
@@ -54,7 +58,7 @@ class TokenDataset {
 
  private:
   DataOptions options_;
-  std::vector<std::uint16_t> tokens_;
+  std::vector<std::uint32_t> tokens_;
 };
 
 // b of the first row of (step, replica, microbatch): step is 1-based, replica in [0, dp),

@@ -25,6 +25,7 @@ packages=(
   libcli11-dev
   nlohmann-json3-dev
   libsimdjson-dev
+  libpcre2-dev
   fortunes
   libopenmpi-dev
   openmpi-bin

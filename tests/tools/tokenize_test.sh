@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# CTest: tools.tokenize_test SOURCE_DIR BINARY_DIR CUDA_ENABLED
+# `stp tokenize` end to end with GPT-2's vocabulary (tests/data/tokenizer/):
+#   * the fortunes text (the Debian fortunes package's text files, each encoded alone, in name
+#     order) gives byte for byte the llm.c file of the gpt-3-encoder reference (fortunes.llmc.gz);
+#     skipped when the package is missing or another version (fortunes.sha256);
+#   * invalid UTF-8 is an error naming the file and offset (status 1), and --invalid-utf8 replace
+#     gives the reference ids of the text after U+FFFD substitution;
+#   * missing tokenizer / input, and an empty input folder, are one-line errors with status 1;
+# Skipped (77) when stp is not built.
+set -uo pipefail
+src="$1" bin="$2"
+stp="$bin/stp"
+[ -x "$stp" ] || { echo "stp not built"; exit 77; }
+data="$src/tests/data/tokenizer"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# llmc FILE < ids (one per line): writes the llm.c token file of those ids.
+llmc() { python3 -c '
+import struct, sys
+ids = [int(x) for x in sys.stdin.read().split()]
+sys.stdout.buffer.write(struct.pack("<256i", 20240520, 1, len(ids), *([0] * 253)) + struct.pack("<%dH" % len(ids), *ids))
+' >"$1"; }
+
+# expect_error STATUS NEEDLE CMD...: CMD exits STATUS with one stderr line containing NEEDLE.
+expect_error() {
+  local want="$1" needle="$2"; shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local status=$?
+  [ "$status" -eq "$want" ] || fail "$* exited $status, expected $want ($(cat "$tmp/err"))"
+  grep -qF -- "$needle" "$tmp/err" || fail "$*: stderr does not mention '$needle': $(cat "$tmp/err")"
+  [ "$(grep -c . "$tmp/err")" -eq 1 ] || fail "$*: stderr is not one line: $(cat "$tmp/err")"
+}
+
+# The adversarial text through the command line (one file input).
+"$stp" tokenize "$data/gpt2" "$data/adversarial.txt" "$tmp/adv.bin" >"$tmp/out" 2>"$tmp/err" ||
+  fail "stp tokenize adversarial.txt: $(cat "$tmp/err")"
+llmc "$tmp/adv.want" <"$data/adversarial.ids"
+cmp -s "$tmp/adv.bin" "$tmp/adv.want" || fail "adversarial.txt: ids differ from the reference"
+grep -q "data.format llmc" "$tmp/out" || fail "the summary does not name the format: $(cat "$tmp/out")"
+
+# Invalid UTF-8.
+expect_error 1 "offset 12" "$stp" tokenize "$data/gpt2" "$data/invalid_utf8.txt" "$tmp/bad.bin"
+[ -e "$tmp/bad.bin" ] && fail "an output file was written despite the error"
+"$stp" tokenize --invalid-utf8 replace "$data/gpt2" "$data/invalid_utf8.txt" "$tmp/rep.bin" >/dev/null 2>"$tmp/err" ||
+  fail "--invalid-utf8 replace: $(cat "$tmp/err")"
+llmc "$tmp/rep.want" <"$data/invalid_utf8.replaced.ids"
+cmp -s "$tmp/rep.bin" "$tmp/rep.want" || fail "--invalid-utf8 replace: ids differ from the reference"
+expect_error 1 "--invalid-utf8" "$stp" tokenize --invalid-utf8 skip "$data/gpt2" "$data/invalid_utf8.txt" "$tmp/x.bin"
+
+# Missing files.
+expect_error 1 "does not exist" "$stp" tokenize "$tmp/nope" "$data/adversarial.txt" "$tmp/x.bin"
+expect_error 1 "does not exist" "$stp" tokenize "$data/gpt2" "$tmp/nope.txt" "$tmp/x.bin"
+mkdir "$tmp/empty"
+expect_error 1 "no regular files" "$stp" tokenize "$data/gpt2" "$tmp/empty" "$tmp/x.bin"
+expect_error 1 "OUTPUT" "$stp" tokenize "$data/gpt2" "$data/adversarial.txt"
+
+# The whole fortunes text.
+fortunes=/usr/share/games/fortunes
+if [ -d "$fortunes" ]; then
+  mkdir "$tmp/fortunes"
+  for f in "$fortunes"/*; do
+    name="$(basename "$f")"
+    [[ "$name" == *.* || -L "$f" || ! -f "$f" ]] || cp "$f" "$tmp/fortunes/"
+  done
+  if [ "$(cat $(ls -d "$tmp"/fortunes/* | LC_ALL=C sort) | sha256sum | cut -d' ' -f1)" = "$(cat "$data/fortunes.sha256")" ]; then
+    "$stp" tokenize "$data/gpt2" "$tmp/fortunes" "$tmp/fortunes.bin" >"$tmp/out" 2>"$tmp/err" ||
+      fail "stp tokenize fortunes: $(cat "$tmp/err")"
+    gzip -dc "$data/fortunes.llmc.gz" >"$tmp/fortunes.want"
+    cmp "$tmp/fortunes.bin" "$tmp/fortunes.want" || fail "fortunes: ids differ from the reference"
+    cat "$tmp/out"
+  else
+    echo "note: $fortunes is another version than the reference's; fortunes comparison skipped"
+  fi
+else
+  echo "note: $fortunes missing; fortunes comparison skipped"
+fi
+
+[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
+echo "tokenize: all checks passed"
