@@ -58,7 +58,8 @@ std::vector<PlotSeries> read_plot_series(const std::string& path) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
       json j = json::parse(line);
-      by_step[json_int(j, "step")] = std::move(j);
+      const std::int64_t step = json_int(j, "step");
+      by_step[step] = std::move(j);
     } catch (const Error& e) {
       throw Error(str("'", path, "' line ", n, ": ", e.what()));
     } catch (const json::exception& e) {

@@ -10,8 +10,10 @@
 //                      as a CUDA/NCCL failure would: `stp` exits with status 4); or `nan_grad`:
 //                      throw nothing, but once rank G's gradients of step S are final (after the
 //                      data-parallel and tied-embedding sums, before the norm) set the first
-//                      element of its first parameter's gradient to NaN, as an overflow would
-//                      (the non-finite guard then skips the step).
+//                      element of the gradient of its first parameter that enters the global norm
+//                      there (not the tied wte, not a replicated tensor on a TP rank > 0: copies
+//                      every holder computes alike) to NaN, as an overflow would (the non-finite
+//                      guard then skips the step).
 //
 // Unset (the normal case): no effect. Not a feature: documented in docs/scale-out.md as a test hook.
 #pragma once

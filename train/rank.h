@@ -59,7 +59,8 @@ struct Rank {
   // (3,) the step's health scalars: this replica's gradient sum of squares; the same summed over
   // every rank (finite only if every rank's is: the skip decision); the clip coefficient.
   Tensor health;
-  // (eval_batches · m,) validation losses, slot pass · m + mb − 1, summed over the world like losses.
+  // (eval_batches · dp · m,) validation losses, slot (pass · dp + replica) · m + mb − 1, summed over
+  // the world like losses.
   Tensor eval_losses;
   std::vector<std::vector<std::int32_t>> staging;  // this step's host token buffers (until sync)
 

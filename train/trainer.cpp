@@ -192,7 +192,10 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
   sum_tied_grads(r);
   if (fault.poisons(r.global, step)) {  // test hook: one NaN gradient on this rank
     static const float nan = std::numeric_limits<float>::quiet_NaN();
-    r.compute->copy(r.params.front().grad.raw(), &nan, sizeof(float));
+    auto own = std::find_if(r.params.begin(), r.params.end(),
+                            [&](const ParamInfo& p) { return (!p.replicated || r.tp_rank == 0) && !p.tied; });
+    STP_ASSERT(own != r.params.end(), "rank ", r.global, " holds no gradient of its own to poison");
+    r.compute->copy(own->grad.raw(), &nan, sizeof(float));
   }
   r.world->all_reduce_sum(*r.compute, r.losses.f32(), static_cast<std::size_t>(r.losses.numel()));
   // The non-finite guard. The replica's sum of squares gives the global norm; its sum over every
@@ -226,19 +229,23 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
   r.staging.clear();
 }
 
-// Every replica evaluates the passes p = dp_rank, dp_rank + dp, ... of the eval set (pass p: sequences
-// p·m·B .. (p+1)·m·B − 1 of data.val_path, microbatch mb the rows p·m·B + (mb−1)·B ..), forward only.
+// Pass p of the eval set is global batch p of data.val_path read in order: G = dp · m · B sequences
+// from p · G on, split over the replicas as a training step splits its batch (replica d's
+// microbatch mb: rows p · G + (d · m + mb − 1) · B ..). So the sequences and their order depend
+// on the global batch only, not on how dp, pp, tp and the schedule divide it.
 void Trainer::Impl::rank_evaluate(Rank& r) {
-  const int m = config.train.microbatches, B = config.train.micro_batch_size;
+  const int m = config.train.microbatches, B = config.train.micro_batch_size, dp = config.parallel.dp;
+  const std::int64_t G = std::int64_t{dp} * m * B;
   r.compute->zero(r.eval_losses.raw(), r.eval_losses.bytes());
   for (auto& s : r.stages) {
     s->zero_grads(*r.compute);  // drops microbatch state and refreshes bf16 weight copies
     s->set_forward_only(true);
   }
   const bool writes_losses = r.holds_last() && r.tp_rank == 0;
-  for (std::int64_t p = r.dp_rank; p < config.train.eval_batches; p += config.parallel.dp) {
-    upload_rows(r, val_dataset.get(), [&](int mb) { return static_cast<std::uint64_t>((p * m + mb - 1) * B); });
-    if (writes_losses) r.executor->set_loss_output(r.eval_losses.view(p * m, {m}));
+  for (std::int64_t p = 0; p < config.train.eval_batches; ++p) {
+    upload_rows(r, val_dataset.get(),
+                [&](int mb) { return static_cast<std::uint64_t>(p * G + (std::int64_t{r.dp_rank} * m + mb - 1) * B); });
+    if (writes_losses) r.executor->set_loss_output(r.eval_losses.view((p * dp + r.dp_rank) * m, {m}));
     r.executor->run_forward();
     r.synchronize();
   }

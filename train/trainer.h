@@ -96,11 +96,12 @@ class Trainer {
   // The last step that updated the parameters (steps_done() minus the trailing skipped steps).
   std::int64_t last_update_step() const;
 
-  // Validation loss: the mean token cross-entropy over the held-out set (train.eval_batches global
-  // batches of data.val_path, read sequentially from its start), forward only through the pipeline
-  // with no activation records kept (Executor::run_forward). The same sequences every time and
-  // under every layout; replicas split the batches, losses are reduced over all ranks. An
-  // stp::Error without data.val_path (a dry run evaluates without data).
+  // Validation loss: the mean token cross-entropy over the held-out set (the first
+  // train.eval_batches global batches of data.val_path, read in order), forward only through the
+  // pipeline with no activation records kept (Executor::run_forward). The same sequences every
+  // time and under every layout with the same global batch; replicas split each batch as in a
+  // step; losses are reduced over all ranks. An stp::Error without data.val_path (a dry run
+  // evaluates without data).
   double evaluate();
 
   // Full tensors with HF GPT-2 names, gathered from the shards of data-parallel replica `replica`

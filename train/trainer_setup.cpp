@@ -241,7 +241,7 @@ void Trainer::Impl::build_rank(Rank& r) {
     BlockArena::CategoryScope as(*r.alloc, MemoryCategory::Buffers);
     // One buffer: the step's losses, the health scalars and (with validation) the eval losses.
     const std::int64_t n_loss = std::int64_t{config.parallel.dp} * m;
-    const std::int64_t n_eval = config.data.val_path.empty() ? 0 : config.train.eval_batches * m;
+    const std::int64_t n_eval = config.data.val_path.empty() ? 0 : config.train.eval_batches * config.parallel.dp * m;
     Tensor scalars = Tensor::empty(*r.alloc, {n_loss + 3 + n_eval});
     r.losses = scalars.view(0, {n_loss});
     r.health = scalars.view(n_loss, {3});

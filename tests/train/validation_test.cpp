@@ -27,18 +27,21 @@ stp::Config val_config(std::vector<std::string> sets) {
   return stp::testing::tiny_config(sets);
 }
 
+// dp = 2 with m = 4 has the global batch of dp = 1 with m = 8: the same training and eval batches.
 struct Layout {
   int dp, pp, tp;
   std::string schedule;
+  int microbatches = 8;
 };
 
 TEST(Validation, IdenticalUnderEveryLayoutBeforeAndAfterTraining) {
-  const std::vector<Layout> layouts = {{1, 1, 1, "gpipe"}, {1, 2, 2, "stp"},    {1, 4, 1, "zb-v"},
-                                       {2, 2, 1, "1f1b"},  {1, 2, 1, "1f1b-i"}, {1, 4, 2, "stp"}};
+  const std::vector<Layout> layouts = {{1, 1, 1, "gpipe"},   {1, 2, 2, "stp"},    {1, 4, 1, "zb-v"},
+                                       {2, 2, 1, "1f1b", 4}, {1, 2, 1, "1f1b-i"}, {1, 4, 2, "stp"}};
   std::vector<double> at0, at2;
   for (const Layout& l : layouts) {
     auto cfg = val_config({"parallel.dp=" + std::to_string(l.dp), "parallel.pp=" + std::to_string(l.pp),
-                           "parallel.tp=" + std::to_string(l.tp), "parallel.schedule=" + l.schedule});
+                           "parallel.tp=" + std::to_string(l.tp), "parallel.schedule=" + l.schedule,
+                           "train.microbatches=" + std::to_string(l.microbatches)});
     cfg.output.dir = fresh_dir("val_layouts");
     stp::Trainer t(cfg);
     at0.push_back(t.evaluate());
