@@ -43,6 +43,7 @@ struct DataConfig {
   std::string path;
   std::string format;    // text | u16 | llmc | tok32
   std::string sampling;  // random | sequential
+  std::string val_path;  // "" = null: no validation
 };
 
 struct TrainConfig {
@@ -55,8 +56,12 @@ struct TrainConfig {
   double min_lr = 0;
   double grad_clip = 0;  // 0 = off
   std::uint64_t seed = 0;
-  std::string resume;     // "" = null
-  std::string precision;  // f32 | bf16
+  std::string resume;                  // "" = null
+  std::string precision;               // f32 | bf16
+  std::int64_t eval_every = 0;         // 0 = never
+  std::int64_t eval_batches = 0;       // global batches of held-out sequences
+  std::int64_t max_skipped_steps = 0;  // consecutive non-finite steps before the run stops
+  double peak_flops = 0;               // per device; 0 = no MFU
 };
 
 struct OptimConfig {

@@ -32,6 +32,12 @@ void validate_train(const Config& c) {
   check_at_least("train.lr", t.lr, 0.0);
   check_at_least("train.min_lr", t.min_lr, 0.0);
   check_at_least("train.grad_clip", t.grad_clip, 0.0);
+  check_at_least("train.eval_every", t.eval_every, std::int64_t{0});
+  check_at_least("train.eval_batches", t.eval_batches, std::int64_t{1});
+  check_at_least("train.max_skipped_steps", t.max_skipped_steps, std::int64_t{1});
+  check_at_least("train.peak_flops", t.peak_flops, 0.0);
+  STP_CHECK(t.eval_every == 0 || !c.data.val_path.empty(), "config: train.eval_every (", t.eval_every,
+            ") needs data.val_path (held-out tokens); set it, or train.eval_every: 0");
   STP_CHECK(t.lr_schedule != "cosine" || t.min_lr <= t.lr, "config: train.min_lr (", t.min_lr,
             ") must not exceed train.lr (", t.lr, ") with train.lr_schedule cosine");
   const OptimConfig& o = c.optim;

@@ -41,6 +41,7 @@ std::string state_json(const CheckpointState& s) {
                               {"data_position", s.data_position},
                               {"rng", {{"seed", std::to_string(s.rng_seed)}, {"offset", std::to_string(s.rng_offset)}}},
                               {"config_fingerprint", s.config_fingerprint}};
+  if (!s.note.empty()) j["note"] = s.note;
   return j.dump(2) + "\n";
 }
 
@@ -82,6 +83,7 @@ CheckpointState read_state(const fs::path& path) {
     s.rng_seed = parse_u64_string(rng, "seed", "rng.seed", path.string());
     s.rng_offset = parse_u64_string(rng, "offset", "rng.offset", path.string());
     s.config_fingerprint = json_string(j, "config_fingerprint");
+    if (j.contains("note")) s.note = json_string(j, "note");
   } catch (const Error& e) {
     throw Error(str("checkpoint: ", path.string(), " is invalid or truncated: ", e.what()));
   } catch (const json::exception& e) {

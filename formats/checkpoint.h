@@ -4,7 +4,8 @@
 //   ...) optimizer.safetensors  "NAME.exp_avg" and "NAME.exp_avg_sq" per model tensor (full layout),
 //                          metadata {"step": optimizer steps taken}
 //   state.json             {"format": "stp-checkpoint-1", "step": S, "data_position": B,
-//                           "rng": {"seed": "...", "offset": "..."}, "config_fingerprint": "..."}
+//                           "rng": {"seed": "...", "offset": "..."}, "config_fingerprint": "...",
+//                           "note": "..." (optional: e.g. the state after a stop on non-finite steps)}
 //                          (rng values are decimal strings: exact 64-bit integers)
 //
 // Atomicity: everything is written into output.dir/.checkpoint-STEP.tmp/ (synced to disk) and
@@ -33,6 +34,7 @@ struct CheckpointState {
   std::uint64_t rng_seed = 0;       // train.seed
   std::uint64_t rng_offset = 0;     // draws consumed from seeded streams (0 if none)
   std::string config_fingerprint;   // config_fingerprint() of the run (model shape)
+  std::string note;                 // optional "note": why the run wrote it, when not a normal save
 };
 
 struct OptimizerMoments {

@@ -158,8 +158,17 @@ Tensor GPT2Stage::forward(int u, int mb, Stream& s) {
     m.output = std::move(m.fwd_x);
     m.fwd_x = Tensor();
   }
+  if (forward_only_) {  // nothing is kept for a backward
+    for (const ActivationRecord& r : rec.list()) cs.release(r.tensor);
+    rec.mutable_list().clear();
+  }
   drop_empty_records(u, mb);
   return reduce;
+}
+
+void GPT2Stage::set_forward_only(bool on) {
+  STP_CHECK(mbs_.empty(), "set_forward_only(", on, ") while microbatches are in flight: set it between steps");
+  forward_only_ = on;
 }
 
 // The gradient w.r.t. the output of unit u: the residual gradient plus, when unit u+1 is a TP
@@ -175,6 +184,7 @@ Tensor GPT2Stage::finalize_next(int u, int mb, Microbatch& m, CallScope& cs) {
 }
 
 Tensor GPT2Stage::backward_input(int u, int mb, Stream& s) {
+  STP_ASSERT(!forward_only_, "B(", u, ", mb ", mb, ") in forward-only mode");
   Microbatch& m = mb_state(mb);
   if (m.next_b < 0) {  // B starts: take the gradient seed from the next stage (or the head's loss)
     STP_ASSERT(m.next_f == num_units(), "B(", u, ", mb ", mb, ") before the last F of mb");

@@ -62,6 +62,8 @@ class GPT2Stage final : public Stage {
   double recompute_cost(int u, Recompute r) const override;
   std::size_t recompute_saving(int u, Recompute r) const override;
 
+  void set_forward_only(bool on) override;
+
   std::vector<ParamInfo>& params() override { return params_.list(); }
   void zero_grads(Stream& s) override;
   void release_microbatch(int mb, Stream& s) override;
@@ -103,6 +105,7 @@ class GPT2Stage final : public Stage {
   GPT2Params params_;
   std::vector<Unit> units_;
   float loss_scale_ = 1.0f;
+  bool forward_only_ = false;
   std::map<int, Microbatch> mbs_;
   std::vector<std::map<int, RecordSet>> records_;  // [unit][mb]
 };

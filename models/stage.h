@@ -181,6 +181,11 @@ class Stage {
   // the dropped records (0 for None and for a policy the unit does not support).
   virtual std::size_t recompute_saving(int u, Recompute r) const = 0;
 
+  // Forward-only mode (evaluation): F(u) releases every record it saved before it returns, in
+  // stream order, so nothing is kept between units; B and W must not run while it is on. Set it
+  // between steps, while no microbatch is in flight.
+  virtual void set_forward_only(bool on) = 0;
+
   virtual std::vector<ParamInfo>& params() = 0;
   virtual void zero_grads(Stream& s) = 0;  // also drops all microbatch state (in stream order)
   // Drops mb's I/O buffers (its records must be gone), in stream order on s.

@@ -13,11 +13,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -30,11 +32,15 @@
 #include "tools/command.h"
 #include "tools/config_args.h"
 #include "train/rank_layout.h"
+#include "train/model_flops.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;
 
 namespace {
+
+// Exit status of a run stopped by the non-finite guard (docs/design.md, Command line).
+constexpr int kDivergedStatus = 5;
 
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) { g_interrupted = true; }
@@ -56,14 +62,27 @@ void archive_earlier_run(const fs::path& dir) {
   std::fprintf(stderr, "stp train: %s held an earlier run; moved its files to %s\n", dir.c_str(), dest.c_str());
 }
 
+// A number for metrics.jsonl: JSON has no NaN or infinity, so a non-finite value is null.
+nlohmann::ordered_json finite_or_null(nlohmann::ordered_json v, double x) {
+  return std::isfinite(x) ? v : nlohmann::ordered_json(nullptr);
+}
+
 // One metrics.jsonl line; keys in this order, numbers rounded as the progress line shows them.
-std::string metrics_line(const stp::StepResult& r) {
+// val_loss only on the steps that evaluated; mfu only with train.peak_flops > 0.
+std::string metrics_line(const stp::StepResult& r, const std::optional<double>& val_loss, double mfu) {
   nlohmann::ordered_json j;
   j["step"] = r.step;
-  j["loss"] = stp::json_fixed(r.loss, 6);
+  j["loss"] = finite_or_null(stp::json_fixed(r.loss, 6), r.loss);
+  if (val_loss) j["val_loss"] = finite_or_null(stp::json_fixed(*val_loss, 6), *val_loss);
   j["lr"] = stp::json_number(r.lr, 6);
+  j["grad_norm"] = finite_or_null(stp::json_number(r.grad_norm, 6), r.grad_norm);
+  j["clip_coef"] = stp::json_number(r.clip_coef, 6);
+  j["skipped"] = r.skipped;
+  j["skipped_steps"] = r.skipped_steps;
+  j["tokens_seen"] = r.tokens_seen;
   j["step_ms"] = stp::json_fixed(r.step_ms, 3);
   j["tokens_per_s"] = stp::json_fixed(r.tokens_per_s, 1);
+  if (mfu >= 0) j["mfu"] = stp::json_number(mfu, 4);
   j["peak_device_bytes"] = r.peak_device_bytes;
   j["peak_host_pinned_bytes"] = r.peak_host_pinned_bytes;
   if (!r.offload.empty()) {
@@ -93,14 +112,16 @@ std::string format_duration(double seconds) {
 }
 
 void print_progress(const stp::StepResult& r, std::int64_t total, double elapsed_s, std::int64_t done_this_run,
-                    bool tty) {
+                    bool tty, const std::optional<double>& val_loss) {
   std::uint64_t peak = 0;
   for (auto b : r.peak_device_bytes) peak = std::max<std::uint64_t>(peak, b);
   double eta =
       done_this_run > 0 ? elapsed_s / static_cast<double>(done_this_run) * static_cast<double>(total - r.step) : 0;
+  char val[48] = "";
+  if (val_loss) std::snprintf(val, sizeof val, " | val_loss %.4f", *val_loss);
   std::fprintf(
-      stderr, "%sstep %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | %.0f ms/step | peak device %.1f MiB | ETA %s%s",
-      tty ? "\r" : "", static_cast<long long>(r.step), static_cast<long long>(total), r.loss, r.lr, r.tokens_per_s,
+      stderr, "%sstep %lld/%lld | loss %.4f%s | lr %.2e | %.0f tok/s | %.0f ms/step | peak device %.1f MiB | ETA %s%s",
+      tty ? "\r" : "", static_cast<long long>(r.step), static_cast<long long>(total), r.loss, val, r.lr, r.tokens_per_s,
       r.step_ms, static_cast<double>(peak) / (1024.0 * 1024.0), format_duration(eta).c_str(), tty ? "   " : "\n");
   std::fflush(stderr);
 }
@@ -156,25 +177,58 @@ int run(const stp::tools::ConfigArgs& args) {
   // Every process must stop after the same step: they agree on SIGINT, which may reach only some.
   auto interrupted = [&] { return procs ? procs->any(g_interrupted) : g_interrupted.load(); };
   bool stop = false;
+  const double flops_per_token = stp::model_flops_per_token(cfg);
+  const int devices = cfg.parallel.dp * cfg.parallel.tp * cfg.parallel.pp;
+  bool diverged = false;
   while (trainer.steps_done() < cfg.train.steps && !(stop = interrupted())) {
     last = trainer.step();
-    if (first_loss < 0) first_loss = last.loss;
-    bool log = lead && (last.step % cfg.output.log_every == 0 || last.step == cfg.train.steps);
+    if (first_loss < 0 && !last.skipped) first_loss = last.loss;
+    if (last.skipped && lead)
+      std::fprintf(stderr,
+                   "%sstp train: warning: step %lld skipped: loss %g, gradient norm %g (not finite); no update "
+                   "(%lld in a row, the run stops at %lld)\n",
+                   tty ? "\n" : "", static_cast<long long>(last.step), last.loss, last.grad_norm,
+                   static_cast<long long>(last.consecutive_skips), static_cast<long long>(cfg.train.max_skipped_steps));
+    diverged = last.consecutive_skips >= cfg.train.max_skipped_steps;
+    std::optional<double> val_loss;
+    if (cfg.train.eval_every > 0 && !diverged &&
+        (last.step % cfg.train.eval_every == 0 || last.step == cfg.train.steps))
+      val_loss = trainer.evaluate();
+    bool log = lead && (last.step % cfg.output.log_every == 0 || last.step == cfg.train.steps || val_loss || diverged);
+    double mfu = cfg.train.peak_flops > 0 ? flops_per_token * last.tokens_per_s / (cfg.train.peak_flops * devices) : -1;
     if (log) {
-      metrics << metrics_line(last);
+      metrics << metrics_line(last, val_loss, mfu);
       metrics.flush();
     }
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (log) print_progress(last, cfg.train.steps, elapsed, last.step - first, tty);
+    if (log) print_progress(last, cfg.train.steps, elapsed, last.step - first, tty, val_loss);
+    if (diverged) break;
     if (cfg.output.checkpoint_every > 0 && last.step % cfg.output.checkpoint_every == 0 && last.step < cfg.train.steps)
       trainer.save_checkpoint();
   }
-  if (!stop) stop = interrupted();  // Ctrl-C during the last step
+  if (!stop && !diverged) stop = interrupted();  // Ctrl-C during the last step
   if (tty && lead) std::fprintf(stderr, "\n");
   std::signal(SIGINT, SIG_DFL);
-  std::string ck = trainer.save_checkpoint();
-  if (!lead) return stop ? 130 : 0;
+  // After a stop on non-finite steps the parameters and optimizer state are still those of the
+  // last step that updated (skipped steps change nothing); the checkpoint says so.
+  const std::string note = diverged
+                               ? stp::str("stopped after ", last.consecutive_skips, " consecutive non-finite steps (",
+                                          last.step - last.consecutive_skips + 1, "..", last.step,
+                                          "); parameters and optimizer state are those after step ",
+                                          trainer.last_update_step(), ", the last good step")
+                               : std::string();
+  std::string ck = trainer.save_checkpoint(note);
+  if (!lead) return diverged ? kDivergedStatus : stop ? 130 : 0;
   if (cfg.output.trace && trainer.trace()) trainer.trace()->write((dir / "trace.json").string());
+  if (diverged) {
+    std::fprintf(stderr,
+                 "stp train: error: training diverged: %lld consecutive steps had a non-finite loss or gradient norm "
+                 "(train.max_skipped_steps = %lld); checkpoint %s holds the last good state (after step %lld). "
+                 "Lower train.lr, or raise train.warmup_steps or train.grad_clip.\n",
+                 static_cast<long long>(last.consecutive_skips), static_cast<long long>(cfg.train.max_skipped_steps),
+                 ck.c_str(), static_cast<long long>(trainer.last_update_step()));
+    return kDivergedStatus;
+  }
   if (stop) {
     std::fprintf(stderr,
                  "stp train: interrupted after step %lld; checkpoint %s (continue with --set train.resume=%s)\n",
@@ -192,7 +246,8 @@ stp::tools::Run define(CLI::App& app) {
   stp::tools::add_config_args(app, *args);
   app.footer(
       "Writes output.dir/metrics.jsonl, config.yaml, checkpoints and (output.trace) trace.json. Ctrl-C "
-      "finishes the step, writes a checkpoint and exits with status 130.");
+      "finishes the step, writes a checkpoint and exits with status 130. After train.max_skipped_steps "
+      "consecutive non-finite steps it writes the last good state and exits with status 5.");
   return [args] { return run(*args); };
 }
 

@@ -37,7 +37,7 @@ CommVolume expected_comm_bytes(const Config& c, int global) {
     out.dp = 4 * params;
   }
   if (p > 1 && !v_shape && (first || last)) out.other += 4 * V * C;  // first and last stage on different ranks
-  if (c.train.grad_clip > 0) out.other += 4;
+  out.other += 4 + 4;  // the gradient norm's sum over the replica, the skip decision's over the world
   out.other += 4 * d * m;
   return out;
 }

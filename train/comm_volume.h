@@ -18,7 +18,9 @@
 //           2C + V·C on the last stage (V·C once if first and last are one stage)
 //   other = tied [p > 1, interleaved placement, r = 0 or r = p − 1] · 4·V·C (first and last stage
 //           on different ranks sum the wte gradient)
-//           + clip [grad_clip > 0] · 4 + losses 4 · d · m
+//           + norm 4 (the gradient sum of squares over the replica, every step: grad_norm and
+//           the non-finite guard) + guard 4 (that sum over the world: the skip decision)
+//           + losses 4 · d · m
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,7 @@
 #include "train/executor.h"
 
+#include <optional>
+
 #include "base/error.h"
 #include "schedule/op.h"
 
@@ -68,11 +70,45 @@ int Executor::local_chunk_of_stage(int stage) const {
 
 void Executor::set_loss_output(Tensor losses) { losses_ = std::move(losses); }
 
-void Executor::run_step() {
+namespace {
+
+// The forward part of an op (an F or F+F as it is; the F of F&B and F&W), or nothing for B and W.
+std::optional<Op> forward_part(const Op& op) {
+  switch (op.kind) {
+    case sched::OpKind::F: return Op::f(op.a.chunk, op.a.mb);
+    case sched::OpKind::FF: return Op::ff(op.a.chunk, op.a.mb, op.b.mb);
+    case sched::OpKind::FB:
+    case sched::OpKind::FW: return Op::f(op.a.chunk, op.a.mb);
+    case sched::OpKind::B:
+    case sched::OpKind::W: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void Executor::run_step() { walk(false); }
+
+void Executor::run_forward() { walk(true); }
+
+void Executor::walk(bool forward_only) {
   const auto& ops = r_.schedule->ranks[static_cast<std::size_t>(r_.pp_rank)];
   for (std::size_t k = 0; k < ops.size(); ++k) {
-    const Op& op = ops[k];
+    std::optional<Op> fwd = forward_only ? forward_part(ops[k]) : std::optional<Op>(ops[k]);
+    if (!fwd) continue;
+    const Op& op = *fwd;
     for (auto& [stream, pool] : pools_) pool.used = 0;
+    if (forward_only) {
+      const sched::OpMessages msgs = sched::op_messages(*r_.schedule, r_.pp_rank, op);
+      post_receives(msgs.recv);
+      run_parts(op);
+      copy_losses(op);
+      local_handoffs(op);
+      post_sends(msgs.send);
+      for (int i = 0; i < op.n_parts(); ++i)  // a part runs every unit: the chunk is done with mb
+        stage_of_chunk(op.part(i).chunk).release_microbatch(op.part(i).mb, *r_.compute);
+      continue;
+    }
     if (r_.plan && k < r_.plan->prefetch.size())
       for (const PrefetchPoint& p : r_.plan->prefetch[k])  // a W point starts with the first unit W walks
         r_.offload->prefetch({p.chunk, p.mb, p.weight, p.weight ? stage_of_chunk(p.chunk).num_units() - 1 : -1});
@@ -90,7 +126,7 @@ void Executor::run_step() {
     report_grads_final();
   }
   if (group_open_) group_end();
-  report_grads_final();
+  if (!forward_only) report_grads_final();
 }
 
 // Chunks whose gradients became final are reported only while no communicator group is open: a

@@ -95,6 +95,13 @@ class Executor {
   // may still be running); the caller synchronizes compute, tp-comm and p2p.
   void run_step();
 
+  // Forward-only walk (evaluation): the F parts of this rank's op list in their order (B and W
+  // parts dropped, braided ops reduced to their F), with the same pipeline messages and TP
+  // all-reduces, no prefetches and no gradient reports. The stages must be in forward-only mode
+  // (Stage::set_forward_only): every microbatch is released right after its last F, so no
+  // activation record outlives its unit. Losses go to the loss output as in run_step.
+  void run_forward();
+
  private:
   struct Cursor;
   struct EventPool {
@@ -118,6 +125,7 @@ class Executor {
   void post_sends(const std::vector<sched::Message>& send);
   void release_finished(const sched::Op& op);
   void report_grads_final();
+  void walk(bool forward_only);
   Stage& stage_of_chunk(int chunk) const;
   int local_chunk_of_stage(int stage) const;
 

@@ -26,14 +26,15 @@ FaultHook FaultHook::from_env() {
   h.step = env_int("STP_FAULT_STEP", 1);
   const char* kind = std::getenv("STP_FAULT_KIND");
   std::string k = kind ? kind : "";
-  STP_CHECK(k.empty() || k == "error" || k == "device", "STP_FAULT_KIND='", k,
-            "' is neither error nor device (a test hook; unset it)");
+  STP_CHECK(k.empty() || k == "error" || k == "device" || k == "nan_grad", "STP_FAULT_KIND='", k,
+            "' is not error, device or nan_grad (a test hook; unset it)");
   h.device = k == "device";
+  h.nan_grad = k == "nan_grad";
   return h;
 }
 
 void FaultHook::maybe_fail(int global, std::int64_t current_step) const {
-  if (global != rank || current_step != step) return;
+  if (nan_grad || global != rank || current_step != step) return;
   std::string what =
       str("STP_FAULT_RANK: injected failure of rank ", global, " in step ", current_step, " (test hook)");
   if (device) throw DeviceError(what);

@@ -7,7 +7,13 @@
 //                      waiting for it;
 //   STP_FAULT_STEP=S   in step S (1-based; default 1);
 //   STP_FAULT_KIND=K   what it throws: `error` (default, stp::Error) or `device` (stp::DeviceError,
-//                      as a CUDA/NCCL failure would: `stp` exits with status 4).
+//                      as a CUDA/NCCL failure would: `stp` exits with status 4); or `nan_grad`:
+//                      throw nothing, but once rank G's gradients of step S are final (after the
+//                      data-parallel and tied-embedding sums, before the norm) set the first
+//                      element of the gradient of its first parameter that enters the global norm
+//                      there (not the tied wte, not a replicated tensor on a TP rank > 0: copies
+//                      every holder computes alike) to NaN, as an overflow would (the non-finite
+//                      guard then skips the step).
 //
 // Unset (the normal case): no effect. Not a feature: documented in docs/scale-out.md as a test hook.
 #pragma once
@@ -19,11 +25,16 @@ namespace stp {
 struct FaultHook {
   int rank = -1;
   std::int64_t step = 1;
-  bool device = false;  // STP_FAULT_KIND=device
+  bool device = false;    // STP_FAULT_KIND=device
+  bool nan_grad = false;  // STP_FAULT_KIND=nan_grad
 
   static FaultHook from_env();  // throws stp::Error on a malformed value
   // Throws the injected failure when (global, step) is the configured one.
   void maybe_fail(int global, std::int64_t current_step) const;
+  // nan_grad: whether (global, step) is the one whose gradient gets the NaN.
+  bool poisons(int global, std::int64_t current_step) const {
+    return nan_grad && global == rank && current_step == step;
+  }
 };
 
 }  // namespace stp

@@ -108,7 +108,8 @@ void place_prefetches(RankPlan& plan, const std::vector<sched::Op>& ops, int loo
 }
 
 // Two steps of the training process on dry-run devices (the second is the steady state: optimizer
-// state exists, caches are warm); what each device's allocators and offload engine saw.
+// state exists, caches are warm), then, with validation (data.val_path), one evaluation, so the
+// peaks cover it too; what each device's allocators and offload engine saw.
 std::vector<Trainer::DeviceMemory> dry_run(const Config& config, const MemoryPlan& plan) {
   TrainerOptions o;
   o.dry_run = true;
@@ -116,6 +117,7 @@ std::vector<Trainer::DeviceMemory> dry_run(const Config& config, const MemoryPla
   Trainer dry(config, o);
   dry.step();
   dry.step();
+  if (!config.data.val_path.empty()) dry.evaluate();
   return dry.device_memory();
 }
 

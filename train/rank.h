@@ -56,6 +56,12 @@ struct Rank {
   // stage's TP rank 0 of each replica, zero elsewhere, then summed over the world (so every rank
   // holds every loss, exactly).
   Tensor losses;
+  // (3,) the step's health scalars: this replica's gradient sum of squares; the same summed over
+  // every rank (finite only if every rank's is: the skip decision); the clip coefficient.
+  Tensor health;
+  // (eval_batches · dp · m,) validation losses, slot (pass · dp + replica) · m + mb − 1, summed over
+  // the world like losses.
+  Tensor eval_losses;
   std::vector<std::vector<std::int32_t>> staging;  // this step's host token buffers (until sync)
 
   bool holds_first() const;

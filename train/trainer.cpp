@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <exception>
 #include <thread>
 
@@ -130,21 +132,26 @@ void Trainer::Impl::run_on_ranks(const std::function<void(Rank&)>& fn) {
   if (echo) std::rethrow_exception(echo);
 }
 
-// Uploads this step's inputs: tokens to the ranks with the first stage, targets to those with
-// the last stage (docs/design.md, Sampling: replica d reads its own share of the global
-// batch; every TP rank of a replica reads the same rows).
-void Trainer::Impl::upload_batch(Rank& r, std::int64_t step) {
+// Uploads microbatches 1..m: tokens to the ranks with the first stage, targets to those with the
+// last stage. Training reads this step's share of the global batch (docs/design.md, Sampling:
+// replica d reads its own share; every TP rank of a replica reads the same rows).
+void Trainer::Impl::upload_rows(Rank& r, const TokenDataset* data, const std::function<std::uint64_t(int mb)>& b0) {
   const int m = config.train.microbatches, B = config.train.micro_batch_size, T = config.model.seq_len;
   r.staging.clear();
   for (int mb = 1; mb <= m; ++mb) {
-    std::uint64_t b0 = sequence_index(step, r.dp_rank, mb - 1, config.parallel.dp, m, B);
     std::vector<std::int32_t> in(static_cast<std::size_t>(B) * T), tgt(in.size());
-    if (dataset) dataset->fill_batch(b0, B, in.data(), tgt.data());  // a dry run reads no data
+    if (data) data->fill_batch(b0(mb), B, in.data(), tgt.data());  // a dry run reads no data
     if (GPT2Stage* s = r.first_stage()) r.compute->copy(s->tokens(mb).raw(), in.data(), in.size() * 4);
     if (GPT2Stage* s = r.last_stage()) r.compute->copy(s->targets(mb).raw(), tgt.data(), tgt.size() * 4);
     r.staging.push_back(std::move(in));
     r.staging.push_back(std::move(tgt));
   }
+}
+
+void Trainer::Impl::upload_batch(Rank& r, std::int64_t step) {
+  const int m = config.train.microbatches, B = config.train.micro_batch_size;
+  upload_rows(r, dataset.get(),
+              [&](int mb) { return sequence_index(step, r.dp_rank, mb - 1, config.parallel.dp, m, B); });
 }
 
 // Tied embedding: wte lives in the first and the last stage. Their grads are summed so both copies
@@ -183,23 +190,92 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
   r.executor->run_step();
   if (r.dp_grads) r.dp_grads->finish();
   sum_tied_grads(r);
-  r.world->all_reduce_sum(*r.compute, r.losses.f32(), static_cast<std::size_t>(r.losses.numel()));
-  if (config.train.grad_clip > 0) {
-    r.clipper->local_sumsq(*r.compute);
-    r.replica->all_reduce_sum(*r.compute, r.clipper->sumsq(), 1);
-    r.clipper->clip(*r.compute, static_cast<float>(config.train.grad_clip));
+  if (fault.poisons(r.global, step)) {  // test hook: one NaN gradient on this rank
+    static const float nan = std::numeric_limits<float>::quiet_NaN();
+    auto own = std::find_if(r.params.begin(), r.params.end(),
+                            [&](const ParamInfo& p) { return (!p.replicated || r.tp_rank == 0) && !p.tied; });
+    STP_ASSERT(own != r.params.end(), "rank ", r.global, " holds no gradient of its own to poison");
+    r.compute->copy(own->grad.raw(), &nan, sizeof(float));
   }
-  r.adamw->step(*r.compute, lr);
+  r.world->all_reduce_sum(*r.compute, r.losses.f32(), static_cast<std::size_t>(r.losses.numel()));
+  // The non-finite guard. The replica's sum of squares gives the global norm; its sum over every
+  // rank of the job is finite only if every rank's is, and every rank holds the same losses, so
+  // every rank takes the same decision from the same numbers.
+  float* h = r.health.f32();
+  r.clipper->local_sumsq(*r.compute);
+  r.replica->all_reduce_sum(*r.compute, r.clipper->sumsq(), 1);
+  r.compute->copy(h + 0, r.clipper->sumsq(), sizeof(float));
+  r.compute->copy(h + 1, r.clipper->sumsq(), sizeof(float));
+  r.world->all_reduce_sum(*r.compute, h + 1, 1);
+  std::vector<float> losses = download(r.losses, *r.compute);  // waits for the reductions
+  std::vector<float> sums = download(r.health, *r.compute);
+  bool finite = options.dry_run || std::isfinite(sums[1]);  // a dry run computes nothing: it updates
+  for (float x : losses) finite = finite && std::isfinite(x);
+  Health mine;
+  mine.updated = finite;
+  mine.grad_norm = std::sqrt(static_cast<double>(sums[0]));
+  if (finite) {
+    if (config.train.grad_clip > 0) {
+      r.clipper->clip(*r.compute, static_cast<float>(config.train.grad_clip));
+      r.compute->copy(h + 2, r.clipper->coef(), sizeof(float));
+    }
+    r.adamw->step(*r.compute, lr);
+  }
   if (trace) r.compute->trace_end();
+  r.synchronize();
+  if (finite && config.train.grad_clip > 0) mine.clip_coef = download(r.health, *r.compute)[2];
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i].get() == &r) health[i] = mine;
+  r.staging.clear();
+}
+
+// Pass p of the eval set is global batch p of data.val_path read in order: G = dp · m · B sequences
+// from p · G on, split over the replicas as a training step splits its batch (replica d's
+// microbatch mb: rows p · G + (d · m + mb − 1) · B ..). So the sequences and their order depend
+// on the global batch only, not on how dp, pp, tp and the schedule divide it.
+void Trainer::Impl::rank_evaluate(Rank& r) {
+  const int m = config.train.microbatches, B = config.train.micro_batch_size, dp = config.parallel.dp;
+  const std::int64_t G = std::int64_t{dp} * m * B;
+  r.compute->zero(r.eval_losses.raw(), r.eval_losses.bytes());
+  for (auto& s : r.stages) {
+    s->zero_grads(*r.compute);  // drops microbatch state and refreshes bf16 weight copies
+    s->set_forward_only(true);
+  }
+  const bool writes_losses = r.holds_last() && r.tp_rank == 0;
+  for (std::int64_t p = 0; p < config.train.eval_batches; ++p) {
+    upload_rows(r, val_dataset.get(),
+                [&](int mb) { return static_cast<std::uint64_t>(p * G + (std::int64_t{r.dp_rank} * m + mb - 1) * B); });
+    if (writes_losses) r.executor->set_loss_output(r.eval_losses.view((p * dp + r.dp_rank) * m, {m}));
+    r.executor->run_forward();
+    r.synchronize();
+  }
+  if (writes_losses) r.executor->set_loss_output(r.losses.view(std::int64_t{r.dp_rank} * m, {m}));
+  for (auto& s : r.stages) s->set_forward_only(false);
+  r.world->all_reduce_sum(*r.compute, r.eval_losses.f32(), static_cast<std::size_t>(r.eval_losses.numel()));
   r.synchronize();
   r.staging.clear();
 }
+
+double Trainer::evaluate() {
+  Impl& m = *impl_;
+  STP_CHECK(!m.config.data.val_path.empty(), "evaluate: no held-out data (set data.val_path)");
+  m.run_on_ranks([&](Rank& r) { m.rank_evaluate(r); });
+  if (m.options.dry_run) return 0;
+  Rank& r = *m.ranks.front();
+  std::vector<float> host = download(r.eval_losses, *r.compute);
+  double sum = 0;
+  for (float x : host) sum += x;
+  return sum / static_cast<double>(host.size());
+}
+
+std::int64_t Trainer::last_update_step() const { return impl_->steps_done - impl_->consecutive_skips; }
 
 StepResult Trainer::step() {
   Impl& m = *impl_;
   std::int64_t step = m.steps_done + 1;
   float lr = static_cast<float>(m.lr_schedule.at(step));
   auto t0 = std::chrono::steady_clock::now();
+  m.health.assign(m.ranks.size(), {});
   m.run_on_ranks([&](Rank& r) { m.rank_step(r, step, lr); });
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   m.steps_done = step;
@@ -209,9 +285,25 @@ StepResult Trainer::step() {
   out.lr = lr;
   out.step_ms = ms;
   out.loss = m.read_step_loss();
-  double tokens = static_cast<double>(m.config.train.microbatches) * m.config.train.micro_batch_size *
-                  m.config.model.seq_len * m.config.parallel.dp;
-  out.tokens_per_s = tokens / (ms / 1e3);
+  const std::int64_t tokens = std::int64_t{m.config.train.microbatches} * m.config.train.micro_batch_size *
+                              m.config.model.seq_len * m.config.parallel.dp;
+  out.tokens_per_s = static_cast<double>(tokens) / (ms / 1e3);
+  const Impl::Health& h = m.health.front();  // every rank took the same decision
+  STP_ASSERT(
+      std::all_of(m.health.begin(), m.health.end(), [&](const Impl::Health& x) { return x.updated == h.updated; }),
+      "ranks disagree on skipping step ", step);
+  out.skipped = !h.updated;
+  if (out.skipped) {
+    ++m.skipped_steps;
+    ++m.consecutive_skips;
+  } else {
+    m.consecutive_skips = 0;
+  }
+  out.skipped_steps = m.skipped_steps;
+  out.consecutive_skips = m.consecutive_skips;
+  out.grad_norm = h.grad_norm;
+  out.clip_coef = h.clip_coef;
+  out.tokens_seen = step * tokens;  // every step has the same global batch
   for (auto& r : m.ranks) {
     ArenaStats a = r->alloc->stats();
     out.peak_device_bytes.push_back(a.peak_allocated);

@@ -39,6 +39,16 @@ struct StepResult {
   double lr = 0;
   double step_ms = 0;
   double tokens_per_s = 0;  // of the global batch
+  // Health. A step whose loss or global gradient norm is not finite is skipped: no optimizer
+  // update (parameters, moments and AdamW's step count stay as they were); its step number, lr
+  // and batch are used up all the same. Decided from values every rank holds after a reduction
+  // over all ranks, so every rank decides alike.
+  bool skipped = false;
+  std::int64_t skipped_steps = 0;      // skipped so far in this process's run
+  std::int64_t consecutive_skips = 0;  // skipped in a row up to this one (0 after an update)
+  double grad_norm = 0;                // global gradient norm before clipping
+  double clip_coef = 1;                // what the gradients were multiplied by (1: no clipping)
+  std::int64_t tokens_seen = 0;        // global-batch tokens of every step so far (skipped ones too)
   // Per device of this process (global rank order), since start: bytes in live blocks of the caching allocator
   // (what the planner predicts exactly), and bytes it reserved from the device (<= the budget).
   std::vector<std::uint64_t> peak_device_bytes;
@@ -83,6 +93,16 @@ class Trainer {
 
   StepResult step();
   std::int64_t steps_done() const;
+  // The last step that updated the parameters (steps_done() minus the trailing skipped steps).
+  std::int64_t last_update_step() const;
+
+  // Validation loss: the mean token cross-entropy over the held-out set (the first
+  // train.eval_batches global batches of data.val_path, read in order), forward only through the
+  // pipeline with no activation records kept (Executor::run_forward). The same sequences every
+  // time and under every layout with the same global batch; replicas split each batch as in a
+  // step; losses are reduced over all ranks. An stp::Error without data.val_path (a dry run
+  // evaluates without data).
+  double evaluate();
 
   // Full tensors with HF GPT-2 names, gathered from the shards of data-parallel replica `replica`
   // (all replicas hold the same values; tests check it). Multi-process: collective (every process
@@ -91,7 +111,8 @@ class Trainer {
   // Writes output.dir/checkpoint-STEP (model, optimizer, state); returns its path. Multi-process:
   // collective, written once by process 0 (the others return "").
   // A checkpoint does not depend on dp: it loads with any dp × pp × tp.
-  std::string save_checkpoint();
+  // `note`: written into state.json (e.g. why the run stopped and what state this is).
+  std::string save_checkpoint(const std::string& note = {});
   // Trace of everything recorded so far (output.trace: true), or nullptr.
   const TraceRecorder* trace() const;
   int world_size() const;  // ranks of the job (dp × pp × tp)

@@ -68,7 +68,7 @@ std::map<std::string, HostTensor> Trainer::full_parameters(int replica) {
   return impl_->gather([](Rank& r, std::size_t i) { return r.params[i].param; }, replica);
 }
 
-std::string Trainer::save_checkpoint() {
+std::string Trainer::save_checkpoint(const std::string& note) {
   Impl& m = *impl_;
   auto model = full_parameters();
   auto exp_avg = m.gather([](Rank& r, std::size_t i) { return r.adamw->exp_avg(i); });
@@ -85,6 +85,7 @@ std::string Trainer::save_checkpoint() {
                                             m.config.train.micro_batch_size);
   data.state.rng_seed = m.config.train.seed;
   data.state.config_fingerprint = config_fingerprint(m.config);
+  data.state.note = note;
   return write_checkpoint(m.config.output.dir, data);
 }
 

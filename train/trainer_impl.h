@@ -39,6 +39,9 @@ struct Trainer::Impl {
   void upload_batch(Rank& r, std::int64_t step);
   void sum_tied_grads(Rank& r);
   void rank_step(Rank& r, std::int64_t step, float lr);
+  void rank_evaluate(Rank& r);
+  // Copies microbatches 1..m of inputs/targets to the stages; mb's rows are sequences b0(mb) + r.
+  void upload_rows(Rank& r, const TokenDataset* data, const std::function<std::uint64_t(int mb)>& b0);
   double read_step_loss();
 
   // Full tensors <-> shards (trainer_checkpoint.cpp).
@@ -63,6 +66,14 @@ struct Trainer::Impl {
   std::vector<std::unique_ptr<Communicator>> comms;  // every communicator (owned here)
   std::vector<std::unique_ptr<Rank>> ranks;          // the ranks this process drives, global order
   std::int64_t steps_done = 0;
+  std::unique_ptr<TokenDataset> val_dataset;  // data.val_path (null: no validation, or a dry run)
+  std::int64_t skipped_steps = 0, consecutive_skips = 0;
+  // Per rank (global order) after rank_step: whether it updated, its grad norm and clip coefficient.
+  struct Health {
+    bool updated = true;
+    double grad_norm = 0, clip_coef = 1;
+  };
+  std::vector<Health> health;
 };
 
 }  // namespace stp

@@ -39,6 +39,16 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
   int ranks_in_process = multi_process() ? 1 : layout.size();
   openblas_set_num_threads(std::max(1, config.parallel.cpu_threads / ranks_in_process));
   if (!options.dry_run) dataset = std::make_unique<TokenDataset>(DataOptions::from_config(config));
+  if (!options.dry_run && !config.data.val_path.empty()) {
+    DataOptions val = DataOptions::from_config(config);
+    val.path = config.data.val_path;
+    val.sampling = "sequential";  // the held-out set is its first sequences, in order
+    try {
+      val_dataset = std::make_unique<TokenDataset>(val);
+    } catch (const Error& e) {
+      throw Error(str("data.val_path: ", e.what()));
+    }
+  }
   lr_schedule = LrSchedule::from_config(config.train);
   if (config.output.trace) trace = std::make_unique<TraceRecorder>();
   if (config.memory.copy_engine_cpus > 0 && !options.dry_run) {
@@ -229,7 +239,13 @@ void Trainer::Impl::build_rank(Rank& r) {
   const int m = config.train.microbatches;
   {
     BlockArena::CategoryScope as(*r.alloc, MemoryCategory::Buffers);
-    r.losses = Tensor::empty(*r.alloc, {config.parallel.dp * m});
+    // One buffer: the step's losses, the health scalars and (with validation) the eval losses.
+    const std::int64_t n_loss = std::int64_t{config.parallel.dp} * m;
+    const std::int64_t n_eval = config.data.val_path.empty() ? 0 : config.train.eval_batches * config.parallel.dp * m;
+    Tensor scalars = Tensor::empty(*r.alloc, {n_loss + 3 + n_eval});
+    r.losses = scalars.view(0, {n_loss});
+    r.health = scalars.view(n_loss, {3});
+    if (n_eval > 0) r.eval_losses = scalars.view(n_loss + 3, {n_eval});
   }
   if (r.holds_last() && r.tp_rank == 0) r.executor->set_loss_output(r.losses.view(std::int64_t{r.dp_rank} * m, {m}));
 }

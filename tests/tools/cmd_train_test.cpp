@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "core/backend.h"
+#include "formats/checkpoint.h"
 #include "tests/support/run_command.h"
 #include "tests/train/train_fixture.h"
 
@@ -143,6 +145,73 @@ TEST(CmdTrain, CtrlCFinishesTheStepCheckpointsAndExits) {
   EXPECT_GE(steps, 2);
   EXPECT_TRUE(fs::exists(run.dir / "out" / ("checkpoint-" + std::to_string(steps)) / "model.safetensors"))
       << "no checkpoint of the last finished step " << steps;
+}
+
+// train.lr: 1e6 blows up: every non-finite step is skipped with a warning; after
+// train.max_skipped_steps in a row the run stops with status 5 and a checkpoint of the last good
+// state (all parameters finite) whose state.json says so.
+TEST(CmdTrain, DivergingRunStopsWithStatus5AndAFiniteCheckpoint) {
+  if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
+  RunDir run("diverged");
+  auto r = stp::testing::run_stp("train " + run.config.string() +
+                                 " --set train.lr=1e6 --set train.steps=40 --set train.max_skipped_steps=3");
+  EXPECT_EQ(r.status, 5) << r.err;
+  EXPECT_NE(r.err.find("stp train: error: training diverged: 3 consecutive steps"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("warning: step"), std::string::npos) << r.err;
+  std::string metrics = run.earlier_metrics();
+  auto lines = std::count(metrics.begin(), metrics.end(), '\n');
+  ASSERT_GE(lines, 4) << metrics;
+  EXPECT_LT(lines, 40) << "it did not stop";
+  EXPECT_NE(metrics.find("\"skipped_steps\":3"), std::string::npos) << metrics;
+  fs::path ck = run.dir / "out" / ("checkpoint-" + std::to_string(lines));
+  ASSERT_TRUE(fs::exists(ck / "model.safetensors")) << ck;
+  std::string state = stp::testing::slurp((ck / "state.json").string());
+  EXPECT_NE(state.find("the last good step"), std::string::npos) << state;
+  for (const auto& [name, t] : stp::read_model_tensors((ck / "model.safetensors").string()))
+    for (float v : t.data) ASSERT_TRUE(std::isfinite(v)) << name;
+}
+
+// Validation and health metrics in metrics.jsonl and on the progress line; then `stp plot` and
+// `stp generate` on the run.
+TEST(CmdTrain, ValidationMetricsPlotAndGenerate) {
+  if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
+  RunDir run("val_run");
+  auto r = stp::testing::run_stp("train " + run.config.string() +
+                                 " --set train.steps=4 --set data.val_path=" + stp::testing::tiny_text_file() +
+                                 " --set train.eval_every=2 --set train.eval_batches=1 --set train.peak_flops=1e12");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("| val_loss "), std::string::npos) << r.err;
+  std::string metrics = run.earlier_metrics();
+  EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 4);
+  auto count = [&](const std::string& key) {
+    std::size_t n = 0;
+    for (std::size_t at = metrics.find(key); at != std::string::npos; at = metrics.find(key, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("\"val_loss\":"), 2u) << metrics;  // steps 2 and 4
+  for (const char* key : {"\"grad_norm\":", "\"clip_coef\":", "\"skipped_steps\":0", "\"tokens_seen\":", "\"mfu\":"})
+    EXPECT_EQ(count(key), 4u) << key << " in " << metrics;
+  EXPECT_NE(metrics.find("\"tokens_seen\":512"), std::string::npos) << "4 steps x 4 x 2 x 16 tokens";
+
+  fs::path svg = run.dir / "plot.svg";
+  auto p = stp::testing::run_stp("plot " + (run.dir / "out").string() + " --svg " + svg.string());
+  ASSERT_EQ(p.status, 0) << p.err;
+  std::string doc = stp::testing::slurp(svg.string());
+  EXPECT_NE(doc.find("class=\"series val_loss\""), std::string::npos);
+  auto bad = stp::testing::run_stp("plot " + run.dir.string() + " --svg " + svg.string());
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("has no metrics.jsonl"), std::string::npos) << bad.err;
+
+  std::string ck = (run.dir / "out" / "checkpoint-4").string();
+  auto g1 = stp::testing::run_stp("generate " + ck + " --prompt 'the ' --tokens 10 --seed 3");
+  auto g2 = stp::testing::run_stp("generate " + ck + " --prompt 'the ' --tokens 10 --seed 3");
+  ASSERT_EQ(g1.status, 0) << g1.err;
+  EXPECT_EQ(g1.out, g2.out);
+  EXPECT_EQ(g1.out.size(), 4u + 10u + 1u) << "prompt, 10 bytes, newline";
+  EXPECT_EQ(g1.out.rfind("the ", 0), 0u);
+  auto tok = stp::testing::run_stp("generate " + ck + " --prompt x --tokenizer /tmp/tokenizer.json");
+  EXPECT_EQ(tok.status, 1);
+  EXPECT_NE(tok.err.find("--tokenizer"), std::string::npos) << tok.err;
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ check_unknown() {
 
 if [ -x "$bin/stp" ]; then
   stp="$bin/stp"
-  check_help stp "$stp" train plan sim profile --version
+  check_help stp "$stp" train plan sim profile plot generate --version
   check_version stp "$stp"
   check_unknown stp "$stp"
   # The contracts of README.md "Commands" (also called by tools/gpu-check and the tests).
@@ -57,7 +57,9 @@ if [ -x "$bin/stp" ]; then
   check_help "stp sim" "$stp sim" --schedule --pp --microbatches --tf --tb --tw --tar --tp2p --units --issue \
     --json --svg --trace --compare
   check_help "stp profile" "$stp profile" RUN_DIR --json --svg --steps
-  for cmd in train plan sim profile; do check_unknown "stp $cmd" "$stp $cmd"; done
+  check_help "stp plot" "$stp plot" RUN_DIR --svg
+  check_help "stp generate" "$stp generate" CHECKPOINT --prompt --tokens --temperature --top-k --seed --tokenizer
+  for cmd in train plan sim profile plot generate; do check_unknown "stp $cmd" "$stp $cmd"; done
   # Usage errors that are not options: one line too.
   $stp >"$tmp/out" 2>"$tmp/err" && fail "stp without a command exited 0"
   [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "stp without a command: stderr is not one line: $(cat "$tmp/err")"

@@ -1,0 +1,117 @@
+// Sampling from a checkpoint (train/generate.h): the same seed gives the same tokens, the model is
+// rebuilt from the stored config whatever layout trained it, the sampling rule, and clear errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "base/error.h"
+#include "tests/train/train_fixture.h"
+#include "train/generate.h"
+#include "train/trainer.h"
+
+namespace {
+
+// A checkpoint of a few steps of a tp = 2, pp = 2 run, with the run's config.yaml beside it.
+std::string trained_checkpoint() {
+  static const std::string path = [] {
+    auto dir = std::filesystem::path(STP_BINARY_DIR) / "tests" / "generate_run";
+    std::filesystem::remove_all(dir);
+    auto cfg = stp::testing::tiny_config(
+        {"parallel.tp=2", "parallel.pp=2", "parallel.schedule=stp", "train.lr=3e-3", "train.steps=4"});
+    cfg.output.dir = dir.string();
+    stp::Trainer t(cfg);
+    for (int i = 0; i < 4; ++i) t.step();
+    std::string ck = t.save_checkpoint();
+    std::ofstream(dir / "config.yaml") << cfg.to_yaml();
+    return ck;
+  }();
+  return path;
+}
+
+std::vector<std::int32_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+
+TEST(Generate, SameSeedSameTokensOtherSeedOtherTokens) {
+  stp::Generator g(trained_checkpoint());
+  EXPECT_EQ(g.config().parallel.tp, 2) << "the stored config";
+  stp::SampleOptions o;
+  o.tokens = 24;  // past T = 16: the window slides
+  o.seed = 11;
+  o.temperature = 1.0;
+  o.top_k = 40;
+  auto a = g.sample(bytes("the pipe"), o);
+  ASSERT_EQ(a.size(), 24u);
+  for (auto t : a) EXPECT_TRUE(t >= 0 && t < 256);
+  stp::Generator again(trained_checkpoint());
+  EXPECT_EQ(again.sample(bytes("the pipe"), o), a) << "a fresh generator, the same seed";
+  o.seed = 12;
+  EXPECT_NE(g.sample(bytes("the pipe"), o), a) << "another seed";
+  o.temperature = 0;
+  auto greedy = g.sample(bytes("the pipe"), o);
+  o.seed = 99;
+  EXPECT_EQ(g.sample(bytes("the pipe"), o), greedy) << "temperature 0 ignores the seed";
+}
+
+TEST(Generate, SamplingRule) {
+  std::vector<float> z = {0.0f, 3.0f, 1.0f, 3.0f, -2.0f};
+  EXPECT_EQ(stp::sample_token(z, 0.0, 0, 123), 1) << "argmax, ties to the lower id";
+  EXPECT_EQ(stp::sample_token(z, 1.0, 1, 0xffffffffffffffffull), 1) << "top-1 is greedy";
+  // top-2 keeps ids 1 and 3 (equal logits): the lower half of the draws picks 1, the upper 3.
+  EXPECT_EQ(stp::sample_token(z, 1.0, 2, 0x3fffffffffffffffull), 1);
+  EXPECT_EQ(stp::sample_token(z, 1.0, 2, 0xc000000000000000ull), 3);
+  // Frequencies follow softmax(z / temperature).
+  std::vector<int> count(z.size());
+  const int n = 20000;
+  for (int i = 0; i < n; ++i)
+    ++count[static_cast<std::size_t>(stp::sample_token(z, 2.0, 0, 0x9e3779b97f4a7c15ull * (i + 1)))];
+  double total = 0;
+  for (float v : z) total += std::exp(v / 2.0);
+  for (std::size_t i = 0; i < z.size(); ++i)
+    EXPECT_NEAR(count[i] / double(n), std::exp(z[i] / 2.0) / total, 0.015) << "id " << i;
+}
+
+TEST(Generate, ClearErrors) {
+  stp::Generator g(trained_checkpoint());
+  stp::SampleOptions o;
+  auto expect_error = [&](const std::vector<std::int32_t>& prompt, const stp::SampleOptions& opt,
+                          const std::string& needle) {
+    try {
+      g.sample(prompt, opt);
+      ADD_FAILURE() << "no error, wanted " << needle;
+    } catch (const stp::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error({}, o, "empty");
+  expect_error(bytes("a prompt longer than sixteen bytes"), o, "longer than the model's context");
+  expect_error({300}, o, "vocabulary");
+  stp::SampleOptions bad = o;
+  bad.tokens = 0;
+  expect_error(bytes("x"), bad, "--tokens");
+  bad = o;
+  bad.temperature = -1;
+  expect_error(bytes("x"), bad, "--temperature");
+  EXPECT_THROW(stp::Generator("/nonexistent/checkpoint-1"), stp::Error);
+  // A checkpoint without the run's config beside it.
+  auto lonely = std::filesystem::path(STP_BINARY_DIR) / "tests" / "generate_lonely";
+  std::filesystem::remove_all(lonely);
+  std::filesystem::create_directories(lonely);
+  std::filesystem::copy(trained_checkpoint(), lonely / "checkpoint-4");
+  try {
+    stp::Generator x((lonely / "checkpoint-4").string());
+    FAIL() << "no error without config.yaml";
+  } catch (const stp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("config.yaml"), std::string::npos) << e.what();
+  }
+  // A config of another model shape.
+  auto other = stp::testing::tiny_config({"model.n_embd=64"});
+  std::ofstream(lonely / "config.yaml") << other.to_yaml();
+  try {
+    stp::Generator x((lonely / "checkpoint-4").string());
+    FAIL() << "no error for a mismatched config";
+  } catch (const stp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("another model"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace

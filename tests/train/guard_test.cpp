@@ -1,0 +1,133 @@
+// The non-finite guard (train/trainer.h, StepResult::skipped). A skipped step uses up its step
+// number, lr and batch and changes no state: parameters, AdamW moments and AdamW's step count stay
+// as they were. So a run whose step S is skipped continues exactly as a run resumed from the state
+// after step S − 1 with its step counter set to S (its checkpoint with state.json's step = S);
+// the tests compare the two bitwise. The decision is the same on every rank and replica.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_command.h"
+#include "tests/train/train_fixture.h"
+#include "train/trainer.h"
+
+namespace {
+
+std::string fresh_dir(const std::string& name) {
+  auto d = std::filesystem::path(STP_BINARY_DIR) / "tests" / name;
+  std::filesystem::remove_all(d);
+  return d.string();
+}
+
+// Sets the fault hook for one scope (the Trainer reads it when it is built).
+struct NanGradHook {
+  NanGradHook(int rank, int step) {
+    ::setenv("STP_FAULT_RANK", std::to_string(rank).c_str(), 1);
+    ::setenv("STP_FAULT_STEP", std::to_string(step).c_str(), 1);
+    ::setenv("STP_FAULT_KIND", "nan_grad", 1);
+  }
+  ~NanGradHook() {
+    ::unsetenv("STP_FAULT_RANK");
+    ::unsetenv("STP_FAULT_STEP");
+    ::unsetenv("STP_FAULT_KIND");
+  }
+};
+
+const std::vector<std::string> kBase = {
+    "parallel.schedule=stp", "parallel.tp=2",        "parallel.pp=2", "train.lr_schedule=cosine",
+    "train.warmup_steps=2",  "data.sampling=random", "train.steps=5"};
+
+TEST(NonFiniteGuard, InjectedNanGradientIsSkippedAndTheRunContinuesAsIfItsBatchMadeNoUpdate) {
+  const int skip = 3, steps = 5;
+  std::vector<stp::StepResult> guarded;
+  std::map<std::string, stp::HostTensor> guarded_params;
+  {
+    NanGradHook hook(/*rank=*/3, skip);  // the last TP rank of the last pipeline stage
+    auto cfg = stp::testing::tiny_config(kBase);
+    cfg.output.dir = fresh_dir("guard_nan");
+    stp::Trainer t(cfg);
+    for (int i = 0; i < steps; ++i) guarded.push_back(t.step());
+    guarded_params = t.full_parameters();
+    EXPECT_EQ(t.last_update_step(), steps);
+  }
+  for (const auto& r : guarded) {
+    EXPECT_EQ(r.skipped, r.step == skip) << "step " << r.step;
+    EXPECT_EQ(r.skipped_steps, r.step >= skip ? 1 : 0) << "step " << r.step;
+    EXPECT_TRUE(std::isfinite(r.loss)) << "the NaN is in a gradient, the loss is fine";
+    EXPECT_EQ(std::isfinite(r.grad_norm), r.step != skip) << "step " << r.step;
+  }
+  EXPECT_EQ(guarded[skip - 1].consecutive_skips, 1);
+  EXPECT_EQ(guarded[skip].consecutive_skips, 0);
+
+  // Reference: steps 1..S-1, a checkpoint, its step counter moved to S, resumed for S+1..5.
+  std::string ckpt;
+  {
+    auto cfg = stp::testing::tiny_config(kBase);
+    cfg.output.dir = fresh_dir("guard_reference");
+    stp::Trainer t(cfg);
+    for (int i = 1; i < skip; ++i) {
+      stp::StepResult r = t.step();
+      EXPECT_EQ(r.loss, guarded[static_cast<std::size_t>(i - 1)].loss) << "step " << i;
+    }
+    ckpt = t.save_checkpoint();
+  }
+  {
+    std::filesystem::path state = std::filesystem::path(ckpt) / "state.json";
+    nlohmann::json j = nlohmann::json::parse(stp::testing::slurp(state.string()));
+    j["step"] = skip;
+    std::ofstream(state) << j.dump(2);
+  }
+  auto cfg = stp::testing::tiny_config(kBase);
+  cfg.output.dir = std::filesystem::path(ckpt).parent_path().string();
+  cfg.train.resume = ckpt;
+  stp::Trainer t(cfg);
+  ASSERT_EQ(t.steps_done(), skip);
+  for (int s = skip + 1; s <= steps; ++s) {
+    stp::StepResult r = t.step();
+    EXPECT_EQ(r.loss, guarded[static_cast<std::size_t>(s - 1)].loss) << "step " << s;
+    EXPECT_EQ(r.lr, guarded[static_cast<std::size_t>(s - 1)].lr) << "step " << s;
+  }
+  EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(), guarded_params));
+}
+
+// A NaN on one rank of one replica only (after the data-parallel sum): every rank of both
+// replicas skips, so the replicas stay identical.
+TEST(NonFiniteGuard, EveryReplicaSkipsWhenOneRankSeesANan) {
+  NanGradHook hook(/*rank=*/0, /*step=*/2);
+  auto cfg = stp::testing::tiny_config({"parallel.dp=2", "parallel.pp=1", "parallel.tp=1", "train.steps=3"});
+  cfg.output.dir = fresh_dir("guard_dp");
+  stp::Trainer t(cfg);
+  auto before = std::map<std::string, stp::HostTensor>();
+  t.step();
+  before = t.full_parameters(1);
+  stp::StepResult r = t.step();
+  EXPECT_TRUE(r.skipped);
+  EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(1), before)) << "replica 1 updated";
+  EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(0), before)) << "replica 0 updated";
+  EXPECT_FALSE(t.step().skipped);
+  EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(0), t.full_parameters(1)));
+}
+
+// The health numbers of a normal step: the norm before clipping and the coefficient applied.
+TEST(NonFiniteGuard, GradNormAndClipCoefficient) {
+  auto cfg = stp::testing::tiny_config({"train.grad_clip=0.01"});
+  cfg.output.dir = fresh_dir("guard_clip");
+  stp::Trainer t(cfg);
+  stp::StepResult r = t.step();
+  EXPECT_FALSE(r.skipped);
+  EXPECT_GT(r.grad_norm, 0.01);
+  EXPECT_NEAR(r.clip_coef, 0.01 / (r.grad_norm + 1e-6), 1e-6);
+  EXPECT_EQ(r.tokens_seen, 2 * 8 * 16);
+  auto unclipped = stp::testing::tiny_config({"train.grad_clip=0"});
+  unclipped.output.dir = fresh_dir("guard_noclip");
+  stp::Trainer u(unclipped);
+  stp::StepResult q = u.step();
+  EXPECT_EQ(q.clip_coef, 1.0);
+  EXPECT_DOUBLE_EQ(q.grad_norm, r.grad_norm) << "the same first step, with or without clipping";
+}
+
+}  // namespace
