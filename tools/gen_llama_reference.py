@@ -48,13 +48,13 @@ N_TOKENS = 4000
 VARIANTS = {
     # Llama 2/3: grouped-query attention, untied head, no biases.
     "gqa": dict(n_layer=8, n_head=8, n_kv_head=4, n_embd=32, intermediate_size=48, vocab=64, seq=8, batch=2,
-                microbatches=2, theta=10000.0, eps=1e-5, qkv_bias=False, tie=False),
+                microbatches=8, theta=10000.0, eps=1e-5, qkv_bias=False, tie=False),
     # Qwen2: q/k/v biases, tied head (as the small Qwen2 models), grouped-query attention.
     "qwen2": dict(n_layer=8, n_head=8, n_kv_head=4, n_embd=32, intermediate_size=48, vocab=64, seq=8, batch=2,
-                  microbatches=2, theta=1000000.0, eps=1e-6, qkv_bias=True, tie=True),
+                  microbatches=8, theta=1000000.0, eps=1e-6, qkv_bias=True, tie=True),
     # Multi-head attention (n_kv_head = n_head), untied, with biases.
     "mha": dict(n_layer=2, n_head=4, n_kv_head=4, n_embd=32, intermediate_size=48, vocab=64, seq=8, batch=2,
-                microbatches=2, theta=10000.0, eps=1e-5, qkv_bias=True, tie=False),
+                microbatches=8, theta=10000.0, eps=1e-5, qkv_bias=True, tie=False),
 }
 
 
