@@ -20,12 +20,15 @@ GPT2Config gpt2_config(const ModelSpec& m) {
 }
 
 void gpt2_validate(const ModelSpec& m, const StageSpec& s) {
-  STP_CHECK(m.tie_embeddings, "model.tie_embeddings: false is not supported by model.arch gpt2 (its head is the "
-                              "token embedding)");
+  STP_CHECK(m.tie_embeddings,
+            "model.tie_embeddings: false is not supported by model.arch gpt2 (its head is the "
+            "token embedding)");
   validate(gpt2_config(m), s);
 }
 
-std::vector<ParamInfo> gpt2_table(const ModelSpec& m, const StageSpec& s) { return gpt2_param_table(gpt2_config(m), s); }
+std::vector<ParamInfo> gpt2_table(const ModelSpec& m, const StageSpec& s) {
+  return gpt2_param_table(gpt2_config(m), s);
+}
 
 std::unique_ptr<Stage> gpt2_make(const ModelSpec& m, const StageSpec& s, Allocator& alloc) {
   return std::make_unique<GPT2Stage>(gpt2_config(m), s, alloc);

@@ -74,8 +74,8 @@ void llama_validate(const ModelSpec& m, const StageSpec& s) {
             m.n_head, ")");
   STP_CHECK(m.n_kv_head % s.tp_size == 0, "parallel.tp (", s.tp_size, ") must divide model.n_kv_head (", m.n_kv_head,
             "): each tensor-parallel rank holds whole key/value heads");
-  STP_CHECK(m.intermediate_size % s.tp_size == 0, "parallel.tp (", s.tp_size,
-            ") must divide model.intermediate_size (", m.intermediate_size, ")");
+  STP_CHECK(m.intermediate_size % s.tp_size == 0, "parallel.tp (", s.tp_size, ") must divide model.intermediate_size (",
+            m.intermediate_size, ")");
   STP_CHECK(m.rope_theta > 0 && m.norm_eps > 0, "model.rope_theta and model.norm_eps must be positive");
   STP_CHECK(s.tp_rank >= 0 && s.tp_rank < s.tp_size, "tp rank ", s.tp_rank, " outside [0, ", s.tp_size, ")");
   STP_CHECK(0 <= s.layer_begin && s.layer_begin <= s.layer_end && s.layer_end <= m.n_layer, "stage layers [",
@@ -107,8 +107,8 @@ std::vector<ParamInfo> llama_param_table(const ModelSpec& m, const StageSpec& s)
   for (int i = s.layer_begin; i < s.layer_end; ++i) {
     const std::string h = "model.layers." + std::to_string(i) + ".";
     vec(h + "input_layernorm.weight", C);
-    out.push_back(make_info(h + "self_attn.qkv_proj.weight", {C, QW + 2 * KW}, column_layout(C, {QW, KW, KW}, r, t),
-                            t == 1));
+    out.push_back(
+        make_info(h + "self_attn.qkv_proj.weight", {C, QW + 2 * KW}, column_layout(C, {QW, KW, KW}, r, t), t == 1));
     if (m.qkv_bias)
       out.push_back(
           make_info(h + "self_attn.qkv_proj.bias", {QW + 2 * KW}, column_layout(1, {QW, KW, KW}, r, t), t == 1));

@@ -195,8 +195,8 @@ Tensor LlamaStage::backward_input(int u, int mb, Stream& s) {
   Tensor reduce;
   switch (unit.kind) {
     case Kind::HEAD:
-      m.bwd_dy = llama_head_backward_input(dims_, params_.at("model.norm.weight"), params_.at(head_weight_), loss_scale_,
-                                           rec, cs);
+      m.bwd_dy = llama_head_backward_input(dims_, params_.at("model.norm.weight"), params_.at(head_weight_),
+                                           loss_scale_, rec, cs);
       break;
     case Kind::ATTN:
     case Kind::MLP: {
@@ -330,7 +330,6 @@ void LlamaStage::release_microbatch(int mb, Stream& s) {
     cs.release(std::move(*t));
   mbs_.erase(it);
 }
-
 
 // ---- registry entry ---------------------------------------------------------------------------------
 

@@ -199,8 +199,8 @@ Tensor attn_backward_input_t(const LlamaDims& d, const LlamaBranch& p, const Ten
     Tensor datt = cs.tmp({d.B, d.H, d.T, d.T}, d.act);
     if (grouped(d)) {
       Tensor dfull = cs.tmp({d.B, d.T, 3 * d.QW()}, d.act);
-      attention_backward(s, dfull.as<A>(), datt.as<A>(), dyatt.as<A>(), naive_qkv<A>(d, qkv, cs), att.as<A>(), d.B,
-                         d.T, d.H, d.D);
+      attention_backward(s, dfull.as<A>(), datt.as<A>(), dyatt.as<A>(), naive_qkv<A>(d, qkv, cs), att.as<A>(), d.B, d.T,
+                         d.H, d.D);
       gqa_reduce<A>(s, dqkv.as<A>(), dfull.as<A>(), N, d.H, d.K, d.D);
     } else {
       attention_backward(s, dqkv.as<A>(), datt.as<A>(), dyatt.as<A>(), qkv.as<A>(), att.as<A>(), d.B, d.T, d.H, d.D);
@@ -408,7 +408,8 @@ std::vector<RecomputedRecord> llama_mlp_recomputed_records(const LlamaDims& d, R
   switch (r) {
     case Recompute::None: return {};
     case Recompute::Selective: return {{"ln.out", N * d.C, a}, {"act", N * d.I, a}};
-    case Recompute::Full: return {{"ln.rstd", N, f}, {"ln.out", N * d.C, a}, {"h", N * 2 * d.I, a}, {"act", N * d.I, a}};
+    case Recompute::Full:
+      return {{"ln.rstd", N, f}, {"ln.out", N * d.C, a}, {"h", N * 2 * d.I, a}, {"act", N * d.I, a}};
   }
   STP_UNREACHABLE("bad Recompute");
 }

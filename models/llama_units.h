@@ -53,10 +53,10 @@ struct LlamaDims {
 };
 
 struct LlamaBranch {
-  ParamInfo* norm = nullptr;  // RMSNorm weight (replicated)
-  ParamInfo* in_w = nullptr;  // qkv_proj / gate_up_proj (column-parallel shard)
-  ParamInfo* in_b = nullptr;  // qkv_proj bias or nullptr
-  ParamInfo* out_w = nullptr; // o_proj / down_proj (row-parallel shard)
+  ParamInfo* norm = nullptr;   // RMSNorm weight (replicated)
+  ParamInfo* in_w = nullptr;   // qkv_proj / gate_up_proj (column-parallel shard)
+  ParamInfo* in_b = nullptr;   // qkv_proj bias or nullptr
+  ParamInfo* out_w = nullptr;  // o_proj / down_proj (row-parallel shard)
 };
 
 Tensor llama_attn_forward(const LlamaDims& d, const LlamaBranch& p, const Tensor& x, RecordSet& rec, CallScope& cs);

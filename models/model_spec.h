@@ -19,12 +19,12 @@ enum class AttentionKernel : std::uint8_t { Naive, Fused };
 
 // The model keys of a configuration (config/config.h, model.*), resolved: defaults applied.
 struct ModelSpec {
-  std::string arch = "gpt2";     // a name of the registry (models/registry.h)
+  std::string arch = "gpt2";  // a name of the registry (models/registry.h)
   int n_layer = 2;
   int n_head = 4;
-  int n_kv_head = 4;             // key/value heads (grouped-query attention); gpt2: n_head
+  int n_kv_head = 4;  // key/value heads (grouped-query attention); gpt2: n_head
   int n_embd = 32;
-  int intermediate_size = 128;   // MLP width (llama); gpt2 uses 4 * n_embd
+  int intermediate_size = 128;  // MLP width (llama); gpt2 uses 4 * n_embd
   int vocab_size = 64;
   int seq_len = 16;              // T of every microbatch
   double rope_theta = 10000.0;   // llama

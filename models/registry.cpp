@@ -30,7 +30,9 @@ const Architecture& find_architecture(const std::string& name) {
   throw Error(str("model.arch: unknown architecture '", name, "' (known: ", known, ")"));
 }
 
-void validate_model(const ModelSpec& model, const StageSpec& spec) { find_architecture(model.arch).validate(model, spec); }
+void validate_model(const ModelSpec& model, const StageSpec& spec) {
+  find_architecture(model.arch).validate(model, spec);
+}
 
 std::vector<ParamInfo> model_param_table(const ModelSpec& model, const StageSpec& spec) {
   return find_architecture(model.arch).param_table(model, spec);

@@ -38,10 +38,10 @@ struct Rank {
   std::unique_ptr<BlockArena> alloc;  // the caching device allocator, capped at memory.device_budget
   std::unique_ptr<PinnedPool> pool;   // pinned host pool (ranks whose plan offloads)
   std::unique_ptr<OffloadEngine> offload;
-  OffloadCounters offload_before;                  // the engine's counters at the start of this step
-  std::vector<std::unique_ptr<Stage>> stages;      // [local chunk]
-  std::vector<ParamInfo> params;                   // every stage's parameters (views), chunk order
-  std::vector<int> param_chunk;                    // local chunk of params[i]
+  OffloadCounters offload_before;              // the engine's counters at the start of this step
+  std::vector<std::unique_ptr<Stage>> stages;  // [local chunk]
+  std::vector<ParamInfo> params;               // every stage's parameters (views), chunk order
+  std::vector<int> param_chunk;                // local chunk of params[i]
   std::unique_ptr<AdamW> adamw;
   std::unique_ptr<GradClipper> clipper;
   std::unique_ptr<Executor> executor;

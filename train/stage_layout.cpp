@@ -22,8 +22,7 @@ ModelSpec model_spec_of(const Config& config) {
   return m;
 }
 
-StageSpec stage_spec_of(const Config& config, const sched::Schedule& schedule, int pp_rank, int chunk,
-                            int tp_rank) {
+StageSpec stage_spec_of(const Config& config, const sched::Schedule& schedule, int pp_rank, int chunk, int tp_rank) {
   const int layers_per_stage = config.model.n_layer / schedule.n_stages();
   StageSpec spec;
   spec.layer_begin = schedule.stage(pp_rank, chunk) * layers_per_stage;

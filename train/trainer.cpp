@@ -155,8 +155,8 @@ static ParamInfo& tied_copy(Stage& s, const std::string& name) {
   STP_UNREACHABLE("tied parameter ", name, " missing from the last stage");
 }
 
-// Tied embedding (gpt2's wte, a tied llama's embed_tokens): it lives in the first and the last stage. Their grads are summed so both copies
-// take the same update (on one rank: a local add; across ranks: the tied group's all-reduce).
+// Tied embedding (gpt2's wte, a tied llama's embed_tokens): it lives in the first and the last stage. Their grads are
+// summed so both copies take the same update (on one rank: a local add; across ranks: the tied group's all-reduce).
 void Trainer::Impl::sum_tied_grads(Rank& r) {
   Stage* first = r.first_stage();
   Stage* last = r.last_stage();

@@ -221,13 +221,13 @@ void gqa_reduce(Stream& s, T* dqkv, const T* dfull, i64 N, i64 H, i64 K, i64 D) 
   launch(s, static_cast<usize>(N), GqaReduce<T>{dqkv, dfull, H, K, D}, row_grain(3 * H * D));
 }
 
-#define STP_PER_ACTIVATION_TYPE(T)                                                              \
+#define STP_PER_ACTIVATION_TYPE(T)                                                                    \
   template void rmsnorm_forward<T>(Stream&, T*, float*, const float*, const float*, i64, i64, float); \
-  template void rope_forward<T>(Stream&, T*, i64, i64, i64, i64, i64, double);                  \
-  template void rope_backward<T>(Stream&, T*, i64, i64, i64, i64, i64, double);                 \
-  template void swiglu_forward<T>(Stream&, T*, const T*, i64, i64);                             \
-  template void swiglu_backward<T>(Stream&, T*, const T*, const T*, i64, i64);                  \
-  template void gqa_expand<T>(Stream&, T*, const T*, i64, i64, i64, i64);                       \
+  template void rope_forward<T>(Stream&, T*, i64, i64, i64, i64, i64, double);                        \
+  template void rope_backward<T>(Stream&, T*, i64, i64, i64, i64, i64, double);                       \
+  template void swiglu_forward<T>(Stream&, T*, const T*, i64, i64);                                   \
+  template void swiglu_backward<T>(Stream&, T*, const T*, const T*, i64, i64);                        \
+  template void gqa_expand<T>(Stream&, T*, const T*, i64, i64, i64, i64);                             \
   template void gqa_reduce<T>(Stream&, T*, const T*, i64, i64, i64, i64);
 STP_PER_ACTIVATION_TYPE(float)
 STP_PER_ACTIVATION_TYPE(bf16)

@@ -40,8 +40,8 @@ template <typename T>
 void rope_forward(Stream& s, T* x /*(N, ld)*/, std::int64_t N, std::int64_t Tn, std::int64_t ld, std::int64_t heads,
                   std::int64_t D, double theta);
 template <typename T>
-void rope_backward(Stream& s, T* dx /*(N, ld)*/, std::int64_t N, std::int64_t Tn, std::int64_t ld,
-                   std::int64_t heads, std::int64_t D, double theta);
+void rope_backward(Stream& s, T* dx /*(N, ld)*/, std::int64_t N, std::int64_t Tn, std::int64_t ld, std::int64_t heads,
+                   std::int64_t D, double theta);
 
 // ---- SwiGLU (HF LlamaMLP: down(silu(gate(x)) * up(x))) -----------------------------------------
 

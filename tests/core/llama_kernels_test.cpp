@@ -143,7 +143,8 @@ TEST_F(LlamaKernels, SwigluForwardAndBackwardMatchFloat64) {
 TEST_F(LlamaKernels, GqaExpandRepeatsKvHeadsAndReduceSumsGroups) {
   const i64 H = 6, K = 2, D = 4, N = 5, W = (H + 2 * K) * D;
   auto qkv = uniform(N * W, -1, 1), dfull = uniform(N * 3 * H * D, -1, 1);
-  float *dq = buf(qkv), *dfl = buf(dfull), *out = buf(std::vector<float>(N * 3 * H * D)), *red = buf(std::vector<float>(N * W));
+  float *dq = buf(qkv), *dfl = buf(dfull), *out = buf(std::vector<float>(N * 3 * H * D)),
+        *red = buf(std::vector<float>(N * W));
   stp::gqa_expand(*s_, out, dq, N, H, K, D);
   stp::gqa_reduce(*s_, red, dfl, N, H, K, D);
   auto o = get(out, N * 3 * H * D), r = get(red, N * W);
@@ -155,7 +156,8 @@ TEST_F(LlamaKernels, GqaExpandRepeatsKvHeadsAndReduceSumsGroups) {
     for (int part = 1; part <= 2; ++part)
       for (i64 h = 0; h < H; ++h)
         for (i64 e = 0; e < D; ++e)
-          EXPECT_EQ(o[n * 3 * H * D + part * H * D + h * D + e], qkv[n * W + H * D + (part - 1) * K * D + (h / (H / K)) * D + e]);
+          EXPECT_EQ(o[n * 3 * H * D + part * H * D + h * D + e],
+                    qkv[n * W + H * D + (part - 1) * K * D + (h / (H / K)) * D + e]);
     for (int part = 1; part <= 2; ++part)
       for (i64 j = 0; j < K; ++j)
         for (i64 e = 0; e < D; ++e) {

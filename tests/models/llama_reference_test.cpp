@@ -72,6 +72,45 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, LlamaReference, ::testing::ValuesIn(cases()), case_name);
 
+// bf16 precision against the same float64 reference, as GPT2Reference's bf16 test: loss within
+// 2e-3 relative; every gradient within 2e-2 of its scale for a 2-layer model (mha; about ten bf16
+// roundings along a gradient's chain, GPT-2's bound at the same depth). The chain grows with the
+// depth, so the 8-layer variants (gqa, qwen2) get 4 x 2e-2 (measured 3e-2 .. 5e-2; mha 1.1e-2 .. 1.3e-2;
+// losses 1e-4 .. 4e-4). A kernel that
+// stored or read the wrong type, or a stale weight copy, is off by O(1).
+TEST(LlamaReferenceBf16, LossAndGradientsMatchTorchWithinBf16Rounding) {
+  for (const char* variant : {"mha", "gqa", "qwen2"})
+    for (AttentionKernel attention : {AttentionKernel::Naive, AttentionKernel::Fused})
+      for (int tp : {1, 2}) {
+        SCOPED_TRACE(std::string(variant) + " tp " + std::to_string(tp) +
+                     (attention == AttentionKernel::Fused ? " fused" : " naive"));
+        const RefFile& ref = llama_reference(variant);
+        ModelSpec model = llama_reference_model(ref, attention);
+        model.precision = DType::BF16;
+        const double tol = 2e-2 * (model.n_layer / 2);
+        TpGroup g(model, StageSpec{0, model.n_layer, 0, tp, llama_reference_batch(ref)}, tp);
+        g.load(ref);
+        g.zero_grads();
+        g.feed(ref, 0);
+        for (int u = 0; u < g.num_units(); ++u) g.forward(u, 0);
+        for (int u = g.num_units() - 1; u >= 0; --u) {
+          g.backward_input(u, 0);
+          g.backward_weight(u, 0);
+        }
+        const double want = ref.at("loss").data[0];
+        const double loss = host_copy(g.stage().loss(0), g.compute())[0];
+        EXPECT_NEAR(loss, want, 2e-3 * want);
+        double worst = 0;
+        for (ParamInfo& p : g.stage().params()) {
+          const double err = scaled_error(g.full_grad(p.name), ref.at("grad." + p.name).data);
+          EXPECT_LT(err, tol) << p.name;
+          worst = std::max(worst, err);
+        }
+        std::printf("[ bf16 %s tp %d ] loss rel %.2e, worst gradient scaled error %.2e (bound %.0e)\n", variant, tp,
+                    std::fabs(loss - want) / want, worst, tol);
+      }
+}
+
 TEST(LlamaConfig, TpNotDividingKvHeadsIsAClearError) {
   const ModelSpec model = llama_reference_model(llama_reference("gqa"));  // 8 heads, 4 kv heads
   try {

@@ -28,8 +28,7 @@ inline std::string llama_reference_path(const std::string& variant) {
 inline const RefFile& llama_reference(const std::string& variant) {
   static std::map<std::string, RefFile> cache;
   auto it = cache.find(variant);
-  if (it == cache.end())
-    it = cache.emplace(variant, read_reference(llama_reference_path(variant) + ".bin")).first;
+  if (it == cache.end()) it = cache.emplace(variant, read_reference(llama_reference_path(variant) + ".bin")).first;
   return it->second;
 }
 

@@ -25,8 +25,8 @@ const std::vector<std::vector<std::string>>& variants() {
 }
 
 std::vector<std::string> llama(const std::vector<std::string>& variant, std::vector<std::string> more) {
-  std::vector<std::string> out = {"model.arch=llama",        "model.n_kv_head=2", "model.intermediate_size=64",
-                                  "model.n_layer=4",         "parallel.tp=2",     "parallel.pp=2"};
+  std::vector<std::string> out = {"model.arch=llama", "model.n_kv_head=2", "model.intermediate_size=64",
+                                  "model.n_layer=4",  "parallel.tp=2",     "parallel.pp=2"};
   out.insert(out.end(), variant.begin(), variant.end());
   out.insert(out.end(), more.begin(), more.end());
   return out;
@@ -64,8 +64,8 @@ TEST(LlamaMemoryLevers, OffloadRecomputeAndThePlannerTrainBitwiseLikeKeepingEver
 TEST(LlamaMemoryPlanner, PredictedPeaksEqualMeasuredPeaksWithinEveryBudget) {
   for (const auto& variant : variants()) {
     SCOPED_TRACE(variant.back());
-    const std::vector<std::string> base = llama(variant, {"parallel.schedule=stp", "memory.offload=auto",
-                                                          "memory.recompute=auto"});
+    const std::vector<std::string> base =
+        llama(variant, {"parallel.schedule=stp", "memory.offload=auto", "memory.recompute=auto"});
     TrainRun keep = train(base, 2);
     stp::MemoryPlan exact = stp::make_memory_plan(tiny_config(base), /*exact_minimum=*/true);
     ASSERT_TRUE(exact.min_budget_exact);

@@ -38,35 +38,34 @@ stp::Config llama_config(const std::string& variant, const std::vector<std::stri
     os << v;
     return os.str();
   };
-  std::vector<std::string> sets = {
-      "model.arch=llama",
-      "model.n_layer=" + std::to_string(m.n_layer),
-      "model.n_head=" + std::to_string(m.n_head),
-      "model.n_kv_head=" + std::to_string(m.n_kv_head),
-      "model.n_embd=" + std::to_string(m.n_embd),
-      "model.intermediate_size=" + std::to_string(m.intermediate_size),
-      "model.vocab_size=" + std::to_string(m.vocab_size),
-      "model.seq_len=" + std::to_string(m.seq_len),
-      "model.rope_theta=" + num(m.rope_theta),
-      "model.norm_eps=" + num(m.norm_eps),
-      std::string("model.qkv_bias=") + (m.qkv_bias ? "true" : "false"),
-      std::string("model.tie_embeddings=") + (m.tie_embeddings ? "true" : "false"),
-      "model.attention=naive",
-      "model.init_from=" + stp::test::llama_reference_path(variant) + ".safetensors",
-      "data.format=u16",
-      "data.path=" + token_file(),
-      "data.sampling=sequential",
-      "train.micro_batch_size=" + std::to_string(static_cast<int>(c[7])),
-      "train.microbatches=" + std::to_string(static_cast<int>(c[8])),
-      "train.lr=" + num(h[0]),
-      "train.lr_schedule=constant",
-      "train.warmup_steps=0",
-      "train.grad_clip=0",
-      "optim.beta1=" + num(h[1]),
-      "optim.beta2=" + num(h[2]),
-      "optim.eps=" + num(h[3]),
-      "optim.weight_decay=" + num(h[4]),
-      "output.dir=" + std::string(STP_BINARY_DIR) + "/tests/llama_reference_run"};
+  std::vector<std::string> sets = {"model.arch=llama",
+                                   "model.n_layer=" + std::to_string(m.n_layer),
+                                   "model.n_head=" + std::to_string(m.n_head),
+                                   "model.n_kv_head=" + std::to_string(m.n_kv_head),
+                                   "model.n_embd=" + std::to_string(m.n_embd),
+                                   "model.intermediate_size=" + std::to_string(m.intermediate_size),
+                                   "model.vocab_size=" + std::to_string(m.vocab_size),
+                                   "model.seq_len=" + std::to_string(m.seq_len),
+                                   "model.rope_theta=" + num(m.rope_theta),
+                                   "model.norm_eps=" + num(m.norm_eps),
+                                   std::string("model.qkv_bias=") + (m.qkv_bias ? "true" : "false"),
+                                   std::string("model.tie_embeddings=") + (m.tie_embeddings ? "true" : "false"),
+                                   "model.attention=naive",
+                                   "model.init_from=" + stp::test::llama_reference_path(variant) + ".safetensors",
+                                   "data.format=u16",
+                                   "data.path=" + token_file(),
+                                   "data.sampling=sequential",
+                                   "train.micro_batch_size=" + std::to_string(static_cast<int>(c[7])),
+                                   "train.microbatches=" + std::to_string(static_cast<int>(c[8])),
+                                   "train.lr=" + num(h[0]),
+                                   "train.lr_schedule=constant",
+                                   "train.warmup_steps=0",
+                                   "train.grad_clip=0",
+                                   "optim.beta1=" + num(h[1]),
+                                   "optim.beta2=" + num(h[2]),
+                                   "optim.eps=" + num(h[3]),
+                                   "optim.weight_decay=" + num(h[4]),
+                                   "output.dir=" + std::string(STP_BINARY_DIR) + "/tests/llama_reference_run"};
   sets.insert(sets.end(), extra.begin(), extra.end());
   return stp::testing::tiny_config(sets);
 }
@@ -88,8 +87,7 @@ TEST_P(LlamaTraining, FiveAdamWStepLossesMatchTorch) {
                                "parallel.pp=" + std::to_string(l.pp), std::string("model.attention=") + l.attention}),
       static_cast<int>(want.size()));
   ASSERT_EQ(run.losses.size(), want.size());
-  for (std::size_t i = 0; i < want.size(); ++i)
-    EXPECT_NEAR(run.losses[i], want[i], 1e-5 * want[i]) << "step " << i + 1;
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(run.losses[i], want[i], 1e-5 * want[i]) << "step " << i + 1;
 }
 
 std::vector<Layout> layouts() {
@@ -107,8 +105,7 @@ std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
   std::string s = std::string(info.param.variant) + "_" + info.param.schedule;
   for (char& c : s)
     if (c == '-') c = '_';
-  return s + "_tp" + std::to_string(info.param.tp) + "_pp" + std::to_string(info.param.pp) + "_" +
-         info.param.attention;
+  return s + "_tp" + std::to_string(info.param.tp) + "_pp" + std::to_string(info.param.pp) + "_" + info.param.attention;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSchedules, LlamaTraining, ::testing::ValuesIn(layouts()), layout_name);
