@@ -165,7 +165,8 @@ Tensor LlamaStage::forward(int u, int mb, Stream& s) {
 }
 
 // The gradient w.r.t. the output of unit u: the residual gradient plus, when unit u+1 is a TP
-// unit, its RMSNorm backward on the all-reduced gradient (Note [LayerNorm after the all-reduce]).
+// unit, its RMSNorm backward on the all-reduced gradient (models/gpt2_units.h, Note [LayerNorm after
+// the all-reduce]).
 Tensor LlamaStage::finalize_next(int u, int mb, Microbatch& m, CallScope& cs) {
   if (!m.bwd_pending.defined()) return m.bwd_dy;
   const Unit& next = units_[static_cast<std::size_t>(u + 1)];

@@ -1,5 +1,5 @@
 // LlamaStage: a Llama-family chunk (LlamaForCausalLM / Qwen2ForCausalLM) on one TP rank,
-// implementing the Stage contract (models/stage.h). Its units and protocol are LlamaStage's
+// implementing the Stage contract (models/stage.h). Its units and protocol are GPT2Stage's
 // (models/gpt2_stage.h): "embed" | "input", then "h.{i}.attn" and "h.{i}.mlp" per layer, then
 // "head" on the last stage; F of attn/mlp returns this rank's partial of the next residual stream
 // when tp > 1, B the partial gradient w.r.t. the unit's norm output (models/llama_units.h).
@@ -76,7 +76,7 @@ class LlamaStage final : public Stage {
     Tensor tokens, targets, input, output, grad_output, grad_input, loss;
     Tensor fwd_x;        // residual stream entering the next F unit
     Tensor bwd_dy;       // gradient w.r.t. the output of the unit whose B runs next
-    Tensor bwd_pending;  // all-reduced LN-output gradient of the last B'd TP unit (finalized next)
+    Tensor bwd_pending;  // all-reduced norm-output gradient of the last B'd TP unit (finalized next)
     int next_f = 0;      // next F unit
     int next_b = -1;     // next B unit (-1: backward not started)
   };
