@@ -17,14 +17,20 @@ namespace stp {
 // clang-format off
 static const std::vector<Knob> kKnobs = {
   // key                        type                   default           choices                                   doc
-  {"model.arch",             KnobType::KNOB_CHOICE, "gpt2",           "gpt2", "model family: HF GPT-2 semantics (learned positions, pre-LN, tanh GELU, tied head)", STP_FIELD(model.arch)},
+  {"model.arch",             KnobType::KNOB_CHOICE, "gpt2",           "gpt2|llama", "model family: gpt2 = HF GPT-2 semantics (learned positions, pre-LN, tanh GELU, tied head); llama = HF LlamaForCausalLM / Qwen2ForCausalLM (RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention). docs/model.md", STP_FIELD(model.arch)},
   {"model.n_layer",          KnobType::KNOB_INT,    "4",              "", "transformer blocks", STP_FIELD(model.n_layer)},
   {"model.n_head",           KnobType::KNOB_INT,    "4",              "", "attention heads per block; divisible by parallel.tp", STP_FIELD(model.n_head)},
   {"model.n_embd",           KnobType::KNOB_INT,    "128",            "", "embedding width C; divisible by model.n_head", STP_FIELD(model.n_embd)},
   {"model.vocab_size",       KnobType::KNOB_INT,    "256",            "", "token vocabulary (>= 2; >= 256 for data.format text)", STP_FIELD(model.vocab_size)},
   {"model.seq_len",          KnobType::KNOB_INT,    "128",            "", "tokens per sequence T (also the number of learned positions)", STP_FIELD(model.seq_len)},
+  {"model.n_kv_head",        KnobType::KNOB_INT,    "0",              "", "llama: key/value heads (grouped-query attention), dividing n_head and divisible by parallel.tp; 0 = n_head", STP_FIELD(model.n_kv_head)},
+  {"model.intermediate_size", KnobType::KNOB_INT,   "0",              "", "llama: MLP width (gate, up and down projections), divisible by parallel.tp; required", STP_FIELD(model.intermediate_size)},
+  {"model.rope_theta",       KnobType::KNOB_FLOAT,  "10000",          "", "llama: base of the rotary position frequencies", STP_FIELD(model.rope_theta)},
+  {"model.norm_eps",         KnobType::KNOB_FLOAT,  "1.0e-5",         "", "llama: RMSNorm epsilon", STP_FIELD(model.norm_eps)},
+  {"model.qkv_bias",         KnobType::KNOB_BOOL,   "false",          "", "llama: the q, k and v projections have biases (true for Qwen2)", STP_FIELD(model.qkv_bias)},
+  {"model.tie_embeddings",   KnobType::KNOB_CHOICE, "auto",           "auto|true|false", "the LM head is the token embedding; auto = true for gpt2 (always tied), false for llama", STP_FIELD(model.tie_embeddings)},
   {"model.attention",        KnobType::KNOB_CHOICE, "fused",          "fused|naive", "fused: tiled causal attention with an online softmax, activation memory linear in seq_len (keeps the output and one log-sum-exp per query row); naive: the (B, H, T, T) probabilities are kept, the reference. docs/model.md, Attention", STP_FIELD(model.attention)},
-  {"model.init_from",        KnobType::KNOB_PATH,   "null",           "", "a .safetensors file with HF GPT-2 tensor names; null = seeded random init", STP_FIELD(model.init_from)},
+  {"model.init_from",        KnobType::KNOB_PATH,   "null",           "", "a .safetensors file with the architecture's tensor names (gpt2: HF GPT-2's; llama: stp's, docs/model.md); null = seeded random init", STP_FIELD(model.init_from)},
   {"data.path",              KnobType::KNOB_STRING, "/usr/share/games/fortunes", "", "a token file, or a folder whose regular files are concatenated in name order", STP_FIELD(data.path)},
   {"data.format",            KnobType::KNOB_CHOICE, "text",           "text|u16|llmc|tok32", "text: bytes are tokens (vocab 256); u16: raw little-endian uint16; llmc: llm.c header + uint16; tok32: stp header + uint32", STP_FIELD(data.format)},
   {"data.sampling",          KnobType::KNOB_CHOICE, "random",         "random|sequential", "sequence b starts at (b*T) mod (N-T) (sequential) or hash(seed, b) mod (N-T) (random)", STP_FIELD(data.sampling)},
@@ -160,11 +166,20 @@ std::string Config::to_yaml() const {
   return std::string(out.c_str()) + "\n";
 }
 
+namespace {
+bool llama_only_key(const std::string& key) {
+  return key == "model.n_kv_head" || key == "model.intermediate_size" || key == "model.rope_theta" ||
+         key == "model.norm_eps" || key == "model.qkv_bias" || key == "model.tie_embeddings";
+}
+}  // namespace
+
 std::string config_fingerprint(const Config& cfg) {
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a 64
   for (const Knob& k : kKnobs) {
     std::string key = k.key;
     if (key.rfind("model.", 0) != 0 || key == "model.init_from") continue;
+    // GPT-2 ignores the llama keys: its fingerprints stay what they were before those keys.
+    if (cfg.model.arch == "gpt2" && llama_only_key(key)) continue;
     std::string line = key + "=" + knob_value_text(k, cfg).value_or("null") + "\n";
     for (unsigned char c : line) h = (h ^ c) * 1099511628211ull;
   }

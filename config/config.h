@@ -35,8 +35,15 @@ struct ModelConfig {
   int n_embd = 0;
   int vocab_size = 0;
   int seq_len = 0;
-  std::string attention;  // fused | naive
-  std::string init_from;  // "" = null: seeded random init
+  // llama only (gpt2 ignores them; docs/model.md):
+  int n_kv_head = 0;           // key/value heads; 0 = n_head
+  int intermediate_size = 0;   // MLP width; required (> 0) for llama
+  double rope_theta = 0;       // RoPE base
+  double norm_eps = 0;         // RMSNorm epsilon
+  bool qkv_bias = false;       // q, k, v projections have biases (Qwen2)
+  std::string tie_embeddings;  // auto | true | false; auto = true for gpt2, false for llama
+  std::string attention;       // fused | naive
+  std::string init_from;       // "" = null: seeded random init
 };
 
 struct DataConfig {

@@ -19,6 +19,20 @@ void validate_model(const Config& c) {
   check_at_least("model.vocab_size", c.model.vocab_size, 2);
   STP_CHECK(c.model.n_embd % c.model.n_head == 0, "config: model.n_embd (", c.model.n_embd,
             ") must be divisible by model.n_head (", c.model.n_head, ")");
+  if (c.model.arch == "gpt2") {
+    STP_CHECK(c.model.tie_embeddings != "false",
+              "config: model.tie_embeddings: false is not supported by model.arch gpt2 (its LM head is the token "
+              "embedding); remove the key or use model.arch llama");
+  } else {
+    const int kv = c.model.n_kv_head == 0 ? c.model.n_head : c.model.n_kv_head;
+    check_at_least("model.n_kv_head", c.model.n_kv_head, 0);
+    STP_CHECK(kv >= 1 && c.model.n_head % kv == 0, "config: model.n_kv_head (", kv, ") must divide model.n_head (",
+              c.model.n_head, "): each key/value head serves a group of query heads");
+    STP_CHECK(c.model.intermediate_size >= 1, "config: model.intermediate_size must be set (> 0) for model.arch ",
+              c.model.arch, ", got ", c.model.intermediate_size);
+    STP_CHECK(c.model.rope_theta > 0, "config: model.rope_theta must be > 0, got ", c.model.rope_theta);
+    STP_CHECK(c.model.norm_eps > 0, "config: model.norm_eps must be > 0, got ", c.model.norm_eps);
+  }
   STP_CHECK(c.data.format != "text" || c.model.vocab_size >= 256, "config: model.vocab_size (", c.model.vocab_size,
             ") must be >= 256 with data.format text (every byte is a token)");
 }
@@ -58,6 +72,13 @@ void validate_parallel(const Config& c) {
   check_at_least("parallel.tp_link_bandwidth", p.tp_link_bandwidth, 0.0);
   STP_CHECK(c.model.n_head % p.tp == 0, "config: parallel.tp (", p.tp, ") must divide model.n_head (", c.model.n_head,
             "): each tensor-parallel rank holds whole heads");
+  if (c.model.arch != "gpt2") {
+    const int kv = c.model.n_kv_head == 0 ? c.model.n_head : c.model.n_kv_head;
+    STP_CHECK(kv % p.tp == 0, "config: parallel.tp (", p.tp, ") must divide model.n_kv_head (", kv,
+              "): each tensor-parallel rank holds whole key/value heads");
+    STP_CHECK(c.model.intermediate_size % p.tp == 0, "config: parallel.tp (", p.tp,
+              ") must divide model.intermediate_size (", c.model.intermediate_size, ")");
+  }
 }
 
 void validate_memory_output(const Config& c) {

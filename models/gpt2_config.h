@@ -6,15 +6,9 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "models/model_spec.h"
 
 namespace stp {
-
-// How a unit computes causal attention (docs/model.md, Attention). Naive keeps the (B, H, T, T)
-// probabilities as a record (nn_kernels.h attention_forward); Fused keeps the output and one
-// log-sum-exp per query row and recomputes the probabilities in B (core/kernels/attention_kernels.h).
-// The model's default is Naive, the reference; the configuration's default (model.attention) is
-// fused.
-enum class AttentionKernel : std::uint8_t { Naive, Fused };
 
 struct GPT2Config {
   int n_layer = 2;
@@ -28,15 +22,8 @@ struct GPT2Config {
   int positions() const { return n_positions > 0 ? n_positions : seq_len; }
 };
 
-// One stage: layers [layer_begin, layer_end) on TP rank tp_rank of tp_size. The stage with
-// layer_begin == 0 owns the embedding; the one with layer_end == n_layer owns ln_f, head and loss.
-struct GPT2StageSpec {
-  int layer_begin = 0;
-  int layer_end = 0;
-  int tp_rank = 0;
-  int tp_size = 1;
-  int micro_batch_size = 1;  // B of every microbatch
-};
+// One stage of GPT-2 (models/model_spec.h): the embedding, a layer range, ln_f and the head.
+using GPT2StageSpec = StageSpec;
 
 // Throws stp::Error naming the value when the combination is invalid (tp not dividing n_head, ...).
 void validate(const GPT2Config& config, const GPT2StageSpec& spec);

@@ -117,7 +117,8 @@ struct ShardLayout {
 };
 
 struct ParamInfo {
-  std::string name;         // HF GPT-2 name, e.g. "h.0.attn.c_attn.weight" (no "transformer." prefix)
+  std::string name;         // the architecture's name, e.g. "h.0.attn.c_attn.weight" (GPT-2: HF's, without
+                            // "transformer."; llama: models/llama_params.h maps them to HF's)
   Tensor param;             // this rank's shard, on the device
   Tensor grad;              // same shape; accumulated by W (and by B for LayerNorm weights)
   Tensor compute;           // what GEMMs multiply by: `param` itself, or (bf16 precision, GEMM weights
@@ -187,6 +188,14 @@ class Stage {
   virtual void set_forward_only(bool on) = 0;
 
   virtual std::vector<ParamInfo>& params() = 0;
+  // Every gradient of params() in one flat buffer (the data-parallel all-reduce's buckets).
+  virtual Tensor flat_grads() const = 0;
+  // Seeded init of every parameter: each full tensor is drawn from a stream keyed by (seed,
+  // name) and then sharded, so every TP and PP split sees the same model. Synchronizes s.
+  virtual void init_random(std::uint64_t seed, Stream& s) = 0;
+  // Copies a full host tensor (the layout of ParamInfo::full_shape) into this rank's shard.
+  // Synchronizes s.
+  virtual void load_full(const std::string& name, const std::vector<float>& full, Stream& s) = 0;
   virtual void zero_grads(Stream& s) = 0;  // also drops all microbatch state (in stream order)
   // Drops mb's I/O buffers (its records must be gone), in stream order on s.
   virtual void release_microbatch(int mb, Stream& s) = 0;

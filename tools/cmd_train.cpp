@@ -159,12 +159,12 @@ int run(const stp::tools::ConfigArgs& args) {
     metrics.open(dir / "metrics.jsonl", resuming ? std::ios::app : std::ios::trunc);
     STP_CHECK(metrics.good(), "cannot write '", (dir / "metrics.jsonl").string(), "'");
     std::fprintf(stderr,
-                 "stp train: %s | gpt2 %d layers, %d heads, %d embd, vocab %d, T %d | %s dp=%d tp=%d pp=%d m=%d B=%d | "
+                 "stp train: %s | %s %d layers, %d heads, %d embd, vocab %d, T %d | %s dp=%d tp=%d pp=%d m=%d B=%d | "
                  "%s backend, %d ranks in %d process%s%s\n",
-                 args.config_path.c_str(), cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size,
-                 cfg.model.seq_len, cfg.parallel.schedule.c_str(), cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp,
-                 cfg.train.microbatches, cfg.train.micro_batch_size, cfg.parallel.backend.c_str(), trainer.world_size(),
-                 processes, processes == 1 ? "" : "es",
+                 args.config_path.c_str(), cfg.model.arch.c_str(), cfg.model.n_layer, cfg.model.n_head,
+                 cfg.model.n_embd, cfg.model.vocab_size, cfg.model.seq_len, cfg.parallel.schedule.c_str(),
+                 cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp, cfg.train.microbatches, cfg.train.micro_batch_size,
+                 cfg.parallel.backend.c_str(), trainer.world_size(), processes, processes == 1 ? "" : "es",
                  resuming ? stp::str(" | resuming after step ", trainer.steps_done()).c_str() : "");
   }
 

@@ -58,7 +58,9 @@ static int fail(int status, bool together) {
 }
 
 int main(int argc, char** argv) {
-  CLI::App app{"stp: a training runtime for GPT-2 with tensor and pipeline parallelism (README.md).", "stp"};
+  CLI::App app{
+      "stp: a training runtime for GPT-2 and Llama-family models with tensor and pipeline parallelism (README.md).",
+      "stp"};
   stp::tools::init_cli(app);
   app.require_subcommand(1);
   auto cmds = stp::tools::commands();

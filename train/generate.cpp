@@ -10,7 +10,7 @@
 #include "core/cpu/cpu_device.h"
 #include "core/tensor.h"
 #include "formats/checkpoint.h"
-#include "models/gpt2_stage.h"
+#include "models/registry.h"
 #include "train/stage_layout.h"
 
 namespace fs = std::filesystem;
@@ -54,22 +54,22 @@ Generator::Generator(const std::string& dir) : impl_(std::make_unique<Impl>()) {
   one.train.micro_batch_size = 1;
   one.train.microbatches = 1;
   one.train.precision = "f32";
-  GPT2Config model = gpt2_config_of(one);
-  GPT2StageSpec spec;
+  ModelSpec model = model_spec_of(one);
+  StageSpec spec;
   spec.layer_begin = 0;
   spec.layer_end = model.n_layer;
   spec.micro_batch_size = 1;
-  validate(model, spec);
+  validate_model(model, spec);
   m.device = std::make_unique<CpuDevice>(0, CpuDeviceOptions{});
   m.compute = m.device->create_stream("compute");
   m.alloc = std::make_unique<DeviceAllocator>(*m.device);
-  auto stage = std::make_unique<GPT2Stage>(model, spec, *m.alloc);
+  std::unique_ptr<Stage> stage = make_stage(model, spec, *m.alloc);
   for (ParamInfo& p : stage->params()) {
     auto it = ck.model.find(p.name);
     STP_CHECK(it != ck.model.end(), "checkpoint '", dir, "': tensor '", p.name, "' is missing");
     STP_CHECK(it->second.shape == p.full_shape, "checkpoint '", dir, "': tensor '", p.name, "' has shape ",
               to_string(it->second.shape), ", the model needs ", to_string(p.full_shape));
-    stage->param_store().load_full(p.name, it->second.data, *m.compute);
+    stage->load_full(p.name, it->second.data, *m.compute);
   }
   stage->zero_grads(*m.compute);  // also makes the GEMM copies of the weights
   m.compute->synchronize();

@@ -9,7 +9,7 @@
 #include "core/cpu/cpu_device.h"
 #include "base/error.h"
 #include "memory/planner.h"
-#include "models/gpt2_stage.h"
+#include "models/registry.h"
 #include "schedule/schedule.h"
 #include "train/memory_settings.h"
 #include "train/stage_layout.h"
@@ -44,6 +44,12 @@ double unit_flops(const Config& c, const std::string& name) {
   };
   // The attention core: dense T x T with the naive kernel's GEMMs; the fused kernel skips the masked half.
   const double core = (c.model.attention == "naive" ? 4 : 2) * B * T * T * C / tp;
+  if (c.model.arch == "llama") {  // grouped k/v heads; three MLP matrices of intermediate_size
+    const double kv = c.model.n_kv_head > 0 ? c.model.n_kv_head : c.model.n_head;
+    const double qkv = C + 2 * C * kv / c.model.n_head, I = c.model.intermediate_size;
+    if (ends_with(".attn")) return 2 * N * C * qkv / tp + core + 2 * N * C * C / tp;
+    if (ends_with(".mlp")) return 3 * 2 * N * C * I / tp;
+  }
   if (ends_with(".attn")) return 2 * N * C * 3 * C / tp + core + 2 * N * C * C / tp;
   if (ends_with(".mlp")) return 2 * 2 * N * C * 4 * C / tp;
   if (name == "head") return 2 * N * C * V;
@@ -54,7 +60,7 @@ struct ModelLayout {
   sched::Schedule schedule;
   std::unique_ptr<CpuDevice> device;  // declared before the stages, which free into it
   std::unique_ptr<Allocator> alloc;
-  std::vector<std::vector<std::unique_ptr<GPT2Stage>>> stages;  // [pp rank][chunk], TP rank 0, dry device
+  std::vector<std::vector<std::unique_ptr<Stage>>> stages;  // [pp rank][chunk], TP rank 0, dry device
 };
 
 // The stages of TP rank 0 of every pipeline rank on a dry device: unit names, counts, savings.
@@ -68,8 +74,7 @@ ModelLayout build_shape(const Config& c) {
   for (int r = 0; r < c.parallel.pp; ++r) {
     s.stages.emplace_back();
     for (int ch = 0; ch < s.schedule.chunks; ++ch)
-      s.stages.back().push_back(
-          std::make_unique<GPT2Stage>(gpt2_config_of(c), stage_spec_of(c, s.schedule, r, ch, 0), *s.alloc));
+      s.stages.back().push_back(make_stage(model_spec_of(c), stage_spec_of(c, s.schedule, r, ch, 0), *s.alloc));
   }
   return s;
 }
@@ -155,7 +160,7 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
   for (int r = 0; r < pp; ++r) {
     in.units.emplace_back();
     for (int ch = 0; ch < shape.schedule.chunks; ++ch) {
-      GPT2Stage& st = *shape.stages[static_cast<std::size_t>(r)][static_cast<std::size_t>(ch)];
+      Stage& st = *shape.stages[static_cast<std::size_t>(r)][static_cast<std::size_t>(ch)];
       in.units.back().push_back(st.num_units());
       for (int u = 0; u < st.num_units(); ++u) {
         double fs = unit_flops(config, st.unit_name(u)) / flops;

@@ -12,7 +12,7 @@
 #include "memory/block_arena.h"
 #include "memory/pinned_pool.h"
 #include "offload/offload_engine.h"
-#include "models/gpt2_stage.h"
+#include "models/stage.h"
 #include "optim/optimizer.h"
 #include "train/dp_grads.h"
 #include "train/executor.h"
@@ -38,10 +38,10 @@ struct Rank {
   std::unique_ptr<BlockArena> alloc;  // the caching device allocator, capped at memory.device_budget
   std::unique_ptr<PinnedPool> pool;   // pinned host pool (ranks whose plan offloads)
   std::unique_ptr<OffloadEngine> offload;
-  OffloadCounters offload_before;                  // the engine's counters at the start of this step
-  std::vector<std::unique_ptr<GPT2Stage>> stages;  // [local chunk]
-  std::vector<ParamInfo> params;                   // every stage's parameters (views), chunk order
-  std::vector<int> param_chunk;                    // local chunk of params[i]
+  OffloadCounters offload_before;              // the engine's counters at the start of this step
+  std::vector<std::unique_ptr<Stage>> stages;  // [local chunk]
+  std::vector<ParamInfo> params;               // every stage's parameters (views), chunk order
+  std::vector<int> param_chunk;                // local chunk of params[i]
   std::unique_ptr<AdamW> adamw;
   std::unique_ptr<GradClipper> clipper;
   std::unique_ptr<Executor> executor;
@@ -66,8 +66,8 @@ struct Rank {
 
   bool holds_first() const;
   bool holds_last() const;
-  GPT2Stage* first_stage() const;  // nullptr when not held
-  GPT2Stage* last_stage() const;
+  Stage* first_stage() const;  // nullptr when not held
+  Stage* last_stage() const;
   void synchronize();  // every stream of the rank
 };
 

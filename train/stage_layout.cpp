@@ -2,22 +2,29 @@
 
 namespace stp {
 
-GPT2Config gpt2_config_of(const Config& config) {
-  GPT2Config m;
-  m.n_layer = config.model.n_layer;
+ModelSpec model_spec_of(const Config& config) {
+  const ModelConfig& c = config.model;
+  ModelSpec m;
+  m.arch = c.arch;
+  m.n_layer = c.n_layer;
   m.n_head = config.model.n_head;
   m.n_embd = config.model.n_embd;
   m.vocab_size = config.model.vocab_size;
   m.seq_len = config.model.seq_len;
+  m.n_kv_head = c.n_kv_head > 0 ? c.n_kv_head : c.n_head;
+  m.intermediate_size = c.intermediate_size > 0 ? c.intermediate_size : 4 * c.n_embd;
+  m.rope_theta = c.rope_theta;
+  m.norm_eps = c.norm_eps;
+  m.qkv_bias = c.qkv_bias;
+  m.tie_embeddings = c.tie_embeddings == "auto" ? c.arch == "gpt2" : c.tie_embeddings == "true";
   m.precision = config.train.precision == "bf16" ? DType::BF16 : DType::F32;
   m.attention = config.model.attention == "naive" ? AttentionKernel::Naive : AttentionKernel::Fused;
   return m;
 }
 
-GPT2StageSpec stage_spec_of(const Config& config, const sched::Schedule& schedule, int pp_rank, int chunk,
-                            int tp_rank) {
+StageSpec stage_spec_of(const Config& config, const sched::Schedule& schedule, int pp_rank, int chunk, int tp_rank) {
   const int layers_per_stage = config.model.n_layer / schedule.n_stages();
-  GPT2StageSpec spec;
+  StageSpec spec;
   spec.layer_begin = schedule.stage(pp_rank, chunk) * layers_per_stage;
   spec.layer_end = spec.layer_begin + layers_per_stage;
   spec.tp_rank = tp_rank;

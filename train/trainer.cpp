@@ -30,13 +30,13 @@ Rank::~Rank() {
 bool Rank::holds_first() const { return first_stage() != nullptr; }
 bool Rank::holds_last() const { return last_stage() != nullptr; }
 
-GPT2Stage* Rank::first_stage() const {
+Stage* Rank::first_stage() const {
   for (auto& s : stages)
     if (s->is_first()) return s.get();
   return nullptr;
 }
 
-GPT2Stage* Rank::last_stage() const {
+Stage* Rank::last_stage() const {
   for (auto& s : stages)
     if (s->is_last()) return s.get();
   return nullptr;
@@ -141,8 +141,8 @@ void Trainer::Impl::upload_rows(Rank& r, const TokenDataset* data, const std::fu
   for (int mb = 1; mb <= m; ++mb) {
     std::vector<std::int32_t> in(static_cast<std::size_t>(B) * T), tgt(in.size());
     if (data) data->fill_batch(b0(mb), B, in.data(), tgt.data());  // a dry run reads no data
-    if (GPT2Stage* s = r.first_stage()) r.compute->copy(s->tokens(mb).raw(), in.data(), in.size() * 4);
-    if (GPT2Stage* s = r.last_stage()) r.compute->copy(s->targets(mb).raw(), tgt.data(), tgt.size() * 4);
+    if (Stage* s = r.first_stage()) r.compute->copy(s->tokens(mb).raw(), in.data(), in.size() * 4);
+    if (Stage* s = r.last_stage()) r.compute->copy(s->targets(mb).raw(), tgt.data(), tgt.size() * 4);
     r.staging.push_back(std::move(in));
     r.staging.push_back(std::move(tgt));
   }
@@ -154,22 +154,32 @@ void Trainer::Impl::upload_batch(Rank& r, std::int64_t step) {
               [&](int mb) { return sequence_index(step, r.dp_rank, mb - 1, config.parallel.dp, m, B); });
 }
 
-// Tied embedding: wte lives in the first and the last stage. Their grads are summed so both copies
-// take the same update (on one rank: a local add; across ranks: the tied group's all-reduce).
+// The tied parameter named `name` of a stage (ParamInfo::tied: it lives in the first and the last
+// stage).
+static ParamInfo& tied_copy(Stage& s, const std::string& name) {
+  for (ParamInfo& p : s.params())
+    if (p.tied && p.name == name) return p;
+  STP_UNREACHABLE("tied parameter ", name, " missing from the last stage");
+}
+
+// Tied embedding (gpt2's wte, a tied llama's embed_tokens): it lives in the first and the last stage. Their grads are
+// summed so both copies take the same update (on one rank: a local add; across ranks: the tied group's all-reduce).
 void Trainer::Impl::sum_tied_grads(Rank& r) {
-  GPT2Stage* first = r.first_stage();
-  GPT2Stage* last = r.last_stage();
+  Stage* first = r.first_stage();
+  Stage* last = r.last_stage();
   if (first && last && first != last) {
-    ParamInfo& a = first->param_store().at("wte.weight");
-    ParamInfo& b = last->param_store().at("wte.weight");
-    add(*r.compute, a.grad.f32(), a.grad.f32(), b.grad.f32(), a.grad.numel());
-    r.compute->copy(b.grad.raw(), a.grad.raw(), a.grad.bytes());
+    for (ParamInfo& a : first->params()) {
+      if (!a.tied) continue;
+      ParamInfo& b = tied_copy(*last, a.name);
+      add(*r.compute, a.grad.f32(), a.grad.f32(), b.grad.f32(), a.grad.numel());
+      r.compute->copy(b.grad.raw(), a.grad.raw(), a.grad.bytes());
+    }
     return;
   }
   if (!r.tied) return;
-  GPT2Stage* holder = first ? first : last;
-  ParamInfo& w = holder->param_store().at("wte.weight");
-  r.tied->all_reduce_sum(*r.compute, w.grad.f32(), static_cast<std::size_t>(w.grad.numel()));
+  Stage* holder = first ? first : last;
+  for (ParamInfo& w : holder->params())
+    if (w.tied) r.tied->all_reduce_sum(*r.compute, w.grad.f32(), static_cast<std::size_t>(w.grad.numel()));
 }
 
 // The loss scale 1 / (microbatches · dp) makes the sum of the replicas' gradients (the DP

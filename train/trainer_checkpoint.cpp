@@ -5,8 +5,7 @@
 
 #include "base/error.h"
 #include "formats/checkpoint.h"
-#include "models/gpt2_config.h"
-#include "models/gpt2_params.h"
+#include "models/registry.h"
 #include "train/stage_layout.h"
 #include "train/trainer_impl.h"
 
@@ -49,12 +48,12 @@ std::map<std::string, HostTensor> Trainer::Impl::gather(const std::function<Tens
   }
   if (!multi_process() || ranks.front()->global != 0) return out;
   Rank& r = *ranks.front();
-  const GPT2Config model = gpt2_config_of(config);
+  const ModelSpec model = model_spec_of(config);
   for (int src = 1; src < layout.replica_size(); ++src) {
     std::uint32_t i = 0;
     for (int c = 0; c < schedule.chunks; ++c) {
       for (const ParamInfo& p :
-           gpt2_param_table(model, stage_spec_of(config, schedule, layout.pp_rank(src), c, layout.tp_rank(src)))) {
+           model_param_table(model, stage_spec_of(config, schedule, layout.pp_rank(src), c, layout.tp_rank(src)))) {
         Tensor shard = Tensor::empty(*r.alloc, {p.layout.shard_rows * p.layout.shard_cols});
         r.replica->recv(*r.compute, shard.raw(), shard.bytes(), src, i++);
         place(p, download(shard, *r.compute), out);
@@ -99,7 +98,7 @@ void Trainer::Impl::load_full_tensors(const std::map<std::string, HostTensor>& f
         STP_CHECK(it != full.end(), source, ": tensor '", p.name, "' is missing");
         STP_CHECK(it->second.shape == p.full_shape, source, ": tensor '", p.name, "' has shape ",
                   to_string(it->second.shape), ", the model needs ", to_string(p.full_shape));
-        s->param_store().load_full(p.name, it->second.data, *r.compute);
+        s->load_full(p.name, it->second.data, *r.compute);
       }
     }
   });

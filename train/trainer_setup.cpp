@@ -9,7 +9,7 @@
 #include "base/error.h"
 #include "formats/checkpoint.h"
 #include "memory/numa.h"
-#include "models/gpt2_config.h"
+#include "models/registry.h"
 #include "train/memory_planning.h"
 #include "train/memory_settings.h"
 #include "train/stage_layout.h"
@@ -186,11 +186,11 @@ void Trainer::Impl::build_rank(Rank& r) {
     r.p2p->set_trace(trace.get(), r.global, "p2p");
     if (r.dp_comm) r.dp_comm->set_trace(trace.get(), r.global, "dp-comm");
   }
-  const GPT2Config model = gpt2_config_of(config);
+  const ModelSpec model = model_spec_of(config);
   for (int c = 0; c < schedule.chunks; ++c) {
-    GPT2StageSpec spec = stage_spec_of(config, schedule, r.pp_rank, c, r.tp_rank);
-    validate(model, spec);
-    r.stages.push_back(std::make_unique<GPT2Stage>(model, spec, *r.alloc));
+    StageSpec spec = stage_spec_of(config, schedule, r.pp_rank, c, r.tp_rank);
+    validate_model(model, spec);
+    r.stages.push_back(make_stage(model, spec, *r.alloc));
     const auto& decisions = rank_plan.units.at(static_cast<std::size_t>(c));
     for (int u = 0; u < r.stages.back()->num_units(); ++u)
       r.stages.back()->set_recompute(u, decisions.at(static_cast<std::size_t>(u)).recompute);
@@ -229,7 +229,7 @@ void Trainer::Impl::build_rank(Rank& r) {
   res.offload = r.offload.get();
   if (layout.dp > 1) {
     std::vector<Tensor> grads;
-    for (auto& s : r.stages) grads.push_back(s->param_store().flat_grads());
+    for (auto& s : r.stages) grads.push_back(s->flat_grads());
     r.dp_grads =
         std::make_unique<DpGradSync>(std::move(grads), *r.dp, *r.device, *r.compute, *r.dp_comm,
                                      static_cast<std::size_t>(config.parallel.dp_bucket.value_or(0)), trace != nullptr);
@@ -287,7 +287,7 @@ void Trainer::Impl::initialize_parameters() {
     return;
   }
   run_on_ranks([&](Rank& r) {
-    for (auto& s : r.stages) s->param_store().init_random(config.train.seed, *r.compute);
+    for (auto& s : r.stages) s->init_random(config.train.seed, *r.compute);
   });
 }
 

@@ -178,8 +178,12 @@ struct EmbeddingForward {
   i64 T, C;
   STP_HD void operator()(usize n) const {
     const float* e = wte + static_cast<i64>(tokens[n]) * C;
-    const float* p = wpe + static_cast<i64>(n % T) * C;
     float* o = out + n * C;
+    if (wpe == nullptr) {  // no learned positions (rotary models)
+      for (i64 c = 0; c < C; ++c) o[c] = e[c];
+      return;
+    }
+    const float* p = wpe + static_cast<i64>(n % T) * C;
     for (i64 c = 0; c < C; ++c) o[c] = e[c] + p[c];
   }
 };
@@ -410,7 +414,7 @@ void embedding_backward_accumulate(Stream& s, float* dwte, float* dwpe, const fl
   launch(s, 1, TokenBuckets{offsets, rows, tokens, V, B * T}, 1);
   // Most vocabulary entries are absent from a batch and cost one comparison each.
   launch(s, static_cast<usize>(V), EmbeddingBackwardWte{dwte, dout, offsets, rows, C}, 256);
-  launch(s, static_cast<usize>(T * C), EmbeddingBackwardWpe{dwpe, dout, B, T, C}, row_grain(B));
+  if (dwpe != nullptr) launch(s, static_cast<usize>(T * C), EmbeddingBackwardWpe{dwpe, dout, B, T, C}, row_grain(B));
 }
 
 // Per (batch, head): scores = q k^T / sqrt(D) and y = att v as GEMMs on strided head slices.

@@ -113,7 +113,8 @@ void add(Stream& s, float* y /*(n,)*/, const float* a /*(n,)*/, const float* b /
 
 // ---- Embedding (tokens are int32 stored in 4-byte elements) ----------------------------------
 
-// out[b,t] = wte[tokens[b,t]] + wpe[t]. Tokens must lie in [0, V) (validated by the data loader).
+// out[b,t] = wte[tokens[b,t]] + wpe[t] (wpe may be nullptr: no position term). Tokens must lie in
+// [0, V) (validated by the data loader).
 void embedding_forward(Stream& s, float* out /*(B*T,C)*/, const std::int32_t* tokens /*(B*T,)*/,
                        const float* wte /*(V,C)*/, const float* wpe /*(>=T,C)*/, std::int64_t B, std::int64_t T,
                        std::int64_t C);
@@ -122,7 +123,8 @@ void embedding_forward(Stream& s, float* out /*(B*T,C)*/, const std::int32_t* to
 std::int64_t embedding_backward_workspace(std::int64_t V, std::int64_t BT);
 
 // dwte[v] += sum of dout rows whose token is v (rows summed in order, then added once: the
-// result is dwte + (sum), independent of what dwte held); dwpe[t] += sum_b dout[b,t].
+// result is dwte + (sum), independent of what dwte held); dwpe[t] += sum_b dout[b,t] (dwpe may be
+// nullptr).
 // workspace: embedding_backward_workspace(V, B*T) int32 elements of device memory.
 void embedding_backward_accumulate(Stream& s, float* dwte /*(V,C)*/, float* dwpe /*(>=T,C)*/,
                                    const float* dout /*(B*T,C)*/, const std::int32_t* tokens /*(B*T,)*/,

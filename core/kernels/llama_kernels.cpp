@@ -1,0 +1,236 @@
+// Llama-family kernels (contract in llama_kernels.h). Each functor does one row or one channel;
+// reductions loop in index order inside that one index.
+#include "core/kernels/llama_kernels.h"
+
+#include <cmath>
+
+#include "core/launch.h"
+
+namespace stp {
+namespace {
+
+using i64 = std::int64_t;
+using usize = std::size_t;
+
+usize row_grain(i64 row_len) { return static_cast<usize>(row_len >= 16384 ? 1 : 16384 / row_len); }
+
+// ---- RMSNorm -----------------------------------------------------------------------------------
+
+template <typename T>
+struct RmsNormForward {
+  T* out;
+  float* rstd;
+  const float* x;
+  const float* w;
+  i64 C;
+  float eps;
+  STP_HD void operator()(usize n) const {
+    const float* xr = x + n * C;
+    T* o = out + n * C;
+    float ss = 0.0f;
+    for (i64 c = 0; c < C; ++c) ss += xr[c] * xr[c];
+    const float rs = 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
+    for (i64 c = 0; c < C; ++c) o[c] = from_f32<T>(xr[c] * rs * w[c]);
+    rstd[n] = rs;
+  }
+};
+
+struct RmsNormBackwardInput {
+  float* dx;
+  const float* resid;
+  const float* dout;
+  const float* x;
+  const float* rstd;
+  const float* w;
+  i64 C;
+  STP_HD void operator()(usize n) const {
+    const float* d = dout + n * C;
+    const float* xr = x + n * C;
+    const float rs = rstd[n];
+    float dot = 0.0f;  // sum of g * xhat
+    for (i64 c = 0; c < C; ++c) dot += d[c] * w[c] * (xr[c] * rs);
+    dot /= static_cast<float>(C);
+    float* o = dx + n * C;
+    const float* r = resid ? resid + n * C : nullptr;
+    for (i64 c = 0; c < C; ++c) {
+      float v = rs * (d[c] * w[c] - xr[c] * rs * dot);
+      o[c] = r ? r[c] + v : v;
+    }
+  }
+};
+
+struct RmsNormBackwardWeight {
+  float* dw;
+  const float* dout;
+  const float* x;
+  const float* rstd;
+  i64 N, C;
+  STP_HD void operator()(usize c) const {
+    float acc = 0.0f;
+    for (i64 n = 0; n < N; ++n) acc += dout[n * C + static_cast<i64>(c)] * (x[n * C + static_cast<i64>(c)] * rstd[n]);
+    dw[c] += acc;
+  }
+};
+
+// ---- RoPE ---------------------------------------------------------------------------------------
+
+template <typename T>
+struct Rope {
+  T* x;
+  i64 Tn, ld, heads, D;
+  double theta;
+  double sign;  // +1 forward, -1 backward (the transpose rotation)
+  STP_HD void operator()(usize task) const {
+    const i64 n = static_cast<i64>(task) / heads, h = static_cast<i64>(task) % heads;
+    const double t = static_cast<double>(n % Tn);
+    T* r = x + n * ld + h * D;
+    const i64 half = D / 2;
+    for (i64 i = 0; i < half; ++i) {
+      const double a = t * ::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+      const float c = static_cast<float>(::cos(a)), sn = static_cast<float>(sign * ::sin(a));
+      const float x1 = to_f32(r[i]), x2 = to_f32(r[i + half]);
+      r[i] = from_f32<T>(x1 * c - x2 * sn);
+      r[i + half] = from_f32<T>(x2 * c + x1 * sn);
+    }
+  }
+};
+
+// ---- SwiGLU --------------------------------------------------------------------------------------
+
+STP_HD inline float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+template <typename T>
+struct SwigluForward {
+  T* y;
+  const T* h;
+  i64 F;
+  STP_HD void operator()(usize n) const {
+    const T* g = h + n * 2 * F;
+    const T* u = g + F;
+    T* o = y + n * F;
+    for (i64 j = 0; j < F; ++j) {
+      const float gv = to_f32(g[j]);
+      o[j] = from_f32<T>(gv * sigmoid(gv) * to_f32(u[j]));
+    }
+  }
+};
+
+// silu'(g) = s (1 + g (1 - s)), s = sigmoid(g).
+template <typename T>
+struct SwigluBackward {
+  T* dh;
+  const T* dy;
+  const T* h;
+  i64 F;
+  STP_HD void operator()(usize n) const {
+    const T* g = h + n * 2 * F;
+    const T* u = g + F;
+    const T* d = dy + n * F;
+    T* dg = dh + n * 2 * F;
+    T* du = dg + F;
+    for (i64 j = 0; j < F; ++j) {
+      const float gv = to_f32(g[j]), uv = to_f32(u[j]), dv = to_f32(d[j]), sg = sigmoid(gv);
+      dg[j] = from_f32<T>(dv * uv * sg * (1.0f + gv * (1.0f - sg)));
+      du[j] = from_f32<T>(dv * gv * sg);
+    }
+  }
+};
+
+// ---- GQA expand / reduce -------------------------------------------------------------------------
+
+template <typename T>
+struct GqaExpand {
+  T* out;
+  const T* qkv;
+  i64 H, K, D;
+  STP_HD void operator()(usize n) const {
+    const T* in = qkv + n * (H + 2 * K) * D;
+    T* o = out + n * 3 * H * D;
+    const i64 group = H / K;
+    for (i64 c = 0; c < H * D; ++c) o[c] = in[c];
+    for (int part = 1; part <= 2; ++part)  // k, then v
+      for (i64 h = 0; h < H; ++h)
+        for (i64 e = 0; e < D; ++e) o[part * H * D + h * D + e] = in[H * D + (part - 1) * K * D + (h / group) * D + e];
+  }
+};
+
+template <typename T>
+struct GqaReduce {
+  T* dqkv;
+  const T* dfull;
+  i64 H, K, D;
+  STP_HD void operator()(usize n) const {
+    const T* in = dfull + n * 3 * H * D;
+    T* o = dqkv + n * (H + 2 * K) * D;
+    const i64 group = H / K;
+    for (i64 c = 0; c < H * D; ++c) o[c] = in[c];
+    for (int part = 1; part <= 2; ++part)
+      for (i64 j = 0; j < K; ++j)
+        for (i64 e = 0; e < D; ++e) {
+          float acc = 0.0f;
+          for (i64 g = 0; g < group; ++g) acc += to_f32(in[part * H * D + (j * group + g) * D + e]);
+          o[H * D + (part - 1) * K * D + j * D + e] = from_f32<T>(acc);
+        }
+  }
+};
+
+}  // namespace
+
+template <typename T>
+void rmsnorm_forward(Stream& s, T* out, float* rstd, const float* x, const float* w, i64 N, i64 C, float eps) {
+  launch(s, static_cast<usize>(N), RmsNormForward<T>{out, rstd, x, w, C, eps}, row_grain(C));
+}
+
+void rmsnorm_backward_input(Stream& s, float* dx, const float* resid, const float* dout, const float* x,
+                            const float* rstd, const float* w, i64 N, i64 C) {
+  launch(s, static_cast<usize>(N), RmsNormBackwardInput{dx, resid, dout, x, rstd, w, C}, row_grain(C));
+}
+
+void rmsnorm_backward_weight_accumulate(Stream& s, float* dw, const float* dout, const float* x, const float* rstd,
+                                        i64 N, i64 C) {
+  launch(s, static_cast<usize>(C), RmsNormBackwardWeight{dw, dout, x, rstd, N, C}, row_grain(N));
+}
+
+template <typename T>
+void rope_forward(Stream& s, T* x, i64 N, i64 Tn, i64 ld, i64 heads, i64 D, double theta) {
+  launch(s, static_cast<usize>(N * heads), Rope<T>{x, Tn, ld, heads, D, theta, 1.0}, row_grain(8 * D));
+}
+
+template <typename T>
+void rope_backward(Stream& s, T* dx, i64 N, i64 Tn, i64 ld, i64 heads, i64 D, double theta) {
+  launch(s, static_cast<usize>(N * heads), Rope<T>{dx, Tn, ld, heads, D, theta, -1.0}, row_grain(8 * D));
+}
+
+template <typename T>
+void swiglu_forward(Stream& s, T* y, const T* h, i64 N, i64 F) {
+  launch(s, static_cast<usize>(N), SwigluForward<T>{y, h, F}, row_grain(4 * F));
+}
+
+template <typename T>
+void swiglu_backward(Stream& s, T* dh, const T* dy, const T* h, i64 N, i64 F) {
+  launch(s, static_cast<usize>(N), SwigluBackward<T>{dh, dy, h, F}, row_grain(8 * F));
+}
+
+template <typename T>
+void gqa_expand(Stream& s, T* out, const T* qkv, i64 N, i64 H, i64 K, i64 D) {
+  launch(s, static_cast<usize>(N), GqaExpand<T>{out, qkv, H, K, D}, row_grain(3 * H * D));
+}
+
+template <typename T>
+void gqa_reduce(Stream& s, T* dqkv, const T* dfull, i64 N, i64 H, i64 K, i64 D) {
+  launch(s, static_cast<usize>(N), GqaReduce<T>{dqkv, dfull, H, K, D}, row_grain(3 * H * D));
+}
+
+#define STP_PER_ACTIVATION_TYPE(T)                                                                    \
+  template void rmsnorm_forward<T>(Stream&, T*, float*, const float*, const float*, i64, i64, float); \
+  template void rope_forward<T>(Stream&, T*, i64, i64, i64, i64, i64, double);                        \
+  template void rope_backward<T>(Stream&, T*, i64, i64, i64, i64, i64, double);                       \
+  template void swiglu_forward<T>(Stream&, T*, const T*, i64, i64);                                   \
+  template void swiglu_backward<T>(Stream&, T*, const T*, const T*, i64, i64);                        \
+  template void gqa_expand<T>(Stream&, T*, const T*, i64, i64, i64, i64);                             \
+  template void gqa_reduce<T>(Stream&, T*, const T*, i64, i64, i64, i64);
+STP_PER_ACTIVATION_TYPE(float)
+STP_PER_ACTIVATION_TYPE(bf16)
+#undef STP_PER_ACTIVATION_TYPE
+
+}  // namespace stp

@@ -1,0 +1,459 @@
+// Llama-family unit passes. Each function narrates its steps; shapes use the names of LlamaDims.
+// Every pass is a template on A, the activation storage type (float or bf16, LlamaDims::act).
+#include "models/llama_units.h"
+
+#include "base/error.h"
+#include "core/kernels/attention_kernels.h"
+#include "core/kernels/llama_kernels.h"
+#include "core/kernels/nn_kernels.h"
+
+namespace stp {
+namespace {
+
+using i64 = std::int64_t;
+constexpr RecordReader kB = RecordReader::B, kW = RecordReader::W, kPrev = RecordReader::B_PREV;
+
+const std::int32_t* as_i32(const Tensor& t) { return t.data<std::int32_t>(); }
+
+template <typename Fn>
+decltype(auto) with_act(const LlamaDims& d, Fn&& fn) {
+  if (d.act == DType::BF16) return fn(bf16{});
+  return fn(float{});
+}
+
+template <typename A>
+const A* weight(const ParamInfo* p) {
+  return p->compute.as<A>();
+}
+
+bool fused(const LlamaDims& d) { return d.attention == AttentionKernel::Fused; }
+bool grouped(const LlamaDims& d) { return d.K != d.H; }
+
+// ---- the steps F and the recompute share (same kernels, same inputs: bitwise F's records) -------
+
+struct NormOut {
+  Tensor out, rstd;
+};
+
+// RMSNorm of the unit input; `keep_stats`: rstd is a record (F, Full) or a temporary (Selective).
+template <typename A>
+NormOut norm_step(const LlamaDims& d, const ParamInfo* w, const Tensor& x, CallScope& cs, bool keep_stats = true) {
+  const i64 N = d.N(), C = d.C;
+  NormOut r{cs.keep({N, C}, d.act), keep_stats ? cs.keep({N}) : cs.tmp({N})};
+  rmsnorm_forward(cs.stream(), r.out.as<A>(), r.rstd.f32(), x.f32(), w->param.f32(), N, C, d.eps);
+  return r;
+}
+
+// Column-parallel input GEMM (B, T, width) from the norm output (B, T, C).
+template <typename A>
+Tensor column_parallel_in(const LlamaDims& d, const LlamaBranch& p, const Tensor& ln, i64 width, CallScope& cs) {
+  Tensor out = cs.keep({d.B, d.T, width}, d.act);
+  linear_forward<A, A>(cs.stream(), out.as<A>(), ln.as<A>(), weight<A>(p.in_w), p.in_b ? p.in_b->param.f32() : nullptr,
+                       nullptr, d.N(), d.C, width);
+  return out;
+}
+
+// q, k, v of the local heads, RoPE applied to q and k in place: (B, T, QKV).
+template <typename A>
+Tensor qkv_step(const LlamaDims& d, const LlamaBranch& p, const Tensor& ln, CallScope& cs) {
+  Tensor qkv = column_parallel_in<A>(d, p, ln, d.QKV(), cs);
+  A* q = qkv.as<A>();
+  rope_forward<A>(cs.stream(), q, d.N(), d.T, d.QKV(), d.H, d.D, d.theta);
+  rope_forward<A>(cs.stream(), q + d.QW(), d.N(), d.T, d.QKV(), d.K, d.D, d.theta);
+  return qkv;
+}
+
+// Fused attention reads q, k, v in place from the packed rows (grouped-query natively).
+AttentionLayout attention_layout(const LlamaDims& d) { return {d.B, d.T, d.H, d.K, d.D, d.QKV(), d.QKV(), d.QW()}; }
+
+struct AttentionOut {
+  Tensor core, y;  // naive: "att" (B, H, T, T); fused: "lse" (B, H, T) f32; y (B, T, HD)
+};
+
+// The naive kernel reads [q | k | v] with H heads each: with grouped-query attention the k and v
+// heads are repeated into a temporary first (gqa_expand).
+template <typename A>
+const A* naive_qkv(const LlamaDims& d, const Tensor& qkv, CallScope& cs) {
+  if (!grouped(d)) return qkv.as<A>();
+  Tensor full = cs.tmp({d.B, d.T, 3 * d.QW()}, d.act);
+  gqa_expand<A>(cs.stream(), full.as<A>(), qkv.as<A>(), d.N(), d.H, d.K, d.D);
+  return full.as<A>();
+}
+
+template <typename A>
+AttentionOut attention_step(const LlamaDims& d, const Tensor& qkv, CallScope& cs) {
+  if (fused(d)) {
+    AttentionOut r{cs.keep({d.B, d.H, d.T}), cs.keep({d.B, d.T, d.QW()}, d.act)};
+    const A* q = qkv.as<A>();
+    fused_attention_forward<A>(cs.stream(), attention_layout(d), r.y.as<A>(), r.core.f32(), q, q + d.QW(),
+                               q + d.QW() + d.KW());
+    return r;
+  }
+  AttentionOut r{cs.keep({d.B, d.H, d.T, d.T}, d.act), cs.keep({d.B, d.T, d.QW()}, d.act)};
+  attention_forward(cs.stream(), r.y.as<A>(), r.core.as<A>(), naive_qkv<A>(d, qkv, cs), d.B, d.T, d.H, d.D);
+  return r;
+}
+
+void save_attention_records(const LlamaDims& d, AttentionOut& a, RecordSet& rec) {
+  rec.save(fused(d) ? "lse" : "att", a.core, kB);
+  rec.save("y", a.y, fused(d) ? RecordReader::BW : kW);
+}
+
+template <typename A>
+Tensor swiglu_step(const LlamaDims& d, const Tensor& h /*(B, T, 2I)*/, CallScope& cs) {
+  Tensor a = cs.keep({d.B, d.T, d.I}, d.act);
+  swiglu_forward<A>(cs.stream(), a.as<A>(), h.as<A>(), d.N(), d.I);
+  return a;
+}
+
+template <typename A>
+Tensor norm_with_records(const LlamaDims& d, const ParamInfo* w, const Tensor& x, RecordSet& rec, CallScope& cs,
+                         RecordReader stats_reader) {
+  NormOut n = norm_step<A>(d, w, x, cs);
+  rec.save("ln.x", x, stats_reader);
+  rec.save("ln.rstd", n.rstd, stats_reader);
+  return n.out;
+}
+
+template <typename A>
+Tensor norm_recompute(const LlamaDims& d, const ParamInfo* w, Recompute r, RecordSet& rec, CallScope& cs) {
+  const bool stats_dropped = r == Recompute::Full;
+  NormOut n = norm_step<A>(d, w, rec.get("ln.x"), cs, stats_dropped);
+  if (stats_dropped) rec.save("ln.rstd", n.rstd, kPrev);
+  rec.save("ln.out", n.out, kW);
+  return n.out;
+}
+
+// Row-parallel output (no bias): rank 0 folds the residual in. f32: it is all-reduced.
+template <typename A>
+Tensor row_parallel_out(const LlamaDims& d, const LlamaBranch& p, const Tensor& in, i64 in_width, const Tensor& x,
+                        CallScope& cs) {
+  Tensor y = cs.keep({d.B, d.T, d.C});
+  linear_forward<A, float>(cs.stream(), y.f32(), in.as<A>(), weight<A>(p.out_w), nullptr,
+                           d.tp_rank == 0 ? x.f32() : nullptr, d.N(), in_width, d.C);
+  return y;
+}
+
+template <typename A>
+Tensor gemm_dy(const LlamaDims& d, const Tensor& dy, CallScope& cs) {
+  if constexpr (dtype_of<A>() == DType::F32) return dy;
+  Tensor c = cs.keep({d.B, d.T, d.C}, d.act);
+  convert(cs.stream(), c.as<A>(), dy.f32(), dy.numel());
+  return c;
+}
+
+template <typename A>
+void branch_backward_weight(const LlamaDims& d, const LlamaBranch& p, RecordSet& rec, CallScope& cs,
+                            const char* act_name, i64 act_width, const char* dact_name, i64 in_width) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  Tensor act = rec.take(act_name), dy = rec.take("dy"), ln = rec.take("ln.out"), dact = rec.take(dact_name);
+  linear_backward_weight_accumulate(s, p.out_w->grad.f32(), static_cast<float*>(nullptr), act.as<A>(), dy.as<A>(), N,
+                                    act_width, d.C);
+  linear_backward_weight_accumulate(s, p.in_w->grad.f32(), p.in_b ? p.in_b->grad.f32() : nullptr, ln.as<A>(),
+                                    dact.as<A>(), N, d.C, in_width);
+  for (Tensor* t : {&act, &dy, &ln, &dact}) cs.release(std::move(*t));
+}
+
+// ---- attention ------------------------------------------------------------------------------------
+
+template <typename A>
+Tensor attn_forward_t(const LlamaDims& d, const LlamaBranch& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
+  // 1. input_layernorm (RMSNorm, replicated).
+  Tensor ln = norm_with_records<A>(d, p.norm, x, rec, cs, kPrev);
+  // 2. Column-parallel qkv_proj (+ bias), RoPE on q and k.
+  Tensor qkv = qkv_step<A>(d, p, ln, cs);
+  // 3. Causal grouped-query attention over the local heads.
+  AttentionOut a = attention_step<A>(d, qkv, cs);
+  // 4. Row-parallel o_proj: the partial of the next residual stream.
+  Tensor out = row_parallel_out<A>(d, p, a.y, d.QW(), x, cs);
+  rec.save("ln.out", ln, kW);
+  rec.save("qkv", qkv, kB);
+  save_attention_records(d, a, rec);
+  return out;
+}
+
+template <typename A>
+Tensor attn_backward_input_t(const LlamaDims& d, const LlamaBranch& p, const Tensor& dy_full, RecordSet& rec,
+                             CallScope& cs) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  Tensor dy = gemm_dy<A>(d, dy_full, cs);
+  // 1. o_proj^T: gradient w.r.t. the attention output of the local heads.
+  Tensor dyatt = cs.tmp({d.B, d.T, d.QW()}, d.act);
+  linear_backward_input<A, A>(s, dyatt.as<A>(), dy.as<A>(), weight<A>(p.out_w), N, d.QW(), d.C);
+  // 2. Attention backward: gradient w.r.t. the rotated q, k, v.
+  Tensor dqkv = cs.keep({d.B, d.T, d.QKV()}, d.act);
+  Tensor qkv = rec.take("qkv");
+  if (fused(d)) {
+    Tensor lse = rec.take("lse");
+    const Tensor& y = rec.get("y");  // W still reads it
+    Tensor ws = cs.tmp({fused_attention_backward_workspace(attention_layout(d))});
+    const A* q = qkv.as<A>();
+    A* dq = dqkv.as<A>();
+    fused_attention_backward<A>(s, attention_layout(d), dq, dq + d.QW(), dq + d.QW() + d.KW(), ws.f32(), dyatt.as<A>(),
+                                q, q + d.QW(), q + d.QW() + d.KW(), y.as<A>(), lse.f32());
+    cs.release(lse);
+  } else {
+    Tensor att = rec.take("att");
+    Tensor datt = cs.tmp({d.B, d.H, d.T, d.T}, d.act);
+    if (grouped(d)) {
+      Tensor dfull = cs.tmp({d.B, d.T, 3 * d.QW()}, d.act);
+      attention_backward(s, dfull.as<A>(), datt.as<A>(), dyatt.as<A>(), naive_qkv<A>(d, qkv, cs), att.as<A>(), d.B, d.T,
+                         d.H, d.D);
+      gqa_reduce<A>(s, dqkv.as<A>(), dfull.as<A>(), N, d.H, d.K, d.D);
+    } else {
+      attention_backward(s, dqkv.as<A>(), datt.as<A>(), dyatt.as<A>(), qkv.as<A>(), att.as<A>(), d.B, d.T, d.H, d.D);
+    }
+    cs.release(att);
+  }
+  cs.release(qkv);
+  // 3. RoPE^T on dq and dk: the gradient w.r.t. qkv_proj's output.
+  A* dq = dqkv.as<A>();
+  rope_backward<A>(s, dq, N, d.T, d.QKV(), d.H, d.D, d.theta);
+  rope_backward<A>(s, dq + d.QW(), N, d.T, d.QKV(), d.K, d.D, d.theta);
+  // 4. qkv_proj^T: this rank's partial gradient w.r.t. the norm output (all-reduced by the caller).
+  Tensor g_part = cs.keep({d.B, d.T, d.C});
+  linear_backward_input<A, float>(s, g_part.f32(), dqkv.as<A>(), weight<A>(p.in_w), N, d.C, d.QKV());
+  rec.save("dy", dy, kW, 'B');
+  rec.save("dqkv", dqkv, kW, 'B');
+  return g_part;
+}
+
+// ---- MLP --------------------------------------------------------------------------------------------
+
+template <typename A>
+Tensor mlp_forward_t(const LlamaDims& d, const LlamaBranch& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
+  // 1. post_attention_layernorm (RMSNorm, replicated).
+  Tensor ln = norm_with_records<A>(d, p.norm, x, rec, cs, kPrev);
+  // 2. Column-parallel gate_up_proj, then silu(gate) * up.
+  Tensor h = column_parallel_in<A>(d, p, ln, 2 * d.I, cs);
+  Tensor a = swiglu_step<A>(d, h, cs);
+  // 3. Row-parallel down_proj: the partial of the next residual stream.
+  Tensor out = row_parallel_out<A>(d, p, a, d.I, x, cs);
+  rec.save("ln.out", ln, kW);
+  rec.save("h", h, kB);
+  rec.save("act", a, kW);
+  return out;
+}
+
+template <typename A>
+Tensor mlp_backward_input_t(const LlamaDims& d, const LlamaBranch& p, const Tensor& dy_full, RecordSet& rec,
+                            CallScope& cs) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  Tensor dy = gemm_dy<A>(d, dy_full, cs);
+  // 1. down_proj^T, then SwiGLU^T: gradient w.r.t. gate_up_proj's output.
+  Tensor da = cs.tmp({d.B, d.T, d.I}, d.act);
+  linear_backward_input<A, A>(s, da.as<A>(), dy.as<A>(), weight<A>(p.out_w), N, d.I, d.C);
+  Tensor h = rec.take("h");
+  Tensor dh = cs.keep({d.B, d.T, 2 * d.I}, d.act);
+  swiglu_backward<A>(s, dh.as<A>(), da.as<A>(), h.as<A>(), N, d.I);
+  cs.release(h);
+  // 2. gate_up_proj^T: this rank's partial gradient w.r.t. the norm output.
+  Tensor g_part = cs.keep({d.B, d.T, d.C});
+  linear_backward_input<A, float>(s, g_part.f32(), dh.as<A>(), weight<A>(p.in_w), N, d.C, 2 * d.I);
+  rec.save("dy", dy, kW, 'B');
+  rec.save("dh", dh, kW, 'B');
+  return g_part;
+}
+
+// ---- recompute --------------------------------------------------------------------------------------
+
+template <typename A>
+void attn_recompute_t(const LlamaDims& d, const LlamaBranch& p, Recompute r, RecordSet& rec, CallScope& cs) {
+  Tensor ln = norm_recompute<A>(d, p.norm, r, rec, cs);
+  if (r == Recompute::Full) rec.save("qkv", qkv_step<A>(d, p, ln, cs), kB);
+  AttentionOut a = attention_step<A>(d, rec.get("qkv"), cs);
+  save_attention_records(d, a, rec);
+}
+
+template <typename A>
+void mlp_recompute_t(const LlamaDims& d, const LlamaBranch& p, Recompute r, RecordSet& rec, CallScope& cs) {
+  Tensor ln = norm_recompute<A>(d, p.norm, r, rec, cs);
+  if (r == Recompute::Full) rec.save("h", column_parallel_in<A>(d, p, ln, 2 * d.I, cs), kB);
+  rec.save("act", swiglu_step<A>(d, rec.get("h"), cs), kW);
+}
+
+// ---- head ---------------------------------------------------------------------------------------------
+
+template <typename A>
+void head_forward_t(const LlamaDims& d, ParamInfo& norm, ParamInfo& head_w, const Tensor& x, const Tensor& targets,
+                    const Tensor& loss, RecordSet& rec, CallScope& cs) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  // 1. The final norm; its statistics are read by this unit's own B.
+  Tensor ln = norm_with_records<A>(d, &norm, x, rec, cs, kB);
+  // 2. logits = norm(x) W^T.
+  Tensor logits = cs.keep({d.B, d.T, d.V}, d.act);
+  gemm(s, false, true, N, d.V, d.C, ln.as<A>(), d.C, weight<A>(&head_w), d.C, logits.as<A>(), d.V);
+  // 3. Mean token cross-entropy.
+  Tensor losses = cs.tmp({N}), lse = cs.keep({N});
+  cross_entropy_forward(s, loss.f32(), losses.f32(), lse.f32(), logits.as<A>(), as_i32(targets), N, d.V);
+  rec.save("ln.out", ln, kW);
+  rec.save("logits", logits, kB);
+  rec.save("lse", lse, kB);
+  rec.save("targets", targets, kB);
+}
+
+template <typename A>
+Tensor head_backward_input_t(const LlamaDims& d, ParamInfo& norm, ParamInfo& head_w, float loss_scale, RecordSet& rec,
+                             CallScope& cs) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  // 1. dlogits in place over the logits.
+  Tensor logits = rec.take("logits"), lse = rec.take("lse"), targets = rec.take("targets");
+  cross_entropy_backward_inplace(s, logits.as<A>(), lse.f32(), as_i32(targets), loss_scale / static_cast<float>(N), N,
+                                 d.V);
+  cs.release(lse);
+  cs.release(targets);
+  // 2. dln = dlogits W.
+  Tensor dln = cs.tmp({d.B, d.T, d.C});
+  gemm(s, false, false, N, d.C, d.V, logits.as<A>(), d.V, weight<A>(&head_w), d.C, dln.f32(), d.C);
+  // 3. The final norm's backward (replicated, nothing to reduce, no residual gradient).
+  Tensor x = rec.take("ln.x"), rstd = rec.take("ln.rstd");
+  Tensor dx = cs.keep({d.B, d.T, d.C});
+  rmsnorm_backward_input(s, dx.f32(), nullptr, dln.f32(), x.f32(), rstd.f32(), norm.param.f32(), N, d.C);
+  rmsnorm_backward_weight_accumulate(s, norm.grad.f32(), dln.f32(), x.f32(), rstd.f32(), N, d.C);
+  cs.release(x);
+  cs.release(rstd);
+  rec.save("dlogits", logits, kW, 'B');
+  return dx;
+}
+
+template <typename A>
+void head_backward_weight_t(const LlamaDims& d, ParamInfo& head_w, RecordSet& rec, CallScope& cs) {
+  Tensor dlogits = rec.take("dlogits"), ln = rec.take("ln.out");
+  gemm(cs.stream(), true, false, d.V, d.C, d.N(), dlogits.as<A>(), d.V, ln.as<A>(), d.C, head_w.grad.f32(), d.C, 1.0f,
+       1.0f);
+  cs.release(dlogits);
+  cs.release(ln);
+}
+
+// FLOP model of the recompute cost (per rank, one microbatch), as GPT-2's (gpt2_units.cpp):
+//   RMSNorm 4 N C; qkv_proj 2 N C QKV; RoPE 6 N (QW + KW); attention core 4 B T^2 QW + softmax
+//   5 B H T^2 (half of it fused); o_proj 2 N QW C; gate_up 2 N C 2I; SwiGLU 6 N I; down 2 N I C.
+struct BranchFlops {
+  double norm, in, op, out;
+  double cost(Recompute r) const {
+    const double total = norm + in + op + out;
+    switch (r) {
+      case Recompute::None: return 0.0;
+      case Recompute::Selective: return (norm + op) / total;
+      case Recompute::Full: return (norm + in + op) / total;
+    }
+    STP_UNREACHABLE("bad Recompute");
+  }
+};
+
+}  // namespace
+
+Tensor llama_attn_forward(const LlamaDims& d, const LlamaBranch& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
+  return with_act(d, [&](auto a) { return attn_forward_t<decltype(a)>(d, p, x, rec, cs); });
+}
+Tensor llama_attn_backward_input(const LlamaDims& d, const LlamaBranch& p, const Tensor& dy, RecordSet& rec,
+                                 CallScope& cs) {
+  return with_act(d, [&](auto a) { return attn_backward_input_t<decltype(a)>(d, p, dy, rec, cs); });
+}
+void llama_attn_backward_weight(const LlamaDims& d, const LlamaBranch& p, RecordSet& rec, CallScope& cs) {
+  with_act(d, [&](auto a) { branch_backward_weight<decltype(a)>(d, p, rec, cs, "y", d.QW(), "dqkv", d.QKV()); });
+}
+Tensor llama_mlp_forward(const LlamaDims& d, const LlamaBranch& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
+  return with_act(d, [&](auto a) { return mlp_forward_t<decltype(a)>(d, p, x, rec, cs); });
+}
+Tensor llama_mlp_backward_input(const LlamaDims& d, const LlamaBranch& p, const Tensor& dy, RecordSet& rec,
+                                CallScope& cs) {
+  return with_act(d, [&](auto a) { return mlp_backward_input_t<decltype(a)>(d, p, dy, rec, cs); });
+}
+void llama_mlp_backward_weight(const LlamaDims& d, const LlamaBranch& p, RecordSet& rec, CallScope& cs) {
+  with_act(d, [&](auto a) { branch_backward_weight<decltype(a)>(d, p, rec, cs, "act", d.I, "dh", 2 * d.I); });
+}
+void llama_attn_recompute(const LlamaDims& d, const LlamaBranch& p, Recompute r, RecordSet& rec, CallScope& cs) {
+  if (r == Recompute::None) return;
+  with_act(d, [&](auto a) { attn_recompute_t<decltype(a)>(d, p, r, rec, cs); });
+}
+void llama_mlp_recompute(const LlamaDims& d, const LlamaBranch& p, Recompute r, RecordSet& rec, CallScope& cs) {
+  if (r == Recompute::None) return;
+  with_act(d, [&](auto a) { mlp_recompute_t<decltype(a)>(d, p, r, rec, cs); });
+}
+void llama_head_forward(const LlamaDims& d, ParamInfo& norm, ParamInfo& head_w, const Tensor& x, const Tensor& targets,
+                        const Tensor& loss, RecordSet& rec, CallScope& cs) {
+  with_act(d, [&](auto a) { head_forward_t<decltype(a)>(d, norm, head_w, x, targets, loss, rec, cs); });
+}
+Tensor llama_head_backward_input(const LlamaDims& d, ParamInfo& norm, ParamInfo& head_w, float loss_scale,
+                                 RecordSet& rec, CallScope& cs) {
+  return with_act(d, [&](auto a) { return head_backward_input_t<decltype(a)>(d, norm, head_w, loss_scale, rec, cs); });
+}
+void llama_head_backward_weight(const LlamaDims& d, ParamInfo& head_w, RecordSet& rec, CallScope& cs) {
+  with_act(d, [&](auto a) { head_backward_weight_t<decltype(a)>(d, head_w, rec, cs); });
+}
+
+std::vector<RecomputedRecord> llama_attn_recomputed_records(const LlamaDims& d, Recompute r) {
+  const i64 N = d.N();
+  const DType a = d.act, f = DType::F32;
+  const RecomputedRecord core =
+      fused(d) ? RecomputedRecord{"lse", d.B * d.H * d.T, f} : RecomputedRecord{"att", d.B * d.H * d.T * d.T, a};
+  switch (r) {
+    case Recompute::None: return {};
+    case Recompute::Selective: return {{"ln.out", N * d.C, a}, core, {"y", N * d.QW(), a}};
+    case Recompute::Full:
+      return {{"ln.rstd", N, f}, {"ln.out", N * d.C, a}, {"qkv", N * d.QKV(), a}, core, {"y", N * d.QW(), a}};
+  }
+  STP_UNREACHABLE("bad Recompute");
+}
+
+std::vector<RecomputedRecord> llama_mlp_recomputed_records(const LlamaDims& d, Recompute r) {
+  const i64 N = d.N();
+  const DType a = d.act, f = DType::F32;
+  switch (r) {
+    case Recompute::None: return {};
+    case Recompute::Selective: return {{"ln.out", N * d.C, a}, {"act", N * d.I, a}};
+    case Recompute::Full:
+      return {{"ln.rstd", N, f}, {"ln.out", N * d.C, a}, {"h", N * 2 * d.I, a}, {"act", N * d.I, a}};
+  }
+  STP_UNREACHABLE("bad Recompute");
+}
+
+double llama_attn_recompute_cost(const LlamaDims& d, Recompute r) {
+  const double N = static_cast<double>(d.N()), C = static_cast<double>(d.C), QW = static_cast<double>(d.QW());
+  const double KW = static_cast<double>(d.KW()), QKV = static_cast<double>(d.QKV());
+  const double B = static_cast<double>(d.B), T = static_cast<double>(d.T), H = static_cast<double>(d.H);
+  const double core = (4 * B * T * T * QW + 5 * B * H * T * T) * (fused(d) ? 0.5 : 1.0);
+  return BranchFlops{4 * N * C, 2 * N * C * QKV + 6 * N * (QW + KW), core, 2 * N * QW * C}.cost(r);
+}
+
+double llama_mlp_recompute_cost(const LlamaDims& d, Recompute r) {
+  const double N = static_cast<double>(d.N()), C = static_cast<double>(d.C), I = static_cast<double>(d.I);
+  return BranchFlops{4 * N * C, 2 * N * C * 2 * I, 6 * N * I, 2 * N * I * C}.cost(r);
+}
+
+Tensor llama_norm_finalize(const LlamaDims& d, ParamInfo& norm, const Tensor& dy, const Tensor& dln, RecordSet& rec,
+                           CallScope& cs) {
+  const i64 N = d.N(), C = d.C;
+  Stream& s = cs.stream();
+  Tensor x = rec.take("ln.x"), rstd = rec.take("ln.rstd");
+  Tensor dx = cs.keep({d.B, d.T, C});
+  rmsnorm_backward_input(s, dx.f32(), dy.f32(), dln.f32(), x.f32(), rstd.f32(), norm.param.f32(), N, C);
+  rmsnorm_backward_weight_accumulate(s, norm.grad.f32(), dln.f32(), x.f32(), rstd.f32(), N, C);
+  cs.release(x);
+  cs.release(rstd);
+  return dx;
+}
+
+Tensor llama_embed_forward(const LlamaDims& d, ParamInfo& embed, const Tensor& tokens, RecordSet& rec, CallScope& cs) {
+  Tensor x = cs.keep({d.B, d.T, d.C});
+  embedding_forward(cs.stream(), x.f32(), as_i32(tokens), embed.param.f32(), nullptr, d.B, d.T, d.C);
+  rec.save("tokens", tokens, kW);
+  return x;
+}
+
+void llama_embed_backward_weight(const LlamaDims& d, ParamInfo& embed, RecordSet& rec, CallScope& cs) {
+  Tensor tokens = rec.take("tokens"), dx = rec.take("dx");
+  Tensor ws = cs.tmp({embedding_backward_workspace(d.V, d.N())});  // int32 in 4-byte elements
+  embedding_backward_accumulate(cs.stream(), embed.grad.f32(), nullptr, dx.f32(), as_i32(tokens),
+                                ws.data<std::int32_t>(), d.B, d.T, d.C, d.V);
+  cs.release(tokens);
+  cs.release(dx);
+}
+
+}  // namespace stp
