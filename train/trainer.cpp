@@ -85,6 +85,7 @@ Trainer::~Trainer() = default;
 
 std::int64_t Trainer::steps_done() const { return impl_->steps_done; }
 int Trainer::world_size() const { return impl_->layout.size(); }
+const std::vector<std::string>& Trainer::warnings() const { return impl_->warnings; }
 
 std::vector<CommBytes> Trainer::comm_bytes() const {
   auto sent = [](const Communicator* c) { return c ? c->bytes_sent() : 0; };
@@ -179,17 +180,22 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
   r.compute->zero(r.losses.raw(), r.losses.bytes());
   upload_batch(r, step);
   fault.maybe_fail(r.global, step);
+  if (r.sharded) r.sharded->begin_step();
   if (r.dp_grads) r.dp_grads->begin_step();
   r.executor->run_step();
   if (r.dp_grads) r.dp_grads->finish();
-  sum_tied_grads(r);
+  if (r.sharded) r.sharded->finish([&] { sum_tied_grads(r); });  // tied sum before the reduce-scatter
+  else sum_tied_grads(r);
   r.world->all_reduce_sum(*r.compute, r.losses.f32(), static_cast<std::size_t>(r.losses.numel()));
   if (config.train.grad_clip > 0) {
-    r.clipper->local_sumsq(*r.compute);
-    r.replica->all_reduce_sum(*r.compute, r.clipper->sumsq(), 1);
-    r.clipper->clip(*r.compute, static_cast<float>(config.train.grad_clip));
+    GradClipper& clipper = r.sharded ? r.sharded->clipper() : *r.clipper;
+    clipper.local_sumsq(*r.compute);
+    r.replica->all_reduce_sum(*r.compute, clipper.sumsq(), 1);
+    if (r.sharded && r.dp) r.dp->all_reduce_sum(*r.compute, clipper.sumsq(), 1);  // each replica: its shards
+    clipper.clip(*r.compute, static_cast<float>(config.train.grad_clip));
   }
-  r.adamw->step(*r.compute, lr);
+  if (r.sharded) r.sharded->step(lr);
+  else r.adamw->step(*r.compute, lr);
   if (trace) r.compute->trace_end();
   r.synchronize();
   r.staging.clear();

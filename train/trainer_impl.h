@@ -63,6 +63,7 @@ struct Trainer::Impl {
   std::vector<std::unique_ptr<Communicator>> comms;  // every communicator (owned here)
   std::vector<std::unique_ptr<Rank>> ranks;          // the ranks this process drives, global order
   std::int64_t steps_done = 0;
+  std::vector<std::string> warnings;  // Trainer::warnings
 };
 
 }  // namespace stp
