@@ -2,7 +2,8 @@
 //   * dp = 2 with it reproduces dp = 2 without it and one replica on the same global batch:
 //     losses within 1e-6 relative, parameters as close as plain data parallelism gets, every
 //     replica bitwise identical; pipelines with the tied embedding on one rank (zb-v) and on two
-//     (1f1b), TP, and small buckets (uneven slices) included;
+//     (1f1b), TP and small buckets (uneven slices) included; without clipping bitwise the plain
+//     run, in f32 and bf16;
 //   * each rank keeps 1/dp of the AdamW state (rounded up per bucket), and the planner predicts
 //     the smaller peak exactly: measured peak == predicted peak on every device;
 //   * checkpoints do not depend on the layout: taken with it, they resume with it off, at dp = 1
@@ -96,12 +97,36 @@ TEST_P(DistributedOptimizer, ReproducesPlainDataParallelismAndOneReplica) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, DistributedOptimizer,
                          ::testing::Values(Layout{2, 1, 1, "gpipe", "null"}, Layout{2, 2, 1, "1f1b", "null"},
-                                           Layout{2, 2, 1, "zb-v", "1000"}, Layout{2, 2, 2, "stp", "4MiB"},
-                                           Layout{4, 1, 1, "gpipe", "1000"}),
+                                           Layout{2, 2, 1, "zb-v", "1000"}, Layout{2, 2, 1, "1f1b-i", "1000"},
+                                           Layout{2, 2, 2, "stp", "4MiB"}, Layout{4, 1, 1, "gpipe", "1000"}),
                          [](const ::testing::TestParamInfo<Layout>& p) {
                            return stp::testing::layout_case_name(p) +
                                   (std::string(p.param.bucket) == "null" ? "" : "_buckets");
                          });
+
+// Without clipping and without a tied embedding split over stages nothing but the reduction's
+// layout differs, and HostComm's reduce-scatter leaves the all-reduce's rank-order sums: the
+// sharded run is bitwise the plain one, in f32 and in bf16 (where the GEMM copies are refreshed
+// from the all-gathered f32 parameters). With clipping, the norm's sum of squares is grouped by
+// shard; with the tied embedding, its two copies' gradients are summed before the DP reduction
+// instead of after; and in bf16 a last-bit change of an f32 weight can flip its bf16 copy's
+// rounding. Such runs agree to rounding (f32, the tests above) or to bf16's noise, not bitwise.
+TEST(DistributedOptimizer, WithoutClippingBitwiseThePlainRunInF32AndBf16) {
+  const Layout l{2, 1, 1, "gpipe", "1000"};
+  for (const char* precision : {"f32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    auto with = [&](bool on) {
+      auto o = overrides(l, on);
+      o.push_back(std::string("train.precision=") + precision);
+      o.push_back("train.grad_clip=0");
+      return train(o, l.dp);
+    };
+    DistRun plain = with(false), sharded = with(true);
+    EXPECT_EQ(sharded.losses, plain.losses);
+    EXPECT_TRUE(stp::testing::bitwise_equal(sharded.params, plain.params));
+    EXPECT_TRUE(sharded.replicas_identical);
+  }
+}
 
 // Without buckets the state is exactly half per rank at dp = 2 (every chunk has an even size or
 // one element more), and the planner's prediction of the smaller peak is exact on every device.
