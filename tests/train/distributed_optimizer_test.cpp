@@ -8,13 +8,16 @@
 //     the smaller peak exactly: measured peak == predicted peak on every device;
 //   * checkpoints do not depend on the layout: taken with it, they resume with it off, at dp = 1
 //     and with it on again, and the reverse, with the next loss unchanged;
+//   * a chunk's reduce-scatter starts while the rest of the backward runs (the tied chunk after it);
 //   * with dp = 1 it is a no-op that says so (Trainer::warnings) and trains bitwise as without it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "base/trace.h"
 #include "memory/block_arena.h"
 #include "tests/train/train_fixture.h"
 #include "train/trainer.h"
@@ -190,6 +193,33 @@ TEST(DistributedOptimizer, CheckpointsDoNotDependOnTheLayout) {
       EXPECT_LT(stp::testing::max_rel_diff(t.full_parameters(), after, &where), 1e-5) << "worst at " << where;
     }
   }
+}
+
+// The reduce-scatter rides the DP all-reduce's hook: on 1f1b-i's pp rank 0, chunk 1 (stage 2)
+// is final first and is reduce-scattered while chunk 0's backward still runs (chunk 0 holds the
+// tied wte and waits for the end). The TP link is slowed so the remaining backward is long.
+TEST(DistributedOptimizer, ReduceScatterOverlapsTheRemainingBackward) {
+  stp::Trainer t(tiny_config({"parallel.dp=2", "parallel.pp=2", "parallel.tp=2", "parallel.schedule=1f1b-i",
+                              "train.microbatches=4", "parallel.dp_bucket=null", "output.trace=true",
+                              "parallel.tp_link_bandwidth=1MB/s", "parallel.distributed_optimizer=true"}));
+  t.step();
+  int checked = 0;
+  for (int g = 0; g < t.world_size(); ++g) {
+    if (g / 2 % 2 != 0) continue;  // pp rank 0 (global = (dp · pp + pp_rank) · tp + tp_rank)
+    double last_op_end = 0, rs_chunk1 = -1, rs_chunk0 = -1;
+    for (const auto& s : t.trace()->spans()) {
+      if (s.pid != g) continue;
+      if (s.tid == "compute" && s.category == "op") last_op_end = std::max(last_op_end, s.ts_us + s.dur_us);
+      if (s.tid == "dp-comm" && s.name == "RS dp chunk 1 bucket 0") rs_chunk1 = s.ts_us;
+      if (s.tid == "dp-comm" && s.name == "RS dp chunk 0 bucket 0") rs_chunk0 = s.ts_us;
+    }
+    ASSERT_GE(rs_chunk1, 0) << "rank " << g << " traced no reduce-scatter of chunk 1";
+    ASSERT_GE(rs_chunk0, 0) << "rank " << g << " traced no reduce-scatter of chunk 0";
+    EXPECT_LT(rs_chunk1, last_op_end) << "rank " << g << ": chunk 1 waited for the whole backward";
+    EXPECT_GE(rs_chunk0, last_op_end) << "rank " << g << ": the tied chunk went before the tied-gradient sum";
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
 }
 
 TEST(DistributedOptimizer, WithOneReplicaIsANoOpThatSaysSo) {
