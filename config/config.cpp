@@ -58,6 +58,7 @@ static const std::vector<Knob> kKnobs = {
   {"parallel.backend",       KnobType::KNOB_CHOICE, "cpu",            "cpu|cuda", "cpu: emulated devices in one process (the oracle); cuda: GPUs", STP_FIELD(parallel.backend)},
   {"parallel.dp",            KnobType::KNOB_INT,    "1",              "", "data-parallel replicas, each reading its share of the global batch (threads of one process, or processes under mpirun; docs/scale-out.md)", STP_FIELD(parallel.dp)},
   {"parallel.dp_bucket",     KnobType::KNOB_BYTES,  "4MiB",           "", "gradient bytes per data-parallel all-reduce (a chunk's gradients are cut into buckets of at most this size); null = one bucket per chunk", STP_FIELD(parallel.dp_bucket)},
+  {"parallel.distributed_optimizer", KnobType::KNOB_BOOL, "false",    "", "ZeRO-1: each data-parallel replica keeps and updates 1/dp of the AdamW state; gradients are reduce-scattered and the updated parameters all-gathered (docs/memory.md); a no-op with dp = 1", STP_FIELD(parallel.distributed_optimizer)},
   {"parallel.tp",            KnobType::KNOB_INT,    "2",              "", "tensor-parallel ranks per stage; divides model.n_head", STP_FIELD(parallel.tp)},
   {"parallel.pp",            KnobType::KNOB_INT,    "2",              "", "pipeline-parallel ranks", STP_FIELD(parallel.pp)},
   {"parallel.schedule",      KnobType::KNOB_CHOICE, "stp",            "gpipe|1f1b|1f1b-i|zb-h1|zb-v|stp", "pipeline schedule", STP_FIELD(parallel.schedule)},

@@ -8,6 +8,12 @@
 //   * every rank of a communicator issues the same collectives in the same order;
 //   * all_reduce_sum reduces in place; the result is identical on every rank (HostComm sums
 //     in rank order, so it is also deterministic run to run);
+//   * reduce_scatter_sum and all_gather work in place on a buffer of the same count on every
+//     rank, cut into size() slices by comm_slice (rank r owns slice r). reduce_scatter_sum leaves
+//     the sum over ranks in this rank's slice, bitwise what all_reduce_sum leaves there (HostComm
+//     and the MPI communicator sum in rank order; NCCL makes no such promise), and the other
+//     slices unspecified; all_gather copies every rank's slice to every rank. One all-reduce is
+//     one reduce_scatter_sum then one all_gather;
 //   * send/recv on a directed pair (src -> dst) deliver in issue order; `tag` is a debugging
 //     aid that HostComm checks (a mismatch — e.g. two ranks disagreeing on the order of message
 //     kinds on a channel — is an error instead of silent corruption); sizes must match;
@@ -40,6 +46,8 @@ class Communicator {
   virtual int size() const = 0;
 
   virtual void all_reduce_sum(Stream& stream, float* data, std::size_t count) = 0;  // (count,)
+  virtual void reduce_scatter_sum(Stream& stream, float* data, std::size_t count) = 0;
+  virtual void all_gather(Stream& stream, float* data, std::size_t count) = 0;
   virtual void send(Stream& stream, const void* data, std::size_t bytes, int peer, std::uint32_t tag) = 0;
   virtual void recv(Stream& stream, void* data, std::size_t bytes, int peer, std::uint32_t tag) = 0;
   virtual void barrier(Stream& stream) = 0;
@@ -53,9 +61,20 @@ class Communicator {
   // rank that hit an error never leaves its peers waiting forever.
   virtual void abort(const std::string& why) = 0;
 
-  // Bytes this rank has sent (all-reduce counts its buffer once per call), for accounting.
+  // Bytes this rank has sent (all-reduce counts its buffer once per call; reduce-scatter and
+  // all-gather count the buffer less this rank's slice, (n-1)/n of it), for accounting.
   virtual std::uint64_t bytes_sent() const = 0;
 };
+
+// Rank r's slice of a (count,) buffer among `size` ranks in reduce_scatter_sum / all_gather:
+// elements [first, first + count) with first = count * r / size (slices differ by at most one).
+struct CommSlice {
+  std::size_t first, count;
+};
+inline CommSlice comm_slice(std::size_t count, int rank, int size) {
+  const auto r = static_cast<std::size_t>(rank), n = static_cast<std::size_t>(size);
+  return CommSlice{count * r / n, count * (r + 1) / n - count * r / n};
+}
 
 // Emulated interconnect of HostComm: an all-reduce of `bytes` (one rank's buffer) takes at least
 // bytes / all_reduce_bytes_per_s seconds, so braiding can be studied on the CPU backend, where

@@ -53,6 +53,7 @@ class LlamaParams {
 
   std::vector<ParamInfo>& list() { return params_; }
   ParamInfo& at(const std::string& name);  // asserts the name exists
+  const Tensor& flat_params() const { return flat_params_; }
   const Tensor& flat_grads() const { return flat_grads_; }
 
   // Seeded init (HF's: normal(0, 0.02) weights, biases 0, norms 1), drawn per full tensor from a

@@ -54,6 +54,7 @@ class LlamaStage final : public Stage {
   void set_forward_only(bool on) override;
 
   std::vector<ParamInfo>& params() override { return params_.list(); }
+  Tensor flat_params() const override { return params_.flat_params(); }
   Tensor flat_grads() const override { return params_.flat_grads(); }
   void init_random(std::uint64_t seed, Stream& s) override { params_.init_random(seed, s); }
   void load_full(const std::string& name, const std::vector<float>& full, Stream& s) override {

@@ -188,7 +188,9 @@ class Stage {
   virtual void set_forward_only(bool on) = 0;
 
   virtual std::vector<ParamInfo>& params() = 0;
-  // Every gradient of params() in one flat buffer (the data-parallel all-reduce's buckets).
+  // Every parameter / gradient of params() in one flat buffer, in params() order (the
+  // data-parallel buckets, the distributed optimizer's slices).
+  virtual Tensor flat_params() const = 0;
   virtual Tensor flat_grads() const = 0;
   // Seeded init of every parameter: each full tensor is drawn from a stream keyed by (seed,
   // name) and then sharded, so every TP and PP split sees the same model. Synchronizes s.

@@ -149,6 +149,8 @@ int run(const stp::tools::ConfigArgs& args) {
   stp::TrainerOptions options;
   options.processes = procs;
   stp::Trainer trainer(cfg, options);
+  if (lead)
+    for (const std::string& w : trainer.warnings()) std::fprintf(stderr, "stp train: warning: %s\n", w.c_str());
 
   fs::path dir = cfg.output.dir;
   std::ofstream metrics;

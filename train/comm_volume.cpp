@@ -1,5 +1,7 @@
 #include "train/comm_volume.h"
 
+#include <algorithm>
+
 #include "config/config.h"
 #include "base/error.h"
 #include "schedule/schedule.h"
@@ -30,11 +32,27 @@ CommVolume expected_comm_bytes(const Config& c, int global) {
   const bool first = r == 0;
   const bool last = v_shape ? r == 0 : r == l.pp - 1;
   const bool same_stage = p * v == 1;  // one stage holds the embedding and the head
-  if (d > 1) {
+  if (d > 1 && !(c.parallel.distributed_optimizer)) {
     std::uint64_t params = (L / p) * (12 * C * C / t + 7 * C / t + 6 * C);
     if (first) params += V * C + T * C;
     if (last) params += 2 * C + (first && same_stage ? 0 : V * C);
     out.dp = 4 * params;
+  } else if (d > 1) {  // per stage (chunk) of this rank and bucket: reduce-scatter + all-gather
+    const std::uint64_t stages = p * v, per_bucket = c.parallel.dp_bucket ? *c.parallel.dp_bucket / 4 : 0;
+    const std::uint64_t me = static_cast<std::uint64_t>(l.dp_rank(global));
+    for (std::uint64_t st = 0; st < stages; ++st) {
+      if (sched::rank_of_stage(s, static_cast<int>(st)) != r) continue;
+      std::uint64_t n = (L / stages) * (12 * C * C / t + 7 * C / t + 6 * C);
+      if (st == 0) n += V * C + T * C;
+      if (st == stages - 1) n += 2 * C + (stages == 1 ? 0 : V * C);
+      for (std::uint64_t at = 0; at < n;) {
+        const std::uint64_t count = per_bucket == 0 ? n - at : std::min(per_bucket, n - at);
+        const std::uint64_t own = count * (me + 1) / d - count * me / d;
+        out.dp += 2 * 4 * (count - own);
+        at += count;
+      }
+    }
+    if (c.train.grad_clip > 0) out.dp += 4;  // the norm's sum of squares over the dp ranks
   }
   if (p > 1 && !v_shape && (first || last)) out.other += 4 * V * C;  // first and last stage on different ranks
   out.other += 4 + 4;  // the gradient norm's sum over the replica, the skip decision's over the world

@@ -16,6 +16,10 @@
 //   DP    = [d > 1] · 4 · P_r, P_r = parameters of the rank's stages (each stage's copy of the
 //           tied wte counted), per layer 12C²/t + 7C/t + 6C, plus V·C + T·C on the first stage,
 //           2C + V·C on the last stage (V·C once if first and last are one stage)
+//           With parallel.distributed_optimizer: per stage of the rank (n_s parameters, cut into
+//           buckets of parallel.dp_bucket / 4) and bucket of `count`, a reduce-scatter and an
+//           all-gather of 4 · (count − the rank's slice) each (core/comm.h, comm_slice), plus 4
+//           for the grad norm's sum over the dp ranks when grad_clip > 0
 //   other = tied [p > 1, interleaved placement, r = 0 or r = p − 1] · 4·V·C (first and last stage
 //           on different ranks sum the wte gradient)
 //           + norm 4 (the gradient sum of squares over the replica, every step: grad_norm and

@@ -16,6 +16,7 @@
 #include "optim/optimizer.h"
 #include "train/dp_grads.h"
 #include "train/executor.h"
+#include "train/sharded_optimizer.h"
 
 namespace stp {
 
@@ -42,8 +43,10 @@ struct Rank {
   std::vector<std::unique_ptr<Stage>> stages;  // [local chunk]
   std::vector<ParamInfo> params;               // every stage's parameters (views), chunk order
   std::vector<int> param_chunk;                // local chunk of params[i]
-  std::unique_ptr<AdamW> adamw;
+  std::unique_ptr<AdamW> adamw;               // these two, or
   std::unique_ptr<GradClipper> clipper;
+  std::unique_ptr<ShardedOptimizer> sharded;  // parallel.distributed_optimizer with dp > 1 (no dp_grads then)
+  std::vector<Tensor> checkpoint_moments[2];  // sharded: exp_avg / exp_avg_sq gathered for a checkpoint
   std::unique_ptr<Executor> executor;
   Communicator* tp = nullptr;
   Communicator* pp_act = nullptr;

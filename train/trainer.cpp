@@ -87,6 +87,7 @@ Trainer::~Trainer() = default;
 
 std::int64_t Trainer::steps_done() const { return impl_->steps_done; }
 int Trainer::world_size() const { return impl_->layout.size(); }
+const std::vector<std::string>& Trainer::warnings() const { return impl_->warnings; }
 
 std::vector<CommBytes> Trainer::comm_bytes() const {
   auto sent = [](const Communicator* c) { return c ? c->bytes_sent() : 0; };
@@ -154,6 +155,26 @@ void Trainer::Impl::upload_batch(Rank& r, std::int64_t step) {
               [&](int mb) { return sequence_index(step, r.dp_rank, mb - 1, config.parallel.dp, m, B); });
 }
 
+// Test hook (train/fault_hook.h, nan_grad): one NaN in a gradient this rank's norm counts: a
+// parameter it owns (not a TP-replicated copy of another rank's, not the tied second copy); with
+// the distributed optimizer, in the part of it this dp rank owns.
+void Trainer::Impl::poison_gradient(Rank& r) {
+  static const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto counted = [&](const ParamInfo& p) { return (!p.replicated || r.tp_rank == 0) && !p.tied; };
+  if (r.sharded) {
+    for (const ShardedOptimizer::Segment& seg : r.sharded->segments()) {
+      const ParamInfo& p = r.params[seg.param];
+      if (!counted(p)) continue;
+      r.compute->copy(p.grad.f32() + seg.offset, &nan, sizeof(float));
+      return;
+    }
+    STP_UNREACHABLE("rank ", r.global, " owns no gradient to poison");
+  }
+  auto own = std::find_if(r.params.begin(), r.params.end(), counted);
+  STP_ASSERT(own != r.params.end(), "rank ", r.global, " holds no gradient of its own to poison");
+  r.compute->copy(own->grad.raw(), &nan, sizeof(float));
+}
+
 // The tied parameter named `name` of a stage (ParamInfo::tied: it lives in the first and the last
 // stage).
 static ParamInfo& tied_copy(Stage& s, const std::string& name) {
@@ -196,26 +217,25 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
   r.compute->zero(r.losses.raw(), r.losses.bytes());
   upload_batch(r, step);
   fault.maybe_fail(r.global, step);
+  if (r.sharded) r.sharded->begin_step();
   if (r.dp_grads) r.dp_grads->begin_step();
   r.executor->run_step();
   if (r.dp_grads) r.dp_grads->finish();
-  sum_tied_grads(r);
-  if (fault.poisons(r.global, step)) {  // test hook: one NaN gradient on this rank
-    static const float nan = std::numeric_limits<float>::quiet_NaN();
-    auto own = std::find_if(r.params.begin(), r.params.end(),
-                            [&](const ParamInfo& p) { return (!p.replicated || r.tp_rank == 0) && !p.tied; });
-    STP_ASSERT(own != r.params.end(), "rank ", r.global, " holds no gradient of its own to poison");
-    r.compute->copy(own->grad.raw(), &nan, sizeof(float));
-  }
+  if (r.sharded) r.sharded->finish([&] { sum_tied_grads(r); });  // tied sum before the reduce-scatter
+  else sum_tied_grads(r);
+  if (fault.poisons(r.global, step)) poison_gradient(r);  // test hook: one NaN gradient on this rank
   r.world->all_reduce_sum(*r.compute, r.losses.f32(), static_cast<std::size_t>(r.losses.numel()));
-  // The non-finite guard. The replica's sum of squares gives the global norm; its sum over every
-  // rank of the job is finite only if every rank's is, and every rank holds the same losses, so
-  // every rank takes the same decision from the same numbers.
+  // The non-finite guard. The replica's sum of squares gives the global norm (with the distributed
+  // optimizer each dp rank holds a disjoint part of every gradient: summed over dp too); its sum
+  // over every rank of the job is finite only if every rank's is, and every rank holds the same
+  // losses, so every rank takes the same decision from the same numbers.
   float* h = r.health.f32();
-  r.clipper->local_sumsq(*r.compute);
-  r.replica->all_reduce_sum(*r.compute, r.clipper->sumsq(), 1);
-  r.compute->copy(h + 0, r.clipper->sumsq(), sizeof(float));
-  r.compute->copy(h + 1, r.clipper->sumsq(), sizeof(float));
+  GradClipper& clipper = r.sharded ? r.sharded->clipper() : *r.clipper;
+  clipper.local_sumsq(*r.compute);
+  r.replica->all_reduce_sum(*r.compute, clipper.sumsq(), 1);
+  if (r.sharded && r.dp) r.dp->all_reduce_sum(*r.compute, clipper.sumsq(), 1);
+  r.compute->copy(h + 0, clipper.sumsq(), sizeof(float));
+  r.compute->copy(h + 1, clipper.sumsq(), sizeof(float));
   r.world->all_reduce_sum(*r.compute, h + 1, 1);
   std::vector<float> losses = download(r.losses, *r.compute);  // waits for the reductions
   std::vector<float> sums = download(r.health, *r.compute);
@@ -226,10 +246,11 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
   mine.grad_norm = std::sqrt(static_cast<double>(sums[0]));
   if (finite) {
     if (config.train.grad_clip > 0) {
-      r.clipper->clip(*r.compute, static_cast<float>(config.train.grad_clip));
-      r.compute->copy(h + 2, r.clipper->coef(), sizeof(float));
+      clipper.clip(*r.compute, static_cast<float>(config.train.grad_clip));
+      r.compute->copy(h + 2, clipper.coef(), sizeof(float));
     }
-    r.adamw->step(*r.compute, lr);
+    if (r.sharded) r.sharded->step(lr);
+    else r.adamw->step(*r.compute, lr);
   }
   if (trace) r.compute->trace_end();
   r.synchronize();

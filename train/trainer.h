@@ -116,6 +116,9 @@ class Trainer {
   // Trace of everything recorded so far (output.trace: true), or nullptr.
   const TraceRecorder* trace() const;
   int world_size() const;  // ranks of the job (dp × pp × tp)
+  // Settings that were accepted but do nothing here, one line each (e.g. the distributed
+  // optimizer with dp = 1); the command line prints them as warnings.
+  const std::vector<std::string>& warnings() const;
   // Bytes sent so far by each rank this process drives (global order).
   std::vector<CommBytes> comm_bytes() const;
   const MemoryPlan& memory_plan() const;

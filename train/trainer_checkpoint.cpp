@@ -70,15 +70,31 @@ std::map<std::string, HostTensor> Trainer::full_parameters(int replica) {
 std::string Trainer::save_checkpoint(const std::string& note) {
   Impl& m = *impl_;
   auto model = full_parameters();
-  auto exp_avg = m.gather([](Rank& r, std::size_t i) { return r.adamw->exp_avg(i); });
-  auto exp_avg_sq = m.gather([](Rank& r, std::size_t i) { return r.adamw->exp_avg_sq(i); });
+  // The distributed optimizer first all-gathers each replica's part of the moments (every rank).
+  if (m.ranks.front()->sharded) {
+    m.run_on_ranks([](Rank& r) {
+      for (int w = 0; w < 2; ++w) r.checkpoint_moments[w] = r.sharded->full_moments(w);
+      r.synchronize();
+    });
+  }
+  auto moment = [](int w) {
+    return [w](Rank& r, std::size_t i) {
+      if (r.sharded) return r.checkpoint_moments[w].at(i);
+      return w == 0 ? r.adamw->exp_avg(i) : r.adamw->exp_avg_sq(i);
+    };
+  };
+  auto exp_avg = m.gather(moment(0));
+  auto exp_avg_sq = m.gather(moment(1));
+  for (auto& r : m.ranks)
+    for (auto& t : r->checkpoint_moments) t.clear();
   if (m.multi_process() && m.options.processes->rank() != 0) return "";  // process 0 writes it
   CheckpointData data;
   for (auto& [name, t] : model) {
     data.model.emplace_back(name, &t);
     data.optimizer.emplace_back(name, OptimizerMoments{&exp_avg.at(name), &exp_avg_sq.at(name)});
   }
-  data.optimizer_step = m.ranks.front()->adamw->step_count();
+  Rank& first = *m.ranks.front();
+  data.optimizer_step = first.sharded ? first.sharded->step_count() : first.adamw->step_count();
   data.state.step = m.steps_done;
   data.state.data_position = sequence_index(m.steps_done + 1, 0, 0, m.config.parallel.dp, m.config.train.microbatches,
                                             m.config.train.micro_batch_size);
@@ -107,6 +123,19 @@ void Trainer::Impl::load_full_tensors(const std::map<std::string, HostTensor>& f
 void Trainer::Impl::load_optimizer_state(const std::map<std::string, HostTensor>& exp_avg,
                                          const std::map<std::string, HostTensor>& exp_avg_sq, std::int64_t step) {
   run_on_ranks([&](Rank& r) {
+    if (r.sharded) {  // this replica's part of every moment
+      int w = 0;
+      for (auto* moments : {&exp_avg, &exp_avg_sq}) {
+        std::vector<std::vector<float>> shards;
+        for (const ParamInfo& p : r.params) {
+          shards.emplace_back(static_cast<std::size_t>(p.param.numel()));
+          p.layout.scatter(moments->at(p.name).data.data(), shards.back().data());
+        }
+        r.sharded->load_moments(w++, shards);
+      }
+      r.sharded->set_step_count(step);
+      return;
+    }
     for (std::size_t i = 0; i < r.params.size(); ++i) {
       const ParamInfo& p = r.params[i];
       for (auto [moments, tensor] :

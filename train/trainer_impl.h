@@ -38,6 +38,7 @@ struct Trainer::Impl {
   void run_on_ranks(const std::function<void(Rank&)>& fn);
   void upload_batch(Rank& r, std::int64_t step);
   void sum_tied_grads(Rank& r);
+  void poison_gradient(Rank& r);
   void rank_step(Rank& r, std::int64_t step, float lr);
   void rank_evaluate(Rank& r);
   // Copies microbatches 1..m of inputs/targets to the stages; mb's rows are sequences b0(mb) + r.
@@ -74,6 +75,7 @@ struct Trainer::Impl {
     double grad_norm = 0, clip_coef = 1;
   };
   std::vector<Health> health;
+  std::vector<std::string> warnings;  // Trainer::warnings
 };
 
 }  // namespace stp

@@ -27,6 +27,10 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
   }
   fault = FaultHook::from_env();
   check_config();
+  if (config.parallel.distributed_optimizer && config.parallel.dp == 1)
+    warnings.push_back(
+        "parallel.distributed_optimizer: true does nothing with parallel.dp = 1 (one replica holds the whole "
+        "optimizer state; there is nothing to shard it over)");
   if (options.plan) {
     plan = *options.plan;
   } else {
@@ -199,7 +203,6 @@ void Trainer::Impl::build_rank(Rank& r) {
       r.param_chunk.push_back(c);
     }
   }
-  r.adamw = std::make_unique<AdamW>(r.params, adamw_hyper(config.optim), *r.alloc, *r.compute);
   // Each distinct gradient enters the global norm once: replicated tensors on TP rank 0 only, the
   // tied wte only in the first stage (its grads are summed into both copies before clipping).
   const ParamInfo* base = r.params.data();
@@ -208,11 +211,26 @@ void Trainer::Impl::build_rank(Rank& r) {
     in_last[i] = r.stages[static_cast<std::size_t>(r.param_chunk[i])]->is_last() &&
                  !r.stages[static_cast<std::size_t>(r.param_chunk[i])]->is_first();
   int tp_rank = r.tp_rank;
-  r.clipper = std::make_unique<GradClipper>(r.params, *r.alloc, [base, in_last, tp_rank](const ParamInfo& p) {
+  auto counted = [base, in_last, tp_rank](const ParamInfo& p) {
     auto i = static_cast<std::size_t>(&p - base);
     if (p.replicated && tp_rank != 0) return false;
     return !(p.tied && in_last[i]);
-  });
+  };
+  // The distributed optimizer with dp > 1 (config.parallel.dp: a dry run plans one replica of the
+  // real job, so it allocates replica 0's shard of the state without communicating).
+  const bool sharded = config.parallel.distributed_optimizer && config.parallel.dp > 1;
+  if (sharded) {
+    std::vector<ShardedOptimizer::ChunkBuffers> chunks;
+    for (auto& s : r.stages) chunks.push_back({s->flat_params(), s->flat_grads()});
+    r.sharded = std::make_unique<ShardedOptimizer>(std::move(chunks), r.params, r.param_chunk, config.parallel.dp,
+                                                   r.dp_rank, layout.dp > 1 ? r.dp : nullptr, *r.device, *r.compute,
+                                                   layout.dp > 1 ? r.dp_comm.get() : nullptr,
+                                                   static_cast<std::size_t>(config.parallel.dp_bucket.value_or(0)),
+                                                   adamw_hyper(config.optim), *r.alloc, counted, trace != nullptr);
+  } else {
+    r.adamw = std::make_unique<AdamW>(r.params, adamw_hyper(config.optim), *r.alloc, *r.compute);
+    r.clipper = std::make_unique<GradClipper>(r.params, *r.alloc, counted);
+  }
   RankResources res;
   res.schedule = &schedule;
   res.pp_rank = r.pp_rank;
@@ -227,7 +245,9 @@ void Trainer::Impl::build_rank(Rank& r) {
   res.trace = trace != nullptr;
   res.plan = &rank_plan;
   res.offload = r.offload.get();
-  if (layout.dp > 1) {
+  if (layout.dp > 1 && r.sharded) {
+    res.grads_final = [opt = r.sharded.get()](int chunk) { opt->chunk_final(chunk); };
+  } else if (layout.dp > 1) {
     std::vector<Tensor> grads;
     for (auto& s : r.stages) grads.push_back(s->flat_grads());
     r.dp_grads =

@@ -5,6 +5,8 @@
 // slot k). all_reduce_sum is a two-phase exchange: each rank sums its slice of the vector over
 // all ranks *in rank order* into a shared scratch buffer (so the result is bitwise identical on
 // every rank and from run to run), a barrier, then every rank copies the scratch back.
+// reduce_scatter_sum is the first phase with each rank's slice (comm_slice) written straight to
+// its own buffer; all_gather is the second with every rank copying the other ranks' slices.
 // Point-to-point sends are buffered (the sender's stream continues at once); a receive waits
 // for the oldest message on its (src -> dst) channel and checks its tag and size.
 #include <atomic>
@@ -29,11 +31,23 @@ struct Message {
   std::vector<char> bytes;
 };
 
+enum class CollectiveKind { AllReduce, ReduceScatter, AllGather };
+
+const char* name_of(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::ReduceScatter: return "reduce-scatter";
+    case CollectiveKind::AllGather: return "all-gather";
+    case CollectiveKind::AllReduce: break;
+  }
+  return "all-reduce";
+}
+
 struct Collective {
   std::vector<float*> ptrs;
+  std::vector<CollectiveKind> kinds;
   std::vector<std::size_t> counts;
   std::vector<float> scratch;
-  int arrived = 0, reduced = 0, left = 0;
+  int arrived = 0, reduced = 0, copied = 0, left = 0;
 };
 
 struct HostGroup {
@@ -75,10 +89,20 @@ class HostComm final : public Communicator {
 
   void all_reduce_sum(Stream& stream, float* data, std::size_t count) override {
     bytes_sent_ += count * sizeof(float);
-    enqueue_collective(stream, data, count);
+    enqueue_collective(stream, data, count, CollectiveKind::AllReduce);
   }
 
-  void barrier(Stream& stream) override { enqueue_collective(stream, nullptr, 0); }
+  void reduce_scatter_sum(Stream& stream, float* data, std::size_t count) override {
+    bytes_sent_ += (count - comm_slice(count, rank_, group_->size).count) * sizeof(float);
+    enqueue_collective(stream, data, count, CollectiveKind::ReduceScatter);
+  }
+
+  void all_gather(Stream& stream, float* data, std::size_t count) override {
+    bytes_sent_ += (count - comm_slice(count, rank_, group_->size).count) * sizeof(float);
+    enqueue_collective(stream, data, count, CollectiveKind::AllGather);
+  }
+
+  void barrier(Stream& stream) override { enqueue_collective(stream, nullptr, 0, CollectiveKind::AllReduce); }
 
   void send(Stream& stream, const void* data, std::size_t bytes, int peer, std::uint32_t tag) override {
     check_peer(peer);
@@ -120,59 +144,85 @@ class HostComm final : public Communicator {
                group_->size);
   }
 
-  void enqueue_collective(Stream& stream, float* data, std::size_t count) {
+  void enqueue_collective(Stream& stream, float* data, std::size_t count, CollectiveKind kind) {
     std::uint64_t seq = next_seq_++;  // issue order on this rank's host thread
     as_cpu_stream(stream).enqueue(
-        [g = group_, rank = rank_, seq, data, count] { run_all_reduce(*g, rank, seq, data, count); }, true);
+        [g = group_, rank = rank_, seq, data, count, kind] { run_collective(*g, rank, seq, data, count, kind); }, true);
   }
 
-  static void run_all_reduce(HostGroup& g, int rank, std::uint64_t seq, float* data, std::size_t count) {
+  // The emulated link carries an all-reduce's buffer in all_reduce_bytes_per_s; a reduce-scatter
+  // or an all-gather is half of an all-reduce's traffic.
+  static void run_collective(HostGroup& g, int rank, std::uint64_t seq, float* data, std::size_t count,
+                             CollectiveKind kind) {
     auto start = std::chrono::steady_clock::now();
-    reduce(g, rank, seq, data, count);
+    reduce(g, rank, seq, data, count, kind);
+    if (kind != CollectiveKind::AllReduce) count /= 2;
     if (g.options.all_reduce_bytes_per_s > 0 && count > 0) {  // the emulated link's transfer time
       std::chrono::duration<double> t(static_cast<double>(count * sizeof(float)) / g.options.all_reduce_bytes_per_s);
       std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(t));
     }
   }
 
-  static void reduce(HostGroup& g, int rank, std::uint64_t seq, float* data, std::size_t count) {
+  static void reduce(HostGroup& g, int rank, std::uint64_t seq, float* data, std::size_t count, CollectiveKind kind) {
     const int n = g.size;
     std::unique_lock<std::mutex> lock(g.mu);
     Collective& c = g.collectives[seq];
     if (c.ptrs.empty()) {
       c.ptrs.assign(static_cast<std::size_t>(n), nullptr);
       c.counts.assign(static_cast<std::size_t>(n), 0);
+      c.kinds.assign(static_cast<std::size_t>(n), kind);
     }
     c.ptrs[static_cast<std::size_t>(rank)] = data;
     c.counts[static_cast<std::size_t>(rank)] = count;
+    c.kinds[static_cast<std::size_t>(rank)] = kind;
     if (++c.arrived == n) {
       for (int r = 0; r < n; ++r) {
-        if (c.counts[static_cast<std::size_t>(r)] != count) {
-          g.abort_locked(str("all-reduce #", seq, ": rank ", r, " has ", c.counts[static_cast<std::size_t>(r)],
-                             " elements, rank ", rank, " has ", count));
+        const auto i = static_cast<std::size_t>(r);
+        if (c.kinds[i] != kind) {
+          g.abort_locked(str("collective #", seq, ": rank ", r, " issued a ", name_of(c.kinds[i]), ", rank ", rank,
+                             " a ", name_of(kind)));
+        } else if (c.counts[i] != count) {
+          g.abort_locked(str(name_of(kind), " #", seq, ": rank ", r, " has ", c.counts[i], " elements, rank ", rank,
+                             " has ", count));
         }
       }
-      c.scratch.resize(count);
+      if (kind == CollectiveKind::AllReduce) c.scratch.resize(count);
       g.cv.notify_all();
     }
     g.wait(lock, [&] { return c.arrived == n; });
     lock.unlock();
 
-    // Phase 1: my slice of the sum, accumulated in rank order.
-    std::size_t lo = count * static_cast<std::size_t>(rank) / static_cast<std::size_t>(n);
-    std::size_t hi = count * static_cast<std::size_t>(rank + 1) / static_cast<std::size_t>(n);
-    for (std::size_t i = lo; i < hi; ++i) {
-      float s = c.ptrs[0][i];
-      for (int r = 1; r < n; ++r) s += c.ptrs[static_cast<std::size_t>(r)][i];
-      c.scratch[i] = s;
+    // Phase 1: my slice of the sum, accumulated in rank order (into my own buffer for a
+    // reduce-scatter: no other rank reads my slice of it).
+    const CommSlice mine = comm_slice(count, rank, n);
+    if (kind != CollectiveKind::AllGather) {
+      float* out = kind == CollectiveKind::AllReduce ? c.scratch.data() : data;
+      for (std::size_t i = mine.first; i < mine.first + mine.count; ++i) {
+        float s = c.ptrs[0][i];
+        for (int r = 1; r < n; ++r) s += c.ptrs[static_cast<std::size_t>(r)][i];
+        out[i] = s;
+      }
     }
     lock.lock();
     if (++c.reduced == n) g.cv.notify_all();
     g.wait(lock, [&] { return c.reduced == n; });
     lock.unlock();
 
-    // Phase 2: everyone takes the full result.
-    if (count) std::memcpy(data, c.scratch.data(), count * sizeof(float));
+    // Phase 2: everyone takes the full result (an all-gather: the other ranks' slices).
+    if (kind == CollectiveKind::AllReduce) {
+      if (count) std::memcpy(data, c.scratch.data(), count * sizeof(float));
+    } else if (kind == CollectiveKind::AllGather) {
+      for (int r = 0; r < n; ++r) {
+        const CommSlice s = comm_slice(count, r, n);
+        if (r != rank && s.count)
+          std::memcpy(data + s.first, c.ptrs[static_cast<std::size_t>(r)] + s.first, s.count * 4);
+      }
+      // The others read my buffer until they are done: nobody leaves before everyone copied.
+      lock.lock();
+      if (++c.copied == n) g.cv.notify_all();
+      g.wait(lock, [&] { return c.copied == n; });
+      lock.unlock();
+    }
     lock.lock();
     if (++c.left == n) g.collectives.erase(seq);
   }

@@ -118,6 +118,43 @@ class NcclComm final : public Communicator {
     issue("ncclAllReduce", [&] { return ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm_, handle(stream)); });
     bytes_sent_ += count * sizeof(float);
   }
+  // Even slices (count a multiple of the size): NCCL's own in-place collectives. Uneven ones: one
+  // reduce (or broadcast) per slice, rooted at its owner, in one group.
+  void reduce_scatter_sum(Stream& stream, float* data, std::size_t count) override {
+    const CommSlice mine = comm_slice(count, rank_, size_);
+    if (count % static_cast<std::size_t>(size_) == 0) {
+      issue("ncclReduceScatter", [&] {
+        return ncclReduceScatter(data, data + mine.first, mine.count, ncclFloat, ncclSum, comm_, handle(stream));
+      });
+    } else {
+      group_begin();
+      for (int r = 0; r < size_; ++r) {
+        const CommSlice s = comm_slice(count, r, size_);
+        issue("ncclReduce", [&] {
+          return ncclReduce(data + s.first, data + s.first, s.count, ncclFloat, ncclSum, r, comm_, handle(stream));
+        });
+      }
+      group_end();
+    }
+    bytes_sent_ += (count - mine.count) * sizeof(float);
+  }
+  void all_gather(Stream& stream, float* data, std::size_t count) override {
+    const CommSlice mine = comm_slice(count, rank_, size_);
+    if (count % static_cast<std::size_t>(size_) == 0) {
+      issue("ncclAllGather",
+            [&] { return ncclAllGather(data + mine.first, data, mine.count, ncclFloat, comm_, handle(stream)); });
+    } else {
+      group_begin();
+      for (int r = 0; r < size_; ++r) {
+        const CommSlice s = comm_slice(count, r, size_);
+        issue("ncclBroadcast", [&] {
+          return ncclBroadcast(data + s.first, data + s.first, s.count, ncclFloat, r, comm_, handle(stream));
+        });
+      }
+      group_end();
+    }
+    bytes_sent_ += (count - mine.count) * sizeof(float);
+  }
   void send(Stream& stream, const void* data, std::size_t bytes, int peer, std::uint32_t) override {
     issue("ncclSend", [&] { return ncclSend(data, bytes, ncclChar, peer, comm_, handle(stream)); });
     bytes_sent_ += bytes;

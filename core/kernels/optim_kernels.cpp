@@ -14,18 +14,14 @@ struct AdamWKernel {
   const float* g;
   float* m;
   float* v;
-  float decay_factor;  // 1 - lr * wd, or 1
-  float beta1, beta2;
-  float step_size;   // lr / (1 - beta1^step)
-  float bias2_sqrt;  // sqrt(1 - beta2^step)
-  float eps;
+  AdamWScalars c;
   STP_HD void operator()(std::size_t i) const {
     float gi = g[i];
-    float pi = p[i] * decay_factor;
-    float mi = m[i] * beta1 + gi * (1.0f - beta1);
-    float vi = v[i] * beta2 + gi * gi * (1.0f - beta2);
-    float denom = sqrtf(vi) / bias2_sqrt + eps;
-    p[i] = pi - step_size * (mi / denom);
+    float pi = p[i] * c.decay_factor;
+    float mi = m[i] * c.beta1 + gi * c.one_minus_beta1;
+    float vi = v[i] * c.beta2 + (gi * gi) * c.one_minus_beta2;
+    float denom = sqrtf(vi) / c.bias2_sqrt + c.eps;
+    p[i] = pi - c.step_size * (mi / denom);
     m[i] = mi;
     v[i] = vi;
   }
@@ -76,23 +72,24 @@ struct ScaleKernel {
 
 }  // namespace
 
-void adamw_step(Stream& s, float* param, const float* grad, float* m, float* v, std::size_t n, float lr,
-                const AdamWHyper& h, int step, bool decay) {
+AdamWScalars adamw_scalars(float lr, const AdamWHyper& h, int step, bool decay) {
   STP_ASSERT(step >= 1, "adamw_step: step is 1-based, got ", step);
   // Bias corrections in double, as torch computes them with Python floats.
   double bias1 = 1.0 - std::pow(double(h.beta1), step);
   double bias2 = 1.0 - std::pow(double(h.beta2), step);
-  AdamWKernel k{param,
-                grad,
-                m,
-                v,
-                decay ? float(1.0 - double(lr) * double(h.weight_decay)) : 1.0f,
-                h.beta1,
-                h.beta2,
-                float(double(lr) / bias1),
-                float(std::sqrt(bias2)),
-                h.eps};
-  launch(s, n, k);
+  return AdamWScalars{decay ? float(1.0 - double(lr) * double(h.weight_decay)) : 1.0f,
+                      h.beta1,
+                      h.beta2,
+                      1.0f - h.beta1,
+                      1.0f - h.beta2,
+                      float(double(lr) / bias1),
+                      float(std::sqrt(bias2)),
+                      h.eps};
+}
+
+void adamw_step(Stream& s, float* param, const float* grad, float* m, float* v, std::size_t n, float lr,
+                const AdamWHyper& h, int step, bool decay) {
+  launch(s, n, AdamWKernel{param, grad, m, v, adamw_scalars(lr, h, step, decay)});
 }
 
 std::size_t sumsq_partials_count(std::size_t n) { return n == 0 ? 1 : (n + kSumSqBlock - 1) / kSumSqBlock; }

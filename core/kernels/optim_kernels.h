@@ -27,12 +27,33 @@ struct AdamWHyper {
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
 };
 
+// The per-step constants of one AdamW update (the element formula is at adamw_step).
+struct AdamWScalars {
+  float decay_factor;  // 1 - lr * weight_decay with decay, else 1
+  float beta1, beta2;
+  float one_minus_beta1, one_minus_beta2;  // 1.0f - beta, in f32
+  float step_size;                         // lr / (1 - beta1^step), bias correction in double
+  float bias2_sqrt;                        // sqrt(1 - beta2^step), in double
+  float eps;
+};
+
+// The constants of step `step` (1-based); the device kernel and the CPU AdamW both use these.
+AdamWScalars adamw_scalars(float lr, const AdamWHyper& h, int step, bool decay);
+
 // One AdamW step on n elements, torch.optim.AdamW semantics (step is 1-based, counting this one):
 //   p *= 1 - lr * weight_decay                          (only if decay)
 //   m  = beta1 * m + (1 - beta1) * g
 //   v  = beta2 * v + (1 - beta2) * g * g
 //   p -= (lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
 // Callers pass decay = (the parameter has two or more dimensions). m and v start at zero.
+//
+// Per element, in this order, in f32 with every product and sum rounded on its own (no fused
+// multiply-add on the host compiler: the build compiles this file with -ffp-contract=off):
+//   p' = p * decay_factor
+//   m' = m * beta1 + g * one_minus_beta1
+//   v' = v * beta2 + (g * g) * one_minus_beta2
+//   p  = p' - step_size * (m' / (sqrt(v') / bias2_sqrt + eps))
+// optim/cpu_adamw.h repeats exactly these operations on host memory (bitwise equal results).
 void adamw_step(Stream& s, float* param, const float* grad, float* m, float* v, std::size_t n, float lr,
                 const AdamWHyper& h, int step, bool decay);
 

@@ -59,6 +59,19 @@ class MpiComm final : public Communicator {
     submit(stream, [this, data, count](Turn& turn) { all_reduce(turn, data, count); });
   }
 
+  void reduce_scatter_sum(Stream& stream, float* data, std::size_t count) override {
+    bytes_sent_ += (count - comm_slice(count, rank_, size_).count) * sizeof(float);
+    submit(stream, [this, data, count](Turn& turn) {
+      reduce_my_slice(data, count);
+      turn.pass();
+    });
+  }
+
+  void all_gather(Stream& stream, float* data, std::size_t count) override {
+    bytes_sent_ += (count - comm_slice(count, rank_, size_).count) * sizeof(float);
+    submit(stream, [this, data, count](Turn& turn) { gather_slices(turn, data, count); });
+  }
+
   void barrier(Stream& stream) override {
     submit(stream, [this](Turn& turn) {
       MPI_Request request;
@@ -168,32 +181,52 @@ class MpiComm final : public Communicator {
         true);
   }
 
+  // An all-reduce in two halves: reduce_my_slice sums this rank's slice (comm_slice) over the
+  // ranks in rank order, then gather_slices shares the slices.
   void all_reduce(Turn& turn, float* data, std::size_t count) {
-    const auto n = static_cast<std::size_t>(size_), me = static_cast<std::size_t>(rank_);
+    if (size_ == 1 || count == 0) return;
+    reduce_my_slice(data, count);
+    gather_slices(turn, data, count);
+  }
+
+  void reduce_my_slice(float* data, std::size_t count) {
+    const auto n = static_cast<std::size_t>(size_);
     if (n == 1 || count == 0) return;
-    auto lo = [&](std::size_t r) { return count * r / n; };
     std::vector<int> slice(n), offset(n), mine(n), mine_at(n);
     for (std::size_t r = 0; r < n; ++r) {
-      slice[r] = to_count(lo(r + 1) - lo(r), "an all-reduce slice");
-      offset[r] = to_count(lo(r), "an all-reduce offset");
+      CommSlice c = comm_slice(count, static_cast<int>(r), size_);
+      slice[r] = to_count(c.count, "a collective's slice");
+      offset[r] = to_count(c.first, "a collective's offset");
     }
-    const std::size_t len = lo(me + 1) - lo(me);
+    const CommSlice me = comm_slice(count, rank_, size_);
     for (std::size_t r = 0; r < n; ++r) {
-      mine[r] = slice[me];
-      mine_at[r] = to_count(r * len, "an all-reduce buffer");
+      mine[r] = to_count(me.count, "a collective's slice");
+      mine_at[r] = to_count(r * me.count, "a collective's buffer");
     }
-    std::vector<float> copies(n * len);  // [rank r's copy of my slice]
+    std::vector<float> copies(n * me.count);  // [rank r's copy of my slice]
     MPI_Request request;
     check(MPI_Ialltoallv(data, slice.data(), offset.data(), MPI_FLOAT, copies.data(), mine.data(), mine_at.data(),
                          MPI_FLOAT, comm_, &request),
           "MPI_Ialltoallv");
     wait(request, *abort_);
-    float* out = data + lo(me);
-    for (std::size_t i = 0; i < len; ++i) {
+    float* out = data + me.first;
+    for (std::size_t i = 0; i < me.count; ++i) {
       float s = copies[i];
-      for (std::size_t r = 1; r < n; ++r) s += copies[r * len + i];
+      for (std::size_t r = 1; r < n; ++r) s += copies[r * me.count + i];
       out[i] = s;
     }
+  }
+
+  void gather_slices(Turn& turn, float* data, std::size_t count) {
+    const auto n = static_cast<std::size_t>(size_);
+    if (n == 1 || count == 0) return;
+    std::vector<int> slice(n), offset(n);
+    for (std::size_t r = 0; r < n; ++r) {
+      CommSlice c = comm_slice(count, static_cast<int>(r), size_);
+      slice[r] = to_count(c.count, "a collective's slice");
+      offset[r] = to_count(c.first, "a collective's offset");
+    }
+    MPI_Request request;
     check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, slice.data(), offset.data(), MPI_FLOAT, comm_,
                           &request),
           "MPI_Iallgatherv");

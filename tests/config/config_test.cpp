@@ -101,6 +101,7 @@ TEST(Config, DesignExampleParsesAndEqualsTheDefaults) {
   EXPECT_EQ(c.parallel.backend, "cpu");
   EXPECT_EQ(c.parallel.dp, 1);
   EXPECT_EQ(c.parallel.dp_bucket, std::optional<std::uint64_t>(4u << 20));
+  EXPECT_FALSE(c.parallel.distributed_optimizer);
   EXPECT_EQ(c.parallel.tp, 2);
   EXPECT_EQ(c.parallel.pp, 2);
   EXPECT_EQ(c.parallel.schedule, "stp");
@@ -123,9 +124,9 @@ TEST(Config, RegistryCoversEveryFieldOnceAndDefaultsAreValid) {
     EXPECT_NE(std::string(k.doc), "") << k.key;
     EXPECT_EQ(find_knob(k.key), &k);
   }
-  EXPECT_EQ(keys.size(), 56u);  // 36 keys of docs/design.md's example + precision, link_bandwidth, tp_link_bandwidth,
-                                // cpu_threads, copy_engine_cpus, dp_bucket, ..., val_path, eval_every,
-                                // eval_batches, max_skipped_steps, peak_flops, the six llama model keys
+  EXPECT_EQ(keys.size(), 57u);  // 36 keys of docs/design.md's example + precision, link_bandwidth, tp_link_bandwidth,
+                                // cpu_threads, copy_engine_cpus, dp_bucket, distributed_optimizer, ..., val_path,
+                                // eval_every, eval_batches, max_skipped_steps, peak_flops, the six llama model keys
                                 // (update on purpose)
   EXPECT_NO_THROW(validate_config(default_config()));
 }

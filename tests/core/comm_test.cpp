@@ -55,6 +55,62 @@ TEST(HostComm, AllReduceEqualsSerialSumOnEveryRank) {
   EXPECT_EQ(g.comms[0]->bytes_sent(), n * sizeof(float));
 }
 
+// reduce_scatter_sum leaves the rank-order sum in each rank's own slice (bitwise the all-reduce
+// there); all_gather then makes every rank's buffer the full sum. Uneven slices included.
+TEST(HostComm, ReduceScatterThenAllGatherIsTheAllReduce) {
+  Ranks g;
+  for (std::size_t n : {std::size_t{3}, std::size_t{8}, std::size_t{10007}}) {
+    std::vector<std::vector<float>> data(kRanks, std::vector<float>(n)), reduced(kRanks);
+    std::mt19937 rng(static_cast<unsigned>(n));
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (auto& v : data)
+      for (auto& x : v) x = u(rng);
+    std::vector<float> expect(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      float s = data[0][i];
+      for (int r = 1; r < kRanks; ++r) s += data[static_cast<std::size_t>(r)][i];
+      expect[i] = s;
+    }
+    std::vector<std::uint64_t> before(kRanks);
+    for (int r = 0; r < kRanks; ++r)
+      before[static_cast<std::size_t>(r)] = g.comms[static_cast<std::size_t>(r)]->bytes_sent();
+    g.each([&](int r) {
+      auto i = static_cast<std::size_t>(r);
+      g.comms[i]->reduce_scatter_sum(*g.streams[i], data[i].data(), n);
+      g.streams[i]->synchronize();
+      reduced[i] = data[i];
+      g.comms[i]->all_gather(*g.streams[i], data[i].data(), n);
+      g.streams[i]->synchronize();
+    });
+    for (int r = 0; r < kRanks; ++r) {
+      auto i = static_cast<std::size_t>(r);
+      stp::CommSlice mine = stp::comm_slice(n, r, kRanks);
+      for (std::size_t k = mine.first; k < mine.first + mine.count; ++k)
+        ASSERT_EQ(reduced[i][k], expect[k]) << "reduce-scatter, rank " << r << " element " << k;
+      for (std::size_t k = 0; k < n; ++k)
+        ASSERT_EQ(data[i][k], expect[k]) << "all-gather, rank " << r << " element " << k;
+      EXPECT_EQ(g.comms[i]->bytes_sent() - before[i], 2 * (n - mine.count) * sizeof(float));
+    }
+  }
+}
+
+TEST(HostComm, MismatchedCollectiveKindsAreAnError) {
+  Ranks g;
+  std::vector<std::vector<float>> data(kRanks, std::vector<float>(16, 1.0f));
+  std::atomic<int> failed{0};
+  g.each([&](int r) {
+    auto i = static_cast<std::size_t>(r);
+    if (r == 0) g.comms[i]->all_gather(*g.streams[i], data[i].data(), 16);
+    else g.comms[i]->reduce_scatter_sum(*g.streams[i], data[i].data(), 16);
+    try {
+      g.streams[i]->synchronize();
+    } catch (const stp::Error& e) {
+      if (std::string(e.what()).find("all-gather") != std::string::npos) ++failed;
+    }
+  });
+  EXPECT_EQ(failed.load(), kRanks);
+}
+
 TEST(HostComm, ManyAllReducesInARowStayMatched) {
   Ranks g;
   const int rounds = 50;

@@ -1,6 +1,7 @@
 // MpiComm and the MPI job (process/mpi/), four processes:
 //   * all_reduce_sum is bitwise equal to HostComm's rank-order sum (inputs whose sum depends on
 //     the order), for counts below, at and above the number of ranks; bytes_sent counts buffers;
+//   * reduce_scatter_sum / all_gather: bitwise HostComm's sum in each slice, then everywhere;
 //   * a sub-group in reverse process order: send/recv deliver in order, any size (0 included);
 //   * collectives issued on two streams of one communicator match in host issue order even when
 //     the first stream is held back (the ticket order of mpi_comm.h);
@@ -72,6 +73,32 @@ TEST(MpiComm, AllReduceIsBitwiseHostCommsRankOrderSum) {
     }
   }
   EXPECT_TRUE(order_matters) << "the inputs do not distinguish summation orders; the test proves nothing";
+  EXPECT_EQ(comm->bytes_sent(), bytes);
+}
+
+// reduce_scatter_sum leaves HostComm's rank-order sum in this rank's slice; all_gather then
+// gives every process the whole sum.
+TEST(MpiComm, ReduceScatterAndAllGatherAreBitwiseHostComms) {
+  auto devs = stp::make_cpu_devices(1);
+  auto comm = job().make_comm(everyone(), *devs[0]);
+  ASSERT_NE(comm, nullptr);
+  auto stream = devs[0]->create_stream("s");
+  std::uint64_t bytes = 0;
+  for (std::size_t count : {std::size_t{3}, std::size_t{4}, std::size_t{4099}}) {
+    std::vector<float> mine(count);
+    for (std::size_t i = 0; i < count; ++i) mine[i] = value(job().rank(), i);
+    comm->reduce_scatter_sum(*stream, mine.data(), count);
+    stream->synchronize();
+    std::vector<float> want = host_comm_sum(count);
+    stp::CommSlice s = stp::comm_slice(count, job().rank(), 4);
+    if (s.count)
+      EXPECT_EQ(std::memcmp(mine.data() + s.first, want.data() + s.first, s.count * sizeof(float)), 0)
+          << count << " elements";
+    comm->all_gather(*stream, mine.data(), count);
+    stream->synchronize();
+    EXPECT_EQ(std::memcmp(mine.data(), want.data(), count * sizeof(float)), 0) << count << " elements";
+    bytes += 2 * (count - s.count) * sizeof(float);
+  }
   EXPECT_EQ(comm->bytes_sent(), bytes);
 }
 

@@ -1,6 +1,7 @@
 // Bytes each rank sends per step, by kind (TP, PP, DP, other), equal the analytic formula of
 // train/comm_volume.h exactly, in every step, for layouts covering every term: TP, interleaved and
-// V placements (the V's local turn sends nothing), tied-embedding sums, DP with small buckets.
+// V placements (the V's local turn sends nothing), tied-embedding sums, DP with small buckets, and
+// the distributed optimizer's reduce-scatters and all-gathers.
 #include <gtest/gtest.h>
 
 #include <ostream>
@@ -17,10 +18,12 @@ struct Case {
   int dp, pp, tp;
   const char* schedule;
   int microbatches;
+  bool distributed = false;  // parallel.distributed_optimizer
 };
 
 void PrintTo(const Case& l, std::ostream* os) {
-  *os << "dp " << l.dp << " pp " << l.pp << " tp " << l.tp << " " << l.schedule;
+  *os << "dp " << l.dp << " pp " << l.pp << " tp " << l.tp << " " << l.schedule
+      << (l.distributed ? " distributed optimizer" : "");
 }
 
 class CommVolume : public ::testing::TestWithParam<Case> {};
@@ -30,7 +33,8 @@ TEST_P(CommVolume, MeasuredBytesEqualTheFormula) {
   auto cfg =
       stp::testing::tiny_config({"parallel.dp=" + std::to_string(c.dp), "parallel.pp=" + std::to_string(c.pp),
                                  "parallel.tp=" + std::to_string(c.tp), std::string("parallel.schedule=") + c.schedule,
-                                 "train.microbatches=" + std::to_string(c.microbatches), "parallel.dp_bucket=1KiB"});
+                                 "train.microbatches=" + std::to_string(c.microbatches), "parallel.dp_bucket=1KiB",
+                                 std::string("parallel.distributed_optimizer=") + (c.distributed ? "true" : "false")});
   stp::Trainer t(cfg);
   std::vector<stp::CommBytes> before(static_cast<std::size_t>(t.world_size()));
   for (int step = 1; step <= 2; ++step) {
@@ -59,7 +63,10 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CommVolume,
                          ::testing::Values(Case{1, 1, 1, "gpipe", 8}, Case{4, 1, 1, "gpipe", 2},
                                            Case{2, 2, 1, "1f1b", 4}, Case{1, 2, 2, "stp", 8}, Case{2, 1, 2, "gpipe", 4},
                                            Case{2, 2, 1, "1f1b-i", 4}, Case{2, 2, 2, "zb-v", 4},
-                                           Case{1, 4, 1, "stp", 8}),
-                         stp::testing::layout_case_name<Case>);
+                                           Case{1, 4, 1, "stp", 8}, Case{4, 1, 1, "gpipe", 2, true},
+                                           Case{2, 2, 1, "1f1b-i", 4, true}, Case{2, 2, 2, "zb-v", 4, true}),
+                         [](const ::testing::TestParamInfo<Case>& p) {
+                           return stp::testing::layout_case_name(p) + (p.param.distributed ? "_distributed" : "");
+                         });
 
 }  // namespace

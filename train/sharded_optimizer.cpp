@@ -1,0 +1,219 @@
+#include "train/sharded_optimizer.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "core/kernels/optim_kernels.h"
+#include "memory/block_arena.h"
+
+namespace stp {
+
+ShardedOptimizer::ShardedOptimizer(std::vector<ChunkBuffers> chunks, std::vector<ParamInfo>& params,
+                                   const std::vector<int>& param_chunk, int dp, int dp_rank, Communicator* comm,
+                                   Device& device, Stream& compute, Stream* dp_stream, std::size_t bucket_bytes,
+                                   const AdamWHyper& hyper, Allocator& alloc,
+                                   std::function<bool(const ParamInfo&)> counted, bool trace)
+    : params_(params),
+      dp_(dp),
+      dp_rank_(dp_rank),
+      comm_(comm),
+      compute_(compute),
+      dp_stream_(dp_stream),
+      done_(device.create_event()),
+      hyper_(hyper),
+      alloc_(alloc),
+      trace_(trace) {
+  STP_ASSERT(dp >= 1 && dp_rank >= 0 && dp_rank < dp, "ShardedOptimizer: dp rank ", dp_rank, " of ", dp);
+  STP_ASSERT((comm == nullptr) == (dp_stream == nullptr) && (comm == nullptr || comm->size() == dp),
+             "ShardedOptimizer: a communicator of the dp ranks and its stream, or neither (dry run)");
+  STP_ASSERT(params.size() == param_chunk.size(), "ShardedOptimizer: a chunk for every parameter");
+  const std::size_t per_bucket = bucket_bytes == 0 ? SIZE_MAX : std::max<std::size_t>(1, bucket_bytes / sizeof(float));
+  for (ChunkBuffers& b : chunks) {
+    STP_ASSERT(b.params.numel() == b.grads.numel(), "ShardedOptimizer: chunk params and grads differ in size");
+    Chunk c;
+    const auto n = static_cast<std::size_t>(b.grads.numel());
+    std::size_t state = 0;
+    for (std::size_t at = 0; at < n; at += std::min(per_bucket, n - at)) {
+      const std::size_t count = std::min(per_bucket, n - at);
+      c.buckets.emplace_back(at, count);
+      c.bucket_state.push_back(state);
+      state += (count + static_cast<std::size_t>(dp) - 1) / static_cast<std::size_t>(dp);
+    }
+    {
+      MaybeCategoryScope as(alloc, MemoryCategory::OptimizerState);
+      for (Tensor& t : c.state) {
+        t = Tensor::empty(alloc, Shape{static_cast<std::int64_t>(std::max<std::size_t>(state, 1))});
+        compute.zero(t.raw(), t.bytes());
+      }
+    }
+    c.buf = std::move(b);
+    c.final = device.create_event();
+    chunks_.push_back(std::move(c));
+  }
+  // Segments: each owned bucket slice cut at parameter boundaries.
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const ParamInfo& p = params_[i];
+    const auto ci = static_cast<std::size_t>(param_chunk[i]);
+    STP_ASSERT(ci < chunks_.size(), "ShardedOptimizer: parameter ", p.name, " of chunk ", ci);
+    Chunk& c = chunks_[ci];
+    const std::int64_t off = p.grad.f32() - c.buf.grads.f32();
+    STP_ASSERT(off >= 0 && off + p.grad.numel() <= c.buf.grads.numel() && p.param.f32() - c.buf.params.f32() == off,
+               "ShardedOptimizer: parameter ", p.name, " is not a view into its chunk's flat buffers");
+    const auto lo = static_cast<std::size_t>(off), hi = lo + static_cast<std::size_t>(p.grad.numel());
+    for (std::size_t b = 0; b < c.buckets.size(); ++b) {
+      CommSlice s = comm_slice(c.buckets[b].second, dp_rank, dp);
+      const std::size_t first = c.buckets[b].first + s.first, last = first + s.count;
+      const std::size_t a = std::max(lo, first), z = std::min(hi, last);
+      if (a < z) segments_.push_back(Segment{i, a - lo, z - a, ci, c.bucket_state[b] + (a - first)});
+    }
+    if (p.tied) c.delayed = true;
+  }
+  for (const Segment& s : segments_) {
+    const ParamInfo& p = params_[s.param];
+    ParamInfo o = p;
+    o.param = p.param.view(static_cast<std::int64_t>(s.offset), Shape{static_cast<std::int64_t>(s.count)});
+    o.grad = p.grad.view(static_cast<std::int64_t>(s.offset), Shape{static_cast<std::int64_t>(s.count)});
+    owned_.push_back(std::move(o));
+  }
+  // A segment enters the norm when its parameter does (the predicate sees the rank's parameters).
+  std::vector<bool> param_counted(params_.size(), true);
+  if (counted)
+    for (std::size_t i = 0; i < params_.size(); ++i) param_counted[i] = counted(params_[i]);
+  std::vector<bool> segment_counted;
+  for (const Segment& s : segments_) segment_counted.push_back(param_counted[s.param]);
+  const ParamInfo* base = owned_.data();
+  clipper_ = std::make_unique<GradClipper>(
+      owned_, alloc, [base, segment_counted](const ParamInfo& o) { return segment_counted[std::size_t(&o - base)]; });
+}
+
+std::size_t ShardedOptimizer::state_bytes() const {
+  std::size_t n = 0;
+  for (const Chunk& c : chunks_) n += c.state[0].bytes() + c.state[1].bytes();
+  return n;
+}
+
+std::size_t ShardedOptimizer::buckets() const {
+  std::size_t n = 0;
+  for (const Chunk& c : chunks_) n += c.buckets.size();
+  return n;
+}
+
+void ShardedOptimizer::begin_step() {
+  for (Chunk& c : chunks_) c.started = false;
+}
+
+void ShardedOptimizer::chunk_final(int chunk) {
+  STP_ASSERT(chunk >= 0 && chunk < static_cast<int>(chunks_.size()), "chunk ", chunk, " of ", chunks_.size());
+  Chunk& c = chunks_[static_cast<std::size_t>(chunk)];
+  if (c.delayed) return;  // after the tied-gradient sum, in finish()
+  reduce(static_cast<std::size_t>(chunk));
+}
+
+void ShardedOptimizer::reduce(std::size_t chunk) {
+  Chunk& c = chunks_[chunk];
+  STP_ASSERT(!c.started, "chunk ", chunk, "'s gradients reported final twice in one step");
+  c.started = true;
+  if (!comm_) return;
+  compute_.record(*c.final);
+  dp_stream_->wait(*c.final);
+  for (std::size_t b = 0; b < c.buckets.size(); ++b) {
+    auto [first, count] = c.buckets[b];
+    if (trace_)
+      dp_stream_->trace_begin(str("RS dp chunk ", chunk, " bucket ", b), "dp-comm",
+                              str("{\"chunk\":", chunk, ",\"bytes\":", count * sizeof(float), "}"));
+    comm_->reduce_scatter_sum(*dp_stream_, c.buf.grads.f32() + first, count);
+    if (trace_) dp_stream_->trace_end();
+  }
+}
+
+void ShardedOptimizer::finish(const std::function<void()>& sum_tied) {
+  if (sum_tied) sum_tied();
+  for (std::size_t c = 0; c < chunks_.size(); ++c)
+    if (!chunks_[c].started) reduce(c);
+  if (!comm_) return;
+  dp_stream_->record(*done_);
+  compute_.wait(*done_);
+}
+
+void ShardedOptimizer::gather(std::size_t chunk, float* data) {
+  Chunk& c = chunks_[chunk];
+  for (std::size_t b = 0; b < c.buckets.size(); ++b) {
+    auto [first, count] = c.buckets[b];
+    if (trace_)
+      dp_stream_->trace_begin(str("AG dp chunk ", chunk, " bucket ", b), "dp-comm",
+                              str("{\"chunk\":", chunk, ",\"bytes\":", count * sizeof(float), "}"));
+    comm_->all_gather(*dp_stream_, data + first, count);
+    if (trace_) dp_stream_->trace_end();
+  }
+}
+
+void ShardedOptimizer::step(float lr) {
+  ++step_count_;
+  const int step = static_cast<int>(step_count_);
+  std::size_t next = 0;
+  for (std::size_t ci = 0; ci < chunks_.size(); ++ci) {
+    Chunk& c = chunks_[ci];
+    for (; next < segments_.size() && segments_[next].chunk == ci; ++next) {
+      const Segment& s = segments_[next];
+      const ParamInfo& p = params_[s.param];
+      adamw_step(compute_, p.param.f32() + s.offset, p.grad.f32() + s.offset, c.state[0].f32() + s.state_at,
+                 c.state[1].f32() + s.state_at, s.count, lr, hyper_, step, p.decay);
+    }
+    if (!comm_) continue;
+    compute_.record(*c.final);  // this chunk's owned parameters are updated
+    dp_stream_->wait(*c.final);
+    gather(ci, c.buf.params.f32());
+  }
+  if (!comm_) return;
+  dp_stream_->record(*done_);
+  compute_.wait(*done_);
+}
+
+std::vector<Tensor> ShardedOptimizer::full_moments(int which) {
+  STP_ASSERT(which == 0 || which == 1, "moment ", which);
+  std::vector<Tensor> flat;
+  for (std::size_t ci = 0; ci < chunks_.size(); ++ci) {
+    Chunk& c = chunks_[ci];
+    Tensor t;
+    {
+      MaybeCategoryScope as(alloc_, MemoryCategory::Buffers);
+      t = Tensor::empty(alloc_, Shape{c.buf.grads.numel()});
+    }
+    compute_.zero(t.raw(), t.bytes());
+    for (std::size_t b = 0; b < c.buckets.size(); ++b) {
+      CommSlice s = comm_slice(c.buckets[b].second, dp_rank_, dp_);
+      if (s.count)
+        compute_.copy(t.f32() + c.buckets[b].first + s.first, c.state[which].f32() + c.bucket_state[b],
+                      s.count * sizeof(float));
+    }
+    if (comm_) {
+      compute_.record(*c.final);
+      dp_stream_->wait(*c.final);
+      gather(ci, t.f32());
+      dp_stream_->record(*done_);
+      compute_.wait(*done_);
+    }
+    flat.push_back(std::move(t));
+  }
+  std::vector<Tensor> out;
+  for (const ParamInfo& p : params_) {
+    std::size_t ci = 0;
+    while (!(p.grad.f32() >= chunks_[ci].buf.grads.f32() &&
+             p.grad.f32() < chunks_[ci].buf.grads.f32() + chunks_[ci].buf.grads.numel()))
+      ++ci;
+    out.push_back(flat[ci].view(p.grad.f32() - chunks_[ci].buf.grads.f32(), p.param.shape()));
+  }
+  return out;
+}
+
+void ShardedOptimizer::load_moments(int which, const std::vector<std::vector<float>>& shards) {
+  STP_ASSERT(shards.size() == params_.size(), "load_moments: ", shards.size(), " shards for ", params_.size(),
+             " parameters");
+  for (const Segment& s : segments_) {
+    Tensor dst = chunks_[s.chunk].state[which].view(static_cast<std::int64_t>(s.state_at),
+                                                    Shape{static_cast<std::int64_t>(s.count)});
+    upload(dst, shards[s.param].data() + s.offset, compute_);
+  }
+}
+
+}  // namespace stp

@@ -1,0 +1,112 @@
+// The distributed optimizer of one rank (parallel.distributed_optimizer, ZeRO-1): the dp
+// replicas of a (pp, tp) position split the AdamW state between them, each updating only the part
+// of every gradient bucket it owns.
+//
+// Ownership: each local chunk's flat gradient (and parameter) buffer is cut into the same buckets
+// as the DP all-reduce (parallel.dp_bucket; 0 = one bucket per chunk); rank d of the dp ranks owns
+// slice d of every bucket (core/comm.h: comm_slice). Owned slices are split at parameter
+// boundaries into segments, each updated with its parameter's weight decay.
+//
+// Per step (replacing DpGradSync + AdamW + the grad clipper over whole tensors):
+//   begin_step(); the executor calls chunk_final(c) as soon as chunk c's gradients are final, and
+//   that chunk's buckets are reduce-scattered on the dp stream, overlapped with the rest of the
+//   backward; chunks holding a tied parameter wait for finish(sum_tied), which runs the caller's
+//   tied-gradient sum (over whole tensors, before any reduction: the sum is linear) first.
+//   After finish() compute has waited for every reduce-scatter: the owned slices hold the sum over
+//   replicas, exactly what the all-reduce leaves there (HostComm, MPI: the same rank-order sum).
+//   clipper(): global-norm clipping over the owned segments; its sum of squares must be summed
+//   over the replica *and* the dp ranks (each owns a disjoint part of every gradient).
+//   step(lr): AdamW on the owned segments (compute stream), then every bucket's parameters are
+//   all-gathered on the dp stream, chunk by chunk (a chunk's all-gather overlaps the next chunk's
+//   update), and compute waits for them before the step ends.
+//
+// State: per chunk, one flat exp_avg and one flat exp_avg_sq of sum over buckets of
+// ceil(bucket / dp) elements — the same bytes on every replica, so the planner's dry run (one
+// replica, dp_rank 0, no communicator) allocates exactly what every rank does: 1/dp of the whole
+// AdamW state, rounded up per bucket.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/device.h"
+#include "core/tensor.h"
+#include "optim/optimizer.h"
+
+namespace stp {
+
+class ShardedOptimizer {
+ public:
+  struct ChunkBuffers {
+    Tensor params, grads;  // the chunk's flat buffers (same element count)
+  };
+  // One owned piece of one parameter.
+  struct Segment {
+    std::size_t param;     // index into params
+    std::size_t offset;    // first element within the parameter's (local) shard
+    std::size_t count;     // elements
+    std::size_t chunk;     // local chunk
+    std::size_t state_at;  // first element in the chunk's flat moments
+  };
+
+  // params / param_chunk: the rank's parameters in chunk order (views into the chunk buffers).
+  // comm and dp_stream: nullptr in a dry run (state is allocated, nothing is communicated).
+  // counted: as GradClipper's. Communicator, streams and params must outlive this object.
+  ShardedOptimizer(std::vector<ChunkBuffers> chunks, std::vector<ParamInfo>& params,
+                   const std::vector<int>& param_chunk, int dp, int dp_rank, Communicator* comm, Device& device,
+                   Stream& compute, Stream* dp_stream, std::size_t bucket_bytes, const AdamWHyper& hyper,
+                   Allocator& alloc, std::function<bool(const ParamInfo&)> counted, bool trace);
+
+  void begin_step();
+  void chunk_final(int chunk);
+  void finish(const std::function<void()>& sum_tied);
+  GradClipper& clipper() { return *clipper_; }
+  void step(float lr);
+
+  std::int64_t step_count() const { return step_count_; }
+  void set_step_count(std::int64_t steps) { step_count_ = steps; }
+  const std::vector<Segment>& segments() const { return segments_; }
+  // The chunk's flat moments (0: exp_avg, 1: exp_avg_sq); segment s lives at [state_at, + count).
+  const Tensor& moments(std::size_t chunk, int which) const { return chunks_[chunk].state[which]; }
+  std::size_t state_bytes() const;  // both moments of every chunk
+  std::size_t buckets() const;      // reduce-scatters (and all-gathers) per step
+
+  // Checkpoints: the moments of every parameter as if unsharded (full per-rank shards, in params
+  // order), all-gathered over the dp ranks into temporary buffers on compute. A collective: every
+  // dp rank calls it. which: 0 = exp_avg, 1 = exp_avg_sq.
+  std::vector<Tensor> full_moments(int which);
+  // Loads this rank's owned parts of full per-rank shards (host, params order) of one moment.
+  void load_moments(int which, const std::vector<std::vector<float>>& shards);
+
+ private:
+  struct Chunk {
+    ChunkBuffers buf;
+    std::vector<std::pair<std::size_t, std::size_t>> buckets;  // (first element, elements)
+    std::vector<std::size_t> bucket_state;                     // first state element of each bucket
+    Tensor state[2];
+    std::unique_ptr<Event> final;
+    bool started = false, delayed = false;
+  };
+  void reduce(std::size_t chunk);
+  void gather(std::size_t chunk, float* data);  // all-gathers every bucket of a chunk-sized buffer
+
+  std::vector<Chunk> chunks_;
+  std::vector<ParamInfo>& params_;
+  std::vector<Segment> segments_;
+  std::vector<ParamInfo> owned_;  // one view per segment (param and grad), for the clipper
+  std::unique_ptr<GradClipper> clipper_;
+  int dp_, dp_rank_;
+  Communicator* comm_;
+  Stream& compute_;
+  Stream* dp_stream_;
+  std::unique_ptr<Event> done_;
+  AdamWHyper hyper_;
+  Allocator& alloc_;
+  std::int64_t step_count_ = 0;
+  bool trace_;
+};
+
+}  // namespace stp
