@@ -424,8 +424,8 @@ struct FusedBackwardQ {
 #define STP_ATTENTION_SIMD 1
 // The vector helpers are inlined into their callers (flattened into the AVX2 copy), so no vector
 // ever crosses a call boundary; GCC's note that a 32-byte vector return changes the ABI without
-// AVX does not apply.
-#pragma GCC diagnostic push
+// AVX does not apply (GCC reports it where the templates are instantiated, at the end of this
+// file, so it stays off for the rest of the file).
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 typedef float v8 __attribute__((vector_size(32)));
@@ -662,7 +662,6 @@ struct SimdBackward {
     }
   }
 };
-#pragma GCC diagnostic pop
 #endif
 
 // CPU only, pure host build: the same functor bodies compiled a second time for AVX2 + FMA, chosen
