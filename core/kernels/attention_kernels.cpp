@@ -4,6 +4,7 @@
 #include "core/kernels/attention_kernels.h"
 
 #include <cmath>
+#include <vector>
 
 #include "base/error.h"
 #include "core/launch.h"
@@ -492,10 +493,25 @@ inline void tile_product(float* c, i64 ldc, i64 nrows, i64 ncols, bool acc, cons
     }
 }
 
-constexpr i64 kSimdTile = kCpuAttentionTile;  // query and key rows per tile (a multiple of 8 and 4)
-constexpr i64 kPadD = kMaxD;                  // tile buffers hold up to this many columns
+// Query rows per forward task and keys per forward step; keys per backward step and query rows per
+// backward step. A forward task packs each key/v tile once for kFwdRows query rows, and a backward
+// step packs each query/do tile once for kBwdKeys keys: fewer passes over k and v (or q and do),
+// whose rows are strided in memory (packed qkv) and at long T come from beyond the caches; measured
+// at T = 4096 the 32 x 32 tiles spent half their time packing. Within a block, rows (keys) that the
+// causal mask hides from the whole step are skipped in blocks of 4 (16 columns).
+constexpr i64 kFwdRows = 128, kFwdKeys = 32, kBwdKeys = 128, kBwdRows = 32;
+constexpr i64 kPadD = kMaxD;  // tile buffers hold up to this many columns
 
 inline i64 padded_d(i64 D) { return (D + 15) / 16 * 16; }
+inline i64 round_up(i64 n, i64 m) { return (n + m - 1) / m * m; }
+
+// f32 scratch of this thread for one task's tiles: fixed size, independent of T (what the tiles
+// would take on the stack, which at these block sizes is too much for a worker thread's).
+inline float* tile_scratch(usize n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
 
 // dst[r][c] (row stride ldd) = src row r0 + r, column c, for r < nr and c < D; zero up to R rows
 // and ldd columns.
@@ -511,8 +527,9 @@ inline void pack_cols(float* dst, i64 R, const T* src, i64 ld, i64 r0, i64 nr, i
     for (i64 c = 0; c < D; ++c) dst[c * R + r] = r < nr ? to_f32(src[(r0 + r) * ld + c]) : 0.0f;
 }
 
-// Forward, one task per (b, h, query tile): per key tile, s = q kᵀ (4 x 16 blocks, d in order),
-// the online softmax per row 8 keys at a time, then o = o * alpha + p v (keys in order).
+// Forward, one task per (b, h, block of kFwdRows query rows): per key tile, s = q kᵀ (4 x 16
+// blocks, d in order), the online softmax per row 8 keys at a time, then o = o * alpha + p v (keys
+// in order). Rows before the key tile's first key see none of it and are left alone.
 template <typename T>
 struct SimdForward {
   AttentionLayout L;
@@ -523,31 +540,32 @@ struct SimdForward {
   const T* v;
   float scale;
   void operator()(usize task) const {
-    constexpr i64 B = kSimdTile;
+    constexpr i64 R = kFwdRows, K = kFwdKeys;
     const i64 D = L.D, Dp = padded_d(D);
-    const QueryTile Q = query_tile<static_cast<int>(B)>(L, task);
+    const QueryTile Q = query_tile<static_cast<int>(R)>(L, task);
     const HeadPtrs& P = Q.ptrs;
-    const i64 i0 = Q.i0, ni = Q.ni;
-    alignas(64) float qb[B * kPadD], ob[B * kPadD], kt[kPadD * B], vb[B * kPadD], s[B * B];
-    float m[B], l[B], alpha[B];
-    pack_rows(qb, Dp, B, q + P.q, L.ldq, i0, ni, D);
-    for (i64 x = 0; x < B * Dp; ++x) ob[x] = 0.0f;
-    for (i64 i = 0; i < B; ++i) m[i] = kNoScore, l[i] = 0.0f;
+    const i64 i0 = Q.i0, ni = Q.ni, rows = round_up(ni, 4);
+    float* qb = tile_scratch(static_cast<usize>(2 * R * kPadD + 2 * K * kPadD + R * K + 3 * R));
+    float *ob = qb + R * kPadD, *kt = ob + R * kPadD, *vb = kt + K * kPadD, *s = vb + K * kPadD;
+    float *m = s + R * K, *l = m + R, *alpha = l + R;
+    pack_rows(qb, Dp, rows, q + P.q, L.ldq, i0, ni, D);
+    for (i64 x = 0; x < rows * Dp; ++x) ob[x] = 0.0f;
+    for (i64 i = 0; i < rows; ++i) m[i] = kNoScore, l[i] = 0.0f;
     const i64 last_key = i0 + ni - 1;
-    for (i64 j0 = 0; j0 <= last_key; j0 += B) {
-      const i64 nj = min_i64(B, last_key + 1 - j0);
-      pack_cols(kt, B, k + P.kv, L.ldkv, j0, nj, D);
-      pack_rows(vb, Dp, B, v + P.kv, L.ldkv, j0, nj, D);
-      tile_product(s, B, B, B, false, nullptr, qb, Dp, 1, kt, B, D);
-      for (i64 i = 0; i < B; ++i) {
-        float* row = s + i * B;
+    for (i64 j0 = 0; j0 <= last_key; j0 += K) {
+      const i64 nj = min_i64(K, last_key + 1 - j0);
+      const i64 r0 = (j0 > i0 ? j0 - i0 : 0) / 4 * 4;  // rows i < j0 - i0 see no key of this tile
+      pack_cols(kt, K, k + P.kv, L.ldkv, j0, nj, D);
+      pack_rows(vb, Dp, K, v + P.kv, L.ldkv, j0, nj, D);
+      tile_product(s + r0 * K, K, rows - r0, K, false, nullptr, qb + r0 * Dp, Dp, 1, kt, K, D);
+      for (i64 i = r0; i < rows; ++i) {
+        float* row = s + i * K;
         // Keys past the row's diagonal, past the tile and every key of a padding row are masked.
         const i64 valid = i < ni ? min_i64(nj, i0 + i - j0 + 1) : 0;
         v8 mx = vsplat(kNoScore);
-        for (i64 j = 0; j < B; j += 8) {
-          v8 sc = vload(row + j) * scale;
-          v8 jj = v8{0, 1, 2, 3, 4, 5, 6, 7} + static_cast<float>(j);
-          sc = jj < vsplat(static_cast<float>(valid)) ? sc : vsplat(kNoScore);
+        for (i64 j = 0; j < K; j += 8) {
+          const v8 jj = v8{0, 1, 2, 3, 4, 5, 6, 7} + static_cast<float>(j);
+          const v8 sc = jj < vsplat(static_cast<float>(valid)) ? vload(row + j) * scale : vsplat(kNoScore);
           vstore(row + j, sc);
           mx = sc > mx ? sc : mx;
         }
@@ -557,7 +575,7 @@ struct SimdForward {
         alpha[i] = exp_nonpositive(m[i] - m_new);
         m[i] = m_new;
         v8 sum = {};
-        for (i64 j = 0; j < B; j += 8) {
+        for (i64 j = 0; j < K; j += 8) {
           const v8 sc = vload(row + j);
           const v8 p = sc == vsplat(kNoScore) ? v8{} : exp_v(sc - m_new);
           vstore(row + j, p);
@@ -567,7 +585,8 @@ struct SimdForward {
         for (int e = 0; e < 8; ++e) ls += sum[e];
         l[i] = l[i] * alpha[i] + ls;
       }
-      tile_product(ob, Dp, B, Dp, true, alpha, s, B, 1, vb, Dp, nj);  // o = o * alpha + p v
+      // o = o * alpha + p v
+      tile_product(ob + r0 * Dp, Dp, rows - r0, Dp, true, alpha + r0, s + r0 * K, K, 1, vb, Dp, nj);
     }
     for (i64 i = 0; i < ni; ++i) {
       const float inv = 1.0f / l[i];
@@ -578,11 +597,12 @@ struct SimdForward {
   }
 };
 
-// Backward in one pass, one task per (b, k/v head g): its key tiles in order; per key tile the
-// group's query heads in order, each over the query tiles from the diagonal on: s = q kᵀ and
-// dp = do vᵀ, p = exp(s - lse), ds = p (dp - delta), then dv += pᵀ do, dk += dsᵀ q (query rows in
-// order) and the rows' f32 dq accumulators (the workspace, owned by this task) += ds k (keys in
-// order; key tiles ascending across the walk).
+// Backward in one pass, one task per (b, k/v head g): its blocks of kBwdKeys keys in order; per
+// block the group's query heads in order, each over its tiles of kBwdRows query rows from the
+// diagonal on: s = q kᵀ and dp = do vᵀ, p = exp(s - lse), ds = p (dp - delta), then dv += pᵀ do,
+// dk += dsᵀ q (query rows in order) and the rows' f32 dq accumulators (the workspace, owned by this
+// task) += ds k (keys in order, blocks ascending across the walk). Keys of the block past a query
+// tile's last row are skipped.
 template <typename T>
 struct SimdBackward {
   AttentionLayout L;
@@ -598,47 +618,50 @@ struct SimdBackward {
   const float* delta;
   float scale;
   void operator()(usize task) const {
-    constexpr i64 B = kSimdTile;
+    constexpr i64 K = kBwdKeys, R = kBwdRows;
     const i64 D = L.D, Dp = padded_d(D), T_ = L.T, rep = L.NH / L.NKV;
     const i64 b = static_cast<i64>(task) / L.NKV, g = static_cast<i64>(task) % L.NKV, h0 = g * rep;
     float* acc = dqacc + (b * L.NH + h0) * T_ * D;  // the group's heads are adjacent
     for (i64 x = 0; x < rep * T_ * D; ++x) acc[x] = 0.0f;
-    alignas(64) float kt[kPadD * B], vt[kPadD * B], kb[B * kPadD], dkb[B * kPadD], dvb[B * kPadD];
-    alignas(64) float qb[B * kPadD], dob[B * kPadD], dqb[B * kPadD], s[B * B], dp[B * B];
+    float* kt = tile_scratch(static_cast<usize>(5 * K * kPadD + 3 * R * kPadD + 2 * R * K));
+    float *vt = kt + K * kPadD, *kb = vt + K * kPadD, *dkb = kb + K * kPadD, *dvb = dkb + K * kPadD;
+    float *qb = dvb + K * kPadD, *dob = qb + R * kPadD, *dqb = dob + R * kPadD, *s = dqb + R * kPadD, *dp = s + R * K;
     const i64 kv_off = b * T_ * L.ldkv + g * D;
-    for (i64 j0 = 0; j0 < T_; j0 += B) {
-      const i64 nj = min_i64(B, T_ - j0);
-      pack_cols(kt, B, k + kv_off, L.ldkv, j0, nj, D);
-      pack_cols(vt, B, v + kv_off, L.ldkv, j0, nj, D);
-      pack_rows(kb, Dp, B, k + kv_off, L.ldkv, j0, nj, D);
-      for (i64 x = 0; x < B * Dp; ++x) dkb[x] = dvb[x] = 0.0f;
+    for (i64 j0 = 0; j0 < T_; j0 += K) {
+      const i64 nj = min_i64(K, T_ - j0);
+      pack_cols(kt, K, k + kv_off, L.ldkv, j0, nj, D);
+      pack_cols(vt, K, v + kv_off, L.ldkv, j0, nj, D);
+      pack_rows(kb, Dp, K, k + kv_off, L.ldkv, j0, nj, D);
+      for (i64 x = 0; x < K * Dp; ++x) dkb[x] = dvb[x] = 0.0f;
       for (i64 hh = 0; hh < rep; ++hh) {
         const i64 h = h0 + hh, bh = b * L.NH + h;
         const HeadPtrs P = head_offsets(L, b, h);
-        for (i64 i0 = j0 / B * B; i0 < T_; i0 += B) {
-          const i64 ni = min_i64(B, T_ - i0);
-          pack_rows(qb, Dp, B, q + P.q, L.ldq, i0, ni, D);
-          pack_rows(dob, Dp, B, dout + P.o, L.ldo, i0, ni, D);
-          tile_product(s, B, B, B, false, nullptr, qb, Dp, 1, kt, B, D);
-          tile_product(dp, B, B, B, false, nullptr, dob, Dp, 1, vt, B, D);
-          for (i64 i = 0; i < B; ++i) {
+        for (i64 i0 = j0 / R * R; i0 < T_; i0 += R) {
+          const i64 ni = min_i64(R, T_ - i0);
+          const i64 kc = min_i64(nj, i0 + ni - j0);  // keys of the block some row of the tile sees
+          const i64 cols = round_up(kc, 16), krows = round_up(kc, 4);
+          pack_rows(qb, Dp, R, q + P.q, L.ldq, i0, ni, D);
+          pack_rows(dob, Dp, R, dout + P.o, L.ldo, i0, ni, D);
+          tile_product(s, K, R, cols, false, nullptr, qb, Dp, 1, kt, K, D);
+          tile_product(dp, K, R, cols, false, nullptr, dob, Dp, 1, vt, K, D);
+          for (i64 i = 0; i < R; ++i) {
             const i64 valid = i < ni ? min_i64(nj, i0 + i - j0 + 1) : 0;
             const v8 z = vsplat(i < ni ? lse[bh * T_ + i0 + i] : 0.0f);
             const v8 dl = vsplat(i < ni ? delta[bh * T_ + i0 + i] : 0.0f);
-            for (i64 j = 0; j < B; j += 8) {
+            for (i64 j = 0; j < cols; j += 8) {
               const v8 jj = v8{0, 1, 2, 3, 4, 5, 6, 7} + static_cast<float>(j);
-              const v8 e = exp_v(vload(s + i * B + j) * scale - z);
+              const v8 e = exp_v(vload(s + i * K + j) * scale - z);
               const v8 p = jj < vsplat(static_cast<float>(valid)) ? e : v8{};
-              vstore(s + i * B + j, p);
-              vstore(dp + i * B + j, p * (vload(dp + i * B + j) - dl));
+              vstore(s + i * K + j, p);
+              vstore(dp + i * K + j, p * (vload(dp + i * K + j) - dl));
             }
           }
-          tile_product(dvb, Dp, B, Dp, true, nullptr, s, 1, B, dob, Dp, ni);  // dv += pᵀ do
-          tile_product(dkb, Dp, B, Dp, true, nullptr, dp, 1, B, qb, Dp, ni);  // dk += dsᵀ q
+          tile_product(dvb, Dp, krows, Dp, true, nullptr, s, 1, K, dob, Dp, ni);  // dv += pᵀ do
+          tile_product(dkb, Dp, krows, Dp, true, nullptr, dp, 1, K, qb, Dp, ni);  // dk += dsᵀ q
           float* arow = acc + (hh * T_ + i0) * D;
-          for (i64 i = 0; i < B; ++i)
+          for (i64 i = 0; i < R; ++i)
             for (i64 d = 0; d < Dp; ++d) dqb[i * Dp + d] = i < ni && d < D ? arow[i * D + d] : 0.0f;
-          tile_product(dqb, Dp, B, Dp, true, nullptr, dp, B, 1, kb, Dp, nj);  // dq += ds k
+          tile_product(dqb, Dp, R, Dp, true, nullptr, dp, K, 1, kb, Dp, kc);  // dq += ds k
           for (i64 i = 0; i < ni; ++i)
             for (i64 d = 0; d < D; ++d) arow[i * D + d] = dqb[i * Dp + d];
         }
@@ -727,7 +750,7 @@ void fused_attention_forward(Stream& s, const AttentionLayout& L, T* o, float* l
   const usize bh = static_cast<usize>(L.B * L.NH);
   if (s.device().kind() == DeviceKind::Cpu)
 #if defined(STP_ATTENTION_SIMD)
-    launch_cpu_tasks(s, bh * tiles(L.T, kTile), SimdForward<T>{L, o, lse, q, k, v, scale});
+    launch_cpu_tasks(s, bh * tiles(L.T, kFwdRows), SimdForward<T>{L, o, lse, q, k, v, scale});
 #else
     launch_cpu_tasks(s, bh * tiles(L.T, kTile), FusedForward<T, kTile, kTile>{L, o, lse, q, k, v, scale});
 #endif
