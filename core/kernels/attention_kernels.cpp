@@ -1,6 +1,7 @@
 // Fused causal attention (contract in attention_kernels.h). The functors are templates on the tile
-// sizes: the CPU launch uses kCpuAttentionTile rows per tile, the CUDA launch one row per thread;
-// the arithmetic of one (query row, key) pair is the same code in both.
+// sizes: the CUDA launch uses one row per thread, a CPU launch in an nvcc build kCpuAttentionTile
+// rows per tile. Host builds run the CPU stream through SimdForward / SimdBackward below instead:
+// the same math and summation orders, on register-blocked 8-wide vector tile products.
 #include "core/kernels/attention_kernels.h"
 
 #include <cmath>
@@ -421,7 +422,7 @@ struct FusedBackwardQ {
 // 8 keys at a time (exp_v, the vector form of exp_nonpositive). Sums run in the same fixed orders
 // as the functors (over d ascending, keys ascending, query rows ascending), so the results are
 // bitwise independent of the thread count.
-#if !defined(__CUDACC__)
+#if defined(__GNUC__) && !defined(__CUDACC__)
 #define STP_ATTENTION_SIMD 1
 // The vector helpers are inlined into their callers (flattened into the AVX2 copy), so no vector
 // ever crosses a call boundary; GCC's note that a 32-byte vector return changes the ABI without
