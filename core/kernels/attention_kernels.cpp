@@ -463,8 +463,8 @@ inline v8 exp_v(v8 x) {
 // for r < nrows (a multiple of 4) and ncols a multiple of 16; k runs in order for every element.
 // The 4 x 16 block lives in eight registers over the whole k loop (a tile array would be loaded
 // and stored per k: the plain functors' bottleneck).
-inline void tile_product(float* c, i64 ldc, i64 nrows, i64 ncols, bool acc, const float* alpha, const float* w,
-                         i64 wr, i64 wk, const float* x, i64 ldx, i64 nk) {
+inline void tile_product(float* c, i64 ldc, i64 nrows, i64 ncols, bool acc, const float* alpha, const float* w, i64 wr,
+                         i64 wk, const float* x, i64 ldx, i64 nk) {
   for (i64 r = 0; r < nrows; r += 4)
     for (i64 cc = 0; cc < ncols; cc += 16) {
       float* c0 = c + r * ldc + cc;
