@@ -1,7 +1,8 @@
 // Fused causal attention (contract in attention_kernels.h). The functors are templates on the tile
-// sizes: the CUDA launch uses one row per thread, a CPU launch in an nvcc build kCpuAttentionTile
-// rows per tile. Host builds run the CPU stream through SimdForward / SimdBackward below instead:
-// the same math and summation orders, on register-blocked 8-wide vector tile products.
+// sizes: the CUDA launch uses one row per thread, a plain CPU launch (nvcc builds, CPUs without
+// AVX2 + FMA) kCpuAttentionTile rows per tile. GCC x86-64 host builds on AVX2 + FMA CPUs run the
+// CPU stream through SimdForward / SimdBackward below instead: the same math and summation orders,
+// on register-blocked 8-wide vector tile products.
 #include "core/kernels/attention_kernels.h"
 
 #include <cmath>
@@ -415,14 +416,15 @@ struct FusedBackwardQ {
 };
 
 // ---- CPU path: register-blocked tile products over 8-wide vectors --------------------------------
-// Host builds only (GCC/Clang vector extensions; nvcc builds run the functors above on the CPU too).
+// GCC host builds on x86-64 with AVX2 + FMA at run time (vector extensions; elsewhere, and in nvcc
+// builds, the CPU runs the functors above).
 // Every tile product is one routine, tile_product(), a 4-row x 16-column block of the result kept
 // in eight vector registers while the inner dimension runs in order; scores, do . v, o += p v,
 // dv += pᵀ do, dk += dsᵀ q and dq += ds k are all this shape. The exponentials and the masks run
 // 8 keys at a time (exp_v, the vector form of exp_nonpositive). Sums run in the same fixed orders
 // as the functors (over d ascending, keys ascending, query rows ascending), so the results are
 // bitwise independent of the thread count.
-#if defined(__GNUC__) && !defined(__CUDACC__)
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && defined(__x86_64__)
 #define STP_ATTENTION_SIMD 1
 // The vector helpers are inlined into their callers (flattened into the AVX2 copy), so no vector
 // ever crosses a call boundary; GCC's note that a 32-byte vector return changes the ABI without
@@ -688,14 +690,13 @@ struct SimdBackward {
 };
 #endif
 
-// CPU only, pure host build: the same functor bodies compiled a second time for AVX2 + FMA, chosen
-// at run time when the CPU has them. `flatten` inlines the whole body (tile loops, to_f32/from_f32)
-// into the AVX2 function, so the vectoriser uses 8-wide fused multiply-adds there; the arithmetic
-// and its order are the same code, only contracted into FMAs (so results differ from the baseline
-// x86-64 build by rounding, and are bitwise reproducible on one machine). nvcc builds keep the
-// plain path.
-#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && defined(__x86_64__)
-#define STP_ATTENTION_AVX2 1
+// CPU only, pure host build: the vector path's task bodies compiled for AVX2 + FMA, chosen at run
+// time when the CPU has them. `flatten` inlines the whole body (tile products, exponentials,
+// to_f32/from_f32) into the AVX2 function, so the 8-wide vectors become single ymm registers and
+// the multiply-adds fused ones. A CPU without AVX2 + FMA, and an nvcc build, run the plain functors
+// instead (tiles of kCpuAttentionTile; they may round differently, and are bitwise reproducible
+// on one machine too).
+#if defined(STP_ATTENTION_SIMD)
 template <typename F>
 __attribute__((target("avx2,fma"), flatten)) void run_avx2(const F& f, usize i) {
   f(i);
@@ -710,18 +711,6 @@ bool cpu_has_avx2_fma() {
   return yes;
 }
 #endif
-
-// A CPU launch of one task per index (grain 1), through the AVX2 build of the body where it runs.
-template <typename F>
-void launch_cpu_tasks(Stream& s, usize n, const F& f) {
-#if defined(STP_ATTENTION_AVX2)
-  if (cpu_has_avx2_fma()) {
-    launch(s, n, Avx2Task<F>{f}, 1);
-    return;
-  }
-#endif
-  launch(s, n, f, 1);
-}
 
 void check_layout(const AttentionLayout& L) {
   STP_CHECK(L.D >= 1 && L.D <= kMaxAttentionHeadDim, "fused attention: head dimension ", L.D, " is outside [1, ",
@@ -749,13 +738,17 @@ void fused_attention_forward(Stream& s, const AttentionLayout& L, T* o, float* l
   check_layout(L);
   const float scale = 1.0f / std::sqrt(static_cast<float>(L.D));
   const usize bh = static_cast<usize>(L.B * L.NH);
-  if (s.device().kind() == DeviceKind::Cpu)
+  if (s.device().kind() == DeviceKind::Cpu) {
 #if defined(STP_ATTENTION_SIMD)
-    launch_cpu_tasks(s, bh * tiles(L.T, kFwdRows), SimdForward<T>{L, o, lse, q, k, v, scale});
-#else
-    launch_cpu_tasks(s, bh * tiles(L.T, kTile), FusedForward<T, kTile, kTile>{L, o, lse, q, k, v, scale});
+    if (cpu_has_avx2_fma()) {
+      launch(s, bh * tiles(L.T, kFwdRows), Avx2Task<SimdForward<T>>{{L, o, lse, q, k, v, scale}}, 1);
+      return;
+    }
 #endif
-  else launch(s, bh * static_cast<usize>(L.T), FusedForward<T, 1, 1>{L, o, lse, q, k, v, scale});
+    launch(s, bh * tiles(L.T, kTile), FusedForward<T, kTile, kTile>{L, o, lse, q, k, v, scale}, 1);
+  } else {
+    launch(s, bh * static_cast<usize>(L.T), FusedForward<T, 1, 1>{L, o, lse, q, k, v, scale});
+  }
 }
 
 template <typename T>
@@ -769,11 +762,12 @@ void fused_attention_backward(Stream& s, const AttentionLayout& L, T* dq, T* dk,
   if (s.device().kind() == DeviceKind::Cpu) {
     float* dqacc = workspace + L.B * L.NH * L.T;
 #if defined(STP_ATTENTION_SIMD)
-    launch_cpu_tasks(s, bg, SimdBackward<T>{L, dq, dk, dv, dqacc, dout, q, k, v, lse, delta, scale});
-#else
-    launch_cpu_tasks(s, bg,
-                     FusedBackwardCpu<T, kTile, kTile>{{L, dk, dv, dout, q, k, v, lse, delta, scale}, dq, dqacc});
+    if (cpu_has_avx2_fma()) {
+      launch(s, bg, Avx2Task<SimdBackward<T>>{{L, dq, dk, dv, dqacc, dout, q, k, v, lse, delta, scale}}, 1);
+      return;
+    }
 #endif
+    launch(s, bg, FusedBackwardCpu<T, kTile, kTile>{{L, dk, dv, dout, q, k, v, lse, delta, scale}, dq, dqacc}, 1);
   } else {
     launch(s, bg * static_cast<usize>(L.T), FusedBackwardKV<T, 1, 1>{L, dk, dv, dout, q, k, v, lse, delta, scale});
     launch(s, bh * static_cast<usize>(L.T), FusedBackwardQ<T, 1, 1>{L, dq, dout, q, k, v, lse, delta, scale});

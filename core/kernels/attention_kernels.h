@@ -28,13 +28,13 @@
 // (batch, head, query row) walking the keys in order. Every output element is written by exactly
 // one task and every sum runs in a fixed order inside it (no atomics, no sums across tasks), so
 // results are bitwise independent of the thread count and of the runs.
-// CPU stream (host builds): blocks of 128 query rows per forward task (key tiles of 32) and of 128
-// keys per backward step (query tiles of 32), widened to f32 once per block and reused by every
-// row of the other operand; the tile products are register-blocked on 8-wide vectors and the
-// exponentials vectorised; tasks spread by oneTBB; the task bodies are also built for AVX2 + FMA
-// and chosen at run time (attention_kernels.cpp). A CPU stream in an nvcc build runs the plain
-// functors with tiles of kCpuAttentionTile rows. CUDA stream: the same functors with tiles of one
-// row (correctness first; no shared memory or tensor cores yet).
+// CPU stream (GCC x86-64 host builds, CPUs with AVX2 + FMA): blocks of 128 query rows per forward
+// task (key tiles of 32) and of 128 keys per backward step (query tiles of 32), widened to f32 once
+// per block and reused by every row of the other operand; the tile products are register-blocked
+// on 8-wide vectors and the exponentials vectorised; tasks spread by oneTBB (attention_kernels.cpp).
+// A CPU stream elsewhere (nvcc builds, other compilers or CPUs) runs the plain functors with tiles
+// of kCpuAttentionTile rows. CUDA stream: the same functors with tiles of one row (correctness
+// first; no shared memory or tensor cores yet).
 // Precision: T is float or bf16 (core/dtype.h). Loads widen exactly, every score, exponential,
 // running max/sum and accumulator is f32, and each output is rounded once on store; lse is f32.
 // Limits: D <= kMaxAttentionHeadDim (stp::Error otherwise).
