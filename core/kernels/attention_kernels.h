@@ -20,19 +20,21 @@
 //   dq_i = sum_j ds_ij k_j / sqrt(D)                    dk_j = sum_i ds_ij q_i / sqrt(D)
 // (dk and dv of a k/v head sum over the query heads of its group.)
 //
-// Work split: the forward is one task per (batch, query head, query tile) that walks the key tiles
-// up to the diagonal. The backward's dk/dv of a key tile walk the group's query heads, then the
-// query tiles from the diagonal on, in that fixed order. On the CPU one task per (batch, k/v head)
-// does its key tiles in order and accumulates dq on the way (f32, in the workspace); on CUDA dk/dv
-// are one thread per (batch, k/v head, key) and dq a second kernel, one thread per (batch, head,
-// query row) walking the keys in order. Every output element is written by exactly one task and
-// every sum runs in a fixed order inside it (no atomics, no sums across tasks), so results are
-// bitwise independent of the thread count and of the runs.
-// CPU stream: tiles of kCpuAttentionTile rows, widened to f32 once per tile and reused by every row
-// of the other operand (cache blocking), tasks spread by oneTBB; the task bodies are also built for
-// AVX2 + FMA and chosen at run time (attention_kernels.cpp). CUDA stream: the same functors with
-// tiles of one row (correctness first; no shared memory or tensor cores yet).
-//
+// Work split: the forward is one task per (batch, query head, block of query rows) that walks the
+// key tiles up to the diagonal. The backward's dk/dv of a key tile walk the group's query heads,
+// then the query tiles from the diagonal on, in that fixed order. On the CPU one task per (batch,
+// k/v head) does its key tiles in order and accumulates dq on the way (f32, in the workspace); on
+// CUDA dk/dv are one thread per (batch, k/v head, key) and dq a second kernel, one thread per
+// (batch, head, query row) walking the keys in order. Every output element is written by exactly
+// one task and every sum runs in a fixed order inside it (no atomics, no sums across tasks), so
+// results are bitwise independent of the thread count and of the runs.
+// CPU stream (GCC x86-64 host builds, CPUs with AVX2 + FMA): blocks of 128 query rows per forward
+// task (key tiles of 32) and of 128 keys per backward step (query tiles of 32), widened to f32 once
+// per block and reused by every row of the other operand; the tile products are register-blocked
+// on 8-wide vectors and the exponentials vectorised; tasks spread by oneTBB (attention_kernels.cpp).
+// A CPU stream elsewhere (nvcc builds, other compilers or CPUs) runs the plain functors with tiles
+// of kCpuAttentionTile rows. CUDA stream: the same functors with tiles of one row (correctness
+// first; no shared memory or tensor cores yet).
 // Precision: T is float or bf16 (core/dtype.h). Loads widen exactly, every score, exponential,
 // running max/sum and accumulator is f32, and each output is rounded once on store; lse is f32.
 // Limits: D <= kMaxAttentionHeadDim (stp::Error otherwise).
@@ -46,7 +48,7 @@
 namespace stp {
 
 inline constexpr std::int64_t kMaxAttentionHeadDim = 128;
-inline constexpr std::int64_t kCpuAttentionTile = 32;  // query and key rows per CPU tile
+inline constexpr std::int64_t kCpuAttentionTile = 32;  // query and key rows per tile of the plain CPU functors
 
 struct AttentionLayout {
   std::int64_t B = 0, T = 0, NH = 0, NKV = 0, D = 0;

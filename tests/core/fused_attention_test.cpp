@@ -20,6 +20,8 @@
 //   dq_i = sum_j ds_ij k_j / sqrt(D): 12672 u / 4 (row sum of w = 1) + gamma_T * sum|ds| / 4
 //     (sum_j |ds| <= 2 D) = 3168 u + 560 u -> 8192 u absolute.
 //   dk_j = sum_i ds_ij q_i / sqrt(D): the same per unit of column sum: 8192 u * max(1, c_j).
+// Longer rows (T > 70, the multi-block cases below): every gamma_T and tile-count term above grows
+// at most linearly in T, so the bounds are scaled by T / 70 there.
 // A wrong index, a missed tile or a mask off by one is off by O(0.1) (the test prints the largest
 // error next to its bound).
 // bf16 storage: inputs are bf16 (exact in the reference); each output is rounded once to bf16
@@ -202,17 +204,18 @@ void check_case(const Case& c, unsigned seed) {
   const Buffers<T> h = run<T>(p);
   const i64 rows = c.B * c.T;
   const double rel = bf ? kBf16 : 0.0, grad_delta = bf ? 4 * kBf16 : 0.0;
+  const double u = kU * std::max(1.0, static_cast<double>(c.T) / 70.0);  // see the header: longer rows
   expect_close("o", h.o, r.o, rows, p.ldo, c.NH * c.D,
-               [&](std::size_t i) { return 512 * kU + rel * std::fabs(r.o[i]); });
+               [&](std::size_t i) { return 512 * u + rel * std::fabs(r.o[i]); });
   expect_close("lse", h.lse, r.lse, 1, 0, static_cast<i64>(r.lse.size()),
-               [&](std::size_t i) { return 512 * kU * std::max(1.0, std::fabs(r.lse[i])); });
+               [&](std::size_t i) { return 512 * u * std::max(1.0, std::fabs(r.lse[i])); });
   expect_close("dq", h.dq, r.dq, rows, p.ldq, c.NH * c.D,
-               [&](std::size_t i) { return 8192 * kU + rel * std::fabs(r.dq[i]) + grad_delta; });
+               [&](std::size_t i) { return 8192 * u + rel * std::fabs(r.dq[i]) + grad_delta; });
   expect_close("dk", h.dk, r.dk, rows, p.ldkv, c.NKV * c.D, [&](std::size_t i) {
-    return (8192 * kU + grad_delta) * std::max(1.0, r.colsum[i]) + rel * std::fabs(r.dk[i]);
+    return (8192 * u + grad_delta) * std::max(1.0, r.colsum[i]) + rel * std::fabs(r.dk[i]);
   });
   expect_close("dv", h.dv, r.dv, rows, p.ldkv, c.NKV * c.D,
-               [&](std::size_t i) { return 1024 * kU * std::max(1.0, r.colsum[i]) + rel * std::fabs(r.dv[i]); });
+               [&](std::size_t i) { return 1024 * u * std::max(1.0, r.colsum[i]) + rel * std::fabs(r.dv[i]); });
   // Padding between rows is never written.
   for (std::size_t i = 0; i < h.dq.size(); ++i) {
     if (static_cast<i64>(i) % p.ldq >= c.NH * c.D) {
@@ -235,6 +238,11 @@ const Case kCases[] = {
     {3, 32, 2, 2, 16},  // T exactly one tile
     {2, 1, 2, 1, 16},   // T = 1
     {1, 45, 2, 2, 12},  // D not a multiple of the 8-lane dot product
+    // The CPU path's larger blocks (attention_kernels.cpp: 128 query rows per forward task, 128
+    // keys per backward step): T = 129 is one row past a block edge, T = 300 three blocks
+    // (128, 128, 44) with GQA.
+    {1, 129, 2, 2, 16},
+    {1, 300, 4, 2, 16},
 };
 
 TEST(FusedAttention, F32MatchesFloat64Reference) {
@@ -259,7 +267,7 @@ TEST(FusedAttention, Bf16MatchesFloat64ReferenceWithinBf16Rounding) {
 // element is written by one task that sums in a fixed order (attention_kernels.h, Work split).
 template <typename T>
 void expect_deterministic() {
-  const Problem p = make_problem({2, 100, 4, 2, 32}, 7, std::is_same_v<T, bf16>);
+  const Problem p = make_problem({2, 300, 4, 2, 32}, 7, std::is_same_v<T, bf16>);  // several blocks per task
   auto same = [](const auto& a, const auto& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
   };
