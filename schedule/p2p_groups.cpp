@@ -1,0 +1,42 @@
+#include "schedule/p2p_groups.h"
+
+namespace stp::sched {
+
+void P2pGrouping::receives(std::vector<Pending> recv) {
+  if (recv.empty()) return;
+  open_ = true;
+  for (Pending& p : recv) pending_.push_back(std::move(p));
+  close();
+  sink_.compute_waits_for_p2p();
+}
+
+void P2pGrouping::before_collective() {
+  if (open_) close();
+}
+
+void P2pGrouping::sends(std::vector<Pending> send) {
+  if (send.empty()) return;
+  sink_.p2p_waits_for_compute();
+  if (open_) close();
+  open_ = true;
+  for (Pending& p : send) pending_.push_back(std::move(p));
+}
+
+void P2pGrouping::finish() {
+  if (open_) close();
+}
+
+void P2pGrouping::close() {
+  std::vector<Pending> ops;
+  std::swap(ops, pending_);
+  open_ = false;
+  sink_.group_begin();
+  for (int lane = 0; lane < kP2pLanes; ++lane)
+    for (Pending& p : ops)
+      if (p2p_lane(p.message) == lane) p.issue();
+  sink_.group_end();
+  // `ops` (and what its closures hold, e.g. send buffers) is released only now, after the
+  // group's end enqueued the operations.
+}
+
+}  // namespace stp::sched

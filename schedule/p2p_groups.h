@@ -1,0 +1,65 @@
+// How one rank's pipeline sends and receives become communicator groups on its p2p stream: the
+// rules the executor (train/executor.cpp) runs and the deadlock checker (schedule/deadlock.h)
+// replays, so both see the same groups, lanes and stream waits.
+//
+// Rules (docs/schedules.md, Deadlock check; docs/gpu-readiness.md, finding 4):
+//   * receives(op k): the receives join the group still open with op k−1's sends (or a new one);
+//     the group is closed and compute waits for p2p (the received data);
+//   * before_collective(): an open group is closed before any other NCCL call of the thread (an
+//     NCCL group spans every call of the thread until its end, so a TP all-reduce inside it would
+//     be enqueued late);
+//   * sends(op k): p2p waits for compute (the data to send); an open group is closed; a new group
+//     holds the sends and stays open for op k+1's receives;
+//   * finish(): closes an open group at the end of the step.
+// Operations are kept on the host while a group is open and issued when it closes, lane by lane:
+// every activation-lane operation (Pass::F), then every gradient-lane operation, each lane in the
+// order posted. So every rank joins the two pipeline communicators in the same order, which is
+// what keeps NCCL before 2.26 (per-communicator kernels in join order) from deadlocking.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "schedule/schedule.h"
+
+namespace stp::sched {
+
+// The lane (pipeline communicator) a message travels on: 0 = activations, 1 = gradients.
+inline int p2p_lane(const Message& m) { return m.pass == Pass::F ? 0 : 1; }
+constexpr int kP2pLanes = 2;
+
+// What the grouping drives: the executor's communicators and streams, or a recording.
+class P2pSink {
+ public:
+  virtual ~P2pSink() = default;
+  virtual void group_begin() = 0;            // ncclGroupStart on every lane
+  virtual void group_end() = 0;              // ncclGroupEnd: the group's operations are enqueued
+  virtual void p2p_waits_for_compute() = 0;  // p2p waits for the compute work enqueued so far
+  virtual void compute_waits_for_p2p() = 0;  // compute waits for the p2p work enqueued so far
+};
+
+class P2pGrouping {
+ public:
+  // One operation to issue when its group closes; `issue` makes the communicator call.
+  struct Pending {
+    Message message;
+    bool send = false;
+    std::function<void()> issue;
+  };
+  explicit P2pGrouping(P2pSink& sink) : sink_(sink) {}
+
+  void receives(std::vector<Pending> recv);
+  void before_collective();
+  void sends(std::vector<Pending> send);
+  void finish();
+  bool open() const { return open_; }
+
+ private:
+  void close();
+
+  P2pSink& sink_;
+  bool open_ = false;
+  std::vector<Pending> pending_;
+};
+
+}  // namespace stp::sched
