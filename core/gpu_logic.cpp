@@ -19,8 +19,8 @@ QueryState after_query(int status, const LastError& last) {
 void before_launch(const LastError& last, const char* kernel) {
   int pending = last.take();
   if (pending == last.success || pending == last.not_ready) return;
-  throw DeviceError(str("an earlier CUDA call failed before the launch of ", kernel, ": ", last.describe(pending),
-                        " (", pending, "); not a failure of this launch"));
+  throw DeviceError(str("an earlier CUDA call failed before the launch of ", kernel, ": ", last.describe(pending), " (",
+                        pending, "); not a failure of this launch"));
 }
 
 void after_launch(const LastError& last, const char* kernel) {

@@ -137,16 +137,13 @@ DeadlockResult find_deadlock(const std::vector<RankStreams>& ranks) {
     for (std::size_t i = 0; i < match[static_cast<std::size_t>(r)].size(); ++i)
       for (std::size_t j = 0; j < match[static_cast<std::size_t>(r)][i].size(); ++j)
         if (match[static_cast<std::size_t>(r)][i][j].rank < 0)
-          return {false, str("rank ", r, ": ",
-                             to_string(ranks[static_cast<std::size_t>(r)].p2p[i].ops[j]),
+          return {false, str("rank ", r, ": ", to_string(ranks[static_cast<std::size_t>(r)].p2p[i].ops[j]),
                              " has no matching operation on its peer")};
 
   // Replay: done[r] = completed items of rank r's p2p and compute streams.
   std::vector<int> p2p_done(static_cast<std::size_t>(n), 0), compute_done(static_cast<std::size_t>(n), 0);
   auto p2p_of = [&](int r) -> const std::vector<StreamItem>& { return ranks[static_cast<std::size_t>(r)].p2p; };
-  auto compute_of = [&](int r) -> const std::vector<StreamItem>& {
-    return ranks[static_cast<std::size_t>(r)].compute;
-  };
+  auto compute_of = [&](int r) -> const std::vector<StreamItem>& { return ranks[static_cast<std::size_t>(r)].compute; };
   // The first operation of rank r's head kernel whose peer kernel is not running yet (−1: none).
   auto blocked_op = [&](int r) {
     const std::size_t head = static_cast<std::size_t>(p2p_done[static_cast<std::size_t>(r)]);
@@ -195,8 +192,8 @@ DeadlockResult find_deadlock(const std::vector<RankStreams>& ranks) {
     int r = node / 2;
     if (node % 2 == 1) {
       const StreamItem& it = compute_of(r)[static_cast<std::size_t>(compute_done[static_cast<std::size_t>(r)])];
-      *why = str("rank ", r, " compute: ", it.op.empty() ? "the next op" : it.op,
-                 " waits for its receives on rank ", r, "'s p2p stream");
+      *why = str("rank ", r, " compute: ", it.op.empty() ? "the next op" : it.op, " waits for its receives on rank ", r,
+                 "'s p2p stream");
       return 2 * r;
     }
     const StreamItem& it = p2p_of(r)[static_cast<std::size_t>(p2p_done[static_cast<std::size_t>(r)])];
@@ -205,8 +202,9 @@ DeadlockResult find_deadlock(const std::vector<RankStreams>& ranks) {
       return 2 * r + 1;
     }
     int j = blocked_op(r);
-    const Where& peer = match[static_cast<std::size_t>(r)][static_cast<std::size_t>(p2p_done[static_cast<std::size_t>(r)])]
-                             [static_cast<std::size_t>(j)];
+    const Where& peer =
+        match[static_cast<std::size_t>(r)][static_cast<std::size_t>(p2p_done[static_cast<std::size_t>(r)])]
+             [static_cast<std::size_t>(j)];
     const P2pOp& mine = it.ops[static_cast<std::size_t>(j)];
     const P2pOp& theirs = p2p_of(peer.rank)[static_cast<std::size_t>(peer.item)].ops[static_cast<std::size_t>(peer.op)];
     *why = str("rank ", r, " p2p: ", describe(it), " cannot complete ", to_string(mine), ": rank ", peer.rank,

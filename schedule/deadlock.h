@@ -30,8 +30,8 @@ struct P2pOp {
 
 struct StreamItem {
   enum class Kind { Wait, Kernel, Compute } kind = Kind::Compute;
-  int count = 0;  // Wait: items of the rank's other stream that must have completed
-  int lane = 0;   // Kernel: the communicator (p2p_lane); −1: every lane of the group
+  int count = 0;           // Wait: items of the rank's other stream that must have completed
+  int lane = 0;            // Kernel: the communicator (p2p_lane); −1: every lane of the group
   std::vector<P2pOp> ops;  // Kernel
   std::string op;          // Compute: the op string
 };

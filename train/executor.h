@@ -134,9 +134,9 @@ class Executor {
   std::vector<std::size_t> last_backward_;  // [local chunk] index of its last op with B or W
   std::vector<int> final_pending_;          // chunks final but not reported yet (a group was open)
   std::map<Stream*, EventPool> pools_;
-  Tensor losses_;                             // (m,) last stage only
+  Tensor losses_;  // (m,) last stage only
   Sink sink_{*this};
-  sched::P2pGrouping groups_{sink_};  // holds an open group's operations (and send buffers)
+  sched::P2pGrouping groups_{sink_};          // holds an open group's operations (and send buffers)
   std::set<std::pair<int, int>> deferred_w_;  // (local chunk, mb) whose B defers W on this rank
 };
 

@@ -6,8 +6,10 @@
 //                      and before it walks its op list, while every other rank is mid-step
 //                      waiting for it;
 //   STP_FAULT_STEP=S   in step S (1-based; default 1);
-//   STP_FAULT_KIND=K   what it throws: `error` (default, stp::Error) or `device` (stp::DeviceError,
-//                      as a CUDA/NCCL failure would: `stp` exits with status 4).
+//   STP_FAULT_KIND=K   what it throws: `error` (default, stp::Error), `device` (stp::DeviceError,
+//                      as a CUDA/NCCL failure would: `stp` exits with status 4) or `sticky` (the
+//                      same, after poisoning gpu::device_health() as a sticky CUDA error does:
+//                      the teardown then runs in the poisoned state, core/gpu_logic.h).
 //
 // Unset (the normal case): no effect. Not a feature: documented in docs/scale-out.md as a test hook.
 #pragma once
@@ -19,7 +21,8 @@ namespace stp {
 struct FaultHook {
   int rank = -1;
   std::int64_t step = 1;
-  bool device = false;  // STP_FAULT_KIND=device
+  bool device = false;  // STP_FAULT_KIND=device or sticky
+  bool sticky = false;  // STP_FAULT_KIND=sticky
 
   static FaultHook from_env();  // throws stp::Error on a malformed value
   // Throws the injected failure when (global, step) is the configured one.

@@ -95,8 +95,9 @@ TEST(GpuLogic, APoisonedDeviceKeepsTheFirstErrorAndReleasesWithoutThrowing) {
     h.check_usable();
     ADD_FAILURE() << "no throw";
   } catch (const stp::DeviceError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "the GPU failed earlier: cudaStreamQuery(stream_) failed: an illegal memory access was encountered (700)");
+    EXPECT_EQ(
+        std::string(e.what()),
+        "the GPU failed earlier: cudaStreamQuery(stream_) failed: an illegal memory access was encountered (700)");
   }
 }
 
@@ -164,9 +165,9 @@ TEST(GpuLogic, FinalizeErrorsOrTimeoutsAbort) {
 }
 
 TEST(GpuLogic, GpuSelectionWorksWithOneOrAllGpusVisible) {
-  for (int node_rank : {0, 1, 3, 7}) EXPECT_EQ(select_gpu(1, node_rank), 0);  // srun --gpus-per-task=1
+  for (int node_rank : {0, 1, 3, 7}) EXPECT_EQ(select_gpu(1, node_rank), 0);          // srun --gpus-per-task=1
   for (int node_rank : {0, 1, 3, 7}) EXPECT_EQ(select_gpu(8, node_rank), node_rank);  // every GPU visible
-  EXPECT_EQ(select_gpu(4, 0, 4), 0);  // one process driving four GPUs
+  EXPECT_EQ(select_gpu(4, 0, 4), 0);                                                  // one process driving four GPUs
   EXPECT_EQ(select_gpu(8, 1, 4), 4);
   try {
     select_gpu(2, 3);

@@ -41,10 +41,11 @@ TEST(Deadlock, CrossedSendsAreACycleNamingTheOps) {
   DeadlockResult res = find_deadlock(r);
   ASSERT_FALSE(res.ok);
   EXPECT_NE(res.message.find("deadlock"), std::string::npos) << res.message;
-  EXPECT_NE(res.message.find("rank 0 p2p: group kernel on the activation lane [send activation of stage 0 microbatch 2 for stage 1 to rank 1 (F0.2)]"), std::string::npos)
+  EXPECT_NE(res.message.find("rank 0 p2p: group kernel on the activation lane [send activation of stage 0 microbatch 2 "
+                             "for stage 1 to rank 1 (F0.2)]"),
+            std::string::npos)
       << res.message;
-  EXPECT_NE(res.message.find("rank 1 p2p: group kernel on the gradient lane [send"), std::string::npos)
-      << res.message;
+  EXPECT_NE(res.message.find("rank 1 p2p: group kernel on the gradient lane [send"), std::string::npos) << res.message;
   EXPECT_NE(res.message.find("(F0.2)"), std::string::npos) << res.message;
   EXPECT_NE(res.message.find("(B0.1)"), std::string::npos) << res.message;
 }
@@ -139,14 +140,15 @@ TEST(Deadlock, StpUpToFourStagesNeedsGroupsThatProgressTogether) {
   for (int pp : {2, 3, 4})
     for (int m = 2 * pp; m <= 4 * pp + 4; ++m) {
       std::string why;
-      EXPECT_TRUE(free_of_deadlock("stp", pp, m, GroupRule::Together, &why)) << "pp " << pp << " m " << m << ": " << why;
+      EXPECT_TRUE(free_of_deadlock("stp", pp, m, GroupRule::Together, &why))
+          << "pp " << pp << " m " << m << ": " << why;
     }
   std::string why;
   EXPECT_FALSE(free_of_deadlock("stp", 2, 4, GroupRule::JoinOrder, &why));
   EXPECT_NE(why.find("deadlock"), std::string::npos);
 }
 
-// Open (docs/gpu-readiness.md, O2): with a single p2p stream, two neighbours that each send to the
+// Open (docs/gpu-readiness.md section 8, crossed sends): with a single p2p stream, two neighbours that each send to the
 // other before receiving wait for ever once messages outgrow NCCL's buffers. The two-chunk
 // schedules do this; the check names the ops. When the executor changes, these cases flip.
 TEST(Deadlock, TwoChunkSchedulesHaveCrossedSendsToday) {
