@@ -108,7 +108,7 @@ class Executor {
   Tensor message_buffer(const sched::Message& m, bool incoming, Stream* writer = nullptr);
   Communicator& lane(sched::Pass pass) const;
   struct Sink final : sched::P2pSink {  // the grouping's calls on this rank's lanes and streams
-    explicit Sink(Executor& e) : e(e) {}
+    explicit Sink(Executor& owner) : e(owner) {}
     void group_begin() override;
     void group_end() override;
     void p2p_waits_for_compute() override;

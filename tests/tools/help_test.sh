@@ -55,7 +55,7 @@ if [ -x "$bin/stp" ]; then
   check_help "stp train" "$stp train" CONFIG.yaml --set
   check_help "stp plan" "$stp plan" CONFIG.yaml --set --json
   check_help "stp sim" "$stp sim" --schedule --pp --microbatches --tf --tb --tw --tar --tp2p --units --issue \
-    --json --svg --trace --compare
+    --json --svg --trace --compare --check-deadlock --nccl-groups
   check_help "stp profile" "$stp profile" RUN_DIR --json --svg --steps
   for cmd in train plan sim profile; do check_unknown "stp $cmd" "$stp $cmd"; done
   # Usage errors that are not options: one line too.
