@@ -31,9 +31,7 @@ void P2pGrouping::close() {
   std::swap(ops, pending_);
   open_ = false;
   sink_.group_begin();
-  for (int lane = 0; lane < kP2pLanes; ++lane)
-    for (Pending& p : ops)
-      if (p2p_lane(p.message) == lane) p.issue();
+  for (Pending& p : ops) p.issue();  // in posting order: op k's sends, then op k+1's receives
   sink_.group_end();
   // `ops` (and what its closures hold, e.g. send buffers) is released only now, after the
   // group's end enqueued the operations.

@@ -11,10 +11,15 @@
 //   * sends(op k): p2p waits for compute (the data to send); an open group is closed; a new group
 //     holds the sends and stays open for op k+1's receives;
 //   * finish(): closes an open group at the end of the step.
-// Operations are kept on the host while a group is open and issued when it closes, lane by lane:
-// every activation-lane operation (Pass::F), then every gradient-lane operation, each lane in the
-// order posted. So every rank joins the two pipeline communicators in the same order, which is
-// what keeps NCCL before 2.26 (per-communicator kernels in join order) from deadlocking.
+// Operations are kept on the host while a group is open and issued when it closes, in the order
+// posted: a group's sends come before its receives. That order matters on in-order streams that
+// run one operation at a time (the CPU backend's HostComm and MPI communicators: a receive waits
+// for its message, so a send queued behind it would wait too); NCCL 2.26 and later, which stp
+// requires, progresses a group's operations together whatever their order. Ranks join the two
+// lane communicators in different orders (a rank's sends may be gradients, its receives
+// activations); older NCCL runs one kernel per communicator in that order, which can deadlock
+// (docs/gpu-readiness.md section 8, finding 4; `stp sim --check-deadlock --nccl-groups
+// join-order`). A fixed lane order does not avoid that and would put receives before sends.
 #pragma once
 
 #include <functional>
@@ -26,7 +31,6 @@ namespace stp::sched {
 
 // The lane (pipeline communicator) a message travels on: 0 = activations, 1 = gradients.
 inline int p2p_lane(const Message& m) { return m.pass == Pass::F ? 0 : 1; }
-constexpr int kP2pLanes = 2;
 
 // What the grouping drives: the executor's communicators and streams, or a recording.
 class P2pSink {

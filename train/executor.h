@@ -18,9 +18,8 @@
 // all-reduces. Sends of op k and receives of op k+1 form one communicator group (NCCL needs this
 // to pair blocking sends and receives, as the released STP trainer does); when op k+1 posts no
 // receives, the group is closed before its first TP all-reduce (an NCCL group defers every call
-// of the thread, on any communicator, to the group's end). The grouping rules, and the fixed lane
-// order in which a group issues its operations, are schedule/p2p_groups.h: `stp sim
-// --check-deadlock` replays the same code. Stage-to-stage
+// of the thread, on any communicator, to the group's end). The grouping rules are
+// schedule/p2p_groups.h: `stp sim --check-deadlock` replays the same code. Stage-to-stage
 // hand-overs on the same rank (the V's turn) are device copies on compute. Every message carries
 // a tag (pass, source stage, microbatch) that HostComm checks, so a channel-order mismatch is an
 // error, never silent corruption.

@@ -69,8 +69,9 @@ TEST(CmdSim, CheckDeadlock) {
                          "to rank 1 (B1.1)]"),
             std::string::npos)
       << bad.out;
-  Result old = run_sim("--schedule stp --pp 2 --microbatches 4 --check-deadlock --nccl-groups join-order");
+  Result old = run_sim("--schedule 1f1b --pp 2 --microbatches 4 --check-deadlock --nccl-groups join-order");
   EXPECT_EQ(old.status, 1) << old.out;
   EXPECT_NE(old.out.find("group kernel on the activation lane"), std::string::npos) << old.out;
+  EXPECT_NE(old.out.find("group kernel on the gradient lane"), std::string::npos) << old.out;
   EXPECT_EQ(run_sim("--schedule stp --pp 2 --microbatches 4 --check-deadlock").status, 0);
 }
