@@ -4,8 +4,11 @@ namespace stp::sched {
 
 void P2pGrouping::receives(std::vector<Pending> recv) {
   if (recv.empty()) return;
-  open_ = true;
-  for (Pending& p : recv) pending_.push_back(std::move(p));
+  if (!open_) {
+    open_ = true;
+    sink_.group_begin();
+  }
+  add(std::move(recv));
   close();
   sink_.compute_waits_for_p2p();
 }
@@ -19,18 +22,25 @@ void P2pGrouping::sends(std::vector<Pending> send) {
   sink_.p2p_waits_for_compute();
   if (open_) close();
   open_ = true;
-  for (Pending& p : send) pending_.push_back(std::move(p));
+  sink_.group_begin();
+  add(std::move(send));
 }
 
 void P2pGrouping::finish() {
   if (open_) close();
 }
 
+void P2pGrouping::add(std::vector<Pending> ops) {
+  for (Pending& p : ops) {
+    if (sink_.defers()) pending_.push_back(std::move(p));
+    else p.issue();
+  }
+}
+
 void P2pGrouping::close() {
   std::vector<Pending> ops;
   std::swap(ops, pending_);
   open_ = false;
-  sink_.group_begin();
   for (Pending& p : ops) p.issue();  // in posting order: op k's sends, then op k+1's receives
   sink_.group_end();
   // `ops` (and what its closures hold, e.g. send buffers) is released only now, after the

@@ -11,8 +11,9 @@
 //   * sends(op k): p2p waits for compute (the data to send); an open group is closed; a new group
 //     holds the sends and stays open for op k+1's receives;
 //   * finish(): closes an open group at the end of the step.
-// Operations are kept on the host while a group is open and issued when it closes, in the order
-// posted: a group's sends come before its receives. That order matters on in-order streams that
+// With a deferring sink, operations are kept on the host while a group is open and issued when it
+// closes, as NCCL would enqueue them; otherwise they are issued when posted. Either way in the
+// order posted: a group's sends come before its receives. That order matters on in-order streams that
 // run one operation at a time (the CPU backend's HostComm and MPI communicators: a receive waits
 // for its message, so a send queued behind it would wait too); NCCL 2.26 and later, which stp
 // requires, progresses a group's operations together whatever their order. Ranks join the two
@@ -40,6 +41,9 @@ class P2pSink {
   virtual void group_end() = 0;              // ncclGroupEnd: the group's operations are enqueued
   virtual void p2p_waits_for_compute() = 0;  // p2p waits for the compute work enqueued so far
   virtual void compute_waits_for_p2p() = 0;  // compute waits for the p2p work enqueued so far
+  // Whether an open group's operations reach the stream only at its end (NCCL: they are kept and
+  // issued at the close) or at the call (the CPU backend's communicators: issued when posted).
+  virtual bool defers() const { return true; }
 };
 
 class P2pGrouping {
@@ -59,6 +63,7 @@ class P2pGrouping {
   bool open() const { return open_; }
 
  private:
+  void add(std::vector<Pending> ops);
   void close();
 
   P2pSink& sink_;

@@ -120,6 +120,8 @@ void Executor::Sink::group_end() {
   e.lane(Pass::F).group_end();
 }
 
+bool Executor::Sink::defers() const { return e.r_.device->kind() != DeviceKind::Cpu; }
+
 void Executor::Sink::p2p_waits_for_compute() {
   Event& computed = e.new_event(*e.r_.compute);
   e.r_.compute->record(computed);

@@ -112,6 +112,7 @@ class Executor {
     void group_end() override;
     void p2p_waits_for_compute() override;
     void compute_waits_for_p2p() override;
+    bool defers() const override;  // NCCL enqueues a group's operations at its end
     Executor& e;
   };
   void post_receives(const std::vector<sched::Message>& recv);

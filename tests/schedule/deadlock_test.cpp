@@ -90,7 +90,7 @@ TEST(Deadlock, GroupsIssueSendsBeforeReceives) {
   P2pGrouping g(log);
   g.sends({{kGrad, true, [&] { log.calls.push_back("send grad"); }}});
   EXPECT_TRUE(g.open());
-  EXPECT_EQ(log.calls, (std::vector<std::string>{"p2p waits"}));  // nothing issued while open
+  EXPECT_EQ(log.calls, (std::vector<std::string>{"p2p waits", "begin"}));  // kept while open
   g.receives({{kAct, false, [&] { log.calls.push_back("recv act"); }}});
   EXPECT_FALSE(g.open());
   EXPECT_EQ(log.calls,
@@ -101,6 +101,24 @@ TEST(Deadlock, GroupsIssueSendsBeforeReceives) {
   g.finish();
   EXPECT_EQ(log.calls.back(), "end");
   EXPECT_EQ(std::count(log.calls.begin(), log.calls.end(), std::string("end")), 2);
+}
+
+// A sink whose communicators enqueue at the call (the CPU backend) gets each operation at once.
+TEST(Deadlock, NonDeferringSinksIssueAtTheCall) {
+  struct Log final : P2pSink {
+    std::vector<std::string> calls;
+    void group_begin() override { calls.push_back("begin"); }
+    void group_end() override { calls.push_back("end"); }
+    void p2p_waits_for_compute() override { calls.push_back("p2p waits"); }
+    void compute_waits_for_p2p() override { calls.push_back("compute waits"); }
+    bool defers() const override { return false; }
+  } log;
+  P2pGrouping g(log);
+  g.sends({{kGrad, true, [&] { log.calls.push_back("send grad"); }}});
+  EXPECT_EQ(log.calls, (std::vector<std::string>{"p2p waits", "begin", "send grad"}));
+  g.receives({{kAct, false, [&] { log.calls.push_back("recv act"); }}});
+  EXPECT_EQ(log.calls,
+            (std::vector<std::string>{"p2p waits", "begin", "send grad", "recv act", "end", "compute waits"}));
 }
 
 // Over every schedule, pp in {2, 3, 4, 6, 8}, m from the minimum up, tp = 1 and tp > 1,
