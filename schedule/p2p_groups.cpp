@@ -43,6 +43,7 @@ void P2pGrouping::close() {
   open_ = false;
   for (Pending& p : ops) p.issue();  // in posting order: op k's sends, then op k+1's receives
   sink_.group_end();
+  sink_.group_closed();
   // `ops` (and what its closures hold, e.g. send buffers) is released only now, after the
   // group's end enqueued the operations.
 }

@@ -44,6 +44,8 @@ class P2pSink {
   // Whether an open group's operations reach the stream only at its end (NCCL: they are kept and
   // issued at the close) or at the call (the CPU backend's communicators: issued when posted).
   virtual bool defers() const { return true; }
+  // Called after every group end, before anything else is enqueued (a new group may open next).
+  virtual void group_closed() {}
 };
 
 class P2pGrouping {

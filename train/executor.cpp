@@ -120,6 +120,8 @@ void Executor::Sink::group_end() {
   e.lane(Pass::F).group_end();
 }
 
+void Executor::Sink::group_closed() { e.report_grads_final(); }
+
 bool Executor::Sink::defers() const { return e.r_.device->kind() != DeviceKind::Cpu; }
 
 void Executor::Sink::p2p_waits_for_compute() {

@@ -113,6 +113,7 @@ class Executor {
     void p2p_waits_for_compute() override;
     void compute_waits_for_p2p() override;
     bool defers() const override;  // NCCL enqueues a group's operations at its end
+    void group_closed() override;  // chunks whose gradients became final are reported here
     Executor& e;
   };
   void post_receives(const std::vector<sched::Message>& recv);
