@@ -14,7 +14,7 @@ void P2pGrouping::receives(std::vector<Pending> recv) {
 }
 
 void P2pGrouping::before_collective() {
-  if (open_) close();
+  if (open_) close(/*notify=*/false);  // in the middle of an op: nothing else may start here
 }
 
 void P2pGrouping::sends(std::vector<Pending> send) {
@@ -37,13 +37,13 @@ void P2pGrouping::add(std::vector<Pending> ops) {
   }
 }
 
-void P2pGrouping::close() {
+void P2pGrouping::close(bool notify) {
   std::vector<Pending> ops;
   std::swap(ops, pending_);
   open_ = false;
   for (Pending& p : ops) p.issue();  // in posting order: op k's sends, then op k+1's receives
   sink_.group_end();
-  sink_.group_closed();
+  if (notify) sink_.group_closed();
   // `ops` (and what its closures hold, e.g. send buffers) is released only now, after the
   // group's end enqueued the operations.
 }

@@ -44,7 +44,8 @@ class P2pSink {
   // Whether an open group's operations reach the stream only at its end (NCCL: they are kept and
   // issued at the close) or at the call (the CPU backend's communicators: issued when posted).
   virtual bool defers() const { return true; }
-  // Called after every group end, before anything else is enqueued (a new group may open next).
+  // Called after a group end between ops (receives, sends, finish), before anything else is
+  // enqueued; not when before_collective() closes a group in the middle of an op.
   virtual void group_closed() {}
 };
 
@@ -66,7 +67,7 @@ class P2pGrouping {
 
  private:
   void add(std::vector<Pending> ops);
-  void close();
+  void close(bool notify = true);
 
   P2pSink& sink_;
   bool open_ = false;
