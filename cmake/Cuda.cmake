@@ -9,10 +9,13 @@ if(NOT STP_CUDA STREQUAL "OFF" AND NOT STP_SANITIZE)
   if(CMAKE_CUDA_COMPILER)
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
-    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
-    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    # NCCL: -DNCCL_ROOT=DIR, or the NCCL_ROOT / NCCL_HOME environment variables, then beside CUDA.
+    set(_nccl_hints ${NCCL_ROOT} $ENV{NCCL_ROOT} $ENV{NCCL_HOME})
+    find_library(NCCL_LIBRARY nccl HINTS ${_nccl_hints} PATH_SUFFIXES lib lib64 HINTS ${CUDAToolkit_LIBRARY_DIR})
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_nccl_hints} PATH_SUFFIXES include HINTS ${CUDAToolkit_INCLUDE_DIRS})
     if(NOT NCCL_LIBRARY OR NOT NCCL_INCLUDE_DIR)
-      message(FATAL_ERROR "stp: nvcc found but NCCL is missing (nccl.h / libnccl); install NCCL or pass -DSTP_CUDA=OFF")
+      message(FATAL_ERROR "stp: nvcc found but NCCL is missing (nccl.h / libnccl); install NCCL 2.26 or later "
+                          "(libnccl2 libnccl-dev), set NCCL_ROOT or NCCL_HOME to its folder, or pass -DSTP_CUDA=OFF")
     endif()
     # CMake 3.25 predates nvcc's C++20 support: teach it the flag, then ask for C++20 as for CXX.
     set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")

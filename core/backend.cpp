@@ -2,6 +2,7 @@
 
 #include "core/cpu/cpu_device.h"
 #include "core/cpu/dry_stream.h"
+#include "core/gpu_logic.h"
 #include "base/error.h"
 #if defined(STP_HAVE_CUDA)
 #include "core/cuda/cuda_backend.h"
@@ -41,10 +42,12 @@ std::vector<std::unique_ptr<Device>> make_devices(const BackendOptions& o) {
     return out;
   }
   std::string why;
-  if (!cuda_usable(o.first + o.count, &why))
+  if (!cuda_usable(o.count, &why))
     throw Error(str("parallel.backend is cuda but ", why, "; use parallel.backend: cpu or run on a GPU machine"));
 #if defined(STP_HAVE_CUDA)
-  out = make_cuda_devices(o.count, o.capacity, o.first);
+  // o.first is this process's rank on its node: which visible GPUs it drives (gpu::select_gpu,
+  // docs/gpu-readiness.md section 8, finding 7).
+  out = make_cuda_devices(o.count, o.capacity, gpu::select_gpu(cuda_visible_gpus(), o.first, o.count));
 #endif
   return out;
 }

@@ -16,8 +16,9 @@ namespace stp {
 struct BackendOptions {
   DeviceKind kind = DeviceKind::Cpu;
   int count = 1;  // devices (ranks) to create
-  int first = 0;  // index of the first device: GPU ordinal (CUDA), device number (CPU). A process
-                  // of a multi-process job passes its rank on the node (process/process.h)
+  int first = 0;  // CPU: number of the first device. CUDA: this process's rank on its node
+                  // (process/process.h); the GPUs it drives follow gpu::select_gpu (core/gpu_logic.h):
+                  // GPU 0 when only `count` GPUs are visible, else GPUs first·count...
   std::size_t capacity = std::numeric_limits<std::size_t>::max();  // per-device memory limit
   double link_bytes_per_s = 0;                                     // CPU only: emulated D2H/H2D rate
   bool dry_run = false;  // CPU devices that count allocations and run nothing, for any `kind`

@@ -31,6 +31,7 @@ __global__ void stp_generic_kernel(std::size_t n, F f) {
 }
 // Provided by core/cuda: the cudaStream_t of a CUDA stream (as void* to keep CUDA types out).
 void* cuda_stream_handle(Stream& stream);
+void cuda_check_before_launch(const char* kernel_name);  // a stale error is not the launch's
 void cuda_check_launch(const char* kernel_name);
 #endif
 
@@ -47,7 +48,9 @@ void launch(Stream& stream, std::size_t n, F f, std::size_t grain = 4096) {
 #if defined(__CUDACC__)
   constexpr unsigned threads = 256;
   unsigned blocks = static_cast<unsigned>((n + threads - 1) / threads);
-  stp_generic_kernel<<<blocks, threads, 0, static_cast<cudaStream_t>(cuda_stream_handle(stream))>>>(n, f);
+  cudaStream_t handle = static_cast<cudaStream_t>(cuda_stream_handle(stream));
+  cuda_check_before_launch(__PRETTY_FUNCTION__);
+  stp_generic_kernel<<<blocks, threads, 0, handle>>>(n, f);
   cuda_check_launch(__PRETTY_FUNCTION__);
 #else
   STP_UNREACHABLE("CUDA kernel launched from a file not compiled by nvcc (name it *_kernels.cpp)");

@@ -1,10 +1,12 @@
 // stp sim --schedule NAME --pp P --microbatches M [--tf X --tb X --tw X --tar X --tp2p X]
 //         [--units N --issue SHAPE=X,...] [--json | --svg FILE | --trace FILE]
+//         [--check-deadlock [--nccl-groups together|join-order]]
 // stp sim --compare --pp P --microbatches M [costs]
 //
 // Generates, validates and simulates a pipeline schedule (docs/design.md, Command line; docs/schedules.md) and prints
 // the result as text or JSON, or writes the timeline as SVG or a Chrome trace; --compare prints Table 1 of the STP
-// paper (formula vs simulation for 1f1b-i, zb-v and stp). `stp sim --help` lists the options.
+// paper (formula vs simulation for 1f1b-i, zb-v and stp); --check-deadlock replays the executor's NCCL groups with
+// rendezvous semantics (schedule/deadlock.h) and exits 1 naming the first cycle. `stp sim --help` lists the options.
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +17,7 @@
 
 #include "base/error.h"
 #include "schedule/compare.h"
+#include "schedule/deadlock.h"
 #include "schedule/render.h"
 #include "schedule/simulator.h"
 #include "schedule/validator.h"
@@ -33,8 +36,9 @@ struct SimArgs {
   int pp = 0, microbatches = 0;
   stp::sched::Costs costs;
   std::vector<std::string> issue;  // each --issue SHAPE=MS,... as given; parsed into costs.issue by check()
-  bool compare = false, json = false;
+  bool compare = false, json = false, check_deadlock = false;
   std::string svg, trace;
+  std::string nccl_groups = "together";
 };
 
 double parse_number(const std::string& flag, const std::string& text) {
@@ -70,13 +74,39 @@ void check(SimArgs& a) {
   STP_CHECK(a.pp >= 1, "--pp must be at least 1, got ", a.pp);
   STP_CHECK(a.microbatches >= 1, "--microbatches must be at least 1, got ", a.microbatches);
   STP_CHECK(a.compare || !a.schedule.empty(), "--schedule NAME is required (gpipe, 1f1b, 1f1b-i, zb-h1, zb-v, stp)");
+  STP_CHECK(a.nccl_groups == "together" || a.nccl_groups == "join-order",
+            "--nccl-groups expects together or join-order, got '", a.nccl_groups, "'");
   for (const std::string& text : a.issue) parse_issue(text, a.costs);
   stp::sched::check_costs(a.costs);
+}
+
+// Both layouts the executor produces (tp = 1, and tp > 1 where an all-reduce closes an open group).
+int check_deadlock(const SimArgs& a, const stp::sched::Schedule& s) {
+  using namespace stp::sched;
+  std::string out;
+  int status = 0;
+  for (bool tp : {false, true}) {
+    DeadlockOptions o;
+    o.tp_collectives = tp;
+    o.rule = a.nccl_groups == "join-order" ? GroupRule::JoinOrder : GroupRule::Together;
+    DeadlockResult r = find_deadlock(s, o);
+    out += str(a.schedule, " pp ", a.pp, " microbatches ", a.microbatches, tp ? ", tp > 1" : ", tp = 1",
+               ", NCCL groups ", a.nccl_groups, ": ", r.ok ? "no deadlock" : r.message, "\n");
+    if (!r.ok) status = 1;
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return status;
 }
 
 int run(SimArgs& a) {
   check(a);
   std::string out;
+  if (a.check_deadlock) {
+    STP_CHECK(!a.compare, "--check-deadlock needs --schedule, not --compare");
+    stp::sched::Schedule s = stp::sched::generate(a.schedule, a.pp, a.microbatches);
+    stp::sched::validate(s);
+    return check_deadlock(a, s);
+  }
   if (a.compare) {
     out = stp::sched::render_compare(a.pp, a.microbatches, a.costs);
   } else {
@@ -125,6 +155,17 @@ stp::tools::Run define(CLI::App& app) {
   auto* svg = app.add_option("--svg", a->svg, "write the timeline as SVG")->type_name("FILE");
   auto* trace =
       app.add_option("--trace", a->trace, "write the timeline as a Chrome trace (Perfetto)")->type_name("FILE");
+  auto* deadlock = app.add_flag("--check-deadlock", a->check_deadlock,
+                                "replay each rank's sends and receives as the executor groups them for NCCL "
+                                "(rendezvous: a send completes only once the peer's receive runs), for tp = 1 and "
+                                "tp > 1; print the first cycle of waits, naming the ops, and exit 1 if there is one");
+  app.add_option("--nccl-groups", a->nccl_groups,
+                 "with --check-deadlock: together (NCCL >= 2.26, a group's operations progress together) or "
+                 "join-order (older NCCL: one kernel per communicator, in the rank's join order)")
+      ->type_name("RULE")
+      ->capture_default_str()
+      ->needs(deadlock);
+  deadlock->excludes(json)->excludes(svg)->excludes(trace);
   json->excludes(svg)->excludes(trace);
   svg->excludes(trace);
   return [a] { return run(*a); };

@@ -5,7 +5,9 @@ Tested without a GPU by tests/tools/gpu_check_test.sh.
 
   peak GPU_NAME                       "FP32 BF16" dense TFLOPS of a known GPU, or "unknown"
   flops L C V T                       training FLOPs per token (formula below)
-  ctest JUNIT GPUS                    classify the test results; fail on failures and on CUDA
+  prereqs                             one line per missing build prerequisite (CMake >= 3.25, nvcc,
+                                      NCCL >= 2.26 beside CUDA, in /usr, NCCL_ROOT or NCCL_HOME)
+  ctest JUNIT[,JUNIT...] GPUS         classify the test results; fail on failures and on CUDA
                                       cases skipped for a reason other than "needs more GPUs"
   losses REF_JSONL GOT_JSONL RTOL     per-step loss table; fail if a relative difference > RTOL
   summary METRICS_JSONL [WARMUP]      JSON: medians of step_ms / tokens_per_s after WARMUP steps,
@@ -14,7 +16,10 @@ Tested without a GPU by tests/tools/gpu_check_test.sh.
   smi-max SMI_LOG                     largest memory.used (MiB) in an nvidia-smi -lms log
 """
 import json
+import os
 import re
+import shutil
+import subprocess
 import statistics
 import sys
 import xml.etree.ElementTree as ET
@@ -66,7 +71,7 @@ def read_jsonl(path):
 
 def cmd_ctest(junit, gpus):
     gpus = int(gpus)
-    cases = ET.parse(junit).getroot().iter("testcase")
+    cases = [c for path in junit.split(",") for c in ET.parse(path).getroot().iter("testcase")]
     # Parameterised gtest names end in the kind: "Backends/OnDevice.Launch/cuda  # GetParam() = ...".
     is_cuda = re.compile(r"(/cuda\b|Cuda|CUDA|Gpu|GPU)")
     counts = {"passed": 0, "failed": 0, "skipped": 0}
@@ -178,6 +183,57 @@ def cmd_smi_max(path):
     return 0
 
 
+def _version(text):
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    return tuple(int(x or 0) for x in m.groups()) if m else None
+
+
+def _nccl_version(header):
+    try:
+        text = open(header, encoding="utf-8", errors="replace").read()
+    except OSError:
+        return None
+    parts = [re.search(rf"#define NCCL_{k}\s+(\d+)", text) for k in ("MAJOR", "MINOR", "PATCH")]
+    return tuple(int(p.group(1)) for p in parts) if all(parts) else None
+
+
+def cmd_prereqs(env=None, run=None):
+    """Prints one line per missing build prerequisite (what to install) and returns 1, or returns 0."""
+    env = os.environ if env is None else env
+    run = run or (lambda cmd: subprocess.run(cmd, capture_output=True, text=True, check=False).stdout)
+    problems = []
+    cmake = shutil.which("cmake", path=env.get("PATH"))
+    v = _version(run([cmake, "--version"])) if cmake else None
+    if not cmake:
+        problems.append("CMake is missing: install CMake 3.25 or later (apt-get install cmake, or pip install cmake)")
+    elif not v or v < (3, 25, 0):
+        problems.append(f"CMake {'.'.join(map(str, v)) if v else '?'} is too old: stp needs 3.25 or later "
+                        "(pip install cmake gives a current one)")
+    cuda_home = env.get("CUDA_HOME", "/usr/local/cuda")
+    nvcc = shutil.which("nvcc", path=env.get("PATH")) or (
+        os.path.join(cuda_home, "bin", "nvcc") if os.path.exists(os.path.join(cuda_home, "bin", "nvcc")) else None)
+    if not nvcc:
+        problems.append("nvcc is missing: install the CUDA toolkit 12.x or 13.x (cuda-toolkit) and put its bin/ on PATH")
+    roots = [env.get("NCCL_ROOT"), env.get("NCCL_HOME")]
+    if nvcc:
+        roots.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    roots += [cuda_home, "/usr"]
+    headers = [os.path.join(r, "include", "nccl.h") for r in roots if r]
+    headers += [os.path.join(r, "targets", "x86_64-linux", "include", "nccl.h") for r in roots if r]
+    found = [h for h in headers if os.path.exists(h)]
+    if not found:
+        problems.append("NCCL is missing: install libnccl2 and libnccl-dev (NVIDIA's CUDA repository), "
+                        "or set NCCL_ROOT (or NCCL_HOME) to a folder with include/nccl.h and lib/libnccl.so")
+    else:
+        nv = _nccl_version(found[0])
+        if nv and nv < (2, 26, 0):
+            problems.append(f"NCCL {'.'.join(map(str, nv))} ({found[0]}) is too old: stp needs NCCL 2.26 or later "
+                            "(install a newer libnccl2 and libnccl-dev, or set NCCL_ROOT to one)")
+    for p in problems:
+        print(p)
+    return 1 if problems else 0
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
@@ -187,6 +243,8 @@ def main(argv):
         p = peak(args[0])
         print(f"{p[0]:g} {p[1]:g}" if p else "unknown")
         return 0
+    if cmd == "prereqs" and not args:
+        return cmd_prereqs()
     if cmd == "flops" and len(args) == 4:
         print(flops_per_token(*(int(a) for a in args)))
         return 0

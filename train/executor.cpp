@@ -125,7 +125,7 @@ void Executor::walk(bool forward_only) {
     release_finished(op);
     report_grads_final();
   }
-  if (group_open_) group_end();
+  groups_.finish();
   if (!forward_only) report_grads_final();
 }
 
@@ -134,7 +134,7 @@ void Executor::walk(bool forward_only) {
 // data-parallel all-reduce the report starts into it (every NCCL call of a thread between
 // ncclGroupStart and ncclGroupEnd is one group). Usually that is right away, in post_sends.
 void Executor::report_grads_final() {
-  if (group_open_) return;
+  if (groups_.open()) return;
   for (int c : final_pending_)
     if (r_.grads_final) r_.grads_final(c);
   final_pending_.clear();
@@ -146,19 +146,30 @@ Communicator& Executor::lane(Pass pass) const {
   return *c;
 }
 
-void Executor::group_begin() {
-  lane(Pass::F).group_begin();
-  lane(Pass::B).group_begin();
-  group_open_ = true;
+void Executor::Sink::group_begin() {
+  e.lane(Pass::F).group_begin();
+  e.lane(Pass::B).group_begin();
 }
 
-void Executor::group_end() {
-  lane(Pass::B).group_end();
-  lane(Pass::F).group_end();
-  group_open_ = false;
-  // Only now are the group's sends enqueued (NCCL): dropping the buffers earlier would record
-  // their free fence on p2p before the sends that read them, so their bytes could be reused early.
-  held_sends_.clear();
+void Executor::Sink::group_end() {
+  e.lane(Pass::B).group_end();
+  e.lane(Pass::F).group_end();
+}
+
+void Executor::Sink::group_closed() { e.report_grads_final(); }
+
+bool Executor::Sink::defers() const { return e.r_.device->kind() != DeviceKind::Cpu; }
+
+void Executor::Sink::p2p_waits_for_compute() {
+  Event& computed = e.new_event(*e.r_.compute);
+  e.r_.compute->record(computed);
+  e.r_.p2p->wait(computed);
+}
+
+void Executor::Sink::compute_waits_for_p2p() {
+  Event& landed = e.new_event(*e.r_.p2p);
+  e.r_.p2p->record(landed);
+  e.r_.compute->wait(landed);
 }
 
 // ---- pipeline messages ------------------------------------------------------------------------
@@ -172,39 +183,37 @@ Tensor Executor::message_buffer(const Message& m, bool incoming, Stream* writer)
   return m.pass == Pass::F ? st.output_activation(m.mb) : st.grad_input(m.mb);
 }
 
+// A receive buffer is taken now (allocated for p2p) and kept by the pending operation; a send
+// buffer is kept until the group that sends it has been enqueued (schedule/p2p_groups.h): dropped
+// earlier, its free fence would be recorded on p2p before the send that reads it.
 void Executor::post_receives(const std::vector<Message>& recv) {
-  if (recv.empty()) return;
-  if (!group_open_) group_begin();
+  std::vector<sched::P2pGrouping::Pending> ops;
   for (const Message& m : recv) {
     Tensor buf = message_buffer(m, true, r_.p2p);
-    if (r_.trace) r_.p2p->trace_begin(str("recv ", sched::to_string(m)), "p2p");
-    lane(m.pass).recv(*r_.p2p, buf.raw(), buf.bytes(), m.src, p2p_tag(m.pass, m.from_stage, m.mb));
-    buf.record_use(*r_.p2p);
-    if (r_.trace) r_.p2p->trace_end();
+    ops.push_back({m, false, [this, m, buf]() mutable {
+                     if (r_.trace) r_.p2p->trace_begin(str("recv ", sched::to_string(m)), "p2p");
+                     lane(m.pass).recv(*r_.p2p, buf.raw(), buf.bytes(), m.src, p2p_tag(m.pass, m.from_stage, m.mb));
+                     buf.record_use(*r_.p2p);
+                     if (r_.trace) r_.p2p->trace_end();
+                   }});
   }
-  group_end();
+  groups_.receives(std::move(ops));
   report_grads_final();
-  Event& landed = new_event(*r_.p2p);
-  r_.p2p->record(landed);
-  r_.compute->wait(landed);
 }
 
 void Executor::post_sends(const std::vector<Message>& send) {
-  if (send.empty()) return;
-  Event& computed = new_event(*r_.compute);
-  r_.compute->record(computed);
-  r_.p2p->wait(computed);
-  if (group_open_) group_end();
-  report_grads_final();
-  group_begin();  // stays open for the next op's receives
+  std::vector<sched::P2pGrouping::Pending> ops;
   for (const Message& m : send) {
     Tensor buf = message_buffer(m, false);
-    if (r_.trace) r_.p2p->trace_begin(str("send ", sched::to_string(m)), "p2p");
-    lane(m.pass).send(*r_.p2p, buf.raw(), buf.bytes(), m.dst, p2p_tag(m.pass, m.from_stage, m.mb));
-    if (r_.trace) r_.p2p->trace_end();
-    buf.record_use(*r_.p2p);  // the stage may drop it before the send runs
-    held_sends_.push_back(std::move(buf));
+    ops.push_back({m, true, [this, m, buf]() mutable {
+                     if (r_.trace) r_.p2p->trace_begin(str("send ", sched::to_string(m)), "p2p");
+                     lane(m.pass).send(*r_.p2p, buf.raw(), buf.bytes(), m.dst, p2p_tag(m.pass, m.from_stage, m.mb));
+                     if (r_.trace) r_.p2p->trace_end();
+                     buf.record_use(*r_.p2p);  // the stage may drop it before the send runs
+                   }});
   }
+  groups_.sends(std::move(ops));
+  report_grads_final();
 }
 
 // Stage-to-stage hand-over on this rank: the V's turn (chunk 0 -> chunk 1 forward, chunk 1 ->
@@ -320,7 +329,7 @@ void Executor::all_reduce_after(Cursor& c, const Tensor& t, const std::string& u
   // first: an NCCL group is per host thread and spans communicators, so an all-reduce issued
   // inside it would only be enqueued at the group's end — after `reduced` below is recorded,
   // and the next unit would read unreduced data. (HostComm groups are no-ops.)
-  if (group_open_) group_end();
+  groups_.before_collective();
   Event& produced = new_event(*r_.compute);
   r_.compute->record(produced);
   r_.tp_comm->wait(produced);

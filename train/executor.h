@@ -18,7 +18,8 @@
 // all-reduces. Sends of op k and receives of op k+1 form one communicator group (NCCL needs this
 // to pair blocking sends and receives, as the released STP trainer does); when op k+1 posts no
 // receives, the group is closed before its first TP all-reduce (an NCCL group defers every call
-// of the thread, on any communicator, to the group's end). Stage-to-stage
+// of the thread, on any communicator, to the group's end). The grouping rules are
+// schedule/p2p_groups.h: `stp sim --check-deadlock` replays the same code. Stage-to-stage
 // hand-overs on the same rank (the V's turn) are device copies on compute. Every message carries
 // a tag (pass, source stage, microbatch) that HostComm checks, so a channel-order mismatch is an
 // error, never silent corruption.
@@ -50,6 +51,7 @@
 #include "memory/plan.h"
 #include "models/stage.h"
 #include "offload/offload_engine.h"
+#include "schedule/p2p_groups.h"
 #include "schedule/schedule.h"
 
 namespace stp {
@@ -111,8 +113,16 @@ class Executor {
   Event& new_event(Stream& stream);  // an event recorded only on `stream`
   Tensor message_buffer(const sched::Message& m, bool incoming, Stream* writer = nullptr);
   Communicator& lane(sched::Pass pass) const;
-  void group_begin();
-  void group_end();
+  struct Sink final : sched::P2pSink {  // the grouping's calls on this rank's lanes and streams
+    explicit Sink(Executor& owner) : e(owner) {}
+    void group_begin() override;
+    void group_end() override;
+    void p2p_waits_for_compute() override;
+    void compute_waits_for_p2p() override;
+    bool defers() const override;  // NCCL enqueues a group's operations at its end
+    void group_closed() override;  // chunks whose gradients became final are reported here
+    Executor& e;
+  };
   void post_receives(const std::vector<sched::Message>& recv);
   void local_handoffs(const sched::Op& op);
   void run_parts(const sched::Op& op);
@@ -133,9 +143,9 @@ class Executor {
   std::vector<std::size_t> last_backward_;  // [local chunk] index of its last op with B or W
   std::vector<int> final_pending_;          // chunks final but not reported yet (a group was open)
   std::map<Stream*, EventPool> pools_;
-  Tensor losses_;                             // (m,) last stage only
-  bool group_open_ = false;                   // an open communicator group holds the previous op's sends
-  std::vector<Tensor> held_sends_;            // their buffers, released when the group closes
+  Tensor losses_;  // (m,) last stage only
+  Sink sink_{*this};
+  sched::P2pGrouping groups_{sink_};          // holds an open group's operations (and send buffers)
   std::set<std::pair<int, int>> deferred_w_;  // (local chunk, mb) whose B defers W on this rank
 };
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "core/gpu_logic.h"
 
 namespace stp {
 
@@ -26,9 +27,10 @@ FaultHook FaultHook::from_env() {
   h.step = env_int("STP_FAULT_STEP", 1);
   const char* kind = std::getenv("STP_FAULT_KIND");
   std::string k = kind ? kind : "";
-  STP_CHECK(k.empty() || k == "error" || k == "device" || k == "nan_grad", "STP_FAULT_KIND='", k,
-            "' is not error, device or nan_grad (a test hook; unset it)");
-  h.device = k == "device";
+  STP_CHECK(k.empty() || k == "error" || k == "device" || k == "sticky" || k == "nan_grad", "STP_FAULT_KIND='", k,
+            "' is not error, device, sticky or nan_grad (a test hook; unset it)");
+  h.device = k == "device" || k == "sticky";
+  h.sticky = k == "sticky";
   h.nan_grad = k == "nan_grad";
   return h;
 }
@@ -37,6 +39,7 @@ void FaultHook::maybe_fail(int global, std::int64_t current_step) const {
   if (nan_grad || global != rank || current_step != step) return;
   std::string what =
       str("STP_FAULT_RANK: injected failure of rank ", global, " in step ", current_step, " (test hook)");
+  if (sticky) gpu::device_health().poison(what);
   if (device) throw DeviceError(what);
   throw Error(what);
 }

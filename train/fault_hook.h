@@ -6,12 +6,14 @@
 //                      and before it walks its op list, while every other rank is mid-step
 //                      waiting for it;
 //   STP_FAULT_STEP=S   in step S (1-based; default 1);
-//   STP_FAULT_KIND=K   what it throws: `error` (default, stp::Error) or `device` (stp::DeviceError,
-//                      as a CUDA/NCCL failure would: `stp` exits with status 4); or `nan_grad`:
-//                      throw nothing, but once rank G's gradients of step S are final (after the
-//                      data-parallel and tied-embedding sums, before the norm) set the first
-//                      element of the gradient of its first parameter that enters the global norm
-//                      there (not the tied wte, not a replicated tensor on a TP rank > 0: copies
+//   STP_FAULT_KIND=K   what it throws: `error` (default, stp::Error), `device` (stp::DeviceError,
+//                      as a CUDA/NCCL failure would: `stp` exits with status 4) or `sticky` (the
+//                      same, after poisoning gpu::device_health() as a sticky CUDA error does:
+//                      the teardown then runs in the poisoned state, core/gpu_logic.h); or
+//                      `nan_grad`: throw nothing, but once rank G's gradients of step S are final
+//                      (after the data-parallel and tied-embedding sums, before the norm) set the
+//                      first element of the gradient of its first parameter that enters the global
+//                      norm there (not the tied wte, not a replicated tensor on a TP rank > 0: copies
 //                      every holder computes alike) to NaN, as an overflow would (the non-finite
 //                      guard then skips the step).
 //
@@ -25,7 +27,8 @@ namespace stp {
 struct FaultHook {
   int rank = -1;
   std::int64_t step = 1;
-  bool device = false;    // STP_FAULT_KIND=device
+  bool device = false;    // STP_FAULT_KIND=device or sticky
+  bool sticky = false;    // STP_FAULT_KIND=sticky
   bool nan_grad = false;  // STP_FAULT_KIND=nan_grad
 
   static FaultHook from_env();  // throws stp::Error on a malformed value

@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "base/error.h"
+#include "core/gpu_logic.h"
 
 namespace stp::cuda {
 
@@ -59,6 +60,41 @@ inline Failure failure_of(ncclResult_t e) {
   }
 }
 
+// Errors after which the CUDA context is unusable: every later call of the process fails with the
+// same error until it exits (CUDA Runtime API, Error Handling: "sticky" errors). They poison
+// device_health() so destructors release nothing instead of throwing echoes (finding 2,
+// docs/gpu-readiness.md section 8).
+inline bool is_sticky(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorContextIsDestroyed: return true;
+    default: return false;
+  }
+}
+template <typename Status>
+bool is_sticky(Status) {
+  return false;
+}
+
+// The calling thread's last error through core/gpu_logic.h (finding 1).
+inline gpu::LastError last_error() {
+  gpu::LastError l;
+  l.success = cudaSuccess;
+  l.not_ready = cudaErrorNotReady;
+  l.take = [] { return static_cast<int>(cudaGetLastError()); };
+  l.describe = [](int e) { return std::string(cudaGetErrorString(static_cast<cudaError_t>(e))); };
+  return l;
+}
+
 // "GPU N: X free of Y" for the calling thread's current device, or "" if CUDA cannot tell.
 inline std::string memory_state() {
   int dev = -1;
@@ -88,6 +124,7 @@ template <typename Status>
       throw InternalError(str("internal error: ", what, " (stp passed an invalid argument to a CUDA library)"));
     case Failure::Device: break;
   }
+  if (is_sticky(status)) gpu::device_health().poison(what);
   if constexpr (std::is_same_v<Status, ncclResult_t>) {
     // NCCL reports its own failed cudaMalloc (buffers for a connection made at the first
     // transfer) as an unhandled CUDA or system error: the memory state tells whether it was that.

@@ -12,12 +12,19 @@
 //     (CudaStream::bind): CUDA's current device is per host thread, the trainer drives each rank
 //     from a fresh thread every step, and kernel launches, cuBLAS calls and event records on a
 //     stream of another device fail (CUDA Programming Guide, "Stream and Event Behavior").
+//   * queries (cudaEventQuery, cudaStreamQuery) that answer cudaErrorNotReady also leave it as the
+//     thread's last error: gpu::after_query takes it, and the launch check drops a stale NotReady
+//     and never blames an earlier error on a launch (finding 1, docs/gpu-readiness.md section 8);
+//   * after a sticky error (an illegal address...) the GPU is poisoned (gpu::device_health()):
+//     release paths (free, fence records and waits, event queries, destroy) do nothing, so
+//     destructors never throw; work paths throw the first error (finding 2);
 //   * host tasks (enqueue_host) run on CUDA's callback thread: an exception there is captured and
 //     rethrown by the stream's next synchronize(), as on the CPU backend (it cannot cross the
 //     callback boundary). Unlike the CPU backend, later work on the stream still runs.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <deque>
 #include <exception>
@@ -40,17 +47,26 @@ class CudaDevice;
 class CudaEvent final : public Event {
  public:
   CudaEvent(int ordinal, bool timing) : ordinal_(ordinal) {
+    if (gpu::device_health().poisoned()) return;  // a fence made while tearing down: a null event
     STP_CUDA_CHECK(cudaSetDevice(ordinal_));
     STP_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
   }
-  ~CudaEvent() override { (void)cudaEventDestroy(event_); }  // safe with a pending record
+  ~CudaEvent() override {
+    if (event_) (void)cudaEventDestroy(event_);  // safe with a pending record
+  }
+  // Release paths: with a poisoned GPU nothing will complete any more; report "done" so fences
+  // and the arena's teardown go on (the first error has been thrown where it happened).
   bool query() override {
+    if (gpu::device_health().poisoned() || !event_) return true;
     cudaError_t e = cudaEventQuery(event_);
-    if (e == cudaErrorNotReady) return false;
+    if (gpu::after_query(e, cuda::last_error()) == gpu::QueryState::NotReady) return false;
     STP_CUDA_CHECK(e);
     return true;
   }
-  void synchronize() override { STP_CUDA_CHECK(cudaEventSynchronize(event_)); }
+  void synchronize() override {
+    if (gpu::device_health().poisoned() || !event_) return;
+    STP_CUDA_CHECK(cudaEventSynchronize(event_));
+  }
   // cudaErrorNotReady (a record still pending) and cudaErrorInvalidResourceHandle (an event
   // without timing) throw, as the contract says; the CPU backend asserts the same.
   double elapsed_ms(Event& start) override;
@@ -71,6 +87,7 @@ class CudaStream final : public Stream {
   cudaStream_t handle() const { return stream_; }
 
   void enqueue_host(std::function<void()> fn) override {
+    gpu::device_health().check_usable();
     bind();
     auto task = std::make_unique<HostTask>(HostTask{std::move(fn), this});
     STP_CUDA_CHECK(cudaLaunchHostFunc(stream_, &CudaStream::run_host_fn, task.get()));
@@ -78,12 +95,14 @@ class CudaStream final : public Stream {
   }
   void copy(void* dst, const void* src, std::size_t bytes) override {
     if (!bytes) return;
+    gpu::device_health().check_usable();
     bind();
     STP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
   }
   // CUDA forbids CUDA calls (cudaFree) inside host callbacks, so the reference is parked with an
   // event and dropped on the host at a later call once the event has completed.
   void retain_until_done(std::shared_ptr<const void> object) override {
+    if (gpu::device_health().poisoned()) return;  // release path: the object is dropped now
     bind();  // the event below is created on the current device and recorded on this stream
     reap_retained(false);
     cudaEvent_t e{};
@@ -93,8 +112,12 @@ class CudaStream final : public Stream {
   }
   void reap_retained(bool all) {
     while (!retained_.empty()) {
+      if (gpu::device_health().poisoned()) {  // nothing completes any more: drop everything
+        retained_.clear();
+        return;
+      }
       cudaError_t q = all ? cudaEventSynchronize(retained_.front().first) : cudaEventQuery(retained_.front().first);
-      if (q == cudaErrorNotReady) return;
+      if (gpu::after_query(q, cuda::last_error()) == gpu::QueryState::NotReady) return;
       STP_CUDA_CHECK(q);
       (void)cudaEventDestroy(retained_.front().first);
       retained_.pop_front();
@@ -102,27 +125,35 @@ class CudaStream final : public Stream {
   }
   void zero(void* dst, std::size_t bytes) override {
     if (!bytes) return;
+    gpu::device_health().check_usable();
     bind();
     STP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
   }
   void gemm(const GemmArgs& g) override;
+  // Release paths too (the arena records a fence when a buffer is freed, from destructors).
   void record(Event& event) override {
-    bind();
-    STP_CUDA_CHECK(cudaEventRecord(as_cuda(event).handle(), stream_));
+    gpu::device_health().release([&] {
+      bind();
+      STP_CUDA_CHECK(cudaEventRecord(as_cuda(event).handle(), stream_));
+    });
   }
   void wait(Event& event) override {
-    bind();
-    STP_CUDA_CHECK(cudaStreamWaitEvent(stream_, as_cuda(event).handle(), 0));
+    gpu::device_health().release([&] {
+      bind();
+      STP_CUDA_CHECK(cudaStreamWaitEvent(stream_, as_cuda(event).handle(), 0));
+    });
   }
   void synchronize() override {
+    gpu::device_health().check_usable();
     bind();
     // Polls instead of cudaStreamSynchronize: a stream behind an NCCL kernel whose peer failed
     // would wait for ever, so between queries the GPU's communicators are checked for
     // asynchronous errors (a failed peer or network); one aborts its communicator, which ends the kernel, and throws.
     for (int spins = 0;; ++spins) {
       cudaError_t q = cudaStreamQuery(stream_);
-      if (q == cudaSuccess) break;
-      if (q != cudaErrorNotReady) STP_CUDA_CHECK(q);
+      gpu::QueryState state = gpu::after_query(q, cuda::last_error());
+      if (state == gpu::QueryState::Done) break;
+      if (state == gpu::QueryState::Failed) STP_CUDA_CHECK(q);
       if (spins % 64 == 63) nccl_poll_async_errors(ordinal_);
       if (spins < 256) std::this_thread::yield();
       else std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -247,8 +278,10 @@ class CudaDevice final : public Device {
     if (!p) return;
     std::lock_guard<std::mutex> lock(mu_);
     unaccount(device_, live_, p);
-    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
-    STP_CUDA_CHECK(cudaFree(p));
+    gpu::device_health().release([&] {
+      STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+      STP_CUDA_CHECK(cudaFree(p));
+    });
   }
   MemoryStats memory_stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -273,7 +306,7 @@ class CudaDevice final : public Device {
     std::lock_guard<std::mutex> lock(mu_);
     STP_ASSERT(!registered_.count(p), "cudaFreeHost of registered host memory (use unregister_pinned_host)");
     unaccount(pinned_, pinned_live_, p);
-    STP_CUDA_CHECK(cudaFreeHost(p));
+    gpu::device_health().release([&] { STP_CUDA_CHECK(cudaFreeHost(p)); });
   }
   // The caller mapped, NUMA-bound and pre-faulted the range (memory/pinned_pool.cpp): pinning it
   // now keeps the pages where they are. Portable: pinned for every GPU's context, like
@@ -291,7 +324,7 @@ class CudaDevice final : public Device {
     std::lock_guard<std::mutex> lock(mu_);
     STP_ASSERT(registered_.erase(p) == 1, "unregistering host memory that was not registered");
     unaccount(pinned_, pinned_live_, p);
-    STP_CUDA_CHECK(cudaHostUnregister(p));
+    gpu::device_health().release([&] { STP_CUDA_CHECK(cudaHostUnregister(p)); });
   }
   MemoryStats pinned_host_stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -426,6 +459,7 @@ double CudaEvent::elapsed_ms(Event& start) {
 
 void CudaStream::gemm(const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return;
+  gpu::device_health().check_usable();
   bind();  // a cuBLAS handle belongs to the device that was current at cublasCreate
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
   cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -489,17 +523,34 @@ void CudaStream::flush_trace() {
 void* cuda_stream_handle(Stream& stream) {
   auto* s = dynamic_cast<CudaStream*>(&stream);
   STP_ASSERT(s, "stream '", stream.name(), "' is not a CUDA stream");
+  gpu::device_health().check_usable();
   s->bind();  // launch() and NCCL enqueue on this handle next: its device must be current
   return s->handle();
 }
 
-void cuda_check_launch(const char* kernel_name) {
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    throw DeviceError(str("CUDA kernel launch failed (", kernel_name, "): ", cudaGetErrorString(e)));
+void cuda_check_before_launch(const char* kernel_name) { gpu::before_launch(cuda::last_error(), kernel_name); }
+
+void cuda_check_launch(const char* kernel_name) { gpu::after_launch(cuda::last_error(), kernel_name); }
+
+// Lazy module loading (the default from CUDA 12.2 when CUDA_MODULE_LOADING is unset) loads a
+// kernel's module at its first launch, which can wait behind NCCL kernels spinning on a peer
+// (finding 5). stp asks for eager loading before the runtime initialises: every kernel of the
+// binary is loaded with the context (CUDA C++ Programming Guide, Lazy Loading). A value the user
+// set is kept (CUDA_MODULE_LOADING=LAZY to trade the risk for start-up time).
+void force_eager_module_loading() { (void)setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0); }
+
+int cuda_visible_gpus() {
+  force_eager_module_loading();
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
 }
 
 bool cuda_devices_usable(int needed, std::string* why) {
+  force_eager_module_loading();
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {

@@ -34,6 +34,7 @@
 #include "core/abort_gate.h"
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_check.h"
+#include "core/gpu_logic.h"
 #include "core/launch.h"
 
 namespace stp {
@@ -53,6 +54,20 @@ std::set<NcclComm*>& registry() {
 // this thread's open group, released (AbortGate::leave) after the outermost ncclGroupEnd.
 thread_local int group_depth = 0;
 thread_local std::vector<NcclComm*> group_members;
+
+// A group spanning the two pipeline communicators on one stream must let its operations progress
+// together (NCCL 2.26 and later); older NCCL runs one kernel per communicator in each rank's join
+// order, which `stp sim --check-deadlock --nccl-groups join-order` shows to deadlock (finding 4,
+// docs/gpu-readiness.md section 8). Refused before any communicator is made.
+void require_nccl_version() {
+  int version = 0;
+  STP_CUDA_CHECK(ncclGetVersion(&version));
+  if (version < NCCL_VERSION(2, 26, 0))
+    throw Error(str("NCCL ", version < 10000 ? version / 1000 : version / 10000, ".",
+                    version < 10000 ? version / 100 % 10 : version / 100 % 100, ".", version % 100,
+                    " is too old: stp needs NCCL 2.26 or later (older versions can deadlock the pipeline's "
+                    "sends and receives; install a newer libnccl2, or point NCCL_ROOT at one)"));
+}
 
 ncclConfig_t nonblocking_config() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -96,19 +111,30 @@ class NcclComm final : public Communicator {
       if (!gate_.done()) (void)ncclCommAbort(comm_);
       return;
     }
-    // A non-blocking communicator is finalized (flushing its operations) before it is destroyed;
-    // if that fails or never completes, abort instead of hanging in a destructor.
-    bool finalized = ncclCommFinalize(comm_) == ncclSuccess;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (finalized) {
-      ncclResult_t state = ncclSuccess;
-      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess || (state != ncclSuccess && state != ncclInProgress))
-        finalized = false;
-      else if (state == ncclSuccess) break;
-      else if (std::chrono::steady_clock::now() > deadline) finalized = false;
-      else std::this_thread::sleep_for(std::chrono::microseconds(100));
+    // A non-blocking communicator is finalized (flushing its operations) before it is destroyed:
+    // ncclCommFinalize answers ncclInProgress and completes in the background, so its state is
+    // polled (ncclCommGetAsyncError) until ncclSuccess (finding 3, gpu::finalize_then_destroy);
+    // if that fails, never completes, or the GPU is poisoned, abort instead of hanging here.
+    if (gpu::device_health().poisoned()) {
+      (void)ncclCommAbort(comm_);
+      return;
     }
-    (void)(finalized ? ncclCommDestroy(comm_) : ncclCommAbort(comm_));
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    gpu::FinalizeApi api;
+    api.success = ncclSuccess;
+    api.in_progress = ncclInProgress;
+    api.finalize = [this] { return static_cast<int>(ncclCommFinalize(comm_)); };
+    api.state = [this](int* state) {
+      ncclResult_t st = ncclSuccess;
+      ncclResult_t r = ncclCommGetAsyncError(comm_, &st);
+      *state = static_cast<int>(st);
+      return static_cast<int>(r);
+    };
+    api.destroy = [this] { return static_cast<int>(ncclCommDestroy(comm_)); };
+    api.abort = [this] { return static_cast<int>(ncclCommAbort(comm_)); };
+    api.pause = [] { std::this_thread::sleep_for(std::chrono::microseconds(100)); };
+    api.timed_out = [deadline] { return std::chrono::steady_clock::now() > deadline; };
+    (void)gpu::finalize_then_destroy(api);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -267,6 +293,7 @@ void nccl_poll_async_errors(int ordinal) {
 }
 
 std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Device*>& devices) {
+  require_nccl_version();
   int n = static_cast<int>(devices.size());
   std::vector<int> ordinals;
   for (auto* d : devices) ordinals.push_back(d->index());
@@ -307,6 +334,7 @@ std::unique_ptr<Communicator> make_nccl_comm_rank(Device& device, int size, int 
                                                   const std::vector<char>& unique_id) {
   STP_ASSERT(unique_id.size() == sizeof(ncclUniqueId), "NCCL unique id of ", unique_id.size(), " bytes, expected ",
              sizeof(ncclUniqueId));
+  require_nccl_version();
   ncclUniqueId id;
   std::memcpy(&id, unique_id.data(), sizeof id);
   STP_CUDA_CHECK(cudaSetDevice(device.index()));

@@ -1,6 +1,8 @@
 // `stp train` end to end: bad input exits non-zero with a message naming the problem and leaves
 // an earlier run's output untouched; Ctrl-C finishes the step, checkpoints and exits with 130.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -86,6 +88,23 @@ TEST(CmdTrain, DeviceErrorExitsWithStatus4) {
   EXPECT_EQ(r.status, 4) << r.err;
   EXPECT_NE(r.err.find("stp train: device error: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("injected failure of rank 1 in step 1"), std::string::npos) << r.err;
+}
+
+// A sticky device error poisons the process's GPU state (core/gpu_logic.h): the teardown that
+// follows releases nothing and throws nothing, and the first error is what `stp` reports.
+TEST(CmdTrain, StickyDeviceErrorExitsWithStatus4AndTheFirstMessage) {
+  if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
+  RunDir run("sticky_error");
+  ::setenv("STP_FAULT_RANK", "0", 1);
+  ::setenv("STP_FAULT_KIND", "sticky", 1);
+  auto r = stp::testing::run_stp("train " + run.config.string() + " --set train.steps=1");
+  ::unsetenv("STP_FAULT_RANK");
+  ::unsetenv("STP_FAULT_KIND");
+  EXPECT_EQ(r.status, 4) << r.err;
+  EXPECT_EQ(r.err.rfind("stp train: device error: STP_FAULT_RANK: injected failure of rank 0 in step 1", 0), 0u)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
 }
 
 TEST(CmdTrain, TruncatedCheckpoint) {

@@ -152,6 +152,39 @@ echo '{"feasible":true,"min_device_budget":7,"ranks":[{"rank":0,"peak_device_byt
 printf '0, 1200\n1, 80500\n0, 900\n' >"$tmp/smi.log"
 [ "$(python3 "$helper" smi-max "$tmp/smi.log")" = 80500 ] || bad "smi-max"
 
+# --help lists what a fresh GPU machine needs and how to use a build prepared elsewhere.
+help="$("$check" --help)" || bad "--help: status $?"
+for needle in "What a fresh GPU machine needs" "NCCL 2.26 or later" "CMake 3.25 or later" "NCCL_ROOT or NCCL_HOME" \
+  "libnccl2 libnccl-dev" "Without a package registry" "STP_GPU_CHECK_SKIP_BUILD=1 tools/gpu-check" "ldd build-gpu/stp"; do
+  grep -qF -- "$needle" <<<"$help" || bad "--help does not say '$needle'"
+done
+
+# Build prerequisites: an old CMake, no nvcc, an old NCCL in NCCL_ROOT: one line each, status 1.
+mkdir -p "$tmp/pre/bin" "$tmp/pre/nccl/include" "$tmp/pre/cuda"
+printf '#!/bin/sh\necho "cmake version 3.22.1"\n' >"$tmp/pre/bin/cmake"
+chmod +x "$tmp/pre/bin/cmake"
+printf '#define NCCL_MAJOR 2\n#define NCCL_MINOR 18\n#define NCCL_PATCH 5\n' >"$tmp/pre/nccl/include/nccl.h"
+py="$(python3 -c 'import sys; print(sys.executable)')"
+rc=0
+PATH="$tmp/pre/bin" CUDA_HOME="$tmp/pre/cuda" NCCL_ROOT="$tmp/pre/nccl" "$py" "$helper" prereqs >"$tmp/pre.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] || bad "prereqs: status $rc with everything missing"
+[ "$(wc -l <"$tmp/pre.out")" = 3 ] || bad "prereqs: expected 3 lines: $(cat "$tmp/pre.out")"
+for needle in "CMake 3.22.1 is too old: stp needs 3.25 or later" "nvcc is missing" "NCCL 2.18.5" "needs NCCL 2.26 or later"; do
+  grep -qF "$needle" "$tmp/pre.out" || bad "prereqs: '$needle' not in: $(cat "$tmp/pre.out")"
+done
+printf '#define NCCL_MAJOR 2\n#define NCCL_MINOR 27\n#define NCCL_PATCH 3\n' >"$tmp/pre/nccl/include/nccl.h"
+printf '#!/bin/sh\necho "cmake version 3.28.3"\n' >"$tmp/pre/bin/cmake"
+printf '#!/bin/sh\n' >"$tmp/pre/bin/nvcc"
+chmod +x "$tmp/pre/bin/nvcc"
+PATH="$tmp/pre/bin" CUDA_HOME="$tmp/pre/cuda" NCCL_ROOT="$tmp/pre/nccl" "$py" "$helper" prereqs >"$tmp/pre2.out" 2>&1 ||
+  bad "prereqs: a complete machine rejected: $(cat "$tmp/pre2.out")"
+
+# Two JUnit files (CPU cases in parallel, CUDA cases one at a time) are read as one result.
+junit "$tmp/cpu-part.xml" "Backends/OnDevice.Launch/cpu|run|ok"
+junit "$tmp/cuda-part.xml" "Backends/OnDevice.Launch/cuda|run|ok"
+python3 "$helper" ctest "$tmp/cpu-part.xml,$tmp/cuda-part.xml" 1 >"$tmp/two.md" || bad "ctest: two files rejected: $(cat "$tmp/two.md")"
+grep -qF "2 tests: 2 passed" "$tmp/two.md" || bad "ctest: two files not merged: $(cat "$tmp/two.md")"
+
 if ((failures)); then
   echo "$failures check(s) failed"
   exit 1
