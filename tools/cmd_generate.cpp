@@ -34,7 +34,8 @@ int run(const GenerateArgs& a) {
               "' is a byte-level model (data.format text): it needs no --tokenizer");
   } else {
     STP_CHECK(!a.tokenizer.empty(), "checkpoint '", a.checkpoint, "' was trained on ", cfg.data.format,
-              " token ids (vocabulary ", cfg.model.vocab_size, "), not on bytes: text needs its tokenizer (--tokenizer PATH)");
+              " token ids (vocabulary ", cfg.model.vocab_size,
+              "), not on bytes: text needs its tokenizer (--tokenizer PATH)");
   }
   std::optional<stp::BpeTokenizer> tok;
   if (!bytes) {
@@ -73,7 +74,9 @@ stp::tools::Run define(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--top-k", args->sample.top_k, "sample among the K likeliest tokens; 0 = all")->capture_default_str();
   app.add_option("--seed", args->sample.seed, "seed of the sampler (same seed, same text)")->capture_default_str();
-  app.add_option("--tokenizer", args->tokenizer, "the BPE tokenizer of a model trained on token ids: a tokenizer.json or a folder, as for stp tokenize");
+  app.add_option(
+      "--tokenizer", args->tokenizer,
+      "the BPE tokenizer of a model trained on token ids: a tokenizer.json or a folder, as for stp tokenize");
   app.footer(
       "Prints the prompt and its continuation on stdout. No KV cache: every new token is one forward over "
       "the last model.seq_len tokens.");

@@ -21,7 +21,8 @@ double matmul_params(const ModelSpec& m) {
   const double I = m.intermediate_size;
   const double attn = C * C + 2 * C * kv + C * C + (m.qkv_bias ? C + 2 * kv : 0);  // q, k, v (+ biases), o
   const double block = 2 * C + attn + 3 * C * I;  // two RMSNorms, attention, gate / up / down
-  return L * block + C + V * C;  // + the final norm + the head (tied or not; the input lookup is free)
+  // + the final norm + the head (tied or not; the input lookup is free)
+  return L * block + C + V * C;
 }
 
 }  // namespace

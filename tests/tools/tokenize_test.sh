@@ -7,6 +7,9 @@
 #   * invalid UTF-8 is an error naming the file and offset (status 1), and --invalid-utf8 replace
 #     gives the reference ids of the text after U+FFFD substitution;
 #   * missing tokenizer / input, and an empty input folder, are one-line errors with status 1;
+#   * a BPE model end to end: a small GPT-2 trained for 2 steps on tokenized text, then
+#     `stp generate --tokenizer` prints the prompt and a continuation, the same for the same seed;
+#     without --tokenizer it is a one-line error;
 # Skipped (77) when stp is not built.
 set -uo pipefail
 src="$1" bin="$2"
@@ -77,6 +80,30 @@ if [ -d "$fortunes" ]; then
   fi
 else
   echo "note: $fortunes missing; fortunes comparison skipped"
+fi
+
+# A BPE model end to end: tokenize, train 2 steps, generate through the tokenizer.
+"$stp" tokenize "$data/gpt2" "$data/adversarial.txt" "$tmp/train.bin" >/dev/null 2>"$tmp/err" ||
+  fail "stp tokenize for training: $(cat "$tmp/err")"
+cat >"$tmp/bpe.yaml" <<YAML
+model: {arch: gpt2, n_layer: 1, n_head: 2, n_embd: 16, vocab_size: 50257, seq_len: 16}
+data: {path: $tmp/train.bin, format: llmc}
+train: {steps: 2, micro_batch_size: 1, microbatches: 1}
+parallel: {backend: cpu, tp: 1, pp: 1, schedule: gpipe, cpu_threads: 1}
+memory: {device_budget: 64MiB}
+output: {dir: $tmp/bpe-run, checkpoint_every: 0}
+YAML
+if "$stp" train "$tmp/bpe.yaml" >/dev/null 2>"$tmp/err"; then
+  ck="$tmp/bpe-run/checkpoint-2"
+  gen=("$stp" generate "$ck" --prompt "Hello world" --tokens 8 --seed 7 --tokenizer "$data/gpt2")
+  "${gen[@]}" >"$tmp/gen1" 2>"$tmp/err" || fail "stp generate --tokenizer: $(cat "$tmp/err")"
+  "${gen[@]}" >"$tmp/gen2" 2>/dev/null
+  cmp -s "$tmp/gen1" "$tmp/gen2" || fail "stp generate --tokenizer: the same seed gave other text"
+  grep -q "^Hello world" "$tmp/gen1" || fail "stp generate --tokenizer: no prompt echo: $(cat "$tmp/gen1")"
+  [ "$(wc -c <"$tmp/gen1")" -gt 13 ] || fail "stp generate --tokenizer: no continuation: $(cat "$tmp/gen1")"
+  expect_error 1 "--tokenizer" "$stp" generate "$ck" --prompt "Hello"
+else
+  fail "stp train on the tokenized text: $(cat "$tmp/err")"
 fi
 
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
