@@ -66,7 +66,9 @@ __attribute__((target("avx512f"))) void avx512_range(float* p, const float* g, f
     __m512 pi = _mm512_mul_ps(_mm512_loadu_ps(p + i), df);
     __m512 mi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(m + i), b1), _mm512_mul_ps(gi, omb1));
     __m512 vi = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(v + i), b2), _mm512_mul_ps(_mm512_mul_ps(gi, gi), omb2));
-    __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), b2s), eps);
+    // The zero-masked form computes every lane (mask all ones), the same IEEE square root;
+    // the plain _mm512_sqrt_ps trips GCC 12's -Wmaybe-uninitialized on its undefined pass-through.
+    __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_maskz_sqrt_ps(0xFFFF, vi), b2s), eps);
     _mm512_storeu_ps(p + i, _mm512_sub_ps(pi, _mm512_mul_ps(ss, _mm512_div_ps(mi, denom))));
     _mm512_storeu_ps(m + i, mi);
     _mm512_storeu_ps(v + i, vi);
