@@ -24,7 +24,7 @@ struct Sample {
     d.model = {{"wte.weight", &wte}, {"ln_f.weight", &ln}};
     d.optimizer = {{"wte.weight", {&m_wte, &v_wte}}, {"ln_f.weight", {&m_ln, &v_ln}}};
     d.optimizer_step = step;
-    d.state = CheckpointState{step, 4096 + std::uint64_t(step), 18446744073709551615ull, 77, "0123456789abcdef"};
+    d.state = CheckpointState{step, 4096 + std::uint64_t(step), 18446744073709551615ull, 77, "0123456789abcdef", ""};
     return d;
   }
 };

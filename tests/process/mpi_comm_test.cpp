@@ -91,9 +91,10 @@ TEST(MpiComm, ReduceScatterAndAllGatherAreBitwiseHostComms) {
     stream->synchronize();
     std::vector<float> want = host_comm_sum(count);
     stp::CommSlice s = stp::comm_slice(count, job().rank(), 4);
-    if (s.count)
+    if (s.count) {
       EXPECT_EQ(std::memcmp(mine.data() + s.first, want.data() + s.first, s.count * sizeof(float)), 0)
           << count << " elements";
+    }
     comm->all_gather(*stream, mine.data(), count);
     stream->synchronize();
     EXPECT_EQ(std::memcmp(mine.data(), want.data(), count * sizeof(float)), 0) << count << " elements";
