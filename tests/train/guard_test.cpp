@@ -95,21 +95,26 @@ TEST(NonFiniteGuard, InjectedNanGradientIsSkippedAndTheRunContinuesAsIfItsBatchM
 }
 
 // A NaN on one rank of one replica only (after the data-parallel sum): every rank of both
-// replicas skips, so the replicas stay identical.
+// replicas skips, so the replicas stay identical; with the distributed optimizer too (the NaN then
+// lands in the part of the gradient rank 0 owns).
 TEST(NonFiniteGuard, EveryReplicaSkipsWhenOneRankSeesANan) {
-  NanGradHook hook(/*rank=*/0, /*step=*/2);
-  auto cfg = stp::testing::tiny_config({"parallel.dp=2", "parallel.pp=1", "parallel.tp=1", "train.steps=3"});
-  cfg.output.dir = fresh_dir("guard_dp");
-  stp::Trainer t(cfg);
-  auto before = std::map<std::string, stp::HostTensor>();
-  t.step();
-  before = t.full_parameters(1);
-  stp::StepResult r = t.step();
-  EXPECT_TRUE(r.skipped);
-  EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(1), before)) << "replica 1 updated";
-  EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(0), before)) << "replica 0 updated";
-  EXPECT_FALSE(t.step().skipped);
-  EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(0), t.full_parameters(1)));
+  for (bool distributed : {false, true}) {
+    SCOPED_TRACE(distributed ? "distributed optimizer" : "replicated optimizer");
+    NanGradHook hook(/*rank=*/0, /*step=*/2);
+    auto cfg = stp::testing::tiny_config({"parallel.dp=2", "parallel.pp=1", "parallel.tp=1", "train.steps=3",
+                                          distributed ? "parallel.distributed_optimizer=true" : "parallel.dp=2"});
+    cfg.output.dir = fresh_dir(distributed ? "guard_dp_dist" : "guard_dp");
+    stp::Trainer t(cfg);
+    auto before = std::map<std::string, stp::HostTensor>();
+    t.step();
+    before = t.full_parameters(1);
+    stp::StepResult r = t.step();
+    EXPECT_TRUE(r.skipped);
+    EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(1), before)) << "replica 1 updated";
+    EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(0), before)) << "replica 0 updated";
+    EXPECT_FALSE(t.step().skipped);
+    EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(0), t.full_parameters(1)));
+  }
 }
 
 // The health numbers of a normal step: the norm before clipping and the coefficient applied.
