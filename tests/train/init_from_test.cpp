@@ -18,14 +18,7 @@ const std::string kRefWeights = std::string(STP_SOURCE_DIR) + "/tests/models/dat
 
 // The reference model shape over a small u16 token file (tokens < 64).
 stp::Config reference_config(const std::vector<std::string>& extra) {
-  std::string data = std::string(STP_BINARY_DIR) + "/tests/tokens64.u16";
-  {
-    std::ofstream f(data, std::ios::binary);
-    for (std::uint16_t i = 0; i < 4000; ++i) {
-      std::uint16_t t = static_cast<std::uint16_t>((i * 37 + 11) % 64);
-      f.write(reinterpret_cast<const char*>(&t), 2);
-    }
-  }
+  std::string data = stp::testing::tokens64_file();
   std::vector<std::string> sets = {"model.n_layer=2",
                                    "model.n_head=4",
                                    "model.n_embd=32",

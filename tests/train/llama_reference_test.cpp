@@ -16,16 +16,8 @@
 
 namespace {
 
-// The reference's token file: token i = (i * 37 + 11) mod 64, 4000 tokens, u16.
-std::string token_file() {
-  std::string path = std::string(STP_BINARY_DIR) + "/tests/llama_tokens64.u16";
-  std::ofstream f(path, std::ios::binary);
-  for (std::uint16_t i = 0; i < 4000; ++i) {
-    std::uint16_t t = static_cast<std::uint16_t>((i * 37 + 11) % 64);
-    f.write(reinterpret_cast<const char*>(&t), 2);
-  }
-  return path;
-}
+// The reference's token file (tokens < 64).
+std::string token_file() { return stp::testing::tokens64_file(); }
 
 stp::Config llama_config(const std::string& variant, const std::vector<std::string>& extra) {
   const auto& ref = stp::test::llama_reference(variant);

@@ -54,6 +54,25 @@ inline std::string tiny_text_file() {
   return path;
 }
 
+// A u16 token file of 4000 tokens, token i = (i * 37 + 11) mod 64 (the reference models' vocab
+// of 64). Written under a temporary name and renamed, so test processes running in parallel never
+// read it half written.
+inline std::string tokens64_file() {
+  static const std::string path = [] {
+    std::string p = std::string(STP_BINARY_DIR) + "/tests/tokens64.u16";
+    std::string tmp = p + ".tmp." + std::to_string(::getpid());
+    std::ofstream f(tmp, std::ios::binary);
+    for (std::uint16_t i = 0; i < 4000; ++i) {
+      std::uint16_t t = static_cast<std::uint16_t>((i * 37 + 11) % 64);
+      f.write(reinterpret_cast<const char*>(&t), 2);
+    }
+    f.close();
+    std::filesystem::rename(tmp, p);
+    return p;
+  }();
+  return path;
+}
+
 // n_layer 8 splits into 8 stages (pp 4 with two chunks); m = 8 is STP's minimum for pp 4.
 inline Config tiny_config(const std::vector<std::string>& overrides) {
   std::string yaml = R"(
