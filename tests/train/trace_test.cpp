@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "base/trace.h"
 #include "schedule/schedule.h"
 #include "tests/train/train_fixture.h"
@@ -77,6 +78,7 @@ TEST(ExecutorTrace, BraidedAllReducesHideUnderTheOtherPassAndPrecedeTheirConsume
   // 4 KiB per all-reduce at 200 KB/s: ~20 ms each.
   auto t = traced_step("stp", 2e5);
   int braided_ars = 0, overlapped = 0;
+  std::string misses;
   for (int g = 0; g < t->world_size(); ++g) {
     auto compute = spans_of(*t->trace(), g, "compute");
     auto comm = spans_of(*t->trace(), g, "tp-comm");
@@ -107,15 +109,20 @@ TEST(ExecutorTrace, BraidedAllReducesHideUnderTheOtherPassAndPrecedeTheirConsume
       ++braided_ars;
       bool overlaps = next_other->begin < ar.end && producer->end < next_other->end;
       overlapped += overlaps;
-      if (kTimingHoldsItsPremise) {
-        EXPECT_TRUE(overlaps) << "rank " << g << ": " << ar.name << " [" << ar.begin << ", " << ar.end
-                              << ") does not overlap " << next_other->name;
-      }
+      if (!overlaps && misses.size() < 8)
+        misses += stp::str("rank ", g, ": ", ar.name, " [", ar.begin, ", ", ar.end, ") does not overlap ",
+                           next_other->name, "\n");
     }
   }
   EXPECT_GT(braided_ars, 50);
+  // Whether one given all-reduce overlaps is up to the OS: on a shared 2-core machine (ctest -j2)
+  // the compute thread can be descheduled for longer than one all-reduce (~20 ms), and then the
+  // next unit starts after it ended (seen: 2 of 342, on the two ranks of one stage at the same
+  // instant). An executor that waits for each all-reduce before the other part's unit overlaps
+  // none, so nine in ten proves the braid and leaves room for such preemptions.
   if (kTimingHoldsItsPremise) {
-    EXPECT_EQ(overlapped, braided_ars);
+    EXPECT_GE(overlapped * 10, braided_ars * 9) << overlapped << " of " << braided_ars << " overlap; first misses:\n"
+                                                << misses;
   }
 }
 
