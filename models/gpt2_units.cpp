@@ -343,26 +343,6 @@ void head_backward_weight_t(const GPT2Dims& d, ParamInfo& wte, RecordSet& rec, C
 
 }  // namespace
 
-// ---- CallScope -------------------------------------------------------------------------------------
-
-CallScope::~CallScope() {
-  // Stream-ordered release (core/tensor.h): the bytes were used on this stream up to here.
-  for (const Tensor& t : dead_) t.record_use(s_);
-  dead_.clear();
-}
-
-Tensor CallScope::tmp(Shape shape, DType dtype) {
-  Tensor t = Tensor::empty(alloc_, std::move(shape), dtype);
-  dead_.push_back(t);
-  return t;
-}
-
-Tensor CallScope::keep(Shape shape, DType dtype) { return Tensor::empty(alloc_, std::move(shape), dtype); }
-
-void CallScope::release(Tensor t) {
-  if (t.defined()) dead_.push_back(std::move(t));
-}
-
 // ---- public passes: pick the activation type ------------------------------------------------------------
 
 Tensor attn_forward(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
@@ -480,15 +460,6 @@ double attn_recompute_cost(const GPT2Dims& d, Recompute r) {
 double mlp_recompute_cost(const GPT2Dims& d, Recompute r) {
   const double N = static_cast<double>(d.N()), C = static_cast<double>(d.C), Fl = static_cast<double>(d.Fl);
   return BranchFlops{8 * N * C, 2 * N * C * Fl, 9 * N * Fl, 2 * N * Fl * C}.cost(r);
-}
-
-void drop_recomputed(const std::vector<RecomputedRecord>& dropped, RecordSet& rec, CallScope& cs) {
-  for (const RecomputedRecord& r : dropped) {
-    Tensor t = rec.take(r.name);
-    STP_ASSERT(t.numel() == r.numel && t.dtype() == r.dtype, "recomputed record ", r.name, " is ", t.numel(), " ",
-               to_string(t.dtype()), " elements, not ", r.numel, " ", to_string(r.dtype));
-    cs.release(std::move(t));
-  }
 }
 
 // ---- LayerNorm finalize (Note [LayerNorm after the all-reduce]) -------------------------------------

@@ -38,6 +38,7 @@
 #include "memory/activation.h"
 #include "models/gpt2_config.h"
 #include "models/stage.h"
+#include "models/unit_common.h"
 
 namespace stp {
 
@@ -53,26 +54,6 @@ struct GPT2Dims {
   DType act = DType::F32;
   AttentionKernel attention = AttentionKernel::Naive;  // what the attention records are (docs/model.md, Attention)
   std::int64_t N() const { return B * T; }
-};
-
-// Temporaries of one call: allocated from the stage's allocator and released in stream order
-// when the scope ends (a host task on `s` holds them until the work enqueued before it is done).
-class CallScope {
- public:
-  CallScope(Allocator& alloc, Stream& s) : alloc_(alloc), s_(s) {}
-  ~CallScope();
-  CallScope(const CallScope&) = delete;
-  CallScope& operator=(const CallScope&) = delete;
-
-  Tensor tmp(Shape shape, DType dtype = DType::F32);   // dead after this call
-  Tensor keep(Shape shape, DType dtype = DType::F32);  // allocated here, kept by the caller (records, outputs)
-  void release(Tensor t);                              // a record whose last reader is enqueued in this call
-  Stream& stream() { return s_; }
-
- private:
-  Allocator& alloc_;
-  Stream& s_;
-  std::vector<Tensor> dead_;
 };
 
 struct LayerNormParams {
@@ -111,21 +92,12 @@ Tensor layernorm_finalize(const GPT2Dims& d, const LayerNormParams& p, const Ten
 //         (fused attention: "lse" in place of "att"; Selective then re-runs the fused forward)
 //   mlp   Selective: ln.x, ln.mean, ln.rstd, h        (drops ln.out, gelu)
 //         Full:      ln.x                             (drops ln.mean, ln.rstd, ln.out, h, gelu)
-struct RecomputedRecord {
-  const char* name;    // without the unit prefix, e.g. "att"
-  std::int64_t numel;  // elements
-  DType dtype;
-  std::size_t bytes() const { return static_cast<std::size_t>(numel) * dtype_size(dtype); }
-};
 std::vector<RecomputedRecord> attn_recomputed_records(const GPT2Dims& d, Recompute r);
 std::vector<RecomputedRecord> mlp_recomputed_records(const GPT2Dims& d, Recompute r);
 
 // The fraction of the unit's forward FLOPs the recompute re-runs (formula in gpt2_units.cpp).
 double attn_recompute_cost(const GPT2Dims& d, Recompute r);
 double mlp_recompute_cost(const GPT2Dims& d, Recompute r);
-
-// Right after F: releases (in stream order) the records policy r drops.
-void drop_recomputed(const std::vector<RecomputedRecord>& dropped, RecordSet& rec, CallScope& cs);
 
 // At the start of B: regenerates the records policy r dropped from the kept ones, with F's
 // kernels on F's inputs (bitwise F's values) and F's names and readers. The row-parallel output

@@ -31,9 +31,9 @@
 
 #include "core/tensor.h"
 #include "memory/activation.h"
-#include "models/gpt2_units.h"  // CallScope, RecomputedRecord, drop_recomputed (shared by the architectures)
 #include "models/model_spec.h"
 #include "models/stage.h"
+#include "models/unit_common.h"
 
 namespace stp {
 
