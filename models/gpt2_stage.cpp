@@ -35,11 +35,11 @@ GPT2Stage::GPT2Stage(const GPT2Config& config, const GPT2StageSpec& spec, Alloca
 }
 
 Tensor GPT2Stage::embed_forward(const Tensor& tokens, RecordSet& rec, CallScope& cs) {
-  return stp::embed_forward(dims_, params_.at("wte.weight"), params_.at("wpe.weight"), tokens, rec, cs);
+  return token_embedding_forward(dims_, params_.at("wte.weight"), &params_.at("wpe.weight"), tokens, rec, cs);
 }
 
 void GPT2Stage::embed_backward_weight(RecordSet& rec, CallScope& cs) {
-  stp::embed_backward_weight(dims_, params_.at("wte.weight"), params_.at("wpe.weight"), rec, cs);
+  token_embedding_backward_weight(dims_, params_.at("wte.weight"), &params_.at("wpe.weight"), rec, cs);
 }
 
 Tensor GPT2Stage::branch_forward(int u, const Tensor& x, RecordSet& rec, CallScope& cs) {
@@ -83,7 +83,7 @@ Tensor GPT2Stage::head_backward_input(float loss_scale, RecordSet& rec, CallScop
 }
 
 void GPT2Stage::head_backward_weight(RecordSet& rec, CallScope& cs) {
-  stp::head_backward_weight(dims_, params_.at("wte.weight"), rec, cs);
+  lm_head_backward_weight(dims_, params_.at("wte.weight"), rec, cs);
 }
 
 }  // namespace stp

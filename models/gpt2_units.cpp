@@ -14,21 +14,6 @@ namespace {
 using i64 = std::int64_t;
 constexpr RecordReader kB = RecordReader::B, kW = RecordReader::W, kPrev = RecordReader::B_PREV;
 
-const std::int32_t* as_i32(const Tensor& t) { return t.data<std::int32_t>(); }
-
-// Calls fn(A{}) with A = float or bf16 as d.act says.
-template <typename Fn>
-decltype(auto) with_act(const GPT2Dims& d, Fn&& fn) {
-  if (d.act == DType::BF16) return fn(bf16{});
-  return fn(float{});
-}
-
-// The GEMM operand of a weight (its bf16 copy under bf16 precision).
-template <typename A>
-const A* weight(const ParamInfo* p) {
-  return p->compute.as<A>();
-}
-
 // The steps of F that a recompute re-runs. F and the recompute both call these, so they run the
 // same kernels with the same arguments on the same inputs: the regenerated records are bitwise
 // F's.
@@ -64,8 +49,6 @@ Tensor column_parallel_in(const GPT2Dims& d, const BranchParams& p, const Tensor
 struct AttentionOut {
   Tensor core, y;
 };
-
-bool fused(const GPT2Dims& d) { return d.attention == AttentionKernel::Fused; }
 
 // The local heads in GPT-2's packed qkv rows [q | k | v] (core/kernels/attention_kernels.h, Layout).
 AttentionLayout attention_layout(const GPT2Dims& d) { return {d.B, d.T, d.H, d.H, d.D, 3 * d.Cl, 3 * d.Cl, d.Cl}; }
@@ -288,20 +271,10 @@ void mlp_recompute_t(const GPT2Dims& d, const BranchParams& p, Recompute r, Reco
 template <typename A>
 void head_forward_t(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, const Tensor& x,
                     const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs) {
-  const i64 N = d.N();
-  Stream& s = cs.stream();
   // 1. ln_f; its statistics are read by this unit's own B (no all-reduce in the head).
   Tensor ln = layernorm_with_records<A>(d, ln_f, x, rec, cs, kB);
-  // 2. Tied LM head: logits = ln_f(x) wte^T.
-  Tensor logits = cs.keep({d.B, d.T, d.V}, d.act);
-  gemm(s, false, true, N, d.V, d.C, ln.as<A>(), d.C, weight<A>(&wte), d.C, logits.as<A>(), d.V);
-  // 3. Mean token cross-entropy (f32 sums over the vocabulary).
-  Tensor losses = cs.tmp({N}), lse = cs.keep({N});
-  cross_entropy_forward(s, loss.f32(), losses.f32(), lse.f32(), logits.as<A>(), as_i32(targets), N, d.V);
-  rec.save("ln.out", ln, kW);
-  rec.save("logits", logits, kB);
-  rec.save("lse", lse, kB);
-  rec.save("targets", targets, kB);
+  // 2. Tied LM head: logits = ln_f(x) wte^T, and the loss.
+  lm_head_forward(d, wte, ln, targets, loss, rec, cs);
 }
 
 template <typename A>
@@ -309,16 +282,9 @@ Tensor head_backward_input_t(const GPT2Dims& d, const LayerNormParams& ln_f, Par
                              RecordSet& rec, CallScope& cs) {
   const i64 N = d.N();
   Stream& s = cs.stream();
-  // 1. dlogits in place over the logits (the seed: loss_scale / N per token).
-  Tensor logits = rec.take("logits"), lse = rec.take("lse"), targets = rec.take("targets");
-  cross_entropy_backward_inplace(s, logits.as<A>(), lse.f32(), as_i32(targets), loss_scale / static_cast<float>(N), N,
-                                 d.V);
-  cs.release(lse);
-  cs.release(targets);
-  // 2. dln = dlogits wte.
-  Tensor dln = cs.tmp({d.B, d.T, d.C});
-  gemm(s, false, false, N, d.C, d.V, logits.as<A>(), d.V, weight<A>(&wte), d.C, dln.f32(), d.C);
-  // 3. ln_f backward (replicated, exact: nothing to reduce). The head is the first gradient
+  // 1. dlogits, and dln = dlogits wte.
+  Tensor dln = lm_head_backward_input(d, wte, loss_scale, rec, cs);
+  // 2. ln_f backward (replicated, exact: nothing to reduce). The head is the first gradient
   //    source, so there is no residual gradient to add.
   Tensor x = rec.take("ln.x"), mean = rec.take("ln.mean"), rstd = rec.take("ln.rstd");
   Tensor dx = cs.keep({d.B, d.T, d.C});
@@ -327,18 +293,7 @@ Tensor head_backward_input_t(const GPT2Dims& d, const LayerNormParams& ln_f, Par
   layernorm_backward_weight_accumulate(s, ln_f.w->grad.f32(), ln_f.b->grad.f32(), dln.f32(), x.f32(), mean.f32(),
                                        rstd.f32(), N, d.C);
   for (Tensor* t : {&x, &mean, &rstd}) cs.release(std::move(*t));
-  rec.save("dlogits", logits, kW, 'B');
   return dx;
-}
-
-template <typename A>
-void head_backward_weight_t(const GPT2Dims& d, ParamInfo& wte, RecordSet& rec, CallScope& cs) {
-  // dwte += dlogits^T ln_f(x).
-  Tensor dlogits = rec.take("dlogits"), ln = rec.take("ln.out");
-  gemm(cs.stream(), true, false, d.V, d.C, d.N(), dlogits.as<A>(), d.V, ln.as<A>(), d.C, wte.grad.f32(), d.C, 1.0f,
-       1.0f);
-  cs.release(dlogits);
-  cs.release(ln);
 }
 
 }  // namespace
@@ -389,10 +344,6 @@ Tensor head_backward_input(const GPT2Dims& d, const LayerNormParams& ln_f, Param
   return with_act(d, [&](auto a) { return head_backward_input_t<decltype(a)>(d, ln_f, wte, loss_scale, rec, cs); });
 }
 
-void head_backward_weight(const GPT2Dims& d, ParamInfo& wte, RecordSet& rec, CallScope& cs) {
-  with_act(d, [&](auto a) { head_backward_weight_t<decltype(a)>(d, wte, rec, cs); });
-}
-
 // ---- recompute records and costs ------------------------------------------------------------
 
 std::vector<RecomputedRecord> attn_recomputed_records(const GPT2Dims& d, Recompute r) {
@@ -434,21 +385,6 @@ std::vector<RecomputedRecord> mlp_recomputed_records(const GPT2Dims& d, Recomput
 // Bias and residual adds are left out (N x width each, negligible next to the GEMMs).
 // Selective re-runs LayerNorm and the attention core + softmax (attn) or GELU (mlp); Full re-runs
 // everything up to c_proj. The cost is what is re-run over the whole forward.
-namespace {
-struct BranchFlops {
-  double ln, in, op, out;  // LayerNorm, column GEMM, the op between (attention / GELU), row GEMM
-  double cost(Recompute r) const {
-    const double total = ln + in + op + out;
-    switch (r) {
-      case Recompute::None: return 0.0;
-      case Recompute::Selective: return (ln + op) / total;
-      case Recompute::Full: return (ln + in + op) / total;
-    }
-    STP_UNREACHABLE("bad Recompute");
-  }
-};
-}  // namespace
-
 double attn_recompute_cost(const GPT2Dims& d, Recompute r) {
   const double N = static_cast<double>(d.N()), C = static_cast<double>(d.C), Cl = static_cast<double>(d.Cl);
   const double B = static_cast<double>(d.B), T = static_cast<double>(d.T), H = static_cast<double>(d.H);
@@ -475,25 +411,6 @@ Tensor layernorm_finalize(const GPT2Dims& d, const LayerNormParams& p, const Ten
                                        N, C);
   for (Tensor* t : {&x, &mean, &rstd}) cs.release(std::move(*t));
   return dx;
-}
-
-// ---- embedding ------------------------------------------------------------------------------------------
-
-Tensor embed_forward(const GPT2Dims& d, ParamInfo& wte, ParamInfo& wpe, const Tensor& tokens, RecordSet& rec,
-                     CallScope& cs) {
-  Tensor x = cs.keep({d.B, d.T, d.C});
-  embedding_forward(cs.stream(), x.f32(), as_i32(tokens), wte.param.f32(), wpe.param.f32(), d.B, d.T, d.C);
-  rec.save("tokens", tokens, kW);
-  return x;
-}
-
-void embed_backward_weight(const GPT2Dims& d, ParamInfo& wte, ParamInfo& wpe, RecordSet& rec, CallScope& cs) {
-  Tensor tokens = rec.take("tokens"), dx = rec.take("dx");
-  Tensor ws = cs.tmp({embedding_backward_workspace(d.V, d.N())});  // int32 in 4-byte elements
-  embedding_backward_accumulate(cs.stream(), wte.grad.f32(), wpe.grad.f32(), dx.f32(), as_i32(tokens),
-                                ws.data<std::int32_t>(), d.B, d.T, d.C, d.V);
-  cs.release(tokens);
-  cs.release(dx);
 }
 
 }  // namespace stp

@@ -4,7 +4,7 @@
 // RecordSet (memory/activation.h) and nowhere else.
 //
 // Units of a stage, in forward order (models/gpt2_stage.h numbers them):
-//   embed  F: x0 = wte[tokens] + wpe                B: dx0 (finalize unit 1)   W: dwte, dwpe
+//   embed  F: x0 = wte[tokens] + wpe (token_embedding_forward, models/unit_common.h)
 //   attn   F: LN1 -> c_attn (column) -> causal attention -> c_proj (row) -> partial sum
 //   mlp    F: LN2 -> c_fc (column) -> GELU -> c_proj (row) -> partial sum
 //   head   F: ln_f -> logits = x wte^T -> cross-entropy   (replicated on every TP rank)
@@ -48,12 +48,8 @@ namespace stp {
 // the gradients W reads are bf16, and GEMMs use the bf16 copies of the weights
 // (ParamInfo::compute). The residual stream, everything all-reduced or sent between stages,
 // LayerNorm statistics, losses and parameter gradients stay f32.
-struct GPT2Dims {
-  std::int64_t B = 0, T = 0, C = 0, V = 0, H = 0, D = 0, Cl = 0, Fl = 0;
-  int tp_rank = 0, tp_size = 1;
-  DType act = DType::F32;
-  AttentionKernel attention = AttentionKernel::Naive;  // what the attention records are (docs/model.md, Attention)
-  std::int64_t N() const { return B * T; }
+struct GPT2Dims : UnitDims {
+  std::int64_t H = 0, D = 0, Cl = 0, Fl = 0;
 };
 
 struct LayerNormParams {
@@ -105,11 +101,6 @@ double mlp_recompute_cost(const GPT2Dims& d, Recompute r);
 void attn_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs);
 void mlp_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs);
 
-// ---- embedding unit --------------------------------------------------------------------------
-Tensor embed_forward(const GPT2Dims& d, ParamInfo& wte, ParamInfo& wpe, const Tensor& tokens, RecordSet& rec,
-                     CallScope& cs);
-void embed_backward_weight(const GPT2Dims& d, ParamInfo& wte, ParamInfo& wpe, RecordSet& rec, CallScope& cs);
-
 // ---- head unit (ln_f, tied LM head, cross-entropy) --------------------------------------------
 // Writes the mean loss into `loss` (1,).
 void head_forward(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, const Tensor& x,
@@ -117,6 +108,6 @@ void head_forward(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte
 // Returns dx, the gradient w.r.t. the head's input (full on every rank; nothing to reduce).
 Tensor head_backward_input(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, float loss_scale,
                            RecordSet& rec, CallScope& cs);
-void head_backward_weight(const GPT2Dims& d, ParamInfo& wte, RecordSet& rec, CallScope& cs);
+// W: lm_head_backward_weight (models/unit_common.h) with wte.
 
 }  // namespace stp

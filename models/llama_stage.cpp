@@ -40,11 +40,11 @@ LlamaStage::LlamaStage(const ModelSpec& config, const StageSpec& spec, Allocator
 }
 
 Tensor LlamaStage::embed_forward(const Tensor& tokens, RecordSet& rec, CallScope& cs) {
-  return llama_embed_forward(dims_, params_.at("model.embed_tokens.weight"), tokens, rec, cs);
+  return token_embedding_forward(dims_, params_.at("model.embed_tokens.weight"), nullptr, tokens, rec, cs);
 }
 
 void LlamaStage::embed_backward_weight(RecordSet& rec, CallScope& cs) {
-  llama_embed_backward_weight(dims_, params_.at("model.embed_tokens.weight"), rec, cs);
+  token_embedding_backward_weight(dims_, params_.at("model.embed_tokens.weight"), nullptr, rec, cs);
 }
 
 Tensor LlamaStage::branch_forward(int u, const Tensor& x, RecordSet& rec, CallScope& cs) {
@@ -90,7 +90,7 @@ Tensor LlamaStage::head_backward_input(float loss_scale, RecordSet& rec, CallSco
 }
 
 void LlamaStage::head_backward_weight(RecordSet& rec, CallScope& cs) {
-  llama_head_backward_weight(dims_, params_.at(head_weight_), rec, cs);
+  lm_head_backward_weight(dims_, params_.at(head_weight_), rec, cs);
 }
 
 // ---- registry entry ---------------------------------------------------------------------------------
