@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "core/kernels/attention_kernels.h"
 #include "core/kernels/nn_kernels.h"
+#include "models/branch_steps.h"
 
 namespace stp {
 namespace {
@@ -32,15 +33,6 @@ LayerNormOut layernorm_step(const GPT2Dims& d, const LayerNormParams& p, const T
   layernorm_forward(cs.stream(), r.out.as<A>(), r.mean.f32(), r.rstd.f32(), x.f32(), p.w->param.f32(), p.b->param.f32(),
                     N, C);
   return r;
-}
-
-// Column-parallel c_attn / c_fc: (B, T, width) from the LN output (B, T, C).
-template <typename A>
-Tensor column_parallel_in(const GPT2Dims& d, const BranchParams& p, const Tensor& ln, i64 width, CallScope& cs) {
-  Tensor out = cs.keep({d.B, d.T, width}, d.act);
-  linear_forward<A, A>(cs.stream(), out.as<A>(), ln.as<A>(), weight<A>(p.in_w), p.in_b->param.f32(), nullptr, d.N(),
-                       d.C, width);
-  return out;
 }
 
 // What attention keeps for B besides qkv: naive, "att" (B, H, T, T) probabilities (d.act); fused,
@@ -102,50 +94,11 @@ Tensor layernorm_recompute(const GPT2Dims& d, const LayerNormParams& p, Recomput
   return ln.out;
 }
 
-// The row-parallel output: rank 0 folds residual and bias in (Note [Residual folded ...]). The
-// partial is f32: it is all-reduced into the f32 residual stream.
-template <typename A>
-Tensor row_parallel_out(const GPT2Dims& d, const BranchParams& p, const Tensor& in, i64 in_width, const Tensor& x,
-                        CallScope& cs) {
-  const bool rank0 = d.tp_rank == 0;
-  Tensor y = cs.keep({d.B, d.T, d.C});
-  linear_forward<A, float>(cs.stream(), y.f32(), in.as<A>(), weight<A>(p.out_w), rank0 ? p.out_b->param.f32() : nullptr,
-                           rank0 ? x.f32() : nullptr, d.N(), in_width, d.C);
-  return y;
-}
-
-// The gradient w.r.t. a unit's output as the GEMMs read it: dy itself in f32, a bf16 copy
-// otherwise (which is also what W reads, so the record "dy" is that copy).
-template <typename A>
-Tensor gemm_dy(const GPT2Dims& d, const Tensor& dy, CallScope& cs) {
-  if constexpr (dtype_of<A>() == DType::F32) return dy;
-  Tensor c = cs.keep({d.B, d.T, d.C}, d.act);
-  convert(cs.stream(), c.as<A>(), dy.f32(), dy.numel());
-  return c;
-}
-
 // c_proj's bias gradient, in B from the f32 gradient of the unit's output (a column sum over
 // tokens, which cancels heavily: from the bf16 copy it would keep little of its f32 value).
 // c_proj bias is replicated: every rank has the full dy and computes the same gradient.
 void c_proj_bias_grad(const GPT2Dims& d, const BranchParams& p, const Tensor& dy /*(B, T, C) f32*/, CallScope& cs) {
   column_sum_accumulate(cs.stream(), p.out_b->grad.f32(), dy.f32(), d.N(), d.C);
-}
-
-// W of a branch (attention or MLP): both row- and column-parallel weight gradients, from the
-// records B left. `act` (N, act_width) is the c_proj input, `dact` (N, in_width) the gradient of
-// the c_attn / c_fc output; "dy" (N, C) and "ln.out" (N, C) are common to both branches.
-template <typename A>
-void branch_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs,
-                            const char* act_name, i64 act_width, const char* dact_name, i64 in_width) {
-  const i64 N = d.N();
-  Stream& s = cs.stream();
-  Tensor act = rec.take(act_name), dy = rec.take("dy"), ln = rec.take("ln.out"), dact = rec.take(dact_name);
-  // (c_proj's bias gradient was taken in B, from the f32 dy: c_proj_bias_grad.)
-  linear_backward_weight_accumulate(s, p.out_w->grad.f32(), static_cast<float*>(nullptr), act.as<A>(), dy.as<A>(), N,
-                                    act_width, d.C);
-  linear_backward_weight_accumulate(s, p.in_w->grad.f32(), p.in_b->grad.f32(), ln.as<A>(), dact.as<A>(), N, d.C,
-                                    in_width);
-  for (Tensor* t : {&act, &dy, &ln, &dact}) cs.release(std::move(*t));
 }
 
 // ---- attention ---------------------------------------------------------------------------------------
@@ -155,11 +108,11 @@ Tensor attn_forward_t(const GPT2Dims& d, const BranchParams& p, const Tensor& x,
   // 1. LN1 (replicated).
   Tensor ln = layernorm_with_records<A>(d, p.ln, x, rec, cs, kPrev);
   // 2. Column-parallel c_attn: this rank's q, k, v heads.
-  Tensor qkv = column_parallel_in<A>(d, p, ln, 3 * d.Cl, cs);
+  Tensor qkv = column_parallel_in<A>(d, p.in_w, p.in_b, ln, 3 * d.Cl, cs);
   // 3. Causal attention over the local heads.
   AttentionOut a = attention_step<A>(d, qkv, cs);
   // 4. Row-parallel c_proj: the partial of the next residual stream.
-  Tensor out = row_parallel_out<A>(d, p, a.y, d.Cl, x, cs);
+  Tensor out = row_parallel_out<A>(d, p.out_w, p.out_b, a.y, d.Cl, x, cs);
   rec.save("ln.out", ln, kW);
   rec.save("qkv", qkv, kB);
   save_attention_records(d, a, rec);
@@ -212,10 +165,10 @@ Tensor mlp_forward_t(const GPT2Dims& d, const BranchParams& p, const Tensor& x, 
   // 1. LN2 (replicated).
   Tensor ln = layernorm_with_records<A>(d, p.ln, x, rec, cs, kPrev);
   // 2. Column-parallel c_fc, then GELU.
-  Tensor h = column_parallel_in<A>(d, p, ln, d.Fl, cs);
+  Tensor h = column_parallel_in<A>(d, p.in_w, p.in_b, ln, d.Fl, cs);
   Tensor g = gelu_step<A>(d, h, cs);
   // 3. Row-parallel c_proj: the partial of the next residual stream.
-  Tensor out = row_parallel_out<A>(d, p, g, d.Fl, x, cs);
+  Tensor out = row_parallel_out<A>(d, p.out_w, p.out_b, g, d.Fl, x, cs);
   rec.save("ln.out", ln, kW);
   rec.save("h", h, kB);
   rec.save("gelu", g, kW);
@@ -250,7 +203,7 @@ void attn_recompute_t(const GPT2Dims& d, const BranchParams& p, Recompute r, Rec
   // 1. LN1 from the kept input (and its statistics when Full dropped them).
   Tensor ln = layernorm_recompute<A>(d, p.ln, r, rec, cs);
   // 2. c_attn when Full dropped qkv; Selective kept it.
-  if (r == Recompute::Full) rec.save("qkv", column_parallel_in<A>(d, p, ln, 3 * d.Cl, cs), kB);
+  if (r == Recompute::Full) rec.save("qkv", column_parallel_in<A>(d, p.in_w, p.in_b, ln, 3 * d.Cl, cs), kB);
   // 3. The attention probabilities and output.
   AttentionOut a = attention_step<A>(d, rec.get("qkv"), cs);
   save_attention_records(d, a, rec);
@@ -261,7 +214,7 @@ void mlp_recompute_t(const GPT2Dims& d, const BranchParams& p, Recompute r, Reco
   // 1. LN2 from the kept input (and its statistics when Full dropped them).
   Tensor ln = layernorm_recompute<A>(d, p.ln, r, rec, cs);
   // 2. c_fc when Full dropped h; Selective kept it.
-  if (r == Recompute::Full) rec.save("h", column_parallel_in<A>(d, p, ln, d.Fl, cs), kB);
+  if (r == Recompute::Full) rec.save("h", column_parallel_in<A>(d, p.in_w, p.in_b, ln, d.Fl, cs), kB);
   // 3. GELU.
   rec.save("gelu", gelu_step<A>(d, rec.get("h"), cs), kW);
 }
@@ -309,7 +262,9 @@ Tensor attn_backward_input(const GPT2Dims& d, const BranchParams& p, const Tenso
 }
 
 void attn_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs) {
-  with_act(d, [&](auto a) { branch_backward_weight<decltype(a)>(d, p, rec, cs, "y", d.Cl, "dqkv", 3 * d.Cl); });
+  with_act(d, [&](auto a) {
+    branch_weight_grads<decltype(a)>(d, p.in_w, p.in_b, p.out_w, rec, cs, "y", d.Cl, "dqkv", 3 * d.Cl);
+  });
 }
 
 Tensor mlp_forward(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
@@ -321,7 +276,9 @@ Tensor mlp_backward_input(const GPT2Dims& d, const BranchParams& p, const Tensor
 }
 
 void mlp_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs) {
-  with_act(d, [&](auto a) { branch_backward_weight<decltype(a)>(d, p, rec, cs, "gelu", d.Fl, "dh", d.Fl); });
+  with_act(d, [&](auto a) {
+    branch_weight_grads<decltype(a)>(d, p.in_w, p.in_b, p.out_w, rec, cs, "gelu", d.Fl, "dh", d.Fl);
+  });
 }
 
 void attn_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs) {

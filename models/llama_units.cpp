@@ -6,6 +6,7 @@
 #include "core/kernels/attention_kernels.h"
 #include "core/kernels/llama_kernels.h"
 #include "core/kernels/nn_kernels.h"
+#include "models/branch_steps.h"
 
 namespace stp {
 namespace {
@@ -30,19 +31,10 @@ NormOut norm_step(const LlamaDims& d, const ParamInfo* w, const Tensor& x, CallS
   return r;
 }
 
-// Column-parallel input GEMM (B, T, width) from the norm output (B, T, C).
-template <typename A>
-Tensor column_parallel_in(const LlamaDims& d, const LlamaBranch& p, const Tensor& ln, i64 width, CallScope& cs) {
-  Tensor out = cs.keep({d.B, d.T, width}, d.act);
-  linear_forward<A, A>(cs.stream(), out.as<A>(), ln.as<A>(), weight<A>(p.in_w), p.in_b ? p.in_b->param.f32() : nullptr,
-                       nullptr, d.N(), d.C, width);
-  return out;
-}
-
 // q, k, v of the local heads, RoPE applied to q and k in place: (B, T, QKV).
 template <typename A>
 Tensor qkv_step(const LlamaDims& d, const LlamaBranch& p, const Tensor& ln, CallScope& cs) {
-  Tensor qkv = column_parallel_in<A>(d, p, ln, d.QKV(), cs);
+  Tensor qkv = column_parallel_in<A>(d, p.in_w, p.in_b, ln, d.QKV(), cs);
   A* q = qkv.as<A>();
   rope_forward<A>(cs.stream(), q, d.N(), d.T, d.QKV(), d.H, d.D, d.theta);
   rope_forward<A>(cs.stream(), q + d.QW(), d.N(), d.T, d.QKV(), d.K, d.D, d.theta);
@@ -110,37 +102,6 @@ Tensor norm_recompute(const LlamaDims& d, const ParamInfo* w, Recompute r, Recor
   return n.out;
 }
 
-// Row-parallel output (no bias): rank 0 folds the residual in. f32: it is all-reduced.
-template <typename A>
-Tensor row_parallel_out(const LlamaDims& d, const LlamaBranch& p, const Tensor& in, i64 in_width, const Tensor& x,
-                        CallScope& cs) {
-  Tensor y = cs.keep({d.B, d.T, d.C});
-  linear_forward<A, float>(cs.stream(), y.f32(), in.as<A>(), weight<A>(p.out_w), nullptr,
-                           d.tp_rank == 0 ? x.f32() : nullptr, d.N(), in_width, d.C);
-  return y;
-}
-
-template <typename A>
-Tensor gemm_dy(const LlamaDims& d, const Tensor& dy, CallScope& cs) {
-  if constexpr (dtype_of<A>() == DType::F32) return dy;
-  Tensor c = cs.keep({d.B, d.T, d.C}, d.act);
-  convert(cs.stream(), c.as<A>(), dy.f32(), dy.numel());
-  return c;
-}
-
-template <typename A>
-void branch_backward_weight(const LlamaDims& d, const LlamaBranch& p, RecordSet& rec, CallScope& cs,
-                            const char* act_name, i64 act_width, const char* dact_name, i64 in_width) {
-  const i64 N = d.N();
-  Stream& s = cs.stream();
-  Tensor act = rec.take(act_name), dy = rec.take("dy"), ln = rec.take("ln.out"), dact = rec.take(dact_name);
-  linear_backward_weight_accumulate(s, p.out_w->grad.f32(), static_cast<float*>(nullptr), act.as<A>(), dy.as<A>(), N,
-                                    act_width, d.C);
-  linear_backward_weight_accumulate(s, p.in_w->grad.f32(), p.in_b ? p.in_b->grad.f32() : nullptr, ln.as<A>(),
-                                    dact.as<A>(), N, d.C, in_width);
-  for (Tensor* t : {&act, &dy, &ln, &dact}) cs.release(std::move(*t));
-}
-
 // ---- attention ------------------------------------------------------------------------------------
 
 template <typename A>
@@ -152,7 +113,7 @@ Tensor attn_forward_t(const LlamaDims& d, const LlamaBranch& p, const Tensor& x,
   // 3. Causal grouped-query attention over the local heads.
   AttentionOut a = attention_step<A>(d, qkv, cs);
   // 4. Row-parallel o_proj: the partial of the next residual stream.
-  Tensor out = row_parallel_out<A>(d, p, a.y, d.QW(), x, cs);
+  Tensor out = row_parallel_out<A>(d, p.out_w, nullptr, a.y, d.QW(), x, cs);
   rec.save("ln.out", ln, kW);
   rec.save("qkv", qkv, kB);
   save_attention_records(d, a, rec);
@@ -213,10 +174,10 @@ Tensor mlp_forward_t(const LlamaDims& d, const LlamaBranch& p, const Tensor& x, 
   // 1. post_attention_layernorm (RMSNorm, replicated).
   Tensor ln = norm_with_records<A>(d, p.norm, x, rec, cs, kPrev);
   // 2. Column-parallel gate_up_proj, then silu(gate) * up.
-  Tensor h = column_parallel_in<A>(d, p, ln, 2 * d.I, cs);
+  Tensor h = column_parallel_in<A>(d, p.in_w, p.in_b, ln, 2 * d.I, cs);
   Tensor a = swiglu_step<A>(d, h, cs);
   // 3. Row-parallel down_proj: the partial of the next residual stream.
-  Tensor out = row_parallel_out<A>(d, p, a, d.I, x, cs);
+  Tensor out = row_parallel_out<A>(d, p.out_w, nullptr, a, d.I, x, cs);
   rec.save("ln.out", ln, kW);
   rec.save("h", h, kB);
   rec.save("act", a, kW);
@@ -257,7 +218,7 @@ void attn_recompute_t(const LlamaDims& d, const LlamaBranch& p, Recompute r, Rec
 template <typename A>
 void mlp_recompute_t(const LlamaDims& d, const LlamaBranch& p, Recompute r, RecordSet& rec, CallScope& cs) {
   Tensor ln = norm_recompute<A>(d, p.norm, r, rec, cs);
-  if (r == Recompute::Full) rec.save("h", column_parallel_in<A>(d, p, ln, 2 * d.I, cs), kB);
+  if (r == Recompute::Full) rec.save("h", column_parallel_in<A>(d, p.in_w, p.in_b, ln, 2 * d.I, cs), kB);
   rec.save("act", swiglu_step<A>(d, rec.get("h"), cs), kW);
 }
 
@@ -299,7 +260,9 @@ Tensor llama_attn_backward_input(const LlamaDims& d, const LlamaBranch& p, const
   return with_act(d, [&](auto a) { return attn_backward_input_t<decltype(a)>(d, p, dy, rec, cs); });
 }
 void llama_attn_backward_weight(const LlamaDims& d, const LlamaBranch& p, RecordSet& rec, CallScope& cs) {
-  with_act(d, [&](auto a) { branch_backward_weight<decltype(a)>(d, p, rec, cs, "y", d.QW(), "dqkv", d.QKV()); });
+  with_act(d, [&](auto a) {
+    branch_weight_grads<decltype(a)>(d, p.in_w, p.in_b, p.out_w, rec, cs, "y", d.QW(), "dqkv", d.QKV());
+  });
 }
 Tensor llama_mlp_forward(const LlamaDims& d, const LlamaBranch& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
   return with_act(d, [&](auto a) { return mlp_forward_t<decltype(a)>(d, p, x, rec, cs); });
@@ -309,7 +272,9 @@ Tensor llama_mlp_backward_input(const LlamaDims& d, const LlamaBranch& p, const 
   return with_act(d, [&](auto a) { return mlp_backward_input_t<decltype(a)>(d, p, dy, rec, cs); });
 }
 void llama_mlp_backward_weight(const LlamaDims& d, const LlamaBranch& p, RecordSet& rec, CallScope& cs) {
-  with_act(d, [&](auto a) { branch_backward_weight<decltype(a)>(d, p, rec, cs, "act", d.I, "dh", 2 * d.I); });
+  with_act(d, [&](auto a) {
+    branch_weight_grads<decltype(a)>(d, p.in_w, p.in_b, p.out_w, rec, cs, "act", d.I, "dh", 2 * d.I);
+  });
 }
 void llama_attn_recompute(const LlamaDims& d, const LlamaBranch& p, Recompute r, RecordSet& rec, CallScope& cs) {
   if (r == Recompute::None) return;
