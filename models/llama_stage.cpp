@@ -6,8 +6,31 @@
 
 namespace stp {
 
+namespace {
+
+// The attention and MLP units (models/llama_units.h).
+const BranchOps<LlamaDims, LlamaBranch> kLlamaAttn{
+    .forward = &llama_attn_forward,
+    .backward_input = &llama_attn_backward_input,
+    .backward_weight = &llama_attn_backward_weight,
+    .recompute = &llama_attn_recompute,
+    .recomputed_records = &llama_attn_recomputed_records,
+    .recompute_cost = &llama_attn_recompute_cost,
+};
+const BranchOps<LlamaDims, LlamaBranch> kLlamaMlp{
+    .forward = &llama_mlp_forward,
+    .backward_input = &llama_mlp_backward_input,
+    .backward_weight = &llama_mlp_backward_weight,
+    .recompute = &llama_mlp_recompute,
+    .recomputed_records = &llama_mlp_recomputed_records,
+    .recompute_cost = &llama_mlp_recompute_cost,
+};
+
+}  // namespace
+
 LlamaStage::LlamaStage(const ModelSpec& config, const StageSpec& spec, Allocator& alloc)
-    : StageBase(spec, config.n_layer, config.seq_len, config.n_embd, llama_param_store(config, spec, alloc), alloc) {
+    : BranchedStage(spec, config.n_layer, config.seq_len, config.n_embd, llama_param_store(config, spec, alloc), alloc,
+                    kLlamaAttn, kLlamaMlp) {
   const int t = spec.tp_size;
   dims_.B = spec.micro_batch_size;
   dims_.T = config.seq_len;
@@ -25,12 +48,11 @@ LlamaStage::LlamaStage(const ModelSpec& config, const StageSpec& spec, Allocator
   dims_.theta = config.rope_theta;
   head_weight_ = llama_head_weight(config);
 
-  branches_.resize(static_cast<std::size_t>(num_units()));
   for (int u = 0; u < num_units(); ++u) {
     if (!is_branch(unit_kind(u))) continue;
     const std::string h = "model.layers." + std::to_string(unit_layer(u)) + ".";
-    branches_[static_cast<std::size_t>(u)] =
-        is_attn(u)
+    branch(u) =
+        unit_kind(u) == UnitKind::Attn
             ? LlamaBranch{&params_.at(h + "input_layernorm.weight"), &params_.at(h + "self_attn.qkv_proj.weight"),
                           config.qkv_bias ? &params_.at(h + "self_attn.qkv_proj.bias") : nullptr,
                           &params_.at(h + "self_attn.o_proj.weight")}
@@ -47,36 +69,8 @@ void LlamaStage::embed_backward_weight(RecordSet& rec, CallScope& cs) {
   token_embedding_backward_weight(dims_, params_.at("model.embed_tokens.weight"), nullptr, rec, cs);
 }
 
-Tensor LlamaStage::branch_forward(int u, const Tensor& x, RecordSet& rec, CallScope& cs) {
-  return is_attn(u) ? llama_attn_forward(dims_, branch(u), x, rec, cs)
-                    : llama_mlp_forward(dims_, branch(u), x, rec, cs);
-}
-
-Tensor LlamaStage::branch_backward_input(int u, const Tensor& dy, RecordSet& rec, CallScope& cs) {
-  return is_attn(u) ? llama_attn_backward_input(dims_, branch(u), dy, rec, cs)
-                    : llama_mlp_backward_input(dims_, branch(u), dy, rec, cs);
-}
-
-void LlamaStage::branch_backward_weight(int u, RecordSet& rec, CallScope& cs) {
-  if (is_attn(u)) llama_attn_backward_weight(dims_, branch(u), rec, cs);
-  else llama_mlp_backward_weight(dims_, branch(u), rec, cs);
-}
-
 Tensor LlamaStage::finalize_norm(int u, const Tensor& dy, const Tensor& dnorm, RecordSet& rec, CallScope& cs) {
   return llama_norm_finalize(dims_, *branch(u).norm, dy, dnorm, rec, cs);
-}
-
-std::vector<RecomputedRecord> LlamaStage::branch_recomputed_records(int u, Recompute r) const {
-  return is_attn(u) ? llama_attn_recomputed_records(dims_, r) : llama_mlp_recomputed_records(dims_, r);
-}
-
-double LlamaStage::branch_recompute_cost(int u, Recompute r) const {
-  return is_attn(u) ? llama_attn_recompute_cost(dims_, r) : llama_mlp_recompute_cost(dims_, r);
-}
-
-void LlamaStage::branch_recompute(int u, Recompute r, RecordSet& rec, CallScope& cs) {
-  if (is_attn(u)) llama_attn_recompute(dims_, branch(u), r, rec, cs);
-  else llama_mlp_recompute(dims_, branch(u), r, rec, cs);
 }
 
 void LlamaStage::head_forward(const Tensor& x, const Tensor& targets, const Tensor& loss, RecordSet& rec,

@@ -21,7 +21,8 @@
 // (dropping empty ones), forward-only mode, the recompute policy per unit (F drops the policy's
 // records, B regenerates them first), zero_grads / release_microbatch, and the ParamStore.
 // What an architecture implements: the hooks below, each called with the unit's own record set
-// and the call's scope; none of them touches the microbatch state.
+// and the call's scope; none of them touches the microbatch state. BranchedStage
+// (models/branched_stage.h) implements the branch hooks from tables of unit functions.
 #pragma once
 
 #include <map>
