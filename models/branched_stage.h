@@ -30,13 +30,16 @@ class BranchedStage : public StageBase {
  protected:
   using Ops = BranchOps<Dims, Branch>;
 
-  // The subclass's constructor fills dims_ and branch(u) of every attn / mlp unit.
-  BranchedStage(const StageSpec& spec, int n_layer, int seq_len, int n_embd, ParamStore params, Allocator& alloc,
+  // dims: the shared part of dims_ (unit_dims); the subclass's constructor fills the rest and
+  // branch(u) of every attn / mlp unit.
+  BranchedStage(const StageSpec& spec, int n_layer, const UnitDims& dims, ParamStore params, Allocator& alloc,
                 const Ops& attn, const Ops& mlp)
-      : StageBase(spec, n_layer, seq_len, n_embd, std::move(params), alloc),
+      : StageBase(spec, n_layer, dims, std::move(params), alloc),
         attn_(attn),
         mlp_(mlp),
-        branches_(static_cast<std::size_t>(num_units())) {}
+        branches_(static_cast<std::size_t>(num_units())) {
+    static_cast<UnitDims&>(dims_) = dims;
+  }
 
   Branch& branch(int u) { return branches_[static_cast<std::size_t>(u)]; }
   const Branch& branch(int u) const { return branches_[static_cast<std::size_t>(u)]; }

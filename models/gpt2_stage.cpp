@@ -25,21 +25,15 @@ const BranchOps<GPT2Dims, BranchParams> kGPT2Mlp{
 }  // namespace
 
 GPT2Stage::GPT2Stage(const GPT2Config& config, const GPT2StageSpec& spec, Allocator& alloc)
-    : BranchedStage(spec, config.n_layer, config.seq_len, config.n_embd, gpt2_param_store(config, spec, alloc), alloc,
-                    kGPT2Attn, kGPT2Mlp) {
+    : BranchedStage(
+          spec, config.n_layer,
+          unit_dims(spec, config.seq_len, config.n_embd, config.vocab_size, config.precision, config.attention),
+          gpt2_param_store(config, spec, alloc), alloc, kGPT2Attn, kGPT2Mlp) {
   const int t = spec.tp_size;
-  dims_.B = spec.micro_batch_size;
-  dims_.T = config.seq_len;
-  dims_.C = config.n_embd;
-  dims_.V = config.vocab_size;
   dims_.H = config.n_head / t;
   dims_.D = config.n_embd / config.n_head;
   dims_.Cl = dims_.H * dims_.D;
   dims_.Fl = 4 * dims_.C / t;
-  dims_.tp_rank = spec.tp_rank;
-  dims_.tp_size = t;
-  dims_.act = config.precision;
-  dims_.attention = config.attention;
 
   for (int u = 0; u < num_units(); ++u) {
     if (!is_branch(unit_kind(u))) continue;

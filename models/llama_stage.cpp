@@ -29,21 +29,15 @@ const BranchOps<LlamaDims, LlamaBranch> kLlamaMlp{
 }  // namespace
 
 LlamaStage::LlamaStage(const ModelSpec& config, const StageSpec& spec, Allocator& alloc)
-    : BranchedStage(spec, config.n_layer, config.seq_len, config.n_embd, llama_param_store(config, spec, alloc), alloc,
-                    kLlamaAttn, kLlamaMlp) {
+    : BranchedStage(
+          spec, config.n_layer,
+          unit_dims(spec, config.seq_len, config.n_embd, config.vocab_size, config.precision, config.attention),
+          llama_param_store(config, spec, alloc), alloc, kLlamaAttn, kLlamaMlp) {
   const int t = spec.tp_size;
-  dims_.B = spec.micro_batch_size;
-  dims_.T = config.seq_len;
-  dims_.C = config.n_embd;
-  dims_.V = config.vocab_size;
   dims_.H = config.n_head / t;
   dims_.K = config.n_kv_head / t;
   dims_.D = config.n_embd / config.n_head;
   dims_.I = config.intermediate_size / t;
-  dims_.tp_rank = spec.tp_rank;
-  dims_.tp_size = t;
-  dims_.act = config.precision;
-  dims_.attention = config.attention;
   dims_.eps = static_cast<float>(config.norm_eps);
   dims_.theta = config.rope_theta;
   head_weight_ = llama_head_weight(config);

@@ -15,14 +15,8 @@ void replace(Tensor& slot, Tensor value, CallScope& cs) {
 
 }  // namespace
 
-StageBase::StageBase(const StageSpec& spec, int n_layer, int seq_len, int n_embd, ParamStore params, Allocator& alloc)
-    : alloc_(alloc),
-      params_(std::move(params)),
-      spec_(spec),
-      n_layer_(n_layer),
-      B_(spec.micro_batch_size),
-      T_(seq_len),
-      C_(n_embd) {
+StageBase::StageBase(const StageSpec& spec, int n_layer, const UnitDims& dims, ParamStore params, Allocator& alloc)
+    : alloc_(alloc), params_(std::move(params)), spec_(spec), n_layer_(n_layer), B_(dims.B), T_(dims.T), C_(dims.C) {
   units_.push_back(Unit{is_first() ? UnitKind::Embed : UnitKind::Input, is_first() ? "embed" : "input"});
   for (int i = spec.layer_begin; i < spec.layer_end; ++i) {
     const std::string h = "h." + std::to_string(i) + ".";

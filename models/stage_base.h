@@ -84,10 +84,10 @@ class StageBase : public Stage {
  protected:
   enum class UnitKind { Embed, Input, Attn, Mlp, Head };
 
-  // n_layer: the model's layers; n_embd: the width of the residual stream (the I/O activations are
-  // (micro_batch_size, seq_len, n_embd)); params: the stage's parameters (the hooks may keep
-  // pointers into params_.list(): the store is not resized after construction).
-  StageBase(const StageSpec& spec, int n_layer, int seq_len, int n_embd, ParamStore params, Allocator& alloc);
+  // n_layer: the model's layers; dims: the sizes (the I/O activations are (B, T, C)); params: the
+  // stage's parameters (the hooks may keep pointers into params_.list(): the store is not resized
+  // after construction).
+  StageBase(const StageSpec& spec, int n_layer, const UnitDims& dims, ParamStore params, Allocator& alloc);
 
   static bool is_branch(UnitKind k) { return k == UnitKind::Attn || k == UnitKind::Mlp; }
   UnitKind unit_kind(int u) const { return unit_at(u).kind; }

@@ -81,6 +81,20 @@ void drop_recomputed(const std::vector<RecomputedRecord>& dropped, RecordSet& re
   }
 }
 
+UnitDims unit_dims(const StageSpec& spec, int seq_len, int n_embd, int vocab_size, DType act,
+                   AttentionKernel attention) {
+  UnitDims d;
+  d.B = spec.micro_batch_size;
+  d.T = seq_len;
+  d.C = n_embd;
+  d.V = vocab_size;
+  d.tp_rank = spec.tp_rank;
+  d.tp_size = spec.tp_size;
+  d.act = act;
+  d.attention = attention;
+  return d;
+}
+
 double BranchFlops::cost(Recompute r) const {
   const double total = norm + in + op + out;
   switch (r) {

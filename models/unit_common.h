@@ -28,6 +28,10 @@ struct UnitDims {
   std::int64_t N() const { return B * T; }
 };
 
+// The shared sizes of a stage on one TP rank.
+UnitDims unit_dims(const StageSpec& spec, int seq_len, int n_embd, int vocab_size, DType act,
+                   AttentionKernel attention);
+
 inline bool fused(const UnitDims& d) { return d.attention == AttentionKernel::Fused; }
 
 // Calls fn(A{}) with A = float or bf16 as d.act says: the passes are templates on A and the public
