@@ -1,75 +1,31 @@
 #include "models/gpt2_params.h"
 
 #include <cmath>
-#include <random>
 
 #include "base/error.h"
 #include "core/kernels/attention_kernels.h"
-#include "core/kernels/nn_kernels.h"
-#include "memory/block_arena.h"
 
 namespace stp {
 namespace {
 
 using i64 = std::int64_t;
 
-ShardLayout replicated_layout(i64 rows, i64 cols) {
-  ShardLayout l;
-  l.full_rows = l.shard_rows = rows;
-  l.full_cols = l.shard_cols = cols;
-  l.segments = {ShardSegment{0, 0, cols}};
-  return l;
-}
-
-// Column-parallel: `sections` equal sections of the full columns, each split into t slices.
-ShardLayout column_layout(i64 rows, i64 cols, int sections, int rank, int t) {
-  ShardLayout l;
-  l.full_rows = l.shard_rows = rows;
-  l.full_cols = cols;
-  i64 section = cols / sections, slice = section / t;
-  l.shard_cols = slice * sections;
-  for (int k = 0; k < sections; ++k) l.segments.push_back(ShardSegment{k * section + rank * slice, k * slice, slice});
-  return l;
-}
-
-ShardLayout row_layout(i64 rows, i64 cols, int rank, int t) {
-  ShardLayout l = replicated_layout(rows, cols);
-  l.shard_rows = rows / t;
-  l.row_begin = rank * l.shard_rows;
-  return l;
-}
-
-ParamInfo make_info(std::string name, Shape full, ShardLayout layout, bool replicated) {
-  ParamInfo p;
-  p.name = std::move(name);
-  p.decay = full.size() >= 2;
-  p.full_shape = std::move(full);
-  p.replicated = replicated;
-  p.layout = std::move(layout);
-  return p;
-}
-
-Shape shard_shape(const ParamInfo& p) {
-  if (p.full_shape.size() == 1) return {p.layout.shard_cols};
-  return {p.layout.shard_rows, p.layout.shard_cols};
-}
-
 void add_layer(std::vector<ParamInfo>& out, int i, i64 C, int r, int t) {
   std::string h = "h." + std::to_string(i) + ".";
   auto vec = [&](const std::string& n, i64 len) {
-    out.push_back(make_info(h + n, {len}, replicated_layout(1, len), true));
+    out.push_back(make_param(h + n, {len}, replicated_layout(1, len), true));
   };
   vec("ln_1.weight", C);
   vec("ln_1.bias", C);
-  out.push_back(make_info(h + "attn.c_attn.weight", {C, 3 * C}, column_layout(C, 3 * C, 3, r, t), t == 1));
-  out.push_back(make_info(h + "attn.c_attn.bias", {3 * C}, column_layout(1, 3 * C, 3, r, t), t == 1));
-  out.push_back(make_info(h + "attn.c_proj.weight", {C, C}, row_layout(C, C, r, t), t == 1));
+  out.push_back(make_param(h + "attn.c_attn.weight", {C, 3 * C}, column_layout(C, {C, C, C}, r, t), t == 1));
+  out.push_back(make_param(h + "attn.c_attn.bias", {3 * C}, column_layout(1, {C, C, C}, r, t), t == 1));
+  out.push_back(make_param(h + "attn.c_proj.weight", {C, C}, row_layout(C, C, r, t), t == 1));
   vec("attn.c_proj.bias", C);
   vec("ln_2.weight", C);
   vec("ln_2.bias", C);
-  out.push_back(make_info(h + "mlp.c_fc.weight", {C, 4 * C}, column_layout(C, 4 * C, 1, r, t), t == 1));
-  out.push_back(make_info(h + "mlp.c_fc.bias", {4 * C}, column_layout(1, 4 * C, 1, r, t), t == 1));
-  out.push_back(make_info(h + "mlp.c_proj.weight", {4 * C, C}, row_layout(4 * C, C, r, t), t == 1));
+  out.push_back(make_param(h + "mlp.c_fc.weight", {C, 4 * C}, column_layout(C, {4 * C}, r, t), t == 1));
+  out.push_back(make_param(h + "mlp.c_fc.bias", {4 * C}, column_layout(1, {4 * C}, r, t), t == 1));
+  out.push_back(make_param(h + "mlp.c_proj.weight", {4 * C, C}, row_layout(4 * C, C, r, t), t == 1));
   vec("mlp.c_proj.bias", C);
 }
 
@@ -98,99 +54,35 @@ std::vector<ParamInfo> gpt2_param_table(const GPT2Config& c, const GPT2StageSpec
   const bool first = s.layer_begin == 0, last = s.layer_end == c.n_layer;
   std::vector<ParamInfo> out;
   if (first || last) {
-    out.push_back(make_info("wte.weight", {c.vocab_size, C}, replicated_layout(c.vocab_size, C), true));
+    out.push_back(make_param("wte.weight", {c.vocab_size, C}, replicated_layout(c.vocab_size, C), true));
     out.back().tied = !(first && last);
   }
-  if (first) out.push_back(make_info("wpe.weight", {c.positions(), C}, replicated_layout(c.positions(), C), true));
+  if (first) out.push_back(make_param("wpe.weight", {c.positions(), C}, replicated_layout(c.positions(), C), true));
   for (int i = s.layer_begin; i < s.layer_end; ++i) add_layer(out, i, C, s.tp_rank, s.tp_size);
   if (last) {
-    out.push_back(make_info("ln_f.weight", {C}, replicated_layout(1, C), true));
-    out.push_back(make_info("ln_f.bias", {C}, replicated_layout(1, C), true));
+    out.push_back(make_param("ln_f.weight", {C}, replicated_layout(1, C), true));
+    out.push_back(make_param("ln_f.bias", {C}, replicated_layout(1, C), true));
   }
   return out;
 }
 
-GPT2Params::GPT2Params(const GPT2Config& config, const GPT2StageSpec& spec, Allocator& alloc)
-    : params_(gpt2_param_table(config, spec)), n_layer_(config.n_layer) {
-  i64 total = 0;
-  for (const ParamInfo& p : params_) total += numel(shard_shape(p));
-  {
-    MaybeCategoryScope as(alloc, MemoryCategory::Weights);
-    flat_params_ = Tensor::empty(alloc, {total});
-  }
-  MaybeCategoryScope as(alloc, MemoryCategory::Gradients);
-  flat_grads_ = Tensor::empty(alloc, {total});
-  i64 offset = 0;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    ParamInfo& p = params_[i];
-    Shape shape = shard_shape(p);
-    p.param = flat_params_.view(offset, shape);
-    p.grad = flat_grads_.view(offset, shape);
-    p.compute = p.param;
-    offset += numel(shape);
-    index_[p.name] = i;
-  }
-  if (config.precision == DType::F32) return;
+ParamStore gpt2_param_store(const GPT2Config& config, const GPT2StageSpec& spec, Allocator& alloc) {
   // bf16: the weights GEMMs multiply by get bf16 copies; wte only where the LM head uses it (the
   // embedding gathers rows of the f32 master).
   const bool has_head = spec.layer_end == config.n_layer;
-  auto gemm_weight = [&](const std::string& n) {
+  auto gemm_weight = [has_head](const std::string& n) {
     auto ends = [&](std::string_view suffix) { return std::string_view(n).ends_with(suffix); };
     return ends("c_attn.weight") || ends("c_proj.weight") || ends("c_fc.weight") || (n == "wte.weight" && has_head);
   };
-  i64 compute_total = 0;
-  for (const ParamInfo& p : params_)
-    if (gemm_weight(p.name)) compute_total += p.param.numel();
-  {
-    MaybeCategoryScope weights(alloc, MemoryCategory::Weights);
-    flat_compute_ = Tensor::empty(alloc, {compute_total}, DType::BF16);
-  }
-  offset = 0;
-  for (ParamInfo& p : params_) {
-    if (!gemm_weight(p.name)) continue;
-    p.compute = flat_compute_.view(offset, p.param.shape());
-    offset += p.param.numel();
-  }
-}
-
-void GPT2Params::refresh_compute(Stream& s) {
-  for (const ParamInfo& p : params_)
-    if (p.compute.dtype() == DType::BF16) convert(s, p.compute.as<bf16>(), p.param.f32(), p.param.numel());
-}
-
-ParamInfo& GPT2Params::at(const std::string& name) {
-  auto it = index_.find(name);
-  STP_ASSERT(it != index_.end(), "no parameter '", name, "' in this stage");
-  return params_[it->second];
-}
-
-bool GPT2Params::has(const std::string& name) const { return index_.count(name) != 0; }
-
-void GPT2Params::load_full(const std::string& name, const std::vector<float>& full, Stream& s) {
-  ParamInfo& p = at(name);
-  STP_CHECK(static_cast<i64>(full.size()) == numel(p.full_shape), "parameter ", name, ": expected ",
-            numel(p.full_shape), " values (shape ", to_string(p.full_shape), "), got ", full.size());
-  std::vector<float> shard(static_cast<std::size_t>(p.param.numel()));
-  p.layout.scatter(full.data(), shard.data());
-  upload(p.param, shard.data(), s);
-}
-
-void GPT2Params::init_random(std::uint64_t seed, Stream& s) {
-  for (const ParamInfo& p : params_) {
-    std::vector<float> full(static_cast<std::size_t>(numel(p.full_shape)));
-    bool is_ln = p.name.find("ln_") != std::string::npos;
-    bool is_bias = p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0;
-    if (is_ln || is_bias) {
-      std::fill(full.begin(), full.end(), is_ln && !is_bias ? 1.0f : 0.0f);
-    } else {
-      bool proj = p.name.find("c_proj.weight") != std::string::npos;
-      double std_dev = proj ? 0.02 / std::sqrt(2.0 * n_layer_) : 0.02;
-      std::mt19937_64 rng(seed ^ std::hash<std::string>{}(p.name));
-      std::normal_distribution<double> dist(0.0, std_dev);
-      for (float& v : full) v = static_cast<float>(dist(rng));
-    }
-    load_full(p.name, full, s);
-  }
+  // GPT-2's init: normal(0, 0.02); c_proj weights 0.02/sqrt(2*n_layer); biases 0; LayerNorms 1/0.
+  auto init = [n_layer = config.n_layer](const std::string& name) {
+    const bool is_ln = name.find("ln_") != std::string::npos;
+    const bool is_bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    if (is_ln || is_bias) return ParamInit{false, is_ln && !is_bias ? 1.0 : 0.0};
+    const bool proj = name.find("c_proj.weight") != std::string::npos;
+    return ParamInit{true, proj ? 0.02 / std::sqrt(2.0 * n_layer) : 0.02};
+  };
+  return ParamStore(gpt2_param_table(config, spec), config.precision, gemm_weight, init, alloc);
 }
 
 }  // namespace stp

@@ -1,6 +1,5 @@
 // The parameters of one GPT-2 stage: HF names, full shapes, how each TP rank's shard maps into the
-// full tensor, and one flat device buffer each for parameters and gradients (zeroing grads is one
-// memset; views per tensor).
+// full tensor, which ones GEMMs multiply by, and GPT-2's init (the store itself: models/param_store.h).
 //
 // Tensor parallelism (Megatron, no sequence parallelism), TP rank r of t, Cl = C/t, H = n_head/t:
 //   c_attn.weight [C, 3C]  column-parallel per section: columns [r*Cl, (r+1)*Cl) of each of q, k, v
@@ -15,12 +14,12 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
 #include "models/gpt2_config.h"
+#include "models/param_store.h"
 #include "models/stage.h"
 
 namespace stp {
@@ -29,34 +28,8 @@ namespace stp {
 // (embedding, layers in order, ln_f). param/grad are left undefined.
 std::vector<ParamInfo> gpt2_param_table(const GPT2Config& config, const GPT2StageSpec& spec);
 
-// The parameters of a stage on one device.
-class GPT2Params {
- public:
-  GPT2Params(const GPT2Config& config, const GPT2StageSpec& spec, Allocator& alloc);
-
-  std::vector<ParamInfo>& list() { return params_; }
-  ParamInfo& at(const std::string& name);  // asserts the name exists
-  bool has(const std::string& name) const;
-  const Tensor& flat_params() const { return flat_params_; }
-  const Tensor& flat_grads() const { return flat_grads_; }
-
-  // Seeded GPT-2 init (normal(0, 0.02); c_proj weights 0.02/sqrt(2*n_layer); biases 0; LN 1/0).
-  // Each full tensor is drawn from its own stream keyed by (seed, name) and then sharded, so
-  // every TP and PP split sees the same model. Synchronizes s.
-  void init_random(std::uint64_t seed, Stream& s);
-  // Copies a full host tensor (HF layout) into this rank's shard. Synchronizes s.
-  void load_full(const std::string& name, const std::vector<float>& full, Stream& s);
-  // Rounds the f32 masters into their bf16 GEMM copies (ParamInfo::compute), in stream order on
-  // s; no-op at f32 precision, where `compute` is the master itself. The stage calls it in
-  // zero_grads, at the start of every step, so loads and optimizer steps before it are seen.
-  void refresh_compute(Stream& s);
-
- private:
-  std::vector<ParamInfo> params_;
-  int n_layer_;
-  std::map<std::string, std::size_t> index_;
-  Tensor flat_params_, flat_grads_;
-  Tensor flat_compute_;  // bf16 copies of the GEMM weights (bf16 precision only)
-};
+// The stage's ParamStore: GPT-2's init (normal(0, 0.02); c_proj weights 0.02/sqrt(2*n_layer);
+// biases 0; LN 1/0); at bf16, copies of c_attn, c_proj, c_fc and (last stage) wte for the GEMMs.
+ParamStore gpt2_param_store(const GPT2Config& config, const GPT2StageSpec& spec, Allocator& alloc);
 
 }  // namespace stp

@@ -7,27 +7,13 @@
 #include "base/error.h"
 #include "core/kernels/attention_kernels.h"
 #include "core/kernels/nn_kernels.h"
+#include "models/branch_steps.h"
 
 namespace stp {
 namespace {
 
 using i64 = std::int64_t;
 constexpr RecordReader kB = RecordReader::B, kW = RecordReader::W, kPrev = RecordReader::B_PREV;
-
-const std::int32_t* as_i32(const Tensor& t) { return t.data<std::int32_t>(); }
-
-// Calls fn(A{}) with A = float or bf16 as d.act says.
-template <typename Fn>
-decltype(auto) with_act(const GPT2Dims& d, Fn&& fn) {
-  if (d.act == DType::BF16) return fn(bf16{});
-  return fn(float{});
-}
-
-// The GEMM operand of a weight (its bf16 copy under bf16 precision).
-template <typename A>
-const A* weight(const ParamInfo* p) {
-  return p->compute.as<A>();
-}
 
 // The steps of F that a recompute re-runs. F and the recompute both call these, so they run the
 // same kernels with the same arguments on the same inputs: the regenerated records are bitwise
@@ -49,23 +35,12 @@ LayerNormOut layernorm_step(const GPT2Dims& d, const LayerNormParams& p, const T
   return r;
 }
 
-// Column-parallel c_attn / c_fc: (B, T, width) from the LN output (B, T, C).
-template <typename A>
-Tensor column_parallel_in(const GPT2Dims& d, const BranchParams& p, const Tensor& ln, i64 width, CallScope& cs) {
-  Tensor out = cs.keep({d.B, d.T, width}, d.act);
-  linear_forward<A, A>(cs.stream(), out.as<A>(), ln.as<A>(), weight<A>(p.in_w), p.in_b->param.f32(), nullptr, d.N(),
-                       d.C, width);
-  return out;
-}
-
 // What attention keeps for B besides qkv: naive, "att" (B, H, T, T) probabilities (d.act); fused,
 // "lse" (B, H, T) f32, one log-sum-exp per query row. y (B, T, Cl) is the output of the local heads:
 // read by W (c_proj's weight gradient), and under fused by B too (the backward's do . o).
 struct AttentionOut {
   Tensor core, y;
 };
-
-bool fused(const GPT2Dims& d) { return d.attention == AttentionKernel::Fused; }
 
 // The local heads in GPT-2's packed qkv rows [q | k | v] (core/kernels/attention_kernels.h, Layout).
 AttentionLayout attention_layout(const GPT2Dims& d) { return {d.B, d.T, d.H, d.H, d.D, 3 * d.Cl, 3 * d.Cl, d.Cl}; }
@@ -119,50 +94,11 @@ Tensor layernorm_recompute(const GPT2Dims& d, const LayerNormParams& p, Recomput
   return ln.out;
 }
 
-// The row-parallel output: rank 0 folds residual and bias in (Note [Residual folded ...]). The
-// partial is f32: it is all-reduced into the f32 residual stream.
-template <typename A>
-Tensor row_parallel_out(const GPT2Dims& d, const BranchParams& p, const Tensor& in, i64 in_width, const Tensor& x,
-                        CallScope& cs) {
-  const bool rank0 = d.tp_rank == 0;
-  Tensor y = cs.keep({d.B, d.T, d.C});
-  linear_forward<A, float>(cs.stream(), y.f32(), in.as<A>(), weight<A>(p.out_w), rank0 ? p.out_b->param.f32() : nullptr,
-                           rank0 ? x.f32() : nullptr, d.N(), in_width, d.C);
-  return y;
-}
-
-// The gradient w.r.t. a unit's output as the GEMMs read it: dy itself in f32, a bf16 copy
-// otherwise (which is also what W reads, so the record "dy" is that copy).
-template <typename A>
-Tensor gemm_dy(const GPT2Dims& d, const Tensor& dy, CallScope& cs) {
-  if constexpr (dtype_of<A>() == DType::F32) return dy;
-  Tensor c = cs.keep({d.B, d.T, d.C}, d.act);
-  convert(cs.stream(), c.as<A>(), dy.f32(), dy.numel());
-  return c;
-}
-
 // c_proj's bias gradient, in B from the f32 gradient of the unit's output (a column sum over
 // tokens, which cancels heavily: from the bf16 copy it would keep little of its f32 value).
 // c_proj bias is replicated: every rank has the full dy and computes the same gradient.
 void c_proj_bias_grad(const GPT2Dims& d, const BranchParams& p, const Tensor& dy /*(B, T, C) f32*/, CallScope& cs) {
   column_sum_accumulate(cs.stream(), p.out_b->grad.f32(), dy.f32(), d.N(), d.C);
-}
-
-// W of a branch (attention or MLP): both row- and column-parallel weight gradients, from the
-// records B left. `act` (N, act_width) is the c_proj input, `dact` (N, in_width) the gradient of
-// the c_attn / c_fc output; "dy" (N, C) and "ln.out" (N, C) are common to both branches.
-template <typename A>
-void branch_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs,
-                            const char* act_name, i64 act_width, const char* dact_name, i64 in_width) {
-  const i64 N = d.N();
-  Stream& s = cs.stream();
-  Tensor act = rec.take(act_name), dy = rec.take("dy"), ln = rec.take("ln.out"), dact = rec.take(dact_name);
-  // (c_proj's bias gradient was taken in B, from the f32 dy: c_proj_bias_grad.)
-  linear_backward_weight_accumulate(s, p.out_w->grad.f32(), static_cast<float*>(nullptr), act.as<A>(), dy.as<A>(), N,
-                                    act_width, d.C);
-  linear_backward_weight_accumulate(s, p.in_w->grad.f32(), p.in_b->grad.f32(), ln.as<A>(), dact.as<A>(), N, d.C,
-                                    in_width);
-  for (Tensor* t : {&act, &dy, &ln, &dact}) cs.release(std::move(*t));
 }
 
 // ---- attention ---------------------------------------------------------------------------------------
@@ -172,11 +108,11 @@ Tensor attn_forward_t(const GPT2Dims& d, const BranchParams& p, const Tensor& x,
   // 1. LN1 (replicated).
   Tensor ln = layernorm_with_records<A>(d, p.ln, x, rec, cs, kPrev);
   // 2. Column-parallel c_attn: this rank's q, k, v heads.
-  Tensor qkv = column_parallel_in<A>(d, p, ln, 3 * d.Cl, cs);
+  Tensor qkv = column_parallel_in<A>(d, p.in_w, p.in_b, ln, 3 * d.Cl, cs);
   // 3. Causal attention over the local heads.
   AttentionOut a = attention_step<A>(d, qkv, cs);
   // 4. Row-parallel c_proj: the partial of the next residual stream.
-  Tensor out = row_parallel_out<A>(d, p, a.y, d.Cl, x, cs);
+  Tensor out = row_parallel_out<A>(d, p.out_w, p.out_b, a.y, d.Cl, x, cs);
   rec.save("ln.out", ln, kW);
   rec.save("qkv", qkv, kB);
   save_attention_records(d, a, rec);
@@ -229,10 +165,10 @@ Tensor mlp_forward_t(const GPT2Dims& d, const BranchParams& p, const Tensor& x, 
   // 1. LN2 (replicated).
   Tensor ln = layernorm_with_records<A>(d, p.ln, x, rec, cs, kPrev);
   // 2. Column-parallel c_fc, then GELU.
-  Tensor h = column_parallel_in<A>(d, p, ln, d.Fl, cs);
+  Tensor h = column_parallel_in<A>(d, p.in_w, p.in_b, ln, d.Fl, cs);
   Tensor g = gelu_step<A>(d, h, cs);
   // 3. Row-parallel c_proj: the partial of the next residual stream.
-  Tensor out = row_parallel_out<A>(d, p, g, d.Fl, x, cs);
+  Tensor out = row_parallel_out<A>(d, p.out_w, p.out_b, g, d.Fl, x, cs);
   rec.save("ln.out", ln, kW);
   rec.save("h", h, kB);
   rec.save("gelu", g, kW);
@@ -267,7 +203,7 @@ void attn_recompute_t(const GPT2Dims& d, const BranchParams& p, Recompute r, Rec
   // 1. LN1 from the kept input (and its statistics when Full dropped them).
   Tensor ln = layernorm_recompute<A>(d, p.ln, r, rec, cs);
   // 2. c_attn when Full dropped qkv; Selective kept it.
-  if (r == Recompute::Full) rec.save("qkv", column_parallel_in<A>(d, p, ln, 3 * d.Cl, cs), kB);
+  if (r == Recompute::Full) rec.save("qkv", column_parallel_in<A>(d, p.in_w, p.in_b, ln, 3 * d.Cl, cs), kB);
   // 3. The attention probabilities and output.
   AttentionOut a = attention_step<A>(d, rec.get("qkv"), cs);
   save_attention_records(d, a, rec);
@@ -278,7 +214,7 @@ void mlp_recompute_t(const GPT2Dims& d, const BranchParams& p, Recompute r, Reco
   // 1. LN2 from the kept input (and its statistics when Full dropped them).
   Tensor ln = layernorm_recompute<A>(d, p.ln, r, rec, cs);
   // 2. c_fc when Full dropped h; Selective kept it.
-  if (r == Recompute::Full) rec.save("h", column_parallel_in<A>(d, p, ln, d.Fl, cs), kB);
+  if (r == Recompute::Full) rec.save("h", column_parallel_in<A>(d, p.in_w, p.in_b, ln, d.Fl, cs), kB);
   // 3. GELU.
   rec.save("gelu", gelu_step<A>(d, rec.get("h"), cs), kW);
 }
@@ -288,20 +224,10 @@ void mlp_recompute_t(const GPT2Dims& d, const BranchParams& p, Recompute r, Reco
 template <typename A>
 void head_forward_t(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, const Tensor& x,
                     const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs) {
-  const i64 N = d.N();
-  Stream& s = cs.stream();
   // 1. ln_f; its statistics are read by this unit's own B (no all-reduce in the head).
   Tensor ln = layernorm_with_records<A>(d, ln_f, x, rec, cs, kB);
-  // 2. Tied LM head: logits = ln_f(x) wte^T.
-  Tensor logits = cs.keep({d.B, d.T, d.V}, d.act);
-  gemm(s, false, true, N, d.V, d.C, ln.as<A>(), d.C, weight<A>(&wte), d.C, logits.as<A>(), d.V);
-  // 3. Mean token cross-entropy (f32 sums over the vocabulary).
-  Tensor losses = cs.tmp({N}), lse = cs.keep({N});
-  cross_entropy_forward(s, loss.f32(), losses.f32(), lse.f32(), logits.as<A>(), as_i32(targets), N, d.V);
-  rec.save("ln.out", ln, kW);
-  rec.save("logits", logits, kB);
-  rec.save("lse", lse, kB);
-  rec.save("targets", targets, kB);
+  // 2. Tied LM head: logits = ln_f(x) wte^T, and the loss.
+  lm_head_forward(d, wte, ln, targets, loss, rec, cs);
 }
 
 template <typename A>
@@ -309,16 +235,9 @@ Tensor head_backward_input_t(const GPT2Dims& d, const LayerNormParams& ln_f, Par
                              RecordSet& rec, CallScope& cs) {
   const i64 N = d.N();
   Stream& s = cs.stream();
-  // 1. dlogits in place over the logits (the seed: loss_scale / N per token).
-  Tensor logits = rec.take("logits"), lse = rec.take("lse"), targets = rec.take("targets");
-  cross_entropy_backward_inplace(s, logits.as<A>(), lse.f32(), as_i32(targets), loss_scale / static_cast<float>(N), N,
-                                 d.V);
-  cs.release(lse);
-  cs.release(targets);
-  // 2. dln = dlogits wte.
-  Tensor dln = cs.tmp({d.B, d.T, d.C});
-  gemm(s, false, false, N, d.C, d.V, logits.as<A>(), d.V, weight<A>(&wte), d.C, dln.f32(), d.C);
-  // 3. ln_f backward (replicated, exact: nothing to reduce). The head is the first gradient
+  // 1. dlogits, and dln = dlogits wte.
+  Tensor dln = lm_head_backward_input(d, wte, loss_scale, rec, cs);
+  // 2. ln_f backward (replicated, exact: nothing to reduce). The head is the first gradient
   //    source, so there is no residual gradient to add.
   Tensor x = rec.take("ln.x"), mean = rec.take("ln.mean"), rstd = rec.take("ln.rstd");
   Tensor dx = cs.keep({d.B, d.T, d.C});
@@ -327,41 +246,10 @@ Tensor head_backward_input_t(const GPT2Dims& d, const LayerNormParams& ln_f, Par
   layernorm_backward_weight_accumulate(s, ln_f.w->grad.f32(), ln_f.b->grad.f32(), dln.f32(), x.f32(), mean.f32(),
                                        rstd.f32(), N, d.C);
   for (Tensor* t : {&x, &mean, &rstd}) cs.release(std::move(*t));
-  rec.save("dlogits", logits, kW, 'B');
   return dx;
 }
 
-template <typename A>
-void head_backward_weight_t(const GPT2Dims& d, ParamInfo& wte, RecordSet& rec, CallScope& cs) {
-  // dwte += dlogits^T ln_f(x).
-  Tensor dlogits = rec.take("dlogits"), ln = rec.take("ln.out");
-  gemm(cs.stream(), true, false, d.V, d.C, d.N(), dlogits.as<A>(), d.V, ln.as<A>(), d.C, wte.grad.f32(), d.C, 1.0f,
-       1.0f);
-  cs.release(dlogits);
-  cs.release(ln);
-}
-
 }  // namespace
-
-// ---- CallScope -------------------------------------------------------------------------------------
-
-CallScope::~CallScope() {
-  // Stream-ordered release (core/tensor.h): the bytes were used on this stream up to here.
-  for (const Tensor& t : dead_) t.record_use(s_);
-  dead_.clear();
-}
-
-Tensor CallScope::tmp(Shape shape, DType dtype) {
-  Tensor t = Tensor::empty(alloc_, std::move(shape), dtype);
-  dead_.push_back(t);
-  return t;
-}
-
-Tensor CallScope::keep(Shape shape, DType dtype) { return Tensor::empty(alloc_, std::move(shape), dtype); }
-
-void CallScope::release(Tensor t) {
-  if (t.defined()) dead_.push_back(std::move(t));
-}
 
 // ---- public passes: pick the activation type ------------------------------------------------------------
 
@@ -374,7 +262,9 @@ Tensor attn_backward_input(const GPT2Dims& d, const BranchParams& p, const Tenso
 }
 
 void attn_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs) {
-  with_act(d, [&](auto a) { branch_backward_weight<decltype(a)>(d, p, rec, cs, "y", d.Cl, "dqkv", 3 * d.Cl); });
+  with_act(d, [&](auto a) {
+    branch_weight_grads<decltype(a)>(d, p.in_w, p.in_b, p.out_w, rec, cs, "y", d.Cl, "dqkv", 3 * d.Cl);
+  });
 }
 
 Tensor mlp_forward(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
@@ -386,7 +276,9 @@ Tensor mlp_backward_input(const GPT2Dims& d, const BranchParams& p, const Tensor
 }
 
 void mlp_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs) {
-  with_act(d, [&](auto a) { branch_backward_weight<decltype(a)>(d, p, rec, cs, "gelu", d.Fl, "dh", d.Fl); });
+  with_act(d, [&](auto a) {
+    branch_weight_grads<decltype(a)>(d, p.in_w, p.in_b, p.out_w, rec, cs, "gelu", d.Fl, "dh", d.Fl);
+  });
 }
 
 void attn_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs) {
@@ -407,10 +299,6 @@ void head_forward(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte
 Tensor head_backward_input(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, float loss_scale,
                            RecordSet& rec, CallScope& cs) {
   return with_act(d, [&](auto a) { return head_backward_input_t<decltype(a)>(d, ln_f, wte, loss_scale, rec, cs); });
-}
-
-void head_backward_weight(const GPT2Dims& d, ParamInfo& wte, RecordSet& rec, CallScope& cs) {
-  with_act(d, [&](auto a) { head_backward_weight_t<decltype(a)>(d, wte, rec, cs); });
 }
 
 // ---- recompute records and costs ------------------------------------------------------------
@@ -454,21 +342,6 @@ std::vector<RecomputedRecord> mlp_recomputed_records(const GPT2Dims& d, Recomput
 // Bias and residual adds are left out (N x width each, negligible next to the GEMMs).
 // Selective re-runs LayerNorm and the attention core + softmax (attn) or GELU (mlp); Full re-runs
 // everything up to c_proj. The cost is what is re-run over the whole forward.
-namespace {
-struct BranchFlops {
-  double ln, in, op, out;  // LayerNorm, column GEMM, the op between (attention / GELU), row GEMM
-  double cost(Recompute r) const {
-    const double total = ln + in + op + out;
-    switch (r) {
-      case Recompute::None: return 0.0;
-      case Recompute::Selective: return (ln + op) / total;
-      case Recompute::Full: return (ln + in + op) / total;
-    }
-    STP_UNREACHABLE("bad Recompute");
-  }
-};
-}  // namespace
-
 double attn_recompute_cost(const GPT2Dims& d, Recompute r) {
   const double N = static_cast<double>(d.N()), C = static_cast<double>(d.C), Cl = static_cast<double>(d.Cl);
   const double B = static_cast<double>(d.B), T = static_cast<double>(d.T), H = static_cast<double>(d.H);
@@ -480,15 +353,6 @@ double attn_recompute_cost(const GPT2Dims& d, Recompute r) {
 double mlp_recompute_cost(const GPT2Dims& d, Recompute r) {
   const double N = static_cast<double>(d.N()), C = static_cast<double>(d.C), Fl = static_cast<double>(d.Fl);
   return BranchFlops{8 * N * C, 2 * N * C * Fl, 9 * N * Fl, 2 * N * Fl * C}.cost(r);
-}
-
-void drop_recomputed(const std::vector<RecomputedRecord>& dropped, RecordSet& rec, CallScope& cs) {
-  for (const RecomputedRecord& r : dropped) {
-    Tensor t = rec.take(r.name);
-    STP_ASSERT(t.numel() == r.numel && t.dtype() == r.dtype, "recomputed record ", r.name, " is ", t.numel(), " ",
-               to_string(t.dtype()), " elements, not ", r.numel, " ", to_string(r.dtype));
-    cs.release(std::move(t));
-  }
 }
 
 // ---- LayerNorm finalize (Note [LayerNorm after the all-reduce]) -------------------------------------
@@ -504,25 +368,6 @@ Tensor layernorm_finalize(const GPT2Dims& d, const LayerNormParams& p, const Ten
                                        N, C);
   for (Tensor* t : {&x, &mean, &rstd}) cs.release(std::move(*t));
   return dx;
-}
-
-// ---- embedding ------------------------------------------------------------------------------------------
-
-Tensor embed_forward(const GPT2Dims& d, ParamInfo& wte, ParamInfo& wpe, const Tensor& tokens, RecordSet& rec,
-                     CallScope& cs) {
-  Tensor x = cs.keep({d.B, d.T, d.C});
-  embedding_forward(cs.stream(), x.f32(), as_i32(tokens), wte.param.f32(), wpe.param.f32(), d.B, d.T, d.C);
-  rec.save("tokens", tokens, kW);
-  return x;
-}
-
-void embed_backward_weight(const GPT2Dims& d, ParamInfo& wte, ParamInfo& wpe, RecordSet& rec, CallScope& cs) {
-  Tensor tokens = rec.take("tokens"), dx = rec.take("dx");
-  Tensor ws = cs.tmp({embedding_backward_workspace(d.V, d.N())});  // int32 in 4-byte elements
-  embedding_backward_accumulate(cs.stream(), wte.grad.f32(), wpe.grad.f32(), dx.f32(), as_i32(tokens),
-                                ws.data<std::int32_t>(), d.B, d.T, d.C, d.V);
-  cs.release(tokens);
-  cs.release(dx);
 }
 
 }  // namespace stp

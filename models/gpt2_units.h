@@ -4,7 +4,7 @@
 // RecordSet (memory/activation.h) and nowhere else.
 //
 // Units of a stage, in forward order (models/gpt2_stage.h numbers them):
-//   embed  F: x0 = wte[tokens] + wpe                B: dx0 (finalize unit 1)   W: dwte, dwpe
+//   embed  F: x0 = wte[tokens] + wpe (token_embedding_forward, models/unit_common.h)
 //   attn   F: LN1 -> c_attn (column) -> causal attention -> c_proj (row) -> partial sum
 //   mlp    F: LN2 -> c_fc (column) -> GELU -> c_proj (row) -> partial sum
 //   head   F: ln_f -> logits = x wte^T -> cross-entropy   (replicated on every TP rank)
@@ -38,6 +38,7 @@
 #include "memory/activation.h"
 #include "models/gpt2_config.h"
 #include "models/stage.h"
+#include "models/unit_common.h"
 
 namespace stp {
 
@@ -47,32 +48,8 @@ namespace stp {
 // the gradients W reads are bf16, and GEMMs use the bf16 copies of the weights
 // (ParamInfo::compute). The residual stream, everything all-reduced or sent between stages,
 // LayerNorm statistics, losses and parameter gradients stay f32.
-struct GPT2Dims {
-  std::int64_t B = 0, T = 0, C = 0, V = 0, H = 0, D = 0, Cl = 0, Fl = 0;
-  int tp_rank = 0, tp_size = 1;
-  DType act = DType::F32;
-  AttentionKernel attention = AttentionKernel::Naive;  // what the attention records are (docs/model.md, Attention)
-  std::int64_t N() const { return B * T; }
-};
-
-// Temporaries of one call: allocated from the stage's allocator and released in stream order
-// when the scope ends (a host task on `s` holds them until the work enqueued before it is done).
-class CallScope {
- public:
-  CallScope(Allocator& alloc, Stream& s) : alloc_(alloc), s_(s) {}
-  ~CallScope();
-  CallScope(const CallScope&) = delete;
-  CallScope& operator=(const CallScope&) = delete;
-
-  Tensor tmp(Shape shape, DType dtype = DType::F32);   // dead after this call
-  Tensor keep(Shape shape, DType dtype = DType::F32);  // allocated here, kept by the caller (records, outputs)
-  void release(Tensor t);                              // a record whose last reader is enqueued in this call
-  Stream& stream() { return s_; }
-
- private:
-  Allocator& alloc_;
-  Stream& s_;
-  std::vector<Tensor> dead_;
+struct GPT2Dims : UnitDims {
+  std::int64_t H = 0, D = 0, Cl = 0, Fl = 0;
 };
 
 struct LayerNormParams {
@@ -111,12 +88,6 @@ Tensor layernorm_finalize(const GPT2Dims& d, const LayerNormParams& p, const Ten
 //         (fused attention: "lse" in place of "att"; Selective then re-runs the fused forward)
 //   mlp   Selective: ln.x, ln.mean, ln.rstd, h        (drops ln.out, gelu)
 //         Full:      ln.x                             (drops ln.mean, ln.rstd, ln.out, h, gelu)
-struct RecomputedRecord {
-  const char* name;    // without the unit prefix, e.g. "att"
-  std::int64_t numel;  // elements
-  DType dtype;
-  std::size_t bytes() const { return static_cast<std::size_t>(numel) * dtype_size(dtype); }
-};
 std::vector<RecomputedRecord> attn_recomputed_records(const GPT2Dims& d, Recompute r);
 std::vector<RecomputedRecord> mlp_recomputed_records(const GPT2Dims& d, Recompute r);
 
@@ -124,19 +95,11 @@ std::vector<RecomputedRecord> mlp_recomputed_records(const GPT2Dims& d, Recomput
 double attn_recompute_cost(const GPT2Dims& d, Recompute r);
 double mlp_recompute_cost(const GPT2Dims& d, Recompute r);
 
-// Right after F: releases (in stream order) the records policy r drops.
-void drop_recomputed(const std::vector<RecomputedRecord>& dropped, RecordSet& rec, CallScope& cs);
-
 // At the start of B: regenerates the records policy r dropped from the kept ones, with F's
 // kernels on F's inputs (bitwise F's values) and F's names and readers. The row-parallel output
 // GEMM is not re-run (its result is not a record).
 void attn_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs);
 void mlp_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs);
-
-// ---- embedding unit --------------------------------------------------------------------------
-Tensor embed_forward(const GPT2Dims& d, ParamInfo& wte, ParamInfo& wpe, const Tensor& tokens, RecordSet& rec,
-                     CallScope& cs);
-void embed_backward_weight(const GPT2Dims& d, ParamInfo& wte, ParamInfo& wpe, RecordSet& rec, CallScope& cs);
 
 // ---- head unit (ln_f, tied LM head, cross-entropy) --------------------------------------------
 // Writes the mean loss into `loss` (1,).
@@ -145,6 +108,6 @@ void head_forward(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte
 // Returns dx, the gradient w.r.t. the head's input (full on every rank; nothing to reduce).
 Tensor head_backward_input(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, float loss_scale,
                            RecordSet& rec, CallScope& cs);
-void head_backward_weight(const GPT2Dims& d, ParamInfo& wte, RecordSet& rec, CallScope& cs);
+// W: lm_head_backward_weight (models/unit_common.h) with wte.
 
 }  // namespace stp

@@ -1,60 +1,12 @@
 #include "models/llama_params.h"
 
-#include <random>
-
 #include "base/error.h"
 #include "core/kernels/attention_kernels.h"
-#include "core/kernels/nn_kernels.h"
-#include "memory/block_arena.h"
 
 namespace stp {
 namespace {
 
 using i64 = std::int64_t;
-
-ShardLayout replicated_layout(i64 rows, i64 cols) {
-  ShardLayout l;
-  l.full_rows = l.shard_rows = rows;
-  l.full_cols = l.shard_cols = cols;
-  l.segments = {ShardSegment{0, 0, cols}};
-  return l;
-}
-
-// Column-parallel over sections of the given widths, each split into t equal slices.
-ShardLayout column_layout(i64 rows, const std::vector<i64>& sections, int rank, int t) {
-  ShardLayout l;
-  l.full_rows = l.shard_rows = rows;
-  l.full_cols = l.shard_cols = 0;
-  for (i64 w : sections) {
-    const i64 slice = w / t;
-    l.segments.push_back(ShardSegment{l.full_cols + rank * slice, l.shard_cols, slice});
-    l.full_cols += w;
-    l.shard_cols += slice;
-  }
-  return l;
-}
-
-ShardLayout row_layout(i64 rows, i64 cols, int rank, int t) {
-  ShardLayout l = replicated_layout(rows, cols);
-  l.shard_rows = rows / t;
-  l.row_begin = rank * l.shard_rows;
-  return l;
-}
-
-ParamInfo make_info(std::string name, Shape full, ShardLayout layout, bool replicated) {
-  ParamInfo p;
-  p.name = std::move(name);
-  p.decay = full.size() >= 2;
-  p.full_shape = std::move(full);
-  p.replicated = replicated;
-  p.layout = std::move(layout);
-  return p;
-}
-
-Shape shard_shape(const ParamInfo& p) {
-  if (p.full_shape.size() == 1) return {p.layout.shard_cols};
-  return {p.layout.shard_rows, p.layout.shard_cols};
-}
 
 bool ends_with(const std::string& s, std::string_view suffix) { return std::string_view(s).ends_with(suffix); }
 
@@ -98,112 +50,47 @@ std::vector<ParamInfo> llama_param_table(const ModelSpec& m, const StageSpec& s)
   const bool first = s.layer_begin == 0, last = s.layer_end == m.n_layer;
   std::vector<ParamInfo> out;
   auto vec = [&](const std::string& n, i64 len) {
-    out.push_back(make_info(n, {len}, replicated_layout(1, len), true));
+    out.push_back(make_param(n, {len}, replicated_layout(1, len), true));
   };
   if (first || (last && m.tie_embeddings)) {
-    out.push_back(make_info("model.embed_tokens.weight", {V, C}, replicated_layout(V, C), true));
+    out.push_back(make_param("model.embed_tokens.weight", {V, C}, replicated_layout(V, C), true));
     out.back().tied = m.tie_embeddings && !(first && last);
   }
   for (int i = s.layer_begin; i < s.layer_end; ++i) {
     const std::string h = "model.layers." + std::to_string(i) + ".";
     vec(h + "input_layernorm.weight", C);
     out.push_back(
-        make_info(h + "self_attn.qkv_proj.weight", {C, QW + 2 * KW}, column_layout(C, {QW, KW, KW}, r, t), t == 1));
+        make_param(h + "self_attn.qkv_proj.weight", {C, QW + 2 * KW}, column_layout(C, {QW, KW, KW}, r, t), t == 1));
     if (m.qkv_bias)
       out.push_back(
-          make_info(h + "self_attn.qkv_proj.bias", {QW + 2 * KW}, column_layout(1, {QW, KW, KW}, r, t), t == 1));
-    out.push_back(make_info(h + "self_attn.o_proj.weight", {QW, C}, row_layout(QW, C, r, t), t == 1));
+          make_param(h + "self_attn.qkv_proj.bias", {QW + 2 * KW}, column_layout(1, {QW, KW, KW}, r, t), t == 1));
+    out.push_back(make_param(h + "self_attn.o_proj.weight", {QW, C}, row_layout(QW, C, r, t), t == 1));
     vec(h + "post_attention_layernorm.weight", C);
-    out.push_back(make_info(h + "mlp.gate_up_proj.weight", {C, 2 * I}, column_layout(C, {I, I}, r, t), t == 1));
-    out.push_back(make_info(h + "mlp.down_proj.weight", {I, C}, row_layout(I, C, r, t), t == 1));
+    out.push_back(make_param(h + "mlp.gate_up_proj.weight", {C, 2 * I}, column_layout(C, {I, I}, r, t), t == 1));
+    out.push_back(make_param(h + "mlp.down_proj.weight", {I, C}, row_layout(I, C, r, t), t == 1));
   }
   if (last) {
     vec("model.norm.weight", C);
-    if (!m.tie_embeddings) out.push_back(make_info("lm_head.weight", {V, C}, replicated_layout(V, C), true));
+    if (!m.tie_embeddings) out.push_back(make_param("lm_head.weight", {V, C}, replicated_layout(V, C), true));
   }
   return out;
 }
 
-LlamaParams::LlamaParams(const ModelSpec& model, const StageSpec& spec, Allocator& alloc)
-    : params_(llama_param_table(model, spec)) {
-  i64 total = 0;
-  for (const ParamInfo& p : params_) total += numel(shard_shape(p));
-  {
-    MaybeCategoryScope as(alloc, MemoryCategory::Weights);
-    flat_params_ = Tensor::empty(alloc, {total});
-  }
-  {
-    MaybeCategoryScope as(alloc, MemoryCategory::Gradients);
-    flat_grads_ = Tensor::empty(alloc, {total});
-  }
-  i64 offset = 0;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    ParamInfo& p = params_[i];
-    Shape shape = shard_shape(p);
-    p.param = flat_params_.view(offset, shape);
-    p.grad = flat_grads_.view(offset, shape);
-    p.compute = p.param;
-    offset += numel(shape);
-    index_[p.name] = i;
-  }
-  if (model.precision == DType::F32) return;
+ParamStore llama_param_store(const ModelSpec& model, const StageSpec& spec, Allocator& alloc) {
   // bf16: the weights GEMMs multiply by get bf16 copies; the embedding only where the tied head
   // uses it (the embedding gathers rows of the f32 master).
   const bool has_head = spec.layer_end == model.n_layer;
-  const std::string head = llama_head_weight(model);
-  auto gemm_weight = [&](const std::string& n) {
+  auto gemm_weight = [has_head, head = llama_head_weight(model)](const std::string& n) {
     return ends_with(n, "qkv_proj.weight") || ends_with(n, "o_proj.weight") || ends_with(n, "gate_up_proj.weight") ||
            ends_with(n, "down_proj.weight") || (n == head && has_head);
   };
-  i64 compute_total = 0;
-  for (const ParamInfo& p : params_)
-    if (gemm_weight(p.name)) compute_total += p.param.numel();
-  {
-    MaybeCategoryScope weights(alloc, MemoryCategory::Weights);
-    flat_compute_ = Tensor::empty(alloc, {compute_total}, DType::BF16);
-  }
-  offset = 0;
-  for (ParamInfo& p : params_) {
-    if (!gemm_weight(p.name)) continue;
-    p.compute = flat_compute_.view(offset, p.param.shape());
-    offset += p.param.numel();
-  }
-}
-
-void LlamaParams::refresh_compute(Stream& s) {
-  for (const ParamInfo& p : params_)
-    if (p.compute.dtype() == DType::BF16) convert(s, p.compute.as<bf16>(), p.param.f32(), p.param.numel());
-}
-
-ParamInfo& LlamaParams::at(const std::string& name) {
-  auto it = index_.find(name);
-  STP_ASSERT(it != index_.end(), "no parameter '", name, "' in this stage");
-  return params_[it->second];
-}
-
-void LlamaParams::load_full(const std::string& name, const std::vector<float>& full, Stream& s) {
-  ParamInfo& p = at(name);
-  STP_CHECK(static_cast<i64>(full.size()) == numel(p.full_shape), "parameter ", name, ": expected ",
-            numel(p.full_shape), " values (shape ", to_string(p.full_shape), "), got ", full.size());
-  std::vector<float> shard(static_cast<std::size_t>(p.param.numel()));
-  p.layout.scatter(full.data(), shard.data());
-  upload(p.param, shard.data(), s);
-}
-
-void LlamaParams::init_random(std::uint64_t seed, Stream& s) {
-  for (const ParamInfo& p : params_) {
-    std::vector<float> full(static_cast<std::size_t>(numel(p.full_shape)));
-    if (ends_with(p.name, "norm.weight")) {
-      std::fill(full.begin(), full.end(), 1.0f);
-    } else if (ends_with(p.name, ".bias")) {
-      std::fill(full.begin(), full.end(), 0.0f);
-    } else {
-      std::mt19937_64 rng(seed ^ std::hash<std::string>{}(p.name));
-      std::normal_distribution<double> dist(0.0, 0.02);
-      for (float& v : full) v = static_cast<float>(dist(rng));
-    }
-    load_full(p.name, full, s);
-  }
+  // HF's init: normal(0, 0.02) weights, biases 0, norms 1.
+  auto init = [](const std::string& name) {
+    if (ends_with(name, "norm.weight")) return ParamInit{false, 1.0};
+    if (ends_with(name, ".bias")) return ParamInit{false, 0.0};
+    return ParamInit{true, 0.02};
+  };
+  return ParamStore(llama_param_table(model, spec), model.precision, gemm_weight, init, alloc);
 }
 
 }  // namespace stp

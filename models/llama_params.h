@@ -1,6 +1,6 @@
 // The parameters of one Llama-family stage (LlamaForCausalLM / Qwen2ForCausalLM): names, full
-// shapes, how each TP rank's shard maps into the full tensor, and one flat device buffer each for
-// parameters and gradients.
+// shapes, how each TP rank's shard maps into the full tensor, which ones GEMMs multiply by, and the
+// init (the store itself: models/param_store.h).
 //
 // Internal names and layouts, and their HF equivalents (W^T: HF's nn.Linear weight [out, in],
 // transposed into stp's [in, out] GEMM layout; i = layer):
@@ -27,12 +27,12 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
 #include "models/model_spec.h"
+#include "models/param_store.h"
 #include "models/stage.h"
 
 namespace stp {
@@ -47,28 +47,8 @@ std::vector<ParamInfo> llama_param_table(const ModelSpec& model, const StageSpec
 // The name of the tensor the LM head multiplies by.
 std::string llama_head_weight(const ModelSpec& model);
 
-class LlamaParams {
- public:
-  LlamaParams(const ModelSpec& model, const StageSpec& spec, Allocator& alloc);
-
-  std::vector<ParamInfo>& list() { return params_; }
-  ParamInfo& at(const std::string& name);  // asserts the name exists
-  const Tensor& flat_params() const { return flat_params_; }
-  const Tensor& flat_grads() const { return flat_grads_; }
-
-  // Seeded init (HF's: normal(0, 0.02) weights, biases 0, norms 1), drawn per full tensor from a
-  // stream keyed by (seed, name), then sharded. Synchronizes s.
-  void init_random(std::uint64_t seed, Stream& s);
-  // Copies a full host tensor (internal layout, above) into this rank's shard. Synchronizes s.
-  void load_full(const std::string& name, const std::vector<float>& full, Stream& s);
-  // bf16 precision: rounds the f32 masters into their GEMM copies (no-op at f32).
-  void refresh_compute(Stream& s);
-
- private:
-  std::vector<ParamInfo> params_;
-  std::map<std::string, std::size_t> index_;
-  Tensor flat_params_, flat_grads_;
-  Tensor flat_compute_;
-};
+// The stage's ParamStore: HF's init (normal(0, 0.02) weights, biases 0, norms 1); at bf16, copies
+// of the projections and (last stage) the head weight for the GEMMs.
+ParamStore llama_param_store(const ModelSpec& model, const StageSpec& spec, Allocator& alloc);
 
 }  // namespace stp

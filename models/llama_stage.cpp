@@ -1,345 +1,84 @@
-// Mirrors models/gpt2_stage.cpp: the same microbatch state machine over Llama units.
 #include "models/llama_stage.h"
 
-#include "memory/block_arena.h"
-#include "base/error.h"
+#include <memory>
+
 #include "models/registry.h"
 
 namespace stp {
+
 namespace {
 
-// Every handle the stage drops goes through the call's scope: work already enqueued may still
-// read or write the tensor, so its storage is released in stream order.
-void replace(Tensor& slot, Tensor value, CallScope& cs) {
-  cs.release(std::move(slot));
-  slot = std::move(value);
-}
+// The attention and MLP units (models/llama_units.h).
+const BranchOps<LlamaDims, LlamaBranch> kLlamaAttn{
+    .forward = &llama_attn_forward,
+    .backward_input = &llama_attn_backward_input,
+    .backward_weight = &llama_attn_backward_weight,
+    .recompute = &llama_attn_recompute,
+    .recomputed_records = &llama_attn_recomputed_records,
+    .recompute_cost = &llama_attn_recompute_cost,
+};
+const BranchOps<LlamaDims, LlamaBranch> kLlamaMlp{
+    .forward = &llama_mlp_forward,
+    .backward_input = &llama_mlp_backward_input,
+    .backward_weight = &llama_mlp_backward_weight,
+    .recompute = &llama_mlp_recompute,
+    .recomputed_records = &llama_mlp_recomputed_records,
+    .recompute_cost = &llama_mlp_recompute_cost,
+};
 
 }  // namespace
 
 LlamaStage::LlamaStage(const ModelSpec& config, const StageSpec& spec, Allocator& alloc)
-    : config_(config), spec_(spec), alloc_(alloc), params_(config, spec, alloc) {
+    : BranchedStage(
+          spec, config.n_layer,
+          unit_dims(spec, config.seq_len, config.n_embd, config.vocab_size, config.precision, config.attention),
+          llama_param_store(config, spec, alloc), alloc, kLlamaAttn, kLlamaMlp) {
   const int t = spec.tp_size;
-  dims_.B = spec.micro_batch_size;
-  dims_.T = config.seq_len;
-  dims_.C = config.n_embd;
-  dims_.V = config.vocab_size;
   dims_.H = config.n_head / t;
   dims_.K = config.n_kv_head / t;
   dims_.D = config.n_embd / config.n_head;
   dims_.I = config.intermediate_size / t;
-  dims_.tp_rank = spec.tp_rank;
-  dims_.tp_size = t;
-  dims_.act = config.precision;
-  dims_.attention = config.attention;
   dims_.eps = static_cast<float>(config.norm_eps);
   dims_.theta = config.rope_theta;
   head_weight_ = llama_head_weight(config);
 
-  units_.push_back(Unit{is_first() ? Kind::EMBED : Kind::INPUT, is_first() ? "embed" : "input", {}});
-  for (int i = spec.layer_begin; i < spec.layer_end; ++i) {
-    const std::string h = "model.layers." + std::to_string(i) + ".";
-    const std::string unit = "h." + std::to_string(i) + ".";
-    LlamaBranch attn{&params_.at(h + "input_layernorm.weight"), &params_.at(h + "self_attn.qkv_proj.weight"),
-                     config.qkv_bias ? &params_.at(h + "self_attn.qkv_proj.bias") : nullptr,
-                     &params_.at(h + "self_attn.o_proj.weight")};
-    LlamaBranch mlp{&params_.at(h + "post_attention_layernorm.weight"), &params_.at(h + "mlp.gate_up_proj.weight"),
-                    nullptr, &params_.at(h + "mlp.down_proj.weight")};
-    units_.push_back(Unit{Kind::ATTN, unit + "attn", attn});
-    units_.push_back(Unit{Kind::MLP, unit + "mlp", mlp});
-  }
-  if (is_last()) units_.push_back(Unit{Kind::HEAD, "head", {}});
-  records_.resize(units_.size());
-}
-
-std::string LlamaStage::unit_name(int u) const {
-  STP_ASSERT(u >= 0 && u < num_units(), "unit ", u, " outside [0, ", num_units(), ")");
-  return units_[static_cast<std::size_t>(u)].name;
-}
-
-// ---- per-microbatch state -------------------------------------------------------------------------
-
-LlamaStage::Microbatch& LlamaStage::mb_state(int mb) { return mbs_[mb]; }
-
-RecordSet& LlamaStage::records(int u, int mb) {
-  auto& per_mb = records_[static_cast<std::size_t>(u)];
-  auto it = per_mb.find(mb);
-  if (it == per_mb.end()) it = per_mb.emplace(mb, RecordSet(units_[static_cast<std::size_t>(u)].name + ".")).first;
-  return it->second;
-}
-
-void LlamaStage::drop_empty_records(int u, int mb) {
-  auto& per_mb = records_[static_cast<std::size_t>(u)];
-  auto it = per_mb.find(mb);
-  if (it != per_mb.end() && it->second.empty()) per_mb.erase(it);
-}
-
-Tensor LlamaStage::io_buffer(Tensor& slot, Shape shape, Stream* writer) {
-  if (!slot.defined()) {
-    MaybeCategoryScope as(alloc_, MemoryCategory::Buffers);
-    slot = writer ? Tensor::empty_on(alloc_, *writer, std::move(shape)) : Tensor::empty(alloc_, std::move(shape));
-  }
-  return slot;
-}
-
-Tensor LlamaStage::tokens(int mb) {
-  STP_ASSERT(is_first(), "tokens() of a stage without the embedding");
-  return io_buffer(mb_state(mb).tokens, {dims_.B, dims_.T});
-}
-
-Tensor LlamaStage::targets(int mb) {
-  STP_ASSERT(is_last(), "targets() of a stage without the head");
-  return io_buffer(mb_state(mb).targets, {dims_.B, dims_.T});
-}
-
-Tensor LlamaStage::input_activation(int mb, Stream* writer) {
-  Microbatch& m = mb_state(mb);
-  STP_ASSERT(!is_first() && m.next_f == 0, "input_activation(", mb, ") of the first stage or after F(0)");
-  return io_buffer(m.input, {dims_.B, dims_.T, dims_.C}, writer);
-}
-
-Tensor LlamaStage::output_activation(int mb) {
-  Microbatch& m = mb_state(mb);
-  STP_ASSERT(!is_last() && m.output.defined(), "output_activation(", mb, ") of the last stage or before its last F");
-  return m.output;
-}
-
-Tensor LlamaStage::grad_output(int mb, Stream* writer) {
-  Microbatch& m = mb_state(mb);
-  STP_ASSERT(!is_last() && m.next_b < 0, "grad_output(", mb, ") of the last stage or after B started");
-  return io_buffer(m.grad_output, {dims_.B, dims_.T, dims_.C}, writer);
-}
-
-Tensor LlamaStage::grad_input(int mb) {
-  Microbatch& m = mb_state(mb);
-  STP_ASSERT(!is_first() && m.grad_input.defined(), "grad_input(", mb, ") of the first stage or before B(0)");
-  return m.grad_input;
-}
-
-Tensor LlamaStage::loss(int mb) {
-  STP_ASSERT(is_last(), "loss() of a stage without the head");
-  return io_buffer(mb_state(mb).loss, {1});
-}
-
-// ---- passes ------------------------------------------------------------------------------------------
-
-Tensor LlamaStage::forward(int u, int mb, Stream& s) {
-  Microbatch& m = mb_state(mb);
-  STP_ASSERT(m.next_f == u && u < num_units(), "F(", u, ", mb ", mb, ") out of order: next F is ", m.next_f);
-  CallScope cs(alloc_, s);
-  RecordSet& rec = records(u, mb);
-  Unit& unit = units_[static_cast<std::size_t>(u)];
-  Tensor reduce;
-  switch (unit.kind) {
-    case Kind::EMBED:
-      STP_ASSERT(m.tokens.defined(), "F(embed, mb ", mb, ") before tokens(", mb, ") was filled");
-      m.fwd_x = llama_embed_forward(dims_, params_.at("model.embed_tokens.weight"), m.tokens, rec, cs);
-      break;
-    case Kind::INPUT:
-      STP_ASSERT(m.input.defined(), "F(input, mb ", mb, ") before input_activation(", mb, ") was filled");
-      m.fwd_x = std::move(m.input);
-      m.input = Tensor();
-      break;
-    case Kind::ATTN:
-    case Kind::MLP:
-      replace(m.fwd_x,
-              unit.kind == Kind::ATTN ? llama_attn_forward(dims_, unit.branch, m.fwd_x, rec, cs)
-                                      : llama_mlp_forward(dims_, unit.branch, m.fwd_x, rec, cs),
-              cs);
-      drop_recomputed(recomputed_records(u, unit.recompute), rec, cs);
-      if (dims_.tp_size > 1) reduce = m.fwd_x;
-      break;
-    case Kind::HEAD:
-      STP_ASSERT(m.targets.defined(), "F(head, mb ", mb, ") before targets(", mb, ") was filled");
-      llama_head_forward(dims_, params_.at("model.norm.weight"), params_.at(head_weight_), m.fwd_x, m.targets, loss(mb),
-                         rec, cs);
-      cs.release(std::move(m.fwd_x));
-      break;
-  }
-  if (++m.next_f == num_units() && !is_last()) {
-    m.output = std::move(m.fwd_x);
-    m.fwd_x = Tensor();
-  }
-  if (forward_only_) {  // nothing is kept for a backward
-    for (const ActivationRecord& r : rec.list()) cs.release(r.tensor);
-    rec.mutable_list().clear();
-  }
-  drop_empty_records(u, mb);
-  return reduce;
-}
-
-void LlamaStage::set_forward_only(bool on) {
-  STP_CHECK(mbs_.empty(), "set_forward_only(", on, ") while microbatches are in flight: set it between steps");
-  forward_only_ = on;
-}
-
-// The gradient w.r.t. the output of unit u: the residual gradient plus, when unit u+1 is a TP
-// unit, its RMSNorm backward on the all-reduced gradient (models/gpt2_units.h, Note [LayerNorm after
-// the all-reduce]).
-Tensor LlamaStage::finalize_next(int u, int mb, Microbatch& m, CallScope& cs) {
-  if (!m.bwd_pending.defined()) return m.bwd_dy;
-  const Unit& next = units_[static_cast<std::size_t>(u + 1)];
-  Tensor dx = llama_norm_finalize(dims_, *next.branch.norm, m.bwd_dy, m.bwd_pending, records(u + 1, mb), cs);
-  drop_empty_records(u + 1, mb);
-  cs.release(std::move(m.bwd_pending));
-  m.bwd_pending = Tensor();
-  return dx;
-}
-
-Tensor LlamaStage::backward_input(int u, int mb, Stream& s) {
-  STP_ASSERT(!forward_only_, "B(", u, ", mb ", mb, ") in forward-only mode");
-  Microbatch& m = mb_state(mb);
-  if (m.next_b < 0) {  // B starts: take the gradient seed from the next stage (or the head's loss)
-    STP_ASSERT(m.next_f == num_units(), "B(", u, ", mb ", mb, ") before the last F of mb");
-    m.next_b = num_units() - 1;
-    if (!is_last()) {
-      STP_ASSERT(m.grad_output.defined(), "B(", u, ", mb ", mb, ") before grad_output(", mb, ") was filled");
-      m.bwd_dy = std::move(m.grad_output);
-      m.grad_output = Tensor();
-    }
-  }
-  STP_ASSERT(m.next_b == u, "B(", u, ", mb ", mb, ") out of order: next B is ", m.next_b);
-  CallScope cs(alloc_, s);
-  cs.release(std::move(m.output));  // sent by now; the executor holds its own handle until done
-  RecordSet& rec = records(u, mb);
-  Unit& unit = units_[static_cast<std::size_t>(u)];
-  Tensor reduce;
-  switch (unit.kind) {
-    case Kind::HEAD:
-      m.bwd_dy = llama_head_backward_input(dims_, params_.at("model.norm.weight"), params_.at(head_weight_),
-                                           loss_scale_, rec, cs);
-      break;
-    case Kind::ATTN:
-    case Kind::MLP: {
-      // Regenerate what F dropped first: B below, B(u-1) and W(u) read the records as usual.
-      if (unit.kind == Kind::ATTN) llama_attn_recompute(dims_, unit.branch, unit.recompute, rec, cs);
-      else llama_mlp_recompute(dims_, unit.branch, unit.recompute, rec, cs);
-      Tensor dy = finalize_next(u, mb, m, cs);
-      m.bwd_pending = unit.kind == Kind::ATTN ? llama_attn_backward_input(dims_, unit.branch, dy, rec, cs)
-                                              : llama_mlp_backward_input(dims_, unit.branch, dy, rec, cs);
-      replace(m.bwd_dy, dy, cs);
-      if (dims_.tp_size > 1) reduce = m.bwd_pending;
-      break;
-    }
-    case Kind::EMBED:
-      rec.save("dx", finalize_next(u, mb, m, cs), RecordReader::W, 'B');
-      cs.release(std::move(m.bwd_dy));
-      break;
-    case Kind::INPUT:
-      m.grad_input = finalize_next(u, mb, m, cs);
-      cs.release(std::move(m.bwd_dy));
-      break;
-  }
-  --m.next_b;
-  drop_empty_records(u, mb);
-  return reduce;
-}
-
-void LlamaStage::backward_weight(int u, int mb, Stream& s) {
-  Microbatch& m = mb_state(mb);
-  STP_ASSERT(m.next_b >= -1 && m.next_b < u && m.next_f == num_units() && u < num_units() && m.next_b != u, "W(", u,
-             ", mb ", mb, ") before its B");
-  CallScope cs(alloc_, s);
-  RecordSet& rec = records(u, mb);
-  Unit& unit = units_[static_cast<std::size_t>(u)];
-  switch (unit.kind) {
-    case Kind::EMBED: llama_embed_backward_weight(dims_, params_.at("model.embed_tokens.weight"), rec, cs); break;
-    case Kind::INPUT: break;
-    case Kind::ATTN: llama_attn_backward_weight(dims_, unit.branch, rec, cs); break;
-    case Kind::MLP: llama_mlp_backward_weight(dims_, unit.branch, rec, cs); break;
-    case Kind::HEAD: llama_head_backward_weight(dims_, params_.at(head_weight_), rec, cs); break;
-  }
-  drop_empty_records(u, mb);
-}
-
-// ---- records, grads, release ---------------------------------------------------------------------------
-
-std::vector<ActivationRecord> LlamaStage::activation_records(int u, int mb) const {
-  const auto& per_mb = records_.at(static_cast<std::size_t>(u));
-  auto it = per_mb.find(mb);
-  return it == per_mb.end() ? std::vector<ActivationRecord>{} : it->second.list();
-}
-
-RecordSet* LlamaStage::record_set(int u, int mb) {
-  auto& per_mb = records_.at(static_cast<std::size_t>(u));
-  auto it = per_mb.find(mb);
-  return it == per_mb.end() ? nullptr : &it->second;
-}
-
-std::size_t LlamaStage::live_record_bytes() const {
-  std::size_t total = 0;
-  for (const auto& per_mb : records_)
-    for (const auto& [mb, rec] : per_mb) total += rec.bytes();
-  return total;
-}
-
-// ---- recompute -------------------------------------------------------------------------------------------
-
-const LlamaStage::Unit& LlamaStage::unit_at(int u) const {
-  STP_CHECK(u >= 0 && u < num_units(), "unit ", u, " outside [0, ", num_units(), ")");
-  return units_[static_cast<std::size_t>(u)];
-}
-
-std::vector<RecomputedRecord> LlamaStage::recomputed_records(int u, Recompute r) const {
-  switch (unit_at(u).kind) {
-    case Kind::ATTN: return llama_attn_recomputed_records(dims_, r);
-    case Kind::MLP: return llama_mlp_recomputed_records(dims_, r);
-    default: return {};
+  for (int u = 0; u < num_units(); ++u) {
+    if (!is_branch(unit_kind(u))) continue;
+    const std::string h = "model.layers." + std::to_string(unit_layer(u)) + ".";
+    branch(u) =
+        unit_kind(u) == UnitKind::Attn
+            ? LlamaBranch{&params_.at(h + "input_layernorm.weight"), &params_.at(h + "self_attn.qkv_proj.weight"),
+                          config.qkv_bias ? &params_.at(h + "self_attn.qkv_proj.bias") : nullptr,
+                          &params_.at(h + "self_attn.o_proj.weight")}
+            : LlamaBranch{&params_.at(h + "post_attention_layernorm.weight"),
+                          &params_.at(h + "mlp.gate_up_proj.weight"), nullptr, &params_.at(h + "mlp.down_proj.weight")};
   }
 }
 
-void LlamaStage::set_recompute(int u, Recompute r) {
-  STP_CHECK(u >= 0 && u < num_units(), "set_recompute: unit ", u, " outside [0, ", num_units(), ")");
-  Unit& unit = units_[static_cast<std::size_t>(u)];
-  STP_CHECK(r == Recompute::None || unit.kind == Kind::ATTN || unit.kind == Kind::MLP, "set_recompute(", unit.name,
-            ", ", to_string(r), "): only attention and MLP units can recompute; ", unit.name, " accepts only none");
-  // B regenerates what F dropped under the policy F ran with: no microbatch may be in between.
-  STP_CHECK(records_[static_cast<std::size_t>(u)].empty(), "set_recompute(", unit.name, ", ", to_string(r),
-            ") while a microbatch holds records of the unit: change the policy between steps");
-  unit.recompute = r;
+Tensor LlamaStage::embed_forward(const Tensor& tokens, RecordSet& rec, CallScope& cs) {
+  return token_embedding_forward(dims_, params_.at("model.embed_tokens.weight"), nullptr, tokens, rec, cs);
 }
 
-Recompute LlamaStage::recompute(int u) const { return unit_at(u).recompute; }
-
-double LlamaStage::recompute_cost(int u, Recompute r) const {
-  switch (unit_at(u).kind) {
-    case Kind::ATTN: return llama_attn_recompute_cost(dims_, r);
-    case Kind::MLP: return llama_mlp_recompute_cost(dims_, r);
-    default: return 0.0;
-  }
+void LlamaStage::embed_backward_weight(RecordSet& rec, CallScope& cs) {
+  token_embedding_backward_weight(dims_, params_.at("model.embed_tokens.weight"), nullptr, rec, cs);
 }
 
-std::size_t LlamaStage::recompute_saving(int u, Recompute r) const {
-  std::size_t bytes = 0;
-  for (const RecomputedRecord& rec : recomputed_records(u, r)) bytes += rec.bytes();
-  return bytes;
+Tensor LlamaStage::finalize_norm(int u, const Tensor& dy, const Tensor& dnorm, RecordSet& rec, CallScope& cs) {
+  return llama_norm_finalize(dims_, *branch(u).norm, dy, dnorm, rec, cs);
 }
 
-void LlamaStage::zero_grads(Stream& s) {
-  s.zero(params_.flat_grads().raw(), params_.flat_grads().bytes());
-  params_.refresh_compute(s);  // the optimizer (or a checkpoint) changed the masters since
-  CallScope cs(alloc_, s);
-  for (auto& per_mb : records_) {
-    for (auto& [mb, rec] : per_mb)
-      for (const ActivationRecord& r : rec.list()) cs.release(r.tensor);
-    per_mb.clear();
-  }
-  std::vector<int> ids;
-  for (auto& [mb, m] : mbs_) ids.push_back(mb);
-  for (int mb : ids) release_microbatch(mb, s);
+void LlamaStage::head_forward(const Tensor& x, const Tensor& targets, const Tensor& loss, RecordSet& rec,
+                              CallScope& cs) {
+  llama_head_forward(dims_, params_.at("model.norm.weight"), params_.at(head_weight_), x, targets, loss, rec, cs);
 }
 
-void LlamaStage::release_microbatch(int mb, Stream& s) {
-  for (const auto& per_mb : records_)
-    STP_ASSERT(per_mb.count(mb) == 0, "release_microbatch(", mb, ") while it still holds activation records");
-  auto it = mbs_.find(mb);
-  if (it == mbs_.end()) return;
-  CallScope cs(alloc_, s);
-  Microbatch& m = it->second;
-  for (Tensor* t : {&m.tokens, &m.targets, &m.input, &m.output, &m.grad_output, &m.grad_input, &m.loss, &m.fwd_x,
-                    &m.bwd_dy, &m.bwd_pending})
-    cs.release(std::move(*t));
-  mbs_.erase(it);
+Tensor LlamaStage::head_backward_input(float loss_scale, RecordSet& rec, CallScope& cs) {
+  return llama_head_backward_input(dims_, params_.at("model.norm.weight"), params_.at(head_weight_), loss_scale, rec,
+                                   cs);
+}
+
+void LlamaStage::head_backward_weight(RecordSet& rec, CallScope& cs) {
+  lm_head_backward_weight(dims_, params_.at(head_weight_), rec, cs);
 }
 
 // ---- registry entry ---------------------------------------------------------------------------------

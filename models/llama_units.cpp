@@ -6,6 +6,7 @@
 #include "core/kernels/attention_kernels.h"
 #include "core/kernels/llama_kernels.h"
 #include "core/kernels/nn_kernels.h"
+#include "models/branch_steps.h"
 
 namespace stp {
 namespace {
@@ -13,20 +14,6 @@ namespace {
 using i64 = std::int64_t;
 constexpr RecordReader kB = RecordReader::B, kW = RecordReader::W, kPrev = RecordReader::B_PREV;
 
-const std::int32_t* as_i32(const Tensor& t) { return t.data<std::int32_t>(); }
-
-template <typename Fn>
-decltype(auto) with_act(const LlamaDims& d, Fn&& fn) {
-  if (d.act == DType::BF16) return fn(bf16{});
-  return fn(float{});
-}
-
-template <typename A>
-const A* weight(const ParamInfo* p) {
-  return p->compute.as<A>();
-}
-
-bool fused(const LlamaDims& d) { return d.attention == AttentionKernel::Fused; }
 bool grouped(const LlamaDims& d) { return d.K != d.H; }
 
 // ---- the steps F and the recompute share (same kernels, same inputs: bitwise F's records) -------
@@ -44,19 +31,10 @@ NormOut norm_step(const LlamaDims& d, const ParamInfo* w, const Tensor& x, CallS
   return r;
 }
 
-// Column-parallel input GEMM (B, T, width) from the norm output (B, T, C).
-template <typename A>
-Tensor column_parallel_in(const LlamaDims& d, const LlamaBranch& p, const Tensor& ln, i64 width, CallScope& cs) {
-  Tensor out = cs.keep({d.B, d.T, width}, d.act);
-  linear_forward<A, A>(cs.stream(), out.as<A>(), ln.as<A>(), weight<A>(p.in_w), p.in_b ? p.in_b->param.f32() : nullptr,
-                       nullptr, d.N(), d.C, width);
-  return out;
-}
-
 // q, k, v of the local heads, RoPE applied to q and k in place: (B, T, QKV).
 template <typename A>
 Tensor qkv_step(const LlamaDims& d, const LlamaBranch& p, const Tensor& ln, CallScope& cs) {
-  Tensor qkv = column_parallel_in<A>(d, p, ln, d.QKV(), cs);
+  Tensor qkv = column_parallel_in<A>(d, p.in_w, p.in_b, ln, d.QKV(), cs);
   A* q = qkv.as<A>();
   rope_forward<A>(cs.stream(), q, d.N(), d.T, d.QKV(), d.H, d.D, d.theta);
   rope_forward<A>(cs.stream(), q + d.QW(), d.N(), d.T, d.QKV(), d.K, d.D, d.theta);
@@ -124,37 +102,6 @@ Tensor norm_recompute(const LlamaDims& d, const ParamInfo* w, Recompute r, Recor
   return n.out;
 }
 
-// Row-parallel output (no bias): rank 0 folds the residual in. f32: it is all-reduced.
-template <typename A>
-Tensor row_parallel_out(const LlamaDims& d, const LlamaBranch& p, const Tensor& in, i64 in_width, const Tensor& x,
-                        CallScope& cs) {
-  Tensor y = cs.keep({d.B, d.T, d.C});
-  linear_forward<A, float>(cs.stream(), y.f32(), in.as<A>(), weight<A>(p.out_w), nullptr,
-                           d.tp_rank == 0 ? x.f32() : nullptr, d.N(), in_width, d.C);
-  return y;
-}
-
-template <typename A>
-Tensor gemm_dy(const LlamaDims& d, const Tensor& dy, CallScope& cs) {
-  if constexpr (dtype_of<A>() == DType::F32) return dy;
-  Tensor c = cs.keep({d.B, d.T, d.C}, d.act);
-  convert(cs.stream(), c.as<A>(), dy.f32(), dy.numel());
-  return c;
-}
-
-template <typename A>
-void branch_backward_weight(const LlamaDims& d, const LlamaBranch& p, RecordSet& rec, CallScope& cs,
-                            const char* act_name, i64 act_width, const char* dact_name, i64 in_width) {
-  const i64 N = d.N();
-  Stream& s = cs.stream();
-  Tensor act = rec.take(act_name), dy = rec.take("dy"), ln = rec.take("ln.out"), dact = rec.take(dact_name);
-  linear_backward_weight_accumulate(s, p.out_w->grad.f32(), static_cast<float*>(nullptr), act.as<A>(), dy.as<A>(), N,
-                                    act_width, d.C);
-  linear_backward_weight_accumulate(s, p.in_w->grad.f32(), p.in_b ? p.in_b->grad.f32() : nullptr, ln.as<A>(),
-                                    dact.as<A>(), N, d.C, in_width);
-  for (Tensor* t : {&act, &dy, &ln, &dact}) cs.release(std::move(*t));
-}
-
 // ---- attention ------------------------------------------------------------------------------------
 
 template <typename A>
@@ -166,7 +113,7 @@ Tensor attn_forward_t(const LlamaDims& d, const LlamaBranch& p, const Tensor& x,
   // 3. Causal grouped-query attention over the local heads.
   AttentionOut a = attention_step<A>(d, qkv, cs);
   // 4. Row-parallel o_proj: the partial of the next residual stream.
-  Tensor out = row_parallel_out<A>(d, p, a.y, d.QW(), x, cs);
+  Tensor out = row_parallel_out<A>(d, p.out_w, nullptr, a.y, d.QW(), x, cs);
   rec.save("ln.out", ln, kW);
   rec.save("qkv", qkv, kB);
   save_attention_records(d, a, rec);
@@ -227,10 +174,10 @@ Tensor mlp_forward_t(const LlamaDims& d, const LlamaBranch& p, const Tensor& x, 
   // 1. post_attention_layernorm (RMSNorm, replicated).
   Tensor ln = norm_with_records<A>(d, p.norm, x, rec, cs, kPrev);
   // 2. Column-parallel gate_up_proj, then silu(gate) * up.
-  Tensor h = column_parallel_in<A>(d, p, ln, 2 * d.I, cs);
+  Tensor h = column_parallel_in<A>(d, p.in_w, p.in_b, ln, 2 * d.I, cs);
   Tensor a = swiglu_step<A>(d, h, cs);
   // 3. Row-parallel down_proj: the partial of the next residual stream.
-  Tensor out = row_parallel_out<A>(d, p, a, d.I, x, cs);
+  Tensor out = row_parallel_out<A>(d, p.out_w, nullptr, a, d.I, x, cs);
   rec.save("ln.out", ln, kW);
   rec.save("h", h, kB);
   rec.save("act", a, kW);
@@ -271,7 +218,7 @@ void attn_recompute_t(const LlamaDims& d, const LlamaBranch& p, Recompute r, Rec
 template <typename A>
 void mlp_recompute_t(const LlamaDims& d, const LlamaBranch& p, Recompute r, RecordSet& rec, CallScope& cs) {
   Tensor ln = norm_recompute<A>(d, p.norm, r, rec, cs);
-  if (r == Recompute::Full) rec.save("h", column_parallel_in<A>(d, p, ln, 2 * d.I, cs), kB);
+  if (r == Recompute::Full) rec.save("h", column_parallel_in<A>(d, p.in_w, p.in_b, ln, 2 * d.I, cs), kB);
   rec.save("act", swiglu_step<A>(d, rec.get("h"), cs), kW);
 }
 
@@ -280,20 +227,10 @@ void mlp_recompute_t(const LlamaDims& d, const LlamaBranch& p, Recompute r, Reco
 template <typename A>
 void head_forward_t(const LlamaDims& d, ParamInfo& norm, ParamInfo& head_w, const Tensor& x, const Tensor& targets,
                     const Tensor& loss, RecordSet& rec, CallScope& cs) {
-  const i64 N = d.N();
-  Stream& s = cs.stream();
   // 1. The final norm; its statistics are read by this unit's own B.
   Tensor ln = norm_with_records<A>(d, &norm, x, rec, cs, kB);
-  // 2. logits = norm(x) W^T.
-  Tensor logits = cs.keep({d.B, d.T, d.V}, d.act);
-  gemm(s, false, true, N, d.V, d.C, ln.as<A>(), d.C, weight<A>(&head_w), d.C, logits.as<A>(), d.V);
-  // 3. Mean token cross-entropy.
-  Tensor losses = cs.tmp({N}), lse = cs.keep({N});
-  cross_entropy_forward(s, loss.f32(), losses.f32(), lse.f32(), logits.as<A>(), as_i32(targets), N, d.V);
-  rec.save("ln.out", ln, kW);
-  rec.save("logits", logits, kB);
-  rec.save("lse", lse, kB);
-  rec.save("targets", targets, kB);
+  // 2. logits = norm(x) W^T, and the loss.
+  lm_head_forward(d, head_w, ln, targets, loss, rec, cs);
 }
 
 template <typename A>
@@ -301,50 +238,17 @@ Tensor head_backward_input_t(const LlamaDims& d, ParamInfo& norm, ParamInfo& hea
                              CallScope& cs) {
   const i64 N = d.N();
   Stream& s = cs.stream();
-  // 1. dlogits in place over the logits.
-  Tensor logits = rec.take("logits"), lse = rec.take("lse"), targets = rec.take("targets");
-  cross_entropy_backward_inplace(s, logits.as<A>(), lse.f32(), as_i32(targets), loss_scale / static_cast<float>(N), N,
-                                 d.V);
-  cs.release(lse);
-  cs.release(targets);
-  // 2. dln = dlogits W.
-  Tensor dln = cs.tmp({d.B, d.T, d.C});
-  gemm(s, false, false, N, d.C, d.V, logits.as<A>(), d.V, weight<A>(&head_w), d.C, dln.f32(), d.C);
-  // 3. The final norm's backward (replicated, nothing to reduce, no residual gradient).
+  // 1. dlogits, and dln = dlogits W.
+  Tensor dln = lm_head_backward_input(d, head_w, loss_scale, rec, cs);
+  // 2. The final norm's backward (replicated, nothing to reduce, no residual gradient).
   Tensor x = rec.take("ln.x"), rstd = rec.take("ln.rstd");
   Tensor dx = cs.keep({d.B, d.T, d.C});
   rmsnorm_backward_input(s, dx.f32(), nullptr, dln.f32(), x.f32(), rstd.f32(), norm.param.f32(), N, d.C);
   rmsnorm_backward_weight_accumulate(s, norm.grad.f32(), dln.f32(), x.f32(), rstd.f32(), N, d.C);
   cs.release(x);
   cs.release(rstd);
-  rec.save("dlogits", logits, kW, 'B');
   return dx;
 }
-
-template <typename A>
-void head_backward_weight_t(const LlamaDims& d, ParamInfo& head_w, RecordSet& rec, CallScope& cs) {
-  Tensor dlogits = rec.take("dlogits"), ln = rec.take("ln.out");
-  gemm(cs.stream(), true, false, d.V, d.C, d.N(), dlogits.as<A>(), d.V, ln.as<A>(), d.C, head_w.grad.f32(), d.C, 1.0f,
-       1.0f);
-  cs.release(dlogits);
-  cs.release(ln);
-}
-
-// FLOP model of the recompute cost (per rank, one microbatch), as GPT-2's (gpt2_units.cpp):
-//   RMSNorm 4 N C; qkv_proj 2 N C QKV; RoPE 6 N (QW + KW); attention core 4 B T^2 QW + softmax
-//   5 B H T^2 (half of it fused); o_proj 2 N QW C; gate_up 2 N C 2I; SwiGLU 6 N I; down 2 N I C.
-struct BranchFlops {
-  double norm, in, op, out;
-  double cost(Recompute r) const {
-    const double total = norm + in + op + out;
-    switch (r) {
-      case Recompute::None: return 0.0;
-      case Recompute::Selective: return (norm + op) / total;
-      case Recompute::Full: return (norm + in + op) / total;
-    }
-    STP_UNREACHABLE("bad Recompute");
-  }
-};
 
 }  // namespace
 
@@ -356,7 +260,9 @@ Tensor llama_attn_backward_input(const LlamaDims& d, const LlamaBranch& p, const
   return with_act(d, [&](auto a) { return attn_backward_input_t<decltype(a)>(d, p, dy, rec, cs); });
 }
 void llama_attn_backward_weight(const LlamaDims& d, const LlamaBranch& p, RecordSet& rec, CallScope& cs) {
-  with_act(d, [&](auto a) { branch_backward_weight<decltype(a)>(d, p, rec, cs, "y", d.QW(), "dqkv", d.QKV()); });
+  with_act(d, [&](auto a) {
+    branch_weight_grads<decltype(a)>(d, p.in_w, p.in_b, p.out_w, rec, cs, "y", d.QW(), "dqkv", d.QKV());
+  });
 }
 Tensor llama_mlp_forward(const LlamaDims& d, const LlamaBranch& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
   return with_act(d, [&](auto a) { return mlp_forward_t<decltype(a)>(d, p, x, rec, cs); });
@@ -366,7 +272,9 @@ Tensor llama_mlp_backward_input(const LlamaDims& d, const LlamaBranch& p, const 
   return with_act(d, [&](auto a) { return mlp_backward_input_t<decltype(a)>(d, p, dy, rec, cs); });
 }
 void llama_mlp_backward_weight(const LlamaDims& d, const LlamaBranch& p, RecordSet& rec, CallScope& cs) {
-  with_act(d, [&](auto a) { branch_backward_weight<decltype(a)>(d, p, rec, cs, "act", d.I, "dh", 2 * d.I); });
+  with_act(d, [&](auto a) {
+    branch_weight_grads<decltype(a)>(d, p.in_w, p.in_b, p.out_w, rec, cs, "act", d.I, "dh", 2 * d.I);
+  });
 }
 void llama_attn_recompute(const LlamaDims& d, const LlamaBranch& p, Recompute r, RecordSet& rec, CallScope& cs) {
   if (r == Recompute::None) return;
@@ -384,10 +292,6 @@ Tensor llama_head_backward_input(const LlamaDims& d, ParamInfo& norm, ParamInfo&
                                  RecordSet& rec, CallScope& cs) {
   return with_act(d, [&](auto a) { return head_backward_input_t<decltype(a)>(d, norm, head_w, loss_scale, rec, cs); });
 }
-void llama_head_backward_weight(const LlamaDims& d, ParamInfo& head_w, RecordSet& rec, CallScope& cs) {
-  with_act(d, [&](auto a) { head_backward_weight_t<decltype(a)>(d, head_w, rec, cs); });
-}
-
 std::vector<RecomputedRecord> llama_attn_recomputed_records(const LlamaDims& d, Recompute r) {
   const i64 N = d.N();
   const DType a = d.act, f = DType::F32;
@@ -414,6 +318,9 @@ std::vector<RecomputedRecord> llama_mlp_recomputed_records(const LlamaDims& d, R
   STP_UNREACHABLE("bad Recompute");
 }
 
+// FLOP model of the recompute cost (per rank, one microbatch), as GPT-2's (gpt2_units.cpp):
+//   RMSNorm 4 N C; qkv_proj 2 N C QKV; RoPE 6 N (QW + KW); attention core 4 B T^2 QW + softmax
+//   5 B H T^2 (half of it fused); o_proj 2 N QW C; gate_up 2 N C 2I; SwiGLU 6 N I; down 2 N I C.
 double llama_attn_recompute_cost(const LlamaDims& d, Recompute r) {
   const double N = static_cast<double>(d.N()), C = static_cast<double>(d.C), QW = static_cast<double>(d.QW());
   const double KW = static_cast<double>(d.KW()), QKV = static_cast<double>(d.QKV());
@@ -438,22 +345,6 @@ Tensor llama_norm_finalize(const LlamaDims& d, ParamInfo& norm, const Tensor& dy
   cs.release(x);
   cs.release(rstd);
   return dx;
-}
-
-Tensor llama_embed_forward(const LlamaDims& d, ParamInfo& embed, const Tensor& tokens, RecordSet& rec, CallScope& cs) {
-  Tensor x = cs.keep({d.B, d.T, d.C});
-  embedding_forward(cs.stream(), x.f32(), as_i32(tokens), embed.param.f32(), nullptr, d.B, d.T, d.C);
-  rec.save("tokens", tokens, kW);
-  return x;
-}
-
-void llama_embed_backward_weight(const LlamaDims& d, ParamInfo& embed, RecordSet& rec, CallScope& cs) {
-  Tensor tokens = rec.take("tokens"), dx = rec.take("dx");
-  Tensor ws = cs.tmp({embedding_backward_workspace(d.V, d.N())});  // int32 in 4-byte elements
-  embedding_backward_accumulate(cs.stream(), embed.grad.f32(), nullptr, dx.f32(), as_i32(tokens),
-                                ws.data<std::int32_t>(), d.B, d.T, d.C, d.V);
-  cs.release(tokens);
-  cs.release(dx);
 }
 
 }  // namespace stp

@@ -2,7 +2,7 @@
 // embedding, attention, MLP and head units. Every pass enqueues kernels (core/kernels/) on one
 // stream; what a later pass needs goes into the unit's RecordSet and nowhere else.
 //
-//   embed  F: x0 = embed_tokens[tokens]            B: dx0 (finalize unit 1)   W: dembed
+//   embed  F: x0 = embed_tokens[tokens] (token_embedding_forward, models/unit_common.h)
 //   attn   F: RMSNorm -> qkv_proj (column, + bias) -> RoPE on q, k -> causal GQA attention
 //              -> o_proj (row) -> partial sum
 //   mlp    F: RMSNorm -> gate_up_proj (column) -> silu(gate) * up -> down_proj (row) -> partial sum
@@ -31,22 +31,18 @@
 
 #include "core/tensor.h"
 #include "memory/activation.h"
-#include "models/gpt2_units.h"  // CallScope, RecomputedRecord, drop_recomputed (shared by the architectures)
 #include "models/model_spec.h"
 #include "models/stage.h"
+#include "models/unit_common.h"
 
 namespace stp {
 
 // Sizes one rank works with: H local query heads and K local key/value heads of D; QW = H*D,
 // KW = K*D, QKV = QW + 2 KW; I local MLP width.
-struct LlamaDims {
-  std::int64_t B = 0, T = 0, C = 0, V = 0, H = 0, K = 0, D = 0, I = 0;
-  int tp_rank = 0, tp_size = 1;
-  DType act = DType::F32;
-  AttentionKernel attention = AttentionKernel::Naive;
+struct LlamaDims : UnitDims {
+  std::int64_t H = 0, K = 0, D = 0, I = 0;
   float eps = 1e-5f;
   double theta = 10000.0;
-  std::int64_t N() const { return B * T; }
   std::int64_t QW() const { return H * D; }
   std::int64_t KW() const { return K * D; }
   std::int64_t QKV() const { return QW() + 2 * KW(); }
@@ -81,14 +77,11 @@ double llama_mlp_recompute_cost(const LlamaDims& d, Recompute r);
 void llama_attn_recompute(const LlamaDims& d, const LlamaBranch& p, Recompute r, RecordSet& rec, CallScope& cs);
 void llama_mlp_recompute(const LlamaDims& d, const LlamaBranch& p, Recompute r, RecordSet& rec, CallScope& cs);
 
-Tensor llama_embed_forward(const LlamaDims& d, ParamInfo& embed, const Tensor& tokens, RecordSet& rec, CallScope& cs);
-void llama_embed_backward_weight(const LlamaDims& d, ParamInfo& embed, RecordSet& rec, CallScope& cs);
-
 // head_w: lm_head.weight, or model.embed_tokens.weight when tied. Writes the mean loss into `loss`.
 void llama_head_forward(const LlamaDims& d, ParamInfo& norm, ParamInfo& head_w, const Tensor& x, const Tensor& targets,
                         const Tensor& loss, RecordSet& rec, CallScope& cs);
 Tensor llama_head_backward_input(const LlamaDims& d, ParamInfo& norm, ParamInfo& head_w, float loss_scale,
                                  RecordSet& rec, CallScope& cs);
-void llama_head_backward_weight(const LlamaDims& d, ParamInfo& head_w, RecordSet& rec, CallScope& cs);
+// W: lm_head_backward_weight (models/unit_common.h) with head_w.
 
 }  // namespace stp

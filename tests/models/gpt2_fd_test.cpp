@@ -161,7 +161,7 @@ TEST_F(UnitFd, EmbeddingUnit) {
   auto loss = [&] {
     RecordSet rec;
     CallScope cs(alloc_, *s_);
-    std::vector<float> y = host(embed_forward(d, wte, wpe, tokens, rec, cs));
+    std::vector<float> y = host(token_embedding_forward(d, wte, &wpe, tokens, rec, cs));
     double l = 0;
     for (std::size_t i = 0; i < n; ++i) l += static_cast<double>(R[i]) * y[i];
     return l;
@@ -169,9 +169,9 @@ TEST_F(UnitFd, EmbeddingUnit) {
   RecordSet rec;
   {
     CallScope cs(alloc_, *s_);
-    Tensor y = embed_forward(d, wte, wpe, tokens, rec, cs);
+    Tensor y = token_embedding_forward(d, wte, &wpe, tokens, rec, cs);
     rec.save("dx", upload(R, {d.B, d.T, d.C}), RecordReader::W, 'B');
-    embed_backward_weight(d, wte, wpe, rec, cs);
+    token_embedding_backward_weight(d, wte, &wpe, rec, cs);
   }
   s_->synchronize();
   EXPECT_TRUE(rec.empty());
@@ -202,7 +202,7 @@ TEST_F(UnitFd, HeadUnit) {
     CallScope cs(alloc_, *s_);
     head_forward(d, ln, wte, x, targets, loss_t, rec, cs);
     dx = head_backward_input(d, ln, wte, 1.0f, rec, cs);
-    head_backward_weight(d, wte, rec, cs);
+    lm_head_backward_weight(d, wte, rec, cs);
   }
   s_->synchronize();
   EXPECT_TRUE(rec.empty());

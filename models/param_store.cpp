@@ -1,0 +1,135 @@
+#include "models/param_store.h"
+
+#include <random>
+
+#include "base/error.h"
+#include "core/kernels/nn_kernels.h"
+#include "memory/block_arena.h"
+
+namespace stp {
+namespace {
+
+using i64 = std::int64_t;
+
+Shape shard_shape(const ParamInfo& p) {
+  if (p.full_shape.size() == 1) return {p.layout.shard_cols};
+  return {p.layout.shard_rows, p.layout.shard_cols};
+}
+
+}  // namespace
+
+ShardLayout replicated_layout(i64 rows, i64 cols) {
+  ShardLayout l;
+  l.full_rows = l.shard_rows = rows;
+  l.full_cols = l.shard_cols = cols;
+  l.segments = {ShardSegment{0, 0, cols}};
+  return l;
+}
+
+ShardLayout column_layout(i64 rows, const std::vector<i64>& sections, int rank, int t) {
+  ShardLayout l;
+  l.full_rows = l.shard_rows = rows;
+  l.full_cols = l.shard_cols = 0;
+  for (i64 w : sections) {
+    const i64 slice = w / t;
+    l.segments.push_back(ShardSegment{l.full_cols + rank * slice, l.shard_cols, slice});
+    l.full_cols += w;
+    l.shard_cols += slice;
+  }
+  return l;
+}
+
+ShardLayout row_layout(i64 rows, i64 cols, int rank, int t) {
+  ShardLayout l = replicated_layout(rows, cols);
+  l.shard_rows = rows / t;
+  l.row_begin = rank * l.shard_rows;
+  return l;
+}
+
+ParamInfo make_param(std::string name, Shape full, ShardLayout layout, bool replicated) {
+  ParamInfo p;
+  p.name = std::move(name);
+  p.decay = full.size() >= 2;
+  p.full_shape = std::move(full);
+  p.replicated = replicated;
+  p.layout = std::move(layout);
+  return p;
+}
+
+ParamStore::ParamStore(std::vector<ParamInfo> table, DType precision, const Predicate& gemm_weight, InitRule init,
+                       Allocator& alloc)
+    : params_(std::move(table)), init_(std::move(init)) {
+  i64 total = 0;
+  for (const ParamInfo& p : params_) total += numel(shard_shape(p));
+  {
+    MaybeCategoryScope as(alloc, MemoryCategory::Weights);
+    flat_params_ = Tensor::empty(alloc, {total});
+  }
+  {
+    MaybeCategoryScope as(alloc, MemoryCategory::Gradients);
+    flat_grads_ = Tensor::empty(alloc, {total});
+  }
+  i64 offset = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    ParamInfo& p = params_[i];
+    Shape shape = shard_shape(p);
+    p.param = flat_params_.view(offset, shape);
+    p.grad = flat_grads_.view(offset, shape);
+    p.compute = p.param;
+    offset += numel(shape);
+    index_[p.name] = i;
+  }
+  if (precision == DType::F32) return;
+  i64 compute_total = 0;
+  for (const ParamInfo& p : params_)
+    if (gemm_weight(p.name)) compute_total += p.param.numel();
+  {
+    MaybeCategoryScope weights(alloc, MemoryCategory::Weights);
+    flat_compute_ = Tensor::empty(alloc, {compute_total}, DType::BF16);
+  }
+  offset = 0;
+  for (ParamInfo& p : params_) {
+    if (!gemm_weight(p.name)) continue;
+    p.compute = flat_compute_.view(offset, p.param.shape());
+    offset += p.param.numel();
+  }
+}
+
+void ParamStore::refresh_compute(Stream& s) {
+  for (const ParamInfo& p : params_)
+    if (p.compute.dtype() == DType::BF16) convert(s, p.compute.as<bf16>(), p.param.f32(), p.param.numel());
+}
+
+ParamInfo& ParamStore::at(const std::string& name) {
+  auto it = index_.find(name);
+  STP_ASSERT(it != index_.end(), "no parameter '", name, "' in this stage");
+  return params_[it->second];
+}
+
+bool ParamStore::has(const std::string& name) const { return index_.count(name) != 0; }
+
+void ParamStore::load_full(const std::string& name, const std::vector<float>& full, Stream& s) {
+  ParamInfo& p = at(name);
+  STP_CHECK(static_cast<i64>(full.size()) == numel(p.full_shape), "parameter ", name, ": expected ",
+            numel(p.full_shape), " values (shape ", to_string(p.full_shape), "), got ", full.size());
+  std::vector<float> shard(static_cast<std::size_t>(p.param.numel()));
+  p.layout.scatter(full.data(), shard.data());
+  upload(p.param, shard.data(), s);
+}
+
+void ParamStore::init_random(std::uint64_t seed, Stream& s) {
+  for (const ParamInfo& p : params_) {
+    std::vector<float> full(static_cast<std::size_t>(numel(p.full_shape)));
+    const ParamInit init = init_(p.name);
+    if (!init.normal) {
+      std::fill(full.begin(), full.end(), static_cast<float>(init.value));
+    } else {
+      std::mt19937_64 rng(seed ^ std::hash<std::string>{}(p.name));
+      std::normal_distribution<double> dist(0.0, init.value);
+      for (float& v : full) v = static_cast<float>(dist(rng));
+    }
+    load_full(p.name, full, s);
+  }
+}
+
+}  // namespace stp

@@ -1,0 +1,73 @@
+// ParamStore: the parameters of one stage on one device, for any architecture. The architecture
+// gives its parameter table (names, full shapes, flags, shard layouts: the helpers below build the
+// layouts), which of them GEMMs multiply by, and its init rule; the store holds one flat device
+// buffer each for parameters and gradients (zeroing grads is one memset; each ParamInfo views its
+// slice, in table order) and, at bf16 precision, the bf16 copies of the GEMM weights.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "models/stage.h"
+
+namespace stp {
+
+// ---- shard layouts (models/stage.h, ShardLayout) ---------------------------------------------------
+// Every rank holds the full rows x cols tensor.
+ShardLayout replicated_layout(std::int64_t rows, std::int64_t cols);
+// Column-parallel over consecutive sections of the given widths, each split into t equal slices:
+// rank r holds slice r of every section, laid out [section 0 | section 1 | ...].
+ShardLayout column_layout(std::int64_t rows, const std::vector<std::int64_t>& sections, int rank, int t);
+// Row-parallel: rank r holds rows [r * rows/t, (r+1) * rows/t).
+ShardLayout row_layout(std::int64_t rows, std::int64_t cols, int rank, int t);
+// A table entry; decay is on for tensors of two or more dimensions.
+ParamInfo make_param(std::string name, Shape full, ShardLayout layout, bool replicated);
+
+// How init_random fills one full tensor: a constant, or normal(0, std) draws.
+struct ParamInit {
+  bool normal = false;
+  double value = 0.0;  // the constant, or the standard deviation
+};
+
+class ParamStore {
+ public:
+  using Predicate = std::function<bool(const std::string& name)>;
+  using InitRule = std::function<ParamInit(const std::string& name)>;
+
+  // table: the stage's parameters (param/grad undefined). precision: the GEMM type; at bf16 the
+  // parameters `gemm_weight` selects get bf16 copies (ParamInfo::compute), the others compute from
+  // their f32 master.
+  ParamStore(std::vector<ParamInfo> table, DType precision, const Predicate& gemm_weight, InitRule init,
+             Allocator& alloc);
+
+  std::vector<ParamInfo>& list() { return params_; }
+  ParamInfo& at(const std::string& name);  // asserts the name exists
+  bool has(const std::string& name) const;
+  const Tensor& flat_params() const { return flat_params_; }
+  const Tensor& flat_grads() const { return flat_grads_; }
+
+  // Seeded init: each full tensor is filled by the init rule, normal draws from their own stream
+  // keyed by (seed, name), and then sharded, so every TP and PP split sees the same model.
+  // Synchronizes s.
+  void init_random(std::uint64_t seed, Stream& s);
+  // Copies a full host tensor (the layout of ParamInfo::full_shape) into this rank's shard.
+  // Synchronizes s.
+  void load_full(const std::string& name, const std::vector<float>& full, Stream& s);
+  // Rounds the f32 masters into their bf16 GEMM copies, in stream order on s; no-op at f32
+  // precision, where `compute` is the master itself. The stage calls it in zero_grads, at the start
+  // of every step, so loads and optimizer steps before it are seen.
+  void refresh_compute(Stream& s);
+
+ private:
+  std::vector<ParamInfo> params_;
+  InitRule init_;
+  std::map<std::string, std::size_t> index_;
+  Tensor flat_params_, flat_grads_;
+  Tensor flat_compute_;  // bf16 copies of the GEMM weights (bf16 precision only)
+};
+
+}  // namespace stp

@@ -1,0 +1,110 @@
+// What the unit passes of every architecture share: the sizes every unit knows, the scope of one call
+// (its temporaries and the tensors it releases, in stream order), the records a recompute policy
+// drops and the recompute's FLOP model, and the units that are the same in every architecture: the
+// token embedding and the LM head with its cross-entropy (after the architecture's final norm).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "memory/activation.h"
+#include "memory/recompute.h"
+#include "models/model_spec.h"
+#include "models/stage.h"
+
+namespace stp {
+
+// Sizes one rank works with, common to every architecture (each extends them with its own): N =
+// B*T rows of width C, V the vocabulary. act: the storage type of the activations between GEMMs
+// (docs/model.md, "Precision"); attention: what the attention records are (docs/model.md,
+// Attention).
+struct UnitDims {
+  std::int64_t B = 0, T = 0, C = 0, V = 0;
+  int tp_rank = 0, tp_size = 1;
+  DType act = DType::F32;
+  AttentionKernel attention = AttentionKernel::Naive;
+  std::int64_t N() const { return B * T; }
+};
+
+// The shared sizes of a stage on one TP rank.
+UnitDims unit_dims(const StageSpec& spec, int seq_len, int n_embd, int vocab_size, DType act,
+                   AttentionKernel attention);
+
+inline bool fused(const UnitDims& d) { return d.attention == AttentionKernel::Fused; }
+
+// Calls fn(A{}) with A = float or bf16 as d.act says: the passes are templates on A and the public
+// functions pick the instantiation once.
+template <typename Fn>
+decltype(auto) with_act(const UnitDims& d, Fn&& fn) {
+  if (d.act == DType::BF16) return fn(bf16{});
+  return fn(float{});
+}
+
+// The GEMM operand of a weight (its bf16 copy under bf16 precision).
+template <typename A>
+const A* weight(const ParamInfo* p) {
+  return p->compute.as<A>();
+}
+
+inline const std::int32_t* as_i32(const Tensor& t) { return t.data<std::int32_t>(); }
+
+// Temporaries of one call: allocated from the stage's allocator and released in stream order
+// when the scope ends (a host task on `s` holds them until the work enqueued before it is done).
+class CallScope {
+ public:
+  CallScope(Allocator& alloc, Stream& s) : alloc_(alloc), s_(s) {}
+  ~CallScope();
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+  Tensor tmp(Shape shape, DType dtype = DType::F32);   // dead after this call
+  Tensor keep(Shape shape, DType dtype = DType::F32);  // allocated here, kept by the caller (records, outputs)
+  void release(Tensor t);                              // a record whose last reader is enqueued in this call
+  Stream& stream() { return s_; }
+
+ private:
+  Allocator& alloc_;
+  Stream& s_;
+  std::vector<Tensor> dead_;
+};
+
+// One record a recompute policy drops at the end of F and B regenerates (models/stage.h).
+struct RecomputedRecord {
+  const char* name;    // without the unit prefix, e.g. "att"
+  std::int64_t numel;  // elements
+  DType dtype;
+  std::size_t bytes() const { return static_cast<std::size_t>(numel) * dtype_size(dtype); }
+};
+
+// Right after F: releases (in stream order) the records policy r drops.
+void drop_recomputed(const std::vector<RecomputedRecord>& dropped, RecordSet& rec, CallScope& cs);
+
+// The FLOPs of a branch's four steps (norm, column GEMM, the op between, row GEMM) and the share of
+// them policy r re-runs: Selective the norm and the op, Full everything up to the row GEMM.
+struct BranchFlops {
+  double norm, in, op, out;
+  double cost(Recompute r) const;
+};
+
+// ---- token embedding: x0 = embed[tokens] (+ pos, learned positions, when pos is not null) -------
+// F keeps "tokens" for W; W reads them and "dx" (the gradient w.r.t. x0, saved by the stage).
+Tensor token_embedding_forward(const UnitDims& d, ParamInfo& embed, ParamInfo* pos, const Tensor& tokens,
+                               RecordSet& rec, CallScope& cs);
+void token_embedding_backward_weight(const UnitDims& d, ParamInfo& embed, ParamInfo* pos, RecordSet& rec,
+                                     CallScope& cs);
+
+// ---- LM head (replicated on every TP rank) -----------------------------------------------------
+// F from the final norm's output ln (B, T, C) in d.act: logits = ln W^T, the mean token
+// cross-entropy into `loss` (1,) (f32 sums over the vocabulary). Records: "ln.out" (W), "logits",
+// "lse", "targets" (B).
+void lm_head_forward(const UnitDims& d, ParamInfo& head_w, const Tensor& ln, const Tensor& targets, const Tensor& loss,
+                     RecordSet& rec, CallScope& cs);
+// B: dlogits in place over the logits (the seed: loss_scale / N per token), kept for W as
+// "dlogits"; returns dln = dlogits W (f32, a temporary of the call) for the final norm's backward.
+Tensor lm_head_backward_input(const UnitDims& d, ParamInfo& head_w, float loss_scale, RecordSet& rec, CallScope& cs);
+// W: dW += dlogits^T ln.
+void lm_head_backward_weight(const UnitDims& d, ParamInfo& head_w, RecordSet& rec, CallScope& cs);
+
+}  // namespace stp
