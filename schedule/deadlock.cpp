@@ -1,6 +1,7 @@
 #include "schedule/deadlock.h"
 
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "base/error.h"
@@ -212,6 +213,46 @@ DeadlockResult find_deadlock(const std::vector<RankStreams>& ranks) {
   std::string msg = "deadlock: a cycle of waits (rendezvous semantics):";
   for (std::size_t i = seen[node]; i < whys.size(); ++i) msg += str("\n  ", whys[i]);
   return {false, msg};
+}
+
+DeadlockResult find_connect_deadlock(const Schedule& s) {
+  std::vector<std::vector<std::pair<P2pChannel, std::string>>> firsts(static_cast<std::size_t>(s.pp));
+  for (int r = 0; r < s.pp; ++r) {
+    std::set<P2pChannel> seen;
+    for (const Op& op : s.ranks[static_cast<std::size_t>(r)]) {
+      OpMessages msgs = op_messages(s, r, op);
+      for (const auto* list : {&msgs.recv, &msgs.send})  // the executor's issue order within an op
+        for (const Message& m : *list)
+          if (m.src != m.dst && seen.insert(channel_of(m)).second)
+            firsts[static_cast<std::size_t>(r)].push_back({channel_of(m), to_string(op)});
+    }
+  }
+  std::vector<std::size_t> at(static_cast<std::size_t>(s.pp), 0);
+  for (bool progressed = true; progressed;) {
+    progressed = false;
+    for (int r = 0; r < s.pp; ++r) {
+      const auto& mine = firsts[static_cast<std::size_t>(r)];
+      if (at[static_cast<std::size_t>(r)] == mine.size()) continue;
+      const P2pChannel c = mine[at[static_cast<std::size_t>(r)]].first;
+      const int peer = c.src == r ? c.dst : c.src;
+      const auto& theirs = firsts[static_cast<std::size_t>(peer)];
+      if (at[static_cast<std::size_t>(peer)] < theirs.size() && theirs[at[static_cast<std::size_t>(peer)]].first == c) {
+        ++at[static_cast<std::size_t>(r)];
+        ++at[static_cast<std::size_t>(peer)];
+        progressed = true;
+      }
+    }
+  }
+  std::string msg;
+  for (int r = 0; r < s.pp; ++r) {
+    const auto& mine = firsts[static_cast<std::size_t>(r)];
+    if (at[static_cast<std::size_t>(r)] < mine.size())
+      msg += str(msg.empty() ? "" : "; ", "rank ", r, " waits to connect ",
+                 to_string(mine[at[static_cast<std::size_t>(r)]].first), " (",
+                 mine[at[static_cast<std::size_t>(r)]].second, ")");
+  }
+  if (msg.empty()) return {};
+  return {false, "connection deadlock: " + msg};
 }
 
 }  // namespace stp::sched

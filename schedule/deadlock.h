@@ -68,6 +68,12 @@ inline DeadlockResult find_deadlock(const Schedule& s, const DeadlockOptions& op
   return find_deadlock(record_streams(s, options));
 }
 
+// The host side of a channel's first transfer: if connecting a channel makes each end's host
+// thread wait until the peer's host thread reaches its own first operation on that channel, the
+// ranks' first uses must agree. Replays each rank's channels in the order its op list first uses
+// them (the order the executor issues them) as rendezvous; ok when every rank gets through.
+DeadlockResult find_connect_deadlock(const Schedule& s);
+
 std::string to_string(const P2pOp& op);
 std::string describe(const StreamItem& item);
 

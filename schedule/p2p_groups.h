@@ -8,7 +8,7 @@
 // channel stream only sends (on the source) or only receives (on the destination), and its
 // messages arrive first in, first out. A send that blocks until the peer's receive runs then holds
 // up only later sends of its own channel, never a receive: no two neighbours can each wait on a
-// send to the other (docs/gpu-readiness.md section 8, finding 4 and O2).
+// send to the other (docs/gpu-readiness.md section 8, crossed sends).
 //
 // Rules, for op k of a rank (no communicator group is ever left open across ops or calls):
 //   * receives(op k): each receive is issued at once on its channel's stream, in posting order;

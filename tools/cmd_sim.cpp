@@ -81,7 +81,8 @@ void check(SimArgs& a) {
 }
 
 // The executor's posting (the same for every tp: TP all-reduces have their own stream and
-// communicator), on one stream per channel or, to compare, one shared p2p stream per rank.
+// communicator), on one stream per channel or, to compare, one shared p2p stream per rank; then
+// whether the ranks first use their shared channels in the same order (connection on the host).
 int check_deadlock(const SimArgs& a, const stp::sched::Schedule& s) {
   using namespace stp::sched;
   DeadlockOptions o;
@@ -90,6 +91,10 @@ int check_deadlock(const SimArgs& a, const stp::sched::Schedule& s) {
   std::string out = str(a.schedule, " pp ", a.pp, " microbatches ", a.microbatches, ", p2p streams ", a.p2p_streams,
                         ": ", r.ok ? "no deadlock" : r.message, "\n");
   int status = r.ok ? 0 : 1;
+  DeadlockResult connect = find_connect_deadlock(s);
+  out += str(a.schedule, " pp ", a.pp, " microbatches ", a.microbatches,
+             ", first uses of channels: ", connect.ok ? "agree" : connect.message, "\n");
+  if (!connect.ok) status = 1;
   std::fwrite(out.data(), 1, out.size(), stdout);
   return status;
 }

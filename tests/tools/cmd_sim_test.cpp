@@ -59,7 +59,9 @@ TEST(CmdSim, CheckDeadlock) {
   if (!have_stp()) GTEST_SKIP() << "stp not built";
   Result ok = run_sim("--schedule 1f1b-i --pp 2 --microbatches 4 --check-deadlock");
   EXPECT_EQ(ok.status, 0) << ok.err;
-  EXPECT_EQ(ok.out, "1f1b-i pp 2 microbatches 4, p2p streams per-channel: no deadlock\n");
+  EXPECT_EQ(ok.out,
+            "1f1b-i pp 2 microbatches 4, p2p streams per-channel: no deadlock\n"
+            "1f1b-i pp 2 microbatches 4, first uses of channels: agree\n");
   Result bad = run_sim("--schedule 1f1b-i --pp 2 --microbatches 4 --check-deadlock --p2p-streams shared");
   EXPECT_EQ(bad.status, 1) << bad.err;
   EXPECT_EQ(bad.err, "");
