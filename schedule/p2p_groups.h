@@ -11,10 +11,10 @@
 // send to the other (docs/gpu-readiness.md section 8, crossed sends).
 //
 // Rules, for op k of a rank (no communicator group is ever left open across ops or calls):
-//   * receives(op k): each receive is issued at once on its channel's stream, in posting order;
-//     then compute waits for every channel stream that received (the data of op k's inputs);
-//   * sends(op k): every channel stream that sends waits for compute (the data to send), then
-//     each send is issued at once on its channel's stream, in posting order.
+//   * post_receives (op k's receives): each is issued at once on its channel's stream, in
+//     posting order; then compute waits for every channel stream that received (op k's inputs);
+//   * post_sends (op k's sends): every channel stream that sends waits for compute (the data to
+//     send), then each send is issued at once on its channel's stream, in posting order.
 // Channels are independent: nothing on one channel stream waits for another, so no operation is
 // kept on the host and nothing needs an NCCL group (each is one ncclSend or ncclRecv).
 #pragma once
