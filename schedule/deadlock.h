@@ -6,8 +6,8 @@
 //   compute  the ops, each behind a wait for the p2p streams that received its inputs;
 //   p2p      P2pStreams::PerChannel (what the executor does): one stream per channel the rank
 //            sends or receives on; P2pStreams::Shared: every channel on one p2p stream per rank
-//            (the layout the executor had before, kept to show why it deadlocks). Items: waits for
-//            compute (before sends) and one kernel per send or receive.
+//            (the executor's former single stream, without its former groups: why channels are
+//            needed). Items: waits for compute (before sends) and one kernel per send or receive.
 // Rendezvous semantics: a kernel completes only when, for each of its sends and receives, the
 // peer's kernel holding the matching operation is running (at the head of its stream) or done;
 // nothing is buffered. Messages match first-in first-out per channel (source, destination, kind).

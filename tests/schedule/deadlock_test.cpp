@@ -155,7 +155,7 @@ TEST(Deadlock, EveryScheduleIsFreeOnChannelStreams) {
   EXPECT_EQ(checked, 493);
 }
 
-// With every channel on one p2p stream per rank (what the executor had before channels), two
+// With every channel on one p2p stream per rank (the former single stream, without groups), two
 // neighbours each send to the other before posting the matching receive: the check names the ops.
 TEST(Deadlock, OneSharedP2pStreamHasCrossedSends) {
   struct Case {
