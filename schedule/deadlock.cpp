@@ -1,60 +1,67 @@
 #include "schedule/deadlock.h"
 
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "base/error.h"
-#include "schedule/p2p_groups.h"
 
 namespace stp::sched {
 
 namespace {
 
-const char* lane_name(int lane) {
-  return lane == 0 ? "the activation lane" : lane == 1 ? "the gradient lane" : "both lanes";
-}
-
-// Records what the grouping enqueues: group kernels in join order, and stream waits.
+// Records what the posting enqueues: one kernel per operation on its stream, and stream waits.
 class Recorder final : public P2pSink {
  public:
-  Recorder(RankStreams& out, GroupRule rule) : out_(out), rule_(rule) {}
-  void group_begin() override { group_.clear(); }
-  void group_end() override {
-    std::vector<int> joined;  // lanes in the order their first operation was issued
-    for (const P2pOp& p : group_) {
-      int lane = p2p_lane(p.message);
-      bool seen = false;
-      for (int l : joined) seen = seen || l == lane;
-      if (!seen) joined.push_back(lane);
+  Recorder(RankStreams& out, int rank, const Schedule& s, P2pStreams layout) : out_(out), layout_(layout) {
+    out_.streams.push_back({"compute", {}});
+    if (layout_ == P2pStreams::Shared) {
+      out_.streams.push_back({"p2p", {}});
+      return;
     }
-    if (rule_ == GroupRule::Together && !group_.empty()) joined = {-1};
-    for (int lane : joined) {
-      StreamItem k;
-      k.kind = StreamItem::Kind::Kernel;
-      k.lane = lane;
-      for (const P2pOp& p : group_)
-        if (lane < 0 || p2p_lane(p.message) == lane) k.ops.push_back(p);
-      out_.p2p.push_back(std::move(k));
+    for (const P2pChannel& c : p2p_channels(s, rank)) {
+      index_[c] = static_cast<int>(out_.streams.size());
+      out_.streams.push_back({str("p2p ", to_string(c)), {}});
     }
-    group_.clear();
   }
-  void p2p_waits_for_compute() override {
-    out_.p2p.push_back({StreamItem::Kind::Wait, static_cast<int>(out_.compute.size()), 0, {}, {}});
+  void p2p_waits_for_compute(const P2pChannel& c) override { wait(stream_of(c), 0); }
+  void compute_waits_for_p2p(const P2pChannel& c) override { wait(0, stream_of(c)); }
+  void issued(P2pOp op) {
+    StreamItem k;
+    k.kind = StreamItem::Kind::Kernel;
+    int s = stream_of(channel_of(op.message));
+    k.ops.push_back(std::move(op));
+    items(s).push_back(std::move(k));
   }
-  void compute_waits_for_p2p() override {
-    out_.compute.push_back({StreamItem::Kind::Wait, static_cast<int>(out_.p2p.size()), 0, {}, {}});
+  void computed(std::string op) {
+    StreamItem c;
+    c.op = std::move(op);
+    items(0).push_back(std::move(c));
   }
-  void issued(P2pOp op) { group_.push_back(std::move(op)); }
 
  private:
+  std::vector<StreamItem>& items(int s) { return out_.streams[static_cast<std::size_t>(s)].items; }
+  int stream_of(const P2pChannel& c) {
+    if (layout_ == P2pStreams::Shared) return 1;
+    auto it = index_.find(c);
+    STP_ASSERT(it != index_.end(), "no stream for channel ", to_string(c));
+    return it->second;
+  }
+  void wait(int waiter, int on) {  // `waiter` waits for everything enqueued on `on` so far
+    StreamItem w;
+    w.kind = StreamItem::Kind::Wait;
+    w.stream = on;
+    w.count = static_cast<int>(items(on).size());
+    items(waiter).push_back(std::move(w));
+  }
+
   RankStreams& out_;
-  GroupRule rule_;
-  std::vector<P2pOp> group_;
+  P2pStreams layout_;
+  std::map<P2pChannel, int> index_;
 };
 
-std::vector<P2pGrouping::Pending> pending(Recorder& rec, const std::vector<Message>& msgs, bool send,
-                                          const std::string& op) {
-  std::vector<P2pGrouping::Pending> out;
+std::vector<P2pPending> pending(Recorder& rec, const std::vector<Message>& msgs, bool send, const std::string& op) {
+  std::vector<P2pPending> out;
   for (const Message& m : msgs) out.push_back({m, send, [&rec, m, send, op] { rec.issued({m, send, op}); }});
   return out;
 }
@@ -69,165 +76,183 @@ std::string to_string(const P2pOp& p) {
 
 std::string describe(const StreamItem& item) {
   switch (item.kind) {
-    case StreamItem::Kind::Wait: return str("wait for the other stream's first ", item.count, " items");
+    case StreamItem::Kind::Wait: return str("wait for the first ", item.count, " items of stream ", item.stream);
     case StreamItem::Kind::Compute: return str("compute ", item.op);
     case StreamItem::Kind::Kernel: break;
   }
-  std::string s = str("group kernel on ", lane_name(item.lane), " [");
+  std::string s = "kernel [";
   for (std::size_t i = 0; i < item.ops.size(); ++i) s += str(i ? ", " : "", to_string(item.ops[i]));
   return s + "]";
 }
 
-// Mirrors Executor::run_step: receives, compute (closing an open group before the op's first
-// all-reduce when tp > 1), sends; the group left open is closed at the end of the step.
+// Mirrors Executor::run_step: receives, compute, sends, through the same posting rules.
 std::vector<RankStreams> record_streams(const Schedule& s, const DeadlockOptions& options) {
   std::vector<RankStreams> out(static_cast<std::size_t>(s.pp));
   for (int r = 0; r < s.pp; ++r) {
-    RankStreams& streams = out[static_cast<std::size_t>(r)];
-    Recorder rec(streams, options.rule);
-    P2pGrouping groups(rec);
+    Recorder rec(out[static_cast<std::size_t>(r)], r, s, options.streams);
     for (const Op& op : s.ranks[static_cast<std::size_t>(r)]) {
       std::string name = to_string(op);
       OpMessages msgs = op_messages(s, r, op);
-      groups.receives(pending(rec, msgs.recv, false, name));
-      bool reduces = false;
-      for (int i = 0; i < op.n_parts(); ++i) reduces = reduces || op.part(i).pass != Pass::W;
-      if (options.tp_collectives && reduces) groups.before_collective();
-      streams.compute.push_back({StreamItem::Kind::Compute, 0, 0, {}, name});
-      groups.sends(pending(rec, msgs.send, true, name));
+      post_receives(rec, pending(rec, msgs.recv, false, name));
+      rec.computed(name);
+      post_sends(rec, pending(rec, msgs.send, true, name));
     }
-    groups.finish();
   }
   return out;
 }
 
 DeadlockResult find_deadlock(const std::vector<RankStreams>& ranks) {
   const int n = static_cast<int>(ranks.size());
-  // Where each operation sits: (rank, p2p item), and its match on the peer (FIFO per channel and lane).
-  struct Where {
-    int rank, item, op;
+  auto stream_of = [&](int r, int s) -> const RecordedStream& {
+    return ranks[static_cast<std::size_t>(r)].streams[static_cast<std::size_t>(s)];
   };
-  std::map<std::tuple<int, int, int, bool>, std::vector<Where>> queues;  // (src, dst, lane, send)
-  for (int r = 0; r < n; ++r) {
-    const auto& p2p = ranks[static_cast<std::size_t>(r)].p2p;
-    for (int i = 0; i < static_cast<int>(p2p.size()); ++i)
-      for (int j = 0; j < static_cast<int>(p2p[static_cast<std::size_t>(i)].ops.size()); ++j) {
-        const P2pOp& p = p2p[static_cast<std::size_t>(i)].ops[static_cast<std::size_t>(j)];
-        queues[{p.message.src, p.message.dst, p2p_lane(p.message), p.send}].push_back({r, i, j});
-      }
-  }
-  // match[rank][item][op] = the peer's p2p item holding the matching operation (−1: none).
-  std::vector<std::vector<std::vector<Where>>> match(static_cast<std::size_t>(n));
+  auto item_of = [&](int r, int s, int i) -> const StreamItem& {
+    return stream_of(r, s).items[static_cast<std::size_t>(i)];
+  };
+  // Where each operation sits, and its match on the peer (first in, first out per channel).
+  struct Where {
+    int rank = -1, stream = -1, item = -1, op = -1;
+  };
+  std::map<std::tuple<int, int, int, bool>, std::vector<Where>> queues;  // (src, dst, pass, send)
+  std::map<std::tuple<int, int, int, int>, Where> match;                 // (rank, stream, item, op) -> peer
   for (int r = 0; r < n; ++r)
-    for (const StreamItem& it : ranks[static_cast<std::size_t>(r)].p2p)
-      match[static_cast<std::size_t>(r)].push_back(std::vector<Where>(it.ops.size(), Where{-1, -1, -1}));
+    for (int s = 0; s < static_cast<int>(ranks[static_cast<std::size_t>(r)].streams.size()); ++s)
+      for (int i = 0; i < static_cast<int>(stream_of(r, s).items.size()); ++i)
+        for (int j = 0; j < static_cast<int>(item_of(r, s, i).ops.size()); ++j) {
+          const P2pOp& p = item_of(r, s, i).ops[static_cast<std::size_t>(j)];
+          P2pChannel c = channel_of(p.message);
+          queues[{c.src, c.dst, static_cast<int>(c.pass), p.send}].push_back({r, s, i, j});
+          match[{r, s, i, j}] = Where{};
+        }
   for (auto& [key, sends] : queues) {
-    auto [src, dst, lane, is_send] = key;
+    auto [src, dst, pass, is_send] = key;
     if (!is_send) continue;
-    auto it = queues.find({src, dst, lane, false});
+    auto it = queues.find({src, dst, pass, false});
     const std::vector<Where> none;
     const std::vector<Where>& recvs = it == queues.end() ? none : it->second;
     for (std::size_t k = 0; k < sends.size() && k < recvs.size(); ++k) {
       const Where &a = sends[k], &b = recvs[k];
-      match[static_cast<std::size_t>(a.rank)][static_cast<std::size_t>(a.item)][static_cast<std::size_t>(a.op)] = b;
-      match[static_cast<std::size_t>(b.rank)][static_cast<std::size_t>(b.item)][static_cast<std::size_t>(b.op)] = a;
+      match[{a.rank, a.stream, a.item, a.op}] = b;
+      match[{b.rank, b.stream, b.item, b.op}] = a;
     }
   }
-  for (int r = 0; r < n; ++r)
-    for (std::size_t i = 0; i < match[static_cast<std::size_t>(r)].size(); ++i)
-      for (std::size_t j = 0; j < match[static_cast<std::size_t>(r)][i].size(); ++j)
-        if (match[static_cast<std::size_t>(r)][i][j].rank < 0)
-          return {false, str("rank ", r, ": ", to_string(ranks[static_cast<std::size_t>(r)].p2p[i].ops[j]),
-                             " has no matching operation on its peer")};
+  for (const auto& [at, peer] : match)
+    if (peer.rank < 0) {
+      auto [r, s, i, j] = at;
+      return {false, str("rank ", r, ": ", to_string(item_of(r, s, i).ops[static_cast<std::size_t>(j)]),
+                         " has no matching operation on its peer")};
+    }
 
-  // Replay: done[r] = completed items of rank r's p2p and compute streams.
-  std::vector<int> p2p_done(static_cast<std::size_t>(n), 0), compute_done(static_cast<std::size_t>(n), 0);
-  auto p2p_of = [&](int r) -> const std::vector<StreamItem>& { return ranks[static_cast<std::size_t>(r)].p2p; };
-  auto compute_of = [&](int r) -> const std::vector<StreamItem>& { return ranks[static_cast<std::size_t>(r)].compute; };
-  // The first operation of rank r's head kernel whose peer kernel is not running yet (−1: none).
-  auto blocked_op = [&](int r) {
-    const std::size_t head = static_cast<std::size_t>(p2p_done[static_cast<std::size_t>(r)]);
-    const auto& m = match[static_cast<std::size_t>(r)][head];
-    for (std::size_t j = 0; j < m.size(); ++j)
-      if (p2p_done[static_cast<std::size_t>(m[j].rank)] < m[j].item) return static_cast<int>(j);
+  // Replay: done[r][s] = completed items of rank r's stream s.
+  std::vector<std::vector<int>> done(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r)
+    done[static_cast<std::size_t>(r)].assign(ranks[static_cast<std::size_t>(r)].streams.size(), 0);
+  auto done_of = [&](int r, int s) -> int& { return done[static_cast<std::size_t>(r)][static_cast<std::size_t>(s)]; };
+  auto size_of = [&](int r, int s) { return static_cast<int>(stream_of(r, s).items.size()); };
+  // The first operation of the head kernel of (r, s) whose peer kernel is not running yet (−1: none).
+  auto blocked_op = [&](int r, int s) {
+    const StreamItem& it = item_of(r, s, done_of(r, s));
+    for (int j = 0; j < static_cast<int>(it.ops.size()); ++j) {
+      const Where& m = match.at({r, s, done_of(r, s), j});
+      if (done_of(m.rank, m.stream) < m.item) return j;
+    }
     return -1;
   };
   for (bool progressed = true; progressed;) {
     progressed = false;
-    for (int r = 0; r < n; ++r) {
-      for (;;) {  // compute stream
-        int& c = compute_done[static_cast<std::size_t>(r)];
-        if (c == static_cast<int>(compute_of(r).size())) break;
-        const StreamItem& it = compute_of(r)[static_cast<std::size_t>(c)];
-        if (it.kind == StreamItem::Kind::Wait && p2p_done[static_cast<std::size_t>(r)] < it.count) break;
-        ++c;
-        progressed = true;
-      }
-      for (;;) {  // p2p stream
-        int& p = p2p_done[static_cast<std::size_t>(r)];
-        if (p == static_cast<int>(p2p_of(r).size())) break;
-        const StreamItem& it = p2p_of(r)[static_cast<std::size_t>(p)];
-        if (it.kind == StreamItem::Kind::Wait && compute_done[static_cast<std::size_t>(r)] < it.count) break;
-        if (it.kind == StreamItem::Kind::Kernel && blocked_op(r) >= 0) break;
-        ++p;
-        progressed = true;
-      }
-    }
+    for (int r = 0; r < n; ++r)
+      for (int s = 0; s < static_cast<int>(done[static_cast<std::size_t>(r)].size()); ++s)
+        for (;;) {
+          int& d = done_of(r, s);
+          if (d == size_of(r, s)) break;
+          const StreamItem& it = item_of(r, s, d);
+          if (it.kind == StreamItem::Kind::Wait && done_of(r, it.stream) < it.count) break;
+          if (it.kind == StreamItem::Kind::Kernel && blocked_op(r, s) >= 0) break;
+          ++d;
+          progressed = true;
+        }
   }
-  int stuck = -1;
-  for (int r = 0; r < n && stuck < 0; ++r)
-    if (p2p_done[static_cast<std::size_t>(r)] < static_cast<int>(p2p_of(r).size()) ||
-        compute_done[static_cast<std::size_t>(r)] < static_cast<int>(compute_of(r).size()))
-      stuck = r;
-  if (stuck < 0) return {};
+  std::pair<int, int> stuck{-1, -1};
+  for (int r = 0; r < n && stuck.first < 0; ++r)
+    for (int s = 0; s < static_cast<int>(done[static_cast<std::size_t>(r)].size()) && stuck.first < 0; ++s)
+      if (done_of(r, s) < size_of(r, s)) stuck = {r, s};
+  if (stuck.first < 0) return {};
 
-  // Wait-for graph over stream heads: node = 2·rank + (0 p2p, 1 compute). Every blocked head waits
-  // for another blocked head, so following the edges from any blocked head ends in a cycle.
-  auto blocked = [&](int node) {
-    int r = node / 2;
-    return node % 2 == 0 ? p2p_done[static_cast<std::size_t>(r)] < static_cast<int>(p2p_of(r).size())
-                         : compute_done[static_cast<std::size_t>(r)] < static_cast<int>(compute_of(r).size());
-  };
-  auto next = [&](int node, std::string* why) {
-    int r = node / 2;
-    if (node % 2 == 1) {
-      const StreamItem& it = compute_of(r)[static_cast<std::size_t>(compute_done[static_cast<std::size_t>(r)])];
-      *why = str("rank ", r, " compute: ", it.op.empty() ? "the next op" : it.op, " waits for its receives on rank ", r,
-                 "'s p2p stream");
-      return 2 * r;
-    }
-    const StreamItem& it = p2p_of(r)[static_cast<std::size_t>(p2p_done[static_cast<std::size_t>(r)])];
+  // Wait-for graph over stream heads. Every blocked head waits for another blocked head, so
+  // following the edges from any blocked head ends in a cycle.
+  auto name = [&](int r, int s) { return str("rank ", r, " ", stream_of(r, s).name); };
+  auto next = [&](std::pair<int, int> node, std::string* why) -> std::pair<int, int> {
+    auto [r, s] = node;
+    const StreamItem& it = item_of(r, s, done_of(r, s));
     if (it.kind == StreamItem::Kind::Wait) {
-      *why = str("rank ", r, " p2p: the sends wait for rank ", r, "'s compute stream");
-      return 2 * r + 1;
+      const StreamItem* after = done_of(r, s) + 1 < size_of(r, s) ? &item_of(r, s, done_of(r, s) + 1) : nullptr;
+      *why = str(name(r, s), ": ", after ? describe(*after) : std::string("the next item"), " waits for ",
+                 name(r, it.stream));
+      return {r, it.stream};
     }
-    int j = blocked_op(r);
-    const Where& peer =
-        match[static_cast<std::size_t>(r)][static_cast<std::size_t>(p2p_done[static_cast<std::size_t>(r)])]
-             [static_cast<std::size_t>(j)];
+    int j = blocked_op(r, s);
+    const Where& peer = match.at({r, s, done_of(r, s), j});
     const P2pOp& mine = it.ops[static_cast<std::size_t>(j)];
-    const P2pOp& theirs = p2p_of(peer.rank)[static_cast<std::size_t>(peer.item)].ops[static_cast<std::size_t>(peer.op)];
-    *why = str("rank ", r, " p2p: ", describe(it), " cannot complete ", to_string(mine), ": rank ", peer.rank,
-               "'s matching ", to_string(theirs), " is queued behind its p2p stream's earlier work");
-    return 2 * peer.rank;
+    const P2pOp& theirs = item_of(peer.rank, peer.stream, peer.item).ops[static_cast<std::size_t>(peer.op)];
+    *why = str(name(r, s), ": ", describe(it), " cannot complete ", to_string(mine), ": ", name(peer.rank, peer.stream),
+               "'s matching ", to_string(theirs), " is queued behind that stream's earlier work");
+    return {peer.rank, peer.stream};
   };
-  int node = 2 * stuck;
-  if (!blocked(node)) node = 2 * stuck + 1;
-  std::vector<int> path;
+  std::pair<int, int> node = stuck;
   std::vector<std::string> whys;
-  std::map<int, std::size_t> seen;
+  std::map<std::pair<int, int>, std::size_t> seen;
   while (!seen.count(node)) {
-    STP_ASSERT(blocked(node), "deadlock walk reached a stream that is not blocked");
-    seen[node] = path.size();
-    path.push_back(node);
+    STP_ASSERT(done_of(node.first, node.second) < size_of(node.first, node.second),
+               "deadlock walk reached a stream that is not blocked");
+    seen[node] = whys.size();
     std::string why;
-    int to = next(node, &why);
+    std::pair<int, int> to = next(node, &why);
     whys.push_back(why);
     node = to;
   }
   std::string msg = "deadlock: a cycle of waits (rendezvous semantics):";
-  for (std::size_t i = seen[node]; i < path.size(); ++i) msg += str("\n  ", whys[i]);
+  for (std::size_t i = seen[node]; i < whys.size(); ++i) msg += str("\n  ", whys[i]);
   return {false, msg};
+}
+
+DeadlockResult find_connect_deadlock(const Schedule& s) {
+  std::vector<std::vector<std::pair<P2pChannel, std::string>>> firsts(static_cast<std::size_t>(s.pp));
+  for (int r = 0; r < s.pp; ++r) {
+    std::set<P2pChannel> seen;
+    for (const Op& op : s.ranks[static_cast<std::size_t>(r)]) {
+      OpMessages msgs = op_messages(s, r, op);
+      for (const auto* list : {&msgs.recv, &msgs.send})  // the executor's issue order within an op
+        for (const Message& m : *list)
+          if (m.src != m.dst && seen.insert(channel_of(m)).second)
+            firsts[static_cast<std::size_t>(r)].push_back({channel_of(m), to_string(op)});
+    }
+  }
+  std::vector<std::size_t> at(static_cast<std::size_t>(s.pp), 0);
+  for (bool progressed = true; progressed;) {
+    progressed = false;
+    for (int r = 0; r < s.pp; ++r) {
+      const auto& mine = firsts[static_cast<std::size_t>(r)];
+      if (at[static_cast<std::size_t>(r)] == mine.size()) continue;
+      const P2pChannel c = mine[at[static_cast<std::size_t>(r)]].first;
+      const int peer = c.src == r ? c.dst : c.src;
+      const auto& theirs = firsts[static_cast<std::size_t>(peer)];
+      if (at[static_cast<std::size_t>(peer)] < theirs.size() && theirs[at[static_cast<std::size_t>(peer)]].first == c) {
+        ++at[static_cast<std::size_t>(r)];
+        ++at[static_cast<std::size_t>(peer)];
+        progressed = true;
+      }
+    }
+  }
+  std::string msg;
+  for (int r = 0; r < s.pp; ++r) {
+    const auto& mine = firsts[static_cast<std::size_t>(r)];
+    if (at[static_cast<std::size_t>(r)] < mine.size())
+      msg += str(msg.empty() ? "" : "; ", "rank ", r, " waits to connect ",
+                 to_string(mine[at[static_cast<std::size_t>(r)]].first), " (",
+                 mine[at[static_cast<std::size_t>(r)]].second, ")");
+  }
+  if (msg.empty()) return {};
+  return {false, "connection deadlock: " + msg};
 }
 
 }  // namespace stp::sched

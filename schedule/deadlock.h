@@ -1,23 +1,24 @@
 // Deadlock check of the pipeline's point-to-point traffic as a GPU would run it (`stp sim
 // --check-deadlock`, docs/schedules.md, Deadlock check).
 //
-// Each rank's op list is replayed through the executor's own grouping rules (schedule/p2p_groups.h,
-// the code train/executor.cpp runs), which yields per rank two in-order streams:
-//   p2p      waits for compute, and group kernels. GroupRule::JoinOrder (NCCL before 2.26): one
-//            kernel per communicator (lane) with operations in the group, in the order the group
-//            joined the communicators; GroupRule::Together (2.26 and later): one unit per group;
-//   compute  the ops, each behind a wait for the p2p work that received its inputs.
+// Each rank's op list is replayed through the executor's own posting rules (schedule/p2p_groups.h,
+// the code train/executor.cpp runs), which yields per rank in-order streams:
+//   compute  the ops, each behind a wait for the p2p streams that received its inputs;
+//   p2p      P2pStreams::PerChannel (what the executor does): one stream per channel the rank
+//            sends or receives on; P2pStreams::Shared: every channel on one p2p stream per rank
+//            (the executor's former single stream, without its former groups: why channels are
+//            needed). Items: waits for compute (before sends) and one kernel per send or receive.
 // Rendezvous semantics: a kernel completes only when, for each of its sends and receives, the
-// peer's kernel holding the matching operation is running (at the head of the peer's p2p stream)
-// or done; nothing is buffered. Messages match first-in first-out per (sender, receiver, lane).
-// TP all-reduces are not modelled as waits (the ranks of a TP group run the same ops in the same
-// order); with `tp_collectives` an op with an F or B part closes an open group before its compute,
-// as the executor does before the op's first all-reduce.
+// peer's kernel holding the matching operation is running (at the head of its stream) or done;
+// nothing is buffered. Messages match first-in first-out per channel (source, destination, kind).
+// TP all-reduces are not modelled: they run on their own stream and communicator, and the ranks of
+// a TP group run the same ops in the same order, so p2p posting is the same for every tp.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "schedule/p2p_groups.h"
 #include "schedule/schedule.h"
 
 namespace stp::sched {
@@ -30,25 +31,28 @@ struct P2pOp {
 
 struct StreamItem {
   enum class Kind { Wait, Kernel, Compute } kind = Kind::Compute;
-  int count = 0;           // Wait: items of the rank's other stream that must have completed
-  int lane = 0;            // Kernel: the communicator (p2p_lane); −1: every lane of the group
+  int stream = 0;          // Wait: the rank's stream waited for (index into RankStreams::streams)
+  int count = 0;           // Wait: items of that stream that must have completed
   std::vector<P2pOp> ops;  // Kernel
   std::string op;          // Compute: the op string
 };
 
-struct RankStreams {
-  std::vector<StreamItem> p2p, compute;
+struct RecordedStream {
+  std::string name;  // "compute", "p2p activations 0->1", "p2p"
+  std::vector<StreamItem> items;
 };
 
-// How NCCL runs a group that spans the two lane communicators on one stream.
-enum class GroupRule {
-  JoinOrder,  // before NCCL 2.26: one kernel per communicator, in the order the group joined them
-  Together,   // NCCL 2.26 and later (what stp requires): the group's operations progress together
+struct RankStreams {
+  std::vector<RecordedStream> streams;  // [0] = compute, then the p2p streams
+};
+
+enum class P2pStreams {
+  PerChannel,  // one stream per channel (the executor)
+  Shared,      // one p2p stream per rank for every channel (crossed sends deadlock)
 };
 
 struct DeadlockOptions {
-  bool tp_collectives = false;  // tp > 1: F and B ops all-reduce (closing an open group first)
-  GroupRule rule = GroupRule::Together;
+  P2pStreams streams = P2pStreams::PerChannel;
 };
 
 struct DeadlockResult {
@@ -63,6 +67,12 @@ DeadlockResult find_deadlock(const std::vector<RankStreams>& ranks);
 inline DeadlockResult find_deadlock(const Schedule& s, const DeadlockOptions& options) {
   return find_deadlock(record_streams(s, options));
 }
+
+// The host side of a channel's first transfer: if connecting a channel makes each end's host
+// thread wait until the peer's host thread reaches its own first operation on that channel, the
+// ranks' first uses must agree. Replays each rank's channels in the order its op list first uses
+// them (the order the executor issues them) as rendezvous; ok when every rank gets through.
+DeadlockResult find_connect_deadlock(const Schedule& s);
 
 std::string to_string(const P2pOp& op);
 std::string describe(const StreamItem& item);

@@ -1,51 +1,52 @@
 #include "schedule/p2p_groups.h"
 
+#include <algorithm>
+#include <set>
+
+#include "base/error.h"
+
 namespace stp::sched {
 
-void P2pGrouping::receives(std::vector<Pending> recv) {
-  if (recv.empty()) return;
-  if (!open_) {
-    open_ = true;
-    sink_.group_begin();
+P2pChannel channel_of(const Message& m) { return {m.src, m.dst, m.pass == Pass::F ? Pass::F : Pass::B}; }
+
+std::string to_string(const P2pChannel& c) {
+  return str(c.pass == Pass::F ? "activations " : "gradients ", c.src, "->", c.dst);
+}
+
+std::vector<P2pChannel> p2p_channels(const Schedule& s, int rank) {
+  std::set<P2pChannel> all;
+  for (int r = 0; r < s.pp; ++r)
+    for (const Op& op : s.ranks[static_cast<std::size_t>(r)]) {
+      OpMessages msgs = op_messages(s, r, op);
+      for (const auto* list : {&msgs.send, &msgs.recv})
+        for (const Message& m : *list)
+          if (m.src != m.dst && (rank < 0 || m.src == rank || m.dst == rank)) all.insert(channel_of(m));
+    }
+  return {all.begin(), all.end()};
+}
+
+namespace {
+
+// The distinct channels of `ops`, in the order of their first operation.
+std::vector<P2pChannel> channels_of(const std::vector<P2pPending>& ops) {
+  std::vector<P2pChannel> out;
+  for (const P2pPending& p : ops) {
+    P2pChannel c = channel_of(p.message);
+    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
   }
-  add(std::move(recv));
-  close();
-  sink_.compute_waits_for_p2p();
+  return out;
 }
 
-void P2pGrouping::before_collective() {
-  if (open_) close(/*notify=*/false);  // in the middle of an op: nothing else may start here
+}  // namespace
+
+void post_receives(P2pSink& sink, std::vector<P2pPending> recv) {
+  for (P2pPending& p : recv) p.issue();
+  for (const P2pChannel& c : channels_of(recv)) sink.compute_waits_for_p2p(c);
 }
 
-void P2pGrouping::sends(std::vector<Pending> send) {
-  if (send.empty()) return;
-  sink_.p2p_waits_for_compute();
-  if (open_) close();
-  open_ = true;
-  sink_.group_begin();
-  add(std::move(send));
-}
-
-void P2pGrouping::finish() {
-  if (open_) close();
-}
-
-void P2pGrouping::add(std::vector<Pending> ops) {
-  for (Pending& p : ops) {
-    if (sink_.defers()) pending_.push_back(std::move(p));
-    else p.issue();
-  }
-}
-
-void P2pGrouping::close(bool notify) {
-  std::vector<Pending> ops;
-  std::swap(ops, pending_);
-  open_ = false;
-  for (Pending& p : ops) p.issue();  // in posting order: op k's sends, then op k+1's receives
-  sink_.group_end();
-  if (notify) sink_.group_closed();
-  // `ops` (and what its closures hold, e.g. send buffers) is released only now, after the
-  // group's end enqueued the operations.
+void post_sends(P2pSink& sink, std::vector<P2pPending> send) {
+  for (const P2pChannel& c : channels_of(send)) sink.p2p_waits_for_compute(c);
+  for (P2pPending& p : send) p.issue();
 }
 
 }  // namespace stp::sched

@@ -1,77 +1,61 @@
-// How one rank's pipeline sends and receives become communicator groups on its p2p stream: the
-// rules the executor (train/executor.cpp) runs and the deadlock checker (schedule/deadlock.h)
-// replays, so both see the same groups, lanes and stream waits.
+// How one rank's pipeline sends and receives are posted: the rules the executor
+// (train/executor.cpp) runs and the deadlock checker (schedule/deadlock.h) replays, so both see
+// the same operations, streams and stream waits.
 //
-// Rules (docs/schedules.md, Deadlock check; docs/gpu-readiness.md, finding 4):
-//   * receives(op k): the receives join the group still open with op k−1's sends (or a new one);
-//     the group is closed and compute waits for p2p (the received data);
-//   * before_collective(): an open group is closed before any other NCCL call of the thread (an
-//     NCCL group spans every call of the thread until its end, so a TP all-reduce inside it would
-//     be enqueued late);
-//   * sends(op k): p2p waits for compute (the data to send); an open group is closed; a new group
-//     holds the sends and stays open for op k+1's receives;
-//   * finish(): closes an open group at the end of the step.
-// With a deferring sink, operations are kept on the host while a group is open and issued when it
-// closes, as NCCL would enqueue them; otherwise they are issued when posted. Either way in the
-// order posted: a group's sends come before its receives. That order matters on in-order streams that
-// run one operation at a time (the CPU backend's HostComm and MPI communicators: a receive waits
-// for its message, so a send queued behind it would wait too); NCCL 2.26 and later, which stp
-// requires, progresses a group's operations together whatever their order. Ranks join the two
-// lane communicators in different orders (a rank's sends may be gradients, its receives
-// activations); older NCCL runs one kernel per communicator in that order, which can deadlock
-// (docs/gpu-readiness.md section 8, finding 4; `stp sim --check-deadlock --nccl-groups
-// join-order`). A fixed lane order does not avoid that and would put receives before sends.
+// Channels. Every pipeline message travels on a channel: one direction (source rank → destination
+// rank) and one message kind (activations, gradients). Each channel is its own 2-rank communicator
+// with its own p2p stream on both ends (group rank 0 = the source, 1 = the destination), so a
+// channel stream only sends (on the source) or only receives (on the destination), and its
+// messages arrive first in, first out. A send that blocks until the peer's receive runs then holds
+// up only later sends of its own channel, never a receive: no two neighbours can each wait on a
+// send to the other (docs/gpu-readiness.md section 8, crossed sends).
+//
+// Rules, for op k of a rank (no communicator group is ever left open across ops or calls):
+//   * post_receives (op k's receives): each is issued at once on its channel's stream, in
+//     posting order; then compute waits for every channel stream that received (op k's inputs);
+//   * post_sends (op k's sends): every channel stream that sends waits for compute (the data to
+//     send), then each send is issued at once on its channel's stream, in posting order.
+// Channels are independent: nothing on one channel stream waits for another, so no operation is
+// kept on the host and nothing needs an NCCL group (each is one ncclSend or ncclRecv).
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "schedule/schedule.h"
 
 namespace stp::sched {
 
-// The lane (pipeline communicator) a message travels on: 0 = activations, 1 = gradients.
-inline int p2p_lane(const Message& m) { return m.pass == Pass::F ? 0 : 1; }
+struct P2pChannel {
+  int src = 0, dst = 0;  // pipeline ranks
+  Pass pass = Pass::F;   // F: activations; B: gradients
+  auto operator<=>(const P2pChannel&) const = default;
+};
+P2pChannel channel_of(const Message& m);     // pass F stays F; B (and anything else) is B
+std::string to_string(const P2pChannel& c);  // "activations 0->1", "gradients 1->0"
 
-// What the grouping drives: the executor's communicators and streams, or a recording.
+// The channels the messages of `s` use (hand-overs on one rank are not messages), sorted; with
+// rank >= 0 only those where `rank` is the source or the destination. Every rank that creates
+// communicators iterates the full list in this order.
+std::vector<P2pChannel> p2p_channels(const Schedule& s, int rank = -1);
+
+// What the posting drives: the executor's channel communicators and streams, or a recording.
 class P2pSink {
  public:
   virtual ~P2pSink() = default;
-  virtual void group_begin() = 0;            // ncclGroupStart on every lane
-  virtual void group_end() = 0;              // ncclGroupEnd: the group's operations are enqueued
-  virtual void p2p_waits_for_compute() = 0;  // p2p waits for the compute work enqueued so far
-  virtual void compute_waits_for_p2p() = 0;  // compute waits for the p2p work enqueued so far
-  // Whether an open group's operations reach the stream only at its end (NCCL: they are kept and
-  // issued at the close) or at the call (the CPU backend's communicators: issued when posted).
-  virtual bool defers() const { return true; }
-  // Called after a group end between ops (receives, sends, finish), before anything else is
-  // enqueued; not when before_collective() closes a group in the middle of an op.
-  virtual void group_closed() {}
+  virtual void p2p_waits_for_compute(const P2pChannel& c) = 0;  // c's stream waits for compute so far
+  virtual void compute_waits_for_p2p(const P2pChannel& c) = 0;  // compute waits for c's stream so far
 };
 
-class P2pGrouping {
- public:
-  // One operation to issue when its group closes; `issue` makes the communicator call.
-  struct Pending {
-    Message message;
-    bool send = false;
-    std::function<void()> issue;
-  };
-  explicit P2pGrouping(P2pSink& sink) : sink_(sink) {}
-
-  void receives(std::vector<Pending> recv);
-  void before_collective();
-  void sends(std::vector<Pending> send);
-  void finish();
-  bool open() const { return open_; }
-
- private:
-  void add(std::vector<Pending> ops);
-  void close(bool notify = true);
-
-  P2pSink& sink_;
-  bool open_ = false;
-  std::vector<Pending> pending_;
+// One send or receive; `issue` makes the communicator call on the channel of `message`.
+struct P2pPending {
+  Message message;
+  bool send = false;
+  std::function<void()> issue;
 };
+
+void post_receives(P2pSink& sink, std::vector<P2pPending> recv);
+void post_sends(P2pSink& sink, std::vector<P2pPending> send);
 
 }  // namespace stp::sched

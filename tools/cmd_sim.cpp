@@ -1,11 +1,11 @@
 // stp sim --schedule NAME --pp P --microbatches M [--tf X --tb X --tw X --tar X --tp2p X]
 //         [--units N --issue SHAPE=X,...] [--json | --svg FILE | --trace FILE]
-//         [--check-deadlock [--nccl-groups together|join-order]]
+//         [--check-deadlock [--p2p-streams per-channel|shared]]
 // stp sim --compare --pp P --microbatches M [costs]
 //
 // Generates, validates and simulates a pipeline schedule (docs/design.md, Command line; docs/schedules.md) and prints
 // the result as text or JSON, or writes the timeline as SVG or a Chrome trace; --compare prints Table 1 of the STP
-// paper (formula vs simulation for 1f1b-i, zb-v and stp); --check-deadlock replays the executor's NCCL groups with
+// paper (formula vs simulation for 1f1b-i, zb-v and stp); --check-deadlock replays the executor's p2p posting with
 // rendezvous semantics (schedule/deadlock.h) and exits 1 naming the first cycle. `stp sim --help` lists the options.
 #include <cerrno>
 #include <cmath>
@@ -38,7 +38,7 @@ struct SimArgs {
   std::vector<std::string> issue;  // each --issue SHAPE=MS,... as given; parsed into costs.issue by check()
   bool compare = false, json = false, check_deadlock = false;
   std::string svg, trace;
-  std::string nccl_groups = "together";
+  std::string p2p_streams = "per-channel";
 };
 
 double parse_number(const std::string& flag, const std::string& text) {
@@ -74,26 +74,27 @@ void check(SimArgs& a) {
   STP_CHECK(a.pp >= 1, "--pp must be at least 1, got ", a.pp);
   STP_CHECK(a.microbatches >= 1, "--microbatches must be at least 1, got ", a.microbatches);
   STP_CHECK(a.compare || !a.schedule.empty(), "--schedule NAME is required (gpipe, 1f1b, 1f1b-i, zb-h1, zb-v, stp)");
-  STP_CHECK(a.nccl_groups == "together" || a.nccl_groups == "join-order",
-            "--nccl-groups expects together or join-order, got '", a.nccl_groups, "'");
+  STP_CHECK(a.p2p_streams == "per-channel" || a.p2p_streams == "shared",
+            "--p2p-streams expects per-channel or shared, got '", a.p2p_streams, "'");
   for (const std::string& text : a.issue) parse_issue(text, a.costs);
   stp::sched::check_costs(a.costs);
 }
 
-// Both layouts the executor produces (tp = 1, and tp > 1 where an all-reduce closes an open group).
+// The executor's posting (the same for every tp: TP all-reduces have their own stream and
+// communicator), on one stream per channel or, to compare, one shared p2p stream per rank; then
+// whether the ranks first use their shared channels in the same order (connection on the host).
 int check_deadlock(const SimArgs& a, const stp::sched::Schedule& s) {
   using namespace stp::sched;
-  std::string out;
-  int status = 0;
-  for (bool tp : {false, true}) {
-    DeadlockOptions o;
-    o.tp_collectives = tp;
-    o.rule = a.nccl_groups == "join-order" ? GroupRule::JoinOrder : GroupRule::Together;
-    DeadlockResult r = find_deadlock(s, o);
-    out += str(a.schedule, " pp ", a.pp, " microbatches ", a.microbatches, tp ? ", tp > 1" : ", tp = 1",
-               ", NCCL groups ", a.nccl_groups, ": ", r.ok ? "no deadlock" : r.message, "\n");
-    if (!r.ok) status = 1;
-  }
+  DeadlockOptions o;
+  o.streams = a.p2p_streams == "shared" ? P2pStreams::Shared : P2pStreams::PerChannel;
+  DeadlockResult r = find_deadlock(s, o);
+  std::string out = str(a.schedule, " pp ", a.pp, " microbatches ", a.microbatches, ", p2p streams ", a.p2p_streams,
+                        ": ", r.ok ? "no deadlock" : r.message, "\n");
+  int status = r.ok ? 0 : 1;
+  DeadlockResult connect = find_connect_deadlock(s);
+  out += str(a.schedule, " pp ", a.pp, " microbatches ", a.microbatches,
+             ", first uses of channels: ", connect.ok ? "agree" : connect.message, "\n");
+  if (!connect.ok) status = 1;
   std::fwrite(out.data(), 1, out.size(), stdout);
   return status;
 }
@@ -156,12 +157,12 @@ stp::tools::Run define(CLI::App& app) {
   auto* trace =
       app.add_option("--trace", a->trace, "write the timeline as a Chrome trace (Perfetto)")->type_name("FILE");
   auto* deadlock = app.add_flag("--check-deadlock", a->check_deadlock,
-                                "replay each rank's sends and receives as the executor groups them for NCCL "
-                                "(rendezvous: a send completes only once the peer's receive runs), for tp = 1 and "
-                                "tp > 1; print the first cycle of waits, naming the ops, and exit 1 if there is one");
-  app.add_option("--nccl-groups", a->nccl_groups,
-                 "with --check-deadlock: together (NCCL >= 2.26, a group's operations progress together) or "
-                 "join-order (older NCCL: one kernel per communicator, in the rank's join order)")
+                                "replay each rank's sends and receives as the executor posts them (one stream per "
+                                "channel; rendezvous: a send completes only once the peer's receive runs); print the "
+                                "first cycle of waits, naming the ops, and exit 1 if there is one");
+  app.add_option("--p2p-streams", a->p2p_streams,
+                 "with --check-deadlock: per-channel (what the executor does: one stream per direction and message "
+                 "kind) or shared (every channel on one p2p stream per rank, to compare)")
       ->type_name("RULE")
       ->capture_default_str()
       ->needs(deadlock);

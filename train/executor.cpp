@@ -30,10 +30,13 @@ struct Executor::Cursor {
 };
 
 Executor::Executor(RankResources resources) : r_(std::move(resources)) {
-  STP_ASSERT(r_.schedule && r_.compute && r_.tp_comm && r_.p2p && r_.device, "incomplete rank resources");
-  for (Communicator* c : {r_.pp_act, r_.pp_grad})
-    STP_ASSERT(!c || c->rank() == r_.pp_rank, "pipeline communicator of rank ", c->rank(), " given to pp rank ",
-               r_.pp_rank);
+  STP_ASSERT(r_.schedule && r_.compute && r_.tp_comm && r_.device, "incomplete rank resources");
+  for (const PipelineChannel& c : r_.channels) {
+    STP_ASSERT(c.comm && c.stream && c.comm->size() == 2, "incomplete pipeline channel ", sched::to_string(c.channel));
+    const int me = c.channel.src == r_.pp_rank ? 0 : 1;
+    STP_ASSERT((me == 0 || c.channel.dst == r_.pp_rank) && c.comm->rank() == me, "pipeline channel ",
+               sched::to_string(c.channel), " given to pp rank ", r_.pp_rank, " as group rank ", c.comm->rank());
+  }
   STP_ASSERT(!r_.plan || !r_.plan->offloads() || r_.offload, "the memory plan offloads but rank ", r_.pp_rank,
              " has no offload engine");
   STP_ASSERT(static_cast<int>(r_.stages.size()) == r_.schedule->chunks, "rank ", r_.pp_rank, " has ", r_.stages.size(),
@@ -125,51 +128,38 @@ void Executor::walk(bool forward_only) {
     release_finished(op);
     report_grads_final();
   }
-  groups_.finish();
-  if (!forward_only) report_grads_final();
 }
 
-// Chunks whose gradients became final are reported only while no communicator group is open: a
-// group holds the pipeline's sends until the next op's receives, and NCCL would batch the
-// data-parallel all-reduce the report starts into it (every NCCL call of a thread between
-// ncclGroupStart and ncclGroupEnd is one group). Usually that is right away, in post_sends.
+// Chunks whose gradients became final are reported after the op's sends, so the pipeline's
+// messages are enqueued before the data-parallel all-reduce the report starts.
 void Executor::report_grads_final() {
-  if (groups_.open()) return;
   for (int c : final_pending_)
     if (r_.grads_final) r_.grads_final(c);
   final_pending_.clear();
 }
 
-Communicator& Executor::lane(Pass pass) const {
-  Communicator* c = pass == Pass::F ? r_.pp_act : r_.pp_grad;
-  STP_ASSERT(c, "rank ", r_.pp_rank, " exchanges pipeline messages but has no pipeline communicator");
-  return *c;
+const PipelineChannel& Executor::channel(const Message& m) const {
+  const sched::P2pChannel want = sched::channel_of(m);
+  for (const PipelineChannel& c : r_.channels)
+    if (c.channel == want) return c;
+  STP_UNREACHABLE("rank ", r_.pp_rank, " has no pipeline channel ", sched::to_string(want));
+  return r_.channels.front();
 }
 
-void Executor::Sink::group_begin() {
-  e.lane(Pass::F).group_begin();
-  e.lane(Pass::B).group_begin();
-}
-
-void Executor::Sink::group_end() {
-  e.lane(Pass::B).group_end();
-  e.lane(Pass::F).group_end();
-}
-
-void Executor::Sink::group_closed() { e.report_grads_final(); }
-
-bool Executor::Sink::defers() const { return e.r_.device->kind() != DeviceKind::Cpu; }
-
-void Executor::Sink::p2p_waits_for_compute() {
+void Executor::Sink::p2p_waits_for_compute(const sched::P2pChannel& c) {
   Event& computed = e.new_event(*e.r_.compute);
   e.r_.compute->record(computed);
-  e.r_.p2p->wait(computed);
+  for (const PipelineChannel& ch : e.r_.channels)
+    if (ch.channel == c) ch.stream->wait(computed);
 }
 
-void Executor::Sink::compute_waits_for_p2p() {
-  Event& landed = e.new_event(*e.r_.p2p);
-  e.r_.p2p->record(landed);
-  e.r_.compute->wait(landed);
+void Executor::Sink::compute_waits_for_p2p(const sched::P2pChannel& c) {
+  for (const PipelineChannel& ch : e.r_.channels)
+    if (ch.channel == c) {
+      Event& landed = e.new_event(*ch.stream);
+      ch.stream->record(landed);
+      e.r_.compute->wait(landed);
+    }
 }
 
 // ---- pipeline messages ------------------------------------------------------------------------
@@ -183,37 +173,36 @@ Tensor Executor::message_buffer(const Message& m, bool incoming, Stream* writer)
   return m.pass == Pass::F ? st.output_activation(m.mb) : st.grad_input(m.mb);
 }
 
-// A receive buffer is taken now (allocated for p2p) and kept by the pending operation; a send
-// buffer is kept until the group that sends it has been enqueued (schedule/p2p_groups.h): dropped
-// earlier, its free fence would be recorded on p2p before the send that reads it.
+// A receive buffer is taken on its channel's stream and kept by the operation; a send buffer is
+// marked used by the channel's stream after the send is enqueued, so the stage may drop it.
 void Executor::post_receives(const std::vector<Message>& recv) {
-  std::vector<sched::P2pGrouping::Pending> ops;
+  std::vector<sched::P2pPending> ops;
   for (const Message& m : recv) {
-    Tensor buf = message_buffer(m, true, r_.p2p);
-    ops.push_back({m, false, [this, m, buf]() mutable {
-                     if (r_.trace) r_.p2p->trace_begin(str("recv ", sched::to_string(m)), "p2p");
-                     lane(m.pass).recv(*r_.p2p, buf.raw(), buf.bytes(), m.src, p2p_tag(m.pass, m.from_stage, m.mb));
-                     buf.record_use(*r_.p2p);
-                     if (r_.trace) r_.p2p->trace_end();
+    const PipelineChannel& ch = channel(m);
+    Tensor buf = message_buffer(m, true, ch.stream);
+    ops.push_back({m, false, [this, &ch, m, buf]() mutable {
+                     if (r_.trace) ch.stream->trace_begin(str("recv ", sched::to_string(m)), "p2p");
+                     ch.comm->recv(*ch.stream, buf.raw(), buf.bytes(), 0, p2p_tag(m.pass, m.from_stage, m.mb));
+                     buf.record_use(*ch.stream);
+                     if (r_.trace) ch.stream->trace_end();
                    }});
   }
-  groups_.receives(std::move(ops));
-  report_grads_final();
+  sched::post_receives(sink_, std::move(ops));
 }
 
 void Executor::post_sends(const std::vector<Message>& send) {
-  std::vector<sched::P2pGrouping::Pending> ops;
+  std::vector<sched::P2pPending> ops;
   for (const Message& m : send) {
+    const PipelineChannel& ch = channel(m);
     Tensor buf = message_buffer(m, false);
-    ops.push_back({m, true, [this, m, buf]() mutable {
-                     if (r_.trace) r_.p2p->trace_begin(str("send ", sched::to_string(m)), "p2p");
-                     lane(m.pass).send(*r_.p2p, buf.raw(), buf.bytes(), m.dst, p2p_tag(m.pass, m.from_stage, m.mb));
-                     if (r_.trace) r_.p2p->trace_end();
-                     buf.record_use(*r_.p2p);  // the stage may drop it before the send runs
+    ops.push_back({m, true, [this, &ch, m, buf]() mutable {
+                     if (r_.trace) ch.stream->trace_begin(str("send ", sched::to_string(m)), "p2p");
+                     ch.comm->send(*ch.stream, buf.raw(), buf.bytes(), 1, p2p_tag(m.pass, m.from_stage, m.mb));
+                     if (r_.trace) ch.stream->trace_end();
+                     buf.record_use(*ch.stream);  // the stage may drop it before the send runs
                    }});
   }
-  groups_.sends(std::move(ops));
-  report_grads_final();
+  sched::post_sends(sink_, std::move(ops));
 }
 
 // Stage-to-stage hand-over on this rank: the V's turn (chunk 0 -> chunk 1 forward, chunk 1 ->
@@ -325,11 +314,6 @@ void Executor::offload_after_backward(int chunk, int u, int mb) {
 
 void Executor::all_reduce_after(Cursor& c, const Tensor& t, const std::string& unit) {
   STP_ASSERT(r_.tp && r_.tp->size() > 1, "unit ", unit, " returned a tensor to all-reduce but tp = 1");
-  // A group left open by the previous op's sends (this op posted no receives) must be closed
-  // first: an NCCL group is per host thread and spans communicators, so an all-reduce issued
-  // inside it would only be enqueued at the group's end — after `reduced` below is recorded,
-  // and the next unit would read unreduced data. (HostComm groups are no-ops.)
-  groups_.before_collective();
   Event& produced = new_event(*r_.compute);
   r_.compute->record(produced);
   r_.tp_comm->wait(produced);

@@ -1,9 +1,9 @@
 // Executor: walks one rank's op list (schedule/) against that rank's stages (models/stage.h).
-// One executor per rank, each driven by its own host thread; all work goes onto three streams:
+// One executor per rank, each driven by its own host thread; all work goes onto these streams:
 //
 //   compute  — every unit's F, B, W, in the order the op list and the braiding rules give;
 //   tp-comm  — the TP all-reduce after each unit that returns a tensor (stage.h protocol);
-//   p2p      — pipeline sends and receives to neighbouring ranks.
+//   p2p      — pipeline sends and receives to neighbouring ranks, one stream per channel.
 //
 // Braiding (docs/schedules.md, STP op lists, Units and braided blocks): a two-part op (F&B, F&W, F+F) alternates one
 // step of each part on the compute stream. A step is one unit (an F unit; a B unit followed by its W when W is fused; a
@@ -13,19 +13,19 @@
 // all-reduce, except that a fused W runs between a B unit and the wait, hiding that B's all-reduce under W (Megatron's
 // async input-grad all-reduce).
 //
-// Pipeline messages (schedule::op_messages): the receives of op k are posted on p2p before op k's
-// compute (compute waits on them); op k's sends are posted after its compute and its last
-// all-reduces. Sends of op k and receives of op k+1 form one communicator group (NCCL needs this
-// to pair blocking sends and receives, as the released STP trainer does); when op k+1 posts no
-// receives, the group is closed before its first TP all-reduce (an NCCL group defers every call
-// of the thread, on any communicator, to the group's end). The grouping rules are
-// schedule/p2p_groups.h: `stp sim --check-deadlock` replays the same code. Stage-to-stage
-// hand-overs on the same rank (the V's turn) are device copies on compute. Every message carries
-// a tag (pass, source stage, microbatch) that HostComm checks, so a channel-order mismatch is an
-// error, never silent corruption.
+// Pipeline messages (schedule::op_messages) travel on channels (schedule/p2p_groups.h): one per
+// direction and message kind between two ranks, each its own 2-rank communicator and p2p stream.
+// The receives of op k are issued on their channels' streams before op k's compute (compute waits
+// on those streams); op k's sends after its compute and its last all-reduces (each sending
+// channel's stream waits on compute). No communicator group is ever left open, so TP and DP
+// all-reduces are enqueued when they are issued. The posting rules are schedule/p2p_groups.h:
+// `stp sim --check-deadlock` replays the same code. Stage-to-stage hand-overs on the same rank
+// (the V's turn) are device copies on compute. Every message carries a tag (pass, source stage,
+// microbatch) that HostComm checks, so a channel-order mismatch is an error, never silent
+// corruption.
 //
 // Data parallelism: once the last op that runs a backward of a chunk is enqueued, the executor
-// reports that chunk's gradients final (RankResources::grads_final), outside any open group, and
+// reports that chunk's gradients final (RankResources::grads_final), after that op's sends, and
 // the chunk's data-parallel all-reduce starts behind the compute stream (train/dp_grads.h).
 //
 // Memory plan (memory/plan.h): after each F unit the plan offloads, the unit's records go to host
@@ -56,6 +56,14 @@
 
 namespace stp {
 
+// One pipeline channel as a rank sees it: its communicator (2 ranks: 0 = the source, 1 = the
+// destination) and this rank's stream for it (only sends, or only receives).
+struct PipelineChannel {
+  sched::P2pChannel channel;
+  Communicator* comm = nullptr;
+  Stream* stream = nullptr;
+};
+
 struct RankResources {
   const sched::Schedule* schedule = nullptr;
   int pp_rank = 0;
@@ -63,21 +71,17 @@ struct RankResources {
   Device* device = nullptr;
   Stream* compute = nullptr;
   Stream* tp_comm = nullptr;
-  Stream* p2p = nullptr;
   Communicator* tp = nullptr;  // TP group; null or size 1: units return nothing to reduce
-  // PP groups (rank = pp_rank; null when pp == 1), one per message kind: activations and
-  // gradients are separate FIFO lanes, because schedules such as ZB-V consume the two kinds on a
-  // channel in a different order than they were sent (docs/schedules.md).
-  Communicator* pp_act = nullptr;
-  Communicator* pp_grad = nullptr;
+  // The pipeline channels this rank sends or receives on (sched::p2p_channels(schedule,
+  // pp_rank)); empty when pp == 1.
+  std::vector<PipelineChannel> channels;
   bool trace = false;  // emit op / unit / all-reduce spans (streams have a recorder)
   // Memory plan of this rank (null: keep everything) and the engine that moves offloaded records.
   const RankPlan* plan = nullptr;
   OffloadEngine* offload = nullptr;  // required when the plan offloads
   // Called once per local chunk and step, after the compute of the last op that runs a backward
-  // (B or W) of that chunk has been enqueued — as soon as no communicator group is open, usually
-  // right away: its gradients are final at that point of the compute stream (data-parallel
-  // reduction starts there, train/dp_grads.h). Optional.
+  // (B or W) of that chunk has been enqueued, after that op's sends: its gradients are final at that point of the
+  // compute stream (data-parallel reduction starts there, train/dp_grads.h). Optional.
   std::function<void(int chunk)> grads_final;
 };
 
@@ -94,7 +98,7 @@ class Executor {
   void set_loss_output(Tensor losses);
 
   // Enqueues every op of this rank for one step. Returns when everything is enqueued (the streams
-  // may still be running); the caller synchronizes compute, tp-comm and p2p.
+  // may still be running); the caller synchronizes compute, tp-comm and the channel streams.
   void run_step();
 
   // Forward-only walk (evaluation): the F parts of this rank's op list in their order (B and W
@@ -112,15 +116,11 @@ class Executor {
   };
   Event& new_event(Stream& stream);  // an event recorded only on `stream`
   Tensor message_buffer(const sched::Message& m, bool incoming, Stream* writer = nullptr);
-  Communicator& lane(sched::Pass pass) const;
-  struct Sink final : sched::P2pSink {  // the grouping's calls on this rank's lanes and streams
+  const PipelineChannel& channel(const sched::Message& m) const;
+  struct Sink final : sched::P2pSink {  // the posting's waits between compute and channel streams
     explicit Sink(Executor& owner) : e(owner) {}
-    void group_begin() override;
-    void group_end() override;
-    void p2p_waits_for_compute() override;
-    void compute_waits_for_p2p() override;
-    bool defers() const override;  // NCCL enqueues a group's operations at its end
-    void group_closed() override;  // chunks whose gradients became final are reported here
+    void p2p_waits_for_compute(const sched::P2pChannel& c) override;
+    void compute_waits_for_p2p(const sched::P2pChannel& c) override;
     Executor& e;
   };
   void post_receives(const std::vector<sched::Message>& recv);
@@ -141,11 +141,10 @@ class Executor {
 
   RankResources r_;
   std::vector<std::size_t> last_backward_;  // [local chunk] index of its last op with B or W
-  std::vector<int> final_pending_;          // chunks final but not reported yet (a group was open)
+  std::vector<int> final_pending_;          // chunks final, reported after the op's sends
   std::map<Stream*, EventPool> pools_;
   Tensor losses_;  // (m,) last stage only
   Sink sink_{*this};
-  sched::P2pGrouping groups_{sink_};          // holds an open group's operations (and send buffers)
   std::set<std::pair<int, int>> deferred_w_;  // (local chunk, mb) whose B defers W on this rank
 };
 

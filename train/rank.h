@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -33,8 +34,9 @@ struct Rank {
   // The NUMA node this rank's host threads are bound to before they drive the device: a GPU's
   // own node (Device::numa_node_hint) on a machine with several nodes; -1 = not bound.
   int host_node = -1;
-  std::unique_ptr<Stream> compute, tp_comm, p2p;
-  std::unique_ptr<Stream> dp_comm;  // data-parallel gradient all-reduces (dp > 1)
+  std::unique_ptr<Stream> compute, tp_comm;
+  std::vector<std::unique_ptr<Stream>> p2p;  // one per pipeline channel, in pp_channels' order
+  std::unique_ptr<Stream> dp_comm;           // data-parallel gradient all-reduces (dp > 1)
   std::unique_ptr<DpGradSync> dp_grads;
   std::unique_ptr<BlockArena> alloc;  // the caching device allocator, capped at memory.device_budget
   std::unique_ptr<PinnedPool> pool;   // pinned host pool (ranks whose plan offloads)
@@ -49,8 +51,9 @@ struct Rank {
   std::vector<Tensor> checkpoint_moments[2];  // sharded: exp_avg / exp_avg_sq gathered for a checkpoint
   std::unique_ptr<Executor> executor;
   Communicator* tp = nullptr;
-  Communicator* pp_act = nullptr;
-  Communicator* pp_grad = nullptr;
+  // The pipeline channels this rank sends or receives on (schedule/p2p_groups.h), each a 2-rank
+  // communicator (0 = the source, 1 = the destination).
+  std::map<sched::P2pChannel, Communicator*> pp_channels;
   Communicator* dp = nullptr;       // the DP group: same pp and tp rank in every replica (dp > 1)
   Communicator* replica = nullptr;  // every rank of this replica: global grad norm, checkpoint gather
   Communicator* world = nullptr;    // every rank of the job: the step's losses

@@ -45,7 +45,8 @@ Stage* Rank::last_stage() const {
 void Rank::synchronize() {
   // All of them, even when one fails, so no stream work outlives the step; first error wins.
   std::exception_ptr first;
-  std::vector<Stream*> streams = {compute.get(), tp_comm.get(), p2p.get(), dp_comm.get()};
+  std::vector<Stream*> streams = {compute.get(), tp_comm.get(), dp_comm.get()};
+  for (auto& s : p2p) streams.push_back(s.get());
   if (offload) {
     streams.push_back(&offload->d2h());
     streams.push_back(&offload->h2d());
@@ -92,9 +93,12 @@ const std::vector<std::string>& Trainer::warnings() const { return impl_->warnin
 std::vector<CommBytes> Trainer::comm_bytes() const {
   auto sent = [](const Communicator* c) { return c ? c->bytes_sent() : 0; };
   std::vector<CommBytes> out;
-  for (auto& r : impl_->ranks)
-    out.push_back(CommBytes{r->global, sent(r->tp), sent(r->pp_act) + sent(r->pp_grad), sent(r->dp),
-                            sent(r->tied) + sent(r->replica) + sent(r->world)});
+  for (auto& r : impl_->ranks) {
+    std::uint64_t pp = 0;
+    for (const auto& [channel, comm] : r->pp_channels) pp += sent(comm);
+    out.push_back(
+        CommBytes{r->global, sent(r->tp), pp, sent(r->dp), sent(r->tied) + sent(r->replica) + sent(r->world)});
+  }
   return out;
 }
 const TraceRecorder* Trainer::trace() const { return impl_->trace.get(); }

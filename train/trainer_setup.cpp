@@ -114,18 +114,21 @@ Rank* Trainer::Impl::local_rank(int global) const {
   return nullptr;
 }
 
-// Groups (members as global ranks, group rank = position): TP (same dp and pp rank), two PP lanes
-// (same dp and tp rank), the tied-embedding pair (ranks holding the first and the last stage, when
+// Groups (members as global ranks, group rank = position): TP (same dp and pp rank), the pipeline
+// channels (same dp and tp rank; one per direction and message kind between two pp ranks, the
+// source first: schedule/p2p_groups.h), the tied-embedding pair (ranks holding the first and the last stage, when
 // those differ), DP (same pp and tp rank), the replica (grad norm, checkpoint gather) and the world
 // (losses). In one process a group is a HostComm (or NCCL) group over local devices; across
 // processes every process takes part in creating every group, in this order (ProcessGroup::make_comm).
 void Trainer::Impl::build_communicators() {
   const int dp = layout.dp, tp = layout.tp, pp = layout.pp;
-  auto group = [&](const std::vector<int>& members, Communicator* Rank::*slot) {
+  // `assign` stores a rank's member of the new group.
+  auto group_to = [&](const std::vector<int>& members, bool tp_link,
+                      const std::function<void(Rank&, Communicator*)>& assign) {
     if (multi_process()) {
       Rank& me = *ranks.front();
       if (auto made = options.processes->make_comm(members, *me.device)) {
-        me.*slot = made.get();
+        assign(me, made.get());
         comms.push_back(std::move(made));
       }
       return;
@@ -133,12 +136,15 @@ void Trainer::Impl::build_communicators() {
     std::vector<Device*> devs;
     for (int g : members) devs.push_back(local_rank(g)->device);
     HostCommOptions link;
-    if (slot == &Rank::tp) link.all_reduce_bytes_per_s = config.parallel.tp_link_bandwidth;
+    if (tp_link) link.all_reduce_bytes_per_s = config.parallel.tp_link_bandwidth;
     auto made = make_comms(devs, link);
     for (std::size_t i = 0; i < members.size(); ++i) {
-      local_rank(members[i])->*slot = made[i].get();
+      assign(*local_rank(members[i]), made[i].get());
       comms.push_back(std::move(made[i]));
     }
+  };
+  auto group = [&](const std::vector<int>& members, Communicator* Rank::*slot) {
+    group_to(members, slot == &Rank::tp, [slot](Rank& r, Communicator* c) { r.*slot = c; });
   };
   auto members = [](int n, const std::function<int(int)>& global) {
     std::vector<int> out;
@@ -152,11 +158,9 @@ void Trainer::Impl::build_communicators() {
   int last_rank = sched::rank_of_stage(schedule, schedule.n_stages() - 1);
   for (int d = 0; d < dp; ++d) {
     for (int t = 0; t < tp; ++t) {
-      if (pp > 1) {
-        auto lane = members(pp, [&](int p) { return layout.global(d, p, t); });
-        group(lane, &Rank::pp_act);
-        group(lane, &Rank::pp_grad);
-      }
+      for (const sched::P2pChannel& c : sched::p2p_channels(schedule))
+        group_to({layout.global(d, c.src, t), layout.global(d, c.dst, t)}, false,
+                 [c](Rank& r, Communicator* comm) { r.pp_channels[c] = comm; });
       if (first_rank != last_rank)
         group({layout.global(d, first_rank, t), layout.global(d, last_rank, t)}, &Rank::tied);
     }
@@ -174,7 +178,8 @@ void Trainer::Impl::build_rank(Rank& r) {
     r.host_node = nearest_numa_node(*r.device);
   r.compute = r.device->create_stream("compute");
   r.tp_comm = r.device->create_stream("tp-comm");
-  r.p2p = r.device->create_stream("p2p");
+  for (const auto& [channel, comm] : r.pp_channels)
+    r.p2p.push_back(r.device->create_stream(str("p2p ", sched::to_string(channel))));
   if (layout.dp > 1) r.dp_comm = r.device->create_stream("dp-comm");
   ArenaOptions arena = budgeted_arena_options(*r.device, memory_settings(config).device_budget);
   arena.advice =
@@ -187,7 +192,7 @@ void Trainer::Impl::build_rank(Rank& r) {
   if (trace) {
     r.compute->set_trace(trace.get(), r.global, "compute");
     r.tp_comm->set_trace(trace.get(), r.global, "tp-comm");
-    r.p2p->set_trace(trace.get(), r.global, "p2p");
+    for (auto& s : r.p2p) s->set_trace(trace.get(), r.global, "p2p");
     if (r.dp_comm) r.dp_comm->set_trace(trace.get(), r.global, "dp-comm");
   }
   const ModelSpec model = model_spec_of(config);
@@ -238,10 +243,11 @@ void Trainer::Impl::build_rank(Rank& r) {
   res.device = r.device;
   res.compute = r.compute.get();
   res.tp_comm = r.tp_comm.get();
-  res.p2p = r.p2p.get();
   res.tp = r.tp;
-  res.pp_act = r.pp_act;
-  res.pp_grad = r.pp_grad;
+  {
+    std::size_t i = 0;
+    for (const auto& [channel, comm] : r.pp_channels) res.channels.push_back({channel, comm, r.p2p[i++].get()});
+  }
   res.trace = trace != nullptr;
   res.plan = &rank_plan;
   res.offload = r.offload.get();

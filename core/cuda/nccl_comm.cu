@@ -55,18 +55,18 @@ std::set<NcclComm*>& registry() {
 thread_local int group_depth = 0;
 thread_local std::vector<NcclComm*> group_members;
 
-// A group spanning the two pipeline communicators on one stream must let its operations progress
-// together (NCCL 2.26 and later); older NCCL runs one kernel per communicator in each rank's join
-// order, which `stp sim --check-deadlock --nccl-groups join-order` shows to deadlock (finding 4,
-// docs/gpu-readiness.md section 8). Refused before any communicator is made.
+// The NCCL the CUDA backend is written and reviewed against: 2.26 and later (groups spanning
+// communicators progress together; docs/gpu-readiness.md section 8, finding 4). The pipeline no
+// longer depends on it (one communicator and stream per channel, schedule/p2p_groups.h), but
+// nothing older has been reviewed. Refused before any communicator is made.
 void require_nccl_version() {
   int version = 0;
   STP_CUDA_CHECK(ncclGetVersion(&version));
   if (version < NCCL_VERSION(2, 26, 0))
     throw Error(str("NCCL ", version < 10000 ? version / 1000 : version / 10000, ".",
                     version < 10000 ? version / 100 % 10 : version / 100 % 100, ".", version % 100,
-                    " is too old: stp needs NCCL 2.26 or later (older versions can deadlock the pipeline's "
-                    "sends and receives; install a newer libnccl2, or point NCCL_ROOT at one)"));
+                    " is too old: stp needs NCCL 2.26 or later (the version its CUDA backend is reviewed "
+                    "against; install a newer libnccl2, or point NCCL_ROOT at one)"));
 }
 
 ncclConfig_t nonblocking_config() {

@@ -1,5 +1,7 @@
-// The pipeline deadlock check (schedule/deadlock.h): it finds a planted crossed-send ordering, names
-// the ops of the cycle, and passes for every schedule, (pp, m) and layout the executor produces.
+// The pipeline deadlock check (schedule/deadlock.h): it finds a planted crossed-send ordering and
+// names the ops of the cycle, finds the crossed sends of real schedules when every channel shares
+// one p2p stream, and passes for every schedule, (pp, m) and layout with the executor's posting
+// (schedule/p2p_groups.h: one stream per channel).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,12 +14,17 @@ using namespace stp::sched;
 
 namespace {
 
-StreamItem kernel(int lane, std::vector<P2pOp> ops) {
+StreamItem kernel(P2pOp op) {
   StreamItem k;
   k.kind = StreamItem::Kind::Kernel;
-  k.lane = lane;
-  k.ops = std::move(ops);
+  k.ops = {std::move(op)};
   return k;
+}
+
+RankStreams one_p2p_stream(std::vector<StreamItem> items) {
+  RankStreams r;
+  r.streams = {{"compute", {}}, {"p2p", std::move(items)}};
+  return r;
 }
 
 // Stage 0 on rank 0 sends the activation of microbatch 2 and receives the gradient of
@@ -27,174 +34,158 @@ const Message kGrad{Pass::B, 1, 0, 1, 1, 0};
 
 }  // namespace
 
-TEST(Deadlock, MatchedJoinOrderRuns) {
-  std::vector<RankStreams> r(2);
-  r[0].p2p = {kernel(0, {{kAct, true, "F0.2"}}), kernel(1, {{kGrad, false, "B0.1"}})};
-  r[1].p2p = {kernel(0, {{kAct, false, "F0.2"}}), kernel(1, {{kGrad, true, "B0.1"}})};
+TEST(Deadlock, MatchedOrderRuns) {
+  std::vector<RankStreams> r = {one_p2p_stream({kernel({kAct, true, "F0.2"}), kernel({kGrad, false, "B0.1"})}),
+                                one_p2p_stream({kernel({kAct, false, "F0.2"}), kernel({kGrad, true, "B0.1"})})};
   DeadlockResult res = find_deadlock(r);
   EXPECT_TRUE(res.ok) << res.message;
 }
 
+// The planted case: each rank sends to the other before it posts the matching receive.
 TEST(Deadlock, CrossedSendsAreACycleNamingTheOps) {
-  std::vector<RankStreams> r(2);
-  r[0].p2p = {kernel(0, {{kAct, true, "F0.2"}}), kernel(1, {{kGrad, false, "B0.1"}})};
-  r[1].p2p = {kernel(1, {{kGrad, true, "B0.1"}}), kernel(0, {{kAct, false, "F0.2"}})};  // joined the other way
+  std::vector<RankStreams> r = {one_p2p_stream({kernel({kAct, true, "F0.2"}), kernel({kGrad, false, "B0.1"})}),
+                                one_p2p_stream({kernel({kGrad, true, "B0.1"}), kernel({kAct, false, "F0.2"})})};
   DeadlockResult res = find_deadlock(r);
   ASSERT_FALSE(res.ok);
   EXPECT_NE(res.message.find("deadlock"), std::string::npos) << res.message;
-  EXPECT_NE(res.message.find("rank 0 p2p: group kernel on the activation lane [send activation of stage 0 microbatch 2 "
-                             "for stage 1 to rank 1 (F0.2)]"),
-            std::string::npos)
+  EXPECT_NE(
+      res.message.find("rank 0 p2p: kernel [send activation of stage 0 microbatch 2 for stage 1 to rank 1 (F0.2)]"),
+      std::string::npos)
       << res.message;
-  EXPECT_NE(res.message.find("rank 1 p2p: group kernel on the gradient lane [send"), std::string::npos) << res.message;
-  EXPECT_NE(res.message.find("(F0.2)"), std::string::npos) << res.message;
+  EXPECT_NE(res.message.find("rank 1 p2p: kernel [send"), std::string::npos) << res.message;
   EXPECT_NE(res.message.find("(B0.1)"), std::string::npos) << res.message;
 }
 
+// The same two ranks with each channel on its own stream: nothing waits.
+TEST(Deadlock, CrossedSendsOnChannelStreamsRun) {
+  auto rank = [](std::vector<StreamItem> act, std::vector<StreamItem> grad) {
+    RankStreams r;
+    r.streams = {{"compute", {}}, {"p2p activations 0->1", std::move(act)}, {"p2p gradients 1->0", std::move(grad)}};
+    return r;
+  };
+  std::vector<RankStreams> r = {rank({kernel({kAct, true, "F0.2"})}, {kernel({kGrad, false, "B0.1"})}),
+                                rank({kernel({kAct, false, "F0.2"})}, {kernel({kGrad, true, "B0.1"})})};
+  DeadlockResult res = find_deadlock(r);
+  EXPECT_TRUE(res.ok) << res.message;
+}
+
 TEST(Deadlock, AnUnmatchedSendIsReported) {
-  std::vector<RankStreams> r(2);
-  r[0].p2p = {kernel(0, {{kAct, true, "F0.2"}})};
+  std::vector<RankStreams> r = {one_p2p_stream({kernel({kAct, true, "F0.2"})}), one_p2p_stream({})};
   DeadlockResult res = find_deadlock(r);
   ASSERT_FALSE(res.ok);
   EXPECT_NE(res.message.find("no matching operation"), std::string::npos) << res.message;
 }
 
-// The executor's own streams of 1F1B on two stages: the last stage's groups hold a gradient send
-// then an activation receive, the first stage's the opposite, so with one kernel per communicator
-// in join order (NCCL before 2.26) the two stages wait on each other's sends; when a group's
-// operations progress together (2.26 and later) they do not.
-TEST(Deadlock, PerRankJoinOrderDeadlocksBefore226) {
-  Schedule s = generate("1f1b", 2, 4);
-  DeadlockOptions o;
-  o.rule = GroupRule::JoinOrder;
-  DeadlockResult old = find_deadlock(s, o);
-  ASSERT_FALSE(old.ok);
-  EXPECT_NE(old.message.find("rank 0 p2p: group kernel on the activation lane [send"), std::string::npos)
-      << old.message;
-  EXPECT_NE(old.message.find("rank 1 p2p: group kernel on the gradient lane [send"), std::string::npos) << old.message;
-  o.rule = GroupRule::Together;
-  DeadlockResult now = find_deadlock(s, o);
-  EXPECT_TRUE(now.ok) << now.message;
+// A compute stream that waits for a receive nobody sends: the cycle names the wait.
+TEST(Deadlock, ComputeWaitingForAStuckReceiveIsNamed) {
+  RankStreams r0 = one_p2p_stream({kernel({kGrad, false, "B0.1"})});
+  r0.streams[0].items.push_back({StreamItem::Kind::Wait, 1, 1, {}, {}});
+  r0.streams[0].items.push_back({StreamItem::Kind::Compute, 0, 0, {}, "B0.1"});
+  RankStreams r1 = one_p2p_stream({});
+  r1.streams[1].items.push_back({StreamItem::Kind::Wait, 0, 1, {}, {}});  // waits for its own compute
+  r1.streams[1].items.push_back(kernel({kGrad, true, "B0.1"}));
+  r1.streams[0].items.push_back({StreamItem::Kind::Wait, 1, 2, {}, {}});  // which waits for the send
+  r1.streams[0].items.push_back({StreamItem::Kind::Compute, 0, 0, {}, "B0.1"});
+  DeadlockResult res = find_deadlock({r0, r1});
+  ASSERT_FALSE(res.ok);
+  EXPECT_NE(res.message.find("rank 1 compute: compute B0.1 waits for rank 1 p2p"), std::string::npos) << res.message;
 }
 
-// A group issues its operations in posting order: the sends of op k before the receives of op
-// k+1, so on an in-order stream (the CPU backend) a send never waits behind a receive.
-TEST(Deadlock, GroupsIssueSendsBeforeReceives) {
+// The posting rules: receives are issued at once and compute waits for each receiving channel
+// once; each sending channel waits for compute once, before its sends are issued.
+TEST(Deadlock, PostingWaitsOncePerChannel) {
   struct Log final : P2pSink {
     std::vector<std::string> calls;
-    void group_begin() override { calls.push_back("begin"); }
-    void group_end() override { calls.push_back("end"); }
-    void p2p_waits_for_compute() override { calls.push_back("p2p waits"); }
-    void compute_waits_for_p2p() override { calls.push_back("compute waits"); }
+    void p2p_waits_for_compute(const P2pChannel& c) override { calls.push_back(to_string(c) + " waits"); }
+    void compute_waits_for_p2p(const P2pChannel& c) override { calls.push_back("compute waits " + to_string(c)); }
   } log;
-  P2pGrouping g(log);
-  g.sends({{kGrad, true, [&] { log.calls.push_back("send grad"); }}});
-  EXPECT_TRUE(g.open());
-  EXPECT_EQ(log.calls, (std::vector<std::string>{"p2p waits", "begin"}));  // kept while open
-  g.receives({{kAct, false, [&] { log.calls.push_back("recv act"); }}});
-  EXPECT_FALSE(g.open());
-  EXPECT_EQ(log.calls,
-            (std::vector<std::string>{"p2p waits", "begin", "send grad", "recv act", "end", "compute waits"}));
-  g.sends({{kAct, true, [&] { log.calls.push_back("send act"); }}});
-  g.before_collective();  // tp > 1: closed before an all-reduce
-  EXPECT_FALSE(g.open());
-  g.finish();
-  EXPECT_EQ(log.calls.back(), "end");
-  EXPECT_EQ(std::count(log.calls.begin(), log.calls.end(), std::string("end")), 2);
+  const Message act2{Pass::F, 0, 1, 3, 0, 1};
+  post_sends(log, {{kAct, true, [&] { log.calls.push_back("send act 2"); }},
+                   {act2, true, [&] { log.calls.push_back("send act 3"); }}});
+  EXPECT_EQ(log.calls, (std::vector<std::string>{"activations 0->1 waits", "send act 2", "send act 3"}));
+  log.calls.clear();
+  post_receives(log, {{kGrad, false, [&] { log.calls.push_back("recv grad"); }}});
+  EXPECT_EQ(log.calls, (std::vector<std::string>{"recv grad", "compute waits gradients 1->0"}));
+  log.calls.clear();
+  post_receives(log, {});
+  post_sends(log, {});
+  EXPECT_TRUE(log.calls.empty());
 }
 
-// A sink whose communicators enqueue at the call (the CPU backend) gets each operation at once.
-TEST(Deadlock, NonDeferringSinksIssueAtTheCall) {
-  struct Log final : P2pSink {
-    std::vector<std::string> calls;
-    void group_begin() override { calls.push_back("begin"); }
-    void group_end() override { calls.push_back("end"); }
-    void p2p_waits_for_compute() override { calls.push_back("p2p waits"); }
-    void compute_waits_for_p2p() override { calls.push_back("compute waits"); }
-    bool defers() const override { return false; }
-  } log;
-  P2pGrouping g(log);
-  g.sends({{kGrad, true, [&] { log.calls.push_back("send grad"); }}});
-  EXPECT_EQ(log.calls, (std::vector<std::string>{"p2p waits", "begin", "send grad"}));
-  g.receives({{kAct, false, [&] { log.calls.push_back("recv act"); }}});
-  EXPECT_EQ(log.calls,
-            (std::vector<std::string>{"p2p waits", "begin", "send grad", "recv act", "end", "compute waits"}));
+// Channels: one per direction and message kind; the V's second chunk and the interleaved
+// schedule's wrap-around add channels in the other direction.
+TEST(Deadlock, ChannelsOfSchedules) {
+  auto names = [](const std::vector<P2pChannel>& cs) {
+    std::vector<std::string> out;
+    for (const P2pChannel& c : cs) out.push_back(to_string(c));
+    return out;
+  };
+  EXPECT_EQ(names(p2p_channels(generate("1f1b", 3, 6))),
+            (std::vector<std::string>{"activations 0->1", "gradients 1->0", "activations 1->2", "gradients 2->1"}));
+  EXPECT_EQ(names(p2p_channels(generate("1f1b", 3, 6), 2)),
+            (std::vector<std::string>{"activations 1->2", "gradients 2->1"}));
+  EXPECT_EQ(names(p2p_channels(generate("zb-v", 2, 4))),
+            (std::vector<std::string>{"activations 0->1", "gradients 0->1", "activations 1->0", "gradients 1->0"}));
+  EXPECT_EQ(p2p_channels(generate("1f1b-i", 3, 6)).size(), 6u);  // 0->1, 1->2, 2->0, both kinds
+  EXPECT_TRUE(p2p_channels(generate("1f1b", 1, 2)).empty());
 }
 
-// Over every schedule, pp in {2, 3, 4, 6, 8}, m from the minimum up, tp = 1 and tp > 1,
-// under both NCCL group rules: how the executor's current grouping fares.
 namespace {
 
-bool free_of_deadlock(const std::string& name, int pp, int m, GroupRule rule, std::string* why) {
-  for (bool tp : {false, true}) {
-    DeadlockOptions o;
-    o.tp_collectives = tp;
-    o.rule = rule;
-    DeadlockResult r = find_deadlock(generate(name, pp, m), o);
-    if (!r.ok) {
-      *why = r.message;
-      return false;
-    }
-  }
-  return true;
+DeadlockResult check(const std::string& name, int pp, int m, P2pStreams streams) {
+  DeadlockOptions o;
+  o.streams = streams;
+  return find_deadlock(generate(name, pp, m), o);
 }
 
 }  // namespace
 
-// One-chunk schedules send activations down and gradients up, each receive posted by the op
-// after the send it waits for: free when a group's operations progress together.
-TEST(Deadlock, OneChunkSchedulesAreFreeWhenGroupsProgressTogether) {
+// Every schedule, pp in {2, 3, 4, 6, 8}, m from the minimum up to 3p + 4, with the executor's
+// posting. tp does not enter: TP all-reduces run on their own stream and communicator and the ranks
+// of a TP group post the same p2p operations, each pipeline (dp, tp) on its own channels.
+TEST(Deadlock, EveryScheduleIsFreeOnChannelStreams) {
   int checked = 0;
-  for (const char* name : {"gpipe", "1f1b", "zb-h1"})
+  for (const char* name : {"gpipe", "1f1b", "1f1b-i", "zb-h1", "zb-v", "stp"})
     for (int pp : {2, 3, 4, 6, 8})
-      for (int m = min_microbatches(name, pp); m <= 2 * pp + 4; ++m) {
-        std::string why;
-        EXPECT_TRUE(free_of_deadlock(name, pp, m, GroupRule::Together, &why))
-            << name << " pp " << pp << " m " << m << ": " << why;
+      for (int m = min_microbatches(name, pp); m <= 3 * pp + 4; ++m) {
+        DeadlockResult r = check(name, pp, m, P2pStreams::PerChannel);
+        EXPECT_TRUE(r.ok) << name << " pp " << pp << " m " << m << ": " << r.message;
         ++checked;
       }
-  EXPECT_EQ(checked, 3 * (8 + 10 + 12 + 16 + 20));
+  EXPECT_EQ(checked, 493);
 }
 
-// With one kernel per communicator in each rank's join order (NCCL before 2.26), every schedule
-// that has a rank send a gradient and receive an activation in one group deadlocks: why stp
-// refuses older NCCL. GPipe (all forwards, then all backwards) is the exception.
-TEST(Deadlock, JoinOrderDeadlocksAlmostEverySchedule) {
-  std::string why;
-  for (int pp : {2, 4, 8}) {
-    EXPECT_TRUE(free_of_deadlock("gpipe", pp, 2 * pp, GroupRule::JoinOrder, &why)) << why;
-    for (const char* name : {"1f1b", "zb-h1", "1f1b-i", "zb-v"})
-      EXPECT_FALSE(free_of_deadlock(name, pp, 2 * pp, GroupRule::JoinOrder, &why)) << name << " pp " << pp;
-  }
-  EXPECT_FALSE(free_of_deadlock("stp", 3, 6, GroupRule::JoinOrder, &why));
-}
-
-// STP at pp <= 4 is free when a group's operations progress together (NCCL >= 2.26, which stp
-// requires).
-TEST(Deadlock, StpUpToFourStagesIsFreeWhenGroupsProgressTogether) {
-  for (int pp : {2, 3, 4})
-    for (int m = 2 * pp; m <= 4 * pp + 4; ++m) {
-      std::string why;
-      EXPECT_TRUE(free_of_deadlock("stp", pp, m, GroupRule::Together, &why))
-          << "pp " << pp << " m " << m << ": " << why;
-    }
-}
-
-// Open (docs/gpu-readiness.md section 8, crossed sends): with a single p2p stream, two neighbours that each send to the
-// other before receiving wait for ever once messages outgrow NCCL's buffers. The two-chunk
-// schedules do this; the check names the ops. When the executor changes, these cases flip.
-TEST(Deadlock, TwoChunkSchedulesHaveCrossedSendsToday) {
+// With every channel on one p2p stream per rank (the former single stream, without groups), two
+// neighbours each send to the other before posting the matching receive: the check names the ops.
+TEST(Deadlock, OneSharedP2pStreamHasCrossedSends) {
   struct Case {
     const char* name;
     int pp, m;
-    const char* op;  // an op named in the cycle
   };
-  for (const Case& c : {Case{"1f1b-i", 2, 4, "(B1.1)"}, Case{"zb-v", 2, 3, "(F0.3)"}, Case{"stp", 6, 12, "(F1.5)"}}) {
-    std::string why;
-    EXPECT_FALSE(free_of_deadlock(c.name, c.pp, c.m, GroupRule::Together, &why)) << c.name;
-    EXPECT_NE(why.find(c.op), std::string::npos) << c.name << ": " << why;
+  for (const Case& c :
+       {Case{"1f1b", 2, 4}, Case{"zb-h1", 4, 8}, Case{"1f1b-i", 2, 4}, Case{"zb-v", 2, 3}, Case{"stp", 6, 17}}) {
+    DeadlockResult r = check(c.name, c.pp, c.m, P2pStreams::Shared);
+    ASSERT_FALSE(r.ok) << c.name;
+    EXPECT_NE(r.message.find("deadlock: a cycle of waits"), std::string::npos) << c.name << ": " << r.message;
+    EXPECT_NE(r.message.find(" p2p: kernel [send"), std::string::npos) << c.name << ": " << r.message;
+    EXPECT_TRUE(check(c.name, c.pp, c.m, P2pStreams::PerChannel).ok) << c.name;
   }
-  std::string why;
-  EXPECT_TRUE(free_of_deadlock("1f1b-i", 2, 3, GroupRule::Together, &why)) << why;
-  EXPECT_TRUE(free_of_deadlock("zb-v", 2, 2, GroupRule::Together, &why)) << why;
+}
+
+// If connecting a channel at its first transfer makes both hosts wait for each other, the ranks
+// must first use their shared channels in the same order: they do, for every schedule swept.
+TEST(Deadlock, FirstUsesOfChannelsAgree) {
+  for (const char* name : {"gpipe", "1f1b", "1f1b-i", "zb-h1", "zb-v", "stp"})
+    for (int pp : {2, 3, 4, 6, 8})
+      for (int m = min_microbatches(name, pp); m <= 3 * pp + 4; ++m) {
+        DeadlockResult r = find_connect_deadlock(generate(name, pp, m));
+        EXPECT_TRUE(r.ok) << name << " pp " << pp << " m " << m << ": " << r.message;
+      }
+  // Planted: rank 0 first receives a gradient, rank 1 first receives an activation.
+  Schedule s = generate("1f1b", 2, 2);
+  std::rotate(s.ranks[0].begin(), s.ranks[0].begin() + 2, s.ranks[0].end());  // B0.1 first
+  DeadlockResult r = find_connect_deadlock(s);
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.message.find("rank 0 waits to connect gradients 1->0 (B0.1)"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("rank 1 waits to connect activations 0->1 (F0.1)"), std::string::npos) << r.message;
 }

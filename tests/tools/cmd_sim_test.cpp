@@ -52,26 +52,22 @@ TEST(CmdSim, BadInputIsOneLineAndNoOutput) {
   EXPECT_NE(run_sim("--schedule stp --pp 4 --microbatches 7").err.find("at least 8"), std::string::npos);
 }
 
-// --check-deadlock: a free schedule prints "no deadlock" for both layouts and exits 0; one with
-// crossed sends prints the cycle naming its ops and exits 1 (schedule/deadlock.h).
+// --check-deadlock: the executor's posting (one stream per channel) prints "no deadlock" and exits
+// 0, even for a schedule whose sends cross; with --p2p-streams shared (every channel on one
+// stream) that schedule prints the cycle naming its ops and exits 1 (schedule/deadlock.h).
 TEST(CmdSim, CheckDeadlock) {
   if (!have_stp()) GTEST_SKIP() << "stp not built";
-  Result ok = run_sim("--schedule 1f1b --pp 4 --microbatches 8 --check-deadlock");
+  Result ok = run_sim("--schedule 1f1b-i --pp 2 --microbatches 4 --check-deadlock");
   EXPECT_EQ(ok.status, 0) << ok.err;
   EXPECT_EQ(ok.out,
-            "1f1b pp 4 microbatches 8, tp = 1, NCCL groups together: no deadlock\n"
-            "1f1b pp 4 microbatches 8, tp > 1, NCCL groups together: no deadlock\n");
-  Result bad = run_sim("--schedule 1f1b-i --pp 2 --microbatches 4 --check-deadlock");
+            "1f1b-i pp 2 microbatches 4, p2p streams per-channel: no deadlock\n"
+            "1f1b-i pp 2 microbatches 4, first uses of channels: agree\n");
+  Result bad = run_sim("--schedule 1f1b-i --pp 2 --microbatches 4 --check-deadlock --p2p-streams shared");
   EXPECT_EQ(bad.status, 1) << bad.err;
   EXPECT_EQ(bad.err, "");
-  EXPECT_NE(bad.out.find("tp = 1, NCCL groups together: deadlock: a cycle of waits"), std::string::npos) << bad.out;
-  EXPECT_NE(bad.out.find("rank 0 p2p: group kernel on both lanes [send gradient of stage 2 microbatch 1 for stage 1 "
-                         "to rank 1 (B1.1)]"),
-            std::string::npos)
-      << bad.out;
-  Result old = run_sim("--schedule 1f1b --pp 2 --microbatches 4 --check-deadlock --nccl-groups join-order");
-  EXPECT_EQ(old.status, 1) << old.out;
-  EXPECT_NE(old.out.find("group kernel on the activation lane"), std::string::npos) << old.out;
-  EXPECT_NE(old.out.find("group kernel on the gradient lane"), std::string::npos) << old.out;
+  EXPECT_NE(bad.out.find("p2p streams shared: deadlock: a cycle of waits"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("rank 0 p2p: kernel [send"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("rank 1 p2p: kernel [send"), std::string::npos) << bad.out;
+  EXPECT_NE(run_sim("--schedule 1f1b --pp 2 --microbatches 4 --check-deadlock --p2p-streams both").status, 0);
   EXPECT_EQ(run_sim("--schedule stp --pp 2 --microbatches 4 --check-deadlock").status, 0);
 }

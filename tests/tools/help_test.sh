@@ -55,7 +55,7 @@ if [ -x "$bin/stp" ]; then
   check_help "stp train" "$stp train" CONFIG.yaml --set
   check_help "stp plan" "$stp plan" CONFIG.yaml --set --json
   check_help "stp sim" "$stp sim" --schedule --pp --microbatches --tf --tb --tw --tar --tp2p --units --issue \
-    --json --svg --trace --compare --check-deadlock --nccl-groups
+    --json --svg --trace --compare --check-deadlock --p2p-streams
   check_help "stp profile" "$stp profile" RUN_DIR --json --svg --steps
   check_help "stp plot" "$stp plot" RUN_DIR --svg
   check_help "stp generate" "$stp generate" CHECKPOINT --prompt --tokens --temperature --top-k --seed --tokenizer
