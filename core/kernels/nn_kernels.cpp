@@ -4,6 +4,7 @@
 #include "core/kernels/nn_kernels.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "core/launch.h"
 
@@ -108,6 +109,20 @@ struct RowsInit {
     T* o = out + n * M;
     const T* r = resid ? resid + n * M : nullptr;
     for (i64 j = 0; j < M; ++j) o[j] = from_f32<T>((bias ? bias[j] : 0.0f) + (r ? to_f32(r[j]) : 0.0f));
+  }
+};
+
+// out += bias + resid per row, summed in f32 and rounded once to T (bias and resid may be null).
+template <typename T>
+struct RowsAdd {
+  T* out;
+  const float* bias;
+  const T* resid;
+  i64 M;
+  STP_HD void operator()(usize n) const {
+    T* o = out + n * M;
+    const T* r = resid ? resid + n * M : nullptr;
+    for (i64 j = 0; j < M; ++j) o[j] = from_f32<T>(to_f32(o[j]) + (bias ? bias[j] : 0.0f) + (r ? to_f32(r[j]) : 0.0f));
   }
 };
 
@@ -365,8 +380,16 @@ template <typename TA, typename TC>
 void linear_forward(Stream& s, TC* y, const TA* x, const TA* W, const float* bias,
                     const std::type_identity_t<TC>* resid, i64 N, i64 in, i64 out) {
   bool init = bias || resid;
-  if (init) launch(s, static_cast<usize>(N), RowsInit<TC>{y, bias, resid, out}, row_grain(out));
-  gemm(s, false, false, N, out, in, x, in, W, out, y, out, 1.0f, init ? 1.0f : 0.0f);
+  if constexpr (std::is_same_v<TC, float>) {
+    if (init) launch(s, static_cast<usize>(N), RowsInit<TC>{y, bias, resid, out}, row_grain(out));
+    gemm(s, false, false, N, out, in, x, in, W, out, y, out, 1.0f, init ? 1.0f : 0.0f);
+  } else {
+    // A reduced-precision output takes no C from the GEMM: cuBLAS rounds x·W to the output type
+    // before it adds beta·C (measured on an H200: 4-ulp errors where x·W and the bias nearly cancel),
+    // which no CPU GEMM does. So both backends round x·W once, then add bias and resid here in f32.
+    gemm(s, false, false, N, out, in, x, in, W, out, y, out, 1.0f, 0.0f);
+    if (init) launch(s, static_cast<usize>(N), RowsAdd<TC>{y, bias, resid, out}, row_grain(out));
+  }
 }
 
 template <typename TA, typename TC>

@@ -103,8 +103,12 @@ TEST_P(BackendTraining, MatchesTheCpuBackend) {
 // Offloading moves bytes and nothing else: the same kernels on the same inputs in the same order
 // (copies are exact, and the arena's 256-byte alignment gives cuBLAS the same alignments in both
 // runs; cuBLAS is bit-reproducible run to run on one GPU with one handle per stream,
-// docs/gpu-readiness.md section 6). So losses and parameters are bitwise equal, on CUDA too, and
-// every device must have offloaded something and lowered its peak.
+// docs/gpu-readiness.md section 6). So losses and parameters are bitwise equal, on CUDA too; every
+// device must have offloaded something, and its peak is the plan's prediction and no higher than
+// without offload. Lower only on the CPU backend: the planner starts each reload early enough to
+// hide its copy (lookahead = copy time / op time), and on a GPU this model's ops take microseconds
+// against a copy's tens of microseconds, so the reloads start right after the forward (measured on
+// an H200: 3.3 MiB with and without offload, docs/gpu-readiness.md, First GPU run).
 TEST_P(BackendTraining, OffloadIsBitwiseNeutral) {
   const Case& c = GetParam();
   STP_SKIP_UNLESS_USABLE(c.kind, ranks());
@@ -114,7 +118,11 @@ TEST_P(BackendTraining, OffloadIsBitwiseNeutral) {
   ASSERT_EQ(off.offloaded.size(), static_cast<std::size_t>(ranks()));
   for (std::size_t g = 0; g < off.offloaded.size(); ++g) {
     EXPECT_GT(off.offloaded[g], 0u) << "device " << g << " offloaded nothing";
-    EXPECT_LT(off.peaks[g], keep.peaks[g]) << "device " << g;
+    EXPECT_EQ(off.peaks[g], off.plan.predicted[g].peak_device_bytes) << "device " << g;
+    EXPECT_LE(off.peaks[g], keep.peaks[g]) << "device " << g;
+    if (c.kind == DeviceKind::Cpu) {
+      EXPECT_LT(off.peaks[g], keep.peaks[g]) << "device " << g;
+    }
   }
 }
 
