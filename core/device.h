@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/dtype.h"
@@ -129,6 +130,10 @@ class Device {
   virtual void deallocate(void* ptr) = 0;
   virtual MemoryStats memory_stats() const = 0;
   virtual void reset_peak() = 0;
+  // Memory the hardware reports free right now, allocator or not (CUDA: cudaMemGetInfo), or
+  // nullopt where there is no such thing (the CPU backend's emulated devices). The trainer measures
+  // what libraries take outside the budget (NCCL's communicators) as the difference of two reads.
+  virtual std::optional<std::size_t> physical_free_bytes() const { return std::nullopt; }
 
   // Pinned (page-locked) host memory for async copies. Never silently pageable: a failure to
   // pin is an error. On the CPU backend pinned memory is host memory (mlock-ed when allowed).

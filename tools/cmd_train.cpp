@@ -168,6 +168,11 @@ int run(const stp::tools::ConfigArgs& args) {
                  cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp, cfg.train.microbatches, cfg.train.micro_batch_size,
                  cfg.parallel.backend.c_str(), trainer.world_size(), processes, processes == 1 ? "" : "es",
                  resuming ? stp::str(" | resuming after step ", trainer.steps_done()).c_str() : "");
+    std::vector<stp::Trainer::DeviceMemory> mem = trainer.device_memory();
+    for (std::size_t g = 0; g < mem.size(); ++g)
+      if (mem[g].communicator_bytes > 0)
+        std::fprintf(stderr, "stp train: device %zu: communicators (NCCL) took %.1f MiB outside memory.device_budget\n", g,
+                     static_cast<double>(mem[g].communicator_bytes) / (1 << 20));
   }
 
   std::signal(SIGINT, on_sigint);

@@ -34,6 +34,7 @@ struct Rank {
   // The NUMA node this rank's host threads are bound to before they drive the device: a GPU's
   // own node (Device::numa_node_hint) on a machine with several nodes; -1 = not bound.
   int host_node = -1;
+  std::uint64_t communicator_bytes = 0;  // device memory the communicators took (Trainer::DeviceMemory)
   std::unique_ptr<Stream> compute, tp_comm;
   std::vector<std::unique_ptr<Stream>> p2p;  // one per pipeline channel, in pp_channels' order
   std::unique_ptr<Stream> dp_comm;           // data-parallel gradient all-reduces (dp > 1)

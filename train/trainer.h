@@ -128,6 +128,10 @@ class Trainer {
     ArenaStats device;
     ArenaStats pinned;
     std::uint64_t d2h_bytes = 0, h2d_bytes = 0, late_prefetches = 0;
+    // Device memory the communicators took outside memory.device_budget (NCCL's buffers, connected
+    // while the trainer was built): the device's free memory before minus after creating them.
+    // 0 where the device reports no physical memory (the CPU backend).
+    std::uint64_t communicator_bytes = 0;
   };
   std::vector<DeviceMemory> device_memory() const;
 

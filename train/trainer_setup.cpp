@@ -4,6 +4,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "core/backend.h"
 #include "base/error.h"
@@ -62,7 +63,15 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
     bind_current_thread_to_cpus(cpus.compute);
   }
   build_devices();
+  // What the communicators take outside the budget (NCCL connects while they are made:
+  // core/cuda/nccl_comm.cu), measured before the arenas reserve it.
+  std::vector<std::optional<std::size_t>> free_before;
+  for (auto& r : ranks) free_before.push_back(r->device->physical_free_bytes());
   build_communicators();
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    std::optional<std::size_t> after = ranks[i]->device->physical_free_bytes();
+    if (free_before[i] && after && *free_before[i] > *after) ranks[i]->communicator_bytes = *free_before[i] - *after;
+  }
   for (int g = 0; g < static_cast<int>(devices.size()); ++g) build_rank(*ranks[static_cast<std::size_t>(g)]);
   initialize_parameters();
 }

@@ -242,6 +242,12 @@ class CudaDevice final : public Device {
     else (void)cudaGetLastError();
   }
   int numa_node_hint() const override { return numa_node_; }
+  std::optional<std::size_t> physical_free_bytes() const override {
+    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+    std::size_t free_bytes = 0, total = 0;
+    STP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return free_bytes;
+  }
   ~CudaDevice() override {
     (void)cudaSetDevice(ordinal_);
     for (auto& [p, b] : live_) (void)cudaFree(p);

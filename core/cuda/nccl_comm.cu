@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -67,6 +68,17 @@ void require_nccl_version() {
                     version < 10000 ? version / 100 % 10 : version / 100 % 100, ".", version % 100,
                     " is too old: stp needs NCCL 2.26 or later (the version its CUDA backend is reviewed "
                     "against; install a newer libnccl2, or point NCCL_ROOT at one)"));
+}
+
+// NCCL (2.22 and later) connects peers lazily, at a communicator's first operation: in the middle
+// of step 1, after the arena took memory.device_budget, and for each channel of each communicator
+// separately. NCCL_RUNTIME_CONNECT=0 makes communicator initialisation connect everything, so
+// NCCL's buffers exist before the arena reserves and the trainer can measure them
+// (Trainer::DeviceMemory::communicator_bytes). A value the user set is kept. Called before the
+// first NCCL call of the process, while no NCCL thread reads the environment.
+void connect_at_init() {
+  static std::once_flag once;
+  std::call_once(once, [] { setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0); });
 }
 
 ncclConfig_t nonblocking_config() {
@@ -293,6 +305,7 @@ void nccl_poll_async_errors(int ordinal) {
 }
 
 std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Device*>& devices) {
+  connect_at_init();
   require_nccl_version();
   int n = static_cast<int>(devices.size());
   std::vector<int> ordinals;
@@ -322,6 +335,7 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Dev
 }
 
 std::vector<char> nccl_unique_id() {
+  connect_at_init();
   ncclUniqueId id;
   STP_CUDA_CHECK(ncclGetUniqueId(&id));
   const char* bytes = reinterpret_cast<const char*>(&id);
@@ -334,6 +348,7 @@ std::unique_ptr<Communicator> make_nccl_comm_rank(Device& device, int size, int 
                                                   const std::vector<char>& unique_id) {
   STP_ASSERT(unique_id.size() == sizeof(ncclUniqueId), "NCCL unique id of ", unique_id.size(), " bytes, expected ",
              sizeof(ncclUniqueId));
+  connect_at_init();
   require_nccl_version();
   ncclUniqueId id;
   std::memcpy(&id, unique_id.data(), sizeof id);
