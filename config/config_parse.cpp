@@ -14,6 +14,7 @@
 
 #include "config/config.h"
 #include "base/error.h"
+#include "config/hf_config.h"
 
 namespace stp {
 namespace {
@@ -171,10 +172,26 @@ void apply_document(Config& cfg, const YAML::Node& root, const std::string& sour
   }
 }
 
+// The keys the document and the overrides set (model.init_from's config.json fills the others).
+std::set<std::string> given_keys(const YAML::Node& root, const std::vector<std::string>& overrides) {
+  std::set<std::string> out;
+  if (root.IsMap()) {
+    for (const auto& sec : root) {
+      if (!sec.second.IsMap()) continue;
+      for (const auto& kv : sec.second) out.insert(sec.first.as<std::string>() + "." + kv.first.as<std::string>());
+    }
+  }
+  for (const auto& o : overrides) out.insert(o.substr(0, o.find('=')));
+  return out;
+}
+
 Config load_parsed(const YAML::Node& root, const std::string& source, const std::vector<std::string>& overrides) {
   Config cfg = default_config();
   apply_document(cfg, root, source);
   for (const auto& o : overrides) apply_override(cfg, o);
+  std::error_code ec;
+  if (!cfg.model.init_from.empty() && std::filesystem::is_directory(cfg.model.init_from, ec))
+    merge_hf_config(cfg, given_keys(root, overrides), cfg.model.init_from);
   if (cfg.parallel.cpu_threads == 0)
     cfg.parallel.cpu_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   validate_config(cfg);

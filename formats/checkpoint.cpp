@@ -163,6 +163,7 @@ std::string write_checkpoint_files(const std::string& output_dir, const Checkpoi
   }
   write_safetensors((tmp / kModelFile).string(), data.model, {{"format", "pt"}});
   write_safetensors((tmp / kOptimizerFile).string(), moments, {{"step", std::to_string(data.optimizer_step)}});
+  if (!data.hf_config.empty()) write_text_file(tmp / "config.json", data.hf_config);
   write_text_file(tmp / kStateFile, state_json(data.state));
   fsync_path(tmp, true);
 

@@ -1,7 +1,10 @@
 // Checkpoints on disk (docs/design.md, Files): output.dir/checkpoint-STEP/ holds
 //
-//   model.safetensors      full tensors, HF GPT-2 names and layouts ("wte.weight", "h.0.attn.c_attn.weight" [C, 3C],
-//   ...) optimizer.safetensors  "NAME.exp_avg" and "NAME.exp_avg_sq" per model tensor (full layout),
+//   config.json            the model's Hugging Face config (config/hf_config.h), so the folder is
+//                          an HF model folder (model.init_from, transformers' from_pretrained)
+//   model.safetensors      full tensors, HF names and layouts (models/hf_names.h: "wte.weight",
+//                          "h.0.attn.c_attn.weight" [C, 3C], "model.layers.0.self_attn.q_proj.weight" [HD, C], ...)
+//   optimizer.safetensors  "NAME.exp_avg" and "NAME.exp_avg_sq" per model tensor (the same names and layouts),
 //                          metadata {"step": optimizer steps taken}
 //   state.json             {"format": "stp-checkpoint-1", "step": S, "data_position": B,
 //                           "rng": {"seed": "...", "offset": "..."}, "config_fingerprint": "...",
@@ -47,6 +50,7 @@ struct CheckpointData {
   std::vector<std::pair<std::string, OptimizerMoments>> optimizer;  // one per model tensor
   std::int64_t optimizer_step = 0;
   CheckpointState state;
+  std::string hf_config;  // config.json text; "" = none written
 };
 
 struct Checkpoint {

@@ -1,13 +1,20 @@
-// Training throughput of the GPT-2 stage on the CPU backend, single rank, against PyTorch.
+// Training throughput of one stage on the CPU backend, single rank, against PyTorch: a GPT-2 row
+// and a Llama row (grouped-query attention, SwiGLU, untied head), each measured against the same
+// model in PyTorch in this run.
 //
-//   build-models/bench_model [--steps N] [--layers L] [--heads H] [--embd C] [--seq T] [--batch B]
-//                            [--vocab V] [--torch tools/bench_model_torch.py | --no-torch]
-//   (--help lists the defaults)
+//   build-models/bench_model [--arch both|gpt2|llama] [--repeats R] [--steps N] [--layers L]
+//                            [--heads H] [--embd C] [--seq T] [--batch B] [--vocab V]
+//                            [--kv-heads K] [--inter I] [--llama-vocab V]
+//                            [--torch tools/bench_model_torch.py | --no-torch]
+//   (--help lists the defaults: GPT-2 6 x 384, 6 heads, vocab 50257; Llama the same with 2
+//   kv-heads, intermediate 1024, vocab 32000; T 256, B 8)
 //
 // One step = zero_grads, F of every unit, B and W fused in reverse unit order, AdamW on every
-// parameter (the optimizer kernel of core/kernels/optim_kernels.h). Prints tokens/s, the GEMM
-// share of the step time and, when the torch script is found (run from the repo root), the same
-// model's tokens/s in PyTorch (torch.set_num_threads(2)) and the ratio, measured in this run.
+// parameter (the optimizer kernel of core/kernels/optim_kernels.h). stp and PyTorch
+// (torch.set_num_threads(2)) alternate R times, N steps each after one warm-up; each row prints
+// tokens/s as the median and [min, max] of the repeats, the GEMM share of stp's step, and the
+// median of the per-repeat ratios stp/torch with their range (alternating keeps a change of load
+// on the machine from favouring one side).
 //
 // GEMM time: this executable defines cblas_sgemm itself, so the CPU backend's calls land here
 // (the executable's symbol takes precedence); it times the call and forwards to OpenBLAS's
@@ -16,6 +23,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -30,7 +38,7 @@
 #include "core/cpu/cpu_device.h"
 #include "core/kernels/optim_kernels.h"
 #include "memory/block_arena.h"
-#include "models/gpt2_stage.h"
+#include "models/registry.h"
 #include "tools/cli.h"
 
 namespace {
@@ -57,20 +65,44 @@ namespace stp {
 namespace {
 
 struct Options {
-  GPT2Config cfg{6, 6, 384, 50257, 256, 0};
-  int batch = 8, steps = 3;
+  std::string arch = "both";
+  int layers = 6, heads = 6, embd = 384, seq = 256, batch = 8, vocab = 50257;
+  int kv_heads = 2, inter = 1024, llama_vocab = 32000;
+  int steps = 3, repeats = 3;
   std::string torch = "tools/bench_model_torch.py";
 };
+
+ModelSpec model_of(const Options& o, const std::string& arch) {
+  ModelSpec m;
+  m.arch = arch;
+  m.n_layer = o.layers;
+  m.n_head = o.heads;
+  m.n_embd = o.embd;
+  m.seq_len = o.seq;
+  m.attention = AttentionKernel::Naive;
+  m.precision = DType::F32;
+  if (arch == "llama") {
+    m.n_kv_head = o.kv_heads;
+    m.intermediate_size = o.inter;
+    m.vocab_size = o.llama_vocab;
+    m.tie_embeddings = false;
+  } else {
+    m.n_kv_head = o.heads;
+    m.vocab_size = o.vocab;
+    m.tie_embeddings = true;
+  }
+  return m;
+}
 
 struct Optimizer {
   std::vector<Tensor> m, v;
   int step = 0;
 };
 
-void train_step(GPT2Stage& st, Optimizer& opt, Stream& s, const std::vector<std::int32_t>& ids) {
+void train_step(Stage& st, Optimizer& opt, Stream& s, const std::vector<std::int32_t>& ids, std::size_t n) {
   st.zero_grads(s);
-  std::memcpy(st.tokens(0).raw(), ids.data(), 4 * static_cast<std::size_t>(st.dims().N()));
-  std::memcpy(st.targets(0).raw(), ids.data() + 1, 4 * static_cast<std::size_t>(st.dims().N()));
+  std::memcpy(st.tokens(0).raw(), ids.data(), 4 * n);
+  std::memcpy(st.targets(0).raw(), ids.data() + 1, 4 * n);
   const int U = st.num_units();
   for (int u = 0; u < U; ++u) st.forward(u, 0, s);
   for (int u = U - 1; u >= 0; --u) {
@@ -87,7 +119,8 @@ void train_step(GPT2Stage& st, Optimizer& opt, Stream& s, const std::vector<std:
   s.synchronize();
 }
 
-double run_torch(const Options& o) {
+// tokens/s of the torch script for `m` (0 when it is not run).
+double run_torch(const Options& o, const ModelSpec& m) {
   if (o.torch.empty()) return 0;
   if (std::FILE* f = std::fopen(o.torch.c_str(), "r")) {
     std::fclose(f);
@@ -95,53 +128,90 @@ double run_torch(const Options& o) {
     std::printf("torch: %s not found (run from the repo root or pass --torch PATH)\n", o.torch.c_str());
     return 0;
   }
-  std::string cmd = "/usr/bin/python3 " + o.torch + " --layers " + std::to_string(o.cfg.n_layer) + " --heads " +
-                    std::to_string(o.cfg.n_head) + " --embd " + std::to_string(o.cfg.n_embd) + " --seq " +
-                    std::to_string(o.cfg.seq_len) + " --batch " + std::to_string(o.batch) + " --vocab " +
-                    std::to_string(o.cfg.vocab_size) + " --steps " + std::to_string(o.steps);
+  std::string cmd = "/usr/bin/python3 " + o.torch + " --arch " + m.arch + " --layers " + std::to_string(m.n_layer) +
+                    " --heads " + std::to_string(m.n_head) + " --kv-heads " + std::to_string(m.n_kv_head) +
+                    " --inter " + std::to_string(m.intermediate_size) + " --embd " + std::to_string(m.n_embd) +
+                    " --seq " + std::to_string(m.seq_len) + " --batch " + std::to_string(o.batch) + " --vocab " +
+                    std::to_string(m.vocab_size) + " --steps " + std::to_string(o.steps);
   std::FILE* p = popen(cmd.c_str(), "r");
   if (!p) return 0;
   char line[512];
   double tps = 0;
-  while (std::fgets(line, sizeof line, p)) {
-    std::fputs(line, stdout);
-    std::sscanf(line, "torch step %*f s tokens_per_s %lf", &tps);
-  }
+  while (std::fgets(line, sizeof line, p)) std::sscanf(line, "torch step %*f s tokens_per_s %lf", &tps);
   pclose(p);
   return tps;
 }
 
-int bench(const Options& o) {
-  openblas_set_num_threads(2);
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string spread(const std::vector<double>& v, const char* fmt) {
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  auto text = [fmt](double x) {
+    char b[64];
+    std::snprintf(b, sizeof b, fmt, x);
+    return std::string(b);
+  };
+  return text(median(v)) + " [" + text(*lo) + ", " + text(*hi) + "]";
+}
+
+void bench_row(const Options& o, const std::string& arch) {
+  const ModelSpec m = model_of(o, arch);
   auto devices = make_cpu_devices(1);
   auto s = devices[0]->create_stream("compute");
   BlockArena alloc(*devices[0], *s, device_arena_options(*devices[0]));  // the trainer's caching allocator
-  GPT2Stage st(o.cfg, GPT2StageSpec{0, o.cfg.n_layer, 0, 1, o.batch}, alloc);
-  st.param_store().init_random(1234, *s);
+  StageSpec spec;
+  spec.layer_begin = 0;
+  spec.layer_end = m.n_layer;
+  spec.micro_batch_size = o.batch;
+  std::unique_ptr<Stage> st = make_stage(m, spec, alloc);
+  st->init_random(1234, *s);
   Optimizer opt;
-  for (ParamInfo& p : st.params()) {
+  for (ParamInfo& p : st->params()) {
     opt.m.push_back(Tensor::empty(alloc, p.param.shape()));
     opt.v.push_back(Tensor::empty(alloc, p.param.shape()));
     s->zero(opt.m.back().raw(), opt.m.back().bytes());
     s->zero(opt.v.back().raw(), opt.v.back().bytes());
   }
+  const std::size_t n = static_cast<std::size_t>(o.batch) * static_cast<std::size_t>(m.seq_len);
   std::mt19937 rng(7);
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(o.batch * o.cfg.seq_len + 1));
-  for (auto& id : ids) id = static_cast<std::int32_t>(rng() % static_cast<unsigned>(o.cfg.vocab_size));
+  std::vector<std::int32_t> ids(n + 1);
+  for (auto& id : ids) id = static_cast<std::int32_t>(rng() % static_cast<unsigned>(m.vocab_size));
 
-  train_step(st, opt, *s, ids);  // warm-up
-  g_gemm_ns = 0;
-  double t0 = now_s();
-  for (int i = 0; i < o.steps; ++i) train_step(st, opt, *s, ids);
-  double dt = (now_s() - t0) / o.steps;
-  double gemm_share = static_cast<double>(g_gemm_ns.load()) * 1e-9 / o.steps / dt;
-  double tokens = static_cast<double>(o.batch) * o.cfg.seq_len;
-  std::printf("model: n_layer %d n_head %d n_embd %d seq_len %d micro_batch %d vocab %d; %d steps after 1 warm-up\n",
-              o.cfg.n_layer, o.cfg.n_head, o.cfg.n_embd, o.cfg.seq_len, o.batch, o.cfg.vocab_size, o.steps);
-  std::printf("stp   step %.3f s  tokens_per_s %.1f  gemm_share %.1f%%  peak_device %.1f MiB\n", dt, tokens / dt,
-              100.0 * gemm_share, static_cast<double>(devices[0]->memory_stats().peak) / (1 << 20));
-  double torch_tps = run_torch(o);
-  if (torch_tps > 0) std::printf("ratio stp/torch %.3f\n", tokens / dt / torch_tps);
+  train_step(*st, opt, *s, ids, n);  // warm-up
+  std::vector<double> stp_tps, torch_tps, ratios, gemm;
+  for (int r = 0; r < o.repeats; ++r) {
+    g_gemm_ns = 0;
+    const double t0 = now_s();
+    for (int i = 0; i < o.steps; ++i) train_step(*st, opt, *s, ids, n);
+    const double dt = (now_s() - t0) / o.steps;
+    stp_tps.push_back(static_cast<double>(n) / dt);
+    gemm.push_back(100.0 * static_cast<double>(g_gemm_ns.load()) * 1e-9 / o.steps / dt);
+    const double t = run_torch(o, m);
+    if (t > 0) {
+      torch_tps.push_back(t);
+      ratios.push_back(stp_tps.back() / t);
+    }
+  }
+  std::printf("%s: n_layer %d n_head %d n_kv_head %d n_embd %d%s seq_len %d micro_batch %d vocab %d; %d x %d steps\n",
+              arch.c_str(), m.n_layer, m.n_head, m.n_kv_head, m.n_embd,
+              arch == "llama" ? (" intermediate " + std::to_string(m.intermediate_size)).c_str() : "", m.seq_len,
+              o.batch, m.vocab_size, o.repeats, o.steps);
+  std::printf("  stp   tokens_per_s %s  gemm_share %s%%  peak_device %.1f MiB\n", spread(stp_tps, "%.1f").c_str(),
+              spread(gemm, "%.1f").c_str(), static_cast<double>(devices[0]->memory_stats().peak) / (1 << 20));
+  if (!torch_tps.empty()) {
+    std::printf("  torch tokens_per_s %s\n", spread(torch_tps, "%.1f").c_str());
+    std::printf("  ratio stp/torch %s\n", spread(ratios, "%.3f").c_str());
+  }
+}
+
+int bench(const Options& o) {
+  openblas_set_num_threads(2);
+  if (o.arch == "both" || o.arch == "gpt2") bench_row(o, "gpt2");
+  if (o.arch == "both" || o.arch == "llama") bench_row(o, "llama");
   return 0;
 }
 
@@ -151,17 +221,26 @@ int bench(const Options& o) {
 int main(int argc, char** argv) {
   stp::Options o;
   CLI::App app{
-      "Training throughput of the GPT-2 stage on the CPU backend, single rank: tokens/s, GEMM share of "
-      "the step and, with the torch script, the same model in PyTorch and the ratio.",
+      "Training throughput of a GPT-2 and a Llama stage on the CPU backend, single rank: tokens/s, GEMM "
+      "share of the step and, with the torch script, the same models in PyTorch and the ratios.",
       "bench_model"};
   stp::tools::init_cli(app);
-  app.add_option("--steps", o.steps, "measured steps, after one warm-up step")->type_name("N")->capture_default_str();
-  app.add_option("--layers", o.cfg.n_layer, "n_layer")->type_name("L")->capture_default_str();
-  app.add_option("--heads", o.cfg.n_head, "n_head")->type_name("H")->capture_default_str();
-  app.add_option("--embd", o.cfg.n_embd, "n_embd")->type_name("C")->capture_default_str();
-  app.add_option("--seq", o.cfg.seq_len, "seq_len")->type_name("T")->capture_default_str();
+  app.add_option("--arch", o.arch, "rows to run")
+      ->check(CLI::IsMember({"both", "gpt2", "llama"}))
+      ->capture_default_str();
+  app.add_option("--repeats", o.repeats, "alternating stp / torch measurements")->type_name("R")->capture_default_str();
+  app.add_option("--steps", o.steps, "measured steps per repeat, after one warm-up step")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--layers", o.layers, "n_layer")->type_name("L")->capture_default_str();
+  app.add_option("--heads", o.heads, "n_head")->type_name("H")->capture_default_str();
+  app.add_option("--embd", o.embd, "n_embd")->type_name("C")->capture_default_str();
+  app.add_option("--seq", o.seq, "seq_len")->type_name("T")->capture_default_str();
   app.add_option("--batch", o.batch, "micro-batch size")->type_name("B")->capture_default_str();
-  app.add_option("--vocab", o.cfg.vocab_size, "vocab_size")->type_name("V")->capture_default_str();
+  app.add_option("--vocab", o.vocab, "GPT-2 vocab_size")->type_name("V")->capture_default_str();
+  app.add_option("--kv-heads", o.kv_heads, "Llama n_kv_head")->type_name("K")->capture_default_str();
+  app.add_option("--inter", o.inter, "Llama intermediate_size")->type_name("I")->capture_default_str();
+  app.add_option("--llama-vocab", o.llama_vocab, "Llama vocab_size")->type_name("V")->capture_default_str();
   auto* torch = app.add_option("--torch", o.torch, "the PyTorch script to compare with (run from the repository root)")
                     ->type_name("PATH")
                     ->capture_default_str();

@@ -11,6 +11,7 @@
 #include "core/tensor.h"
 #include "formats/checkpoint.h"
 #include "models/registry.h"
+#include "train/hf_convert.h"
 #include "train/stage_layout.h"
 
 namespace fs = std::filesystem;
@@ -64,6 +65,7 @@ Generator::Generator(const std::string& dir) : impl_(std::make_unique<Impl>()) {
   m.compute = m.device->create_stream("compute");
   m.alloc = std::make_unique<DeviceAllocator>(*m.device);
   std::unique_ptr<Stage> stage = make_stage(model, spec, *m.alloc);
+  ck.model = from_hf(hf_tensor_rules(model), ck.model, dir + "/model.safetensors");
   for (ParamInfo& p : stage->params()) {
     auto it = ck.model.find(p.name);
     STP_CHECK(it != ck.model.end(), "checkpoint '", dir, "': tensor '", p.name, "' is missing");

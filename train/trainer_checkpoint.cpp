@@ -4,7 +4,10 @@
 #include <set>
 
 #include "base/error.h"
+#include "config/hf_config.h"
 #include "formats/checkpoint.h"
+#include "formats/hf_folder.h"
+#include "train/hf_convert.h"
 #include "models/registry.h"
 #include "train/stage_layout.h"
 #include "train/trainer_impl.h"
@@ -88,7 +91,13 @@ std::string Trainer::save_checkpoint(const std::string& note) {
   for (auto& r : m.ranks)
     for (auto& t : r->checkpoint_moments) t.clear();
   if (m.multi_process() && m.options.processes->rank() != 0) return "";  // process 0 writes it
+  // HF names and layouts (a permutation of the values: resume converts back bit for bit).
+  const auto rules = hf_tensor_rules(model_spec_of(m.config));
+  model = to_hf(rules, model);
+  exp_avg = to_hf(rules, exp_avg);
+  exp_avg_sq = to_hf(rules, exp_avg_sq);
   CheckpointData data;
+  data.hf_config = hf_config_json(m.config);
   for (auto& [name, t] : model) {
     data.model.emplace_back(name, &t);
     data.optimizer.emplace_back(name, OptimizerMoments{&exp_avg.at(name), &exp_avg_sq.at(name)});
@@ -102,6 +111,11 @@ std::string Trainer::save_checkpoint(const std::string& note) {
   data.state.config_fingerprint = config_fingerprint(m.config);
   data.state.note = note;
   return write_checkpoint(m.config.output.dir, data);
+}
+
+// model.init_from: a .safetensors file or an HF model folder, in HF or stp names.
+void Trainer::Impl::load_init_from(const std::string& source) {
+  load_full_tensors(from_hf(hf_tensor_rules(model_spec_of(config)), read_model_source(source), source), source);
 }
 
 // Every parameter of every stage must be present with its full shape; extra tensors (e.g. HF's
@@ -156,8 +170,10 @@ void Trainer::Impl::resume(const std::string& dir) {
   STP_CHECK(ck.state.config_fingerprint.empty() || ck.state.config_fingerprint == want, "train.resume '", dir,
             "': the checkpoint was written for a different model shape (fingerprint ", ck.state.config_fingerprint,
             ", this config ", want, ")");
-  load_full_tensors(ck.model, dir + "/model.safetensors");
-  load_optimizer_state(ck.exp_avg, ck.exp_avg_sq, ck.optimizer_step);
+  const auto rules = hf_tensor_rules(model_spec_of(config));
+  load_full_tensors(from_hf(rules, ck.model, dir + "/model.safetensors"), dir + "/model.safetensors");
+  load_optimizer_state(from_hf(rules, ck.exp_avg, dir + "/optimizer.safetensors (exp_avg)"),
+                       from_hf(rules, ck.exp_avg_sq, dir + "/optimizer.safetensors (exp_avg_sq)"), ck.optimizer_step);
   steps_done = ck.state.step;
 }
 

@@ -47,6 +47,7 @@ struct Trainer::Impl {
 
   // Full tensors <-> shards (trainer_checkpoint.cpp).
   std::map<std::string, HostTensor> gather(const std::function<Tensor(Rank&, std::size_t)>& pick, int replica = 0);
+  void load_init_from(const std::string& source);
   void load_full_tensors(const std::map<std::string, HostTensor>& full, const std::string& source);
   void load_optimizer_state(const std::map<std::string, HostTensor>& exp_avg,
                             const std::map<std::string, HostTensor>& exp_avg_sq, std::int64_t step);

@@ -318,7 +318,7 @@ void Trainer::Impl::initialize_parameters() {
     return;
   }
   if (!config.model.init_from.empty()) {
-    load_full_tensors(read_model_tensors(config.model.init_from), config.model.init_from);
+    load_init_from(config.model.init_from);
     return;
   }
   run_on_ranks([&](Rank& r) {

@@ -1,0 +1,246 @@
+#include "config/hf_config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "base/error.h"
+
+namespace stp {
+namespace {
+
+using nlohmann::json;
+
+struct Source {
+  const json& j;
+  std::string file;  // FOLDER/config.json
+};
+
+bool present(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
+
+std::optional<std::int64_t> get_int(const Source& s, std::initializer_list<const char*> keys, const char** which) {
+  for (const char* k : keys) {
+    if (!present(s.j, k)) continue;
+    const json& v = s.j[k];
+    STP_CHECK(v.is_number_integer(), s.file, ": \"", k, "\" must be an integer, not ", v.dump());
+    *which = k;
+    return v.get<std::int64_t>();
+  }
+  return std::nullopt;
+}
+
+std::optional<double> get_number(const Source& s, const char* key) {
+  if (!present(s.j, key)) return std::nullopt;
+  const json& v = s.j[key];
+  STP_CHECK(v.is_number(), s.file, ": \"", key, "\" must be a number, not ", v.dump());
+  return v.get<double>();
+}
+
+std::optional<bool> get_bool(const Source& s, const char* key) {
+  if (!present(s.j, key)) return std::nullopt;
+  const json& v = s.j[key];
+  STP_CHECK(v.is_boolean(), s.file, ": \"", key, "\" must be true or false, not ", v.dump());
+  return v.get<bool>();
+}
+
+std::string get_string(const Source& s, const char* key) {
+  if (!present(s.j, key)) return "";
+  const json& v = s.j[key];
+  STP_CHECK(v.is_string(), s.file, ": \"", key, "\" must be a string, not ", v.dump());
+  return v.get<std::string>();
+}
+
+[[noreturn]] void unsupported(const Source& s, const std::string& feature, const std::string& why) {
+  throw Error(str(s.file, ": ", feature, " is not supported by stp (", why, ")"));
+}
+
+// Sets or checks one key. `text` is the config.json value as written in messages.
+class Merger {
+ public:
+  Merger(Config& cfg, const std::set<std::string>& given, const Source& s) : cfg_(cfg), given_(given), s_(s) {}
+
+  void integer(const char* key, int* field, std::int64_t value, const std::string& hf_key) {
+    STP_CHECK(value >= 0 && value <= INT32_MAX, s_.file, ": \"", hf_key, "\" ", value, " is out of range for ", key);
+    if (!given(key)) *field = static_cast<int>(value);
+    else if (*field != value) contradiction(key, std::to_string(*field), hf_key, std::to_string(value));
+  }
+  void number(const char* key, double* field, double value, const std::string& hf_key) {
+    if (!given(key)) *field = value;
+    else if (*field != value) contradiction(key, num(*field), hf_key, num(value));
+  }
+  void boolean(const char* key, bool* field, bool value, const std::string& hf_key) {
+    if (!given(key)) *field = value;
+    else if (*field != value) contradiction(key, *field ? "true" : "false", hf_key, value ? "true" : "false");
+  }
+  // tie_embeddings: "auto" given counts as not given.
+  void choice(const char* key, std::string* field, const std::string& value, const std::string& hf_key) {
+    if (!given(key) || *field == "auto") *field = value;
+    else if (*field != value) contradiction(key, *field, hf_key, value);
+  }
+  bool given(const char* key) const { return given_.count(key) != 0; }
+
+  [[noreturn]] void contradiction(const char* key, const std::string& yaml, const std::string& hf_key,
+                                  const std::string& hf) const {
+    throw Error(str("config: ", key, " is ", yaml, " in the YAML / --set but ", s_.file, " has \"", hf_key, "\": ", hf,
+                    "; remove the key or make them agree"));
+  }
+
+ private:
+  static std::string num(double v) {
+    std::ostringstream o;
+    o.precision(17);
+    o << v;
+    return o.str();
+  }
+  Config& cfg_;
+  const std::set<std::string>& given_;
+  const Source& s_;
+};
+
+void check_common(const Source& s) {
+  if (present(s.j, "rope_scaling")) unsupported(s, "\"rope_scaling\"", "rotary positions are unscaled");
+  if (get_bool(s, "use_sliding_window").value_or(false))
+    unsupported(s, "\"use_sliding_window\": true", "attention is full causal");
+  if (get_bool(s, "add_cross_attention").value_or(false))
+    unsupported(s, "\"add_cross_attention\": true", "decoder-only models");
+  if (present(s.j, "partial_rotary_factor") && *get_number(s, "partial_rotary_factor") != 1.0)
+    unsupported(s, "\"partial_rotary_factor\" other than 1", "rotary positions cover the whole head");
+}
+
+void merge_gpt2(Merger& m, Config& c, const Source& s) {
+  const char* k = nullptr;
+  if (auto v = get_int(s, {"n_layer", "num_hidden_layers"}, &k)) m.integer("model.n_layer", &c.model.n_layer, *v, k);
+  if (auto v = get_int(s, {"n_head", "num_attention_heads"}, &k)) m.integer("model.n_head", &c.model.n_head, *v, k);
+  if (auto v = get_int(s, {"n_embd", "hidden_size"}, &k)) m.integer("model.n_embd", &c.model.n_embd, *v, k);
+  if (auto v = get_int(s, {"vocab_size"}, &k)) m.integer("model.vocab_size", &c.model.vocab_size, *v, k);
+  if (auto v = get_int(s, {"n_positions", "n_ctx", "max_position_embeddings"}, &k))
+    m.integer("model.seq_len", &c.model.seq_len, *v, k);
+  if (auto v = get_int(s, {"n_inner"}, &k); v && *v != 4 * static_cast<std::int64_t>(c.model.n_embd))
+    unsupported(s, str("\"n_inner\": ", *v), "the GPT-2 MLP is 4 n_embd wide");
+  const std::string act = get_string(s, "activation_function");
+  if (!act.empty() && act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast")
+    unsupported(s, str("\"activation_function\": \"", act, "\""), "GPT-2 uses the tanh GELU: gelu_new");
+  if (auto eps = get_number(s, "layer_norm_epsilon"); eps && *eps != 1e-5)
+    unsupported(s, str("\"layer_norm_epsilon\": ", *eps), "GPT-2's LayerNorm epsilon is 1e-5");
+  if (!get_bool(s, "scale_attn_weights").value_or(true))
+    unsupported(s, "\"scale_attn_weights\": false", "attention scores are scaled by 1/sqrt(head dim)");
+  if (get_bool(s, "scale_attn_by_inverse_layer_idx").value_or(false))
+    unsupported(s, "\"scale_attn_by_inverse_layer_idx\": true", "attention scores are scaled by 1/sqrt(head dim) only");
+  if (!get_bool(s, "tie_word_embeddings").value_or(true))
+    unsupported(s, "\"tie_word_embeddings\": false", "the GPT-2 head is the token embedding");
+}
+
+void merge_llama(Merger& m, Config& c, const Source& s, bool qwen2) {
+  const char* k = nullptr;
+  if (auto v = get_int(s, {"num_hidden_layers"}, &k)) m.integer("model.n_layer", &c.model.n_layer, *v, k);
+  const char* heads_key = nullptr;
+  auto heads = get_int(s, {"num_attention_heads"}, &heads_key);
+  if (heads) m.integer("model.n_head", &c.model.n_head, *heads, heads_key);
+  auto hidden = get_int(s, {"hidden_size"}, &k);
+  if (hidden) m.integer("model.n_embd", &c.model.n_embd, *hidden, k);
+  if (auto v = get_int(s, {"vocab_size"}, &k)) m.integer("model.vocab_size", &c.model.vocab_size, *v, k);
+  if (auto v = get_int(s, {"intermediate_size"}, &k))
+    m.integer("model.intermediate_size", &c.model.intermediate_size, *v, k);
+  if (auto v = get_int(s, {"num_key_value_heads"}, &k)) m.integer("model.n_kv_head", &c.model.n_kv_head, *v, k);
+  else if (heads) m.integer("model.n_kv_head", &c.model.n_kv_head, *heads, "num_attention_heads");
+  m.number("model.rope_theta", &c.model.rope_theta, get_number(s, "rope_theta").value_or(10000.0), "rope_theta");
+  if (auto v = get_number(s, "rms_norm_eps")) m.number("model.norm_eps", &c.model.norm_eps, *v, "rms_norm_eps");
+  m.choice("model.tie_embeddings", &c.model.tie_embeddings,
+           get_bool(s, "tie_word_embeddings").value_or(false) ? "true" : "false", "tie_word_embeddings");
+  m.boolean("model.qkv_bias", &c.model.qkv_bias, qwen2, "model_type");
+  if (auto v = get_int(s, {"max_position_embeddings"}, &k)) {
+    if (!m.given("model.seq_len")) c.model.seq_len = static_cast<int>(*v);
+    else
+      STP_CHECK(c.model.seq_len <= *v, "config: model.seq_len ", c.model.seq_len, " exceeds ", s.file,
+                "'s \"max_position_embeddings\": ", *v);
+  }
+  const std::string act = get_string(s, "hidden_act");
+  if (!act.empty() && act != "silu") unsupported(s, str("\"hidden_act\": \"", act, "\""), "the gated MLP uses silu");
+  if (get_bool(s, "attention_bias").value_or(false))
+    unsupported(s, "\"attention_bias\": true",
+                "llama's attention projections have no biases (Qwen2: model_type qwen2)");
+  if (get_bool(s, "mlp_bias").value_or(false)) unsupported(s, "\"mlp_bias\": true", "MLP projections have no biases");
+  if (!qwen2 && present(s.j, "sliding_window")) unsupported(s, "\"sliding_window\"", "attention is full causal");
+  if (auto hd = get_int(s, {"head_dim"}, &k); hd && heads && hidden && *hd * *heads != *hidden)
+    unsupported(s, str("\"head_dim\": ", *hd, " (hidden_size / num_attention_heads = ", *hidden / *heads, ")"),
+                "the head dimension is hidden_size / num_attention_heads");
+}
+
+}  // namespace
+
+void merge_hf_config(Config& cfg, const std::set<std::string>& given, const std::string& folder) {
+  const std::string file = (std::filesystem::path(folder) / "config.json").string();
+  std::error_code ec;
+  STP_CHECK(std::filesystem::is_regular_file(file, ec), "model.init_from: the folder '", folder,
+            "' is not a Hugging Face model folder: config.json is missing");
+  std::ifstream f(file, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(str(file, " is not valid JSON: ", e.what()));
+  }
+  STP_CHECK(j.is_object(), file, " must hold a JSON object");
+  Source s{j, file};
+  const std::string type = get_string(s, "model_type");
+  STP_CHECK(type == "gpt2" || type == "llama" || type == "qwen2", file, ": model_type \"", type,
+            "\" is not supported by stp (supported: gpt2, llama, qwen2)");
+  Merger m(cfg, given, s);
+  m.choice("model.arch", &cfg.model.arch, type == "gpt2" ? "gpt2" : "llama", "model_type");
+  check_common(s);
+  if (type == "gpt2") merge_gpt2(m, cfg, s);
+  else merge_llama(m, cfg, s, type == "qwen2");
+}
+
+std::string hf_config_json(const Config& cfg) {
+  const ModelConfig& m = cfg.model;
+  nlohmann::ordered_json j;
+  if (m.arch == "gpt2") {
+    j = {{"architectures", {"GPT2LMHeadModel"}},
+         {"model_type", "gpt2"},
+         {"n_layer", m.n_layer},
+         {"n_head", m.n_head},
+         {"n_embd", m.n_embd},
+         {"n_positions", m.seq_len},
+         {"n_ctx", m.seq_len},
+         {"vocab_size", m.vocab_size},
+         {"n_inner", nullptr},
+         {"activation_function", "gelu_new"},
+         {"layer_norm_epsilon", 1e-5},
+         {"resid_pdrop", 0.0},
+         {"embd_pdrop", 0.0},
+         {"attn_pdrop", 0.0},
+         {"tie_word_embeddings", true},
+         {"torch_dtype", "float32"}};
+  } else {
+    const bool qwen2 = m.qkv_bias;
+    j = {{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+         {"model_type", qwen2 ? "qwen2" : "llama"},
+         {"num_hidden_layers", m.n_layer},
+         {"num_attention_heads", m.n_head},
+         {"num_key_value_heads", m.n_kv_head > 0 ? m.n_kv_head : m.n_head},
+         {"hidden_size", m.n_embd},
+         {"intermediate_size", m.intermediate_size},
+         {"vocab_size", m.vocab_size},
+         {"max_position_embeddings", m.seq_len},
+         {"rope_theta", m.rope_theta},
+         {"rope_scaling", nullptr},
+         {"rms_norm_eps", m.norm_eps},
+         {"hidden_act", "silu"},
+         {"tie_word_embeddings", m.tie_embeddings == "true"},
+         {"attention_dropout", 0.0},
+         {"torch_dtype", "float32"}};
+    if (qwen2) j["use_sliding_window"] = false;
+    else {
+      j["attention_bias"] = false;
+      j["mlp_bias"] = false;
+    }
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace stp

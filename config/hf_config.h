@@ -1,0 +1,42 @@
+// Hugging Face config.json <-> the model keys of a Config (docs/model.md, Hugging Face models).
+//
+// Import (merge_hf_config): for model.init_from naming an HF model folder, every model key the
+// YAML (or --set) leaves out is taken from FOLDER/config.json; a key given both ways must agree,
+// else an stp::Error names the key, both values and both sources. The mapping:
+//   model_type gpt2 -> model.arch gpt2; llama, qwen2 -> model.arch llama
+//   n_layer | num_hidden_layers      -> model.n_layer
+//   n_head | num_attention_heads     -> model.n_head
+//   n_embd | hidden_size             -> model.n_embd
+//   vocab_size                       -> model.vocab_size
+//   num_key_value_heads              -> model.n_kv_head (absent or null: num_attention_heads)
+//   intermediate_size, rope_theta    -> the same keys (rope_theta absent: 10000)
+//   rms_norm_eps                     -> model.norm_eps
+//   tie_word_embeddings              -> model.tie_embeddings (absent: false for llama/qwen2)
+//   qwen2                            -> model.qkv_bias true; llama -> false
+//   gpt2: n_positions (or n_ctx)     -> model.seq_len (GPT-2 learns seq_len positions)
+//   llama: max_position_embeddings   -> model.seq_len when not given; a larger given seq_len is an error
+// A feature stp does not implement is an error naming it, never ignored: rope_scaling (non-null),
+// sliding-window attention, attention_bias on llama, mlp_bias, another hidden_act than silu
+// (llama) or the tanh GELU (gpt2), head_dim != hidden_size / num_attention_heads,
+// partial_rotary_factor != 1, an untied gpt2, n_inner != 4 n_embd, layer_norm_epsilon != 1e-5,
+// scale_attn_weights false, scale_attn_by_inverse_layer_idx, cross-attention, an unknown model_type.
+// Dropout probabilities are not applied (stp trains without dropout).
+//
+// Export (hf_config_json): the config.json of a checkpoint folder, read back by import and by
+// transformers' AutoConfig.
+#pragma once
+
+#include <set>
+#include <string>
+
+#include "config/config.h"
+
+namespace stp {
+
+// Merges FOLDER/config.json into `cfg`; `given` holds the keys the YAML or --set set.
+void merge_hf_config(Config& cfg, const std::set<std::string>& given, const std::string& folder);
+
+// config.json text for the model of `cfg` (resolved defaults).
+std::string hf_config_json(const Config& cfg);
+
+}  // namespace stp

@@ -1,0 +1,98 @@
+#include "formats/hf_folder.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "base/error.h"
+#include "formats/checkpoint.h"
+
+namespace stp {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::map<std::string, std::string> read_weight_map(const fs::path& index) {
+  std::ifstream f(index, std::ios::binary);
+  STP_CHECK(f.good(), "HF model: cannot read '", index.string(), "'");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(str("HF model: ", index.string(), " is not valid JSON: ", e.what()));
+  }
+  STP_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), "HF model: ", index.string(),
+            " lacks a \"weight_map\" object");
+  std::map<std::string, std::string> out;
+  for (const auto& [name, shard] : j["weight_map"].items()) {
+    STP_CHECK(shard.is_string(), "HF model: ", index.string(), ": the shard of tensor '", name,
+              "' must be a string, not ", shard.dump());
+    const std::string s = shard.get<std::string>();
+    STP_CHECK(
+        !s.empty() && s.find('/') == std::string::npos && s.find('\\') == std::string::npos && s != "." && s != "..",
+        "HF model: ", index.string(), ": tensor '", name, "' names shard '", s,
+        "', which is not a plain file name in the folder");
+    out.emplace(name, s);
+  }
+  STP_CHECK(!out.empty(), "HF model: ", index.string(), " has an empty weight_map");
+  return out;
+}
+
+std::map<std::string, HostTensor> read_sharded(const fs::path& dir) {
+  const fs::path index = dir / kHfIndexFile;
+  const auto weight_map = read_weight_map(index);
+  std::set<std::string> shards;
+  for (const auto& [name, shard] : weight_map) shards.insert(shard);
+  std::map<std::string, HostTensor> out;
+  std::map<std::string, std::string> found_in;
+  for (const std::string& shard : shards) {
+    const fs::path p = dir / shard;
+    std::error_code ec;
+    STP_CHECK(fs::is_regular_file(p, ec), "HF model: ", index.string(), " names shard '", shard,
+              "', which is missing from ", dir.string());
+    for (auto& [name, t] : read_safetensors(p.string())) {
+      auto [it, fresh] = found_in.emplace(name, shard);
+      STP_CHECK(fresh, "HF model: tensor '", name, "' is in both ", it->second, " and ", shard);
+      out.emplace(name, std::move(t));
+    }
+  }
+  for (const auto& [name, shard] : weight_map) {
+    auto it = found_in.find(name);
+    STP_CHECK(it != found_in.end(), "HF model: ", index.string(), " puts tensor '", name, "' in ", shard,
+              ", which does not hold it");
+    STP_CHECK(it->second == shard, "HF model: ", index.string(), " puts tensor '", name, "' in ", shard,
+              " but it is in ", it->second);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool is_model_folder(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec);
+}
+
+std::map<std::string, HostTensor> read_model_source(const std::string& path) {
+  if (!is_model_folder(path)) return read_model_tensors(path);
+  const fs::path dir(path);
+  std::error_code ec;
+  std::map<std::string, HostTensor> tensors;
+  if (fs::is_regular_file(dir / kHfIndexFile, ec)) tensors = read_sharded(dir);
+  else if (fs::is_regular_file(dir / kHfModelFile, ec)) tensors = read_safetensors((dir / kHfModelFile).string());
+  else throw Error(str("HF model: folder '", path, "' holds neither ", kHfIndexFile, " nor ", kHfModelFile));
+  // The "transformer." prefix, as for single files (via a temporary file-less strip).
+  std::map<std::string, HostTensor> out;
+  for (auto& [name, t] : tensors) {
+    static const std::string prefix = "transformer.";
+    std::string n = name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
+    STP_CHECK(out.emplace(n, std::move(t)).second, "HF model: '", path, "': tensors '", name, "' and '", n,
+              "' are the same tensor once the \"transformer.\" prefix is dropped");
+  }
+  return out;
+}
+
+}  // namespace stp

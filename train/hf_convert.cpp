@@ -1,0 +1,82 @@
+#include "train/hf_convert.h"
+
+#include "base/error.h"
+
+namespace stp {
+namespace {
+
+using i64 = std::int64_t;
+
+// The HF shape of `part` of a tensor of shape `full`.
+Shape part_shape(const Shape& full, const HfPart& part) {
+  const i64 width = part.end - part.begin;
+  if (full.size() == 1) return {width};
+  return part.transpose ? Shape{width, full[0]} : Shape{full[0], width};
+}
+
+i64 rows_of(const Shape& s) { return s.size() == 1 ? 1 : s[0]; }
+
+}  // namespace
+
+std::map<std::string, HostTensor> to_hf(const std::vector<HfTensorRule>& rules,
+                                        const std::map<std::string, HostTensor>& full) {
+  std::map<std::string, HostTensor> out;
+  for (const HfTensorRule& r : rules) {
+    auto it = full.find(r.name);
+    STP_CHECK(it != full.end(), "HF export: tensor '", r.name, "' is missing");
+    STP_CHECK(it->second.shape == r.shape, "HF export: tensor '", r.name, "' has shape ", to_string(it->second.shape),
+              ", expected ", to_string(r.shape));
+    const i64 rows = rows_of(r.shape), cols = r.shape.back();
+    const float* src = it->second.data.data();
+    for (const HfPart& p : r.parts) {
+      HostTensor t{part_shape(r.shape, p), {}};
+      const i64 w = p.end - p.begin;
+      t.data.resize(static_cast<std::size_t>(rows * w));
+      for (i64 i = 0; i < rows; ++i)
+        for (i64 j = 0; j < w; ++j) {
+          const float v = src[i * cols + p.begin + j];
+          t.data[static_cast<std::size_t>(p.transpose ? j * rows + i : i * w + j)] = v;
+        }
+      out.emplace(p.name, std::move(t));
+    }
+  }
+  return out;
+}
+
+std::map<std::string, HostTensor> from_hf(const std::vector<HfTensorRule>& rules,
+                                          const std::map<std::string, HostTensor>& hf, const std::string& source) {
+  // stp's own names (o_proj and down_proj keep their names in both conventions, so the fused
+  // names decide for the whole file): every tensor is then taken as it is.
+  bool stp_names = false;
+  for (const HfTensorRule& r : rules) stp_names = stp_names || (r.parts.size() > 1 && hf.count(r.name) != 0);
+  std::map<std::string, HostTensor> out;
+  for (const HfTensorRule& r : rules) {
+    if (stp_names) {
+      auto same = hf.find(r.name);
+      STP_CHECK(same != hf.end(), source, ": tensor '", r.name, "' is missing");
+      STP_CHECK(same->second.shape == r.shape, source, ": tensor '", r.name, "' has shape ",
+                to_string(same->second.shape), ", the model needs ", to_string(r.shape));
+      out.emplace(r.name, same->second);
+      continue;
+    }
+    const i64 rows = rows_of(r.shape), cols = r.shape.back();
+    HostTensor full{r.shape, std::vector<float>(static_cast<std::size_t>(rows * cols))};
+    for (const HfPart& p : r.parts) {
+      auto it = hf.find(p.name);
+      STP_CHECK(it != hf.end(), source, ": tensor '", p.name, "' is missing");
+      const Shape want = part_shape(r.shape, p);
+      STP_CHECK(it->second.shape == want, source, ": tensor '", p.name, "' has shape ", to_string(it->second.shape),
+                ", the model needs ", to_string(want));
+      const i64 w = p.end - p.begin;
+      const float* src = it->second.data.data();
+      for (i64 i = 0; i < rows; ++i)
+        for (i64 j = 0; j < w; ++j)
+          full.data[static_cast<std::size_t>(i * cols + p.begin + j)] =
+              src[static_cast<std::size_t>(p.transpose ? j * rows + i : i * w + j)];
+    }
+    out.emplace(r.name, std::move(full));
+  }
+  return out;
+}
+
+}  // namespace stp

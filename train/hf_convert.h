@@ -1,0 +1,30 @@
+// Full stp tensors <-> Hugging Face tensors (names and layouts of models/hf_names.h). Both
+// directions only move values (column slices, transposes), so to_hf followed by from_hf is the
+// identity bit for bit.
+//
+// from_hf accepts HF names, or (files written before HF export, e.g. llama .safetensors with
+// stp's fused qkv_proj / gate_up_proj) stp's names and layouts throughout: a file holding any
+// fused stp name is read entirely in stp's convention.
+// Tensors of `hf` that no rule names are ignored (HF's attention-mask buffers, a tied
+// lm_head.weight).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "formats/safetensors.h"
+#include "models/hf_names.h"
+
+namespace stp {
+
+// `full` holds every rule's stp tensor with its full shape (an stp::Error names one that is
+// missing or misshapen).
+std::map<std::string, HostTensor> to_hf(const std::vector<HfTensorRule>& rules,
+                                        const std::map<std::string, HostTensor>& full);
+
+// Errors name `source`, the HF tensor, the expected and the found shape.
+std::map<std::string, HostTensor> from_hf(const std::vector<HfTensorRule>& rules,
+                                          const std::map<std::string, HostTensor>& hf, const std::string& source);
+
+}  // namespace stp
