@@ -80,6 +80,7 @@ struct ParallelConfig {
   std::string backend;  // cpu | cuda
   int dp = 0, tp = 0, pp = 0;
   std::optional<std::uint64_t> dp_bucket;  // bytes per DP all-reduce; nullopt = one bucket per chunk
+  bool vocab_parallel = true;              // embedding and LM head split over TP ranks by vocabulary rows
   bool distributed_optimizer = false;      // ZeRO-1 over the dp replicas (no-op with dp = 1)
   std::string schedule;                    // gpipe | 1f1b | 1f1b-i | zb-h1 | zb-v | stp
   double tp_link_bandwidth = 0;            // CPU backend: emulated TP all-reduce rate, bytes/s; 0 = unlimited

@@ -7,7 +7,8 @@
 // Contract (both backends):
 //   * every rank of a communicator issues the same collectives in the same order;
 //   * all_reduce_sum reduces in place; the result is identical on every rank (HostComm sums
-//     in rank order, so it is also deterministic run to run);
+//     in rank order, so it is also deterministic run to run); all_reduce_max likewise leaves the
+//     elementwise maximum over ranks (exact, so identical on every rank on every backend);
 //   * reduce_scatter_sum and all_gather work in place on a buffer of the same count on every
 //     rank, cut into size() slices by comm_slice (rank r owns slice r). reduce_scatter_sum leaves
 //     the sum over ranks in this rank's slice, bitwise what all_reduce_sum leaves there (HostComm
@@ -46,6 +47,7 @@ class Communicator {
   virtual int size() const = 0;
 
   virtual void all_reduce_sum(Stream& stream, float* data, std::size_t count) = 0;  // (count,)
+  virtual void all_reduce_max(Stream& stream, float* data, std::size_t count) = 0;  // (count,)
   virtual void reduce_scatter_sum(Stream& stream, float* data, std::size_t count) = 0;
   virtual void all_gather(Stream& stream, float* data, std::size_t count) = 0;
   virtual void send(Stream& stream, const void* data, std::size_t bytes, int peer, std::uint32_t tag) = 0;

@@ -54,8 +54,9 @@ std::vector<ParamInfo> gpt2_param_table(const GPT2Config& c, const GPT2StageSpec
   const bool first = s.layer_begin == 0, last = s.layer_end == c.n_layer;
   std::vector<ParamInfo> out;
   if (first || last) {
-    out.push_back(make_param("wte.weight", {c.vocab_size, C}, replicated_layout(c.vocab_size, C), true));
+    out.push_back(make_param("wte.weight", {c.vocab_size, C}, vocab_layout(c.vocab_size, C, s), !s.vocab_sharded()));
     out.back().tied = !(first && last);
+    out.back().vocab = true;
   }
   if (first) out.push_back(make_param("wpe.weight", {c.positions(), C}, replicated_layout(c.positions(), C), true));
   for (int i = s.layer_begin; i < s.layer_end; ++i) add_layer(out, i, C, s.tp_rank, s.tp_size);

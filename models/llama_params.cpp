@@ -53,8 +53,9 @@ std::vector<ParamInfo> llama_param_table(const ModelSpec& m, const StageSpec& s)
     out.push_back(make_param(n, {len}, replicated_layout(1, len), true));
   };
   if (first || (last && m.tie_embeddings)) {
-    out.push_back(make_param("model.embed_tokens.weight", {V, C}, replicated_layout(V, C), true));
+    out.push_back(make_param("model.embed_tokens.weight", {V, C}, vocab_layout(V, C, s), !s.vocab_sharded()));
     out.back().tied = m.tie_embeddings && !(first && last);
+    out.back().vocab = true;
   }
   for (int i = s.layer_begin; i < s.layer_end; ++i) {
     const std::string h = "model.layers." + std::to_string(i) + ".";
@@ -71,7 +72,10 @@ std::vector<ParamInfo> llama_param_table(const ModelSpec& m, const StageSpec& s)
   }
   if (last) {
     vec("model.norm.weight", C);
-    if (!m.tie_embeddings) out.push_back(make_param("lm_head.weight", {V, C}, replicated_layout(V, C), true));
+    if (!m.tie_embeddings) {
+      out.push_back(make_param("lm_head.weight", {V, C}, vocab_layout(V, C, s), !s.vocab_sharded()));
+      out.back().vocab = true;
+    }
   }
   return out;
 }

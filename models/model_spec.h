@@ -10,6 +10,8 @@
 
 namespace stp {
 
+class Communicator;  // core/comm.h
+
 // How a unit computes causal attention (docs/model.md, Attention). Naive keeps the (B, H, T, T)
 // probabilities as a record (nn_kernels.h attention_forward); Fused keeps the output and one
 // log-sum-exp per query row and recomputes the probabilities in B (core/kernels/attention_kernels.h).
@@ -44,6 +46,17 @@ struct StageSpec {
   int tp_rank = 0;
   int tp_size = 1;
   int micro_batch_size = 1;  // B of every microbatch
+  // Vocab parallelism (docs/model.md, Vocab parallelism): with tp_size > 1, this rank holds
+  // vocab_rows(V, tp_size) rows of the embedding and of the LM head, and the embed and head units
+  // run their collectives on vocab_comm (the TP group, a communicator of its own: the executor's
+  // all-reduces use another), which must then be set before the first F.
+  bool vocab_parallel = false;
+  Communicator* vocab_comm = nullptr;
+  bool vocab_sharded() const { return vocab_parallel && tp_size > 1; }
 };
+
+// Rows of the embedding and of the LM head per TP rank when vocab-parallel: V padded up to a
+// multiple of tp, divided by tp.
+inline std::int64_t vocab_rows(std::int64_t V, int tp) { return (V + tp - 1) / tp; }
 
 }  // namespace stp

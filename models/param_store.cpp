@@ -46,6 +46,14 @@ ShardLayout row_layout(i64 rows, i64 cols, int rank, int t) {
   return l;
 }
 
+ShardLayout vocab_layout(i64 V, i64 C, const StageSpec& spec) {
+  ShardLayout l = replicated_layout(V, C);
+  if (!spec.vocab_sharded()) return l;
+  l.shard_rows = vocab_rows(V, spec.tp_size);
+  l.row_begin = spec.tp_rank * l.shard_rows;
+  return l;
+}
+
 ParamInfo make_param(std::string name, Shape full, ShardLayout layout, bool replicated) {
   ParamInfo p;
   p.name = std::move(name);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "models/model_spec.h"
 #include "models/stage.h"
 
 namespace stp {
@@ -24,6 +25,10 @@ ShardLayout replicated_layout(std::int64_t rows, std::int64_t cols);
 ShardLayout column_layout(std::int64_t rows, const std::vector<std::int64_t>& sections, int rank, int t);
 // Row-parallel: rank r holds rows [r * rows/t, (r+1) * rows/t).
 ShardLayout row_layout(std::int64_t rows, std::int64_t cols, int rank, int t);
+// The embedding or LM head (V, C) of a stage: replicated, or (spec.vocab_sharded()) rank r holding
+// rows [r * Vs, (r+1) * Vs) of V padded to tp * Vs (Vs = vocab_rows(V, tp)); the padding rows
+// are zero and map to no row of the full tensor.
+ShardLayout vocab_layout(std::int64_t V, std::int64_t C, const StageSpec& spec);
 // A table entry; decay is on for tensors of two or more dimensions.
 ParamInfo make_param(std::string name, Shape full, ShardLayout layout, bool replicated);
 

@@ -90,7 +90,9 @@ namespace stp {
 //                 full columns [full_col, full_col + len).
 // A replicated tensor is one segment covering the row; a row-parallel weight selects rows; a
 // column-parallel weight selects columns (c_attn's [C, 3C] takes one slice of each of q, k, v).
-// Vectors are 1 x n.
+// Vectors are 1 x n. Shard rows past the full tensor (row_begin + i >= full_rows: the padding of
+// a vocab-parallel embedding or head) map to nothing: scatter leaves them as they are, gather
+// never reads them.
 struct ShardSegment {
   std::int64_t full_col = 0, shard_col = 0, len = 0;
 };
@@ -102,14 +104,18 @@ struct ShardLayout {
   std::vector<ShardSegment> segments;
 
   // Host-side data movement between a full tensor and this rank's shard (host buffers).
+  std::int64_t real_rows() const {
+    const std::int64_t left = full_rows - row_begin;
+    return left < 0 ? 0 : (left < shard_rows ? left : shard_rows);
+  }
   void scatter(const float* full, float* shard) const {
-    for (std::int64_t i = 0; i < shard_rows; ++i)
+    for (std::int64_t i = 0; i < real_rows(); ++i)
       for (const ShardSegment& g : segments)
         for (std::int64_t j = 0; j < g.len; ++j)
           shard[i * shard_cols + g.shard_col + j] = full[(row_begin + i) * full_cols + g.full_col + j];
   }
   void gather(const float* shard, float* full) const {
-    for (std::int64_t i = 0; i < shard_rows; ++i)
+    for (std::int64_t i = 0; i < real_rows(); ++i)
       for (const ShardSegment& g : segments)
         for (std::int64_t j = 0; j < g.len; ++j)
           full[(row_begin + i) * full_cols + g.full_col + j] = shard[i * shard_cols + g.shard_col + j];
@@ -127,6 +133,8 @@ struct ParamInfo {
   bool decay = false;       // weight decay applies (tensors with two or more dimensions)
   bool replicated = false;  // every TP rank holds the full tensor with identical values and
                             // identical grads: count it once in a global grad norm
+  bool vocab = false;       // a vocabulary table: the token embedding or the LM head (V rows; split
+                            // over the TP ranks with vocab parallelism, models/param_store.h vocab_layout)
   bool tied = false;        // the same parameter lives in another stage too ("wte.weight" in the
                             // first and the last stage when they differ): before the optimizer
                             // step, sum its grads over those stages; update both copies alike

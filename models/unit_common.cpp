@@ -1,7 +1,11 @@
 #include "models/unit_common.h"
 
+#include <algorithm>
+
 #include "base/error.h"
+#include "core/comm.h"
 #include "core/kernels/nn_kernels.h"
+#include "core/kernels/vocab_kernels.h"
 
 namespace stp {
 namespace {
@@ -9,9 +13,39 @@ namespace {
 using i64 = std::int64_t;
 constexpr RecordReader kB = RecordReader::B, kW = RecordReader::W;
 
+Communicator& vocab_comm(const UnitDims& d) {
+  STP_ASSERT(d.vocab_comm != nullptr, "a vocab-parallel stage (tp ", d.tp_size,
+             ") without StageSpec::vocab_comm: the embed and head units cannot reduce over the TP group");
+  return *d.vocab_comm;
+}
+
+// Vocab-parallel F of the head: logits (B, T, Vs) of this rank's rows; the loss through the max
+// and the [sum-exp | target logit] all-reduces (core/kernels/vocab_kernels.h), so every rank holds
+// the same loss and lse and no rank ever holds a full row of logits.
+template <typename A>
+void lm_head_forward_vocab(const UnitDims& d, ParamInfo& head_w, const Tensor& ln, const Tensor& targets,
+                           const Tensor& loss, RecordSet& rec, CallScope& cs) {
+  const i64 N = d.N();
+  Stream& s = cs.stream();
+  Communicator& comm = vocab_comm(d);
+  Tensor logits = cs.keep({d.B, d.T, d.Vs}, d.act);
+  gemm(s, false, true, N, d.Vs, d.C, ln.as<A>(), d.C, weight<A>(&head_w), d.C, logits.as<A>(), d.Vs);
+  Tensor max = cs.tmp({N}), partials = cs.tmp({2 * N}), losses = cs.tmp({N}), lse = cs.keep({N});
+  vocab_ce_max(s, max.f32(), logits.as<A>(), N, d.Vs, d.Vl);
+  comm.all_reduce_max(s, max.f32(), static_cast<std::size_t>(N));
+  vocab_ce_partials(s, partials.f32(), logits.as<A>(), max.f32(), as_i32(targets), N, d.Vs, d.Vl, d.v0);
+  comm.all_reduce_sum(s, partials.f32(), static_cast<std::size_t>(2 * N));
+  vocab_ce_finish(s, loss.f32(), losses.f32(), lse.f32(), max.f32(), partials.f32(), N);
+  rec.save("ln.out", ln, kW);
+  rec.save("logits", logits, kB);
+  rec.save("lse", lse, kB);
+  rec.save("targets", targets, kB);
+}
+
 template <typename A>
 void lm_head_forward_t(const UnitDims& d, ParamInfo& head_w, const Tensor& ln, const Tensor& targets,
                        const Tensor& loss, RecordSet& rec, CallScope& cs) {
+  if (d.vocab_parallel) return lm_head_forward_vocab<A>(d, head_w, ln, targets, loss, rec, cs);
   const i64 N = d.N();
   Stream& s = cs.stream();
   // 1. logits = ln W^T.
@@ -30,15 +64,18 @@ template <typename A>
 Tensor lm_head_backward_input_t(const UnitDims& d, ParamInfo& head_w, float loss_scale, RecordSet& rec, CallScope& cs) {
   const i64 N = d.N();
   Stream& s = cs.stream();
-  // 1. dlogits in place over the logits.
+  // 1. dlogits in place over the logits (this rank's columns when vocab-parallel).
   Tensor logits = rec.take("logits"), lse = rec.take("lse"), targets = rec.take("targets");
-  cross_entropy_backward_inplace(s, logits.as<A>(), lse.f32(), as_i32(targets), loss_scale / static_cast<float>(N), N,
-                                 d.V);
+  const float scale = loss_scale / static_cast<float>(N);
+  if (d.vocab_parallel)
+    vocab_ce_backward_inplace(s, logits.as<A>(), lse.f32(), as_i32(targets), scale, N, d.Vs, d.Vl, d.v0);
+  else cross_entropy_backward_inplace(s, logits.as<A>(), lse.f32(), as_i32(targets), scale, N, d.V);
   cs.release(lse);
   cs.release(targets);
-  // 2. dln = dlogits W.
+  // 2. dln = dlogits W; vocab-parallel: this rank's rows' share, summed over the TP group.
   Tensor dln = cs.tmp({d.B, d.T, d.C});
-  gemm(s, false, false, N, d.C, d.V, logits.as<A>(), d.V, weight<A>(&head_w), d.C, dln.f32(), d.C);
+  gemm(s, false, false, N, d.C, d.Vs, logits.as<A>(), d.Vs, weight<A>(&head_w), d.C, dln.f32(), d.C);
+  if (d.vocab_parallel) vocab_comm(d).all_reduce_sum(s, dln.f32(), static_cast<std::size_t>(N * d.C));
   rec.save("dlogits", logits, kW, 'B');
   return dln;
 }
@@ -46,7 +83,7 @@ Tensor lm_head_backward_input_t(const UnitDims& d, ParamInfo& head_w, float loss
 template <typename A>
 void lm_head_backward_weight_t(const UnitDims& d, ParamInfo& head_w, RecordSet& rec, CallScope& cs) {
   Tensor dlogits = rec.take("dlogits"), ln = rec.take("ln.out");
-  gemm(cs.stream(), true, false, d.V, d.C, d.N(), dlogits.as<A>(), d.V, ln.as<A>(), d.C, head_w.grad.f32(), d.C, 1.0f,
+  gemm(cs.stream(), true, false, d.Vs, d.C, d.N(), dlogits.as<A>(), d.Vs, ln.as<A>(), d.C, head_w.grad.f32(), d.C, 1.0f,
        1.0f);
   cs.release(dlogits);
   cs.release(ln);
@@ -88,6 +125,14 @@ UnitDims unit_dims(const StageSpec& spec, int seq_len, int n_embd, int vocab_siz
   d.T = seq_len;
   d.C = n_embd;
   d.V = vocab_size;
+  d.Vs = d.Vl = vocab_size;
+  if (spec.vocab_sharded()) {
+    d.vocab_parallel = true;
+    d.vocab_comm = spec.vocab_comm;
+    d.Vs = vocab_rows(vocab_size, spec.tp_size);
+    d.v0 = spec.tp_rank * d.Vs;
+    d.Vl = std::max<std::int64_t>(0, std::min<std::int64_t>(d.Vs, vocab_size - d.v0));
+  }
   d.tp_rank = spec.tp_rank;
   d.tp_size = spec.tp_size;
   d.act = act;
@@ -108,6 +153,13 @@ double BranchFlops::cost(Recompute r) const {
 Tensor token_embedding_forward(const UnitDims& d, ParamInfo& embed, ParamInfo* pos, const Tensor& tokens,
                                RecordSet& rec, CallScope& cs) {
   Tensor x = cs.keep({d.B, d.T, d.C});
+  if (d.vocab_parallel) {  // this rank's rows (zero elsewhere) and the positions on rank 0, summed over the group
+    const float* wpe = pos && d.tp_rank == 0 ? pos->param.f32() : nullptr;
+    vocab_embedding_forward(cs.stream(), x.f32(), as_i32(tokens), embed.param.f32(), wpe, d.B, d.T, d.C, d.v0, d.Vs);
+    vocab_comm(d).all_reduce_sum(cs.stream(), x.f32(), static_cast<std::size_t>(d.N() * d.C));
+    rec.save("tokens", tokens, kW);
+    return x;
+  }
   embedding_forward(cs.stream(), x.f32(), as_i32(tokens), embed.param.f32(), pos ? pos->param.f32() : nullptr, d.B, d.T,
                     d.C);
   rec.save("tokens", tokens, kW);
@@ -117,6 +169,14 @@ Tensor token_embedding_forward(const UnitDims& d, ParamInfo& embed, ParamInfo* p
 void token_embedding_backward_weight(const UnitDims& d, ParamInfo& embed, ParamInfo* pos, RecordSet& rec,
                                      CallScope& cs) {
   Tensor tokens = rec.take("tokens"), dx = rec.take("dx");
+  if (d.vocab_parallel) {  // dx is the whole gradient on every rank: each adds its own rows, and all the positions
+    Tensor ws = cs.tmp({vocab_embedding_backward_workspace(d.Vs, d.N())});
+    vocab_embedding_backward_accumulate(cs.stream(), embed.grad.f32(), pos ? pos->grad.f32() : nullptr, dx.f32(),
+                                        as_i32(tokens), ws.data<std::int32_t>(), d.B, d.T, d.C, d.v0, d.Vs);
+    cs.release(tokens);
+    cs.release(dx);
+    return;
+  }
   Tensor ws = cs.tmp({embedding_backward_workspace(d.V, d.N())});  // int32 in 4-byte elements
   embedding_backward_accumulate(cs.stream(), embed.grad.f32(), pos ? pos->grad.f32() : nullptr, dx.f32(),
                                 as_i32(tokens), ws.data<std::int32_t>(), d.B, d.T, d.C, d.V);

@@ -20,8 +20,13 @@ namespace stp {
 // B*T rows of width C, V the vocabulary. act: the storage type of the activations between GEMMs
 // (docs/model.md, "Precision"); attention: what the attention records are (docs/model.md,
 // Attention).
+// Vocabulary rows on this rank (the embedding's and the LM head's): [v0, v0 + Vs), the first Vl
+// of them real (the rest padding, docs/model.md, Vocab parallelism); replicated: v0 = 0, Vs = Vl = V.
 struct UnitDims {
   std::int64_t B = 0, T = 0, C = 0, V = 0;
+  std::int64_t Vs = 0, v0 = 0, Vl = 0;
+  bool vocab_parallel = false;         // the vocabulary is split over the TP ranks (tp > 1)
+  Communicator* vocab_comm = nullptr;  // the TP group of the embed and head units' collectives
   int tp_rank = 0, tp_size = 1;
   DType act = DType::F32;
   AttentionKernel attention = AttentionKernel::Naive;
@@ -95,7 +100,14 @@ Tensor token_embedding_forward(const UnitDims& d, ParamInfo& embed, ParamInfo* p
 void token_embedding_backward_weight(const UnitDims& d, ParamInfo& embed, ParamInfo* pos, RecordSet& rec,
                                      CallScope& cs);
 
-// ---- LM head (replicated on every TP rank) -----------------------------------------------------
+// Vocab-parallel (d.vocab_parallel): F looks up this rank's rows only (the position term on TP rank
+// 0) and all-reduces x0 over d.vocab_comm inside the unit, so every rank returns the whole x0; W
+// adds into this rank's rows only.
+
+// ---- LM head (replicated on every TP rank, or vocab-parallel) ------------------------------------
+// Vocab-parallel: the logits record is (B, T, Vs), this rank's columns; F's loss comes from a max
+// and a [sum-exp | target logit] all-reduce over d.vocab_comm, B all-reduces dln there (inside the
+// unit, after dlogits), so the unit's result is whole on every rank, as with the replicated head.
 // F from the final norm's output ln (B, T, C) in d.act: logits = ln W^T, the mean token
 // cross-entropy into `loss` (1,) (f32 sums over the vocabulary). Records: "ln.out" (W), "logits",
 // "lse", "targets" (B).

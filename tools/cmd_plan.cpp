@@ -2,7 +2,8 @@
 //
 // Prints the memory plan a training run of CONFIG would use, without training: per device the
 // predicted peak by category (exact on the CPU backend: what metrics.jsonl will report), pinned
-// host bytes, the keep / offload / recompute decisions and the predicted step-time cost.
+// host bytes, the keep / offload / recompute decisions and the predicted step-time cost, and the
+// bytes of the vocabulary tables (embedding + LM head) each device holds (parallel.vocab_parallel).
 // Exit status 0 when the plan fits memory.device_budget and memory.host_budget, 1 otherwise (the
 // plan is printed either way, with the minimum feasible budget).
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "tools/config_args.h"
 #include "train/memory_planning.h"
 #include "train/memory_settings.h"
+#include "train/stage_layout.h"
 
 namespace {
 
@@ -46,6 +48,12 @@ int run(const PlanArgs& a) {
   stp::Config cfg = stp::load_config(path, args.overrides);
   stp::MemoryPlan plan = stp::make_memory_plan(cfg, /*exact_minimum=*/true);
   const int tp = cfg.parallel.tp;
+  const stp::sched::Schedule schedule =
+      stp::sched::generate(cfg.parallel.schedule, cfg.parallel.pp, cfg.train.microbatches);
+  // Device g is pipeline rank g / tp (memory plans list the devices of one replica, TP ranks innermost).
+  auto vocab_bytes = [&](std::size_t g) {
+    return stp::vocab_param_bytes(cfg, schedule, static_cast<int>(g / static_cast<std::size_t>(tp)));
+  };
   std::string error;
   try {
     stp::check_plan(plan, cfg);
@@ -66,6 +74,7 @@ int run(const PlanArgs& a) {
                        {"peak_device_bytes", p.peak_device_bytes},
                        {"peak_by_category", std::move(cats)},
                        {"host_pinned_bytes", p.host_pinned_bytes},
+                       {"vocab_param_bytes", vocab_bytes(g)},
                        {"predicted_step_cost", stp::json_number(p.step_cost_s(), 6)},
                        {"decisions", decisions_json(plan.ranks[g / static_cast<std::size_t>(tp)])}});
     }
@@ -84,6 +93,10 @@ int run(const PlanArgs& a) {
           g, stp::format_bytes(p.peak_device_bytes).c_str(), stp::describe_categories(p).c_str(),
           stp::format_bytes(p.host_pinned_bytes).c_str(), stp::format_bytes(p.offload_bytes_per_step).c_str(),
           1e3 * p.step_cost_s(), 1e3 * p.recompute_s, 1e3 * p.exposed_copy_s, 1e3 * p.compute_s);
+      std::printf("device %zu: embedding + LM head %s (%s)\n", g,
+                  stp::format_bytes(static_cast<std::size_t>(vocab_bytes(g))).c_str(),
+                  cfg.parallel.vocab_parallel && tp > 1 ? "vocab-parallel: V padded to a multiple of tp, split over tp"
+                                                        : "replicated on every TP rank");
     }
     std::printf("decisions:\n%s", plan.summary.c_str());
     if (!error.empty()) std::printf("not feasible: %s\n", error.c_str());

@@ -21,6 +21,10 @@ CommVolume expected_comm_bytes(const Config& c, int global) {
   const bool v_shape = s.placement == sched::Placement::V;
   auto is = [](bool b) -> std::uint64_t { return b ? 1 : 0; };
 
+  // Vocab parallelism: the embedding and the head hold Vr rows per rank.
+  const bool vocab = c.parallel.vocab_parallel && t > 1;
+  const std::uint64_t Vr = vocab ? (V + t - 1) / t : V;
+
   CommVolume out;
   if (t > 1) out.tp = 4 * m * (L / p) * a;
   if (p > 1) {
@@ -31,11 +35,13 @@ CommVolume expected_comm_bytes(const Config& c, int global) {
   // Stages on this rank: the first (stage 0) is on rank 0; the last on rank 0 (V) or p − 1.
   const bool first = r == 0;
   const bool last = v_shape ? r == 0 : r == l.pp - 1;
-  const bool same_stage = p * v == 1;  // one stage holds the embedding and the head
+  const bool same_stage = p * v == 1;                            // one stage holds the embedding and the head
+  if (vocab && first) out.tp += m * a;                           // the embedding's output
+  if (vocab && last) out.tp += m * (4 * B * T + 8 * B * T + a);  // the max, [sum-exp | target], dln
   if (d > 1 && !(c.parallel.distributed_optimizer)) {
     std::uint64_t params = (L / p) * (12 * C * C / t + 7 * C / t + 6 * C);
-    if (first) params += V * C + T * C;
-    if (last) params += 2 * C + (first && same_stage ? 0 : V * C);
+    if (first) params += Vr * C + T * C;
+    if (last) params += 2 * C + (first && same_stage ? 0 : Vr * C);
     out.dp = 4 * params;
   } else if (d > 1) {  // per stage (chunk) of this rank and bucket: reduce-scatter + all-gather
     const std::uint64_t stages = p * v, per_bucket = c.parallel.dp_bucket ? *c.parallel.dp_bucket / 4 : 0;
@@ -43,8 +49,8 @@ CommVolume expected_comm_bytes(const Config& c, int global) {
     for (std::uint64_t st = 0; st < stages; ++st) {
       if (sched::rank_of_stage(s, static_cast<int>(st)) != r) continue;
       std::uint64_t n = (L / stages) * (12 * C * C / t + 7 * C / t + 6 * C);
-      if (st == 0) n += V * C + T * C;
-      if (st == stages - 1) n += 2 * C + (stages == 1 ? 0 : V * C);
+      if (st == 0) n += Vr * C + T * C;
+      if (st == stages - 1) n += 2 * C + (stages == 1 ? 0 : Vr * C);
       for (std::uint64_t at = 0; at < n;) {
         const std::uint64_t count = per_bucket == 0 ? n - at : std::min(per_bucket, n - at);
         const std::uint64_t own = count * (me + 1) / d - count * me / d;
@@ -54,7 +60,7 @@ CommVolume expected_comm_bytes(const Config& c, int global) {
     }
     if (c.train.grad_clip > 0) out.dp += 4;  // the norm's sum of squares over the dp ranks
   }
-  if (p > 1 && !v_shape && (first || last)) out.other += 4 * V * C;  // first and last stage on different ranks
+  if (p > 1 && !v_shape && (first || last)) out.other += 4 * Vr * C;  // first and last stage on different ranks
   out.other += 4 + 4;  // the gradient norm's sum over the replica, the skip decision's over the world
   out.other += 4 * d * m;
   return out;

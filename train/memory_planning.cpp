@@ -52,8 +52,8 @@ double unit_flops(const Config& c, const std::string& name) {
   }
   if (ends_with(".attn")) return 2 * N * C * 3 * C / tp + core + 2 * N * C * C / tp;
   if (ends_with(".mlp")) return 2 * 2 * N * C * 4 * C / tp;
-  if (name == "head") return 2 * N * C * V;
-  return N * C;  // embed / input: elementwise
+  if (name == "head") return 2 * N * C * V / (c.parallel.vocab_parallel ? tp : 1);  // vocab-parallel: V/tp rows
+  return N * C;                                                                     // embed / input: elementwise
 }
 
 struct ModelLayout {

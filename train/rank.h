@@ -52,6 +52,10 @@ struct Rank {
   std::vector<Tensor> checkpoint_moments[2];  // sharded: exp_avg / exp_avg_sq gathered for a checkpoint
   std::unique_ptr<Executor> executor;
   Communicator* tp = nullptr;
+  // The TP group again, for the collectives inside the vocab-parallel embed and head units (on the
+  // compute stream; models/unit_common.h): its own communicator, so they never interleave with the
+  // executor's all-reduces on tp. Null unless tp > 1 and parallel.vocab_parallel.
+  Communicator* vocab = nullptr;
   // The pipeline channels this rank sends or receives on (schedule/p2p_groups.h), each a 2-rank
   // communicator (0 = the source, 1 = the destination).
   std::map<sched::P2pChannel, Communicator*> pp_channels;

@@ -1,5 +1,7 @@
 #include "train/stage_layout.h"
 
+#include "models/registry.h"
+
 namespace stp {
 
 ModelSpec model_spec_of(const Config& config) {
@@ -30,7 +32,17 @@ StageSpec stage_spec_of(const Config& config, const sched::Schedule& schedule, i
   spec.tp_rank = tp_rank;
   spec.tp_size = config.parallel.tp;
   spec.micro_batch_size = config.train.micro_batch_size;
+  spec.vocab_parallel = config.parallel.vocab_parallel;
   return spec;
+}
+
+std::int64_t vocab_param_bytes(const Config& config, const sched::Schedule& schedule, int pp_rank) {
+  const ModelSpec model = model_spec_of(config);
+  std::int64_t bytes = 0;
+  for (int c = 0; c < schedule.chunks; ++c)
+    for (const ParamInfo& p : model_param_table(model, stage_spec_of(config, schedule, pp_rank, c, 0)))
+      if (p.vocab) bytes += p.layout.shard_rows * p.layout.shard_cols * 4;
+  return bytes;
 }
 
 }  // namespace stp

@@ -97,8 +97,8 @@ std::vector<CommBytes> Trainer::comm_bytes() const {
   for (auto& r : impl_->ranks) {
     std::uint64_t pp = 0;
     for (const auto& [channel, comm] : r->pp_channels) pp += sent(comm);
-    out.push_back(
-        CommBytes{r->global, sent(r->tp), pp, sent(r->dp), sent(r->tied) + sent(r->replica) + sent(r->world)});
+    out.push_back(CommBytes{r->global, sent(r->tp) + sent(r->vocab), pp, sent(r->dp),
+                            sent(r->tied) + sent(r->replica) + sent(r->world)});
   }
   return out;
 }

@@ -127,8 +127,9 @@ Rank* Trainer::Impl::local_rank(int global) const {
 // channels (same dp and tp rank; one per direction and message kind between two pp ranks, the
 // source first: schedule/p2p_groups.h), the tied-embedding pair (ranks holding the first and the last stage, when
 // those differ), DP (same pp and tp rank), the replica (grad norm, checkpoint gather) and the world
-// (losses). In one process a group is a HostComm (or NCCL) group over local devices; across
-// processes every process takes part in creating every group, in this order (ProcessGroup::make_comm).
+// (losses), and with vocab parallelism the TP groups once more (Rank::vocab). In one process a group is a HostComm (or
+// NCCL) group over local devices; across processes every process takes part in creating every group, in this order
+// (ProcessGroup::make_comm).
 void Trainer::Impl::build_communicators() {
   const int dp = layout.dp, tp = layout.tp, pp = layout.pp;
   // `assign` stores a rank's member of the new group.
@@ -163,6 +164,11 @@ void Trainer::Impl::build_communicators() {
   for (int d = 0; d < dp; ++d)
     for (int p = 0; p < pp; ++p)
       if (tp > 1) group(members(tp, [&](int t) { return layout.global(d, p, t); }), &Rank::tp);
+  for (int d = 0; d < dp; ++d)
+    for (int p = 0; p < pp; ++p)
+      if (tp > 1 && config.parallel.vocab_parallel)
+        group_to(members(tp, [&](int t) { return layout.global(d, p, t); }), true,
+                 [](Rank& r, Communicator* c) { r.vocab = c; });
   int first_rank = sched::rank_of_stage(schedule, 0);
   int last_rank = sched::rank_of_stage(schedule, schedule.n_stages() - 1);
   for (int d = 0; d < dp; ++d) {
@@ -207,6 +213,7 @@ void Trainer::Impl::build_rank(Rank& r) {
   const ModelSpec model = model_spec_of(config);
   for (int c = 0; c < schedule.chunks; ++c) {
     StageSpec spec = stage_spec_of(config, schedule, r.pp_rank, c, r.tp_rank);
+    spec.vocab_comm = r.vocab;
     validate_model(model, spec);
     r.stages.push_back(make_stage(model, spec, *r.alloc));
     const auto& decisions = rank_plan.units.at(static_cast<std::size_t>(c));

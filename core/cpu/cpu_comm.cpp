@@ -4,7 +4,8 @@
 // Collectives rendezvous by sequence number (the k-th collective call of every rank meets in
 // slot k). all_reduce_sum is a two-phase exchange: each rank sums its slice of the vector over
 // all ranks *in rank order* into a shared scratch buffer (so the result is bitwise identical on
-// every rank and from run to run), a barrier, then every rank copies the scratch back.
+// every rank and from run to run), a barrier, then every rank copies the scratch back;
+// all_reduce_max is the same exchange taking the maximum.
 // reduce_scatter_sum is the first phase with each rank's slice (comm_slice) written straight to
 // its own buffer; all_gather is the second with every rank copying the other ranks' slices.
 // Point-to-point sends are buffered (the sender's stream continues at once); a receive waits
@@ -31,16 +32,20 @@ struct Message {
   std::vector<char> bytes;
 };
 
-enum class CollectiveKind { AllReduce, ReduceScatter, AllGather };
+enum class CollectiveKind { AllReduce, AllReduceMax, ReduceScatter, AllGather };
 
 const char* name_of(CollectiveKind k) {
   switch (k) {
     case CollectiveKind::ReduceScatter: return "reduce-scatter";
     case CollectiveKind::AllGather: return "all-gather";
+    case CollectiveKind::AllReduceMax: return "max all-reduce";
     case CollectiveKind::AllReduce: break;
   }
   return "all-reduce";
 }
+
+// The all-reduces leave the whole result in every rank's buffer (via the shared scratch).
+bool whole(CollectiveKind k) { return k == CollectiveKind::AllReduce || k == CollectiveKind::AllReduceMax; }
 
 struct Collective {
   std::vector<float*> ptrs;
@@ -90,6 +95,11 @@ class HostComm final : public Communicator {
   void all_reduce_sum(Stream& stream, float* data, std::size_t count) override {
     bytes_sent_ += count * sizeof(float);
     enqueue_collective(stream, data, count, CollectiveKind::AllReduce);
+  }
+
+  void all_reduce_max(Stream& stream, float* data, std::size_t count) override {
+    bytes_sent_ += count * sizeof(float);
+    enqueue_collective(stream, data, count, CollectiveKind::AllReduceMax);
   }
 
   void reduce_scatter_sum(Stream& stream, float* data, std::size_t count) override {
@@ -156,7 +166,7 @@ class HostComm final : public Communicator {
                              CollectiveKind kind) {
     auto start = std::chrono::steady_clock::now();
     reduce(g, rank, seq, data, count, kind);
-    if (kind != CollectiveKind::AllReduce) count /= 2;
+    if (kind != CollectiveKind::AllReduce && kind != CollectiveKind::AllReduceMax) count /= 2;
     if (g.options.all_reduce_bytes_per_s > 0 && count > 0) {  // the emulated link's transfer time
       std::chrono::duration<double> t(static_cast<double>(count * sizeof(float)) / g.options.all_reduce_bytes_per_s);
       std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(t));
@@ -186,7 +196,7 @@ class HostComm final : public Communicator {
                              " has ", count));
         }
       }
-      if (kind == CollectiveKind::AllReduce) c.scratch.resize(count);
+      if (whole(kind)) c.scratch.resize(count);
       g.cv.notify_all();
     }
     g.wait(lock, [&] { return c.arrived == n; });
@@ -196,10 +206,14 @@ class HostComm final : public Communicator {
     // reduce-scatter: no other rank reads my slice of it).
     const CommSlice mine = comm_slice(count, rank, n);
     if (kind != CollectiveKind::AllGather) {
-      float* out = kind == CollectiveKind::AllReduce ? c.scratch.data() : data;
+      float* out = whole(kind) ? c.scratch.data() : data;
+      const bool max = kind == CollectiveKind::AllReduceMax;
       for (std::size_t i = mine.first; i < mine.first + mine.count; ++i) {
         float s = c.ptrs[0][i];
-        for (int r = 1; r < n; ++r) s += c.ptrs[static_cast<std::size_t>(r)][i];
+        for (int r = 1; r < n; ++r) {
+          const float x = c.ptrs[static_cast<std::size_t>(r)][i];
+          s = max ? (x > s ? x : s) : s + x;
+        }
         out[i] = s;
       }
     }
@@ -209,7 +223,7 @@ class HostComm final : public Communicator {
     lock.unlock();
 
     // Phase 2: everyone takes the full result (an all-gather: the other ranks' slices).
-    if (kind == CollectiveKind::AllReduce) {
+    if (whole(kind)) {
       if (count) std::memcpy(data, c.scratch.data(), count * sizeof(float));
     } else if (kind == CollectiveKind::AllGather) {
       for (int r = 0; r < n; ++r) {

@@ -25,6 +25,7 @@ class NullComm final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void all_reduce_sum(Stream&, float*, std::size_t) override {}
+  void all_reduce_max(Stream&, float*, std::size_t) override {}
   void reduce_scatter_sum(Stream&, float*, std::size_t) override {}
   void all_gather(Stream&, float*, std::size_t) override {}
   void send(Stream&, const void*, std::size_t, int, std::uint32_t) override {}

@@ -156,6 +156,11 @@ class NcclComm final : public Communicator {
     issue("ncclAllReduce", [&] { return ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm_, handle(stream)); });
     bytes_sent_ += count * sizeof(float);
   }
+  void all_reduce_max(Stream& stream, float* data, std::size_t count) override {
+    issue("ncclAllReduce (max)",
+          [&] { return ncclAllReduce(data, data, count, ncclFloat, ncclMax, comm_, handle(stream)); });
+    bytes_sent_ += count * sizeof(float);
+  }
   // Even slices (count a multiple of the size): NCCL's own in-place collectives. Uneven ones: one
   // reduce (or broadcast) per slice, rooted at its owner, in one group.
   void reduce_scatter_sum(Stream& stream, float* data, std::size_t count) override {

@@ -59,6 +59,19 @@ class MpiComm final : public Communicator {
     submit(stream, [this, data, count](Turn& turn) { all_reduce(turn, data, count); });
   }
 
+  void all_reduce_max(Stream& stream, float* data, std::size_t count) override {
+    bytes_sent_ += count * sizeof(float);
+    submit(stream, [this, data, count](Turn& turn) {
+      if (size_ == 1 || count == 0) return;
+      MPI_Request request;
+      check(
+          MPI_Iallreduce(MPI_IN_PLACE, data, to_count(count, "a max all-reduce"), MPI_FLOAT, MPI_MAX, comm_, &request),
+          "MPI_Iallreduce");
+      turn.pass();
+      wait(request, *abort_);
+    });
+  }
+
   void reduce_scatter_sum(Stream& stream, float* data, std::size_t count) override {
     bytes_sent_ += (count - comm_slice(count, rank_, size_).count) * sizeof(float);
     submit(stream, [this, data, count](Turn& turn) {

@@ -102,6 +102,7 @@ TEST(Config, DesignExampleParsesAndEqualsTheDefaults) {
   EXPECT_EQ(c.parallel.dp, 1);
   EXPECT_EQ(c.parallel.dp_bucket, std::optional<std::uint64_t>(4u << 20));
   EXPECT_FALSE(c.parallel.distributed_optimizer);
+  EXPECT_TRUE(c.parallel.vocab_parallel);
   EXPECT_EQ(c.parallel.tp, 2);
   EXPECT_EQ(c.parallel.pp, 2);
   EXPECT_EQ(c.parallel.schedule, "stp");
@@ -124,10 +125,10 @@ TEST(Config, RegistryCoversEveryFieldOnceAndDefaultsAreValid) {
     EXPECT_NE(std::string(k.doc), "") << k.key;
     EXPECT_EQ(find_knob(k.key), &k);
   }
-  EXPECT_EQ(keys.size(), 57u);  // 36 keys of docs/design.md's example + precision, link_bandwidth, tp_link_bandwidth,
+  EXPECT_EQ(keys.size(), 58u);  // 36 keys of docs/design.md's example + precision, link_bandwidth, tp_link_bandwidth,
                                 // cpu_threads, copy_engine_cpus, dp_bucket, distributed_optimizer, ..., val_path,
-                                // eval_every, eval_batches, max_skipped_steps, peak_flops, the six llama model keys
-                                // (update on purpose)
+                                // eval_every, eval_batches, max_skipped_steps, peak_flops, the six llama model keys,
+                                // vocab_parallel (update on purpose)
   EXPECT_NO_THROW(validate_config(default_config()));
 }
 
@@ -140,6 +141,10 @@ TEST(Config, UnknownKeysNameTheKeyAndListTheSection) {
   // A nested map under a knob is a type error naming the knob.
   expect_error([] { load("model:\n  n_layer:\n    x: 1\n"); }, {"model.n_layer", "expected a int value, got a map"});
   expect_error([] { load("model: 4\n"); }, {"section 'model' must be a map"});
+  // parallel.vocab_parallel is a bool: anything else names the key, the value and what is expected.
+  expect_error([] { load("parallel:\n  vocab_parallel: sometimes\n"); },
+               {"parallel.vocab_parallel", "'sometimes' is not a bool (true or false)"});
+  expect_error([] { load("parallel:\n  vocab_parallel: 2\n"); }, {"parallel.vocab_parallel", "'2' is not a bool"});
   expect_error([] { load("- 1\n- 2\n"); }, {"top level must be a map"});
   expect_error([] { load("model:\n  n_layer: 4\n  n_layer: 5\n"); }, {"model.n_layer", "twice"});
 }

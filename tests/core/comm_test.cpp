@@ -1,7 +1,10 @@
 // HostComm with 8 ranks: collectives equal the serial result, p2p delivers in order, errors abort.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -52,6 +55,35 @@ TEST(HostComm, AllReduceEqualsSerialSumOnEveryRank) {
   });
   for (int r = 0; r < kRanks; ++r)
     for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(data[static_cast<std::size_t>(r)][i], expect[i]) << r << " " << i;
+  EXPECT_EQ(g.comms[0]->bytes_sent(), n * sizeof(float));
+}
+
+// all_reduce_max leaves the elementwise maximum on every rank (negative values, -inf and uneven
+// slices included), and is matched against sums by kind like every collective.
+TEST(HostComm, AllReduceMaxIsTheElementwiseMaximumOnEveryRank) {
+  Ranks g;
+  const std::size_t n = 1001;  // not divisible by the rank count
+  std::vector<std::vector<float>> data(kRanks, std::vector<float>(n));
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-5, -1);
+  for (auto& v : data)
+    for (auto& x : v) x = u(rng);
+  data[1][3] = -std::numeric_limits<float>::infinity();
+  for (auto& v : data) v[7] = -std::numeric_limits<float>::infinity();  // every rank: stays -inf
+  std::vector<float> expect(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    float m = data[0][i];
+    for (int r = 1; r < kRanks; ++r) m = std::max(m, data[static_cast<std::size_t>(r)][i]);
+    expect[i] = m;
+  }
+  g.each([&](int r) {
+    auto& s = *g.streams[static_cast<std::size_t>(r)];
+    g.comms[static_cast<std::size_t>(r)]->all_reduce_max(s, data[static_cast<std::size_t>(r)].data(), n);
+    s.synchronize();
+  });
+  for (int r = 0; r < kRanks; ++r)
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(data[static_cast<std::size_t>(r)][i], expect[i]) << r << " " << i;
+  EXPECT_TRUE(std::isinf(expect[7]));
   EXPECT_EQ(g.comms[0]->bytes_sent(), n * sizeof(float));
 }
 

@@ -13,22 +13,39 @@ namespace {
 
 constexpr double kTol = 1e-5;
 
-TEST(GPT2Reference, LogitsLossAndGradientsMatchTorch) {
-  TpStage ts(reference_config(), GPT2StageSpec{0, reference_config().n_layer, 0, 1, reference_batch()}, 1);
+// On 1, 2 and 4 TP ranks, the vocabulary replicated and (tp > 1) vocab-parallel.
+struct TpCase {
+  int tp;
+  bool vocab_parallel;
+};
+
+class GPT2ReferenceTp : public ::testing::TestWithParam<TpCase> {};
+
+TEST_P(GPT2ReferenceTp, LogitsLossAndGradientsMatchTorch) {
+  const TpCase c = GetParam();
+  GPT2StageSpec spec{0, reference_config().n_layer, 0, c.tp, reference_batch()};
+  spec.vocab_parallel = c.vocab_parallel;
+  TpStage ts(reference_config(), spec, c.tp);
   ts.load_reference_params();
   ts.zero_grads();
   feed_reference_batch(ts, 0);
   GPT2Stage& st = ts.stage();
   for (int u = 0; u < st.num_units(); ++u) ts.forward(u, 0);
 
-  // Logits are the head's record until B turns them into dlogits in place.
-  Tensor logits;
-  for (const ActivationRecord& r : st.activation_records(st.num_units() - 1, 0))
-    if (r.name == "head.logits") logits = r.tensor;
-  ASSERT_TRUE(logits.defined());
-  EXPECT_LT(scaled_error(host_copy(logits, ts.compute()), reference().at("logits").data), kTol);
-  float loss = host_copy(st.loss(0), ts.compute())[0];
-  EXPECT_NEAR(loss, reference().at("loss").data[0], kTol * reference().at("loss").data[0]);
+  // Logits are the head's record until B turns them into dlogits in place; every rank holds the
+  // whole row, or its columns when vocab-parallel, and the same loss.
+  const std::int64_t V = reference_config().vocab_size;
+  for (int r = 0; r < ts.tp(); ++r) {
+    Tensor logits;
+    for (const ActivationRecord& rec : ts.stage(r).activation_records(st.num_units() - 1, 0))
+      if (rec.name == "head.logits") logits = rec.tensor;
+    ASSERT_TRUE(logits.defined());
+    const std::int64_t Vs = logits.shape().back();
+    EXPECT_EQ(Vs, c.vocab_parallel ? vocab_rows(V, c.tp) : V);
+    EXPECT_LT(logits_error(host_copy(logits, ts.compute(r)), reference().at("logits").data, V, Vs, r), kTol);
+    float loss = host_copy(ts.stage(r).loss(0), ts.compute(r))[0];
+    EXPECT_NEAR(loss, reference().at("loss").data[0], kTol * reference().at("loss").data[0]) << "rank " << r;
+  }
 
   for (int u = st.num_units() - 1; u >= 0; --u) {
     ts.backward_input(u, 0);
@@ -38,8 +55,15 @@ TEST(GPT2Reference, LogitsLossAndGradientsMatchTorch) {
     double err = scaled_error(ts.full_grad(p.name), reference().at("grad." + p.name).data);
     EXPECT_LT(err, kTol) << p.name;
   }
-  EXPECT_EQ(st.live_record_bytes(), 0u);
+  for (int r = 0; r < ts.tp(); ++r) EXPECT_EQ(ts.stage(r).live_record_bytes(), 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Splits, GPT2ReferenceTp,
+                         ::testing::Values(TpCase{1, false}, TpCase{2, false}, TpCase{2, true}, TpCase{4, false},
+                                           TpCase{4, true}),
+                         [](const ::testing::TestParamInfo<TpCase>& i) {
+                           return "tp" + std::to_string(i.param.tp) + (i.param.vocab_parallel ? "_vocab" : "");
+                         });
 
 // bf16 precision (docs/model.md, "Precision") against the same float64 reference, on 1 and 2 TP
 // ranks. Every activation between GEMMs and every GEMM weight is rounded to 8 significant bits

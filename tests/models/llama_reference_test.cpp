@@ -1,7 +1,7 @@
 // Llama-family stages against PyTorch (float64 reference, tools/gen_llama_reference.py): logits,
 // loss and every parameter gradient, for grouped-query attention with an untied head (gqa), q/k/v
 // biases with a tied head (qwen2) and multi-head attention (mha), on 1, 2 and 4 TP ranks, with the
-// naive and the fused attention kernel.
+// naive and the fused attention kernel, with the vocabulary replicated and (tp > 1) vocab-parallel.
 //
 // Tolerance: 1e-5 relative to each tensor's scale (max |ours - ref| / max |ref|), as for GPT-2
 // (gpt2_reference_test.cpp): our float32 kernels differ from the exact answer by rounding only.
@@ -18,6 +18,7 @@ struct Case {
   const char* variant;
   int tp;
   AttentionKernel attention;
+  bool vocab_parallel;
 };
 
 class LlamaReference : public ::testing::TestWithParam<Case> {};
@@ -26,18 +27,23 @@ TEST_P(LlamaReference, LogitsLossAndGradientsMatchTorch) {
   const Case c = GetParam();
   const RefFile& ref = llama_reference(c.variant);
   const ModelSpec model = llama_reference_model(ref, c.attention);
-  TpGroup g(model, StageSpec{0, model.n_layer, 0, c.tp, llama_reference_batch(ref)}, c.tp);
+  StageSpec spec{0, model.n_layer, 0, c.tp, llama_reference_batch(ref)};
+  spec.vocab_parallel = c.vocab_parallel;
+  TpGroup g(model, spec, c.tp);
   g.load(ref);
   g.zero_grads();
   g.feed(ref, 0);
   for (int u = 0; u < g.num_units(); ++u) g.forward(u, 0);
 
-  for (int r = 0; r < g.tp(); ++r) {  // every TP rank computes the replicated head
+  for (int r = 0; r < g.tp(); ++r) {  // every TP rank computes the head (its columns when vocab-parallel)
     Tensor logits;
     for (const ActivationRecord& rec : g.stage(r).activation_records(g.num_units() - 1, 0))
       if (rec.name == "head.logits") logits = rec.tensor;
     ASSERT_TRUE(logits.defined());
-    EXPECT_LT(scaled_error(host_copy(logits, g.compute(r)), ref.at("logits").data), kTol) << "rank " << r;
+    const std::int64_t Vs = logits.shape().back();
+    EXPECT_EQ(Vs, c.vocab_parallel ? vocab_rows(model.vocab_size, c.tp) : model.vocab_size);
+    EXPECT_LT(logits_error(host_copy(logits, g.compute(r)), ref.at("logits").data, model.vocab_size, Vs, r), kTol)
+        << "rank " << r;
     const float loss = host_copy(g.stage(r).loss(0), g.compute(r))[0];
     EXPECT_NEAR(loss, ref.at("loss").data[0], kTol * ref.at("loss").data[0]) << "rank " << r;
   }
@@ -61,13 +67,16 @@ std::vector<Case> cases() {
   std::vector<Case> out;
   for (const char* v : {"gqa", "qwen2", "mha"})
     for (int tp : {1, 2, 4})
-      for (AttentionKernel a : {AttentionKernel::Naive, AttentionKernel::Fused}) out.push_back({v, tp, a});
+      for (AttentionKernel a : {AttentionKernel::Naive, AttentionKernel::Fused})
+        for (bool vocab : {false, true})
+          if (tp > 1 || !vocab) out.push_back({v, tp, a, vocab});
   return out;
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return std::string(info.param.variant) + "_tp" + std::to_string(info.param.tp) +
-         (info.param.attention == AttentionKernel::Fused ? "_fused" : "_naive");
+         (info.param.attention == AttentionKernel::Fused ? "_fused" : "_naive") +
+         (info.param.vocab_parallel ? "_vocab" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, LlamaReference, ::testing::ValuesIn(cases()), case_name);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -80,6 +81,27 @@ inline void fill_ids(const Tensor& t, const std::vector<float>& ids) {
   for (std::size_t i = 0; i < ids.size(); ++i) p[i] = static_cast<std::int32_t>(ids[i]);
 }
 
+// The columns [v0, v0 + n) of the (rows, V) matrix `full`, as a (rows, n) matrix (the logits a
+// vocab-parallel rank holds of its real vocabulary rows).
+inline std::vector<float> columns(const std::vector<float>& full, std::int64_t V, std::int64_t v0, std::int64_t n) {
+  const std::int64_t rows = static_cast<std::int64_t>(full.size()) / V;
+  std::vector<float> out;
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < n; ++j) out.push_back(full[static_cast<std::size_t>(i * V + v0 + j)]);
+  return out;
+}
+
+// The logits a rank holds (rows, Vs) compared with the reference's (rows, V): the whole row when
+// replicated (Vs == V), else this rank's columns (its real vocabulary rows; the padding columns
+// must be exactly 0: the padding rows of the head are zero).
+inline double logits_error(const std::vector<float>& ours, const std::vector<float>& ref, std::int64_t V,
+                           std::int64_t Vs, int tp_rank) {
+  if (Vs == V) return scaled_error(ours, ref);
+  const std::int64_t v0 = tp_rank * Vs, real = std::max<std::int64_t>(0, std::min(Vs, V - v0));
+  for (float x : columns(ours, Vs, real, Vs - real)) EXPECT_EQ(x, 0.0f) << "a padding column's logit";
+  return scaled_error(columns(ours, Vs, 0, real), columns(ref, V, v0, real));
+}
+
 // One pipeline stage on `tp` emulated devices, driven from the test thread. The all-reduce of a
 // returned tensor runs on each rank's "tp-comm" stream: record after the producing unit on
 // compute, comm waits, all_reduce_sum, record on comm; compute waits before the next unit of the
@@ -93,6 +115,7 @@ class TpStages {
   TpStages(StageSpec spec, int tp, const Factory& make) {
     devices_ = make_cpu_devices(tp);
     comms_ = make_host_comms(tp);
+    vocab_comms_ = make_host_comms(tp);  // used when spec.vocab_parallel (models/model_spec.h)
     for (int r = 0; r < tp; ++r) {
       Device& d = *devices_[static_cast<std::size_t>(r)];
       allocs_.push_back(std::make_unique<DeviceAllocator>(d));
@@ -101,6 +124,7 @@ class TpStages {
       produced_.push_back(d.create_event());
       spec.tp_rank = r;
       spec.tp_size = tp;
+      spec.vocab_comm = vocab_comms_[static_cast<std::size_t>(r)].get();
       stages_.push_back(make(spec, *allocs_.back()));
     }
   }
@@ -194,7 +218,7 @@ class TpStages {
   }
 
   std::vector<std::unique_ptr<CpuDevice>> devices_;
-  std::vector<std::unique_ptr<Communicator>> comms_;
+  std::vector<std::unique_ptr<Communicator>> comms_, vocab_comms_;
   std::vector<std::unique_ptr<DeviceAllocator>> allocs_;
   std::vector<std::unique_ptr<Stream>> compute_, comm_;
   std::vector<std::unique_ptr<Event>> produced_;

@@ -6,6 +6,7 @@
 //   * collectives issued on two streams of one communicator match in host issue order even when
 //     the first stream is held back (the ticket order of mpi_comm.h);
 //   * check_together fails on every process with the failing process's message; any() is an OR.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -74,6 +75,25 @@ TEST(MpiComm, AllReduceIsBitwiseHostCommsRankOrderSum) {
   }
   EXPECT_TRUE(order_matters) << "the inputs do not distinguish summation orders; the test proves nothing";
   EXPECT_EQ(comm->bytes_sent(), bytes);
+}
+
+// all_reduce_max: the elementwise maximum over the processes, on every process.
+TEST(MpiComm, AllReduceMaxIsTheElementwiseMaximum) {
+  auto devs = stp::make_cpu_devices(1);
+  auto comm = job().make_comm(everyone(), *devs[0]);
+  ASSERT_NE(comm, nullptr);
+  auto stream = devs[0]->create_stream("s");
+  const std::size_t count = 1001;
+  std::vector<float> mine(count);
+  for (std::size_t i = 0; i < count; ++i) mine[i] = value(job().rank(), i);
+  comm->all_reduce_max(*stream, mine.data(), count);
+  stream->synchronize();
+  for (std::size_t i = 0; i < count; ++i) {
+    float want = value(0, i);
+    for (int r = 1; r < 4; ++r) want = std::max(want, value(r, i));
+    ASSERT_EQ(mine[i], want) << i;
+  }
+  EXPECT_EQ(comm->bytes_sent(), count * sizeof(float));
 }
 
 // reduce_scatter_sum leaves HostComm's rank-order sum in this rank's slice; all_gather then

@@ -3,7 +3,8 @@
 // with the float64 reference within 1e-5 relative, for every schedule and TP x PP split: tp 1, 2
 // and 4 alone, all six schedules at pp 2 (tp 2), and the V-shaped schedules at pp 4 (8 stages of
 // one layer). Variants: grouped-query attention with an untied head (gqa), and q/k/v biases with
-// a tied head across the first and last stage (qwen2).
+// a tied head across the first and last stage (qwen2). tp > 1 runs vocab-parallel (the default),
+// and a few cases with the replicated vocabulary (parallel.vocab_parallel: false).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -67,6 +68,7 @@ struct Layout {
   const char* schedule;
   int tp, pp;
   const char* attention;
+  bool vocab_parallel = true;  // parallel.vocab_parallel (its default); tp 1 ignores it
 };
 
 class LlamaTraining : public ::testing::TestWithParam<Layout> {};
@@ -76,7 +78,8 @@ TEST_P(LlamaTraining, FiveAdamWStepLossesMatchTorch) {
   const auto& want = stp::test::llama_reference(l.variant).at("adamw.losses").data;
   stp::testing::TrainRun run = stp::testing::run_training(
       llama_config(l.variant, {std::string("parallel.schedule=") + l.schedule, "parallel.tp=" + std::to_string(l.tp),
-                               "parallel.pp=" + std::to_string(l.pp), std::string("model.attention=") + l.attention}),
+                               "parallel.pp=" + std::to_string(l.pp), std::string("model.attention=") + l.attention,
+                               std::string("parallel.vocab_parallel=") + (l.vocab_parallel ? "true" : "false")}),
       static_cast<int>(want.size()));
   ASSERT_EQ(run.losses.size(), want.size());
   for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(run.losses[i], want[i], 1e-5 * want[i]) << "step " << i + 1;
@@ -86,6 +89,8 @@ std::vector<Layout> layouts() {
   std::vector<Layout> out;
   for (const char* v : {"gqa", "qwen2"}) {
     for (int tp : {1, 2, 4}) out.push_back({v, "gpipe", tp, 1, "naive"});
+    for (int tp : {2, 4}) out.push_back({v, "gpipe", tp, 1, "naive", false});  // the replicated vocabulary
+    out.push_back({v, "stp", 2, 2, "naive", false});
     out.push_back({v, "gpipe", 4, 1, "fused"});
     for (const char* s : {"gpipe", "1f1b", "1f1b-i", "zb-h1", "zb-v", "stp"}) out.push_back({v, s, 2, 2, "naive"});
     for (const char* s : {"1f1b-i", "zb-v", "stp"}) out.push_back({v, s, 1, 4, "fused"});
@@ -97,7 +102,8 @@ std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
   std::string s = std::string(info.param.variant) + "_" + info.param.schedule;
   for (char& c : s)
     if (c == '-') c = '_';
-  return s + "_tp" + std::to_string(info.param.tp) + "_pp" + std::to_string(info.param.pp) + "_" + info.param.attention;
+  return s + "_tp" + std::to_string(info.param.tp) + "_pp" + std::to_string(info.param.pp) + "_" +
+         info.param.attention + (info.param.vocab_parallel ? "" : "_replicated_vocab");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSchedules, LlamaTraining, ::testing::ValuesIn(layouts()), layout_name);

@@ -1,0 +1,202 @@
+// Vocab-parallel kernels (contract in vocab_kernels.h). Each functor does one row (or one
+// vocabulary entry); reductions loop in index order inside that one index.
+#include "core/kernels/vocab_kernels.h"
+
+#include <cmath>
+
+#include "core/launch.h"
+
+namespace stp {
+namespace {
+
+using i64 = std::int64_t;
+using usize = std::size_t;
+
+usize row_grain(i64 row_len) { return static_cast<usize>(row_len >= 16384 ? 1 : 16384 / row_len); }
+
+struct VocabEmbeddingForward {
+  float* out;
+  const std::int32_t* tokens;
+  const float* wte;
+  const float* wpe;
+  i64 T, C, v0, Vs;
+  STP_HD void operator()(usize n) const {
+    const i64 row = static_cast<i64>(tokens[n]) - v0;
+    const bool mine = row >= 0 && row < Vs;
+    const float* e = wte + (mine ? row : 0) * C;
+    const float* p = wpe ? wpe + static_cast<i64>(n % T) * C : nullptr;
+    float* o = out + n * C;
+    for (i64 c = 0; c < C; ++c) o[c] = (mine ? e[c] : 0.0f) + (p ? p[c] : 0.0f);
+  }
+};
+
+// Stable counting sort of the rows whose token is one of this rank's: offsets (Vs+1,), rows in
+// ascending order inside each bucket. One thread, like TokenBuckets.
+struct VocabTokenBuckets {
+  std::int32_t* offsets;
+  std::int32_t* rows;
+  const std::int32_t* tokens;
+  i64 v0, Vs, BT;
+  STP_HD void operator()(usize) const {
+    for (i64 v = 0; v <= Vs; ++v) offsets[v] = 0;
+    for (i64 n = 0; n < BT; ++n) {
+      const i64 r = static_cast<i64>(tokens[n]) - v0;
+      if (r >= 0 && r < Vs) ++offsets[r + 1];
+    }
+    for (i64 v = 0; v < Vs; ++v) offsets[v + 1] += offsets[v];
+    for (i64 n = 0; n < BT; ++n) {
+      const i64 r = static_cast<i64>(tokens[n]) - v0;
+      if (r >= 0 && r < Vs) rows[offsets[r]++] = static_cast<std::int32_t>(n);
+    }
+    for (i64 v = Vs; v > 0; --v) offsets[v] = offsets[v - 1];
+    offsets[0] = 0;
+  }
+};
+
+struct VocabEmbeddingBackwardWte {
+  float* dwte;
+  const float* dout;
+  const std::int32_t* offsets;
+  const std::int32_t* rows;
+  i64 C;
+  STP_HD void operator()(usize v) const {
+    const i64 begin = offsets[v], end = offsets[v + 1];
+    if (begin == end) return;
+    for (i64 c = 0; c < C; ++c) {
+      float acc = 0.0f;
+      for (i64 i = begin; i < end; ++i) acc += dout[static_cast<i64>(rows[i]) * C + c];
+      dwte[static_cast<i64>(v) * C + c] += acc;
+    }
+  }
+};
+
+struct VocabWpeBackward {
+  float* dwpe;
+  const float* dout;
+  i64 B, T, C;
+  STP_HD void operator()(usize i) const {  // i = t * C + c
+    float acc = 0.0f;
+    for (i64 b = 0; b < B; ++b) acc += dout[b * T * C + static_cast<i64>(i)];
+    dwpe[i] += acc;
+  }
+};
+
+template <typename T>
+struct VocabCeMax {
+  float* max;
+  const T* logits;
+  i64 Vs, Vl;
+  STP_HD void operator()(usize n) const {
+    const T* l = logits + n * Vs;
+    float mx = -INFINITY;
+    for (i64 v = 0; v < Vl; ++v) mx = to_f32(l[v]) > mx ? to_f32(l[v]) : mx;
+    max[n] = mx;
+  }
+};
+
+template <typename T>
+struct VocabCePartials {
+  float* partials;
+  const T* logits;
+  const float* max;
+  const std::int32_t* targets;
+  i64 N, Vs, Vl, v0;
+  STP_HD void operator()(usize n) const {
+    const T* l = logits + n * Vs;
+    const float mx = max[n];
+    float sum = 0.0f;
+    for (i64 v = 0; v < Vl; ++v) sum += expf(to_f32(l[v]) - mx);
+    const i64 t = static_cast<i64>(targets[n]) - v0;
+    partials[n] = sum;
+    partials[N + static_cast<i64>(n)] = t >= 0 && t < Vl ? to_f32(l[t]) : 0.0f;
+  }
+};
+
+struct VocabCeFinish {
+  float* loss;
+  float* losses;
+  float* lse;
+  const float* max;
+  const float* partials;
+  i64 N;
+  STP_HD void operator()(usize) const {
+    float acc = 0.0f;
+    for (i64 n = 0; n < N; ++n) {
+      const float z = max[n] + logf(partials[n]);
+      lse[n] = z;
+      losses[n] = z - partials[N + n];
+      acc += losses[n];
+    }
+    loss[0] = acc / static_cast<float>(N);
+  }
+};
+
+template <typename T>
+struct VocabCeBackward {
+  T* logits;
+  const float* lse;
+  const std::int32_t* targets;
+  float scale;
+  i64 Vs, Vl, v0;
+  STP_HD void operator()(usize n) const {
+    T* l = logits + n * Vs;
+    const float z = lse[n];
+    const i64 target = static_cast<i64>(targets[n]) - v0;
+    for (i64 v = 0; v < Vs; ++v) {
+      const float p = v < Vl ? expf(to_f32(l[v]) - z) * scale : 0.0f;
+      l[v] = from_f32<T>(v == target ? p - scale : p);
+    }
+  }
+};
+
+}  // namespace
+
+void vocab_embedding_forward(Stream& s, float* out, const std::int32_t* tokens, const float* wte_shard,
+                             const float* wpe, i64 B, i64 T, i64 C, i64 v0, i64 Vs) {
+  launch(s, static_cast<usize>(B * T), VocabEmbeddingForward{out, tokens, wte_shard, wpe, T, C, v0, Vs}, row_grain(C));
+}
+
+i64 vocab_embedding_backward_workspace(i64 Vs, i64 BT) { return Vs + 1 + BT; }
+
+void vocab_embedding_backward_accumulate(Stream& s, float* dwte_shard, float* dwpe, const float* dout,
+                                         const std::int32_t* tokens, std::int32_t* workspace, i64 B, i64 T, i64 C,
+                                         i64 v0, i64 Vs) {
+  std::int32_t* offsets = workspace;
+  std::int32_t* rows = workspace + Vs + 1;
+  launch(s, 1, VocabTokenBuckets{offsets, rows, tokens, v0, Vs, B * T}, 1);
+  launch(s, static_cast<usize>(Vs), VocabEmbeddingBackwardWte{dwte_shard, dout, offsets, rows, C}, 256);
+  if (dwpe != nullptr) launch(s, static_cast<usize>(T * C), VocabWpeBackward{dwpe, dout, B, T, C}, row_grain(B));
+}
+
+template <typename T>
+void vocab_ce_max(Stream& s, float* max, const T* logits, i64 N, i64 Vs, i64 Vl) {
+  launch(s, static_cast<usize>(N), VocabCeMax<T>{max, logits, Vs, Vl}, row_grain(Vs));
+}
+
+template <typename T>
+void vocab_ce_partials(Stream& s, float* partials, const T* logits, const float* max, const std::int32_t* targets,
+                       i64 N, i64 Vs, i64 Vl, i64 v0) {
+  launch(s, static_cast<usize>(N), VocabCePartials<T>{partials, logits, max, targets, N, Vs, Vl, v0}, row_grain(Vs));
+}
+
+void vocab_ce_finish(Stream& s, float* loss, float* losses, float* lse, const float* max, const float* partials,
+                     i64 N) {
+  launch(s, 1, VocabCeFinish{loss, losses, lse, max, partials, N}, 1);
+}
+
+template <typename T>
+void vocab_ce_backward_inplace(Stream& s, T* logits, const float* lse, const std::int32_t* targets, float scale, i64 N,
+                               i64 Vs, i64 Vl, i64 v0) {
+  launch(s, static_cast<usize>(N), VocabCeBackward<T>{logits, lse, targets, scale, Vs, Vl, v0}, row_grain(Vs));
+}
+
+#define STP_PER_ACTIVATION_TYPE(T)                                                                                \
+  template void vocab_ce_max<T>(Stream&, float*, const T*, i64, i64, i64);                                        \
+  template void vocab_ce_partials<T>(Stream&, float*, const T*, const float*, const std::int32_t*, i64, i64, i64, \
+                                     i64);                                                                        \
+  template void vocab_ce_backward_inplace<T>(Stream&, T*, const float*, const std::int32_t*, float, i64, i64, i64, i64);
+STP_PER_ACTIVATION_TYPE(float)
+STP_PER_ACTIVATION_TYPE(bf16)
+#undef STP_PER_ACTIVATION_TYPE
+
+}  // namespace stp

@@ -1,0 +1,143 @@
+// Vocab parallelism (parallel.vocab_parallel; docs/model.md, Vocab parallelism) against the
+// replicated embedding and head, for gpt2 and llama, with a vocabulary of 65 that tp 2 and tp 4
+// must pad (to 66 and 68):
+//   * each TP rank holds V_pad·C/tp of every vocabulary table (the exact bytes);
+//   * three training steps give the replicated run's losses within 1e-6 relative and its
+//     parameters within 1e-5 (normwise, as tests/train/equivalence_test.cpp), under several
+//     schedules and splits;
+//   * parameters leave a vocab-parallel run as whole, unpadded (V, C) tensors (what checkpoints
+//     write), and a checkpoint saved at tp 2 vocab-parallel loads at tp 1 replicated, bitwise.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "formats/checkpoint.h"
+#include "models/registry.h"
+#include "schedule/schedule.h"
+#include "tests/train/train_fixture.h"
+#include "train/stage_layout.h"
+
+namespace {
+
+using stp::testing::TrainRun;
+
+constexpr int kV = 65;  // tokens64_file's ids are < 64: one more, so that no tp > 1 divides it
+constexpr int kC = 32;
+
+std::vector<std::string> model_sets(const std::string& arch) {
+  std::vector<std::string> s = {"model.arch=" + arch, "model.vocab_size=" + std::to_string(kV), "data.format=u16",
+                                "data.path=" + stp::testing::tokens64_file()};
+  if (arch == "llama") s.push_back("model.intermediate_size=64");
+  return s;
+}
+
+stp::Config config(const std::string& arch, const std::vector<std::string>& extra) {
+  std::vector<std::string> sets = model_sets(arch);
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return stp::testing::tiny_config(sets);
+}
+
+TEST(VocabParallel, EachRankHoldsPaddedVocabOverTpOfEveryTable) {
+  for (const char* arch : {"gpt2", "llama"}) {
+    // gpt2: one tied table (wte, in the first and the last stage); llama: embed_tokens and lm_head.
+    const std::int64_t tables = std::string(arch) == "gpt2" ? 1 : 2;
+    for (int tp : {1, 2, 4}) {
+      for (bool on : {false, true}) {
+        SCOPED_TRACE(std::string(arch) + " tp " + std::to_string(tp) + (on ? " vocab-parallel" : " replicated"));
+        const stp::Config c = config(arch, {"parallel.tp=" + std::to_string(tp),
+                                            std::string("parallel.vocab_parallel=") + (on ? "true" : "false")});
+        const std::int64_t padded = (kV + tp - 1) / tp * tp;  // 65, 66, 68
+        const std::int64_t rows = on ? padded / tp : kV;      // 65 | 33, 17
+        const stp::sched::Schedule s = stp::sched::generate("gpipe", 1, c.train.microbatches);
+        EXPECT_EQ(stp::vocab_param_bytes(c, s, 0), tables * rows * kC * 4);
+        for (int r = 0; r < tp; ++r) {
+          for (const stp::ParamInfo& p :
+               stp::model_param_table(stp::model_spec_of(c), stp::stage_spec_of(c, s, 0, 0, r))) {
+            if (!p.vocab) continue;
+            EXPECT_EQ(p.full_shape, (stp::Shape{kV, kC})) << p.name;
+            EXPECT_EQ(p.layout.shard_rows, rows) << p.name;
+            EXPECT_EQ(p.layout.row_begin, on ? r * rows : 0) << p.name;
+            EXPECT_EQ(p.replicated, !on || tp == 1) << p.name;
+          }
+        }
+      }
+    }
+  }
+  // Pipeline: the last stage of gpt2 holds its own copy of the tied table.
+  const stp::Config c = config("gpt2", {"parallel.tp=4", "parallel.pp=2"});
+  const stp::sched::Schedule s = stp::sched::generate("gpipe", 2, c.train.microbatches);
+  EXPECT_EQ(stp::vocab_param_bytes(c, s, 0), 17 * kC * 4);
+  EXPECT_EQ(stp::vocab_param_bytes(c, s, 1), 17 * kC * 4);
+}
+
+struct Case {
+  const char* arch;
+  const char* schedule;
+  int tp, pp;
+};
+
+class VocabParallelTraining : public ::testing::TestWithParam<Case> {};
+
+TEST_P(VocabParallelTraining, MatchesTheReplicatedHead) {
+  const Case k = GetParam();
+  auto run = [&](bool on) {
+    return stp::testing::run_training(
+        config(k.arch, {std::string("parallel.schedule=") + k.schedule, "parallel.tp=" + std::to_string(k.tp),
+                        "parallel.pp=" + std::to_string(k.pp),
+                        std::string("parallel.vocab_parallel=") + (on ? "true" : "false")}),
+        3);
+  };
+  const TrainRun rep = run(false), vp = run(true);
+  ASSERT_EQ(vp.losses.size(), rep.losses.size());
+  for (std::size_t i = 0; i < rep.losses.size(); ++i)
+    EXPECT_NEAR(vp.losses[i], rep.losses[i], 1e-6 * rep.losses[i]) << "step " << i + 1;
+  // Whole, unpadded tables leave the run (full_parameters is what checkpoints write).
+  ASSERT_EQ(vp.params.size(), rep.params.size());
+  for (const auto& [name, t] : vp.params) EXPECT_EQ(t.shape, rep.params.at(name).shape) << name;
+  std::string where;
+  EXPECT_LT(stp::testing::max_rel_diff(vp.params, rep.params, &where), 1e-5) << "worst at " << where;
+  EXPECT_LT(stp::testing::key_bias_max_abs_diff(vp.params, rep.params), 1e-3 * 3 * 1e-3);
+  // The memory plan stays exact with the sharded tables and the head's collectives.
+  stp::testing::expect_memory_as_planned(vp, vp.plan.device_budget);
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& i) {
+  std::string s = i.param.schedule;
+  for (char& ch : s)
+    if (ch == '-') ch = '_';
+  return std::string(i.param.arch) + "_" + s + "_tp" + std::to_string(i.param.tp) + "_pp" + std::to_string(i.param.pp);
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, VocabParallelTraining,
+                         ::testing::Values(Case{"gpt2", "stp", 2, 2}, Case{"gpt2", "zb-v", 2, 2},
+                                           Case{"gpt2", "gpipe", 4, 1}, Case{"llama", "stp", 2, 2},
+                                           Case{"llama", "zb-v", 2, 2}, Case{"llama", "1f1b", 4, 1}),
+                         case_name);
+
+// A checkpoint of a tp 2 vocab-parallel run holds the true (65, C) tables and loads into a tp 1
+// replicated model bitwise (and the same parameters into a tp 4 vocab-parallel one).
+TEST(VocabParallel, CheckpointsAreLayoutIndependent) {
+  const std::string dir = std::string(STP_BINARY_DIR) + "/tests/vocab_parallel_ckpt";
+  stp::Trainer t(config("llama", {"parallel.tp=2", "output.dir=" + dir}));
+  t.step();
+  const std::string ckpt = t.save_checkpoint();
+  const auto saved = stp::read_model_tensors(ckpt + "/model.safetensors");
+  const auto live = t.full_parameters();
+  for (const auto& [name, tensor] : live) {
+    EXPECT_EQ(saved.at(name).shape, tensor.shape) << name;
+    EXPECT_EQ(saved.at(name).data, tensor.data) << name;
+  }
+  for (int tp : {1, 4}) {
+    stp::Trainer u(config("llama", {"parallel.tp=" + std::to_string(tp),
+                                    "model.init_from=" + ckpt + "/model.safetensors", "output.dir=" + dir + "_load"}));
+    const auto loaded = u.full_parameters();
+    ASSERT_EQ(loaded.size(), live.size());
+    for (const auto& [name, tensor] : live) {
+      EXPECT_EQ(loaded.at(name).shape, tensor.shape) << "tp " << tp << " " << name;
+      EXPECT_EQ(loaded.at(name).data, tensor.data) << "tp " << tp << " " << name;
+    }
+  }
+}
+
+}  // namespace
