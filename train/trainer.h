@@ -128,6 +128,7 @@ class Trainer {
     ArenaStats device;
     ArenaStats pinned;
     std::uint64_t d2h_bytes = 0, h2d_bytes = 0, late_prefetches = 0;
+    std::size_t optimizer_host_bytes = 0;  // memory.optimizer_offload: moments + staging, pinned host
   };
   std::vector<DeviceMemory> device_memory() const;
 
