@@ -68,6 +68,7 @@ static const std::vector<Knob> kKnobs = {
   {"memory.device_budget",   KnobType::KNOB_BYTES,  "256MiB",         "", "memory per device; null = the device's capacity", STP_FIELD(memory.device_budget)},
   {"memory.host_budget",     KnobType::KNOB_BYTES,  "4GiB",           "", "pinned host memory for the whole process; null = unlimited", STP_FIELD(memory.host_budget)},
   {"memory.offload",         KnobType::KNOB_CHOICE, "auto",           "auto|none|all", "activation offload to pinned host memory", STP_FIELD(memory.offload)},
+  {"memory.optimizer_offload", KnobType::KNOB_CHOICE, "none",     "auto|none|all", "AdamW state in pinned host memory, updated by the CPU AdamW while the device computes; auto: only when the plan does not fit the device budget otherwise (docs/memory.md, Optimizer offload)", STP_FIELD(memory.optimizer_offload)},
   {"memory.recompute",       KnobType::KNOB_CHOICE, "auto",           "auto|none|selective|full", "activation recomputation", STP_FIELD(memory.recompute)},
   {"memory.link_bandwidth",  KnobType::KNOB_RATE,   "0",              "", "CPU backend: emulated D2H/H2D link rate, e.g. 12GB/s; 0 or null = unlimited", STP_FIELD(memory.link_bandwidth)},
   {"memory.copy_engine_cpus", KnobType::KNOB_INT,   "0",              "", "CPU backend: the last N CPUs run only the D2H/H2D copy streams (an emulated copy engine, as a GPU's DMA engines do not take compute); 0 = copies share every CPU", STP_FIELD(memory.copy_engine_cpus)},

@@ -37,11 +37,15 @@ struct RankPrediction {
   std::size_t peak_device_bytes = 0;  // live bytes of the caching allocator: exact on every backend
   std::size_t peak_reserved_bytes = 0;
   std::array<std::size_t, kMemoryCategories> peak_by_category{};
-  std::size_t host_pinned_bytes = 0;         // peak pool bytes this device's offload needs
-  std::uint64_t offload_bytes_per_step = 0;  // D2H bytes (= H2D bytes)
-  double compute_s = 0;                      // estimated compute time per step (FLOPs / rate)
-  double recompute_s = 0;                    // added forward work per step
-  double exposed_copy_s = 0;                 // copy time per step the compute cannot hide
+  std::size_t host_pinned_bytes = 0;  // peak pool bytes this device's offload needs
+  // Model states (optimizer offload moves the last three to the host; train/memory_planning.cpp).
+  std::size_t weight_bytes = 0, grad_bytes = 0;  // on the device
+  std::size_t optimizer_device_bytes = 0;        // AdamW moments on the device
+  std::size_t optimizer_host_bytes = 0;          // moments + staging in pinned host memory
+  std::uint64_t offload_bytes_per_step = 0;      // D2H bytes (= H2D bytes)
+  double compute_s = 0;                          // estimated compute time per step (FLOPs / rate)
+  double recompute_s = 0;                        // added forward work per step
+  double exposed_copy_s = 0;                     // copy time per step the compute cannot hide
   double step_cost_s() const { return recompute_s + exposed_copy_s; }
 };
 
@@ -51,6 +55,7 @@ struct MemoryPlan {
   std::size_t min_device_budget = 0;      // the smallest budget any plan of this config fits ...
   bool min_budget_exact = false;          // ... or, when false, a lower bound of it (live bytes)
   std::vector<RankPlan> ranks;            // [pp rank]
+  bool optimizer_offload = false;         // AdamW state in pinned host memory (every rank)
   std::vector<RankPrediction> predicted;  // [global rank]
   std::string summary;                    // one line per decision group, for people
 };

@@ -20,6 +20,7 @@
 #include "core/kernels/optim_kernels.h"
 #include "core/tensor.h"
 #include "models/stage.h"
+#include "optim/host_update.h"
 
 namespace stp {
 
@@ -31,10 +32,16 @@ class AdamW {
  public:
   // exp_avg / exp_avg_sq (same shapes as the params) are allocated from `alloc` and zeroed on s.
   // `params` must outlive the optimizer; its tensors may not be replaced.
-  AdamW(std::vector<ParamInfo>& params, const AdamWHyper& hyper, Allocator& alloc, Stream& s);
+  // host (optimizer offload): the moments live in host->allocator()'s pinned host memory instead
+  // and step() runs the update there (optim/host_update.h), parameter i in group param_group[i];
+  // host must outlive the optimizer.
+  AdamW(std::vector<ParamInfo>& params, const AdamWHyper& hyper, Allocator& alloc, Stream& s,
+        HostUpdate* host = nullptr, const std::vector<int>& param_group = {});
 
   // Counts one step, then updates every parameter: decay iff ParamInfo::decay (>= 2 dims).
+  // Offloaded: s is ordered after the uploads of the updated parameters.
   void step(Stream& s, float lr);
+  bool offloaded() const { return host_ != nullptr; }
 
   std::int64_t step_count() const { return step_count_; }           // steps taken (0 before the first)
   void set_step_count(std::int64_t steps) { step_count_ = steps; }  // when resuming
@@ -48,6 +55,7 @@ class AdamW {
   std::vector<ParamInfo>& params_;
   AdamWHyper hyper_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
+  HostUpdate* host_ = nullptr;
   std::int64_t step_count_ = 0;
 };
 

@@ -64,6 +64,7 @@ int run(const PlanArgs& a) {
     nlohmann::ordered_json out;
     out["feasible"] = error.empty();
     out["min_device_budget"] = plan.min_device_budget;
+    out["optimizer_offload"] = plan.optimizer_offload;
     nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
     for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
       const stp::RankPrediction& p = plan.predicted[g];
@@ -75,6 +76,11 @@ int run(const PlanArgs& a) {
                        {"peak_by_category", std::move(cats)},
                        {"host_pinned_bytes", p.host_pinned_bytes},
                        {"vocab_param_bytes", vocab_bytes(g)},
+                       {"model_states",
+                        {{"weights_device", p.weight_bytes},
+                         {"gradients_device", p.grad_bytes},
+                         {"optimizer_device", p.optimizer_device_bytes},
+                         {"optimizer_host", p.optimizer_host_bytes}}},
                        {"predicted_step_cost", stp::json_number(p.step_cost_s(), 6)},
                        {"decisions", decisions_json(plan.ranks[g / static_cast<std::size_t>(tp)])}});
     }
@@ -97,7 +103,16 @@ int run(const PlanArgs& a) {
                   stp::format_bytes(static_cast<std::size_t>(vocab_bytes(g))).c_str(),
                   cfg.parallel.vocab_parallel && tp > 1 ? "vocab-parallel: V padded to a multiple of tp, split over tp"
                                                         : "replicated on every TP rank");
+      std::printf("  model states: device: weights %s, gradients %s, optimizer %s; host: optimizer %s\n",
+                  stp::format_bytes(p.weight_bytes).c_str(), stp::format_bytes(p.grad_bytes).c_str(),
+                  stp::format_bytes(p.optimizer_device_bytes).c_str(),
+                  stp::format_bytes(p.optimizer_host_bytes).c_str());
     }
+    std::size_t pinned = 0;
+    for (const stp::RankPrediction& p : plan.predicted) pinned += p.host_pinned_bytes + p.optimizer_host_bytes;
+    std::printf("optimizer state: %s; pinned host total %s of memory.host_budget %s\n",
+                plan.optimizer_offload ? "pinned host memory (memory.optimizer_offload)" : "device",
+                stp::format_bytes(pinned).c_str(), stp::format_budget(stp::memory_settings(cfg).host_budget).c_str());
     std::printf("decisions:\n%s", plan.summary.c_str());
     if (!error.empty()) std::printf("not feasible: %s\n", error.c_str());
   }

@@ -126,6 +126,15 @@ std::vector<Trainer::DeviceMemory> dry_run(const Config& config, const MemoryPla
   return dry.device_memory();
 }
 
+// Model-state bytes of one device from its dry run: live bytes by category at the end of the
+// second step (the steady state), and the optimizer's pinned host bytes.
+void account_model_states(RankPrediction& p, const Trainer::DeviceMemory& d) {
+  p.weight_bytes = d.device.by_category[static_cast<std::size_t>(MemoryCategory::Weights)];
+  p.grad_bytes = d.device.by_category[static_cast<std::size_t>(MemoryCategory::Gradients)];
+  p.optimizer_device_bytes = d.device.by_category[static_cast<std::size_t>(MemoryCategory::OptimizerState)];
+  p.optimizer_host_bytes = d.optimizer_host_bytes;
+}
+
 MemoryPlan keep_everything(const ModelLayout& s, int pp) {
   MemoryPlan mp;
   for (int r = 0; r < pp; ++r) {
@@ -138,9 +147,8 @@ MemoryPlan keep_everything(const ModelLayout& s, int pp) {
   return mp;
 }
 
-}  // namespace
-
-MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
+// The plan for one optimizer placement (offload_optimizer: AdamW moments in pinned host memory).
+MemoryPlan plan_for_placement(const Config& config, bool exact_minimum, bool offload_optimizer) {
   ModelLayout shape = build_shape(config);
   const int pp = config.parallel.pp, tp = config.parallel.tp, m = config.train.microbatches;
   const double flops = rank_flops(config);
@@ -192,6 +200,7 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
   dry_config.memory.device_budget.reset();
   in.evaluate = [&](std::vector<RankPlan>& plans) {
     MemoryPlan mp;
+    mp.optimizer_offload = offload_optimizer;
     for (int r = 0; r < pp; ++r) {
       // Lookahead in ops: enough average op time to cover one set's copy.
       const auto& ops = shape.schedule.ranks[static_cast<std::size_t>(r)];
@@ -216,6 +225,7 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
       p.peak_reserved_bytes = d.device.peak_reserved;
       p.peak_by_category = d.device.peak_by_category;
       p.host_pinned_bytes = d.pinned.high_water;
+      account_model_states(p, d);
       p.offload_bytes_per_step = d.d2h_bytes / 2;
       p.compute_s = compute_s[static_cast<std::size_t>(r)];
       for (const PlanCandidate& c : in.candidates) {
@@ -236,6 +246,7 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
   auto places = [&](const std::vector<RankPlan>& plans, std::size_t budget) {
     MemoryPlan mp;
     mp.ranks = plans;
+    mp.optimizer_offload = offload_optimizer;
     Config budgeted = dry_config;
     budgeted.memory.device_budget = budget;
     try {
@@ -302,7 +313,29 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
     in.device_budget -= budget / 20;
     in.placeable_budget = nullptr;  // min_budget is known
   }
+  plan.optimizer_offload = offload_optimizer;
   return plan;
+}
+
+}  // namespace
+
+// ---- Optimizer placement (memory.optimizer_offload) --------------------------------------------
+// none / all: as set. auto: the state stays on the device when a plan fits the budget with it
+// there (offloading it would only add copies and CPU work); otherwise it moves to the host, all of
+// it on every rank. The byte accounting is the dry run's (account_model_states): with the state
+// on the host the device holds weights and gradients only, and the pinned host memory holds the
+// moments plus the staging of parameters and gradients (HostUpdate).
+MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
+  const OffloadPolicy policy = memory_settings(config).optimizer_offload;
+  if (policy != OffloadPolicy::Auto) return plan_for_placement(config, exact_minimum, policy == OffloadPolicy::All);
+  MemoryPlan on_device = plan_for_placement(config, exact_minimum, false);
+  if (on_device.feasible) return on_device;
+  MemoryPlan on_host = plan_for_placement(config, exact_minimum, true);
+  on_host.summary +=
+      "optimizer state moved to pinned host memory (memory.optimizer_offload: auto): the plan with it "
+      "on the device needs " +
+      format_bytes(on_device.min_device_budget) + "\n";
+  return on_host;
 }
 
 void check_plan(const MemoryPlan& plan, const Config& config) {
@@ -322,8 +355,17 @@ void check_plan(const MemoryPlan& plan, const Config& config) {
                         : "",
                     ", or lower train.micro_batch_size."));
   }
-  std::size_t pinned = 0;
-  for (const RankPrediction& p : plan.predicted) pinned += p.host_pinned_bytes;
+  std::size_t pinned = 0, optimizer = 0;
+  for (const RankPrediction& p : plan.predicted) pinned += p.host_pinned_bytes, optimizer += p.optimizer_host_bytes;
+  if (optimizer > 0 && pinned + optimizer > settings.host_budget)
+    throw Error(str("memory.host_budget = ", format_bytes(settings.host_budget),
+                    " is too small for the offloaded optimizer "
+                    "state: it needs ",
+                    format_bytes(optimizer), " (AdamW moments and parameter / gradient staging",
+                    pinned ? str(", plus ", format_bytes(pinned), " of offloaded activations") : std::string(), ", ",
+                    pinned + optimizer,
+                    " bytes in all); raise memory.host_budget to at least that, or set "
+                    "memory.optimizer_offload: none"));
   if (pinned > settings.host_budget)
     throw Error(
         str("the plan offloads ", format_bytes(pinned),

@@ -24,6 +24,7 @@ MemorySettings memory_settings(const Config& config) {
   m.host_budget = budget_bytes(config.memory.host_budget);
   m.offload = policy_of<OffloadPolicy>(config.memory.offload, "memory.offload");
   m.recompute = policy_of<RecomputePolicy>(config.memory.recompute, "memory.recompute");
+  m.optimizer_offload = policy_of<OffloadPolicy>(config.memory.optimizer_offload, "memory.optimizer_offload");
   return m;
 }
 

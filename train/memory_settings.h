@@ -37,6 +37,7 @@ struct MemorySettings {
   std::size_t host_budget = kNoBudget;    // pinned host bytes, whole process
   OffloadPolicy offload = OffloadPolicy::Auto;
   RecomputePolicy recompute = RecomputePolicy::Auto;
+  OffloadPolicy optimizer_offload = OffloadPolicy::None;  // memory.optimizer_offload
 };
 
 // The settings of a loaded config. A policy string the registry's choices do not allow is an

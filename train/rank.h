@@ -46,7 +46,10 @@ struct Rank {
   std::vector<std::unique_ptr<Stage>> stages;  // [local chunk]
   std::vector<ParamInfo> params;               // every stage's parameters (views), chunk order
   std::vector<int> param_chunk;                // local chunk of params[i]
-  std::unique_ptr<AdamW> adamw;                // these two, or
+  // memory.optimizer_offload: the CPU update and its copy streams (the optimizers' moments live in
+  // its pinned host memory); declared before them, so it outlives them.
+  std::unique_ptr<HostUpdate> host_update;
+  std::unique_ptr<AdamW> adamw;  // these two, or
   std::unique_ptr<GradClipper> clipper;
   std::unique_ptr<ShardedOptimizer> sharded;  // parallel.distributed_optimizer with dp > 1 (no dp_grads then)
   std::vector<Tensor> checkpoint_moments[2];  // sharded: exp_avg / exp_avg_sq gathered for a checkpoint

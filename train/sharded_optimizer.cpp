@@ -12,7 +12,7 @@ ShardedOptimizer::ShardedOptimizer(std::vector<ChunkBuffers> chunks, std::vector
                                    const std::vector<int>& param_chunk, int dp, int dp_rank, Communicator* comm,
                                    Device& device, Stream& compute, Stream* dp_stream, std::size_t bucket_bytes,
                                    const AdamWHyper& hyper, Allocator& alloc,
-                                   std::function<bool(const ParamInfo&)> counted, bool trace)
+                                   std::function<bool(const ParamInfo&)> counted, bool trace, HostUpdate* host)
     : params_(params),
       dp_(dp),
       dp_rank_(dp_rank),
@@ -22,6 +22,7 @@ ShardedOptimizer::ShardedOptimizer(std::vector<ChunkBuffers> chunks, std::vector
       done_(device.create_event()),
       hyper_(hyper),
       alloc_(alloc),
+      host_(host),
       trace_(trace) {
   STP_ASSERT(dp >= 1 && dp_rank >= 0 && dp_rank < dp, "ShardedOptimizer: dp rank ", dp_rank, " of ", dp);
   STP_ASSERT((comm == nullptr) == (dp_stream == nullptr) && (comm == nullptr || comm->size() == dp),
@@ -42,7 +43,8 @@ ShardedOptimizer::ShardedOptimizer(std::vector<ChunkBuffers> chunks, std::vector
     {
       MaybeCategoryScope as(alloc, MemoryCategory::OptimizerState);
       for (Tensor& t : c.state) {
-        t = Tensor::empty(alloc, Shape{static_cast<std::int64_t>(std::max<std::size_t>(state, 1))});
+        t = Tensor::empty(host ? host->allocator() : alloc,
+                          Shape{static_cast<std::int64_t>(std::max<std::size_t>(state, 1))});
         compute.zero(t.raw(), t.bytes());
       }
     }
@@ -74,6 +76,10 @@ ShardedOptimizer::ShardedOptimizer(std::vector<ChunkBuffers> chunks, std::vector
     o.param = p.param.view(static_cast<std::int64_t>(s.offset), Shape{static_cast<std::int64_t>(s.count)});
     o.grad = p.grad.view(static_cast<std::int64_t>(s.offset), Shape{static_cast<std::int64_t>(s.count)});
     owned_.push_back(std::move(o));
+    if (host)
+      host->add(s.chunk, p.param.f32() + s.offset, p.grad.f32() + s.offset,
+                chunks_[s.chunk].state[0].f32() + s.state_at, chunks_[s.chunk].state[1].f32() + s.state_at, s.count,
+                p.decay);
   }
   // A segment enters the norm when its parameter does (the predicate sees the rank's parameters).
   std::vector<bool> param_counted(params_.size(), true);
@@ -150,6 +156,17 @@ void ShardedOptimizer::gather(std::size_t chunk, float* data) {
 void ShardedOptimizer::step(float lr) {
   ++step_count_;
   const int step = static_cast<int>(step_count_);
+  if (host_) {  // the CPU updates the owned segments; each chunk gathers once uploaded
+    host_->step(lr, hyper_, step, comm_ == nullptr);
+    if (!comm_) return;
+    for (std::size_t ci = 0; ci < chunks_.size(); ++ci) {
+      dp_stream_->wait(host_->uploaded(ci));
+      gather(ci, chunks_[ci].buf.params.f32());
+    }
+    dp_stream_->record(*done_);
+    compute_.wait(*done_);
+    return;
+  }
   std::size_t next = 0;
   for (std::size_t ci = 0; ci < chunks_.size(); ++ci) {
     Chunk& c = chunks_[ci];

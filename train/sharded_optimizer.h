@@ -55,10 +55,14 @@ class ShardedOptimizer {
   // params / param_chunk: the rank's parameters in chunk order (views into the chunk buffers).
   // comm and dp_stream: nullptr in a dry run (state is allocated, nothing is communicated).
   // counted: as GradClipper's. Communicator, streams and params must outlive this object.
+  // host (optimizer offload, optim/host_update.h): the owned moments live in pinned host memory and
+  // the owned segments are updated by the CPU (group = local chunk); each chunk's all-gather waits
+  // for that chunk's upload. host must outlive this object.
   ShardedOptimizer(std::vector<ChunkBuffers> chunks, std::vector<ParamInfo>& params,
                    const std::vector<int>& param_chunk, int dp, int dp_rank, Communicator* comm, Device& device,
                    Stream& compute, Stream* dp_stream, std::size_t bucket_bytes, const AdamWHyper& hyper,
-                   Allocator& alloc, std::function<bool(const ParamInfo&)> counted, bool trace);
+                   Allocator& alloc, std::function<bool(const ParamInfo&)> counted, bool trace,
+                   HostUpdate* host = nullptr);
 
   void begin_step();
   void chunk_final(int chunk);
@@ -105,6 +109,7 @@ class ShardedOptimizer {
   std::unique_ptr<Event> done_;
   AdamWHyper hyper_;
   Allocator& alloc_;
+  HostUpdate* host_ = nullptr;
   std::int64_t step_count_ = 0;
   bool trace_;
 };

@@ -51,6 +51,10 @@ void Rank::synchronize() {
     streams.push_back(&offload->d2h());
     streams.push_back(&offload->h2d());
   }
+  if (host_update) {
+    streams.push_back(&host_update->d2h());
+    streams.push_back(&host_update->h2d());
+  }
   for (Stream* s : streams) {
     if (!s) continue;  // a rank whose construction failed before its streams existed
     try {
@@ -81,6 +85,7 @@ std::vector<Trainer::DeviceMemory> Trainer::device_memory() const {
       d.h2d_bytes = c.h2d_bytes;
       d.late_prefetches = c.late_prefetches;
     }
+    if (r->host_update) d.optimizer_host_bytes = r->host_update->host_bytes();
     out.push_back(d);
   }
   return out;
@@ -224,6 +229,7 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
   fault.maybe_fail(r.global, step);
   if (r.sharded) r.sharded->begin_step();
   if (r.dp_grads) r.dp_grads->begin_step();
+  if (r.host_update) r.host_update->begin_step();
   r.executor->run_step();
   if (r.dp_grads) r.dp_grads->finish();
   if (r.sharded) r.sharded->finish([&] { sum_tied_grads(r); });  // tied sum before the reduce-scatter
@@ -253,6 +259,8 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
     if (config.train.grad_clip > 0) {
       clipper.clip(*r.compute, static_cast<float>(config.train.grad_clip));
       r.compute->copy(h + 2, clipper.coef(), sizeof(float));
+      // Offloaded: chunks downloaded during the backward hold unclipped copies (optim/host_update.h).
+      if (r.host_update) r.host_update->set_clip_coefficient(download(r.health, *r.compute)[2]);
     }
     if (r.sharded) r.sharded->step(lr);
     else r.adamw->step(*r.compute, lr);

@@ -132,6 +132,7 @@ class Trainer {
     // while the trainer was built): the device's free memory before minus after creating them.
     // 0 where the device reports no physical memory (the CPU backend).
     std::uint64_t communicator_bytes = 0;
+    std::size_t optimizer_host_bytes = 0;  // memory.optimizer_offload: moments + staging, pinned host
   };
   std::vector<DeviceMemory> device_memory() const;
 

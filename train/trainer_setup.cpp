@@ -240,16 +240,28 @@ void Trainer::Impl::build_rank(Rank& r) {
   // The distributed optimizer with dp > 1 (config.parallel.dp: a dry run plans one replica of the
   // real job, so it allocates replica 0's shard of the state without communicating).
   const bool sharded = config.parallel.distributed_optimizer && config.parallel.dp > 1;
+  if (plan.optimizer_offload) {  // the optimizer's moments in pinned host memory, updated by the CPU
+    r.host_update = std::make_unique<HostUpdate>(*r.device, *r.compute, r.stages.size(), options.dry_run);
+    for (Stream* s : {&r.host_update->d2h(), &r.host_update->h2d()}) {
+      if (!cpus.copy.empty()) bind_stream_threads_to_cpus(*s, cpus.copy);
+      else if (r.host_node >= 0) bind_stream_threads_near(*s, r.host_node);
+    }
+    if (trace) {
+      r.host_update->d2h().set_trace(trace.get(), r.global, "optimizer-d2h");
+      r.host_update->h2d().set_trace(trace.get(), r.global, "optimizer-h2d");
+    }
+  }
   if (sharded) {
     std::vector<ShardedOptimizer::ChunkBuffers> chunks;
     for (auto& s : r.stages) chunks.push_back({s->flat_params(), s->flat_grads()});
-    r.sharded = std::make_unique<ShardedOptimizer>(std::move(chunks), r.params, r.param_chunk, config.parallel.dp,
-                                                   r.dp_rank, layout.dp > 1 ? r.dp : nullptr, *r.device, *r.compute,
-                                                   layout.dp > 1 ? r.dp_comm.get() : nullptr,
-                                                   static_cast<std::size_t>(config.parallel.dp_bucket.value_or(0)),
-                                                   adamw_hyper(config.optim), *r.alloc, counted, trace != nullptr);
+    r.sharded = std::make_unique<ShardedOptimizer>(
+        std::move(chunks), r.params, r.param_chunk, config.parallel.dp, r.dp_rank, layout.dp > 1 ? r.dp : nullptr,
+        *r.device, *r.compute, layout.dp > 1 ? r.dp_comm.get() : nullptr,
+        static_cast<std::size_t>(config.parallel.dp_bucket.value_or(0)), adamw_hyper(config.optim), *r.alloc, counted,
+        trace != nullptr, r.host_update.get());
   } else {
-    r.adamw = std::make_unique<AdamW>(r.params, adamw_hyper(config.optim), *r.alloc, *r.compute);
+    r.adamw = std::make_unique<AdamW>(r.params, adamw_hyper(config.optim), *r.alloc, *r.compute, r.host_update.get(),
+                                      r.param_chunk);
     r.clipper = std::make_unique<GradClipper>(r.params, *r.alloc, counted);
   }
   RankResources res;
@@ -269,6 +281,14 @@ void Trainer::Impl::build_rank(Rank& r) {
   res.offload = r.offload.get();
   if (layout.dp > 1 && r.sharded) {
     res.grads_final = [opt = r.sharded.get()](int chunk) { opt->chunk_final(chunk); };
+  } else if (layout.dp == 1 && r.host_update && !r.sharded) {
+    // Offloaded, one replica: a chunk without the tied parameter (whose gradient the tied sum still
+    // changes) downloads its parameters and gradients as soon as its last backward is enqueued.
+    for (std::size_t c = 0; c < r.stages.size(); ++c) {
+      const auto& ps = r.stages[c]->params();
+      r.host_update->set_early(c, std::none_of(ps.begin(), ps.end(), [](const ParamInfo& p) { return p.tied; }));
+    }
+    res.grads_final = [host = r.host_update.get()](int chunk) { host->grads_final(static_cast<std::size_t>(chunk)); };
   } else if (layout.dp > 1) {
     std::vector<Tensor> grads;
     for (auto& s : r.stages) grads.push_back(s->flat_grads());

@@ -1,0 +1,96 @@
+#include "optim/host_update.h"
+
+#include "base/error.h"
+#include "optim/cpu_adamw.h"
+
+namespace stp {
+
+HostUpdate::HostUpdate(Device& device, Stream& compute, std::size_t groups, bool dry)
+    : compute_(compute),
+      d2h_(device.create_stream("optimizer-d2h")),
+      h2d_(device.create_stream("optimizer-h2d")),
+      ready_(device.create_event()),
+      groups_(groups),
+      host_(device, host_bytes_),
+      dry_(dry) {
+  for (Group& g : groups_) {
+    g.final = device.create_event();
+    g.down = device.create_event();
+    g.up = device.create_event();
+  }
+}
+
+void HostUpdate::add(std::size_t group, float* param, const float* grad, float* m, float* v, std::size_t n,
+                     bool decay) {
+  STP_ASSERT(!staged_, "HostUpdate: a span added after the first step");
+  STP_ASSERT(group < groups_.size(), "HostUpdate: group ", group, " of ", groups_.size());
+  Group& g = groups_[group];
+  g.spans.push_back(Span{param, grad, m, v, n, g.elements, decay});
+  g.elements += n;
+}
+
+void HostUpdate::allocate_staging() {
+  for (Group& g : groups_) {
+    if (g.elements == 0) continue;
+    g.p_host = Tensor::empty(host_, Shape{static_cast<std::int64_t>(g.elements)});
+    g.g_host = Tensor::empty(host_, Shape{static_cast<std::int64_t>(g.elements)});
+  }
+  staged_ = true;
+}
+
+void HostUpdate::begin_step() {
+  if (!staged_) allocate_staging();
+  for (Group& g : groups_) g.downloaded = false;
+  coef_ = 1.0f;
+}
+
+// Staging is free to overwrite: the previous step's uploads from it were ordered before the
+// compute stream's work that follows them (compute waited for them), and this stream waits for
+// a later point of compute.
+void HostUpdate::download(Group& g) {
+  for (const Span& s : g.spans) {
+    d2h_->copy(g.p_host.f32() + s.at, s.param, s.n * sizeof(float));
+    d2h_->copy(g.g_host.f32() + s.at, s.grad, s.n * sizeof(float));
+  }
+  d2h_->record(*g.down);
+  g.downloaded = true;
+}
+
+void HostUpdate::grads_final(std::size_t group) {
+  Group& g = groups_.at(group);
+  if (!g.early || g.downloaded || !staged_) return;
+  compute_.record(*g.final);
+  d2h_->wait(*g.final);
+  download(g);
+}
+
+void HostUpdate::step(float lr, const AdamWHyper& hyper, int step, bool wait_on_compute) {
+  const float coef = coef_;
+  if (!staged_) allocate_staging();
+  // The groups not downloaded early: parameters and clipped gradients, after compute's work so far.
+  compute_.record(*ready_);
+  d2h_->wait(*ready_);
+  std::vector<bool> scale(groups_.size());
+  for (std::size_t i = 0; i < groups_.size(); ++i) {
+    scale[i] = groups_[i].downloaded && coef != 1.0f;  // an early copy holds the unclipped gradient
+    if (!groups_[i].downloaded) download(groups_[i]);
+  }
+  // The CPU update of group g while later groups download and earlier ones upload.
+  for (std::size_t i = 0; i < groups_.size(); ++i) {
+    Group& g = groups_[i];
+    g.down->synchronize();
+    if (!dry_ && scale[i]) {
+      float* x = g.g_host.f32();
+      for (std::size_t k = 0; k < g.elements; ++k) x[k] *= coef;
+    }
+    if (!dry_)
+      for (const Span& s : g.spans)
+        cpu_adamw_update(g.p_host.f32() + s.at, g.g_host.f32() + s.at, s.m, s.v, s.n,
+                         adamw_scalars(lr, hyper, step, s.decay));
+    for (const Span& s : g.spans) h2d_->copy(s.param, g.p_host.f32() + s.at, s.n * sizeof(float));
+    h2d_->record(*g.up);
+    if (wait_on_compute) compute_.wait(*g.up);
+  }
+}
+
+}  // namespace stp

@@ -1,0 +1,126 @@
+// Optimizer offload (memory.optimizer_offload): the AdamW update of one rank run by the CPU
+// (optim/cpu_adamw.h) on state that lives in pinned host memory, fed and drained by two copy
+// streams of the device.
+//
+// Host memory (pinned, Device::allocate_pinned_host through a DeviceAllocator): the moments
+// exp_avg / exp_avg_sq of every span (allocated by the optimizer from allocator()), and per group
+// one staging buffer for the parameters and one for the gradients (group elements each). The
+// device keeps only the parameters and gradients: no optimizer byte is device memory.
+//
+// Early downloads: a group marked early (set_early: its gradients change no more after the
+// executor reports them final — no data-parallel reduction, no tied-gradient sum follows) is
+// downloaded by grads_final(g), called when the executor reports the chunk's last backward: the
+// d2h stream waits for that point of the compute stream and copies p and the unclipped g while
+// the backward of the other chunks goes on. Its CPU update still waits for step(): the global
+// gradient norm (clipping) and the non-finite guard need every gradient of every rank first; the
+// update then scales the host copy by the clip coefficient (the device kernel's x *= coef, one f32
+// multiply: the same bits).
+//
+// One update (step), called on the rank's host thread once the gradients are final and clipped
+// (the compute stream's work so far):
+//
+//   compute ──record──► d2h: for each group g not downloaded early: copy p, g of its spans to
+//                       staging; record d2h[g]
+//   host thread: for each group g in order: wait d2h[g]; cpu_adamw_update on every span of g
+//                (oneTBB); h2d: copy staging p back to the device; record h2d[g]
+//   compute waits every h2d[g] (or the caller makes another stream wait uploaded(g))
+//
+// so the CPU update of group g overlaps the D2H of the groups after it and the H2D of the groups
+// before it; the compute stream is never blocked by the host, only ordered after the copies.
+// A dry run (dry = true) enqueues the copies (nothing is copied on a dry device) and skips the
+// CPU arithmetic: the host pages of a dry device are address ranges only.
+//
+// Bitwise: cpu_adamw_update is the device kernel's arithmetic (the CPU backend's adamw_step),
+// and the copies move bits, so an offloaded update leaves exactly the parameters and moments the
+// device update would.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "core/device.h"
+#include "core/kernels/optim_kernels.h"
+#include "core/tensor.h"
+
+namespace stp {
+
+class HostUpdate {
+ public:
+  // groups: the number of span groups (a rank's local chunks).
+  HostUpdate(Device& device, Stream& compute, std::size_t groups, bool dry);
+  HostUpdate(const HostUpdate&) = delete;
+  HostUpdate& operator=(const HostUpdate&) = delete;
+
+  // Pinned host memory for the moments (counted in host_bytes()).
+  Allocator& allocator() { return host_; }
+  // Host state bytes this many parameter elements take when offloaded: moments + staging.
+  static std::size_t bytes_per_element() { return 4 * sizeof(float); }
+
+  // A span of n elements: param and grad on the device, m and v in allocator()'s memory.
+  // Call every add before the first step (staging is allocated then).
+  void add(std::size_t group, float* param, const float* grad, float* m, float* v, std::size_t n, bool decay);
+
+  void set_early(std::size_t group, bool early) { groups_.at(group).early = early; }
+  // Forgets the previous step's early downloads; call at the start of every step.
+  void begin_step();
+  // The group's gradients are final at this point of the compute stream (no-op unless early).
+  void grads_final(std::size_t group);
+
+  // This step's clip coefficient (host value of the device's; begin_step resets it to 1), applied
+  // to the early copies, which hold the gradients before clipping.
+  void set_clip_coefficient(float coef) { coef_ = coef; }
+
+  // One update of every span (see the header comment); ends with the compute stream ordered after
+  // every upload unless wait_on_compute is false (the caller orders on uploaded(g)). Not called
+  // on a skipped step (begin_step drops its downloads).
+  void step(float lr, const AdamWHyper& hyper, int step, bool wait_on_compute = true);
+  Event& uploaded(std::size_t group) { return *groups_.at(group).up; }
+
+  std::size_t host_bytes() const { return host_bytes_; }  // moments + staging, allocated so far
+  Stream& compute() { return compute_; }
+  Stream& d2h() { return *d2h_; }
+  Stream& h2d() { return *h2d_; }
+
+ private:
+  struct Span {
+    float* param;
+    const float* grad;
+    float *m, *v;
+    std::size_t n, at;  // elements; offset in the group's staging
+    bool decay;
+  };
+  struct Group {
+    std::vector<Span> spans;
+    std::size_t elements = 0;
+    Tensor p_host, g_host;  // staging (elements,)
+    std::unique_ptr<Event> final, down, up;
+    bool early = false, downloaded = false;
+  };
+  void download(Group& g);
+  class CountingAllocator final : public Allocator {
+   public:
+    CountingAllocator(Device& device, std::size_t& counter) : inner_(device, true), counter_(counter) {}
+    std::shared_ptr<Storage> allocate(std::size_t bytes) override {
+      counter_ += bytes;
+      return inner_.allocate(bytes);
+    }
+    Device& device() override { return inner_.device(); }
+
+   private:
+    DeviceAllocator inner_;
+    std::size_t& counter_;
+  };
+  void allocate_staging();
+
+  Stream& compute_;
+  std::unique_ptr<Stream> d2h_, h2d_;
+  std::unique_ptr<Event> ready_;
+  std::vector<Group> groups_;
+  std::size_t host_bytes_ = 0;
+  CountingAllocator host_;
+  float coef_ = 1.0f;
+  bool dry_, staged_ = false;
+};
+
+}  // namespace stp
