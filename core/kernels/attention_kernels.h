@@ -31,7 +31,7 @@
 // CPU stream (GCC x86-64 host builds, CPUs with AVX2 + FMA): blocks of 128 query rows per forward
 // task (key tiles of 32) and of 128 keys per backward step (query tiles of 32), widened to f32 once
 // per block and reused by every row of the other operand; the tile products are register-blocked
-// on 8-wide vectors and the exponentials vectorised; tasks spread by oneTBB (attention_kernels.cpp).
+// on 8-wide vectors and the exponentials vectorised; tasks spread by oneTBB (attention_kernels_avx2.cpp).
 // A CPU stream elsewhere (nvcc builds, other compilers or CPUs) runs the plain functors with tiles
 // of kCpuAttentionTile rows. CUDA stream: the same functors with tiles of one row (correctness
 // first; no shared memory or tensor cores yet).

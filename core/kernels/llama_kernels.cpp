@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/kernels/norm_rows.h"
 #include "core/launch.h"
 
 namespace stp {
@@ -11,8 +12,9 @@ namespace {
 
 using i64 = std::int64_t;
 using usize = std::size_t;
-
-usize row_grain(i64 row_len) { return static_cast<usize>(row_len >= 16384 ? 1 : 16384 / row_len); }
+using kernel_rows::row_grain;
+using kernel_rows::store_dx_row;
+using kernel_rows::store_row;
 
 // ---- RMSNorm -----------------------------------------------------------------------------------
 
@@ -26,11 +28,10 @@ struct RmsNormForward {
   float eps;
   STP_HD void operator()(usize n) const {
     const float* xr = x + n * C;
-    T* o = out + n * C;
     float ss = 0.0f;
     for (i64 c = 0; c < C; ++c) ss += xr[c] * xr[c];
     const float rs = 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
-    for (i64 c = 0; c < C; ++c) o[c] = from_f32<T>(xr[c] * rs * w[c]);
+    store_row(out, n, C, [&](i64 c) { return xr[c] * rs * w[c]; });
     rstd[n] = rs;
   }
 };
@@ -50,12 +51,7 @@ struct RmsNormBackwardInput {
     float dot = 0.0f;  // sum of g * xhat
     for (i64 c = 0; c < C; ++c) dot += d[c] * w[c] * (xr[c] * rs);
     dot /= static_cast<float>(C);
-    float* o = dx + n * C;
-    const float* r = resid ? resid + n * C : nullptr;
-    for (i64 c = 0; c < C; ++c) {
-      float v = rs * (d[c] * w[c] - xr[c] * rs * dot);
-      o[c] = r ? r[c] + v : v;
-    }
+    store_dx_row(dx, resid, n, C, [&](i64 c) { return rs * (d[c] * w[c] - xr[c] * rs * dot); });
   }
 };
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "core/kernels/norm_rows.h"
 #include "core/launch.h"
 
 namespace stp {
@@ -13,9 +14,9 @@ namespace {
 
 using i64 = std::int64_t;
 using usize = std::size_t;
-
-// Grain for row-wise kernels: enough rows for ~16K scalar ops per CPU task.
-usize row_grain(i64 row_len) { return static_cast<usize>(row_len >= 16384 ? 1 : 16384 / row_len); }
+using kernel_rows::row_grain;
+using kernel_rows::store_dx_row;
+using kernel_rows::store_row;
 
 // ---- LayerNorm ---------------------------------------------------------------------------------
 
@@ -31,7 +32,6 @@ struct LayerNormForward {
   float eps;
   STP_HD void operator()(usize n) const {
     const float* xr = x + n * C;
-    T* o = out + n * C;
     float m = 0.0f;
     for (i64 c = 0; c < C; ++c) m += xr[c];
     m /= static_cast<float>(C);
@@ -39,7 +39,7 @@ struct LayerNormForward {
     for (i64 c = 0; c < C; ++c) v += (xr[c] - m) * (xr[c] - m);
     v /= static_cast<float>(C);
     float rs = 1.0f / sqrtf(v + eps);
-    for (i64 c = 0; c < C; ++c) o[c] = from_f32<T>((xr[c] - m) * rs * w[c] + b[c]);
+    store_row(out, n, C, [&](i64 c) { return (xr[c] - m) * rs * w[c] + b[c]; });
     mean[n] = m;
     rstd[n] = rs;
   }
@@ -67,12 +67,7 @@ struct LayerNormBackwardInput {
     }
     g_mean /= static_cast<float>(C);
     gx_mean /= static_cast<float>(C);
-    float* o = dx + n * C;
-    const float* r = resid ? resid + n * C : nullptr;
-    for (i64 c = 0; c < C; ++c) {
-      float v = rs * (d[c] * w[c] - g_mean - (xr[c] - m) * rs * gx_mean);
-      o[c] = r ? r[c] + v : v;
-    }
+    store_dx_row(dx, resid, n, C, [&](i64 c) { return rs * (d[c] * w[c] - g_mean - (xr[c] - m) * rs * gx_mean); });
   }
 };
 

@@ -19,7 +19,10 @@ std::string fresh_dir(const std::string& name) {
 
 TEST(Resume, SixStepsEqualThreePlusCheckpointPlusThreeBitwise) {
   // bf16: the checkpoint holds the f32 masters; the bf16 weight copies are rounded from them again.
-  for (std::string layout : {"parallel.pp=1", "parallel.pp=2", "parallel.pp=2 train.precision=bf16"}) {
+  // Under a sanitizer: the pipelined bf16 layout only.
+  for (std::string layout :
+       stp::testing::sweep<std::string>({"parallel.pp=1", "parallel.pp=2", "parallel.pp=2 train.precision=bf16"},
+                                        {"parallel.pp=2 train.precision=bf16"})) {
     std::vector<std::string> base = {"parallel.schedule=stp",    "parallel.tp=2",        "train.steps=6",
                                      "train.lr_schedule=cosine", "train.warmup_steps=2", "data.sampling=random"};
     for (std::size_t at = 0, space = 0; at < layout.size(); at = space + 1) {

@@ -32,6 +32,22 @@ std::string layout_case_name(const ::testing::TestParamInfo<Param>& p) {
          "_" + s;
 }
 
+// Sanitizer builds (tests/CMakeLists.txt defines STP_TEST_SANITIZED there) look for races and
+// memory errors, not numerics, and run ~10x slower: the long sweeps (schedule x lever x budget)
+// run a subset there that still reaches every lever and schedule somewhere in the suite; the
+// release build runs every sweep whole.
+#ifdef STP_TEST_SANITIZED
+inline constexpr bool kSanitizerBuild = true;
+#else
+inline constexpr bool kSanitizerBuild = false;
+#endif
+
+// The cases of a sweep: `full` in the release build, `sanitized` (a subset) under a sanitizer.
+template <class T>
+std::vector<T> sweep(std::vector<T> full, std::vector<T> sanitized) {
+  return kSanitizerBuild ? sanitized : full;
+}
+
 // A deterministic English-ish text of ~20 KB, written once per test process. ctest runs tests as
 // parallel processes, so each writes a private file and renames it into place: a reader never
 // sees a half-written file.

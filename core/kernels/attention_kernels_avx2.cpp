@@ -1,0 +1,317 @@
+// The fused attention's CPU vector path (contract in attention_kernels.h, shared pieces in
+// attention_tiles.h): register-blocked tile products over 8-wide vectors, for GCC host builds on
+// x86-64, run on CPUs with AVX2 + FMA (attention_kernels.cpp dispatches; elsewhere, and in nvcc
+// builds, the CPU runs the plain functors there). Host code only: never compiled by nvcc.
+// Every tile product is one routine, tile_product(), a 4-row x 16-column block of the result kept
+// in eight vector registers while the inner dimension runs in order; scores, do . v, o += p v,
+// dv += pᵀ do, dk += dsᵀ q and dq += ds k are all this shape. The exponentials and the masks run
+// 8 keys at a time (exp_v, the vector form of exp_nonpositive). Sums run in the same fixed orders
+// as the plain functors (over d ascending, keys ascending, query rows ascending; the tile walks of
+// attention_tiles.h), so the results are bitwise independent of the thread count.
+#include "core/kernels/attention_tiles.h"
+
+#if defined(STP_ATTENTION_SIMD_BUILT)
+
+#include <cmath>
+#include <vector>
+
+#include "core/launch.h"
+
+// The vector helpers are inlined into their callers (flattened into the AVX2 copy), so no vector
+// ever crosses a call boundary; GCC's note that a 32-byte vector return changes the ABI without
+// AVX does not apply (GCC reports it where the templates are instantiated, at the end of this
+// file, so it stays off for the whole file).
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace stp::attention_detail {
+namespace {
+
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4)));  // unaligned loads and stores
+typedef std::int32_t i8 __attribute__((vector_size(32)));
+
+inline v8 vload(const float* p) { return *reinterpret_cast<const v8u*>(p); }
+inline void vstore(float* p, v8 x) { *reinterpret_cast<v8u*>(p) = x; }
+inline v8 vsplat(float x) { return v8{} + x; }
+
+// exp_nonpositive on 8 lanes: the same steps (clamp, Cody-Waite reduction, the degree-6
+// polynomial, 2^n through the exponent bits). A comparison yields -1 per true lane, so `n += c`
+// subtracts one where c holds.
+inline v8 exp_v(v8 x) {
+  x = x < vsplat(-87.0f) ? vsplat(-87.0f) : x;
+  const v8 fx = x * 1.44269504088896341f;
+  i8 n = __builtin_convertvector(fx, i8);
+  n += __builtin_convertvector(n, v8) > fx;
+  n -= fx - __builtin_convertvector(n, v8) > vsplat(0.5f);
+  const v8 nf = __builtin_convertvector(n, v8);
+  const v8 r = (x - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  v8 y = vsplat(1.9875691500e-4f);
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * r * r + r + 1.0f;
+  return y * (v8)((n + 127) << 23);
+}
+
+// c[r][0 .. ncols) = (acc ? c[r][.] * (alpha ? alpha[r] : 1) : 0) + sum_{k < nk} w[r*wr + k*wk] * x[k*ldx + .]
+// for r < nrows (a multiple of 4) and ncols a multiple of 16; k runs in order for every element.
+// The 4 x 16 block lives in eight registers over the whole k loop (a tile array would be loaded
+// and stored per k: the plain functors' bottleneck).
+inline void tile_product(float* c, i64 ldc, i64 nrows, i64 ncols, bool acc, const float* alpha, const float* w, i64 wr,
+                         i64 wk, const float* x, i64 ldx, i64 nk) {
+  for (i64 r = 0; r < nrows; r += 4)
+    for (i64 cc = 0; cc < ncols; cc += 16) {
+      float* c0 = c + r * ldc + cc;
+      v8 a00 = {}, a01 = {}, a10 = {}, a11 = {}, a20 = {}, a21 = {}, a30 = {}, a31 = {};
+      if (acc) {
+        const v8 s0 = vsplat(alpha ? alpha[r] : 1.0f), s1 = vsplat(alpha ? alpha[r + 1] : 1.0f);
+        const v8 s2 = vsplat(alpha ? alpha[r + 2] : 1.0f), s3 = vsplat(alpha ? alpha[r + 3] : 1.0f);
+        a00 = vload(c0) * s0, a01 = vload(c0 + 8) * s0;
+        a10 = vload(c0 + ldc) * s1, a11 = vload(c0 + ldc + 8) * s1;
+        a20 = vload(c0 + 2 * ldc) * s2, a21 = vload(c0 + 2 * ldc + 8) * s2;
+        a30 = vload(c0 + 3 * ldc) * s3, a31 = vload(c0 + 3 * ldc + 8) * s3;
+      }
+      const float* w0 = w + r * wr;
+      for (i64 k = 0; k < nk; ++k) {
+        const v8 x0 = vload(x + k * ldx + cc), x1 = vload(x + k * ldx + cc + 8);
+        const float* wk0 = w0 + k * wk;
+        const v8 b0 = vsplat(wk0[0]), b1 = vsplat(wk0[wr]), b2 = vsplat(wk0[2 * wr]), b3 = vsplat(wk0[3 * wr]);
+        a00 += b0 * x0, a01 += b0 * x1;
+        a10 += b1 * x0, a11 += b1 * x1;
+        a20 += b2 * x0, a21 += b2 * x1;
+        a30 += b3 * x0, a31 += b3 * x1;
+      }
+      vstore(c0, a00), vstore(c0 + 8, a01);
+      vstore(c0 + ldc, a10), vstore(c0 + ldc + 8, a11);
+      vstore(c0 + 2 * ldc, a20), vstore(c0 + 2 * ldc + 8, a21);
+      vstore(c0 + 3 * ldc, a30), vstore(c0 + 3 * ldc + 8, a31);
+    }
+}
+
+// Query rows per forward task and keys per forward step; keys per backward step and query rows per
+// backward step. A forward task packs each key/v tile once for kFwdRows query rows, and a backward
+// step packs each query/do tile once for kBwdKeys keys: fewer passes over k and v (or q and do),
+// whose rows are strided in memory (packed qkv) and at long T come from beyond the caches; measured
+// at T = 4096 the 32 x 32 tiles spent half their time packing. Within a block, rows (keys) that the
+// causal mask hides from the whole step are skipped in blocks of 4 (16 columns).
+constexpr i64 kFwdRows = 128, kFwdKeys = 32, kBwdKeys = 128, kBwdRows = 32;
+constexpr i64 kPadD = kMaxD;  // tile buffers hold up to this many columns
+
+inline i64 padded_d(i64 D) { return (D + 15) / 16 * 16; }
+inline i64 round_up(i64 n, i64 m) { return (n + m - 1) / m * m; }
+
+// f32 scratch of this thread for one task's tiles: fixed size, independent of T (what the tiles
+// would take on the stack, which at these block sizes is too much for a worker thread's).
+inline float* tile_scratch(usize n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+// dst[r][c] (row stride ldd) = src row r0 + r, column c, for r < nr and c < D; zero up to R rows
+// and ldd columns.
+template <typename T>
+inline void pack_rows(float* dst, i64 ldd, i64 R, const T* src, i64 ld, i64 r0, i64 nr, i64 D) {
+  for (i64 r = 0; r < R; ++r)
+    for (i64 c = 0; c < ldd; ++c) dst[r * ldd + c] = r < nr && c < D ? to_f32(src[(r0 + r) * ld + c]) : 0.0f;
+}
+// dst[c][r] (R columns) = src row r0 + r, column c, for c < D; rows r >= nr are zero.
+template <typename T>
+inline void pack_cols(float* dst, i64 R, const T* src, i64 ld, i64 r0, i64 nr, i64 D) {
+  for (i64 r = 0; r < R; ++r)
+    for (i64 c = 0; c < D; ++c) dst[c * R + r] = r < nr ? to_f32(src[(r0 + r) * ld + c]) : 0.0f;
+}
+
+// Forward, one task per (b, h, block of kFwdRows query rows): per key tile, s = q kᵀ (4 x 16
+// blocks, d in order), the online softmax per row 8 keys at a time, then o = o * alpha + p v (keys
+// in order). Rows before the key tile's first key see none of it and are left alone.
+template <typename T>
+struct SimdForward {
+  AttentionLayout L;
+  T* o;
+  float* lse;
+  const T* q;
+  const T* k;
+  const T* v;
+  float scale;
+  void operator()(usize task) const {
+    constexpr i64 R = kFwdRows, K = kFwdKeys;
+    const i64 D = L.D, Dp = padded_d(D);
+    const QueryTile Q = query_tile<static_cast<int>(R)>(L, task);
+    const HeadPtrs& P = Q.ptrs;
+    const i64 i0 = Q.i0, ni = Q.ni, rows = round_up(ni, 4);
+    float* qb = tile_scratch(static_cast<usize>(2 * R * kPadD + 2 * K * kPadD + R * K + 3 * R));
+    float *ob = qb + R * kPadD, *kt = ob + R * kPadD, *vb = kt + K * kPadD, *s = vb + K * kPadD;
+    float *m = s + R * K, *l = m + R, *alpha = l + R;
+    pack_rows(qb, Dp, rows, q + P.q, L.ldq, i0, ni, D);
+    for (i64 x = 0; x < rows * Dp; ++x) ob[x] = 0.0f;
+    for (i64 i = 0; i < rows; ++i) m[i] = kNoScore, l[i] = 0.0f;
+    for_each_key_tile<K>(i0, ni, [&](i64 j0, i64 nj) {
+      const i64 r0 = (j0 > i0 ? j0 - i0 : 0) / 4 * 4;  // rows i < j0 - i0 see no key of this tile
+      pack_cols(kt, K, k + P.kv, L.ldkv, j0, nj, D);
+      pack_rows(vb, Dp, K, v + P.kv, L.ldkv, j0, nj, D);
+      tile_product(s + r0 * K, K, rows - r0, K, false, nullptr, qb + r0 * Dp, Dp, 1, kt, K, D);
+      for (i64 i = r0; i < rows; ++i) {
+        float* row = s + i * K;
+        // Keys past the row's diagonal, past the tile and every key of a padding row are masked.
+        const i64 valid = i < ni ? min_i64(nj, i0 + i - j0 + 1) : 0;
+        v8 mx = vsplat(kNoScore);
+        for (i64 j = 0; j < K; j += 8) {
+          const v8 jj = v8{0, 1, 2, 3, 4, 5, 6, 7} + static_cast<float>(j);
+          const v8 sc = jj < vsplat(static_cast<float>(valid)) ? vload(row + j) * scale : vsplat(kNoScore);
+          vstore(row + j, sc);
+          mx = sc > mx ? sc : mx;
+        }
+        float mt = kNoScore;
+        for (int e = 0; e < 8; ++e) mt = mx[e] > mt ? mx[e] : mt;
+        const float m_new = mt > m[i] ? mt : m[i];
+        alpha[i] = exp_nonpositive(m[i] - m_new);
+        m[i] = m_new;
+        v8 sum = {};
+        for (i64 j = 0; j < K; j += 8) {
+          const v8 sc = vload(row + j);
+          const v8 p = sc == vsplat(kNoScore) ? v8{} : exp_v(sc - m_new);
+          vstore(row + j, p);
+          sum += p;
+        }
+        float ls = 0.0f;
+        for (int e = 0; e < 8; ++e) ls += sum[e];
+        l[i] = l[i] * alpha[i] + ls;
+      }
+      // o = o * alpha + p v
+      tile_product(ob + r0 * Dp, Dp, rows - r0, Dp, true, alpha + r0, s + r0 * K, K, 1, vb, Dp, nj);
+    });
+    for (i64 i = 0; i < ni; ++i) {
+      const float inv = 1.0f / l[i];
+      T* orow = o + P.o + (i0 + i) * L.ldo;
+      for (i64 d = 0; d < D; ++d) orow[d] = from_f32<T>(ob[i * Dp + d] * inv);
+      lse[Q.bh * L.T + i0 + i] = m[i] + logf(l[i]);
+    }
+  }
+};
+
+// Backward in one pass, one task per (b, k/v head g): its blocks of kBwdKeys keys in order; per
+// block the group's query heads in order, each over its tiles of kBwdRows query rows from the
+// diagonal on: s = q kᵀ and dp = do vᵀ, p = exp(s - lse), ds = p (dp - delta), then dv += pᵀ do,
+// dk += dsᵀ q (query rows in order) and the rows' f32 dq accumulators (the workspace, owned by this
+// task) += ds k (keys in order, blocks ascending across the walk). Keys of the block past a query
+// tile's last row are skipped.
+template <typename T>
+struct SimdBackward {
+  AttentionLayout L;
+  T* dq;
+  T* dk;
+  T* dv;
+  float* dqacc;
+  const T* dout;
+  const T* q;
+  const T* k;
+  const T* v;
+  const float* lse;
+  const float* delta;
+  float scale;
+  void operator()(usize task) const {
+    constexpr i64 K = kBwdKeys, R = kBwdRows;
+    const i64 D = L.D, Dp = padded_d(D), T_ = L.T;
+    const i64 b = static_cast<i64>(task) / L.NKV, g = static_cast<i64>(task) % L.NKV;
+    float* acc = group_dq_accumulators(L, dqacc, b, g);
+    float* kt = tile_scratch(static_cast<usize>(5 * K * kPadD + 3 * R * kPadD + 2 * R * K));
+    float *vt = kt + K * kPadD, *kb = vt + K * kPadD, *dkb = kb + K * kPadD, *dvb = dkb + K * kPadD;
+    float *qb = dvb + K * kPadD, *dob = qb + R * kPadD, *dqb = dob + R * kPadD, *s = dqb + R * kPadD, *dp = s + R * K;
+    const i64 kv_off = b * T_ * L.ldkv + g * D;
+    for (i64 j0 = 0; j0 < T_; j0 += K) {
+      const i64 nj = min_i64(K, T_ - j0);
+      pack_cols(kt, K, k + kv_off, L.ldkv, j0, nj, D);
+      pack_cols(vt, K, v + kv_off, L.ldkv, j0, nj, D);
+      pack_rows(kb, Dp, K, k + kv_off, L.ldkv, j0, nj, D);
+      for (i64 x = 0; x < K * Dp; ++x) dkb[x] = dvb[x] = 0.0f;
+      for_each_query_tile<R>(L, b, g, j0, [&](i64 hh, i64 bh, const HeadPtrs& P, i64 i0, i64 ni) {
+        const i64 kc = min_i64(nj, i0 + ni - j0);  // keys of the block some row of the tile sees
+        const i64 cols = round_up(kc, 16), krows = round_up(kc, 4);
+        pack_rows(qb, Dp, R, q + P.q, L.ldq, i0, ni, D);
+        pack_rows(dob, Dp, R, dout + P.o, L.ldo, i0, ni, D);
+        tile_product(s, K, R, cols, false, nullptr, qb, Dp, 1, kt, K, D);
+        tile_product(dp, K, R, cols, false, nullptr, dob, Dp, 1, vt, K, D);
+        for (i64 i = 0; i < R; ++i) {
+          const i64 valid = i < ni ? min_i64(nj, i0 + i - j0 + 1) : 0;
+          const v8 z = vsplat(i < ni ? lse[bh * T_ + i0 + i] : 0.0f);
+          const v8 dl = vsplat(i < ni ? delta[bh * T_ + i0 + i] : 0.0f);
+          for (i64 j = 0; j < cols; j += 8) {
+            const v8 jj = v8{0, 1, 2, 3, 4, 5, 6, 7} + static_cast<float>(j);
+            const v8 e = exp_v(vload(s + i * K + j) * scale - z);
+            const v8 p = jj < vsplat(static_cast<float>(valid)) ? e : v8{};
+            vstore(s + i * K + j, p);
+            vstore(dp + i * K + j, p * (vload(dp + i * K + j) - dl));
+          }
+        }
+        tile_product(dvb, Dp, krows, Dp, true, nullptr, s, 1, K, dob, Dp, ni);  // dv += pᵀ do
+        tile_product(dkb, Dp, krows, Dp, true, nullptr, dp, 1, K, qb, Dp, ni);  // dk += dsᵀ q
+        float* arow = acc + (hh * T_ + i0) * D;
+        for (i64 i = 0; i < R; ++i)
+          for (i64 d = 0; d < Dp; ++d) dqb[i * Dp + d] = i < ni && d < D ? arow[i * D + d] : 0.0f;
+        tile_product(dqb, Dp, R, Dp, true, nullptr, dp, K, 1, kb, Dp, kc);  // dq += ds k
+        for (i64 i = 0; i < ni; ++i)
+          for (i64 d = 0; d < D; ++d) arow[i * D + d] = dqb[i * Dp + d];
+      });
+      for (i64 j = 0; j < nj; ++j) {
+        T* dkrow = dk + kv_off + (j0 + j) * L.ldkv;
+        T* dvrow = dv + kv_off + (j0 + j) * L.ldkv;
+        for (i64 d = 0; d < D; ++d) {
+          dkrow[d] = from_f32<T>(dkb[j * Dp + d] * scale);
+          dvrow[d] = from_f32<T>(dvb[j * Dp + d]);
+        }
+      }
+    }
+    write_group_dq(L, acc, dq, b, g, scale);
+  }
+};
+
+// The task bodies compiled for AVX2 + FMA, chosen at run time when the CPU has them. `flatten`
+// inlines the whole body (tile products, exponentials, the tile walks, to_f32/from_f32) into the
+// AVX2 function, so the 8-wide vectors become single ymm registers and the multiply-adds fused
+// ones.
+template <typename F>
+__attribute__((target("avx2,fma"), flatten)) void run_avx2(const F& f, usize i) {
+  f(i);
+}
+template <typename F>
+struct Avx2Task {
+  F f;
+  void operator()(usize i) const { run_avx2(f, i); }
+};
+
+}  // namespace
+
+bool simd_attention_available() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+template <typename T>
+void simd_attention_forward(Stream& s, const AttentionLayout& L, T* o, float* lse, const T* q, const T* k, const T* v,
+                            float scale) {
+  const usize tasks = static_cast<usize>(L.B * L.NH * ((L.T + kFwdRows - 1) / kFwdRows));
+  launch(s, tasks, Avx2Task<SimdForward<T>>{{L, o, lse, q, k, v, scale}}, 1);
+}
+
+template <typename T>
+void simd_attention_backward(Stream& s, const AttentionLayout& L, T* dq, T* dk, T* dv, float* dqacc, const T* dout,
+                             const T* q, const T* k, const T* v, const float* lse, const float* delta, float scale) {
+  launch(s, static_cast<usize>(L.B * L.NKV),
+         Avx2Task<SimdBackward<T>>{{L, dq, dk, dv, dqacc, dout, q, k, v, lse, delta, scale}}, 1);
+}
+
+#define STP_SIMD_ATTENTION(T)                                                                                        \
+  template void simd_attention_forward<T>(Stream&, const AttentionLayout&, T*, float*, const T*, const T*, const T*, \
+                                          float);                                                                    \
+  template void simd_attention_backward<T>(Stream&, const AttentionLayout&, T*, T*, T*, float*, const T*, const T*,  \
+                                           const T*, const T*, const float*, const float*, float);
+STP_SIMD_ATTENTION(float)
+STP_SIMD_ATTENTION(bf16)
+#undef STP_SIMD_ATTENTION
+
+}  // namespace stp::attention_detail
+
+#endif  // STP_ATTENTION_SIMD_BUILT

@@ -1,0 +1,136 @@
+// Internal to the fused attention kernels: what the plain functors (attention_kernels.cpp, single
+// source for CPU and CUDA) and the CPU vector path (attention_kernels_avx2.cpp, GCC x86-64 host
+// code) share. The exponential, the offsets of heads and query tiles, the two tile walks (the key
+// tiles a query tile sees, the query tiles a key tile is seen by) and the dq write-out: both paths
+// visit tiles, and so add, in the one order fixed here. Contract of the kernels:
+// attention_kernels.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/kernels/attention_kernels.h"
+
+namespace stp::attention_detail {
+
+using i64 = std::int64_t;
+using usize = std::size_t;
+constexpr i64 kMaxD = kMaxAttentionHeadDim;
+
+// A score below every real one: the running max before the first key. Finite, so exp(m_old -
+// m_new) is 0 rather than NaN.
+constexpr float kNoScore = -3.0e38f;
+
+STP_HD inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
+
+// exp(x) for x <= 0 (every exponent here is a score minus a running max or a log-sum-exp), as
+// straight-line arithmetic the compiler vectorises (a libm expf call is one element at a time):
+// x = n ln2 + r with ln2 split in two (Cody-Waite, exact products for |n| < 2^8), a degree-6
+// polynomial for exp(r) on |r| <= ln2 / 2 (the Cephes expf coefficients: relative error below
+// 2^-23), and 2^n put into the exponent bits. Below -87, where exp(x) < 2^-125, it returns
+// exp(-87) ~ 1.6e-38 instead of a denormal: 0 to f32 working precision against any real weight.
+STP_HD inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float fx = x * 1.44269504088896341f;       // x / ln 2
+  int n = static_cast<int>(fx);                    // truncates towards zero: floor for x <= 0 ...
+  n -= static_cast<float>(n) > fx ? 1 : 0;         // ... once the non-integers below are moved down
+  n += fx - static_cast<float>(n) > 0.5f ? 1 : 0;  // round to nearest: |r| <= ln2 / 2
+  const float nf = static_cast<float>(n);
+  const float r = (x - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * r * r + r + 1.0f;
+  return y * bits_float(static_cast<std::uint32_t>(n + 127) << 23);
+}
+
+// Element offsets of row 0 of (batch b, query head h), of its k/v head, and of its output head.
+struct HeadPtrs {
+  i64 q, kv, o;
+};
+STP_HD inline HeadPtrs head_offsets(const AttentionLayout& L, i64 b, i64 h) {
+  const i64 g = h / (L.NH / L.NKV);
+  return {b * L.T * L.ldq + h * L.D, b * L.T * L.ldkv + g * L.D, b * L.T * L.ldo + h * L.D};
+}
+
+// The query tile a (batch, head, query tile) task works on: task = (b · NH + h) · tiles + tile.
+struct QueryTile {
+  HeadPtrs ptrs;
+  i64 bh;      // b · NH + h: the (batch, head) row block of lse and delta, (B, NH, T)
+  i64 i0, ni;  // first row and row count (the last tile may be short)
+};
+template <int BQ>
+STP_HD inline QueryTile query_tile(const AttentionLayout& L, usize task) {
+  const i64 nqt = (L.T + BQ - 1) / BQ;
+  const i64 qt_index = static_cast<i64>(task) % nqt, bh = static_cast<i64>(task) / nqt;
+  const i64 i0 = qt_index * BQ;
+  return {head_offsets(L, bh / L.NH, bh % L.NH), bh, i0, min_i64(BQ, L.T - i0)};
+}
+
+// The key tiles of K keys that query rows [i0, i0 + ni) see (causal: none after the last row), in
+// order: f(j0, nj) with nj the tile's key count (the last tile may be short).
+template <i64 K, typename F>
+STP_HD inline void for_each_key_tile(i64 i0, i64 ni, F&& f) {
+  const i64 last_key = i0 + ni - 1;
+  for (i64 j0 = 0; j0 <= last_key; j0 += K) f(j0, min_i64(K, last_key + 1 - j0));
+}
+
+// The query tiles of R rows that see keys from j0 on, for k/v head g of batch b: the group's query
+// heads in order, each over its tiles from the diagonal on, in order: f(hh, bh, P, i0, ni) with hh
+// the head's index in the group, bh = b · NH + h, P its offsets, i0 and ni the tile's rows.
+template <i64 R, typename F>
+STP_HD inline void for_each_query_tile(const AttentionLayout& L, i64 b, i64 g, i64 j0, F&& f) {
+  const i64 rep = L.NH / L.NKV;
+  for (i64 hh = 0; hh < rep; ++hh) {
+    const i64 h = g * rep + hh;
+    const HeadPtrs P = head_offsets(L, b, h);
+    for (i64 i0 = j0 / R * R; i0 < L.T; i0 += R) f(hh, b * L.NH + h, P, i0, min_i64(R, L.T - i0));
+  }
+}
+
+// The CPU one-pass backward's f32 dq accumulators of (b, k/v head g), zeroed: the group's heads are
+// adjacent, (rep, T, D) from row (b · NH + g · rep) · T of dqacc.
+STP_HD inline float* group_dq_accumulators(const AttentionLayout& L, float* dqacc, i64 b, i64 g) {
+  const i64 rep = L.NH / L.NKV;
+  float* acc = dqacc + (b * L.NH + g * rep) * L.T * L.D;
+  for (i64 x = 0; x < rep * L.T * L.D; ++x) acc[x] = 0.0f;
+  return acc;
+}
+
+// dq rows of (b, k/v head g) = its accumulators (group_dq_accumulators) * scale, rounded once.
+template <typename T>
+STP_HD inline void write_group_dq(const AttentionLayout& L, const float* acc, T* dq, i64 b, i64 g, float scale) {
+  const i64 rep = L.NH / L.NKV;
+  for (i64 hh = 0; hh < rep; ++hh) {
+    const HeadPtrs P = head_offsets(L, b, g * rep + hh);
+    for (i64 t = 0; t < L.T; ++t) {
+      const float* a = acc + (hh * L.T + t) * L.D;
+      T* row = dq + P.q + t * L.ldq;
+      for (i64 d = 0; d < L.D; ++d) row[d] = from_f32<T>(a[d] * scale);
+    }
+  }
+}
+
+// The CPU vector path (attention_kernels_avx2.cpp): GCC host builds on x86-64, on CPUs with AVX2 +
+// FMA. The dispatch in attention_kernels.cpp uses it only where that file is host code too (not in
+// nvcc builds, whose CPU stream runs the plain functors).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define STP_ATTENTION_SIMD_BUILT 1
+// True when this CPU has AVX2 and FMA.
+bool simd_attention_available();
+// fused_attention_forward's CPU stream work, scale = 1 / sqrt(D).
+template <typename T>
+void simd_attention_forward(Stream& s, const AttentionLayout& L, T* o, float* lse, const T* q, const T* k, const T* v,
+                            float scale);
+// fused_attention_backward's CPU stream work after delta: dqacc (B, NH, T, D) f32 accumulators.
+template <typename T>
+void simd_attention_backward(Stream& s, const AttentionLayout& L, T* dq, T* dk, T* dv, float* dqacc, const T* dout,
+                             const T* q, const T* k, const T* v, const float* lse, const float* delta, float scale);
+#endif
+
+}  // namespace stp::attention_detail
