@@ -54,8 +54,8 @@ TEST_P(TinyBudgets, LowestFractionTrainsExactlyAsPlanned) {
   EXPECT_GT(plan.min_device_budget, lower);
 }
 
-// Measured: the strongest plan's remainder (worst device) is model states 4.3 MiB (stp, zb-v) or
-// 3.8 MiB (1f1b-i) and activations no lever moves of 4.3-7.8 MiB; docs/memory.md has the table.
+// Measured: the strongest plan's remainder (worst device) is model states of 4.3 MiB (stp), 3.0 MiB
+// (zb-v), 3.8 MiB (1f1b-i) and activations no lever moves of 4.3-7.8 MiB; docs/memory.md has the table.
 INSTANTIATE_TEST_SUITE_P(Schedules, TinyBudgets, testing::Values(Case{"stp", 52}, Case{"zb-v", 53}, Case{"1f1b-i", 45}),
                          [](const testing::TestParamInfo<Case>& i) {
                            std::string n = i.param.schedule;
