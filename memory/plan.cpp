@@ -9,4 +9,11 @@ bool RankPlan::offloads() const {
   return false;
 }
 
+OptimizerPlacement RankPlan::optimizer_placement(int chunk) const {
+  return static_cast<std::size_t>(chunk) < optimizer.size() ? optimizer[static_cast<std::size_t>(chunk)]
+                                                            : OptimizerPlacement::Device;
+}
+
+const char* to_string(OptimizerPlacement p) { return p == OptimizerPlacement::Host ? "host" : "device"; }
+
 }  // namespace stp

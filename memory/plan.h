@@ -20,6 +20,18 @@ struct UnitPlan {
   bool offload = false;  // move the records F leaves behind (after any recompute drops) to host
 };
 
+// Where a chunk's optimizer state lives and its update runs. Every chunk is on the device today; the
+// optimizer-offload lever (pinned host state, CPU AdamW) is one more decision of the same plan.
+enum class OptimizerPlacement : std::uint8_t { Device, Host };
+const char* to_string(OptimizerPlacement p);  // "device" | "host"
+
+// Model-state bytes (of one chunk, or of one device): parameters (with any low-precision compute
+// copies), their gradients, and the optimizer's state (AdamW m and v, and f32 masters under bf16).
+struct ModelStateBytes {
+  std::size_t weights = 0, gradients = 0, optimizer = 0;
+  std::size_t total() const { return weights + gradients + optimizer; }
+};
+
 struct PrefetchPoint {
   int chunk = 0, mb = 0;  // the activation set (local chunk, 1-based microbatch)
   bool weight = false;    // its W-only records (a deferred W; the first unit W walks), not what B reads
@@ -29,7 +41,9 @@ struct PrefetchPoint {
 struct RankPlan {
   std::vector<std::vector<UnitPlan>> units;          // [local chunk][unit]
   std::vector<std::vector<PrefetchPoint>> prefetch;  // [op index]: sets to prefetch before the op
+  std::vector<OptimizerPlacement> optimizer;         // [local chunk]; empty: every chunk on the device
   bool offloads() const;
+  OptimizerPlacement optimizer_placement(int chunk) const;
 };
 
 // What the planner predicts for one device (global rank).
@@ -37,15 +51,21 @@ struct RankPrediction {
   std::size_t peak_device_bytes = 0;  // live bytes of the caching allocator: exact on every backend
   std::size_t peak_reserved_bytes = 0;
   std::array<std::size_t, kMemoryCategories> peak_by_category{};
-  std::size_t host_pinned_bytes = 0;  // peak pool bytes this device's offload needs
-  // Model states (optimizer offload moves the last three to the host; train/memory_planning.cpp).
+  std::size_t host_pinned_bytes = 0;         // peak pool bytes this device's offload needs
+  std::uint64_t offload_bytes_per_step = 0;  // D2H bytes (= H2D bytes)
+  double compute_s = 0;                      // estimated compute time per step (FLOPs / rate)
+  double recompute_s = 0;                    // added forward work per step
+  double exposed_copy_s = 0;                 // copy time per step the compute cannot hide
+  // Model states from the dry run at the end of the second step (the steady state); optimizer
+  // offload moves the optimizer's bytes to the host (train/memory_planning.cpp).
   std::size_t weight_bytes = 0, grad_bytes = 0;  // on the device
   std::size_t optimizer_device_bytes = 0;        // AdamW moments on the device
   std::size_t optimizer_host_bytes = 0;          // moments + staging in pinned host memory
-  std::uint64_t offload_bytes_per_step = 0;      // D2H bytes (= H2D bytes)
-  double compute_s = 0;                          // estimated compute time per step (FLOPs / rate)
-  double recompute_s = 0;                        // added forward work per step
-  double exposed_copy_s = 0;                     // copy time per step the compute cannot hide
+  // Model states by where they live, as the report pass shows them: on the device the dry run's
+  // bytes of each category at the peak; on the host the pinned optimizer state of the chunks
+  // placed there; and the CPU optimizer's time per step.
+  ModelStateBytes device_states, host_states;
+  double cpu_optimizer_s = 0;
   double step_cost_s() const { return recompute_s + exposed_copy_s; }
 };
 

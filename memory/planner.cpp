@@ -8,11 +8,14 @@
 namespace stp {
 namespace {
 
+// Every unit kept, every chunk's optimizer on the device.
 std::vector<RankPlan> empty_plans(const PlannerInput& in) {
   std::vector<RankPlan> plans(static_cast<std::size_t>(in.pp));
-  for (int r = 0; r < in.pp; ++r)
-    for (int n : in.units[static_cast<std::size_t>(r)])
-      plans[static_cast<std::size_t>(r)].units.emplace_back(static_cast<std::size_t>(n));
+  for (int r = 0; r < in.pp; ++r) {
+    RankPlan& p = plans[static_cast<std::size_t>(r)];
+    for (int n : in.units[static_cast<std::size_t>(r)]) p.units.emplace_back(static_cast<std::size_t>(n));
+    p.optimizer.assign(p.units.size(), OptimizerPlacement::Device);
+  }
   return plans;
 }
 
@@ -108,6 +111,23 @@ std::string describe_categories(const RankPrediction& p) {
   return s;
 }
 
+std::string describe_infeasible(const MemoryPlan& plan) {
+  std::size_t worst = 0;
+  for (std::size_t g = 0; g < plan.predicted.size(); ++g)
+    if (plan.predicted[g].peak_device_bytes > plan.predicted[worst].peak_device_bytes) worst = g;
+  if (plan.predicted.empty()) return str("the minimum feasible budget is ", format_bytes(plan.min_device_budget));
+  const RankPrediction& p = plan.predicted[worst];
+  auto cat = [&](MemoryCategory c) { return format_bytes(p.peak_by_category[static_cast<std::size_t>(c)]); };
+  return str("with every enabled lever device ", worst, " still needs ", format_bytes(p.peak_device_bytes),
+             " at its peak: weights ", cat(MemoryCategory::Weights), ", gradients ", cat(MemoryCategory::Gradients),
+             ", optimizer state ", cat(MemoryCategory::OptimizerState), ", activations ",
+             cat(MemoryCategory::Activations),
+             " that no enabled lever moves (unit inputs, the sets in flight or reloaded, the head and embedding), "
+             "buffers and workspace ",
+             cat(MemoryCategory::Buffers), ". The minimum feasible budget is ", format_bytes(plan.min_device_budget),
+             " (", plan.min_device_budget, " bytes)");
+}
+
 MemoryPlan plan_memory(const PlannerInput& in) {
   STP_ASSERT(in.evaluate && static_cast<int>(in.units.size()) == in.pp && in.link_bytes_per_s > 0, "bad planner input");
   MemoryPlan out;
@@ -121,10 +141,12 @@ MemoryPlan plan_memory(const PlannerInput& in) {
     u.offload = in.offload != OffloadPolicy::None && c.offload_bytes > 0;
   }
   std::vector<RankPrediction> most_pred = in.evaluate(most);
-  for (const RankPrediction& p : most_pred)
-    out.min_device_budget = std::max(out.min_device_budget, p.peak_device_bytes);
-  if (in.placeable_budget) out.min_device_budget = in.placeable_budget(most, out.min_device_budget);
-  if (out.min_device_budget > in.device_budget) {
+  std::size_t live_min = 0;  // the strongest plan's live bytes: below them no plan fits
+  for (const RankPrediction& p : most_pred) live_min = std::max(live_min, p.peak_device_bytes);
+  out.min_device_budget = in.placeable_budget ? in.placeable_budget(most, live_min) : live_min;
+  // Feasibility is judged on live bytes: a weaker plan may place in a budget the strongest plan's
+  // placement (fragmentation) does not fit; the caller's placement check decides.
+  if (live_min > in.device_budget) {
     out.feasible = false;
     out.ranks = std::move(most);
     out.predicted = std::move(most_pred);

@@ -1,5 +1,8 @@
-// The memory planner: chooses per (rank, chunk, unit) keep / offload / recompute so that every
-// device's predicted peak stays within memory.device_budget at the least predicted slowdown.
+// The memory planner's decision ("choose levers"): per (rank, chunk, unit) keep / offload /
+// recompute, and per (rank, chunk) where the optimizer lives, so that every device's predicted peak
+// stays within memory.device_budget at the least predicted slowdown. A pure function of the measured
+// numbers (the candidates below) and a cost model (`evaluate`): tests/memory/planner_test.cpp drives
+// it with an analytic fake; train/memory_planning.h with dry runs.
 //
 // Policy only (docs/style.md, Policy apart from mechanism). The caller supplies
 //   * the candidates: which units can be offloaded or recomputed, how many bytes per microbatch
@@ -45,6 +48,9 @@ struct PlannerInput {
   int microbatches = 1;
   std::vector<std::vector<int>> units;  // [pp rank][local chunk] unit count
   std::vector<PlanCandidate> candidates;
+  // [pp rank][local chunk]: model-state bytes of each chunk (TP rank 0). The optimizer placement
+  // is chosen per chunk from these; every chunk's optimizer stays on the device today.
+  std::vector<std::vector<ModelStateBytes>> chunk_states;
   double link_bytes_per_s = 1;  // D2H / H2D rate (each direction)
   // Fills each plan's prefetch points and returns predictions [global rank].
   std::function<std::vector<RankPrediction>(std::vector<RankPlan>&)> evaluate;
@@ -59,5 +65,11 @@ MemoryPlan plan_memory(const PlannerInput& in);
 
 // "weights 1.2 MiB, gradients ..., activations ..." of one prediction.
 std::string describe_categories(const RankPrediction& p);
+
+// Why an infeasible plan (plan_memory's feasible == false; its predictions are those of the
+// strongest plan) cannot fit: the worst device's peak and what remains of it once every enabled
+// lever is used — weights, gradients, optimizer state, the activations no lever moves, buffers and
+// workspace — and the minimum feasible budget in bytes.
+std::string describe_infeasible(const MemoryPlan& plan);
 
 }  // namespace stp

@@ -1,12 +1,14 @@
 // Memory-budget benchmark on the CPU backend. Two parts, numbers and ratios from one run:
 //
 //  1. Capacity. At a fixed width and a fixed memory.device_budget, the largest GPT-2 depth
-//     (n_layer, in steps of one layer per pipeline stage) whose memory plan fits the budget:
-//       - without offload or recompute (memory.offload: none, memory.recompute: none);
-//       - with the planner (auto, auto).
+//     (n_layer, in steps of one layer per pipeline stage) whose memory plan fits the budget, and
+//     its parameter count, for each lever set:
+//       - no levers (memory.offload: none, memory.recompute: none);
+//       - the activation levers (auto, auto);
+//       - all levers (also memory.optimizer_offload: auto; "n/a" where the build lacks the key).
 //     Plans are exact dry runs (docs/memory.md), so the search is by planning; the largest depth of
-//     each mode is then trained for one real step, and its measured peak must be within the budget.
-//     Target: planner depth / plain depth >= 3.
+//     each set is then trained for one real step, whose measured peak must equal the prediction
+//     and be within the budget. Ratios are in parameters against no levers; target: all levers >= 8x.
 //  2. Cost. The unconstrained peak P of the config (no offload, no recompute), then step time with
 //     the planner at a budget of 60% of P divided by the unconstrained step time, with the D2H/H2D
 //     copies rate-limited to memory.link_bandwidth (--link). Runs alternate (plain, planned, plain,
@@ -26,13 +28,17 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
 #include "base/error.h"
 #include "tools/cli.h"
+#include "models/registry.h"
+#include "schedule/schedule.h"
 #include "train/memory_planning.h"
+#include "train/stage_layout.h"
 #include "train/trainer.h"
 
 namespace {
@@ -97,6 +103,38 @@ int largest_depth(const Options& o, const std::vector<std::string>& levers, int 
   return lo;
 }
 
+// Parameters of the whole model of `c` (every stage, tied tensors once), from the parameter tables.
+long long model_parameters(const stp::Config& c) {
+  const stp::sched::Schedule sched = stp::sched::generate(c.parallel.schedule, c.parallel.pp, c.train.microbatches);
+  std::set<std::string> seen;
+  long long n = 0;
+  for (int r = 0; r < c.parallel.pp; ++r)
+    for (int ch = 0; ch < sched.chunks; ++ch)
+      for (const stp::ParamInfo& p :
+           stp::model_param_table(stp::model_spec_of(c), stp::stage_spec_of(c, sched, r, ch, 0)))
+        if (seen.insert(p.name).second) n += stp::numel(p.full_shape);
+  return n;
+}
+
+// One row of the capacity table: a set of levers. A set that needs a config key this build does
+// not have (`needs`) is reported as n/a.
+struct LeverSet {
+  const char* name;
+  std::vector<std::string> levers;
+  const char* needs = nullptr;
+  int depth = 0;
+  long long params = 0;
+};
+
+bool has_key(const Options& o, const std::string& assignment) {
+  try {
+    config_with(o, {assignment});
+    return true;
+  } catch (const stp::Error&) {
+    return false;
+  }
+}
+
 void capacity(const Options& o) {
   stp::Config base = config_with(o, {"memory.device_budget=" + o.budget});
   const std::size_t budget = static_cast<std::size_t>(*base.memory.device_budget);
@@ -107,38 +145,54 @@ void capacity(const Options& o) {
   std::printf("\n== capacity: n_embd %lld, %s tp %d pp %d, m %d, micro batch %d, device budget %.1f MiB ==\n",
               static_cast<long long>(base.model.n_embd), base.parallel.schedule.c_str(), base.parallel.tp,
               base.parallel.pp, base.train.microbatches, base.train.micro_batch_size, mib(budget));
-  struct Mode {
-    const char* name;
-    std::vector<std::string> levers;
-    int depth = 0;
-  };
-  std::vector<Mode> modes = {{"no offload, no recompute", {"memory.offload=none", "memory.recompute=none"}},
-                             {"planner (auto, auto)", {"memory.offload=auto", "memory.recompute=auto"}}};
-  for (Mode& m : modes) {
+  // The optimizer-offload lever: off in the first two rows where this build has it.
+  const bool optimizer_lever = has_key(o, "memory.optimizer_offload=none");
+  std::vector<std::string> no_optimizer_offload;
+  if (optimizer_lever) no_optimizer_offload.push_back("memory.optimizer_offload=none");
+  std::vector<LeverSet> sets = {{"no levers", {"memory.offload=none", "memory.recompute=none"}},
+                                {"activation levers", {"memory.offload=auto", "memory.recompute=auto"}},
+                                {"all levers",
+                                 {"memory.offload=auto", "memory.recompute=auto", "memory.optimizer_offload=auto"},
+                                 "memory.optimizer_offload"}};
+  for (std::size_t i = 0; i < 2; ++i)
+    sets[i].levers.insert(sets[i].levers.end(), no_optimizer_offload.begin(), no_optimizer_offload.end());
+  for (LeverSet& m : sets) {
+    if (m.needs && !optimizer_lever) {
+      std::printf("%-18s: n/a (needs %s)\n", m.name, m.needs);
+      continue;
+    }
     m.levers.push_back("memory.device_budget=" + o.budget);
     auto t0 = std::chrono::steady_clock::now();
     m.depth = largest_depth(o, m.levers, stages);
     double search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (m.depth == 0) {
-      std::printf("%-26s: not even %d layers fit\n", m.name, stages);
+      std::printf("%-18s: not even %d layers fit\n", m.name, stages);
       continue;
     }
-    // Train the largest depth for one real step: the measured peak must stay within the budget.
+    // Train the largest depth for one real step: the measured peak must equal the prediction and
+    // stay within the budget.
     std::vector<std::string> x = m.levers;
     x.push_back("model.n_layer=" + std::to_string(m.depth));
-    stp::Trainer t(config_with(o, x));
+    const stp::Config c = config_with(o, x);
+    m.params = model_parameters(c);
+    stp::Trainer t(c);
     stp::StepResult r = t.step();
     std::size_t measured = *std::max_element(r.peak_device_bytes.begin(), r.peak_device_bytes.end());
     std::size_t predicted = max_peak(t.memory_plan());
     std::printf(
-        "%-26s: largest n_layer %3d (search %.1f s); one step: peak %.2f MiB (predicted %.2f MiB, "
+        "%-18s: largest n_layer %3d = %.2fM parameters (search %.1f s); one step: peak %.2f MiB (%s predicted, "
         "%s budget), pinned host %.1f MiB, step %.0f ms\n",
-        m.name, m.depth, search_s, mib(measured), mib(predicted), measured <= budget ? "within" : "OVER",
-        mib(r.peak_host_pinned_bytes), r.step_ms);
+        m.name, m.depth, static_cast<double>(m.params) / 1e6, search_s, mib(measured),
+        measured == predicted ? "=" : "!=", measured <= budget ? "within" : "OVER", mib(r.peak_host_pinned_bytes),
+        r.step_ms);
   }
-  if (modes[0].depth > 0)
-    std::printf("capacity ratio: %.2fx (planner %d / plain %d layers; target >= 3x)\n",
-                static_cast<double>(modes[1].depth) / modes[0].depth, modes[1].depth, modes[0].depth);
+  if (sets[0].params == 0) return;
+  for (std::size_t i = 1; i < sets.size(); ++i)
+    if (sets[i].params)
+      std::printf("capacity ratio, %s / no levers: %.2fx in parameters (%.2fM / %.2fM; %d / %d layers)%s\n",
+                  sets[i].name, static_cast<double>(sets[i].params) / static_cast<double>(sets[0].params),
+                  static_cast<double>(sets[i].params) / 1e6, static_cast<double>(sets[0].params) / 1e6, sets[i].depth,
+                  sets[0].depth, i == 2 ? "; target >= 8x" : "");
 }
 
 struct StepTimes {

@@ -2,10 +2,14 @@
 //
 // Prints the memory plan a training run of CONFIG would use, without training: per device the
 // predicted peak by category (exact on the CPU backend: what metrics.jsonl will report), pinned
-// host bytes, the keep / offload / recompute decisions and the predicted step-time cost, and the
-// bytes of the vocabulary tables (embedding + LM head) each device holds (parallel.vocab_parallel).
+// host bytes, the model states (weights, gradients, optimizer state) on the device and on the host,
+// the pinned host total against memory.host_budget, the keep / offload / recompute decisions, the
+// optimizer placement and the predicted step-time cost (recompute, exposed copies, CPU optimizer),
+// and the bytes of the vocabulary tables (embedding + LM head) each device holds
+// (parallel.vocab_parallel).
 // Exit status 0 when the plan fits memory.device_budget and memory.host_budget, 1 otherwise (the
 // plan is printed either way, with the minimum feasible budget).
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -36,6 +40,15 @@ nlohmann::ordered_json decisions_json(const stp::RankPlan& plan) {
   return out;
 }
 
+nlohmann::ordered_json states_json(const stp::ModelStateBytes& b) {
+  return {{"weights", b.weights}, {"gradients", b.gradients}, {"optimizer_state", b.optimizer}};
+}
+
+std::string states_text(const stp::ModelStateBytes& b) {
+  return stp::str("weights ", stp::format_bytes(b.weights), ", gradients ", stp::format_bytes(b.gradients),
+                  ", optimizer state ", stp::format_bytes(b.optimizer));
+}
+
 struct PlanArgs {
   stp::tools::ConfigArgs config;
   bool json = false;
@@ -54,6 +67,14 @@ int run(const PlanArgs& a) {
   auto vocab_bytes = [&](std::size_t g) {
     return stp::vocab_param_bytes(cfg, schedule, static_cast<int>(g / static_cast<std::size_t>(tp)));
   };
+  const stp::MemorySettings settings = stp::memory_settings(cfg);
+  std::size_t pinned = 0;  // activation pools plus host-placed optimizer state, all devices
+  double exposed_s = 0, cpu_optimizer_s = 0;
+  for (const stp::RankPrediction& p : plan.predicted) {
+    pinned += p.host_pinned_bytes + p.host_states.total();
+    exposed_s = std::max(exposed_s, p.exposed_copy_s);
+    cpu_optimizer_s = std::max(cpu_optimizer_s, p.cpu_optimizer_s);
+  }
   std::string error;
   try {
     stp::check_plan(plan, cfg);
@@ -76,15 +97,16 @@ int run(const PlanArgs& a) {
                        {"peak_by_category", std::move(cats)},
                        {"host_pinned_bytes", p.host_pinned_bytes},
                        {"vocab_param_bytes", vocab_bytes(g)},
-                       {"model_states",
-                        {{"weights_device", p.weight_bytes},
-                         {"gradients_device", p.grad_bytes},
-                         {"optimizer_device", p.optimizer_device_bytes},
-                         {"optimizer_host", p.optimizer_host_bytes}}},
+                       {"model_states_device", states_json(p.device_states)},
+                       {"model_states_host", states_json(p.host_states)},
                        {"predicted_step_cost", stp::json_number(p.step_cost_s(), 6)},
+                       {"exposed_copy_s", stp::json_number(p.exposed_copy_s, 6)},
+                       {"cpu_optimizer_s", stp::json_number(p.cpu_optimizer_s, 6)},
                        {"decisions", decisions_json(plan.ranks[g / static_cast<std::size_t>(tp)])}});
     }
     out["ranks"] = std::move(ranks);
+    out["host_pinned_total"] = pinned;
+    if (settings.host_budget != stp::kNoBudget) out["host_budget"] = settings.host_budget;
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("memory plan for %s (schedule %s, tp %d, pp %d, m %d)\n", path.c_str(), cfg.parallel.schedule.c_str(),
@@ -103,16 +125,14 @@ int run(const PlanArgs& a) {
                   stp::format_bytes(static_cast<std::size_t>(vocab_bytes(g))).c_str(),
                   cfg.parallel.vocab_parallel && tp > 1 ? "vocab-parallel: V padded to a multiple of tp, split over tp"
                                                         : "replicated on every TP rank");
-      std::printf("  model states: device: weights %s, gradients %s, optimizer %s; host: optimizer %s\n",
-                  stp::format_bytes(p.weight_bytes).c_str(), stp::format_bytes(p.grad_bytes).c_str(),
-                  stp::format_bytes(p.optimizer_device_bytes).c_str(),
-                  stp::format_bytes(p.optimizer_host_bytes).c_str());
+      std::printf("  model states on the device: %s; on the host: %s\n", states_text(p.device_states).c_str(),
+                  states_text(p.host_states).c_str());
     }
-    std::size_t pinned = 0;
-    for (const stp::RankPrediction& p : plan.predicted) pinned += p.host_pinned_bytes + p.optimizer_host_bytes;
     std::printf("optimizer state: %s; pinned host total %s of memory.host_budget %s\n",
                 plan.optimizer_offload ? "pinned host memory (memory.optimizer_offload)" : "device",
-                stp::format_bytes(pinned).c_str(), stp::format_budget(stp::memory_settings(cfg).host_budget).c_str());
+                stp::format_bytes(pinned).c_str(), stp::format_budget(settings.host_budget).c_str());
+    std::printf("predicted per step (worst device): exposed copy time %.1f ms, CPU optimizer time %.1f ms\n",
+                1e3 * exposed_s, 1e3 * cpu_optimizer_s);
     std::printf("decisions:\n%s", plan.summary.c_str());
     if (!error.empty()) std::printf("not feasible: %s\n", error.c_str());
   }

@@ -25,6 +25,7 @@ constexpr double kCpuLinkBytesPerS = 8e9;     // memcpy between host buffers
 constexpr double kCudaLinkBytesPerS = 25e9;   // PCIe 4.0 x16, one direction
 constexpr double kCpuFlopsPerThread = 100e9;  // FP32 GEMM of one AVX-512 core (120 measured on the dev host)
 constexpr double kCudaFlops = 20e12;          // FP32 GEMM class throughput of a datacenter GPU
+constexpr double kCpuAdamWBytesPerS = 20e9;   // the CPU AdamW's streaming rate (host memory bandwidth class)
 
 // GEMM throughput one rank gets: on the CPU backend every rank's stream runs its GEMMs at once,
 // so a rank gets its share of parallel.cpu_threads (which may be a fraction of a core).
@@ -141,38 +142,62 @@ MemoryPlan keep_everything(const ModelLayout& s, int pp) {
     RankPlan rp;
     for (auto& st : s.stages[static_cast<std::size_t>(r)])
       rp.units.emplace_back(static_cast<std::size_t>(st->num_units()));
+    rp.optimizer.assign(rp.units.size(), OptimizerPlacement::Device);
     rp.prefetch.assign(s.schedule.ranks[static_cast<std::size_t>(r)].size(), {});
     mp.ranks.push_back(std::move(rp));
   }
   return mp;
 }
 
-// The plan for one optimizer placement (offload_optimizer: AdamW moments in pinned host memory).
-MemoryPlan plan_for_placement(const Config& config, bool exact_minimum, bool offload_optimizer) {
-  ModelLayout shape = build_shape(config);
-  const int pp = config.parallel.pp, tp = config.parallel.tp, m = config.train.microbatches;
+// ---- Pass 1: measure ----------------------------------------------------------------------------
+// Contract: from the config and the stages' shapes alone (no dry run, no timing probe; nominal rates,
+// so `stp plan` and `stp train` measure the same numbers): the planner's input without its cost
+// model — policies and budget, per candidate unit the bytes each lever frees per microbatch and its
+// forward time, unit counts, the model-state bytes of every chunk — and each pp rank's compute time
+// per step.
+struct Measured {
+  PlannerInput input;             // evaluate and placeable_budget unset
+  std::vector<double> compute_s;  // [pp rank] per step
+};
+
+ModelStateBytes chunk_state_bytes(Stage& st) {
+  ModelStateBytes b;
+  for (const ParamInfo& p : st.params()) {
+    b.weights += p.param.bytes();
+    if (p.compute.defined() && p.compute.storage() != p.param.storage()) b.weights += p.compute.bytes();
+    b.gradients += p.grad.bytes();
+    b.optimizer += 2 * p.param.bytes();  // AdamW m and v, f32 like the parameter
+  }
+  return b;
+}
+
+Measured measure(const Config& config, const ModelLayout& shape) {
+  const int pp = config.parallel.pp, m = config.train.microbatches;
   const double flops = rank_flops(config);
   double link = config.memory.link_bandwidth;
   if (link <= 0) link = config.parallel.backend == "cuda" ? kCudaLinkBytesPerS : kCpuLinkBytesPerS;
 
   const MemorySettings settings = memory_settings(config);
-  PlannerInput in;
+  Measured out;
+  PlannerInput& in = out.input;
   in.device_budget = settings.device_budget;
   in.offload = settings.offload;
   in.recompute = settings.recompute;
   in.pp = pp;
-  in.tp = tp;
+  in.tp = config.parallel.tp;
   in.microbatches = m;
   in.link_bytes_per_s = link;
-  std::vector<double> compute_s(static_cast<std::size_t>(pp), 0.0);  // per step, per pp rank
+  out.compute_s.assign(static_cast<std::size_t>(pp), 0.0);
   for (int r = 0; r < pp; ++r) {
     in.units.emplace_back();
+    in.chunk_states.emplace_back();
     for (int ch = 0; ch < shape.schedule.chunks; ++ch) {
       Stage& st = *shape.stages[static_cast<std::size_t>(r)][static_cast<std::size_t>(ch)];
       in.units.back().push_back(st.num_units());
+      in.chunk_states.back().push_back(chunk_state_bytes(st));
       for (int u = 0; u < st.num_units(); ++u) {
         double fs = unit_flops(config, st.unit_name(u)) / flops;
-        compute_s[static_cast<std::size_t>(r)] += 3.0 * m * fs;  // F + B + W ~ 3 F
+        out.compute_s[static_cast<std::size_t>(r)] += 3.0 * m * fs;  // F + B + W ~ 3 F
         std::size_t full = st.recompute_saving(u, Recompute::Full);
         if (full == 0) continue;  // only the transformer units have records worth moving
         PlanCandidate c;
@@ -192,31 +217,44 @@ MemoryPlan plan_for_placement(const Config& config, bool exact_minimum, bool off
       }
     }
   }
+  return out;
+}
 
-  // Candidate plans run without a budget, so an over-budget plan reports its peak instead of
-  // failing; the chosen plan is then checked under the real budget (fragmentation).
-  Config dry_config = config;
-  dry_config.output.trace = false;
-  dry_config.memory.device_budget.reset();
-  in.evaluate = [&](std::vector<RankPlan>& plans) {
+// ---- The cost model: dry runs ---------------------------------------------------------------------
+// Contract: evaluate() places each rank's prefetches and predicts every device's peaks (exact: the
+// real run's allocation sequence), pinned pool, copy bytes and step-time cost; places() says whether
+// the real allocator can place a plan within a budget; placeable() finds the smallest such budget.
+// Candidate plans run without a budget, so an over-budget plan reports its peak instead of failing.
+class DryRunCostModel {
+ public:
+  DryRunCostModel(const Config& config, const ModelLayout& shape, const Measured& measured, bool offload_optimizer)
+      : shape_(shape), measured_(measured), dry_config_(config), offload_optimizer_(offload_optimizer) {
+    dry_config_.output.trace = false;
+    dry_config_.memory.device_budget.reset();
+  }
+
+  std::vector<RankPrediction> evaluate(std::vector<RankPlan>& plans) const {
+    const PlannerInput& in = measured_.input;
+    const int pp = in.pp, tp = in.tp, m = in.microbatches;
+    const double link = in.link_bytes_per_s;
     MemoryPlan mp;
-    mp.optimizer_offload = offload_optimizer;
+    mp.optimizer_offload = offload_optimizer_;
     for (int r = 0; r < pp; ++r) {
       // Lookahead in ops: enough average op time to cover one set's copy.
-      const auto& ops = shape.schedule.ranks[static_cast<std::size_t>(r)];
+      const auto& ops = shape_.schedule.ranks[static_cast<std::size_t>(r)];
       double set_bytes = 0;
       for (const PlanCandidate& c : in.candidates)
         if (c.pp_rank == r && plans[static_cast<std::size_t>(r)]
                                   .units[static_cast<std::size_t>(c.chunk)][static_cast<std::size_t>(c.unit)]
                                   .offload)
-          set_bytes += static_cast<double>(c.offload_bytes) / shape.schedule.chunks;
-      double op_s = compute_s[static_cast<std::size_t>(r)] / std::max<std::size_t>(1, ops.size());
+          set_bytes += static_cast<double>(c.offload_bytes) / shape_.schedule.chunks;
+      double op_s = measured_.compute_s[static_cast<std::size_t>(r)] / std::max<std::size_t>(1, ops.size());
       int lookahead = std::max(1, static_cast<int>(std::ceil(set_bytes / link / std::max(op_s, 1e-12))));
       place_prefetches(plans[static_cast<std::size_t>(r)], ops, lookahead);
     }
     mp.ranks = plans;
     std::vector<RankPrediction> out;
-    auto mem = dry_run(dry_config, mp);
+    auto mem = dry_run(dry_config_, mp);
     for (int g = 0; g < pp * tp; ++g) {
       const auto& d = mem[static_cast<std::size_t>(g)];
       const int r = g / tp;
@@ -227,7 +265,7 @@ MemoryPlan plan_for_placement(const Config& config, bool exact_minimum, bool off
       p.host_pinned_bytes = d.pinned.high_water;
       account_model_states(p, d);
       p.offload_bytes_per_step = d.d2h_bytes / 2;
-      p.compute_s = compute_s[static_cast<std::size_t>(r)];
+      p.compute_s = measured_.compute_s[static_cast<std::size_t>(r)];
       for (const PlanCandidate& c : in.candidates) {
         if (c.pp_rank != r) continue;
         Recompute level = plans[static_cast<std::size_t>(r)]
@@ -240,14 +278,15 @@ MemoryPlan plan_for_placement(const Config& config, bool exact_minimum, bool off
       out.push_back(p);
     }
     return out;
-  };
+  }
+
   // Live bytes that fit a budget may still not be placeable in it (fragmentation). The dry run
   // places them exactly as the real run will, so "does plan P fit budget B" is one dry run.
-  auto places = [&](const std::vector<RankPlan>& plans, std::size_t budget) {
+  bool places(const std::vector<RankPlan>& plans, std::size_t budget) const {
     MemoryPlan mp;
     mp.ranks = plans;
-    mp.optimizer_offload = offload_optimizer;
-    Config budgeted = dry_config;
+    mp.optimizer_offload = offload_optimizer_;
+    Config budgeted = dry_config_;
     budgeted.memory.device_budget = budget;
     try {
       dry_run(budgeted, mp);
@@ -255,13 +294,12 @@ MemoryPlan plan_for_placement(const Config& config, bool exact_minimum, bool off
     } catch (const OutOfMemoryError&) {
       return false;
     }
-  };
-  // The minimum feasible budget: the smallest budget (to 1/2048 of it) that places the levers'
-  // strongest plan; found by growing from its live peak, then bisecting. A dozen dry runs, so only
-  // when asked for or when the budget is infeasible anyway (the error names the minimum).
-  bool min_exact = false;
-  auto placeable = [&](const std::vector<RankPlan>& plans, std::size_t live_peak) {
-    min_exact = true;
+  }
+
+  // The smallest budget (to 1/2048 of it) that places `plans`: growing from their live peak, then
+  // bisecting. A dozen dry runs.
+  std::size_t placeable(const std::vector<RankPlan>& plans, std::size_t live_peak) {
+    min_exact_ = true;
     std::size_t lo = 0, hi = live_peak, step = std::max<std::size_t>(live_peak / 64, 4096);
     for (; !places(plans, hi); step *= 2) lo = hi, hi += step;
     const std::size_t resolution = std::max<std::size_t>(256, live_peak / 2048);
@@ -270,28 +308,58 @@ MemoryPlan plan_for_placement(const Config& config, bool exact_minimum, bool off
       (places(plans, mid) ? hi : lo) = mid;
     }
     return hi;
-  };
-  in.placeable_budget = [&](const std::vector<RankPlan>& plans, std::size_t live_peak) {
-    return exact_minimum || live_peak > in.device_budget ? placeable(plans, live_peak) : live_peak;
-  };
-  // The greedy plan for the budget is checked the same way; if it cannot be placed, plan again
-  // for 5% less, up to 8 times. A budget at or above the minimum always ends feasible: when the
-  // shrunken budget leaves only the strongest plan, that plan places in the real budget.
-  const std::size_t budget = in.device_budget;
+  }
+  bool min_exact() const { return min_exact_; }
+
+ private:
+  const ModelLayout& shape_;
+  const Measured& measured_;
+  Config dry_config_;
+  bool offload_optimizer_;
+  bool min_exact_ = false;
+};
+
+// ---- Pass 2: choose levers ------------------------------------------------------------------------
+// Contract: plan_memory (memory/planner.h) on the measured numbers for `budget`, priced by `model`;
+// every chunk's optimizer on the device. The minimum feasible budget is the placeable one (exact)
+// when `exact_minimum` is set or the budget is infeasible, else the strongest plan's live-byte peak.
+MemoryPlan choose_levers(Measured& measured, DryRunCostModel& model, const ModelLayout& shape, std::size_t budget,
+                         bool exact_minimum, bool first) {
+  PlannerInput& in = measured.input;
+  in.device_budget = budget;
+  in.evaluate = [&model](std::vector<RankPlan>& plans) { return model.evaluate(plans); };
+  in.placeable_budget = nullptr;  // after the first choice the minimum is known
+  if (first)
+    in.placeable_budget = [&, exact_minimum](const std::vector<RankPlan>& plans, std::size_t live_peak) {
+      return exact_minimum || live_peak > in.device_budget ? model.placeable(plans, live_peak) : live_peak;
+    };
+  MemoryPlan plan = plan_memory(in);
+  if (plan.ranks.empty()) {  // no candidates: nothing to decide
+    MemoryPlan keep = keep_everything(shape, in.pp);
+    plan.ranks = std::move(keep.ranks);
+  }
+  return plan;
+}
+
+// ---- Pass 3: verify by dry run --------------------------------------------------------------------
+// Contract: the chosen plan's allocations, placed by the real allocator within the real budget,
+// never fail. The choice is made on live bytes; when the dry run under the budget cannot place them
+// (fragmentation), choose again for 5% less, up to 8 times. A budget at or above the minimum always
+// ends feasible: when the shrunken budget leaves only the strongest plan, that plan places in the
+// real budget. Returns the plan with feasible, min_device_budget and the summary's notes set.
+MemoryPlan choose_and_verify(Measured& measured, DryRunCostModel& model, const ModelLayout& shape, bool exact_minimum) {
+  const std::size_t budget = measured.input.device_budget;
+  std::size_t planning_budget = budget;
   MemoryPlan plan;
   std::size_t min_budget = 0;
   for (int attempt = 0;; ++attempt) {
-    plan = plan_memory(in);
-    if (plan.ranks.empty()) {  // no candidates: nothing to decide
-      MemoryPlan keep = keep_everything(shape, pp);
-      plan.ranks = std::move(keep.ranks);
-    }
+    plan = choose_levers(measured, model, shape, planning_budget, exact_minimum, attempt == 0);
     plan.device_budget = budget;
     if (attempt == 0) min_budget = plan.min_device_budget;
-    if (budget != kNoBudget && !plan.feasible && attempt && !min_exact)  // plan.ranks: the strongest plan
-      min_budget = placeable(plan.ranks, min_budget);
+    if (budget != kNoBudget && !plan.feasible && attempt && !model.min_exact())  // plan.ranks: the strongest plan
+      min_budget = model.placeable(plan.ranks, min_budget);
     plan.min_device_budget = min_budget;
-    plan.min_budget_exact = min_exact;
+    plan.min_budget_exact = model.min_exact();
     if (budget == kNoBudget) break;
     if (!plan.feasible) {
       if (attempt && budget >= plan.min_device_budget) {
@@ -300,9 +368,9 @@ MemoryPlan plan_for_placement(const Config& config, bool exact_minimum, bool off
       }
       break;
     }
-    if (places(plan.ranks, budget)) {
+    if (model.places(plan.ranks, budget)) {
       if (attempt)
-        plan.summary += str("(planned for ", format_bytes(in.device_budget), " to leave room for fragmentation)\n");
+        plan.summary += str("(planned for ", format_bytes(planning_budget), " to leave room for fragmentation)\n");
       break;
     }
     if (attempt == 7) {
@@ -310,10 +378,55 @@ MemoryPlan plan_for_placement(const Config& config, bool exact_minimum, bool off
       plan.summary += "fragmentation: the live bytes fit but the allocator could not place them\n";
       break;
     }
-    in.device_budget -= budget / 20;
-    in.placeable_budget = nullptr;  // min_budget is known
+    planning_budget -= budget / 20;
   }
+  return plan;
+}
+
+// ---- Pass 4: report -------------------------------------------------------------------------------
+// Contract: fills what people read and nothing the run depends on: per device the model states on
+// the device (the dry run's category bytes at the peak) and on the host (chunks whose optimizer is
+// placed there), the CPU optimizer time, and the optimizer placement lines of the summary.
+void report(MemoryPlan& plan, const Measured& measured) {
+  const PlannerInput& in = measured.input;
+  for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
+    RankPrediction& p = plan.predicted[g];
+    const int r = static_cast<int>(g) / in.tp;
+    p.device_states.weights = p.peak_by_category[static_cast<std::size_t>(MemoryCategory::Weights)];
+    p.device_states.gradients = p.peak_by_category[static_cast<std::size_t>(MemoryCategory::Gradients)];
+    p.device_states.optimizer = p.peak_by_category[static_cast<std::size_t>(MemoryCategory::OptimizerState)];
+    p.host_states = {};
+    const auto& chunks = in.chunk_states[static_cast<std::size_t>(r)];
+    std::size_t host_params = 0;
+    for (std::size_t ch = 0; ch < chunks.size(); ++ch) {
+      if (plan.ranks[static_cast<std::size_t>(r)].optimizer_placement(static_cast<int>(ch)) != OptimizerPlacement::Host)
+        continue;
+      host_params += chunks[ch].weights / sizeof(float);
+    }
+    // The dry run's pinned bytes (AdamW moments plus the staging of parameters and gradients).
+    p.host_states.optimizer = p.optimizer_host_bytes;
+    // AdamW streams 28 bytes per parameter (read p, g, m, v; write p, m, v).
+    p.cpu_optimizer_s = static_cast<double>(host_params) * 28.0 / kCpuAdamWBytesPerS;
+  }
+  std::string placement;
+  for (std::size_t r = 0; r < plan.ranks.size(); ++r)
+    for (std::size_t ch = 0; ch < plan.ranks[r].units.size(); ++ch)
+      if (plan.ranks[r].optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host)
+        placement += str("rank ", r, " chunk ", ch, ": optimizer on the host\n");
+  plan.summary += placement.empty() ? "every optimizer on the device\n" : placement;
+}
+
+// The four passes for one optimizer placement (offload_optimizer: every chunk's AdamW state in
+// pinned host memory, memory.optimizer_offload).
+MemoryPlan plan_for_placement(const Config& config, bool exact_minimum, bool offload_optimizer) {
+  const ModelLayout shape = build_shape(config);
+  Measured measured = measure(config, shape);
+  DryRunCostModel model(config, shape, measured, offload_optimizer);
+  MemoryPlan plan = choose_and_verify(measured, model, shape, exact_minimum);
   plan.optimizer_offload = offload_optimizer;
+  for (RankPlan& rp : plan.ranks)
+    rp.optimizer.assign(rp.units.size(), offload_optimizer ? OptimizerPlacement::Host : OptimizerPlacement::Device);
+  report(plan, measured);
   return plan;
 }
 
@@ -340,21 +453,14 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
 
 void check_plan(const MemoryPlan& plan, const Config& config) {
   const MemorySettings settings = memory_settings(config);
-  if (!plan.feasible) {
-    std::size_t worst = 0;
-    for (std::size_t g = 0; g < plan.predicted.size(); ++g)
-      if (plan.predicted[g].peak_device_bytes > plan.predicted[worst].peak_device_bytes) worst = g;
-    const RankPrediction& p = plan.predicted[worst];
-    throw Error(str("memory.device_budget = ", format_bytes(plan.device_budget), " is too small: with memory.offload: ",
-                    to_string(settings.offload), " and memory.recompute: ", to_string(settings.recompute), " device ",
-                    worst, " still needs ", format_bytes(p.peak_device_bytes), " (", describe_categories(p),
-                    "). The minimum feasible budget is ", format_bytes(plan.min_device_budget), " (",
-                    plan.min_device_budget, " bytes); raise memory.device_budget to at least that",
+  if (!plan.feasible)
+    throw Error(str("memory.device_budget = ", format_bytes(plan.device_budget), " is too small (memory.offload: ",
+                    to_string(settings.offload), ", memory.recompute: ", to_string(settings.recompute),
+                    "): ", describe_infeasible(plan), "; raise memory.device_budget to at least that",
                     settings.offload == OffloadPolicy::None || settings.recompute == RecomputePolicy::None
                         ? ", or set memory.offload / memory.recompute to auto"
                         : "",
                     ", or lower train.micro_batch_size."));
-  }
   std::size_t pinned = 0, optimizer = 0;
   for (const RankPrediction& p : plan.predicted) pinned += p.host_pinned_bytes, optimizer += p.optimizer_host_bytes;
   if (optimizer > 0 && pinned + optimizer > settings.host_budget)

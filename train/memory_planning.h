@@ -2,6 +2,12 @@
 // model and schedule, and evaluates candidate plans by dry runs of the trainer
 // (TrainerOptions::dry_run), whose allocation sequence is the real run's. Used by Trainer (before
 // any step) and by `stp plan`.
+//
+// Four passes (memory_planning.cpp, each a function with its contract): measure (per-unit lever
+// bytes and costs, model-state bytes per chunk, compute time; no dry run), choose levers
+// (plan_memory on those numbers, priced by the dry-run cost model), verify by dry run (the choice
+// placed under the real budget; re-chosen for less on fragmentation), report (model states on the
+// device and the host, CPU optimizer time, summary lines).
 #pragma once
 
 #include "config/config.h"
