@@ -171,8 +171,8 @@ int run(const stp::tools::ConfigArgs& args) {
     std::vector<stp::Trainer::DeviceMemory> mem = trainer.device_memory();
     for (std::size_t g = 0; g < mem.size(); ++g)
       if (mem[g].communicator_bytes > 0)
-        std::fprintf(stderr, "stp train: device %zu: communicators (NCCL) took %.1f MiB outside memory.device_budget\n", g,
-                     static_cast<double>(mem[g].communicator_bytes) / (1 << 20));
+        std::fprintf(stderr, "stp train: device %zu: communicators (NCCL) took %.1f MiB outside memory.device_budget\n",
+                     g, static_cast<double>(mem[g].communicator_bytes) / (1 << 20));
   }
 
   std::signal(SIGINT, on_sigint);

@@ -429,8 +429,8 @@ CudaStream::CudaStream(CudaDevice& device, int ordinal, std::string name)
   try {
     // Split-K partial sums in f32, never in a bf16 output type (the CPU backend sums in f32).
     // TF32 stays off: CUBLAS_DEFAULT_MATH with CUBLAS_COMPUTE_32F is full f32.
-    STP_CUDA_CHECK(cublasSetMathMode(cublas_, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
-                                                                        CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    STP_CUDA_CHECK(cublasSetMathMode(
+        cublas_, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     std::size_t ws_bytes = 0;
     workspace_ = device_.allocate_cublas_workspace(&ws_bytes);
     STP_CUDA_CHECK(cublasSetWorkspace(cublas_, workspace_, ws_bytes));

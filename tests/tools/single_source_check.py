@@ -36,6 +36,10 @@ EXCEPTIONS = {
     "core/dtype.h": "defines STP_HD and the bf16 load/store functions the functors call (no functor)",
     "core/cpu/cpu_launch.cpp": "the CPU backend's entry point behind launch() (no functor)",
     "tools/bench_runtime.cpp": "CPU-only benchmark: its Noop functor is launched on a CpuDevice only",
+    "core/kernels/attention_tiles.h": "tile walks included by the attention *_kernels.cpp files (compiled there)",
+    "core/kernels/norm_rows.h": "row helpers included by the norm *_kernels.cpp files (compiled there)",
+    "core/kernels/attention_kernels_avx2.cpp": "the AVX2 + FMA host path: attention_kernels.cpp launches it only "
+                                               "where __CUDACC__ is undefined, so no device code exists for it",
 }
 
 

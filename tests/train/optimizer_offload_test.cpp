@@ -11,6 +11,8 @@
 //   * a host budget too small for the state is an error naming both numbers, before step 1;
 //   * auto keeps the state on the device when that fits, and moves it when it does not.
 #include <gtest/gtest.h>
+
+#include <cctype>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -28,8 +30,14 @@ namespace {
 
 using stp::testing::tiny_config;
 
+// One folder per test instance: ctest runs the instances of a parameterized test as parallel
+// processes, which must not write each other's checkpoints.
 std::string fresh_dir(const std::string& name) {
-  auto d = std::filesystem::path(STP_BINARY_DIR) / "tests" / name;
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string unique = name + "_" + t->test_suite_name() + "_" + t->name();
+  for (char& ch : unique)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  auto d = std::filesystem::path(STP_BINARY_DIR) / "tests" / unique;
   std::filesystem::remove_all(d);
   return d.string();
 }

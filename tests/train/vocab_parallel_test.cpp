@@ -16,6 +16,7 @@
 #include "models/registry.h"
 #include "schedule/schedule.h"
 #include "tests/train/train_fixture.h"
+#include "train/hf_convert.h"
 #include "train/stage_layout.h"
 
 namespace {
@@ -119,12 +120,15 @@ INSTANTIATE_TEST_SUITE_P(Schedules, VocabParallelTraining,
 // replicated model bitwise (and the same parameters into a tp 4 vocab-parallel one).
 TEST(VocabParallel, CheckpointsAreLayoutIndependent) {
   const std::string dir = std::string(STP_BINARY_DIR) + "/tests/vocab_parallel_ckpt";
-  stp::Trainer t(config("llama", {"parallel.tp=2", "output.dir=" + dir}));
+  const stp::Config t_config = config("llama", {"parallel.tp=2", "output.dir=" + dir});
+  stp::Trainer t(t_config);
   t.step();
   const std::string ckpt = t.save_checkpoint();
-  const auto saved = stp::read_model_tensors(ckpt + "/model.safetensors");
+  const auto saved = stp::read_model_tensors(ckpt + "/model.safetensors");  // HF names and layouts
   const auto live = t.full_parameters();
-  for (const auto& [name, tensor] : live) {
+  const auto live_hf = stp::to_hf(stp::hf_tensor_rules(stp::model_spec_of(t_config)), live);
+  ASSERT_EQ(saved.size(), live_hf.size());
+  for (const auto& [name, tensor] : live_hf) {
     EXPECT_EQ(saved.at(name).shape, tensor.shape) << name;
     EXPECT_EQ(saved.at(name).data, tensor.data) << name;
   }
