@@ -62,11 +62,18 @@ std::vector<std::unique_ptr<Communicator>> make_comms(const std::vector<Device*>
     return make_host_comms(static_cast<int>(devices.size()), host);
   }
 #if defined(STP_HAVE_CUDA)
+  if (devices.size() == 1) {
+    std::vector<std::unique_ptr<Communicator>> one;
+    one.push_back(make_self_comm());
+    return one;
+  }
   return make_nccl_comms(devices);
 #else
   STP_UNREACHABLE("CUDA device in a build without CUDA");
   return {};
 #endif
 }
+
+std::unique_ptr<Communicator> make_self_comm() { return std::move(make_null_comms(1).front()); }
 
 }  // namespace stp

@@ -30,10 +30,17 @@ struct BackendOptions {
 std::vector<std::unique_ptr<Device>> make_devices(const BackendOptions& options);
 
 // One communicator group over `devices` (rank i = devices[i]); all of one kind.
-// CPU: HostComm. CUDA: NCCL (ncclCommInitAll over the devices' ordinals).
+// CPU: HostComm. CUDA: NCCL (ncclCommInitAll over the devices' ordinals), except a group of one
+// device, which gets make_self_comm().
 // `host` configures the CPU backend's emulated link (ignored on CUDA).
 std::vector<std::unique_ptr<Communicator>> make_comms(const std::vector<Device*>& devices,
                                                       const HostCommOptions& host = {});
+
+// The communicator of a group of one rank: every collective over one rank is the identity and no
+// message can be sent, so it does nothing (and takes no memory). For GPU groups of one: a
+// one-rank NCCL communicator still allocates NCCL's buffers and loads its kernels (on an H200
+// the two one-rank groups of a one-GPU job took 1992 MiB), for operations that change nothing.
+std::unique_ptr<Communicator> make_self_comm();
 
 // Whether this build has the CUDA backend, and whether a GPU is usable; `why` says why not.
 bool cuda_built();

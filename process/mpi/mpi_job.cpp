@@ -6,6 +6,7 @@
 
 #include "process/mpi/mpi_comm.h"
 #include "process/mpi/mpi_util.h"
+#include "core/backend.h"
 #if defined(STP_HAVE_CUDA)
 #include "core/cuda/cuda_backend.h"
 #endif
@@ -90,6 +91,10 @@ class MpiJob final : public ProcessGroup {
     if (index < 0) return nullptr;
     if (device.kind() == DeviceKind::Cpu) return mpi::make_mpi_comm(comm, abort_);
 #if defined(STP_HAVE_CUDA)
+    if (members.size() == 1) {  // the identity: no NCCL communicator (core/backend.h)
+      MPI_Comm_free(&comm);
+      return make_self_comm();
+    }
     std::vector<char> id = index == 0 ? nccl_unique_id() : std::vector<char>(nccl_unique_id_size());
     int rc = MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, comm);
     MPI_Comm_free(&comm);
