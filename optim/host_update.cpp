@@ -40,6 +40,9 @@ void HostUpdate::allocate_staging() {
 
 void HostUpdate::begin_step() {
   if (!staged_) allocate_staging();
+  // A skipped step's early downloads were never waited for: this step's work must not write the
+  // gradients they read before they are done.
+  order_after_downloads(compute_);
   for (Group& g : groups_) g.downloaded = false;
   coef_ = 1.0f;
 }
@@ -54,6 +57,11 @@ void HostUpdate::download(Group& g) {
   }
   d2h_->record(*g.down);
   g.downloaded = true;
+}
+
+void HostUpdate::order_after_downloads(Stream& s) {
+  for (Group& g : groups_)
+    if (g.downloaded) s.wait(*g.down);
 }
 
 void HostUpdate::grads_final(std::size_t group) {

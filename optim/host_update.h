@@ -67,6 +67,10 @@ class HostUpdate {
   // The group's gradients are final at this point of the compute stream (no-op unless early).
   void grads_final(std::size_t group);
 
+  // Orders `s` after this step's early downloads: whatever `s` enqueues next may overwrite the
+  // gradients and parameters they read (the clip scaling writes the gradients in place).
+  void order_after_downloads(Stream& s);
+
   // This step's clip coefficient (host value of the device's; begin_step resets it to 1), applied
   // to the early copies, which hold the gradients before clipping.
   void set_clip_coefficient(float coef) { coef_ = coef; }

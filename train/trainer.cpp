@@ -257,6 +257,8 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
   mine.grad_norm = std::sqrt(static_cast<double>(sums[0]));
   if (finite) {
     if (config.train.grad_clip > 0) {
+      // The early downloads still read the unclipped gradients the clip scales in place.
+      if (r.host_update) r.host_update->order_after_downloads(*r.compute);
       clipper.clip(*r.compute, static_cast<float>(config.train.grad_clip));
       r.compute->copy(h + 2, clipper.coef(), sizeof(float));
       // Offloaded: chunks downloaded during the backward hold unclipped copies (optim/host_update.h).
