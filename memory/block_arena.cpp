@@ -205,8 +205,18 @@ char* BlockArena::State::find_block(std::size_t size, bool may_release, bool& re
     for (auto& [p, b] : blocks)
       if (b.free && b.size >= size) return p;
   } else {
-    auto fit = free_index.lower_bound({size, nullptr});
-    if (fit != free_index.end()) return fit->second;
+    // Best fit among the blocks below each segment's untouched tail; the tail (the free block
+    // that ends the segment) only when none fits. The tail is the one block whose size depends on
+    // the segment's size, so keeping it out of the choice makes the layout of a one-segment arena
+    // the same for every capacity that holds the run: it places exactly when high_water fits
+    // (the planner's minimum budget is one dry run's high_water, memory/plan.h).
+    char* tail = nullptr;
+    for (auto fit = free_index.lower_bound({size, nullptr}); fit != free_index.end(); ++fit) {
+      const Block& b = blocks.at(fit->second);
+      if (fit->second + b.size != b.segment + segments.at(b.segment)) return fit->second;
+      if (!tail) tail = fit->second;  // at most one per segment: the loop skips few
+    }
+    if (tail) return tail;
   }
   if (!options.grow) return nullptr;
   std::size_t seg = std::max(size, options.segment_bytes);

@@ -3,7 +3,10 @@
 //
 //   * Segments: memory is taken from the backend in segments (Device::allocate or pinned host
 //     memory) and carved with best fit, splitting blocks and coalescing neighbours — exact fit
-//     up to a 256-byte alignment, never power-of-two rounding. Segments are kept (cached) and
+//     up to a 256-byte alignment, never power-of-two rounding. A segment's untouched tail (the
+//     free block that ends it) is chosen only when no other free block fits, so a one-segment
+//     arena (a device budget) lays blocks out the same whatever its capacity: a run places in
+//     any budget at or above its high_water, and in none below. Segments are kept (cached) and
 //     reused; they go back to the backend only when a new segment would break the budget.
 //   * Budget: reserved bytes (all segments) never exceed `budget`. An allocation that cannot be
 //     served throws OutOfMemoryError with a report: the budget and its knob, what is live by

@@ -296,18 +296,26 @@ class DryRunCostModel {
     }
   }
 
-  // The smallest budget (to 1/2048 of it) that places `plans`: growing from their live peak, then
-  // bisecting. A dozen dry runs.
+  // The smallest budget that places `plans`: the device arena's layout does not depend on its
+  // capacity (memory/block_arena.h), so it is the largest high_water of one dry run in a budget
+  // that holds them (twice the live peak, doubled until it does).
   std::size_t placeable(const std::vector<RankPlan>& plans, std::size_t live_peak) {
     min_exact_ = true;
-    std::size_t lo = 0, hi = live_peak, step = std::max<std::size_t>(live_peak / 64, 4096);
-    for (; !places(plans, hi); step *= 2) lo = hi, hi += step;
-    const std::size_t resolution = std::max<std::size_t>(256, live_peak / 2048);
-    while (lo && hi - lo > resolution) {
-      std::size_t mid = lo + (hi - lo) / 2;
-      (places(plans, mid) ? hi : lo) = mid;
+    MemoryPlan mp;
+    mp.ranks = plans;
+    mp.optimizer_offload = offload_optimizer_;
+    Config budgeted = dry_config_;
+    for (std::size_t budget = 2 * std::max<std::size_t>(live_peak, 1 << 20);; budget *= 2) {
+      budgeted.memory.device_budget = budget;
+      try {
+        std::size_t high_water = 0;
+        for (const auto& d : dry_run(budgeted, mp)) high_water = std::max(high_water, d.device.high_water);
+        STP_ASSERT(high_water >= live_peak, "placement below the live peak");
+        return high_water;
+      } catch (const OutOfMemoryError&) {
+        STP_ASSERT(budget < (std::size_t{1} << 50), "no budget places the plan");
+      }
     }
-    return hi;
   }
   bool min_exact() const { return min_exact_; }
 

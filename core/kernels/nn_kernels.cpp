@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "core/kernels/norm_rows.h"
+#include "core/kernels/vocab_kernels.h"
 #include "core/launch.h"
 
 namespace stp {
@@ -198,53 +199,6 @@ struct EmbeddingForward {
   }
 };
 
-// Stable counting sort of the rows by token: offsets (V+1,) and rows (BT,) in ascending order
-// inside each bucket. One thread: BT is small next to the work it organises.
-struct TokenBuckets {
-  std::int32_t* offsets;
-  std::int32_t* rows;
-  const std::int32_t* tokens;
-  i64 V, BT;
-  STP_HD void operator()(usize) const {
-    for (i64 v = 0; v <= V; ++v) offsets[v] = 0;
-    for (i64 n = 0; n < BT; ++n) ++offsets[tokens[n] + 1];
-    for (i64 v = 0; v < V; ++v) offsets[v + 1] += offsets[v];
-    // rows[] is filled bucket by bucket using offsets[v] as a cursor, then the cursors are
-    // shifted back so offsets[v] is again the start of bucket v.
-    for (i64 n = 0; n < BT; ++n) rows[offsets[tokens[n]]++] = static_cast<std::int32_t>(n);
-    for (i64 v = V; v > 0; --v) offsets[v] = offsets[v - 1];
-    offsets[0] = 0;
-  }
-};
-
-struct EmbeddingBackwardWte {
-  float* dwte;
-  const float* dout;
-  const std::int32_t* offsets;
-  const std::int32_t* rows;
-  i64 C;
-  STP_HD void operator()(usize v) const {
-    i64 begin = offsets[v], end = offsets[v + 1];
-    if (begin == end) return;
-    for (i64 c = 0; c < C; ++c) {
-      float acc = 0.0f;
-      for (i64 i = begin; i < end; ++i) acc += dout[static_cast<i64>(rows[i]) * C + c];
-      dwte[static_cast<i64>(v) * C + c] += acc;
-    }
-  }
-};
-
-struct EmbeddingBackwardWpe {
-  float* dwpe;
-  const float* dout;
-  i64 B, T, C;
-  STP_HD void operator()(usize i) const {  // i = t * C + c
-    float acc = 0.0f;
-    for (i64 b = 0; b < B; ++b) acc += dout[b * T * C + static_cast<i64>(i)];
-    dwpe[i] += acc;
-  }
-};
-
 // ---- Attention softmax -------------------------------------------------------------------------
 
 // Row r = (bh, t) of att: softmax over j <= t of the scaled scores already in att; zero above.
@@ -427,12 +381,9 @@ i64 embedding_backward_workspace(i64 V, i64 BT) { return V + 1 + BT; }
 
 void embedding_backward_accumulate(Stream& s, float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
                                    std::int32_t* workspace, i64 B, i64 T, i64 C, i64 V) {
-  std::int32_t* offsets = workspace;
-  std::int32_t* rows = workspace + V + 1;
-  launch(s, 1, TokenBuckets{offsets, rows, tokens, V, B * T}, 1);
-  // Most vocabulary entries are absent from a batch and cost one comparison each.
-  launch(s, static_cast<usize>(V), EmbeddingBackwardWte{dwte, dout, offsets, rows, C}, 256);
-  if (dwpe != nullptr) launch(s, static_cast<usize>(T * C), EmbeddingBackwardWpe{dwpe, dout, B, T, C}, row_grain(B));
+  // The replicated table is the vocab-parallel shard that holds every row: the same buckets and
+  // the same sums, in the same order.
+  vocab_embedding_backward_accumulate(s, dwte, dwpe, dout, tokens, workspace, B, T, C, 0, V);
 }
 
 // Per (batch, head): scores = q k^T / sqrt(D) and y = att v as GEMMs on strided head slices.

@@ -1,9 +1,10 @@
-// Internal to the row-wise kernels (nn_kernels.cpp, llama_kernels.cpp): the launch grain, and the
-// row walk LayerNorm and RMSNorm share. Each normalisation does one row n of a (N, C) tensor per
-// task: it reduces the row in index order (its own statistics), then writes the row through
-// store_row (forward) or store_dx_row (backward, onto an optional residual), elementwise from the
-// value the caller computes for channel c. The helpers only walk; every value is the caller's
-// expression, evaluated as before, so results do not depend on which kernel uses them.
+// Internal to the row-wise kernels (nn_kernels.cpp, llama_kernels.cpp, vocab_kernels.cpp): the
+// launch grain, and the row walk LayerNorm and RMSNorm share. Each normalisation does one row n of
+// a (N, C) tensor per task: it reduces the row in index order (its own statistics), then writes the
+// row through store_row (forward) or store_dx_row (backward, onto an optional residual),
+// elementwise from the value the caller computes for channel c. The helpers only walk; every value
+// is the caller's expression, evaluated as before, so results do not depend on which kernel uses
+// them.
 #pragma once
 
 #include <cstddef>

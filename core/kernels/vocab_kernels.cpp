@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/kernels/norm_rows.h"
 #include "core/launch.h"
 
 namespace stp {
@@ -12,7 +13,7 @@ namespace {
 using i64 = std::int64_t;
 using usize = std::size_t;
 
-usize row_grain(i64 row_len) { return static_cast<usize>(row_len >= 16384 ? 1 : 16384 / row_len); }
+using kernel_rows::row_grain;
 
 struct VocabEmbeddingForward {
   float* out;
@@ -31,7 +32,8 @@ struct VocabEmbeddingForward {
 };
 
 // Stable counting sort of the rows whose token is one of this rank's: offsets (Vs+1,), rows in
-// ascending order inside each bucket. One thread, like TokenBuckets.
+// ascending order inside each bucket. One thread: BT is small next to the work it organises. (The
+// replicated table is the shard v0 = 0, Vs = V.)
 struct VocabTokenBuckets {
   std::int32_t* offsets;
   std::int32_t* rows;
@@ -164,6 +166,7 @@ void vocab_embedding_backward_accumulate(Stream& s, float* dwte_shard, float* dw
   std::int32_t* offsets = workspace;
   std::int32_t* rows = workspace + Vs + 1;
   launch(s, 1, VocabTokenBuckets{offsets, rows, tokens, v0, Vs, B * T}, 1);
+  // Most vocabulary entries are absent from a batch and cost one comparison each.
   launch(s, static_cast<usize>(Vs), VocabEmbeddingBackwardWte{dwte_shard, dout, offsets, rows, C}, 256);
   if (dwpe != nullptr) launch(s, static_cast<usize>(T * C), VocabWpeBackward{dwpe, dout, B, T, C}, row_grain(B));
 }

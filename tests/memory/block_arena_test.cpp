@@ -1,7 +1,10 @@
 // BlockArena (memory/block_arena.h) on the CPU backend: best fit, split/coalesce, the exact
-// budget and its OOM report, flat segments in steady state, release_cached, categories.
+// budget and its OOM report, the tail as last resort (a capacity-independent layout), flat segments in
+// steady state, release_cached, categories.
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +69,85 @@ TEST_F(ArenaTest, BestFitChoosesTheSmallestFittingBlock) {
   Block r2b = arena->allocate(2 * KiB + 1);  // 2.25 KiB aligned: the 3 KiB rest, not the tail
   EXPECT_EQ(at(r2b), hole8 + 5 * KiB);
   EXPECT_EQ(arena->stats().segment_allocs, 1u);
+}
+
+// The segment's untouched tail is taken only when no other free block fits, even when it is the
+// smallest block that does.
+TEST_F(ArenaTest, TheTailIsTheLastResort) {
+  auto arena = fixed(24 * KiB);
+  Block a = arena->allocate(8 * KiB), s1 = arena->allocate(256);
+  Block t = arena->allocate(8 * KiB);  // the tail is now 24 KiB - 16.25 KiB = 7.75 KiB
+  char* hole8 = at(a);
+  a.reset();
+  Block r = arena->allocate(3 * KiB);
+  EXPECT_EQ(at(r), hole8);  // plain best fit would take the 7.75 KiB tail
+  Block r2 = arena->allocate(6 * KiB);
+  EXPECT_EQ(at(r2), at(t) + 8 * KiB) << "the hole's 5 KiB rest is too small: the tail";
+}
+
+// One trace of allocations and frees (sizes and lifetimes from a fixed seed) replayed in
+// one-segment arenas of different capacities: every block gets the same offset in every arena
+// that holds the trace, and the trace fails exactly in the arenas smaller than its high_water.
+// This is what lets the planner read a plan's minimum budget off one dry run.
+TEST_F(ArenaTest, LayoutDoesNotDependOnTheCapacity) {
+  struct Event {
+    bool alloc;
+    std::size_t bytes_or_slot;
+  };
+  std::vector<Event> trace;
+  std::uint64_t x = 0x9E3779B97F4A7C15ull;
+  auto next = [&x] {  // xorshift64
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return x;
+  };
+  std::size_t slots = 0, live = 0;
+  std::vector<std::size_t> open;
+  for (int i = 0; i < 600; ++i) {
+    if (open.empty() || (next() % 100 < 55 && live < 40)) {
+      trace.push_back({true, 256 * (1 + next() % 64) + next() % 256});
+      open.push_back(slots++);
+      ++live;
+    } else {
+      std::size_t k = next() % open.size();
+      trace.push_back({false, open[k]});
+      open.erase(open.begin() + static_cast<std::ptrdiff_t>(k));
+      --live;
+    }
+  }
+  // Replays the trace; returns each allocation's offset from the arena's first block, or an empty
+  // vector when the arena ran out.
+  auto replay = [&](std::size_t capacity, std::size_t* high_water) {
+    auto arena = fixed(capacity);
+    std::vector<Block> blocks(slots);
+    std::vector<std::ptrdiff_t> offsets;
+    char* base = nullptr;
+    std::size_t slot = 0;
+    try {
+      for (const Event& e : trace) {
+        if (!e.alloc) {
+          blocks[e.bytes_or_slot].reset();
+          continue;
+        }
+        blocks[slot] = arena->allocate(e.bytes_or_slot);
+        if (!base) base = at(blocks[slot]);
+        offsets.push_back(at(blocks[slot]) - base);
+        ++slot;
+      }
+    } catch (const stp::OutOfMemoryError&) {
+      return std::vector<std::ptrdiff_t>{};
+    }
+    if (high_water) *high_water = arena->stats().high_water;
+    return offsets;
+  };
+  std::size_t high_water = 0;
+  const std::vector<std::ptrdiff_t> roomy = replay(64 * MiB, &high_water);
+  ASSERT_FALSE(roomy.empty());
+  ASSERT_GT(high_water, 0u);
+  for (std::size_t capacity : {high_water, high_water + 1, high_water + 255, high_water + 4 * KiB + 17,
+                               high_water + 100 * KiB, 2 * high_water}) {
+    EXPECT_EQ(replay(capacity, nullptr), roomy) << "capacity " << capacity << ", high_water " << high_water;
+  }
+  EXPECT_TRUE(replay(high_water - 256, nullptr).empty()) << "below high_water the trace cannot place";
 }
 
 TEST_F(ArenaTest, SplitAndCoalesceRestoreOneFreeBlock) {

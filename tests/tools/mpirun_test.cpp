@@ -184,6 +184,38 @@ TEST(Mpirun, DistributedOptimizerMatchesTheSingleProcessRun) {
       << "exp_avg_sq, worst at " << where;
 }
 
+// Optimizer offload across processes, with the distributed optimizer (each process updates its
+// owned shard on the CPU, from pinned host memory): the single-process losses within 1e-6, and
+// the checkpoint's parameters and moments those of the same job in one process with the
+// optimizer on the device.
+TEST(Mpirun, OffloadedDistributedOptimizerMatchesTheDeviceOptimizer) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  const Layout l{2, 2, 1, "1f1b"};
+  std::string config = prepare("optoffload");
+  Launch launch = run(4, "train " + config + " " + sets(l) +
+                             " --set parallel.distributed_optimizer=true --set parallel.dp_bucket=1000"
+                             " --set memory.optimizer_offload=all");
+  ASSERT_EQ(launch.result.status, 0) << launch.result.err;
+  std::vector<double> losses = losses_of(config);
+  const Reference& ref = reference();
+  ASSERT_EQ(losses.size(), ref.losses.size());
+  for (std::size_t i = 0; i < losses.size(); ++i)
+    EXPECT_NEAR(losses[i], ref.losses[i], 1e-6 * ref.losses[i]) << "step " << i + 1;
+  stp::Config cfg = stp::load_config_from_string(
+      config_yaml((fs::path(config).parent_path() / "inproc").string()), "in-process config",
+      {"parallel.dp=2", "parallel.pp=2", "parallel.schedule=1f1b", "train.microbatches=4",
+       "parallel.distributed_optimizer=true", "parallel.dp_bucket=1000", "memory.optimizer_offload=none"});
+  stp::Trainer t(cfg);
+  for (int i = 0; i < 3; ++i) t.step();
+  const fs::path ckpt = fs::path(config).parent_path() / "out" / "checkpoint-3";
+  stp::Checkpoint mine = stp::read_checkpoint(t.save_checkpoint()), theirs = stp::read_checkpoint(ckpt.string());
+  std::string where;
+  EXPECT_LT(stp::testing::max_rel_diff(theirs.model, mine.model, &where), 1e-5) << "parameters, worst at " << where;
+  EXPECT_LT(stp::testing::max_rel_diff(theirs.exp_avg, mine.exp_avg, &where), 1e-5) << "exp_avg, worst at " << where;
+  EXPECT_LT(stp::testing::max_rel_diff(theirs.exp_avg_sq, mine.exp_avg_sq, &where), 1e-5)
+      << "exp_avg_sq, worst at " << where;
+}
+
 TEST(Mpirun, OneProcessDrivesEveryRankAsThreads) {
   if (!have_mpi()) GTEST_SKIP() << "built without MPI";
   std::string config = prepare("np1");
