@@ -35,11 +35,11 @@
 //   * input_activation(mb): (B,T,C) the executor writes the hidden state received from the
 //     previous stage here before F(0) (stages that are not first).
 //   * output_activation(mb): (B,T,C) what the executor sends to the next stage, valid after F(U-1)
-//     and its all-reduce (stages that are not last).
+//     and its all-reduce (stages that are not last). Taken, once: the stage keeps no handle.
 //   * grad_output(mb): (B,T,C) the executor writes the gradient received from the next stage here
 //     before B(U-1) (stages that are not last).
 //   * grad_input(mb): (B,T,C) what the executor sends to the previous stage, valid after B(0)
-//     (stages that are not first).
+//     (stages that are not first). Taken, once, like output_activation.
 //   * loss(mb): (1,) device scalar, the mean token cross-entropy of mb, valid after F(U-1) of the
 //     last stage. The backward seed is scaled by loss_scale() (1/m for m microbatches).
 //   The stage drops its own references to these buffers at release_microbatch(mb) or

@@ -75,8 +75,11 @@ Tensor StageBase::input_activation(int mb, Stream* writer) {
 
 Tensor StageBase::output_activation(int mb) {
   Microbatch& m = mb_state(mb);
-  STP_ASSERT(!is_last() && m.output.defined(), "output_activation(", mb, ") of the last stage or before its last F");
-  return m.output;
+  STP_ASSERT(!is_last() && m.output.defined(),
+             "output_activation(", mb, ") of the last stage, before its last F or taken already");
+  // Handed over: the stage keeps no handle, so the buffer is free once the executor's send (or
+  // hand-over copy) is enqueued and dropped, not when this microbatch's backward starts.
+  return std::move(m.output);
 }
 
 Tensor StageBase::grad_output(int mb, Stream* writer) {
@@ -87,8 +90,9 @@ Tensor StageBase::grad_output(int mb, Stream* writer) {
 
 Tensor StageBase::grad_input(int mb) {
   Microbatch& m = mb_state(mb);
-  STP_ASSERT(!is_first() && m.grad_input.defined(), "grad_input(", mb, ") of the first stage or before B(0)");
-  return m.grad_input;
+  STP_ASSERT(!is_first() && m.grad_input.defined(),
+             "grad_input(", mb, ") of the first stage, before B(0) or taken already");
+  return std::move(m.grad_input);  // handed over, like output_activation
 }
 
 Tensor StageBase::loss(int mb) {
@@ -170,7 +174,7 @@ Tensor StageBase::backward_input(int u, int mb, Stream& s) {
   }
   STP_ASSERT(m.next_b == u, "B(", u, ", mb ", mb, ") out of order: next B is ", m.next_b);
   CallScope cs(alloc_, s);
-  cs.release(std::move(m.output));  // sent by now; the executor holds its own handle until done
+  cs.release(std::move(m.output));  // not taken (no executor: a stage driven alone)
   RecordSet& rec = records(u, mb);
   const Unit& unit = units_[static_cast<std::size_t>(u)];
   Tensor reduce;
