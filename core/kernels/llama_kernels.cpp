@@ -2,6 +2,7 @@
 // reductions loop in index order inside that one index.
 #include "core/kernels/llama_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/kernels/norm_rows.h"
@@ -12,6 +13,9 @@ namespace {
 
 using i64 = std::int64_t;
 using usize = std::size_t;
+using kernel_rows::column_block;
+using kernel_rows::column_tasks;
+using kernel_rows::kMaxColumnBlock;
 using kernel_rows::row_grain;
 using kernel_rows::store_dx_row;
 using kernel_rows::store_row;
@@ -55,39 +59,52 @@ struct RmsNormBackwardInput {
   }
 };
 
+// One task per block of `width` channels (norm_rows.h, column blocks).
 struct RmsNormBackwardWeight {
   float* dw;
   const float* dout;
   const float* x;
   const float* rstd;
-  i64 N, C;
-  STP_HD void operator()(usize c) const {
-    float acc = 0.0f;
-    for (i64 n = 0; n < N; ++n) acc += dout[n * C + static_cast<i64>(c)] * (x[n * C + static_cast<i64>(c)] * rstd[n]);
-    dw[c] += acc;
+  i64 N, C, width;
+  STP_HD void operator()(usize task) const {
+    const i64 c0 = static_cast<i64>(task) * width;
+    const i64 w = C - c0 < width ? C - c0 : width;
+    float acc[kMaxColumnBlock];
+    for (i64 k = 0; k < w; ++k) acc[k] = 0.0f;
+    for (i64 n = 0; n < N; ++n) {
+      const float* d = dout + n * C + c0;
+      const float* xr = x + n * C + c0;
+      const float rs = rstd[n];
+      for (i64 k = 0; k < w; ++k) acc[k] += d[k] * (xr[k] * rs);
+    }
+    for (i64 k = 0; k < w; ++k) dw[c0 + k] += acc[k];
   }
 };
 
 // ---- RoPE ---------------------------------------------------------------------------------------
 
+// One task per (position t, pair i): the angle's cos and sin are computed once and applied to
+// every row at position t (n = t, t + Tn, ...) and every head, so the double-precision pow, cos
+// and sin run Tn * D/2 times per call rather than N * heads * D/2 times. Each element's value is
+// the same expression of the same operands, whatever the split.
 template <typename T>
 struct Rope {
   T* x;
-  i64 Tn, ld, heads, D;
+  i64 N, Tn, ld, heads, D;
   double theta;
   double sign;  // +1 forward, -1 backward (the transpose rotation)
   STP_HD void operator()(usize task) const {
-    const i64 n = static_cast<i64>(task) / heads, h = static_cast<i64>(task) % heads;
-    const double t = static_cast<double>(n % Tn);
-    T* r = x + n * ld + h * D;
     const i64 half = D / 2;
-    for (i64 i = 0; i < half; ++i) {
-      const double a = t * ::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
-      const float c = static_cast<float>(::cos(a)), sn = static_cast<float>(sign * ::sin(a));
-      const float x1 = to_f32(r[i]), x2 = to_f32(r[i + half]);
-      r[i] = from_f32<T>(x1 * c - x2 * sn);
-      r[i + half] = from_f32<T>(x2 * c + x1 * sn);
-    }
+    const i64 t = static_cast<i64>(task) / half, i = static_cast<i64>(task) % half;
+    const double a = static_cast<double>(t) * ::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+    const float c = static_cast<float>(::cos(a)), sn = static_cast<float>(sign * ::sin(a));
+    for (i64 n = t; n < N; n += Tn)
+      for (i64 h = 0; h < heads; ++h) {
+        T* r = x + n * ld + h * D;
+        const float x1 = to_f32(r[i]), x2 = to_f32(r[i + half]);
+        r[i] = from_f32<T>(x1 * c - x2 * sn);
+        r[i + half] = from_f32<T>(x2 * c + x1 * sn);
+      }
   }
 };
 
@@ -170,6 +187,13 @@ struct GqaReduce {
   }
 };
 
+// Rope tasks per CPU grain: ~16K scalar ops, a task rotating (N / Tn) * heads pairs (~8 ops each)
+// after its angle (~100 ops of pow, cos and sin).
+usize rope_grain(i64 N, i64 Tn, i64 heads) {
+  const i64 per_task = 100 + 8 * heads * ((N + Tn - 1) / Tn);
+  return static_cast<usize>(per_task >= 16384 ? 1 : 16384 / per_task);
+}
+
 }  // namespace
 
 template <typename T>
@@ -184,17 +208,20 @@ void rmsnorm_backward_input(Stream& s, float* dx, const float* resid, const floa
 
 void rmsnorm_backward_weight_accumulate(Stream& s, float* dw, const float* dout, const float* x, const float* rstd,
                                         i64 N, i64 C) {
-  launch(s, static_cast<usize>(C), RmsNormBackwardWeight{dw, dout, x, rstd, N, C}, row_grain(N));
+  const i64 width = column_block(s);
+  launch(s, column_tasks(C, width), RmsNormBackwardWeight{dw, dout, x, rstd, N, C, width}, row_grain(N * width));
 }
 
 template <typename T>
 void rope_forward(Stream& s, T* x, i64 N, i64 Tn, i64 ld, i64 heads, i64 D, double theta) {
-  launch(s, static_cast<usize>(N * heads), Rope<T>{x, Tn, ld, heads, D, theta, 1.0}, row_grain(8 * D));
+  launch(s, static_cast<usize>(std::min(N, Tn) * (D / 2)), Rope<T>{x, N, Tn, ld, heads, D, theta, 1.0},
+         rope_grain(N, Tn, heads));
 }
 
 template <typename T>
 void rope_backward(Stream& s, T* dx, i64 N, i64 Tn, i64 ld, i64 heads, i64 D, double theta) {
-  launch(s, static_cast<usize>(N * heads), Rope<T>{dx, Tn, ld, heads, D, theta, -1.0}, row_grain(8 * D));
+  launch(s, static_cast<usize>(std::min(N, Tn) * (D / 2)), Rope<T>{dx, N, Tn, ld, heads, D, theta, -1.0},
+         rope_grain(N, Tn, heads));
 }
 
 template <typename T>

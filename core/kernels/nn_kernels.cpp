@@ -15,6 +15,9 @@ namespace {
 
 using i64 = std::int64_t;
 using usize = std::size_t;
+using kernel_rows::column_block;
+using kernel_rows::column_tasks;
+using kernel_rows::kMaxColumnBlock;
 using kernel_rows::row_grain;
 using kernel_rows::store_dx_row;
 using kernel_rows::store_row;
@@ -72,6 +75,7 @@ struct LayerNormBackwardInput {
   }
 };
 
+// One task per block of `width` channels from c0 = task * width (norm_rows.h, column blocks).
 struct LayerNormBackwardWeight {
   float* dw;
   float* db;
@@ -79,16 +83,25 @@ struct LayerNormBackwardWeight {
   const float* x;
   const float* mean;
   const float* rstd;
-  i64 N, C;
-  STP_HD void operator()(usize c) const {
-    float sw = 0.0f, sb = 0.0f;
+  i64 N, C, width;
+  STP_HD void operator()(usize task) const {
+    const i64 c0 = static_cast<i64>(task) * width;
+    const i64 w = C - c0 < width ? C - c0 : width;
+    float sw[kMaxColumnBlock], sb[kMaxColumnBlock];
+    for (i64 k = 0; k < w; ++k) sw[k] = sb[k] = 0.0f;
     for (i64 n = 0; n < N; ++n) {
-      float d = dout[n * C + c];
-      sw += d * (x[n * C + c] - mean[n]) * rstd[n];
-      sb += d;
+      const float* d = dout + n * C + c0;
+      const float* xr = x + n * C + c0;
+      const float m = mean[n], rs = rstd[n];
+      for (i64 k = 0; k < w; ++k) {
+        sw[k] += d[k] * (xr[k] - m) * rs;
+        sb[k] += d[k];
+      }
     }
-    dw[c] += sw;
-    db[c] += sb;
+    for (i64 k = 0; k < w; ++k) {
+      dw[c0 + k] += sw[k];
+      db[c0 + k] += sb[k];
+    }
   }
 };
 
@@ -122,15 +135,22 @@ struct RowsAdd {
   }
 };
 
+// One task per block of `width` columns (norm_rows.h, column blocks).
 template <typename T>
 struct ColumnSum {
   float* db;
   const T* dy;
-  i64 N, M;
-  STP_HD void operator()(usize j) const {
-    float acc = 0.0f;
-    for (i64 n = 0; n < N; ++n) acc += to_f32(dy[n * M + j]);
-    db[j] += acc;
+  i64 N, M, width;
+  STP_HD void operator()(usize task) const {
+    const i64 j0 = static_cast<i64>(task) * width;
+    const i64 w = M - j0 < width ? M - j0 : width;
+    float acc[kMaxColumnBlock];
+    for (i64 k = 0; k < w; ++k) acc[k] = 0.0f;
+    for (i64 n = 0; n < N; ++n) {
+      const T* r = dy + n * M + j0;
+      for (i64 k = 0; k < w; ++k) acc[k] += to_f32(r[k]);
+    }
+    for (i64 k = 0; k < w; ++k) db[j0 + k] += acc[k];
   }
 };
 
@@ -322,7 +342,9 @@ void layernorm_backward_input(Stream& s, float* dx, const float* resid, const fl
 
 void layernorm_backward_weight_accumulate(Stream& s, float* dw, float* db, const float* dout, const float* x,
                                           const float* mean, const float* rstd, i64 N, i64 C) {
-  launch(s, static_cast<usize>(C), LayerNormBackwardWeight{dw, db, dout, x, mean, rstd, N, C}, row_grain(2 * N));
+  const i64 width = column_block(s);
+  launch(s, column_tasks(C, width), LayerNormBackwardWeight{dw, db, dout, x, mean, rstd, N, C, width},
+         row_grain(2 * N * width));
 }
 
 template <typename TA, typename TC>
@@ -355,7 +377,8 @@ void linear_backward_weight_accumulate(Stream& s, float* dW, float* dbias, const
 
 template <typename T>
 void column_sum_accumulate(Stream& s, float* db, const T* dy, i64 N, i64 M) {
-  launch(s, static_cast<usize>(M), ColumnSum<T>{db, dy, N, M}, row_grain(N));
+  const i64 width = column_block(s);
+  launch(s, column_tasks(M, width), ColumnSum<T>{db, dy, N, M, width}, row_grain(N * width));
 }
 
 template <typename T>

@@ -5,11 +5,18 @@
 // elementwise from the value the caller computes for channel c. The helpers only walk; every value
 // is the caller's expression, evaluated as before, so results do not depend on which kernel uses
 // them.
+//
+// Column reductions (a bias or norm-weight gradient: one sum over the N rows per channel) run one
+// task per block of column_block() adjacent channels: the task walks the rows once and keeps one
+// accumulator per channel, so on the CPU a row's cache line is read once per block rather than
+// once per channel. Each channel's sum still adds its rows in ascending order, so the results are
+// bitwise those of one task per channel (what a CUDA stream launches: block width 1).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "core/device.h"
 #include "core/dtype.h"
 
 namespace stp::kernel_rows {
@@ -35,6 +42,18 @@ STP_HD inline void store_dx_row(float* dx, const float* resid, std::size_t n, st
     const float v = value(c);
     o[c] = r ? r[c] + v : v;
   }
+}
+
+// Widest column block (the size of a task's accumulator array).
+constexpr std::int64_t kMaxColumnBlock = 16;
+
+// Channels per column-reduction task: 16 (one 64-byte line of f32) on a CPU stream, 1 on a GPU
+// stream (adjacent threads read adjacent channels).
+inline std::int64_t column_block(Stream& s) { return s.device().kind() == DeviceKind::Cpu ? kMaxColumnBlock : 1; }
+
+// Number of tasks covering C channels in blocks of `block`.
+inline std::size_t column_tasks(std::int64_t C, std::int64_t block) {
+  return static_cast<std::size_t>((C + block - 1) / block);
 }
 
 }  // namespace stp::kernel_rows
