@@ -66,7 +66,10 @@ struct RankPrediction {
   // placed there; and the CPU optimizer's time per step.
   ModelStateBytes device_states, host_states;
   double cpu_optimizer_s = 0;
-  double step_cost_s() const { return recompute_s + exposed_copy_s; }
+  // The planner's price of the chunks whose optimizer is on the host (memory/planner.h): their
+  // parameter and gradient copies over the link plus the CPU AdamW, counted as exposed.
+  double optimizer_offload_s = 0;
+  double step_cost_s() const { return recompute_s + exposed_copy_s + optimizer_offload_s; }
 };
 
 struct MemoryPlan {
@@ -75,7 +78,7 @@ struct MemoryPlan {
   std::size_t min_device_budget = 0;      // the smallest budget any plan of this config fits ...
   bool min_budget_exact = false;          // ... or, when false, a lower bound of it (live bytes)
   std::vector<RankPlan> ranks;            // [pp rank]
-  bool optimizer_offload = false;         // AdamW state in pinned host memory (every rank)
+  bool optimizer_offload = false;         // some chunk's AdamW state in pinned host memory (RankPlan::optimizer)
   std::vector<RankPrediction> predicted;  // [global rank]
   std::string summary;                    // one line per decision group, for people
 };

@@ -44,12 +44,51 @@ struct Move {
   bool offload = false;
   Recompute level = Recompute::None;
   double cost_per_byte = 0;
+  int optimizer_chunk = -1;  // >= 0: move this chunk's optimizer state to the host (c is null)
+  bool any() const { return c || optimizer_chunk >= 0; }
 };
 
-// The cheapest move left for one pp rank, given its current decisions and prediction.
-Move cheapest_move(const PlannerInput& in, std::vector<RankPlan>& plans, const RankPrediction& pred, int pp_rank) {
+void place_every_optimizer(std::vector<RankPlan>& plans, OptimizerPlacement where) {
+  for (RankPlan& p : plans) p.optimizer.assign(p.units.size(), where);
+}
+
+// The evaluator's predictions with the planner's price of each rank's host optimizer chunks.
+std::vector<RankPrediction> evaluate(const PlannerInput& in, std::vector<RankPlan>& plans) {
+  std::vector<RankPrediction> pred = in.evaluate(plans);
+  for (std::size_t g = 0; g < pred.size(); ++g) {
+    const auto r = g / static_cast<std::size_t>(in.tp);
+    double s = 0;
+    for (std::size_t ch = 0; r < in.chunk_states.size() && ch < in.chunk_states[r].size(); ++ch)
+      if (plans[r].optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host)
+        s += optimizer_offload_seconds(in, in.chunk_states[r][ch]);
+    pred[g].optimizer_offload_s = s;
+  }
+  return pred;
+}
+
+// The cheapest move left for one pp rank, given its current decisions and prediction; `deficit`:
+// the bytes its peak is over the budget.
+Move cheapest_move(const PlannerInput& in, std::vector<RankPlan>& plans, const RankPrediction& pred, int pp_rank,
+                   std::size_t deficit, bool optimizer_moves) {
   Move best;
   double best_key = std::numeric_limits<double>::infinity();
+  if (optimizer_moves && static_cast<std::size_t>(pp_rank) < in.chunk_states.size()) {
+    const auto& chunks = in.chunk_states[static_cast<std::size_t>(pp_rank)];
+    for (std::size_t ch = 0; ch < chunks.size(); ++ch) {
+      if (chunks[ch].optimizer == 0 || plans[static_cast<std::size_t>(pp_rank)].optimizer_placement(
+                                           static_cast<int>(ch)) == OptimizerPlacement::Host)
+        continue;
+      // Only the bytes of the deficit count: of two chunks that both cover it, the smaller wins.
+      const double cost = optimizer_offload_seconds(in, chunks[ch]);
+      const double key = cost / static_cast<double>(std::min(chunks[ch].optimizer, std::max<std::size_t>(deficit, 1)));
+      if (key < best_key) {
+        best_key = key;
+        best = Move{};
+        best.optimizer_chunk = static_cast<int>(ch);
+        best.cost_per_byte = cost / static_cast<double>(chunks[ch].optimizer);
+      }
+    }
+  }
   const double m = in.microbatches;
   const double copy_s = static_cast<double>(pred.offload_bytes_per_step) / in.link_bytes_per_s;
   for (const PlanCandidate& c : in.candidates) {
@@ -102,7 +141,74 @@ std::string summarize(const PlannerInput& in, const std::vector<RankPlan>& plans
   return out.empty() ? "keep every activation\n" : out;
 }
 
+// Every unit kept except where a policy forces a lever; every optimizer on the host under `all`.
+std::vector<RankPlan> forced_plans(const PlannerInput& in) {
+  std::vector<RankPlan> plans = empty_plans(in);
+  if (in.optimizer_offload == OffloadPolicy::All) place_every_optimizer(plans, OptimizerPlacement::Host);
+  for (const PlanCandidate& c : in.candidates) {
+    UnitPlan& u = at(plans, c);
+    if (in.offload == OffloadPolicy::All) u.offload = c.offload_bytes > 0;
+    if (in.recompute == RecomputePolicy::Selective || in.recompute == RecomputePolicy::Full)
+      u.recompute = strongest(in.recompute, c);
+  }
+  return plans;
+}
+
+bool fits(const PlannerInput& in, const std::vector<RankPrediction>& pred) {
+  for (int r = 0; r < in.pp; ++r)
+    if (peak_of_pp_rank(in, pred, r) > in.device_budget) return false;
+  return true;
+}
+
+bool any_on_host(const std::vector<RankPlan>& plans) {
+  for (const RankPlan& p : plans)
+    for (std::size_t ch = 0; ch < p.units.size(); ++ch)
+      if (p.optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host) return true;
+  return false;
+}
+
+double total_cost(const std::vector<RankPrediction>& pred) {
+  double s = 0;
+  for (const RankPrediction& p : pred) s += p.step_cost_s();
+  return s;
+}
+
+// Greedy rounds from `plans` (pred: its predictions): each rank over budget takes its cheapest move
+// (optimizer chunks among them when `optimizer_moves`), until every rank fits (true) or an
+// over-budget round has no move left (false).
+bool add_moves(const PlannerInput& in, std::vector<RankPlan>& plans, std::vector<RankPrediction>& pred,
+               bool optimizer_moves) {
+  for (;;) {
+    bool over = false, moved = false;
+    for (int r = 0; r < in.pp; ++r) {
+      const std::size_t peak = peak_of_pp_rank(in, pred, r);
+      if (peak <= in.device_budget) continue;
+      over = true;
+      Move mv = cheapest_move(in, plans, pred[static_cast<std::size_t>(r * in.tp)], r, peak - in.device_budget,
+                              optimizer_moves);
+      if (!mv.any()) continue;
+      if (mv.optimizer_chunk >= 0) {
+        plans[static_cast<std::size_t>(r)].optimizer[static_cast<std::size_t>(mv.optimizer_chunk)] =
+            OptimizerPlacement::Host;
+      } else {
+        UnitPlan& u = at(plans, *mv.c);
+        u.offload = mv.offload;
+        u.recompute = mv.level;
+      }
+      moved = true;
+    }
+    if (!over) return true;
+    if (!moved) return false;
+    pred = evaluate(in, plans);
+  }
+}
+
 }  // namespace
+
+double optimizer_offload_seconds(const PlannerInput& in, const ModelStateBytes& chunk) {
+  const double param_bytes = static_cast<double>(chunk.optimizer) / 2;  // m and v: two f32 per parameter
+  return 3 * param_bytes / in.link_bytes_per_s + 7 * param_bytes / in.cpu_adamw_bytes_per_s;
+}
 
 std::string describe_categories(const RankPrediction& p) {
   std::string s;
@@ -135,12 +241,13 @@ MemoryPlan plan_memory(const PlannerInput& in) {
 
   // The most the enabled levers can do: the minimum feasible budget.
   std::vector<RankPlan> most = empty_plans(in);
+  if (in.optimizer_offload != OffloadPolicy::None) place_every_optimizer(most, OptimizerPlacement::Host);
   for (const PlanCandidate& c : in.candidates) {
     UnitPlan& u = at(most, c);
     u.recompute = strongest(in.recompute, c);
     u.offload = in.offload != OffloadPolicy::None && c.offload_bytes > 0;
   }
-  std::vector<RankPrediction> most_pred = in.evaluate(most);
+  std::vector<RankPrediction> most_pred = evaluate(in, most);
   std::size_t live_min = 0;  // the strongest plan's live bytes: below them no plan fits
   for (const RankPrediction& p : most_pred) live_min = std::max(live_min, p.peak_device_bytes);
   out.min_device_budget = in.placeable_budget ? in.placeable_budget(most, live_min) : live_min;
@@ -151,38 +258,47 @@ MemoryPlan plan_memory(const PlannerInput& in) {
     out.ranks = std::move(most);
     out.predicted = std::move(most_pred);
     out.summary = summarize(in, out.ranks);
+    out.optimizer_offload = in.optimizer_offload != OffloadPolicy::None;
     return out;
   }
 
-  // Forced levers, then greedy moves for ranks over budget.
-  std::vector<RankPlan> plans = empty_plans(in);
-  for (const PlanCandidate& c : in.candidates) {
-    UnitPlan& u = at(plans, c);
-    if (in.offload == OffloadPolicy::All) u.offload = c.offload_bytes > 0;
-    if (in.recompute == RecomputePolicy::Selective || in.recompute == RecomputePolicy::Full)
-      u.recompute = strongest(in.recompute, c);
-  }
-  std::vector<RankPrediction> pred = in.evaluate(plans);
-  for (int round = 0;; ++round) {
-    bool over = false, moved = false;
-    for (int r = 0; r < in.pp; ++r) {
-      if (peak_of_pp_rank(in, pred, r) <= in.device_budget) continue;
-      over = true;
-      Move mv = cheapest_move(in, plans, pred[static_cast<std::size_t>(r * in.tp)], r);
-      if (!mv.c) continue;
-      UnitPlan& u = at(plans, *mv.c);
-      u.offload = mv.offload;
-      u.recompute = mv.level;
-      moved = true;
+  // Forced levers, then greedy moves (activation levers and, under auto, optimizer chunks) for
+  // ranks over budget.
+  std::vector<RankPlan> plans = forced_plans(in);
+  std::vector<RankPrediction> pred = evaluate(in, plans);
+  if (!add_moves(in, plans, pred, in.optimizer_offload == OffloadPolicy::Auto)) {
+    plans = most;  // every lever used and still over: the levers' most is the answer
+    pred = most_pred;
+  } else if (in.optimizer_offload == OffloadPolicy::Auto && any_on_host(plans)) {
+    // The reverse: a host chunk that later moves made unnecessary goes back to the device
+    // (dearest first) when every rank still fits ...
+    std::vector<std::pair<double, std::pair<int, int>>> host;  // (cost, (rank, chunk))
+    for (int r = 0; r < in.pp && static_cast<std::size_t>(r) < in.chunk_states.size(); ++r)
+      for (std::size_t ch = 0; ch < in.chunk_states[static_cast<std::size_t>(r)].size(); ++ch)
+        if (plans[static_cast<std::size_t>(r)].optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host)
+          host.push_back({optimizer_offload_seconds(in, in.chunk_states[static_cast<std::size_t>(r)][ch]),
+                          {r, static_cast<int>(ch)}});
+    std::stable_sort(host.begin(), host.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (const auto& [cost, where] : host) {
+      std::vector<RankPlan> trial = plans;
+      trial[static_cast<std::size_t>(where.first)].optimizer[static_cast<std::size_t>(where.second)] =
+          OptimizerPlacement::Device;
+      std::vector<RankPrediction> trial_pred = evaluate(in, trial);
+      if (!fits(in, trial_pred)) continue;
+      plans = std::move(trial);
+      pred = std::move(trial_pred);
     }
-    if (!over) break;
-    if (!moved) {  // every lever used and still over: the levers' most is the answer
-      plans = most;
-      pred = most_pred;
-      break;
+    // ... and the activation levers are chosen again for the final placement: those taken before
+    // a chunk's state left the device may no longer be needed. The cheaper of the two wins.
+    std::vector<RankPlan> again = forced_plans(in);
+    for (std::size_t r = 0; r < again.size(); ++r) again[r].optimizer = plans[r].optimizer;
+    std::vector<RankPrediction> again_pred = evaluate(in, again);
+    if (add_moves(in, again, again_pred, false) && total_cost(again_pred) <= total_cost(pred)) {
+      plans = std::move(again);
+      pred = std::move(again_pred);
     }
-    pred = in.evaluate(plans);
   }
+  out.optimizer_offload = any_on_host(plans);
   out.ranks = std::move(plans);
   out.predicted = std::move(pred);
   out.summary = summarize(in, out.ranks);

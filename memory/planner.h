@@ -17,6 +17,18 @@
 // min_device_budget says what would fit. Otherwise, starting from the forced decisions, each round gives every rank
 // that is over budget its cheapest remaining move — cost per byte freed, where offloading costs only the copy time the
 // compute of a step cannot hide and recomputing costs its forward time — and re-evaluates, until every rank fits.
+//
+// The optimizer placement is one more kind of move in the same search (optimizer_offload: none keeps
+// every chunk's state on the device, all puts every chunk's on the host, auto chooses per (rank,
+// chunk)). Moving chunk c's state to the host frees its optimizer bytes on the device and costs
+//   optimizer_offload_s(c) = 3 P_c·4 B / link  +  28 P_c B / cpu_adamw      (P_c: its parameters)
+// — the parameters and gradients down and the parameters up, and the CPU AdamW's 28 bytes per
+// parameter — counted as exposed (an upper bound: early downloads and the CPU update of one chunk
+// overlap the device's other work). Its key is that cost per byte of the rank's deficit it covers
+// (bytes capped at peak − budget), so the smallest chunk that covers what is left wins over a larger
+// one. Once every rank fits, the host chunks are tried back on the device, dearest first, and stay
+// there when every rank still fits ("the reverse").
+//   step cost of a rank = recompute_s + exposed_copy_s + optimizer_offload_s (RankPrediction).
 #pragma once
 
 #include <cstddef>
@@ -49,10 +61,13 @@ struct PlannerInput {
   std::vector<std::vector<int>> units;  // [pp rank][local chunk] unit count
   std::vector<PlanCandidate> candidates;
   // [pp rank][local chunk]: model-state bytes of each chunk (TP rank 0). The optimizer placement
-  // is chosen per chunk from these; every chunk's optimizer stays on the device today.
+  // is chosen per chunk from these (optimizer_offload).
   std::vector<std::vector<ModelStateBytes>> chunk_states;
-  double link_bytes_per_s = 1;  // D2H / H2D rate (each direction)
-  // Fills each plan's prefetch points and returns predictions [global rank].
+  OffloadPolicy optimizer_offload = OffloadPolicy::None;  // where each chunk's optimizer state may live
+  double link_bytes_per_s = 1;                            // D2H / H2D rate (each direction)
+  double cpu_adamw_bytes_per_s = 20e9;                    // the CPU AdamW's streaming rate
+  // Fills each plan's prefetch points and returns predictions [global rank] (RankPlan::optimizer
+  // says where each chunk's optimizer lives; the planner adds optimizer_offload_s itself).
   std::function<std::vector<RankPrediction>(std::vector<RankPlan>&)> evaluate;
   // Optional: the smallest budget in which the allocator can place `plans` (prefetches filled by
   // evaluate), at least `live_peak` (their largest live-byte peak). It turns the levers' live-byte
@@ -62,6 +77,10 @@ struct PlannerInput {
 };
 
 MemoryPlan plan_memory(const PlannerInput& in);
+
+// Seconds per step the planner charges for one chunk's optimizer state on the host (the formula
+// above), from its model-state bytes.
+double optimizer_offload_seconds(const PlannerInput& in, const ModelStateBytes& chunk);
 
 // "weights 1.2 MiB, gradients ..., activations ..." of one prediction.
 std::string describe_categories(const RankPrediction& p);

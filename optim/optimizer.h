@@ -32,14 +32,20 @@ class AdamW {
  public:
   // exp_avg / exp_avg_sq (same shapes as the params) are allocated from `alloc` and zeroed on s.
   // `params` must outlive the optimizer; its tensors may not be replaced.
-  // host (optimizer offload): the moments live in host->allocator()'s pinned host memory instead
-  // and step() runs the update there (optim/host_update.h), parameter i in group param_group[i];
+  // host (optimizer offload): the moments of the parameters whose group is on the host live in
+  // host->allocator()'s pinned host memory instead and step() runs their update there
+  // (optim/host_update.h), parameter i in group param_group[i]; host_groups[g] says whether group g
+  // is on the host (empty: every group). The other parameters keep device moments and the device
+  // update: a rank may hold some chunks' state on the host and others' on the device.
   // host must outlive the optimizer.
   AdamW(std::vector<ParamInfo>& params, const AdamWHyper& hyper, Allocator& alloc, Stream& s,
-        HostUpdate* host = nullptr, const std::vector<int>& param_group = {});
+        HostUpdate* host = nullptr, const std::vector<int>& param_group = {},
+        const std::vector<bool>& host_groups = {});
 
   // Counts one step, then updates every parameter: decay iff ParamInfo::decay (>= 2 dims).
-  // Offloaded: s is ordered after the uploads of the updated parameters.
+  // The device parameters' updates are enqueued on s first, then the host groups' update runs
+  // (the CPU update of early-downloaded groups overlaps the device updates); offloaded: s is
+  // ordered after the uploads of the updated parameters.
   void step(Stream& s, float lr);
   bool offloaded() const { return host_ != nullptr; }
 
@@ -56,6 +62,7 @@ class AdamW {
   AdamWHyper hyper_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
   HostUpdate* host_ = nullptr;
+  std::vector<bool> on_host_;  // [param]
   std::int64_t step_count_ = 0;
 };
 

@@ -18,10 +18,16 @@
 //     Both runs of a pair reserve --copy-cpus CPUs (default 1) for the D2H/H2D streams
 //     (memory.copy_engine_cpus): on the CPU backend a copy is a memcpy that would otherwise take
 //     CPU from compute, which a GPU's DMA engines do not; 0 measures the shared case.
+//  3. Optimizer cost. Step time at a budget where the optimizer state must leave the device —
+//     the unconstrained peak less half of the largest device's optimizer bytes, with the activation
+//     levers off so that nothing else can make the room; memory.optimizer_offload: auto picks the
+//     chunks — divided by the unconstrained step time, alternating runs as in part 2 (same copy-
+//     engine CPUs; the optimizer's D2H/H2D streams run on them, the CPU AdamW on the host thread).
+//     Median and spread (min..max) of the per-pair ratios. Target: <= 1.15x.
 //
 // Usage: build/bench_memory [--config PATH] [--budget BYTES] [--link BYTES_PER_S] [--steps N]
 //                           [--pairs N] [--max-layers N] [--copy-cpus N] [--set KEY=VALUE]...
-//                           [--capacity-only | --cost-only]
+//                           [--capacity-only | --cost-only | --optimizer-only]
 // Sizes and rates take the config's units (e.g. 48MiB, 4GB/s); --help lists the defaults.
 #include <algorithm>
 #include <chrono>
@@ -264,6 +270,60 @@ void cost(const Options& o) {
               exposed == 0 ? "applies: copies predicted to fit" : "does not apply: copies predicted exposed");
 }
 
+// Part 3 (see the header): the optimizer leaves the device, activation levers off.
+void optimizer_cost(const Options& o) {
+  const std::string engine = "memory.copy_engine_cpus=" + std::to_string(o.copy_cpus);
+  const std::vector<std::string> levers_off = {"memory.offload=none", "memory.recompute=none", engine};
+  std::vector<std::string> x = levers_off;
+  x.push_back("memory.optimizer_offload=none");
+  const stp::Config plain = config_with(o, x);
+  stp::MemoryPlan free_plan;
+  fits(plain, &free_plan);
+  const std::size_t peak = max_peak(free_plan);
+  std::size_t optimizer = 0;
+  for (const auto& p : free_plan.predicted)
+    if (p.peak_device_bytes == peak) optimizer = std::max(optimizer, p.optimizer_device_bytes);
+  const std::size_t budget = peak - optimizer / 2;
+  x = levers_off;
+  x.insert(x.end(), {"memory.optimizer_offload=auto", "memory.device_budget=" + std::to_string(budget)});
+  const stp::Config offloaded = config_with(o, x);
+  std::printf(
+      "\n== optimizer cost: n_layer %lld, %s tp %d pp %d, copy-engine CPUs %d, unconstrained peak %.2f MiB, "
+      "optimizer state %.2f MiB on the largest device, budget %.2f MiB ==\n",
+      static_cast<long long>(plain.model.n_layer), plain.parallel.schedule.c_str(), plain.parallel.tp,
+      plain.parallel.pp, o.copy_cpus, mib(peak), mib(optimizer), mib(budget));
+  stp::MemoryPlan plan;
+  if (!fits(offloaded, &plan)) {
+    std::printf("the planner finds no plan (minimum feasible %.2f MiB): no cost to measure\n",
+                mib(plan.min_device_budget));
+    return;
+  }
+  std::size_t host = 0, chunks = 0;
+  for (const auto& rp : plan.ranks)
+    for (std::size_t ch = 0; ch < rp.units.size(); ++ch, ++chunks)
+      host += rp.optimizer_placement(static_cast<int>(ch)) == stp::OptimizerPlacement::Host;
+  double predicted = 0, compute = 0;
+  for (const auto& p : plan.predicted)
+    predicted = std::max(predicted, p.optimizer_offload_s), compute = std::max(compute, p.compute_s);
+  std::printf(
+      "plan: peak %.2f MiB; optimizer of %zu of %zu chunks on the host; predicted optimizer offload %.1f ms "
+      "(copies + CPU AdamW, counted exposed) over %.1f ms compute\n",
+      mib(max_peak(plan)), host, chunks, predicted * 1e3, compute * 1e3);
+  std::vector<double> ratios, plain_ms, offloaded_ms;
+  for (int i = 0; i < o.pairs; ++i) {
+    StepTimes a = run_steps(plain, o.steps), b = run_steps(offloaded, o.steps);
+    plain_ms.push_back(a.step_ms), offloaded_ms.push_back(b.step_ms), ratios.push_back(b.step_ms / a.step_ms);
+    std::printf("pair %d: unconstrained %.1f ms/step, optimizer offloaded %.1f ms/step, ratio %.3f\n", i + 1, a.step_ms,
+                b.step_ms, b.step_ms / a.step_ms);
+  }
+  const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
+  const double r = median(ratios);
+  std::printf(
+      "optimizer cost ratio: %.3fx (median of %d pairs, spread %.3f..%.3f; unconstrained %.1f ms, offloaded %.1f "
+      "ms); target <= 1.15x: %s\n",
+      r, o.pairs, *lo, *hi, median(plain_ms), median(offloaded_ms), r <= 1.15 ? "met" : "MISSED");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -297,12 +357,17 @@ int main(int argc, char** argv) {
       ->type_name("KEY=VALUE")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->allow_extra_args(false);
+  bool optimizer_only = false;
   auto* capacity_flag = app.add_flag("--capacity-only", capacity_only, "run only part 1, capacity");
-  app.add_flag("--cost-only", cost_only, "run only part 2, cost")->excludes(capacity_flag);
+  auto* cost_flag = app.add_flag("--cost-only", cost_only, "run only part 2, cost")->excludes(capacity_flag);
+  app.add_flag("--optimizer-only", optimizer_only, "run only part 3, the optimizer-offload cost")
+      ->excludes(capacity_flag)
+      ->excludes(cost_flag);
   if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
   return stp::tools::run_main(app, [&] {
-    if (!cost_only) capacity(o);
-    if (!capacity_only) cost(o);
+    if (!cost_only && !optimizer_only) capacity(o);
+    if (!capacity_only && !optimizer_only) cost(o);
+    if (!capacity_only && !cost_only) optimizer_cost(o);
     return 0;
   });
 }

@@ -40,6 +40,14 @@ nlohmann::ordered_json decisions_json(const stp::RankPlan& plan) {
   return out;
 }
 
+// Where each local chunk's optimizer state lives: ["device", "host", ...].
+nlohmann::ordered_json optimizer_json(const stp::RankPlan& plan) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (std::size_t c = 0; c < plan.units.size(); ++c)
+    out.push_back(stp::to_string(plan.optimizer_placement(static_cast<int>(c))));
+  return out;
+}
+
 nlohmann::ordered_json states_json(const stp::ModelStateBytes& b) {
   return {{"weights", b.weights}, {"gradients", b.gradients}, {"optimizer_state", b.optimizer}};
 }
@@ -75,6 +83,10 @@ int run(const PlanArgs& a) {
     exposed_s = std::max(exposed_s, p.exposed_copy_s);
     cpu_optimizer_s = std::max(cpu_optimizer_s, p.cpu_optimizer_s);
   }
+  std::size_t chunks = 0, host_chunks = 0;
+  for (const stp::RankPlan& rp : plan.ranks)
+    for (std::size_t c = 0; c < rp.units.size(); ++c, ++chunks)
+      host_chunks += rp.optimizer_placement(static_cast<int>(c)) == stp::OptimizerPlacement::Host;
   std::string error;
   try {
     stp::check_plan(plan, cfg);
@@ -102,6 +114,8 @@ int run(const PlanArgs& a) {
                        {"predicted_step_cost", stp::json_number(p.step_cost_s(), 6)},
                        {"exposed_copy_s", stp::json_number(p.exposed_copy_s, 6)},
                        {"cpu_optimizer_s", stp::json_number(p.cpu_optimizer_s, 6)},
+                       {"optimizer_offload_s", stp::json_number(p.optimizer_offload_s, 6)},
+                       {"optimizer", optimizer_json(plan.ranks[g / static_cast<std::size_t>(tp)])},
                        {"decisions", decisions_json(plan.ranks[g / static_cast<std::size_t>(tp)])}});
     }
     out["ranks"] = std::move(ranks);
@@ -117,10 +131,11 @@ int run(const PlanArgs& a) {
       const stp::RankPrediction& p = plan.predicted[g];
       std::printf(
           "device %zu: peak %s (%s); pinned host %s; offload %s/step; cost +%.1f ms/step (recompute %.1f, exposed "
-          "copies %.1f) over %.1f ms compute\n",
+          "copies %.1f, optimizer offload %.1f) over %.1f ms compute\n",
           g, stp::format_bytes(p.peak_device_bytes).c_str(), stp::describe_categories(p).c_str(),
           stp::format_bytes(p.host_pinned_bytes).c_str(), stp::format_bytes(p.offload_bytes_per_step).c_str(),
-          1e3 * p.step_cost_s(), 1e3 * p.recompute_s, 1e3 * p.exposed_copy_s, 1e3 * p.compute_s);
+          1e3 * p.step_cost_s(), 1e3 * p.recompute_s, 1e3 * p.exposed_copy_s, 1e3 * p.optimizer_offload_s,
+          1e3 * p.compute_s);
       std::printf("device %zu: embedding + LM head %s (%s)\n", g,
                   stp::format_bytes(static_cast<std::size_t>(vocab_bytes(g))).c_str(),
                   cfg.parallel.vocab_parallel && tp > 1 ? "vocab-parallel: V padded to a multiple of tp, split over tp"
@@ -128,8 +143,12 @@ int run(const PlanArgs& a) {
       std::printf("  model states on the device: %s; on the host: %s\n", states_text(p.device_states).c_str(),
                   states_text(p.host_states).c_str());
     }
-    std::printf("optimizer state: %s; pinned host total %s of memory.host_budget %s\n",
-                plan.optimizer_offload ? "pinned host memory (memory.optimizer_offload)" : "device",
+    const std::string where = host_chunks == 0 ? std::string("device")
+                              : host_chunks == chunks
+                                  ? std::string("pinned host memory, every chunk (memory.optimizer_offload)")
+                                  : stp::str("pinned host memory for ", host_chunks, " of ", chunks,
+                                             " chunks, the device for the rest (memory.optimizer_offload)");
+    std::printf("optimizer state: %s; pinned host total %s of memory.host_budget %s\n", where.c_str(),
                 stp::format_bytes(pinned).c_str(), stp::format_budget(settings.host_budget).c_str());
     std::printf("predicted per step (worst device): exposed copy time %.1f ms, CPU optimizer time %.1f ms\n",
                 1e3 * exposed_s, 1e3 * cpu_optimizer_s);

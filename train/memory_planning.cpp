@@ -187,6 +187,8 @@ Measured measure(const Config& config, const ModelLayout& shape) {
   in.tp = config.parallel.tp;
   in.microbatches = m;
   in.link_bytes_per_s = link;
+  in.optimizer_offload = settings.optimizer_offload;
+  in.cpu_adamw_bytes_per_s = kCpuAdamWBytesPerS;
   out.compute_s.assign(static_cast<std::size_t>(pp), 0.0);
   for (int r = 0; r < pp; ++r) {
     in.units.emplace_back();
@@ -227,8 +229,8 @@ Measured measure(const Config& config, const ModelLayout& shape) {
 // Candidate plans run without a budget, so an over-budget plan reports its peak instead of failing.
 class DryRunCostModel {
  public:
-  DryRunCostModel(const Config& config, const ModelLayout& shape, const Measured& measured, bool offload_optimizer)
-      : shape_(shape), measured_(measured), dry_config_(config), offload_optimizer_(offload_optimizer) {
+  DryRunCostModel(const Config& config, const ModelLayout& shape, const Measured& measured)
+      : shape_(shape), measured_(measured), dry_config_(config) {
     dry_config_.output.trace = false;
     dry_config_.memory.device_budget.reset();
   }
@@ -237,8 +239,7 @@ class DryRunCostModel {
     const PlannerInput& in = measured_.input;
     const int pp = in.pp, tp = in.tp, m = in.microbatches;
     const double link = in.link_bytes_per_s;
-    MemoryPlan mp;
-    mp.optimizer_offload = offload_optimizer_;
+    MemoryPlan mp;  // the optimizer placement travels in each RankPlan
     for (int r = 0; r < pp; ++r) {
       // Lookahead in ops: enough average op time to cover one set's copy.
       const auto& ops = shape_.schedule.ranks[static_cast<std::size_t>(r)];
@@ -285,7 +286,6 @@ class DryRunCostModel {
   bool places(const std::vector<RankPlan>& plans, std::size_t budget) const {
     MemoryPlan mp;
     mp.ranks = plans;
-    mp.optimizer_offload = offload_optimizer_;
     Config budgeted = dry_config_;
     budgeted.memory.device_budget = budget;
     try {
@@ -323,13 +323,13 @@ class DryRunCostModel {
   const ModelLayout& shape_;
   const Measured& measured_;
   Config dry_config_;
-  bool offload_optimizer_;
   bool min_exact_ = false;
 };
 
 // ---- Pass 2: choose levers ------------------------------------------------------------------------
-// Contract: plan_memory (memory/planner.h) on the measured numbers for `budget`, priced by `model`;
-// every chunk's optimizer on the device. The minimum feasible budget is the placeable one (exact)
+// Contract: plan_memory (memory/planner.h) on the measured numbers for `budget`, priced by `model`:
+// keep / offload / recompute per unit and, jointly, each chunk's optimizer placement
+// (memory.optimizer_offload). The minimum feasible budget is the placeable one (exact)
 // when `exact_minimum` is set or the budget is infeasible, else the strongest plan's live-byte peak.
 MemoryPlan choose_levers(Measured& measured, DryRunCostModel& model, const ModelLayout& shape, std::size_t budget,
                          bool exact_minimum, bool first) {
@@ -424,39 +424,26 @@ void report(MemoryPlan& plan, const Measured& measured) {
   plan.summary += placement.empty() ? "every optimizer on the device\n" : placement;
 }
 
-// The four passes for one optimizer placement (offload_optimizer: every chunk's AdamW state in
-// pinned host memory, memory.optimizer_offload).
-MemoryPlan plan_for_placement(const Config& config, bool exact_minimum, bool offload_optimizer) {
-  const ModelLayout shape = build_shape(config);
-  Measured measured = measure(config, shape);
-  DryRunCostModel model(config, shape, measured, offload_optimizer);
-  MemoryPlan plan = choose_and_verify(measured, model, shape, exact_minimum);
-  plan.optimizer_offload = offload_optimizer;
-  for (RankPlan& rp : plan.ranks)
-    rp.optimizer.assign(rp.units.size(), offload_optimizer ? OptimizerPlacement::Host : OptimizerPlacement::Device);
-  report(plan, measured);
-  return plan;
-}
-
 }  // namespace
 
-// ---- Optimizer placement (memory.optimizer_offload) --------------------------------------------
-// none / all: as set. auto: the state stays on the device when a plan fits the budget with it
-// there (offloading it would only add copies and CPU work); otherwise it moves to the host, all of
-// it on every rank. The byte accounting is the dry run's (account_model_states): with the state
-// on the host the device holds weights and gradients only, and the pinned host memory holds the
-// moments plus the staging of parameters and gradients (HostUpdate).
+// ---- The four passes ----------------------------------------------------------------------------
+// Optimizer placement (memory.optimizer_offload) is decided with the activation levers in pass 2:
+// none / all as set, auto per (rank, chunk) (memory/planner.h). The byte accounting is the dry
+// run's (account_model_states): a chunk whose state is on the host keeps only its weights and
+// gradients on the device, and the pinned host memory holds its moments plus the staging of its
+// parameters and gradients (HostUpdate).
 MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
-  const OffloadPolicy policy = memory_settings(config).optimizer_offload;
-  if (policy != OffloadPolicy::Auto) return plan_for_placement(config, exact_minimum, policy == OffloadPolicy::All);
-  MemoryPlan on_device = plan_for_placement(config, exact_minimum, false);
-  if (on_device.feasible) return on_device;
-  MemoryPlan on_host = plan_for_placement(config, exact_minimum, true);
-  on_host.summary +=
-      "optimizer state moved to pinned host memory (memory.optimizer_offload: auto): the plan with it "
-      "on the device needs " +
-      format_bytes(on_device.min_device_budget) + "\n";
-  return on_host;
+  const ModelLayout shape = build_shape(config);
+  Measured measured = measure(config, shape);
+  DryRunCostModel model(config, shape, measured);
+  MemoryPlan plan = choose_and_verify(measured, model, shape, exact_minimum);
+  plan.optimizer_offload = false;
+  for (const RankPlan& rp : plan.ranks)
+    for (std::size_t ch = 0; ch < rp.units.size(); ++ch)
+      plan.optimizer_offload =
+          plan.optimizer_offload || rp.optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host;
+  report(plan, measured);
+  return plan;
 }
 
 void check_plan(const MemoryPlan& plan, const Config& config) {

@@ -12,7 +12,8 @@ ShardedOptimizer::ShardedOptimizer(std::vector<ChunkBuffers> chunks, std::vector
                                    const std::vector<int>& param_chunk, int dp, int dp_rank, Communicator* comm,
                                    Device& device, Stream& compute, Stream* dp_stream, std::size_t bucket_bytes,
                                    const AdamWHyper& hyper, Allocator& alloc,
-                                   std::function<bool(const ParamInfo&)> counted, bool trace, HostUpdate* host)
+                                   std::function<bool(const ParamInfo&)> counted, bool trace, HostUpdate* host,
+                                   std::vector<bool> host_chunks)
     : params_(params),
       dp_(dp),
       dp_rank_(dp_rank),
@@ -23,7 +24,10 @@ ShardedOptimizer::ShardedOptimizer(std::vector<ChunkBuffers> chunks, std::vector
       hyper_(hyper),
       alloc_(alloc),
       host_(host),
+      host_chunks_(std::move(host_chunks)),
       trace_(trace) {
+  STP_ASSERT(host_chunks_.empty() || host_chunks_.size() == chunks.size(), "ShardedOptimizer: ", host_chunks_.size(),
+             " placements for ", chunks.size(), " chunks");
   STP_ASSERT(dp >= 1 && dp_rank >= 0 && dp_rank < dp, "ShardedOptimizer: dp rank ", dp_rank, " of ", dp);
   STP_ASSERT((comm == nullptr) == (dp_stream == nullptr) && (comm == nullptr || comm->size() == dp),
              "ShardedOptimizer: a communicator of the dp ranks and its stream, or neither (dry run)");
@@ -43,7 +47,7 @@ ShardedOptimizer::ShardedOptimizer(std::vector<ChunkBuffers> chunks, std::vector
     {
       MaybeCategoryScope as(alloc, MemoryCategory::OptimizerState);
       for (Tensor& t : c.state) {
-        t = Tensor::empty(host ? host->allocator() : alloc,
+        t = Tensor::empty(on_host(chunks_.size()) ? host->allocator() : alloc,
                           Shape{static_cast<std::int64_t>(std::max<std::size_t>(state, 1))});
         compute.zero(t.raw(), t.bytes());
       }
@@ -76,7 +80,7 @@ ShardedOptimizer::ShardedOptimizer(std::vector<ChunkBuffers> chunks, std::vector
     o.param = p.param.view(static_cast<std::int64_t>(s.offset), Shape{static_cast<std::int64_t>(s.count)});
     o.grad = p.grad.view(static_cast<std::int64_t>(s.offset), Shape{static_cast<std::int64_t>(s.count)});
     owned_.push_back(std::move(o));
-    if (host)
+    if (on_host(s.chunk))
       host->add(s.chunk, p.param.f32() + s.offset, p.grad.f32() + s.offset,
                 chunks_[s.chunk].state[0].f32() + s.state_at, chunks_[s.chunk].state[1].f32() + s.state_at, s.count,
                 p.decay);
@@ -156,30 +160,30 @@ void ShardedOptimizer::gather(std::size_t chunk, float* data) {
 void ShardedOptimizer::step(float lr) {
   ++step_count_;
   const int step = static_cast<int>(step_count_);
-  if (host_) {  // the CPU updates the owned segments; each chunk gathers once uploaded
-    host_->step(lr, hyper_, step, comm_ == nullptr);
-    if (!comm_) return;
-    for (std::size_t ci = 0; ci < chunks_.size(); ++ci) {
-      dp_stream_->wait(host_->uploaded(ci));
-      gather(ci, chunks_[ci].buf.params.f32());
-    }
-    dp_stream_->record(*done_);
-    compute_.wait(*done_);
-    return;
-  }
+  // The device chunks first: AdamW on compute, each chunk's all-gather after its update.
   std::size_t next = 0;
   for (std::size_t ci = 0; ci < chunks_.size(); ++ci) {
     Chunk& c = chunks_[ci];
+    const bool host = on_host(ci);
     for (; next < segments_.size() && segments_[next].chunk == ci; ++next) {
+      if (host) continue;
       const Segment& s = segments_[next];
       const ParamInfo& p = params_[s.param];
       adamw_step(compute_, p.param.f32() + s.offset, p.grad.f32() + s.offset, c.state[0].f32() + s.state_at,
                  c.state[1].f32() + s.state_at, s.count, lr, hyper_, step, p.decay);
     }
-    if (!comm_) continue;
+    if (host || !comm_) continue;
     compute_.record(*c.final);  // this chunk's owned parameters are updated
     dp_stream_->wait(*c.final);
     gather(ci, c.buf.params.f32());
+  }
+  if (host_) {  // the CPU updates the host chunks' owned segments; each gathers once uploaded
+    host_->step(lr, hyper_, step, comm_ == nullptr);
+    for (std::size_t ci = 0; comm_ && ci < chunks_.size(); ++ci) {
+      if (!on_host(ci)) continue;
+      dp_stream_->wait(host_->uploaded(ci));
+      gather(ci, chunks_[ci].buf.params.f32());
+    }
   }
   if (!comm_) return;
   dp_stream_->record(*done_);

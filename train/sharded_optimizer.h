@@ -57,12 +57,13 @@ class ShardedOptimizer {
   // counted: as GradClipper's. Communicator, streams and params must outlive this object.
   // host (optimizer offload, optim/host_update.h): the owned moments live in pinned host memory and
   // the owned segments are updated by the CPU (group = local chunk); each chunk's all-gather waits
-  // for that chunk's upload. host must outlive this object.
+  // for that chunk's upload. host_chunks[c]: whether chunk c's state is on the host (empty: every
+  // chunk); the other chunks keep device state and the device update. host must outlive this object.
   ShardedOptimizer(std::vector<ChunkBuffers> chunks, std::vector<ParamInfo>& params,
                    const std::vector<int>& param_chunk, int dp, int dp_rank, Communicator* comm, Device& device,
                    Stream& compute, Stream* dp_stream, std::size_t bucket_bytes, const AdamWHyper& hyper,
                    Allocator& alloc, std::function<bool(const ParamInfo&)> counted, bool trace,
-                   HostUpdate* host = nullptr);
+                   HostUpdate* host = nullptr, std::vector<bool> host_chunks = {});
 
   void begin_step();
   void chunk_final(int chunk);
@@ -96,6 +97,7 @@ class ShardedOptimizer {
   };
   void reduce(std::size_t chunk);
   void gather(std::size_t chunk, float* data);  // all-gathers every bucket of a chunk-sized buffer
+  bool on_host(std::size_t chunk) const { return host_ && (host_chunks_.empty() || host_chunks_.at(chunk)); }
 
   std::vector<Chunk> chunks_;
   std::vector<ParamInfo>& params_;
@@ -110,6 +112,7 @@ class ShardedOptimizer {
   AdamWHyper hyper_;
   Allocator& alloc_;
   HostUpdate* host_ = nullptr;
+  std::vector<bool> host_chunks_;
   std::int64_t step_count_ = 0;
   bool trace_;
 };

@@ -240,7 +240,12 @@ void Trainer::Impl::build_rank(Rank& r) {
   // The distributed optimizer with dp > 1 (config.parallel.dp: a dry run plans one replica of the
   // real job, so it allocates replica 0's shard of the state without communicating).
   const bool sharded = config.parallel.distributed_optimizer && config.parallel.dp > 1;
-  if (plan.optimizer_offload) {  // the optimizer's moments in pinned host memory, updated by the CPU
+  // The chunks whose optimizer state the plan puts in pinned host memory (updated by the CPU); the
+  // others keep it on the device. One HostUpdate per rank with any such chunk.
+  std::vector<bool> host_chunks;
+  for (int c = 0; c < schedule.chunks; ++c)
+    host_chunks.push_back(rank_plan.optimizer_placement(c) == OptimizerPlacement::Host);
+  if (std::find(host_chunks.begin(), host_chunks.end(), true) != host_chunks.end()) {
     r.host_update = std::make_unique<HostUpdate>(*r.device, *r.compute, r.stages.size(), options.dry_run);
     for (Stream* s : {&r.host_update->d2h(), &r.host_update->h2d()}) {
       if (!cpus.copy.empty()) bind_stream_threads_to_cpus(*s, cpus.copy);
@@ -258,10 +263,10 @@ void Trainer::Impl::build_rank(Rank& r) {
         std::move(chunks), r.params, r.param_chunk, config.parallel.dp, r.dp_rank, layout.dp > 1 ? r.dp : nullptr,
         *r.device, *r.compute, layout.dp > 1 ? r.dp_comm.get() : nullptr,
         static_cast<std::size_t>(config.parallel.dp_bucket.value_or(0)), adamw_hyper(config.optim), *r.alloc, counted,
-        trace != nullptr, r.host_update.get());
+        trace != nullptr, r.host_update.get(), host_chunks);
   } else {
     r.adamw = std::make_unique<AdamW>(r.params, adamw_hyper(config.optim), *r.alloc, *r.compute, r.host_update.get(),
-                                      r.param_chunk);
+                                      r.param_chunk, host_chunks);
     r.clipper = std::make_unique<GradClipper>(r.params, *r.alloc, counted);
   }
   RankResources res;
@@ -282,11 +287,12 @@ void Trainer::Impl::build_rank(Rank& r) {
   if (layout.dp > 1 && r.sharded) {
     res.grads_final = [opt = r.sharded.get()](int chunk) { opt->chunk_final(chunk); };
   } else if (layout.dp == 1 && r.host_update && !r.sharded) {
-    // Offloaded, one replica: a chunk without the tied parameter (whose gradient the tied sum still
-    // changes) downloads its parameters and gradients as soon as its last backward is enqueued.
+    // Offloaded, one replica: a host chunk without the tied parameter (whose gradient the tied sum
+    // still changes) downloads its parameters and gradients as soon as its last backward is enqueued.
     for (std::size_t c = 0; c < r.stages.size(); ++c) {
       const auto& ps = r.stages[c]->params();
-      r.host_update->set_early(c, std::none_of(ps.begin(), ps.end(), [](const ParamInfo& p) { return p.tied; }));
+      r.host_update->set_early(
+          c, host_chunks[c] && std::none_of(ps.begin(), ps.end(), [](const ParamInfo& p) { return p.tied; }));
     }
     res.grads_final = [host = r.host_update.get()](int chunk) { host->grads_final(static_cast<std::size_t>(chunk)); };
   } else if (layout.dp > 1) {

@@ -240,4 +240,190 @@ TEST(PlannerChoice, InfeasibleBudgetNamesTheMinimumAndWhatRemains) {
   EXPECT_TRUE(plan_memory(in).feasible);
 }
 
+// ---- The optimizer placement (optimizer_offload: auto) ------------------------------------------
+// A fake of one rank with three chunks of different sizes and no activation levers: the peak is the
+// model states (weights, gradients, the optimizer state of the chunks on the device) plus fixed
+// activations; a host chunk costs the planner's optimizer_offload_seconds.
+constexpr std::size_t kActivations = 5000;
+
+PlannerInput placement_problem(std::vector<std::size_t> optimizer_bytes) {
+  PlannerInput in;
+  in.pp = 1;
+  in.tp = 1;
+  in.offload = OffloadPolicy::None;
+  in.recompute = RecomputePolicy::None;
+  in.optimizer_offload = OffloadPolicy::Auto;
+  in.link_bytes_per_s = 1e3;
+  in.cpu_adamw_bytes_per_s = 2e3;
+  in.units.push_back({});
+  in.chunk_states.push_back({});
+  for (std::size_t b : optimizer_bytes) {
+    in.units.back().push_back(1);
+    in.chunk_states.back().push_back(stp::ModelStateBytes{b / 2, b / 2, b});
+  }
+  in.evaluate = [&in](std::vector<RankPlan>& plans) {
+    RankPrediction p;
+    std::size_t states = kActivations;
+    for (std::size_t ch = 0; ch < in.chunk_states[0].size(); ++ch) {
+      const stp::ModelStateBytes& b = in.chunk_states[0][ch];
+      states += b.weights + b.gradients;
+      if (plans[0].optimizer_placement(static_cast<int>(ch)) == stp::OptimizerPlacement::Device) states += b.optimizer;
+    }
+    p.peak_device_bytes = states;
+    p.compute_s = kCompute;
+    return std::vector<RankPrediction>{p};
+  };
+  return in;
+}
+
+std::vector<stp::OptimizerPlacement> placement(const stp::MemoryPlan& plan) {
+  std::vector<stp::OptimizerPlacement> out;
+  for (std::size_t ch = 0; ch < plan.ranks.at(0).units.size(); ++ch)
+    out.push_back(plan.ranks[0].optimizer_placement(static_cast<int>(ch)));
+  return out;
+}
+
+// Every placement of the chunks: the least cost of one that fits, and the least peak of any.
+Best brute_force_placement(PlannerInput& in, std::size_t budget) {
+  Best best;
+  const std::size_t n = in.chunk_states[0].size();
+  for (std::size_t code = 0; code < (std::size_t{1} << n); ++code) {
+    std::vector<RankPlan> plans(1);
+    plans[0].units.assign(n, std::vector<stp::UnitPlan>(1));
+    double cost = 0;
+    for (std::size_t ch = 0; ch < n; ++ch) {
+      const bool host = (code >> ch) & 1;
+      plans[0].optimizer.push_back(host ? stp::OptimizerPlacement::Host : stp::OptimizerPlacement::Device);
+      if (host) cost += stp::optimizer_offload_seconds(in, in.chunk_states[0][ch]);
+    }
+    const std::size_t peak = in.evaluate(plans)[0].peak_device_bytes;
+    best.min_peak = std::min(best.min_peak, peak);
+    if (peak > budget) continue;
+    if (!best.feasible || cost < best.cost) best.cost = cost;
+    best.feasible = true;
+  }
+  return best;
+}
+
+using stp::OptimizerPlacement;
+constexpr OptimizerPlacement kDev = OptimizerPlacement::Device, kHost = OptimizerPlacement::Host;
+
+// Chunks with 3000, 1000 and 2000 optimizer bytes; all on the device the peak is 17000 B.
+TEST(PlannerOptimizerPlacement, AllOnTheDeviceWhenThatFits) {
+  PlannerInput in = placement_problem({3000, 1000, 2000});
+  in.device_budget = 17000;
+  stp::MemoryPlan plan = plan_memory(in);
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_EQ(placement(plan), (std::vector<OptimizerPlacement>{kDev, kDev, kDev}));
+  EXPECT_FALSE(plan.optimizer_offload);
+  EXPECT_EQ(plan.predicted[0].optimizer_offload_s, 0.0);
+}
+
+// 1500 B over: the 2000 B chunk covers it at less cost than the 3000 B one (and the 1000 B one
+// does not cover it); the plan is the brute force's cheapest placement and names its price.
+TEST(PlannerOptimizerPlacement, APartialPlacementWhenItSufficesAndIsCheaper) {
+  PlannerInput in = placement_problem({3000, 1000, 2000});
+  in.device_budget = 15500;
+  stp::MemoryPlan plan = plan_memory(in);
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_EQ(placement(plan), (std::vector<OptimizerPlacement>{kDev, kDev, kHost}));
+  EXPECT_TRUE(plan.optimizer_offload);
+  EXPECT_EQ(plan.predicted[0].peak_device_bytes, 15000u);
+  const Best best = brute_force_placement(in, in.device_budget);
+  EXPECT_DOUBLE_EQ(plan.predicted[0].optimizer_offload_s, best.cost);
+  EXPECT_DOUBLE_EQ(best.cost, stp::optimizer_offload_seconds(in, in.chunk_states[0][2]));
+  // 3500 B over: two chunks (3000 + 1000) are the cheapest cover (1000 + 2000 falls short).
+  in.device_budget = 13500;
+  plan = plan_memory(in);
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_EQ(placement(plan), (std::vector<OptimizerPlacement>{kHost, kHost, kDev}));
+  EXPECT_DOUBLE_EQ(plan.predicted[0].optimizer_offload_s, brute_force_placement(in, in.device_budget).cost);
+}
+
+// Every budget from all-on-the-device down to the minimum: the plan fits whenever a placement does,
+// and costs what the cheapest fitting placement costs.
+TEST(PlannerOptimizerPlacement, EveryBudgetMatchesTheBruteForce) {
+  PlannerInput in = placement_problem({3000, 1000, 2000});
+  int cheapest = 0, cases = 0;
+  for (std::size_t budget = 17000; budget >= 11000; budget -= 250) {
+    in.device_budget = budget;
+    SCOPED_TRACE(testing::Message() << "budget " << budget);
+    stp::MemoryPlan plan = plan_memory(in);
+    const Best best = brute_force_placement(in, budget);
+    ASSERT_EQ(plan.feasible, best.feasible);
+    if (!best.feasible) continue;
+    EXPECT_LE(plan.predicted[0].peak_device_bytes, budget);
+    EXPECT_GE(plan.predicted[0].optimizer_offload_s, best.cost - 1e-12);
+    if (plan.predicted[0].optimizer_offload_s <= best.cost + 1e-12) ++cheapest;
+    ++cases;
+  }
+  EXPECT_EQ(cases, 25);
+  EXPECT_EQ(cheapest, cases);
+}
+
+// Only all three chunks on the host fit (11000 B of weights, gradients and activations).
+TEST(PlannerOptimizerPlacement, AllOnTheHostWhenNeeded) {
+  PlannerInput in = placement_problem({3000, 1000, 2000});
+  in.device_budget = 11000;
+  stp::MemoryPlan plan = plan_memory(in);
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_EQ(placement(plan), (std::vector<OptimizerPlacement>{kHost, kHost, kHost}));
+  EXPECT_EQ(plan.min_device_budget, 11000u);
+  // optimizer_offload: all puts every chunk on the host whatever the budget.
+  in.optimizer_offload = OffloadPolicy::All;
+  in.device_budget = 17000;
+  EXPECT_EQ(placement(plan_memory(in)), (std::vector<OptimizerPlacement>{kHost, kHost, kHost}));
+}
+
+// Below what all-on-the-host needs: infeasible, naming that minimum; with the optimizer pinned to
+// the device (none) the minimum is the device placement's.
+TEST(PlannerOptimizerPlacement, InfeasibleNamesTheMinimum) {
+  PlannerInput in = placement_problem({3000, 1000, 2000});
+  in.device_budget = 10999;
+  stp::MemoryPlan plan = plan_memory(in);
+  EXPECT_FALSE(plan.feasible);
+  EXPECT_EQ(plan.min_device_budget, 11000u);
+  const std::string what = stp::describe_infeasible(plan);
+  EXPECT_NE(what.find("11000 bytes"), std::string::npos) << what;
+  in.optimizer_offload = OffloadPolicy::None;
+  in.device_budget = 16999;
+  plan = plan_memory(in);
+  EXPECT_FALSE(plan.feasible);
+  EXPECT_EQ(plan.min_device_budget, 17000u);
+}
+
+// Jointly with the activation levers: the optimizer move competes with recompute on cost per byte.
+// A unit whose Full recompute frees 2000 B for 0.01 s beats moving a chunk's state (far dearer at
+// these rates); with recompute priced higher than the chunk move, the chunk moves instead.
+TEST(PlannerOptimizerPlacement, CompetesWithTheActivationLevers) {
+  for (double forward_s : {0.01, 1000.0}) {
+    PlannerInput in = placement_problem({3000, 1000, 2000});
+    in.recompute = RecomputePolicy::Auto;
+    PlanCandidate c;
+    c.name = "h.0";
+    c.offload_bytes = 2500;
+    c.full_saving = 2000;
+    c.forward_s = forward_s;
+    c.full_cost = 1.0;
+    in.microbatches = 1;
+    in.candidates.push_back(c);
+    auto fake = in.evaluate;
+    in.evaluate = [&in, fake](std::vector<RankPlan>& plans) {
+      std::vector<RankPrediction> p = fake(plans);
+      const stp::UnitPlan& u = plans[0].units[0][0];
+      const bool full = u.recompute == Recompute::Full;
+      p[0].peak_device_bytes += full ? 500 : 2500;
+      p[0].recompute_s = full ? in.candidates[0].forward_s : 0;
+      return p;
+    };
+    in.device_budget = 17000 + 2500 - 1500;  // 1500 B over
+    stp::MemoryPlan plan = plan_memory(in);
+    ASSERT_TRUE(plan.feasible);
+    const bool recomputed = plan.ranks[0].units[0][0].recompute == Recompute::Full;
+    SCOPED_TRACE(testing::Message() << "forward " << forward_s);
+    EXPECT_EQ(recomputed, forward_s < 1) << "recompute s " << plan.predicted[0].recompute_s;
+    EXPECT_EQ(plan.optimizer_offload, forward_s > 1);
+  }
+}
+
 }  // namespace
