@@ -39,7 +39,8 @@ class AdamW {
         HostUpdate* host = nullptr, const std::vector<int>& param_group = {});
 
   // Counts one step, then updates every parameter: decay iff ParamInfo::decay (>= 2 dims).
-  // Offloaded: s is ordered after the uploads of the updated parameters.
+  // Offloaded: the uploads of the updated parameters are left in flight; the caller orders its
+  // next use of each group's parameters on them (HostUpdate::params_needed, settle).
   void step(Stream& s, float lr);
   bool offloaded() const { return host_ != nullptr; }
 

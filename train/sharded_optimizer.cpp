@@ -50,6 +50,7 @@ ShardedOptimizer::ShardedOptimizer(std::vector<ChunkBuffers> chunks, std::vector
     }
     c.buf = std::move(b);
     c.final = device.create_event();
+    c.gathered = device.create_event();
     chunks_.push_back(std::move(c));
   }
   // Segments: each owned bucket slice cut at parameter boundaries.
@@ -157,14 +158,14 @@ void ShardedOptimizer::step(float lr) {
   ++step_count_;
   const int step = static_cast<int>(step_count_);
   if (host_) {  // the CPU updates the owned segments; each chunk gathers once uploaded
-    host_->step(lr, hyper_, step, comm_ == nullptr);
+    host_->step(lr, hyper_, step);
     if (!comm_) return;
     for (std::size_t ci = 0; ci < chunks_.size(); ++ci) {
       dp_stream_->wait(host_->uploaded(ci));
       gather(ci, chunks_[ci].buf.params.f32());
+      dp_stream_->record(*chunks_[ci].gathered);
+      chunks_[ci].gather_pending = true;
     }
-    dp_stream_->record(*done_);
-    compute_.wait(*done_);
     return;
   }
   std::size_t next = 0;
@@ -184,6 +185,21 @@ void ShardedOptimizer::step(float lr) {
   if (!comm_) return;
   dp_stream_->record(*done_);
   compute_.wait(*done_);
+}
+
+void ShardedOptimizer::params_needed(int chunk) {
+  STP_ASSERT(chunk >= 0 && chunk < static_cast<int>(chunks_.size()), "chunk ", chunk, " of ", chunks_.size());
+  if (host_) host_->params_needed(static_cast<std::size_t>(chunk));
+  Chunk& c = chunks_[static_cast<std::size_t>(chunk)];
+  if (!c.gather_pending) return;
+  compute_.wait(*c.gathered);
+  c.gather_pending = false;
+}
+
+void ShardedOptimizer::settle() {
+  if (host_) host_->settle();
+  if (dp_stream_) dp_stream_->synchronize();
+  for (Chunk& c : chunks_) c.gather_pending = false;
 }
 
 std::vector<Tensor> ShardedOptimizer::full_moments(int which) {
