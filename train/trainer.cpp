@@ -250,7 +250,10 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
   if (r.dp_grads) r.dp_grads->finish();
   if (r.sharded) r.sharded->finish([&] { sum_tied_grads(r); });  // tied sum before the reduce-scatter
   else sum_tied_grads(r);
-  if (fault.poisons(r.global, step)) poison_gradient(r);  // test hook: one NaN gradient on this rank
+  if (fault.poisons(r.global, step)) {                                    // test hook: one NaN gradient on this rank
+    if (r.host_update) r.host_update->order_after_downloads(*r.compute);  // an early download reads it
+    poison_gradient(r);
+  }
   r.world->all_reduce_sum(*r.compute, r.losses.f32(), static_cast<std::size_t>(r.losses.numel()));
   // The non-finite guard. The replica's sum of squares gives the global norm (with the distributed
   // optimizer each dp rank holds a disjoint part of every gradient: summed over dp too); its sum
