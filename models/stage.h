@@ -206,7 +206,14 @@ class Stage {
   // Copies a full host tensor (the layout of ParamInfo::full_shape) into this rank's shard.
   // Synchronizes s.
   virtual void load_full(const std::string& name, const std::vector<float>& full, Stream& s) = 0;
-  virtual void zero_grads(Stream& s) = 0;  // also drops all microbatch state (in stream order)
+  // Zeroes the gradients, drops all microbatch state (in stream order) and refreshes the bf16
+  // GEMM copies of the weights (refresh_compute).
+  virtual void zero_grads(Stream& s) = 0;
+  // zero_grads without the refresh: the caller calls refresh_compute before the stage's parameters
+  // are first read (an offloaded optimizer's uploads may still be in flight at the step's start).
+  virtual void zero_grads_keep_copies(Stream& s) = 0;
+  // Rounds the f32 masters into their bf16 GEMM copies (no-op at f32 precision), in stream order.
+  virtual void refresh_compute(Stream& s) = 0;
   // Drops mb's I/O buffers (its records must be gone), in stream order on s.
   virtual void release_microbatch(int mb, Stream& s) = 0;
 };

@@ -276,8 +276,12 @@ std::size_t StageBase::recompute_saving(int u, Recompute r) const {
 }
 
 void StageBase::zero_grads(Stream& s) {
-  s.zero(params_.flat_grads().raw(), params_.flat_grads().bytes());
+  zero_grads_keep_copies(s);
   params_.refresh_compute(s);  // the optimizer (or a checkpoint) changed the masters since
+}
+
+void StageBase::zero_grads_keep_copies(Stream& s) {
+  s.zero(params_.flat_grads().raw(), params_.flat_grads().bytes());
   CallScope cs(alloc_, s);
   for (auto& per_mb : records_) {
     for (auto& [mb, rec] : per_mb)

@@ -77,6 +77,8 @@ class StageBase : public Stage {
     params_.load_full(name, full, s);
   }
   void zero_grads(Stream& s) override;
+  void zero_grads_keep_copies(Stream& s) override;
+  void refresh_compute(Stream& s) override { params_.refresh_compute(s); }
   void release_microbatch(int mb, Stream& s) override;
 
   ParamStore& param_store() { return params_; }

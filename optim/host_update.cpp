@@ -47,14 +47,18 @@ void HostUpdate::begin_step() {
   coef_ = 1.0f;
 }
 
-// Staging is free to overwrite: the previous step's uploads from it were ordered before the
-// compute stream's work that follows them (compute waited for them), and this stream waits for
-// a later point of compute.
+// Staging is free to overwrite once the previous step's upload from it is done: compute waited
+// for it (params_needed) before the work this stream waits for, and if it did not, this stream
+// waits for the upload itself.
 void HostUpdate::download(Group& g) {
+  if (g.pending) d2h_->wait(*g.up);
+  const std::size_t i = static_cast<std::size_t>(&g - groups_.data());
+  d2h_->trace_begin(str("download group ", i), "optimizer", str("{\"group\":", i, "}"));
   for (const Span& s : g.spans) {
     d2h_->copy(g.p_host.f32() + s.at, s.param, s.n * sizeof(float));
     d2h_->copy(g.g_host.f32() + s.at, s.grad, s.n * sizeof(float));
   }
+  d2h_->trace_end();
   d2h_->record(*g.down);
   g.downloaded = true;
 }
@@ -72,7 +76,7 @@ void HostUpdate::grads_final(std::size_t group) {
   download(g);
 }
 
-void HostUpdate::step(float lr, const AdamWHyper& hyper, int step, bool wait_on_compute) {
+void HostUpdate::step(float lr, const AdamWHyper& hyper, int step) {
   const float coef = coef_;
   if (!staged_) allocate_staging();
   // The groups not downloaded early: parameters and clipped gradients, after compute's work so far.
@@ -95,10 +99,24 @@ void HostUpdate::step(float lr, const AdamWHyper& hyper, int step, bool wait_on_
       for (const Span& s : g.spans)
         cpu_adamw_update(g.p_host.f32() + s.at, g.g_host.f32() + s.at, s.m, s.v, s.n,
                          adamw_scalars(lr, hyper, step, s.decay));
+    h2d_->trace_begin(str("upload group ", i), "optimizer", str("{\"group\":", i, "}"));
     for (const Span& s : g.spans) h2d_->copy(s.param, g.p_host.f32() + s.at, s.n * sizeof(float));
+    h2d_->trace_end();
     h2d_->record(*g.up);
-    if (wait_on_compute) compute_.wait(*g.up);
+    g.pending = true;
   }
+}
+
+void HostUpdate::params_needed(std::size_t group) {
+  Group& g = groups_.at(group);
+  if (!g.pending) return;
+  compute_.wait(*g.up);
+  g.pending = false;
+}
+
+void HostUpdate::settle() {
+  h2d_->synchronize();
+  for (Group& g : groups_) g.pending = false;
 }
 
 }  // namespace stp

@@ -23,10 +23,15 @@
 //                       staging; record d2h[g]
 //   host thread: for each group g in order: wait d2h[g]; cpu_adamw_update on every span of g
 //                (oneTBB); h2d: copy staging p back to the device; record h2d[g]
-//   compute waits every h2d[g] (or the caller makes another stream wait uploaded(g))
 //
 // so the CPU update of group g overlaps the D2H of the groups after it and the H2D of the groups
-// before it; the compute stream is never blocked by the host, only ordered after the copies.
+// before it. step() leaves the uploads in flight: nothing on the compute stream waits for them
+// yet. The next step orders its work on them group by group: before the first op of the next
+// step that reads group g's parameters, the caller calls params_needed(g), a stream wait of
+// compute on h2d[g] (never a host wait), so the next step's early ops run while the later groups
+// still upload, and compute stalls only where an upload is actually late. Anything that reads or
+// writes the parameters outside a step (checkpoints, evaluation, loads) calls settle() first, a
+// host wait for every upload.
 // A dry run (dry = true) enqueues the copies (nothing is copied on a dry device) and skips the
 // CPU arithmetic: the host pages of a dry device are address ranges only.
 //
@@ -75,11 +80,17 @@ class HostUpdate {
   // to the early copies, which hold the gradients before clipping.
   void set_clip_coefficient(float coef) { coef_ = coef; }
 
-  // One update of every span (see the header comment); ends with the compute stream ordered after
-  // every upload unless wait_on_compute is false (the caller orders on uploaded(g)). Not called
-  // on a skipped step (begin_step drops its downloads).
-  void step(float lr, const AdamWHyper& hyper, int step, bool wait_on_compute = true);
+  // One update of every span (see the header comment); the uploads are left in flight (pending)
+  // until params_needed or settle. Not called on a skipped step (begin_step drops its downloads).
+  void step(float lr, const AdamWHyper& hyper, int step);
   Event& uploaded(std::size_t group) { return *groups_.at(group).up; }
+  // Whether group's last upload has not been waited for by compute (params_needed) or the host.
+  bool pending(std::size_t group) const { return groups_.at(group).pending; }
+  // The compute stream is ordered after group's last upload (a stream wait; no-op when none is
+  // pending). Call before the first compute work of a step that reads the group's parameters.
+  void params_needed(std::size_t group);
+  // Host wait for every upload in flight (outside a step: checkpoints, evaluation, loads).
+  void settle();
 
   std::size_t host_bytes() const { return host_bytes_; }  // moments + staging, allocated so far
   Stream& compute() { return compute_; }
@@ -100,6 +111,7 @@ class HostUpdate {
     Tensor p_host, g_host;  // staging (elements,)
     std::unique_ptr<Event> final, down, up;
     bool early = false, downloaded = false;
+    bool pending = false;  // uploaded; compute not ordered after it yet
   };
   void download(Group& g);
   class CountingAllocator final : public Allocator {

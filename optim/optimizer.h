@@ -44,8 +44,9 @@ class AdamW {
 
   // Counts one step, then updates every parameter: decay iff ParamInfo::decay (>= 2 dims).
   // The device parameters' updates are enqueued on s first, then the host groups' update runs
-  // (the CPU update of early-downloaded groups overlaps the device updates); offloaded: s is
-  // ordered after the uploads of the updated parameters.
+  // (the CPU update of early-downloaded groups overlaps the device updates); offloaded: the uploads
+  // of the updated parameters are left in flight, and the caller orders its next use of each
+  // group's parameters on them (HostUpdate::params_needed, settle).
   void step(Stream& s, float lr);
   bool offloaded() const { return host_ != nullptr; }
 

@@ -96,6 +96,7 @@ void Executor::run_forward() { walk(true); }
 
 void Executor::walk(bool forward_only) {
   const auto& ops = r_.schedule->ranks[static_cast<std::size_t>(r_.pp_rank)];
+  params_needed_.assign(r_.stages.size(), false);
   for (std::size_t k = 0; k < ops.size(); ++k) {
     std::optional<Op> fwd = forward_only ? forward_part(ops[k]) : std::optional<Op>(ops[k]);
     if (!fwd) continue;
@@ -117,6 +118,7 @@ void Executor::walk(bool forward_only) {
         r_.offload->prefetch({p.chunk, p.mb, p.weight, p.weight ? stage_of_chunk(p.chunk).num_units() - 1 : -1});
     const sched::OpMessages msgs = sched::op_messages(*r_.schedule, r_.pp_rank, op);
     post_receives(msgs.recv);
+    need_params(op);
     if (r_.trace) r_.compute->trace_begin(sched::to_string(op), "op");
     run_parts(op);
     copy_losses(op);
@@ -136,6 +138,18 @@ void Executor::report_grads_final() {
   for (int c : final_pending_)
     if (r_.grads_final) r_.grads_final(c);
   final_pending_.clear();
+}
+
+void Executor::need_params(const Op& op) {
+  if (!r_.params_needed) return;
+  for (int i = 0; i < op.n_parts(); ++i) {
+    const int c = op.part(i).chunk;
+    if (params_needed_[static_cast<std::size_t>(c)]) continue;
+    params_needed_[static_cast<std::size_t>(c)] = true;
+    if (r_.trace) r_.compute->trace_begin(str("params chunk ", c), "params", str("{\"chunk\":", c, "}"));
+    r_.params_needed(c);
+    if (r_.trace) r_.compute->trace_end();
+  }
 }
 
 const PipelineChannel& Executor::channel(const Message& m) const {

@@ -28,6 +28,10 @@
 // reports that chunk's gradients final (RankResources::grads_final), after that op's sends, and
 // the chunk's data-parallel all-reduce starts behind the compute stream (train/dp_grads.h).
 //
+// Parameters: before the compute of the first op of a step that runs a part of a chunk, the
+// executor calls RankResources::params_needed(chunk) (an offloaded optimizer's last uploads of
+// that chunk are waited for there, a stream wait; optim/host_update.h).
+//
 // Memory plan (memory/plan.h): after each F unit the plan offloads, the unit's records go to host
 // on the D2H stream (offload/offload_engine.h); before op k the sets the plan lists for k start
 // their prefetch on the H2D stream; the first B unit of a chunk-microbatch waits for its reload
@@ -83,6 +87,11 @@ struct RankResources {
   // (B or W) of that chunk has been enqueued, after that op's sends: its gradients are final at that point of the
   // compute stream (data-parallel reduction starts there, train/dp_grads.h). Optional.
   std::function<void(int chunk)> grads_final;
+  // Called once per local chunk and step, before the compute of the first op that runs a part of
+  // that chunk (after its receives are posted): the step is about to read the chunk's parameters.
+  // An offloaded optimizer orders compute after that chunk's upload there (a stream wait). With
+  // trace, the call is a "params" span on compute. Optional.
+  std::function<void(int chunk)> params_needed;
 };
 
 // The P2P tag of a message: pass, source stage and microbatch, so both ends can check it.
@@ -135,6 +144,7 @@ class Executor {
   void post_sends(const std::vector<sched::Message>& send);
   void release_finished(const sched::Op& op);
   void report_grads_final();
+  void need_params(const sched::Op& op);
   void walk(bool forward_only);
   Stage& stage_of_chunk(int chunk) const;
   int local_chunk_of_stage(int stage) const;
@@ -142,6 +152,7 @@ class Executor {
   RankResources r_;
   std::vector<std::size_t> last_backward_;  // [local chunk] index of its last op with B or W
   std::vector<int> final_pending_;          // chunks final, reported after the op's sends
+  std::vector<bool> params_needed_;         // [local chunk] params_needed called this step
   std::map<Stream*, EventPool> pools_;
   Tensor losses_;  // (m,) last stage only
   Sink sink_{*this};

@@ -303,7 +303,6 @@ class DryRunCostModel {
     min_exact_ = true;
     MemoryPlan mp;
     mp.ranks = plans;
-    mp.optimizer_offload = offload_optimizer_;
     Config budgeted = dry_config_;
     for (std::size_t budget = 2 * std::max<std::size_t>(live_peak, 1 << 20);; budget *= 2) {
       budgeted.memory.device_budget = budget;

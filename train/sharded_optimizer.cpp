@@ -54,6 +54,7 @@ ShardedOptimizer::ShardedOptimizer(std::vector<ChunkBuffers> chunks, std::vector
     }
     c.buf = std::move(b);
     c.final = device.create_event();
+    c.gathered = device.create_event();
     chunks_.push_back(std::move(c));
   }
   // Segments: each owned bucket slice cut at parameter boundaries.
@@ -177,17 +178,36 @@ void ShardedOptimizer::step(float lr) {
     dp_stream_->wait(*c.final);
     gather(ci, c.buf.params.f32());
   }
-  if (host_) {  // the CPU updates the host chunks' owned segments; each gathers once uploaded
-    host_->step(lr, hyper_, step, comm_ == nullptr);
-    for (std::size_t ci = 0; comm_ && ci < chunks_.size(); ++ci) {
-      if (!on_host(ci)) continue;
-      dp_stream_->wait(host_->uploaded(ci));
-      gather(ci, chunks_[ci].buf.params.f32());
-    }
+  if (comm_) {  // the device chunks' gathers: compute continues after them
+    dp_stream_->record(*done_);
+    compute_.wait(*done_);
   }
-  if (!comm_) return;
-  dp_stream_->record(*done_);
-  compute_.wait(*done_);
+  if (!host_) return;
+  // The CPU updates the host chunks' owned segments; each gathers once uploaded, and the next
+  // step's first op of that chunk waits for its gather (params_needed), not this step's end.
+  host_->step(lr, hyper_, step);
+  for (std::size_t ci = 0; comm_ && ci < chunks_.size(); ++ci) {
+    if (!on_host(ci)) continue;
+    dp_stream_->wait(host_->uploaded(ci));
+    gather(ci, chunks_[ci].buf.params.f32());
+    dp_stream_->record(*chunks_[ci].gathered);
+    chunks_[ci].gather_pending = true;
+  }
+}
+
+void ShardedOptimizer::params_needed(int chunk) {
+  STP_ASSERT(chunk >= 0 && chunk < static_cast<int>(chunks_.size()), "chunk ", chunk, " of ", chunks_.size());
+  if (host_) host_->params_needed(static_cast<std::size_t>(chunk));
+  Chunk& c = chunks_[static_cast<std::size_t>(chunk)];
+  if (!c.gather_pending) return;
+  compute_.wait(*c.gathered);
+  c.gather_pending = false;
+}
+
+void ShardedOptimizer::settle() {
+  if (host_) host_->settle();
+  if (dp_stream_) dp_stream_->synchronize();
+  for (Chunk& c : chunks_) c.gather_pending = false;
 }
 
 std::vector<Tensor> ShardedOptimizer::full_moments(int which) {

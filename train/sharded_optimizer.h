@@ -18,7 +18,9 @@
 //   over the replica *and* the dp ranks (each owns a disjoint part of every gradient).
 //   step(lr): AdamW on the owned segments (compute stream), then every bucket's parameters are
 //   all-gathered on the dp stream, chunk by chunk (a chunk's all-gather overlaps the next chunk's
-//   update), and compute waits for them before the step ends.
+//   update), and compute waits for them before the step ends. Offloaded (host), each chunk's
+//   all-gather waits for that chunk's upload and is left in flight: the next step's first use of
+//   the chunk waits for it (params_needed, a stream wait), anything outside a step for all (settle).
 //
 // State: per chunk, one flat exp_avg and one flat exp_avg_sq of sum over buckets of
 // ceil(bucket / dp) elements — the same bytes on every replica, so the planner's dry run (one
@@ -70,6 +72,10 @@ class ShardedOptimizer {
   void finish(const std::function<void()>& sum_tied);
   GradClipper& clipper() { return *clipper_; }
   void step(float lr);
+  // Offloaded: orders compute after chunk's upload and all-gather of the last step (stream waits;
+  // no-op when nothing is pending). settle(): a host wait for every one of them.
+  void params_needed(int chunk);
+  void settle();
 
   std::int64_t step_count() const { return step_count_; }
   void set_step_count(std::int64_t steps) { step_count_ = steps; }
@@ -92,8 +98,9 @@ class ShardedOptimizer {
     std::vector<std::pair<std::size_t, std::size_t>> buckets;  // (first element, elements)
     std::vector<std::size_t> bucket_state;                     // first state element of each bucket
     Tensor state[2];
-    std::unique_ptr<Event> final;
+    std::unique_ptr<Event> final, gathered;
     bool started = false, delayed = false;
+    bool gather_pending = false;  // offloaded: gathered recorded, compute not ordered after it yet
   };
   void reduce(std::size_t chunk);
   void gather(std::size_t chunk, float* data);  // all-gathers every bucket of a chunk-sized buffer

@@ -42,10 +42,12 @@ Stage* Rank::last_stage() const {
   return nullptr;
 }
 
-void Rank::synchronize() {
+void Rank::synchronize(bool leave_uploads) {
   // All of them, even when one fails, so no stream work outlives the step; first error wins.
   std::exception_ptr first;
-  std::vector<Stream*> streams = {compute.get(), tp_comm.get(), dp_comm.get()};
+  leave_uploads = leave_uploads && host_update;
+  std::vector<Stream*> streams = {compute.get(), tp_comm.get()};
+  if (!(leave_uploads && sharded)) streams.push_back(dp_comm.get());  // sharded: the all-gathers
   for (auto& s : p2p) streams.push_back(s.get());
   if (offload) {
     streams.push_back(&offload->d2h());
@@ -53,7 +55,7 @@ void Rank::synchronize() {
   }
   if (host_update) {
     streams.push_back(&host_update->d2h());
-    streams.push_back(&host_update->h2d());
+    if (!leave_uploads) streams.push_back(&host_update->h2d());
   }
   for (Stream* s : streams) {
     if (!s) continue;  // a rank whose construction failed before its streams existed
@@ -64,6 +66,17 @@ void Rank::synchronize() {
     }
   }
   if (first) std::rethrow_exception(first);
+}
+
+void Rank::params_needed(int chunk) {
+  if (sharded) sharded->params_needed(chunk);
+  else if (host_update) host_update->params_needed(static_cast<std::size_t>(chunk));
+  stages[static_cast<std::size_t>(chunk)]->refresh_compute(*compute);  // zero_grads left the copies
+}
+
+void Rank::settle_parameters() {
+  if (sharded) sharded->settle();
+  else if (host_update) host_update->settle();
 }
 
 // ---- Trainer -----------------------------------------------------------------------------------
@@ -221,7 +234,10 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
   const float scale = 1.0f / static_cast<float>(config.train.microbatches * config.parallel.dp);
   if (trace) r.compute->trace_begin(str("step ", step), "step");  // the step on this device (stp profile)
   for (auto& s : r.stages) {
-    s->zero_grads(*r.compute);
+    // Offloaded optimizer: the last step's uploads may still be in flight; each chunk's bf16 copies
+    // are refreshed once its upload is waited for (Rank::params_needed, before its first op).
+    if (r.host_update) s->zero_grads_keep_copies(*r.compute);
+    else s->zero_grads(*r.compute);
     if (s->is_last()) s->set_loss_scale(scale);
   }
   r.compute->zero(r.losses.raw(), r.losses.bytes());
@@ -234,7 +250,10 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
   if (r.dp_grads) r.dp_grads->finish();
   if (r.sharded) r.sharded->finish([&] { sum_tied_grads(r); });  // tied sum before the reduce-scatter
   else sum_tied_grads(r);
-  if (fault.poisons(r.global, step)) poison_gradient(r);  // test hook: one NaN gradient on this rank
+  if (fault.poisons(r.global, step)) {                                    // test hook: one NaN gradient on this rank
+    if (r.host_update) r.host_update->order_after_downloads(*r.compute);  // an early download reads it
+    poison_gradient(r);
+  }
   r.world->all_reduce_sum(*r.compute, r.losses.f32(), static_cast<std::size_t>(r.losses.numel()));
   // The non-finite guard. The replica's sum of squares gives the global norm (with the distributed
   // optimizer each dp rank holds a disjoint part of every gradient: summed over dp too); its sum
@@ -268,7 +287,7 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
     else r.adamw->step(*r.compute, lr);
   }
   if (trace) r.compute->trace_end();
-  r.synchronize();
+  r.synchronize(/*leave_uploads=*/true);  // the next step waits for each chunk's upload at its first op
   if (finite && config.train.grad_clip > 0) mine.clip_coef = download(r.health, *r.compute)[2];
   for (std::size_t i = 0; i < ranks.size(); ++i)
     if (ranks[i].get() == &r) health[i] = mine;
@@ -282,6 +301,7 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
 void Trainer::Impl::rank_evaluate(Rank& r) {
   const int m = config.train.microbatches, B = config.train.micro_batch_size, dp = config.parallel.dp;
   const std::int64_t G = std::int64_t{dp} * m * B;
+  r.settle_parameters();  // the last step's uploads
   r.compute->zero(r.eval_losses.raw(), r.eval_losses.bytes());
   for (auto& s : r.stages) {
     s->zero_grads(*r.compute);  // drops microbatch state and refreshes bf16 weight copies

@@ -37,6 +37,7 @@ std::map<std::string, HostTensor> Trainer::Impl::gather(const std::function<Tens
   STP_CHECK(replica >= 0 && replica < layout.dp && (replica == 0 || !multi_process()), "replica ", replica,
             " cannot be gathered here (dp = ", layout.dp, multi_process() ? ", only replica 0 across processes)" : ")");
   std::map<std::string, HostTensor> out;
+  for (auto& r : ranks) r->settle_parameters();  // the last step's uploads
   for (auto& r : ranks) {
     if (r->dp_rank != replica) continue;
     if (multi_process() && r->global != 0) {  // a sender
@@ -122,6 +123,7 @@ void Trainer::Impl::load_init_from(const std::string& source) {
 // attention bias buffers) are ignored.
 void Trainer::Impl::load_full_tensors(const std::map<std::string, HostTensor>& full, const std::string& source) {
   run_on_ranks([&](Rank& r) {
+    r.settle_parameters();  // an upload in flight would overwrite what is loaded
     for (auto& s : r.stages) {
       for (ParamInfo& p : s->params()) {
         auto it = full.find(p.name);
@@ -137,6 +139,7 @@ void Trainer::Impl::load_full_tensors(const std::map<std::string, HostTensor>& f
 void Trainer::Impl::load_optimizer_state(const std::map<std::string, HostTensor>& exp_avg,
                                          const std::map<std::string, HostTensor>& exp_avg_sq, std::int64_t step) {
   run_on_ranks([&](Rank& r) {
+    r.settle_parameters();
     if (r.sharded) {  // this replica's part of every moment
       int w = 0;
       for (auto* moments : {&exp_avg, &exp_avg_sq}) {

@@ -1,0 +1,117 @@
+// memory.optimizer_offload: where the next step waits for the updated parameters, read back from
+// the trace (output.trace: true) of a zb-v run (two chunks per rank):
+//   * in step 2, compute waits for each chunk's upload exactly once, in a "params chunk c" span
+//     that comes right before the first op of step 2 running a part of chunk c (no op of chunk c
+//     before it): the wait sits at the chunk's first use, not at the end of step 1;
+//   * the wait for the chunk whose first op comes later in the op list comes after an op of the
+//     other chunk: the step starts computing before every upload is waited for;
+//   * every such wait ends after the upload it waits for ("upload group c" on the optimizer-h2d
+//     stream, step 1), so the order is real, not only the enqueueing.
+// Timing-free: the assertions are about stream order (each stream runs its work in order on the
+// CPU backend), not about how long anything took.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "base/trace.h"
+#include "tests/train/train_fixture.h"
+#include "train/trainer.h"
+
+namespace {
+
+struct Span {
+  std::string name, cat;
+  int chunk = -1;  // "chunk" or "group" argument, else -1
+  double begin, end;
+};
+
+std::vector<Span> spans_of(const stp::TraceRecorder& rec, int pid, const std::string& tid) {
+  std::vector<Span> out;
+  for (const auto& s : rec.spans()) {
+    if (s.pid != pid || s.tid != tid) continue;
+    Span x{s.name, s.category, -1, s.ts_us, s.ts_us + s.dur_us};
+    if (!s.args_json.empty()) {
+      auto args = nlohmann::json::parse(s.args_json);
+      if (args.contains("chunk")) x.chunk = args.at("chunk").get<int>();
+      if (args.contains("group")) x.chunk = args.at("group").get<int>();
+    }
+    out.push_back(std::move(x));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  return out;
+}
+
+const Span& named(const std::vector<Span>& spans, const std::string& name) {
+  auto it = std::find_if(spans.begin(), spans.end(), [&](const Span& s) { return s.name == name; });
+  if (it == spans.end()) throw std::runtime_error("no span " + name);
+  return *it;
+}
+
+// The local chunks an op span ("F0.1", "F0.1&B1.2", ...) runs parts of: the digit after each pass
+// letter. Ops carry no chunk argument, so read the label.
+std::vector<int> chunks_of_op(const std::string& op) {
+  std::vector<int> out;
+  for (std::size_t i = 0; i + 1 < op.size(); ++i)
+    if ((op[i] == 'F' || op[i] == 'B' || op[i] == 'W') && std::isdigit(static_cast<unsigned char>(op[i + 1])))
+      out.push_back(op[i + 1] - '0');
+  return out;
+}
+
+TEST(OptimizerOffloadOrder, EachChunkWaitsForItsUploadRightBeforeItsFirstOpOfTheNextStep) {
+  stp::Trainer t(stp::testing::tiny_config(
+      {"parallel.schedule=zb-v", "parallel.pp=2", "memory.optimizer_offload=all", "output.trace=true"}));
+  t.step();
+  t.step();
+  for (int g = 0; g < t.world_size(); ++g) {
+    SCOPED_TRACE("rank " + std::to_string(g));
+    const std::vector<Span> compute = spans_of(*t.trace(), g, "compute");
+    const std::vector<Span> h2d = spans_of(*t.trace(), g, "optimizer-h2d");
+    const Span& step2 = named(compute, "step 2");
+    std::vector<Span> in2;  // step 2's spans on compute, in order
+    for (const Span& s : compute)
+      if (s.begin >= step2.begin && s.end <= step2.end && s.cat != "step") in2.push_back(s);
+    // Step 1's upload of each chunk: the first of its two (the stream runs them in order).
+    std::vector<Span> uploads;
+    for (const Span& s : h2d)
+      if (s.cat == "optimizer" &&
+          std::none_of(uploads.begin(), uploads.end(), [&](const Span& u) { return u.chunk == s.chunk; }))
+        uploads.push_back(s);
+    ASSERT_EQ(uploads.size(), 2u);
+    std::vector<std::size_t> first_op_of(2, in2.size()), wait_at(2, in2.size());
+    for (std::size_t i = 0; i < in2.size(); ++i) {
+      const Span& s = in2[i];
+      if (s.cat == "params") {
+        ASSERT_GE(s.chunk, 0);
+        EXPECT_EQ(wait_at[static_cast<std::size_t>(s.chunk)], in2.size()) << "chunk " << s.chunk << " waited twice";
+        wait_at[static_cast<std::size_t>(s.chunk)] = i;
+      }
+      if (s.cat == "op")
+        for (int c : chunks_of_op(s.name))
+          first_op_of[static_cast<std::size_t>(c)] = std::min(first_op_of[static_cast<std::size_t>(c)], i);
+    }
+    for (std::size_t c = 0; c < 2; ++c) {
+      SCOPED_TRACE("chunk " + std::to_string(c));
+      ASSERT_LT(wait_at[c], in2.size()) << "step 2 never waits for the upload";
+      ASSERT_LT(first_op_of[c], in2.size());
+      // Right before the first op of the chunk: the next op span is it (units of an op nest inside).
+      std::size_t next_op = wait_at[c] + 1;
+      while (next_op < in2.size() && in2[next_op].cat != "op") ++next_op;
+      EXPECT_EQ(next_op, first_op_of[c]) << in2[wait_at[c]].name << " is followed by "
+                                         << (next_op < in2.size() ? in2[next_op].name : "nothing");
+      // The wait ends once the upload has ended.
+      auto up = std::find_if(uploads.begin(), uploads.end(), [&](const Span& s) { return s.chunk == int(c); });
+      ASSERT_NE(up, uploads.end());
+      EXPECT_GE(in2[wait_at[c]].end, up->end);
+    }
+    // The later chunk's wait follows compute of the other chunk in step 2.
+    const std::size_t later = first_op_of[0] < first_op_of[1] ? 1 : 0;
+    EXPECT_GT(wait_at[later], first_op_of[1 - later]);
+  }
+}
+
+}  // namespace
