@@ -100,7 +100,8 @@ int select_gpu(int visible, int node_rank, int per_process = 1);
 // ncclConfig_t::splitShare = 1) and derives the other groups from it with ncclCommSplit(parent,
 // color, key, &child, &config): ranks passing the same color form one child, ordered by key; a
 // rank passing NCCL_SPLIT_NOCOLOR gets no child (nccl.h). Every rank of the parent takes part in
-// every call, in the same order, so the calls are a pure function of the groups, which every
+// every call (an all-gather of colors and keys), in the same order (NCCL derives each child from
+// the parent's count of splits so far), so the calls are a pure function of the groups, which every
 // process derives identically from the config.
 //
 // NCCL decides sharing by the parent: a child of a parent created with splitShare = 1 shares the
