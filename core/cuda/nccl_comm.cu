@@ -81,11 +81,17 @@ void require_nccl_version() {
 // first NCCL call of the process, while no NCCL thread reads the environment.
 void connect_at_init() {
   static std::once_flag once;
-  std::call_once(once, [] { setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0); });
+  std::call_once(once, [] {
+    setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
+    unsetenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");  // stp decides per communicator (nonblocking_config)
+  });
 }
 
 // splitShare (NCCL 2.18): the children split from this communicator share its resources. NCCL
-// reads it from the parent's config when the parent is split, so it is set on the parents only.
+// reads it from the parent's config when the parent is split. NCCL_COMM_SPLIT_SHARE_RESOURCES,
+// when set, overrides every config's value (src/init.cc, parseCommConfig), so connect_at_init
+// removes it: a 1 there would make the private parent share and serialize TP, DP and the pipeline
+// channels (core/gpu_logic.h, SplitFamily).
 ncclConfig_t nonblocking_config(bool split_parent = false) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
