@@ -76,4 +76,39 @@ std::vector<std::unique_ptr<Communicator>> make_comms(const std::vector<Device*>
 
 std::unique_ptr<Communicator> make_self_comm() { return std::move(make_null_comms(1).front()); }
 
+bool comm_split_available(DeviceKind kind, std::string* why) {
+  if (kind != DeviceKind::Cuda) return false;
+#if defined(STP_HAVE_CUDA)
+  return nccl_split_available(why);
+#else
+  if (why) *why = "this stp was built without the CUDA backend";
+  return false;
+#endif
+}
+
+std::vector<std::unique_ptr<Communicator>> make_split_parent_comms(const std::vector<Device*>& devices) {
+  STP_CHECK(devices.size() >= 2, "a split parent needs two or more devices, got ", devices.size());
+  for (auto* d : devices) STP_ASSERT(d->kind() == DeviceKind::Cuda, "split parents are NCCL communicators");
+#if defined(STP_HAVE_CUDA)
+  return make_nccl_comms(devices, /*split_parent=*/true);
+#else
+  STP_UNREACHABLE("CUDA device in a build without CUDA");
+  return {};
+#endif
+}
+
+std::vector<std::unique_ptr<Communicator>> split_comms(const std::vector<Communicator*>& parents,
+                                                       const std::vector<int>& colors, const std::vector<int>& keys,
+                                                       bool share) {
+  STP_ASSERT(parents.size() == colors.size() && parents.size() == keys.size(), "split_comms: ", parents.size(),
+             " parents, ", colors.size(), " colors, ", keys.size(), " keys");
+#if defined(STP_HAVE_CUDA)
+  return split_nccl_comms(parents, colors, keys, share);
+#else
+  (void)share;
+  STP_UNREACHABLE("split_comms needs the CUDA backend");
+  return {};
+#endif
+}
+
 }  // namespace stp

@@ -42,6 +42,46 @@ std::vector<std::unique_ptr<Communicator>> make_comms(const std::vector<Device*>
 // the two one-rank groups of a one-GPU job took 1992 MiB), for operations that change nothing.
 std::unique_ptr<Communicator> make_self_comm();
 
+// ---- Groups split from one world communicator (CUDA; core/gpu_logic.h, plan_splits) ----
+
+// Whether `kind` derives its groups with split_comms: CUDA with NCCL 2.18 or later (ncclCommSplit
+// and ncclConfig_t::splitShare). Otherwise (the CPU backend, older NCCL) every group is made on its
+// own (make_comms, ProcessGroup::make_comm); `why` says why for CUDA.
+bool comm_split_available(DeviceKind kind, std::string* why);
+
+// As make_comms over two or more CUDA devices, but the communicators are split parents: created
+// with ncclConfig_t::splitShare = 1, so the children split from them share their resources.
+std::vector<std::unique_ptr<Communicator>> make_split_parent_comms(const std::vector<Device*>& devices);
+
+// One ncclCommSplit call. parents[i]: this process's members of one split parent (or of a child of
+// one), each on its own device; colors[i] / keys[i]: its color (gpu::kSplitNoColor: no child) and
+// key. Collective over every rank of the parent: every process makes the same calls in the same
+// order, each with all its members. Returns [i] the child of parents[i], or nullptr. `share`: the
+// children are split parents themselves (their children would share their resources).
+std::vector<std::unique_ptr<Communicator>> split_comms(const std::vector<Communicator*>& parents,
+                                                       const std::vector<int>& colors, const std::vector<int>& keys,
+                                                       bool share);
+
+// Owns communicators and destroys them in the reverse order of adding them, so a communicator is
+// destroyed before the one it was split from (NCCL: children before their parent).
+class CommunicatorList {
+ public:
+  CommunicatorList() = default;
+  CommunicatorList(const CommunicatorList&) = delete;
+  CommunicatorList& operator=(const CommunicatorList&) = delete;
+  ~CommunicatorList() { clear(); }
+  void push_back(std::unique_ptr<Communicator> c) { list_.push_back(std::move(c)); }
+  void clear() {
+    while (!list_.empty()) list_.pop_back();
+  }
+  std::size_t size() const { return list_.size(); }
+  auto begin() { return list_.begin(); }
+  auto end() { return list_.end(); }
+
+ private:
+  std::vector<std::unique_ptr<Communicator>> list_;
+};
+
 // Whether this build has the CUDA backend, and whether a GPU is usable; `why` says why not.
 bool cuda_built();
 bool cuda_usable(int needed, std::string* why);

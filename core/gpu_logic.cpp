@@ -1,5 +1,8 @@
 #include "core/gpu_logic.h"
 
+#include <algorithm>
+#include <set>
+
 #include "base/error.h"
 
 namespace stp::gpu {
@@ -78,6 +81,53 @@ int select_gpu(int visible, int node_rank, int per_process) {
             " (bind one GPU per process, e.g. srun --gpus-per-task=1, or make every GPU of the node visible to every "
             "process; CUDA_VISIBLE_DEVICES)");
   return first;
+}
+
+int nccl_version_code(int major, int minor, int patch) {
+  if (major <= 2 && minor <= 8) return major * 1000 + minor * 100 + patch;
+  return major * 10000 + minor * 100 + patch;
+}
+
+bool nccl_has_split_share(int version) { return version >= nccl_version_code(2, 18, 0); }
+
+std::vector<SplitCall> plan_splits(const std::vector<SplitGroup>& groups, int parent_size) {
+  STP_CHECK(parent_size >= 1, "a split needs a parent of at least one rank, got ", parent_size);
+  std::vector<SplitCall> calls;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const std::vector<int>& members = groups[g].members;
+    std::set<int> seen;
+    for (int m : members) {
+      STP_CHECK(m >= 0 && m < parent_size, "communicator group ", g, " names rank ", m, ", outside the parent's 0..",
+                parent_size - 1);
+      STP_CHECK(seen.insert(m).second, "communicator group ", g, " names rank ", m, " twice");
+    }
+    if (members.size() < 2) continue;
+    auto fits = [&](const SplitCall& c) {
+      if (c.family != groups[g].family) return false;
+      return std::all_of(members.begin(), members.end(),
+                         [&](int m) { return c.color[static_cast<std::size_t>(m)] == kSplitNoColor; });
+    };
+    auto it = std::find_if(calls.begin(), calls.end(), fits);
+    if (it == calls.end()) {
+      SplitCall c;
+      c.family = groups[g].family;
+      c.color.assign(static_cast<std::size_t>(parent_size), kSplitNoColor);
+      c.key.assign(static_cast<std::size_t>(parent_size), 0);
+      calls.push_back(std::move(c));
+      it = calls.end() - 1;
+    }
+    const int color = static_cast<int>(it->groups.size());
+    it->groups.push_back(static_cast<int>(g));
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      it->color[static_cast<std::size_t>(members[i])] = color;
+      it->key[static_cast<std::size_t>(members[i])] = static_cast<int>(i);
+    }
+  }
+  return calls;
+}
+
+bool needs_private_parent(const std::vector<SplitCall>& calls) {
+  return std::any_of(calls.begin(), calls.end(), [](const SplitCall& c) { return c.family == SplitFamily::Private; });
 }
 
 }  // namespace stp::gpu

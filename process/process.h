@@ -59,8 +59,11 @@ class ProcessGroup {
   // members[i], no repeats), or nullptr when this process is not a member. `device` is this
   // process's device in the group: CPU devices get an MPI communicator (process/mpi/mpi_comm.h),
   // CUDA devices an NCCL communicator whose unique id is broadcast over MPI. Collective over
-  // every process of the job: all call it for every group, in the same order.
-  virtual std::unique_ptr<Communicator> make_comm(const std::vector<int>& members, Device& device) = 0;
+  // every process of the job: all call it for every group, in the same order. split_parent (CUDA
+  // devices, two or more members): the communicator is made for core/backend.h's split_comms, its
+  // children sharing its resources (ncclConfig_t::splitShare = 1).
+  virtual std::unique_ptr<Communicator> make_comm(const std::vector<int>& members, Device& device,
+                                                  bool split_parent = false) = 0;
 
   // See the failure contract above. Idempotent: the first reason wins.
   virtual void abort(const std::string& why) = 0;

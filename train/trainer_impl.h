@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/comm.h"
 #include "config/config.h"
 #include "process/process.h"
@@ -21,6 +22,8 @@
 
 namespace stp {
 
+struct CommGroup;  // one communicator group while the trainer is built (train/trainer_setup.cpp)
+
 struct Trainer::Impl {
   Impl(const Config& config, TrainerOptions options);
 
@@ -28,6 +31,7 @@ struct Trainer::Impl {
   void check_config() const;
   void build_devices();
   void build_communicators();
+  void build_split_communicators(const std::vector<CommGroup>& groups);
   void build_rank(Rank& r);
   void build_offload(Rank& r);
   void initialize_parameters();
@@ -64,9 +68,9 @@ struct Trainer::Impl {
   std::unique_ptr<TokenDataset> dataset;
   LrSchedule lr_schedule;
   std::unique_ptr<TraceRecorder> trace;
-  std::vector<std::unique_ptr<Device>> devices;      // [local rank]
-  std::vector<std::unique_ptr<Communicator>> comms;  // every communicator (owned here)
-  std::vector<std::unique_ptr<Rank>> ranks;          // the ranks this process drives, global order
+  std::vector<std::unique_ptr<Device>> devices;  // [local rank]
+  CommunicatorList comms;                    // every communicator (owned here; children destroyed before their parents)
+  std::vector<std::unique_ptr<Rank>> ranks;  // the ranks this process drives, global order
   std::int64_t steps_done = 0;
   std::unique_ptr<TokenDataset> val_dataset;  // data.val_path (null: no validation, or a dry run)
   std::int64_t skipped_steps = 0, consecutive_skips = 0;

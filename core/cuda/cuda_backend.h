@@ -23,7 +23,18 @@ int cuda_visible_gpus();
 std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, std::size_t capacity, int first = 0);
 
 // One NCCL communicator group over the given CUDA devices of this process (ncclCommInitAll).
-std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Device*>& devices);
+// split_parent: created with ncclConfig_t::splitShare = 1 (core/backend.h, make_split_parent_comms).
+std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Device*>& devices,
+                                                           bool split_parent = false);
+
+// Whether the NCCL library linked at run time has ncclCommSplit with splitShare (2.18 or later);
+// otherwise `why` names the version.
+bool nccl_split_available(std::string* why);
+
+// core/backend.h, split_comms, on NcclComm parents.
+std::vector<std::unique_ptr<Communicator>> split_nccl_comms(const std::vector<Communicator*>& parents,
+                                                            const std::vector<int>& colors,
+                                                            const std::vector<int>& keys, bool share);
 
 // Polls every NCCL communicator of GPU `ordinal` for an asynchronous error (a failed peer or
 // network: ncclCommGetAsyncError); on one, aborts that communicator and throws DeviceError.
@@ -37,6 +48,6 @@ void nccl_poll_async_errors(int ordinal);
 std::vector<char> nccl_unique_id();
 std::size_t nccl_unique_id_size();
 std::unique_ptr<Communicator> make_nccl_comm_rank(Device& device, int size, int rank,
-                                                  const std::vector<char>& unique_id);
+                                                  const std::vector<char>& unique_id, bool split_parent = false);
 
 }  // namespace stp

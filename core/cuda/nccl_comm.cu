@@ -1,7 +1,10 @@
 // NcclComm: core/comm.h on NCCL. In one process (one thread per GPU) a group's communicators are
 // created together (ncclCommInitRankConfig for every device inside one NCCL group); across
 // processes (one GPU each) with ncclCommInitRankConfig from a unique id that rank 0 of the group
-// creates and process/mpi/ broadcasts over MPI.
+// creates and process/mpi/ broadcasts over MPI. From NCCL 2.18 the trainer makes only the world
+// that way (a split parent: ncclConfig_t::splitShare = 1) and splits every other group from it
+// (split_nccl_comms, ncclCommSplit; core/gpu_logic.h, plan_splits, says which groups share the
+// world's resources and why).
 // Every operation is enqueued on the caller's stream; its completion is that stream's order.
 // NCCL has no message tags: the tag is ignored here (HostComm checks it on the CPU backend, where
 // the same schedules run, so channel-order mismatches are caught before a GPU run).
@@ -78,12 +81,21 @@ void require_nccl_version() {
 // first NCCL call of the process, while no NCCL thread reads the environment.
 void connect_at_init() {
   static std::once_flag once;
-  std::call_once(once, [] { setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0); });
+  std::call_once(once, [] {
+    setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
+    unsetenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");  // stp decides per communicator (nonblocking_config)
+  });
 }
 
-ncclConfig_t nonblocking_config() {
+// splitShare (NCCL 2.18): the children split from this communicator share its resources. NCCL
+// reads it from the parent's config when the parent is split. NCCL_COMM_SPLIT_SHARE_RESOURCES,
+// when set, overrides every config's value (src/init.cc, parseCommConfig), so connect_at_init
+// removes it: a 1 there would make the private parent share and serialize TP, DP and the pipeline
+// channels (core/gpu_logic.h, SplitFamily).
+ncclConfig_t nonblocking_config(bool split_parent = false) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
+  config.splitShare = split_parent ? 1 : 0;
   return config;
 }
 
@@ -263,6 +275,7 @@ class NcclComm final : public Communicator {
     throw DeviceError(why);
   }
   int ordinal() const { return ordinal_; }
+  ncclComm_t handle() const { return comm_; }
 
  private:
   // One NCCL call: inside the gate; outside a group it is polled until enqueued, inside a group
@@ -309,7 +322,7 @@ void nccl_poll_async_errors(int ordinal) {
   for (NcclComm* c : mine) c->poll_async_error();
 }
 
-std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Device*>& devices) {
+std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Device*>& devices, bool split_parent) {
   connect_at_init();
   require_nccl_version();
   int n = static_cast<int>(devices.size());
@@ -318,7 +331,7 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Dev
   std::vector<ncclComm_t> comms(devices.size());
   ncclUniqueId id;
   STP_CUDA_CHECK(ncclGetUniqueId(&id));
-  ncclConfig_t config = nonblocking_config();
+  ncclConfig_t config = nonblocking_config(split_parent);
   // ncclCommInitAll takes no config: the equivalent, one ncclCommInitRankConfig per device in a group.
   STP_CUDA_CHECK(ncclGroupStart());
   for (int r = 0; r < n; ++r) {
@@ -350,7 +363,7 @@ std::vector<char> nccl_unique_id() {
 std::size_t nccl_unique_id_size() { return sizeof(ncclUniqueId); }
 
 std::unique_ptr<Communicator> make_nccl_comm_rank(Device& device, int size, int rank,
-                                                  const std::vector<char>& unique_id) {
+                                                  const std::vector<char>& unique_id, bool split_parent) {
   STP_ASSERT(unique_id.size() == sizeof(ncclUniqueId), "NCCL unique id of ", unique_id.size(), " bytes, expected ",
              sizeof(ncclUniqueId));
   connect_at_init();
@@ -359,12 +372,71 @@ std::unique_ptr<Communicator> make_nccl_comm_rank(Device& device, int size, int 
   std::memcpy(&id, unique_id.data(), sizeof id);
   STP_CUDA_CHECK(cudaSetDevice(device.index()));
   ncclComm_t comm;
-  ncclConfig_t config = nonblocking_config();
+  ncclConfig_t config = nonblocking_config(split_parent);
   ncclResult_t res = ncclCommInitRankConfig(&comm, size, id, rank, &config);
   if (res != ncclSuccess && res != ncclInProgress)
     ::stp::cuda::fail(res, "ncclCommInitRankConfig(...)", __FILE__, __LINE__);
   wait_ready(comm, nullptr, "ncclCommInitRankConfig(...)");
   return std::make_unique<NcclComm>(comm, rank, size, device.index());
+}
+
+bool nccl_split_available(std::string* why) {
+  connect_at_init();  // before the process's first NCCL call
+  int version = 0;
+  STP_CUDA_CHECK(ncclGetVersion(&version));
+  if (gpu::nccl_has_split_share(version)) return true;
+  if (why)
+    *why = str("NCCL (version code ", version, ") has no ncclCommSplit with shared resources (NCCL 2.18 or later has)");
+  return false;
+}
+
+// One ncclCommSplit per local parent inside one NCCL group (several devices of this process, like
+// the initialisation above; one device in a multi-process job). Non-blocking parents: the call and
+// the group end may answer ncclInProgress; NCCL then runs the split in the background, keeps the
+// parent's state at ncclInProgress until it is done, and writes the child's handle only when it is
+// complete (src/init.cc, ncclCommSplit), so every parent is polled to completion before a child is
+// read. The caller guarantees that no operation is outstanding on a parent (NCCL requires it of a
+// split): the trainer splits while it builds, before any rank runs.
+std::vector<std::unique_ptr<Communicator>> split_nccl_comms(const std::vector<Communicator*>& parents,
+                                                            const std::vector<int>& colors,
+                                                            const std::vector<int>& keys, bool share) {
+  const std::size_t n = parents.size();
+  std::vector<NcclComm*> ps;
+  for (Communicator* c : parents) {
+    auto* p = dynamic_cast<NcclComm*>(c);
+    STP_ASSERT(p != nullptr, "split_comms: a parent that is not an NCCL communicator");
+    ps.push_back(p);
+  }
+  std::vector<ncclComm_t> children(n, nullptr);
+  ncclConfig_t config = nonblocking_config(share);
+  STP_CUDA_CHECK(ncclGroupStart());
+  for (std::size_t i = 0; i < n; ++i) {
+    STP_CUDA_CHECK(cudaSetDevice(ps[i]->ordinal()));
+    const int color = colors[i] < 0 ? NCCL_SPLIT_NOCOLOR : colors[i];
+    ncclResult_t res = ncclCommSplit(ps[i]->handle(), color, colors[i] < 0 ? 0 : keys[i], &children[i], &config);
+    if (res != ncclSuccess && res != ncclInProgress) {
+      (void)ncclGroupEnd();
+      ::stp::cuda::fail(res, "ncclCommSplit(...)", __FILE__, __LINE__);
+    }
+  }
+  ncclResult_t end = ncclGroupEnd();
+  if (end != ncclSuccess && end != ncclInProgress) ::stp::cuda::fail(end, "ncclGroupEnd() (split)", __FILE__, __LINE__);
+  for (NcclComm* p : ps) wait_ready(p->handle(), nullptr, "ncclCommSplit(...) (the parent's state)");
+  std::vector<std::unique_ptr<Communicator>> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (colors[i] < 0) {
+      STP_ASSERT(children[i] == nullptr, "ncclCommSplit with NCCL_SPLIT_NOCOLOR returned a communicator");
+      continue;
+    }
+    STP_CHECK(children[i] != nullptr, "ncclCommSplit completed without a communicator for color ", colors[i],
+              " on GPU ", ps[i]->ordinal());
+    wait_ready(children[i], nullptr, "ncclCommSplit(...)");
+    int rank = 0, size = 0;
+    STP_CUDA_CHECK(ncclCommUserRank(children[i], &rank));
+    STP_CUDA_CHECK(ncclCommCount(children[i], &size));
+    out[i] = std::make_unique<NcclComm>(children[i], rank, size, ps[i]->ordinal());
+  }
+  return out;
 }
 
 }  // namespace stp

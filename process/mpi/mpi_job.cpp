@@ -83,7 +83,8 @@ class MpiJob final : public ProcessGroup {
     return all != 0;
   }
 
-  std::unique_ptr<Communicator> make_comm(const std::vector<int>& members, Device& device) override {
+  std::unique_ptr<Communicator> make_comm(const std::vector<int>& members, Device& device,
+                                          bool split_parent = false) override {
     auto it = std::find(members.begin(), members.end(), rank_);
     const int index = it == members.end() ? -1 : static_cast<int>(it - members.begin());
     MPI_Comm comm = MPI_COMM_NULL;
@@ -99,8 +100,9 @@ class MpiJob final : public ProcessGroup {
     int rc = MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, comm);
     MPI_Comm_free(&comm);
     mpi::check(rc, "MPI_Bcast (NCCL unique id)");
-    return make_nccl_comm_rank(device, static_cast<int>(members.size()), index, id);
+    return make_nccl_comm_rank(device, static_cast<int>(members.size()), index, id, split_parent);
 #else
+    (void)split_parent;
     STP_UNREACHABLE("CUDA device in a build without CUDA");
 #endif
   }
