@@ -75,8 +75,8 @@ Tensor StageBase::input_activation(int mb, Stream* writer) {
 
 Tensor StageBase::output_activation(int mb) {
   Microbatch& m = mb_state(mb);
-  STP_ASSERT(!is_last() && m.output.defined(),
-             "output_activation(", mb, ") of the last stage, before its last F or taken already");
+  STP_ASSERT(!is_last() && m.output.defined(), "output_activation(", mb,
+             ") of the last stage, before its last F or taken already");
   // Handed over: the stage keeps no handle, so the buffer is free once the executor's send (or
   // hand-over copy) is enqueued and dropped, not when this microbatch's backward starts.
   return std::move(m.output);
@@ -90,8 +90,8 @@ Tensor StageBase::grad_output(int mb, Stream* writer) {
 
 Tensor StageBase::grad_input(int mb) {
   Microbatch& m = mb_state(mb);
-  STP_ASSERT(!is_first() && m.grad_input.defined(),
-             "grad_input(", mb, ") of the first stage, before B(0) or taken already");
+  STP_ASSERT(!is_first() && m.grad_input.defined(), "grad_input(", mb,
+             ") of the first stage, before B(0) or taken already");
   return std::move(m.grad_input);  // handed over, like output_activation
 }
 
