@@ -19,7 +19,8 @@
 //     (memory.copy_engine_cpus): on the CPU backend a copy is a memcpy that would otherwise take
 //     CPU from compute, which a GPU's DMA engines do not; 0 measures the shared case.
 //  3. Optimizer cost. Step time at a budget where the optimizer state must leave the device —
-//     the unconstrained peak less half of the largest device's optimizer bytes, with the activation
+//     the unconstrained peak less half of the largest device's optimizer bytes (at least the exact
+//     minimum with every optimizer on the host, and below the one with them on the device), with the activation
 //     levers off so that nothing else can make the room; memory.optimizer_offload: auto picks the
 //     chunks — divided by the unconstrained step time, alternating runs as in part 2 (same copy-
 //     engine CPUs; the optimizer's D2H/H2D streams run on them, the CPU AdamW on the host thread).
@@ -283,7 +284,22 @@ void optimizer_cost(const Options& o) {
   std::size_t optimizer = 0;
   for (const auto& p : free_plan.predicted)
     if (p.peak_device_bytes == peak) optimizer = std::max(optimizer, p.optimizer_device_bytes);
-  const std::size_t budget = peak - optimizer / 2;
+  // The exact minimum with every chunk's optimizer on the host and on the device (the allocator
+  // needs a little more than the live peak): a budget between them forces state off the device.
+  auto minimum = [&](const char* placement) {
+    std::vector<std::string> y = levers_off;
+    y.insert(y.end(), {std::string("memory.optimizer_offload=") + placement, "memory.device_budget=1MiB"});
+    return stp::make_memory_plan(config_with(o, y), /*exact_minimum=*/true).min_device_budget;
+  };
+  const std::size_t on_host = minimum("all"), on_device = minimum("none");
+  const std::size_t budget = std::max(peak - optimizer / 2, on_host);
+  if (budget >= on_device) {
+    std::printf(
+        "\n== optimizer cost: every budget that fits the optimizer on the host (%.2f MiB) fits it on the "
+        "device (%.2f MiB): no cost to measure ==\n",
+        mib(on_host), mib(on_device));
+    return;
+  }
   x = levers_off;
   x.insert(x.end(), {"memory.optimizer_offload=auto", "memory.device_budget=" + std::to_string(budget)});
   const stp::Config offloaded = config_with(o, x);
