@@ -150,38 +150,54 @@ INSTANTIATE_TEST_SUITE_P(Layouts, Mpirun,
                                            Layout{2, 1, 2, "gpipe"}),
                          layout_name);
 
-// The distributed optimizer across processes (MpiComm's reduce-scatter and all-gather, the
-// checkpoint's all-gather of the moments): the single-process losses within 1e-6, and the
-// checkpoint's optimizer state that of the same run in one process.
-TEST(Mpirun, DistributedOptimizerMatchesTheSingleProcessRun) {
-  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
-  const Layout l{2, 2, 1, "1f1b"};
-  std::string config = prepare("distopt");
-  Launch launch = run(4, "train " + config + " " + sets(l) +
-                             " --set parallel.distributed_optimizer=true --set parallel.dp_bucket=1000");
-  ASSERT_EQ(launch.result.status, 0) << launch.result.err;
+// The job of the distributed-optimizer tests: dp 2, pp 2, 1f1b, small gradient buckets.
+const Layout kDistOpt{2, 2, 1, "1f1b"};
+const std::string kDistOptSets = " --set parallel.distributed_optimizer=true --set parallel.dp_bucket=1000";
+
+// The per-step losses of the job at `config` are the single-process reference's within 1e-6.
+void expect_reference_losses(const std::string& config) {
   std::vector<double> losses = losses_of(config);
   const Reference& ref = reference();
   ASSERT_EQ(losses.size(), ref.losses.size());
   for (std::size_t i = 0; i < losses.size(); ++i)
     EXPECT_NEAR(losses[i], ref.losses[i], 1e-6 * ref.losses[i]) << "step " << i + 1;
-  const fs::path ckpt = fs::path(config).parent_path() / "out" / "checkpoint-3";
-  std::string where;
-  EXPECT_LT(
-      stp::testing::max_rel_diff(stp::read_model_tensors((ckpt / "model.safetensors").string()), ref.params, &where),
-      1e-5)
-      << "worst at " << where;
-  // The same job in one process (HostComm) writes the same moments.
+}
+
+// The same job in one process (HostComm), three steps, optimizer on the device: its checkpoint.
+stp::Checkpoint in_process_checkpoint(const std::string& config) {
   stp::Config cfg = stp::load_config_from_string(
       config_yaml((fs::path(config).parent_path() / "inproc").string()), "in-process config",
       {"parallel.dp=2", "parallel.pp=2", "parallel.schedule=1f1b", "train.microbatches=4",
-       "parallel.distributed_optimizer=true", "parallel.dp_bucket=1000"});
+       "parallel.distributed_optimizer=true", "parallel.dp_bucket=1000", "memory.optimizer_offload=none"});
   stp::Trainer t(cfg);
   for (int i = 0; i < 3; ++i) t.step();
-  stp::Checkpoint mine = stp::read_checkpoint(t.save_checkpoint()), theirs = stp::read_checkpoint(ckpt.string());
+  return stp::read_checkpoint(t.save_checkpoint());
+}
+
+// The moments of two checkpoints agree within 1e-5.
+void expect_same_moments(const stp::Checkpoint& theirs, const stp::Checkpoint& mine) {
+  std::string where;
   EXPECT_LT(stp::testing::max_rel_diff(theirs.exp_avg, mine.exp_avg, &where), 1e-5) << "exp_avg, worst at " << where;
   EXPECT_LT(stp::testing::max_rel_diff(theirs.exp_avg_sq, mine.exp_avg_sq, &where), 1e-5)
       << "exp_avg_sq, worst at " << where;
+}
+
+// The distributed optimizer across processes (MpiComm's reduce-scatter and all-gather, the
+// checkpoint's all-gather of the moments): the single-process losses within 1e-6, and the
+// checkpoint's optimizer state that of the same run in one process.
+TEST(Mpirun, DistributedOptimizerMatchesTheSingleProcessRun) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  std::string config = prepare("distopt");
+  Launch launch = run(4, "train " + config + " " + sets(kDistOpt) + kDistOptSets);
+  ASSERT_EQ(launch.result.status, 0) << launch.result.err;
+  expect_reference_losses(config);
+  const fs::path ckpt = fs::path(config).parent_path() / "out" / "checkpoint-3";
+  std::string where;
+  EXPECT_LT(stp::testing::max_rel_diff(stp::read_model_tensors((ckpt / "model.safetensors").string()),
+                                       reference().params, &where),
+            1e-5)
+      << "worst at " << where;
+  expect_same_moments(stp::read_checkpoint(ckpt.string()), in_process_checkpoint(config));
 }
 
 // Optimizer offload across processes, with the distributed optimizer (each process updates its
@@ -190,30 +206,17 @@ TEST(Mpirun, DistributedOptimizerMatchesTheSingleProcessRun) {
 // optimizer on the device.
 TEST(Mpirun, OffloadedDistributedOptimizerMatchesTheDeviceOptimizer) {
   if (!have_mpi()) GTEST_SKIP() << "built without MPI";
-  const Layout l{2, 2, 1, "1f1b"};
   std::string config = prepare("optoffload");
-  Launch launch = run(4, "train " + config + " " + sets(l) +
-                             " --set parallel.distributed_optimizer=true --set parallel.dp_bucket=1000"
-                             " --set memory.optimizer_offload=all");
+  Launch launch =
+      run(4, "train " + config + " " + sets(kDistOpt) + kDistOptSets + " --set memory.optimizer_offload=all");
   ASSERT_EQ(launch.result.status, 0) << launch.result.err;
-  std::vector<double> losses = losses_of(config);
-  const Reference& ref = reference();
-  ASSERT_EQ(losses.size(), ref.losses.size());
-  for (std::size_t i = 0; i < losses.size(); ++i)
-    EXPECT_NEAR(losses[i], ref.losses[i], 1e-6 * ref.losses[i]) << "step " << i + 1;
-  stp::Config cfg = stp::load_config_from_string(
-      config_yaml((fs::path(config).parent_path() / "inproc").string()), "in-process config",
-      {"parallel.dp=2", "parallel.pp=2", "parallel.schedule=1f1b", "train.microbatches=4",
-       "parallel.distributed_optimizer=true", "parallel.dp_bucket=1000", "memory.optimizer_offload=none"});
-  stp::Trainer t(cfg);
-  for (int i = 0; i < 3; ++i) t.step();
-  const fs::path ckpt = fs::path(config).parent_path() / "out" / "checkpoint-3";
-  stp::Checkpoint mine = stp::read_checkpoint(t.save_checkpoint()), theirs = stp::read_checkpoint(ckpt.string());
+  expect_reference_losses(config);
+  const stp::Checkpoint theirs =
+      stp::read_checkpoint((fs::path(config).parent_path() / "out" / "checkpoint-3").string());
+  const stp::Checkpoint mine = in_process_checkpoint(config);
   std::string where;
   EXPECT_LT(stp::testing::max_rel_diff(theirs.model, mine.model, &where), 1e-5) << "parameters, worst at " << where;
-  EXPECT_LT(stp::testing::max_rel_diff(theirs.exp_avg, mine.exp_avg, &where), 1e-5) << "exp_avg, worst at " << where;
-  EXPECT_LT(stp::testing::max_rel_diff(theirs.exp_avg_sq, mine.exp_avg_sq, &where), 1e-5)
-      << "exp_avg_sq, worst at " << where;
+  expect_same_moments(theirs, mine);
 }
 
 TEST(Mpirun, OneProcessDrivesEveryRankAsThreads) {

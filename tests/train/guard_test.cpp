@@ -17,11 +17,7 @@
 
 namespace {
 
-std::string fresh_dir(const std::string& name) {
-  auto d = std::filesystem::path(STP_BINARY_DIR) / "tests" / name;
-  std::filesystem::remove_all(d);
-  return d.string();
-}
+using stp::testing::fresh_dir;
 
 // Sets the fault hook for one scope (the Trainer reads it when it is built).
 struct NanGradHook {

@@ -28,19 +28,8 @@
 
 namespace {
 
+using stp::testing::fresh_dir;
 using stp::testing::tiny_config;
-
-// One folder per test instance: ctest runs the instances of a parameterized test as parallel
-// processes, which must not write each other's checkpoints.
-std::string fresh_dir(const std::string& name) {
-  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string unique = name + "_" + t->test_suite_name() + "_" + t->name();
-  for (char& ch : unique)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  auto d = std::filesystem::path(STP_BINARY_DIR) / "tests" / unique;
-  std::filesystem::remove_all(d);
-  return d.string();
-}
 
 struct OffloadRun {
   std::vector<double> losses;

@@ -11,11 +11,7 @@
 
 namespace {
 
-std::string fresh_dir(const std::string& name) {
-  auto d = std::filesystem::path(STP_BINARY_DIR) / "tests" / name;
-  std::filesystem::remove_all(d);
-  return d.string();
-}
+using stp::testing::fresh_dir;
 
 TEST(Resume, SixStepsEqualThreePlusCheckpointPlusThreeBitwise) {
   // bf16: the checkpoint holds the f32 masters; the bf16 weight copies are rounded from them again.

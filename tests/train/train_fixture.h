@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -87,6 +88,19 @@ inline std::string tokens64_file() {
     return p;
   }();
   return path;
+}
+
+// An empty output folder under the build tree for `name` in the current test instance: ctest runs
+// the instances of a parameterized test as parallel processes, which must not write each other's
+// checkpoints.
+inline std::string fresh_dir(const std::string& name) {
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string unique = name + "_" + t->test_suite_name() + "_" + t->name();
+  for (char& ch : unique)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  auto d = std::filesystem::path(STP_BINARY_DIR) / "tests" / unique;
+  std::filesystem::remove_all(d);
+  return d.string();
 }
 
 // n_layer 8 splits into 8 stages (pp 4 with two chunks); m = 8 is STP's minimum for pp 4.

@@ -13,11 +13,7 @@
 
 namespace {
 
-std::string fresh_dir(const std::string& name) {
-  auto d = std::filesystem::path(STP_BINARY_DIR) / "tests" / name;
-  std::filesystem::remove_all(d);
-  return d.string();
-}
+using stp::testing::fresh_dir;
 
 stp::Config val_config(std::vector<std::string> sets) {
   // The held-out text is the training text here: what matters is that every layout reads the same.
