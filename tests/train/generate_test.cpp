@@ -12,11 +12,12 @@
 
 namespace {
 
-// A checkpoint of a few steps of a tp = 2, pp = 2 run, with the run's config.yaml beside it.
+// A checkpoint of a few steps of a tp = 2, pp = 2 run, with the run's config.yaml beside it. Each
+// test process trains its own, in a folder named after the test: ctest runs these tests in
+// parallel processes, and one shared folder would be rewritten under another test's reader.
 std::string trained_checkpoint() {
   static const std::string path = [] {
-    auto dir = std::filesystem::path(STP_BINARY_DIR) / "tests" / "generate_run";
-    std::filesystem::remove_all(dir);
+    std::filesystem::path dir = stp::testing::fresh_dir("generate_run");
     auto cfg = stp::testing::tiny_config(
         {"parallel.tp=2", "parallel.pp=2", "parallel.schedule=stp", "train.lr=3e-3", "train.steps=4"});
     cfg.output.dir = dir.string();
@@ -35,8 +36,7 @@ std::vector<std::int32_t> bytes(const std::string& s) { return {s.begin(), s.end
 // the model registry like any architecture.
 std::string llama_checkpoint() {
   static const std::string path = [] {
-    auto dir = std::filesystem::path(STP_BINARY_DIR) / "tests" / "generate_llama_run";
-    std::filesystem::remove_all(dir);
+    std::filesystem::path dir = stp::testing::fresh_dir("generate_llama_run");
     auto cfg = stp::testing::tiny_config({"model.arch=llama", "model.n_kv_head=2", "model.intermediate_size=64",
                                           "parallel.tp=2", "parallel.pp=2", "parallel.schedule=stp", "train.lr=3e-3",
                                           "train.steps=2"});
@@ -124,8 +124,7 @@ TEST(Generate, ClearErrors) {
   expect_error(bytes("x"), bad, "--temperature");
   EXPECT_THROW(stp::Generator("/nonexistent/checkpoint-1"), stp::Error);
   // A checkpoint without the run's config beside it.
-  auto lonely = std::filesystem::path(STP_BINARY_DIR) / "tests" / "generate_lonely";
-  std::filesystem::remove_all(lonely);
+  std::filesystem::path lonely = stp::testing::fresh_dir("generate_lonely");
   std::filesystem::create_directories(lonely);
   std::filesystem::copy(trained_checkpoint(), lonely / "checkpoint-4");
   try {
