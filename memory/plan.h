@@ -42,6 +42,10 @@ struct RankPlan {
   std::vector<std::vector<UnitPlan>> units;          // [local chunk][unit]
   std::vector<std::vector<PrefetchPoint>> prefetch;  // [op index]: sets to prefetch before the op
   std::vector<OptimizerPlacement> optimizer;         // [local chunk]; empty: every chunk on the device
+  // Late reloads: each offloaded set comes back at the op that reads it, not a copy's time ahead,
+  // so it does not sit on the device while earlier ops run; its H2D copy is then exposed. The
+  // planner's last activation lever (memory/planner.h).
+  bool late_reloads = false;
   bool offloads() const;
   OptimizerPlacement optimizer_placement(int chunk) const;
 };

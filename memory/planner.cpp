@@ -138,6 +138,8 @@ std::string summarize(const PlannerInput& in, const std::vector<RankPlan>& plans
     out += str("rank ", c.pp_rank, " chunk ", c.chunk, " ", c.name, ": ", u.offload ? "offload" : "keep",
                u.recompute != Recompute::None ? str(" + recompute ", to_string(u.recompute)) : std::string(), "\n");
   }
+  for (std::size_t r = 0; r < plans.size(); ++r)
+    if (plans[r].late_reloads) out += str("rank ", r, ": late reloads (each set comes back at the op that reads it)\n");
   return out.empty() ? "keep every activation\n" : out;
 }
 
@@ -203,6 +205,20 @@ bool add_moves(const PlannerInput& in, std::vector<RankPlan>& plans, std::vector
   }
 }
 
+// The last lever: late reloads on every rank still over budget that offloads and does not reload
+// late yet. False when there is no such rank.
+bool late_reloads_where_over(const PlannerInput& in, std::vector<RankPlan>& plans,
+                             const std::vector<RankPrediction>& pred) {
+  bool changed = false;
+  for (int r = 0; r < in.pp; ++r) {
+    RankPlan& p = plans[static_cast<std::size_t>(r)];
+    if (peak_of_pp_rank(in, pred, r) <= in.device_budget || p.late_reloads || !p.offloads()) continue;
+    p.late_reloads = true;
+    changed = true;
+  }
+  return changed;
+}
+
 }  // namespace
 
 double optimizer_offload_seconds(const PlannerInput& in, const ModelStateBytes& chunk) {
@@ -247,6 +263,7 @@ MemoryPlan plan_memory(const PlannerInput& in) {
     u.recompute = strongest(in.recompute, c);
     u.offload = in.offload != OffloadPolicy::None && c.offload_bytes > 0;
   }
+  for (RankPlan& p : most) p.late_reloads = p.offloads();
   std::vector<RankPrediction> most_pred = evaluate(in, most);
   std::size_t live_min = 0;  // the strongest plan's live bytes: below them no plan fits
   for (const RankPrediction& p : most_pred) live_min = std::max(live_min, p.peak_device_bytes);
@@ -266,7 +283,12 @@ MemoryPlan plan_memory(const PlannerInput& in) {
   // ranks over budget.
   std::vector<RankPlan> plans = forced_plans(in);
   std::vector<RankPrediction> pred = evaluate(in, plans);
-  if (!add_moves(in, plans, pred, in.optimizer_offload == OffloadPolicy::Auto)) {
+  bool fit = add_moves(in, plans, pred, in.optimizer_offload == OffloadPolicy::Auto);
+  if (!fit && late_reloads_where_over(in, plans, pred)) {
+    pred = evaluate(in, plans);
+    fit = add_moves(in, plans, pred, in.optimizer_offload == OffloadPolicy::Auto);
+  }
+  if (!fit) {
     plans = most;  // every lever used and still over: the levers' most is the answer
     pred = most_pred;
   } else if (in.optimizer_offload == OffloadPolicy::Auto && any_on_host(plans)) {
@@ -291,7 +313,10 @@ MemoryPlan plan_memory(const PlannerInput& in) {
     // ... and the activation levers are chosen again for the final placement: those taken before
     // a chunk's state left the device may no longer be needed. The cheaper of the two wins.
     std::vector<RankPlan> again = forced_plans(in);
-    for (std::size_t r = 0; r < again.size(); ++r) again[r].optimizer = plans[r].optimizer;
+    for (std::size_t r = 0; r < again.size(); ++r) {
+      again[r].optimizer = plans[r].optimizer;
+      again[r].late_reloads = plans[r].late_reloads;
+    }
     std::vector<RankPrediction> again_pred = evaluate(in, again);
     if (add_moves(in, again, again_pred, false) && total_cost(again_pred) <= total_cost(pred)) {
       plans = std::move(again);

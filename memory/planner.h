@@ -29,6 +29,12 @@
 // one. Once every rank fits, the host chunks are tried back on the device, dearest first, and stay
 // there when every rank still fits ("the reverse").
 //   step cost of a rank = recompute_s + exposed_copy_s + optimizer_offload_s (RankPrediction).
+//
+// Late reloads (RankPlan::late_reloads) are the last activation lever: once a rank over budget has
+// no unit move left, its offloaded sets come back at the op that reads them instead of a copy's time
+// ahead, which exposes every reload (the evaluator prices it) but keeps the sets off the device while
+// earlier ops run; the search then goes on from there. The strongest plan (min_device_budget) has
+// late reloads on every rank whenever offload is enabled.
 #pragma once
 
 #include <cstddef>

@@ -140,15 +140,15 @@ Tensor attn_backward_input_t(const GPT2Dims& d, const BranchParams& p, const Ten
     A* dq = dqkv.as<A>();
     fused_attention_backward<A>(s, attention_layout(d), dq, dq + d.Cl, dq + 2 * d.Cl, ws.f32(), dyatt.as<A>(), q,
                                 q + d.Cl, q + 2 * d.Cl, y.as<A>(), lse.f32());
-    cs.release(qkv);
-    cs.release(lse);
+    cs.release(std::move(qkv));
+    cs.release(std::move(lse));
   } else {
     Tensor qkv = rec.take("qkv"), att = rec.take("att");
     dqkv = cs.keep({d.B, d.T, 3 * d.Cl}, d.act);
     Tensor datt = cs.tmp({d.B, d.H, d.T, d.T}, d.act);
     attention_backward(s, dqkv.as<A>(), datt.as<A>(), dyatt.as<A>(), qkv.as<A>(), att.as<A>(), d.B, d.T, d.H, d.D);
-    cs.release(qkv);
-    cs.release(att);
+    cs.release(std::move(qkv));
+    cs.release(std::move(att));
   }
   // 3. c_attn^T: this rank's partial gradient w.r.t. the LN1 output (all-reduced by the caller).
   Tensor g_part = cs.keep({d.B, d.T, d.C});
@@ -187,7 +187,7 @@ Tensor mlp_backward_input_t(const GPT2Dims& d, const BranchParams& p, const Tens
   linear_backward_input<A, A>(s, dh.as<A>(), dy.as<A>(), weight<A>(p.out_w), N, d.Fl, d.C);
   Tensor h = rec.take("h");
   gelu_backward(s, dh.as<A>(), dh.as<A>(), h.as<A>(), N * d.Fl);
-  cs.release(h);
+  cs.release(std::move(h));
   // 2. c_fc^T: this rank's partial gradient w.r.t. the LN2 output (all-reduced by the caller).
   Tensor g_part = cs.keep({d.B, d.T, d.C});
   linear_backward_input<A, float>(s, g_part.f32(), dh.as<A>(), weight<A>(p.in_w), N, d.C, d.Fl);

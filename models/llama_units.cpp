@@ -140,7 +140,7 @@ Tensor attn_backward_input_t(const LlamaDims& d, const LlamaBranch& p, const Ten
     A* dq = dqkv.as<A>();
     fused_attention_backward<A>(s, attention_layout(d), dq, dq + d.QW(), dq + d.QW() + d.KW(), ws.f32(), dyatt.as<A>(),
                                 q, q + d.QW(), q + d.QW() + d.KW(), y.as<A>(), lse.f32());
-    cs.release(lse);
+    cs.release(std::move(lse));
   } else {
     Tensor att = rec.take("att");
     Tensor datt = cs.tmp({d.B, d.H, d.T, d.T}, d.act);
@@ -152,9 +152,9 @@ Tensor attn_backward_input_t(const LlamaDims& d, const LlamaBranch& p, const Ten
     } else {
       attention_backward(s, dqkv.as<A>(), datt.as<A>(), dyatt.as<A>(), qkv.as<A>(), att.as<A>(), d.B, d.T, d.H, d.D);
     }
-    cs.release(att);
+    cs.release(std::move(att));
   }
-  cs.release(qkv);
+  cs.release(std::move(qkv));
   // 3. RoPE^T on dq and dk: the gradient w.r.t. qkv_proj's output.
   A* dq = dqkv.as<A>();
   rope_backward<A>(s, dq, N, d.T, d.QKV(), d.H, d.D, d.theta);
@@ -196,7 +196,7 @@ Tensor mlp_backward_input_t(const LlamaDims& d, const LlamaBranch& p, const Tens
   Tensor h = rec.take("h");
   Tensor dh = cs.keep({d.B, d.T, 2 * d.I}, d.act);
   swiglu_backward<A>(s, dh.as<A>(), da.as<A>(), h.as<A>(), N, d.I);
-  cs.release(h);
+  cs.release(std::move(h));
   // 2. gate_up_proj^T: this rank's partial gradient w.r.t. the norm output.
   Tensor g_part = cs.keep({d.B, d.T, d.C});
   linear_backward_input<A, float>(s, g_part.f32(), dh.as<A>(), weight<A>(p.in_w), N, d.C, 2 * d.I);
@@ -245,8 +245,8 @@ Tensor head_backward_input_t(const LlamaDims& d, ParamInfo& norm, ParamInfo& hea
   Tensor dx = cs.keep({d.B, d.T, d.C});
   rmsnorm_backward_input(s, dx.f32(), nullptr, dln.f32(), x.f32(), rstd.f32(), norm.param.f32(), N, d.C);
   rmsnorm_backward_weight_accumulate(s, norm.grad.f32(), dln.f32(), x.f32(), rstd.f32(), N, d.C);
-  cs.release(x);
-  cs.release(rstd);
+  cs.release(std::move(x));
+  cs.release(std::move(rstd));
   return dx;
 }
 
@@ -342,8 +342,8 @@ Tensor llama_norm_finalize(const LlamaDims& d, ParamInfo& norm, const Tensor& dy
   Tensor dx = cs.keep({d.B, d.T, C});
   rmsnorm_backward_input(s, dx.f32(), dy.f32(), dln.f32(), x.f32(), rstd.f32(), norm.param.f32(), N, C);
   rmsnorm_backward_weight_accumulate(s, norm.grad.f32(), dln.f32(), x.f32(), rstd.f32(), N, C);
-  cs.release(x);
-  cs.release(rstd);
+  cs.release(std::move(x));
+  cs.release(std::move(rstd));
   return dx;
 }
 

@@ -70,8 +70,8 @@ Tensor lm_head_backward_input_t(const UnitDims& d, ParamInfo& head_w, float loss
   if (d.vocab_parallel)
     vocab_ce_backward_inplace(s, logits.as<A>(), lse.f32(), as_i32(targets), scale, N, d.Vs, d.Vl, d.v0);
   else cross_entropy_backward_inplace(s, logits.as<A>(), lse.f32(), as_i32(targets), scale, N, d.V);
-  cs.release(lse);
-  cs.release(targets);
+  cs.release(std::move(lse));
+  cs.release(std::move(targets));
   // 2. dln = dlogits W; vocab-parallel: this rank's rows' share, summed over the TP group.
   Tensor dln = cs.tmp({d.B, d.T, d.C});
   gemm(s, false, false, N, d.C, d.Vs, logits.as<A>(), d.Vs, weight<A>(&head_w), d.C, dln.f32(), d.C);
@@ -85,8 +85,8 @@ void lm_head_backward_weight_t(const UnitDims& d, ParamInfo& head_w, RecordSet& 
   Tensor dlogits = rec.take("dlogits"), ln = rec.take("ln.out");
   gemm(cs.stream(), true, false, d.Vs, d.C, d.N(), dlogits.as<A>(), d.Vs, ln.as<A>(), d.C, head_w.grad.f32(), d.C, 1.0f,
        1.0f);
-  cs.release(dlogits);
-  cs.release(ln);
+  cs.release(std::move(dlogits));
+  cs.release(std::move(ln));
 }
 
 }  // namespace
@@ -105,8 +105,10 @@ Tensor CallScope::tmp(Shape shape, DType dtype) {
 
 Tensor CallScope::keep(Shape shape, DType dtype) { return Tensor::empty(alloc_, std::move(shape), dtype); }
 
+// Freed now, not at the end of the call: the bytes are fenced by this stream (stream-ordered
+// reuse), so what the call allocates next may take them — that lowers the working set of B.
 void CallScope::release(Tensor t) {
-  if (t.defined()) dead_.push_back(std::move(t));
+  if (t.defined()) t.record_use(s_);
 }
 
 void drop_recomputed(const std::vector<RecomputedRecord>& dropped, RecordSet& rec, CallScope& cs) {
@@ -173,15 +175,15 @@ void token_embedding_backward_weight(const UnitDims& d, ParamInfo& embed, ParamI
     Tensor ws = cs.tmp({vocab_embedding_backward_workspace(d.Vs, d.N())});
     vocab_embedding_backward_accumulate(cs.stream(), embed.grad.f32(), pos ? pos->grad.f32() : nullptr, dx.f32(),
                                         as_i32(tokens), ws.data<std::int32_t>(), d.B, d.T, d.C, d.v0, d.Vs);
-    cs.release(tokens);
-    cs.release(dx);
+    cs.release(std::move(tokens));
+    cs.release(std::move(dx));
     return;
   }
   Tensor ws = cs.tmp({embedding_backward_workspace(d.V, d.N())});  // int32 in 4-byte elements
   embedding_backward_accumulate(cs.stream(), embed.grad.f32(), pos ? pos->grad.f32() : nullptr, dx.f32(),
                                 as_i32(tokens), ws.data<std::int32_t>(), d.B, d.T, d.C, d.V);
-  cs.release(tokens);
-  cs.release(dx);
+  cs.release(std::move(tokens));
+  cs.release(std::move(dx));
 }
 
 void lm_head_forward(const UnitDims& d, ParamInfo& head_w, const Tensor& ln, const Tensor& targets, const Tensor& loss,

@@ -55,8 +55,9 @@ const A* weight(const ParamInfo* p) {
 
 inline const std::int32_t* as_i32(const Tensor& t) { return t.data<std::int32_t>(); }
 
-// Temporaries of one call: allocated from the stage's allocator and released in stream order
-// when the scope ends (a host task on `s` holds them until the work enqueued before it is done).
+// Temporaries of one call: allocated from the stage's allocator and freed in stream order (the
+// block is fenced by `s`, so only work enqueued after the free can reuse it): tmp() tensors when the
+// scope ends, released records at once, so what the call allocates next may take their bytes.
 class CallScope {
  public:
   CallScope(Allocator& alloc, Stream& s) : alloc_(alloc), s_(s) {}
@@ -66,7 +67,7 @@ class CallScope {
 
   Tensor tmp(Shape shape, DType dtype = DType::F32);   // dead after this call
   Tensor keep(Shape shape, DType dtype = DType::F32);  // allocated here, kept by the caller (records, outputs)
-  void release(Tensor t);                              // a record whose last reader is enqueued in this call
+  void release(Tensor t);  // last reader enqueued: freed now, in stream order (later allocations may reuse it)
   Stream& stream() { return s_; }
 
  private:

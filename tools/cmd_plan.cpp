@@ -116,6 +116,7 @@ int run(const PlanArgs& a) {
                        {"cpu_optimizer_s", stp::json_number(p.cpu_optimizer_s, 6)},
                        {"optimizer_offload_s", stp::json_number(p.optimizer_offload_s, 6)},
                        {"optimizer", optimizer_json(plan.ranks[g / static_cast<std::size_t>(tp)])},
+                       {"late_reloads", plan.ranks[g / static_cast<std::size_t>(tp)].late_reloads},
                        {"decisions", decisions_json(plan.ranks[g / static_cast<std::size_t>(tp)])}});
     }
     out["ranks"] = std::move(ranks);

@@ -82,8 +82,9 @@ ModelLayout build_shape(const Config& c) {
 
 // Where each offloaded set starts its reload: `lookahead` ops before its first backward, never
 // before the op after its last forward; STP's reload markers (docs/schedules.md, STP op lists, Offload markers) win
-// where present. A set whose W is deferred also reloads its W-only records `lookahead` ops before its first W, never
-// before the op after its B.
+// where present, except under late reloads (lookahead 0: the op that reads the set). A set whose W
+// is deferred also reloads its W-only records `lookahead` ops before its first W, never before the
+// op after its B.
 void place_prefetches(RankPlan& plan, const std::vector<sched::Op>& ops, int lookahead) {
   plan.prefetch.assign(ops.size(), {});
   std::map<std::pair<int, int>, int> last_f, first_b, first_w, marker;
@@ -104,7 +105,7 @@ void place_prefetches(RankPlan& plan, const std::vector<sched::Op>& ops, int loo
     int f = last_f.count(key) ? last_f[key] : -1;
     int at = std::max(f + 1, b - lookahead);
     auto m = marker.find(key);
-    if (m != marker.end() && m->second > f && m->second <= b) at = m->second;
+    if (!plan.late_reloads && m != marker.end() && m->second > f && m->second <= b) at = m->second;
     plan.prefetch[static_cast<std::size_t>(at)].push_back({key.first, key.second, false});
     auto w = first_w.find(key);
     if (w == first_w.end()) continue;
@@ -251,6 +252,7 @@ class DryRunCostModel {
           set_bytes += static_cast<double>(c.offload_bytes) / shape_.schedule.chunks;
       double op_s = measured_.compute_s[static_cast<std::size_t>(r)] / std::max<std::size_t>(1, ops.size());
       int lookahead = std::max(1, static_cast<int>(std::ceil(set_bytes / link / std::max(op_s, 1e-12))));
+      if (plans[static_cast<std::size_t>(r)].late_reloads) lookahead = 0;
       place_prefetches(plans[static_cast<std::size_t>(r)], ops, lookahead);
     }
     mp.ranks = plans;
@@ -275,7 +277,11 @@ class DryRunCostModel {
         double cost = level == Recompute::Full ? c.full_cost : level == Recompute::Selective ? c.selective_cost : 0;
         p.recompute_s += m * c.forward_s * cost;
       }
-      p.exposed_copy_s = std::max(0.0, static_cast<double>(p.offload_bytes_per_step) / link - p.compute_s);
+      // Both directions overlap compute on their own streams, each at the link rate; a late reload
+      // starts when its reader needs it, so every H2D copy is exposed.
+      const double one_way_s = static_cast<double>(p.offload_bytes_per_step) / link;
+      p.exposed_copy_s = std::max(0.0, one_way_s - p.compute_s);
+      if (plans[static_cast<std::size_t>(r)].late_reloads) p.exposed_copy_s += one_way_s;
       out.push_back(p);
     }
     return out;

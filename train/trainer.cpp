@@ -166,7 +166,10 @@ void Trainer::Impl::upload_rows(Rank& r, const TokenDataset* data, const std::fu
     std::vector<std::int32_t> in(static_cast<std::size_t>(B) * T), tgt(in.size());
     if (data) data->fill_batch(b0(mb), B, in.data(), tgt.data());  // a dry run reads no data
     if (Stage* s = r.first_stage()) r.compute->copy(s->tokens(mb).raw(), in.data(), in.size() * 4);
-    if (Stage* s = r.last_stage()) r.compute->copy(s->targets(mb).raw(), tgt.data(), tgt.size() * 4);
+    if (Stage* s = r.last_stage()) {
+      r.compute->copy(s->targets(mb).raw(), tgt.data(), tgt.size() * 4);
+      s->loss(mb);  // the loss slot too: the step's small buffers sit together, not between activations
+    }
     r.staging.push_back(std::move(in));
     r.staging.push_back(std::move(tgt));
   }

@@ -426,4 +426,74 @@ TEST(PlannerOptimizerPlacement, CompetesWithTheActivationLevers) {
   }
 }
 
+// ---- Late reloads: the last activation lever -----------------------------------------------------
+// A fake of one rank with two offloadable units: an offloaded set sits reloaded on the device for a
+// copy's time before its B unless the rank reloads late, which frees that set's bytes and exposes
+// every reload (copied bytes / link).
+constexpr std::size_t kSet = 400;
+
+PlannerInput late_reload_problem() {
+  PlannerInput in;
+  in.pp = 1;
+  in.tp = 1;
+  in.microbatches = 1;
+  in.recompute = RecomputePolicy::None;
+  in.link_bytes_per_s = 1e6;
+  in.units.push_back({2});
+  in.chunk_states.push_back({stp::ModelStateBytes{kWeights, kGradients, kOptimizer}});
+  for (int u = 0; u < 2; ++u) {
+    PlanCandidate c;
+    c.unit = u;
+    c.name = "h." + std::to_string(u);
+    c.offload_bytes = kSet;
+    c.forward_s = 0.01;
+    in.candidates.push_back(c);
+  }
+  in.evaluate = [&in](std::vector<RankPlan>& plans) {
+    RankPrediction p;
+    std::size_t kept = 0, copied = 0;
+    for (const stp::UnitPlan& u : plans[0].units[0]) (u.offload ? copied : kept) += kSet;
+    const std::size_t early = copied > 0 && !plans[0].late_reloads ? kSet : 0;  // one set back ahead of its B
+    p.peak_device_bytes = kWeights + kGradients + kOptimizer + kBuffers + kept + early;
+    p.offload_bytes_per_step = copied;
+    p.compute_s = kCompute;
+    if (plans[0].late_reloads) p.exposed_copy_s = static_cast<double>(copied) / in.link_bytes_per_s;
+    return std::vector<RankPrediction>{p};
+  };
+  return in;
+}
+
+TEST(PlannerLateReloads, OnlyWhenNoUnitMoveIsLeft) {
+  PlannerInput in = late_reload_problem();
+  const std::size_t states = kWeights + kGradients + kOptimizer + kBuffers;
+  // Both units offloaded, one set back early, fits: no late reloads.
+  in.device_budget = states + kSet;
+  stp::MemoryPlan plan = plan_memory(in);
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_FALSE(plan.ranks[0].late_reloads);
+  EXPECT_EQ(plan.predicted[0].exposed_copy_s, 0.0);
+  // One byte less: only late reloads fit, and they are priced.
+  in.device_budget = states + kSet - 1;
+  plan = plan_memory(in);
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_TRUE(plan.ranks[0].late_reloads);
+  EXPECT_TRUE(plan.ranks[0].units[0][0].offload && plan.ranks[0].units[0][1].offload);
+  EXPECT_LE(plan.predicted[0].peak_device_bytes, in.device_budget);
+  EXPECT_GT(plan.predicted[0].exposed_copy_s, 0.0);
+  EXPECT_NE(plan.summary.find("late reloads"), std::string::npos) << plan.summary;
+  // The strongest plan reloads late: the minimum is the states alone.
+  EXPECT_EQ(plan.min_device_budget, states);
+  in.device_budget = states - 1;
+  EXPECT_FALSE(plan_memory(in).feasible);
+}
+
+TEST(PlannerLateReloads, NeverWithoutOffload) {
+  PlannerInput in = late_reload_problem();
+  in.offload = OffloadPolicy::None;
+  in.device_budget = SIZE_MAX;
+  stp::MemoryPlan plan = plan_memory(in);
+  EXPECT_FALSE(plan.ranks[0].late_reloads);
+  EXPECT_EQ(plan.min_device_budget, kWeights + kGradients + kOptimizer + kBuffers + 2 * kSet);
+}
+
 }  // namespace

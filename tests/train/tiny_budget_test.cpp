@@ -78,10 +78,12 @@ TEST(TinyBudgetsAroundTheMinimum, AboveTrainsAsPlannedBelowIsRefused) {
 
 // Measured (vocab-parallel head, tp 2): with the optimizer on the device the strongest plan keeps
 // the model states and the activations no lever moves (unit inputs, sets in flight, the head);
-// with memory.optimizer_offload: all the AdamW moments leave the device too. docs/memory.md.
+// with memory.optimizer_offload: all the AdamW moments leave the device too, and every schedule
+// meets 35% of the unconstrained peak. docs/memory.md.
 INSTANTIATE_TEST_SUITE_P(Schedules, TinyBudgets,
-                         testing::Values(Case{"stp", "none", 47}, Case{"zb-v", "none", 52}, Case{"1f1b-i", "none", 42},
-                                         Case{"stp", "all", 38}, Case{"zb-v", "all", 43}, Case{"1f1b-i", "all", 31}),
+                         testing::Values(Case{"stp", "none", 42.1}, Case{"zb-v", "none", 46.5},
+                                         Case{"1f1b-i", "none", 36}, Case{"stp", "all", 33.5},
+                                         Case{"zb-v", "all", 34.7}, Case{"1f1b-i", "all", 26.3}),
                          [](const testing::TestParamInfo<Case>& i) {
                            std::string n = std::string(i.param.schedule) + "_" + i.param.optimizer_offload;
                            std::replace(n.begin(), n.end(), '-', '_');
