@@ -4,11 +4,14 @@
 // master the embedding gather reads) live in pinned host memory:
 //   * the device's weight bytes drop by exactly those masters (the flat parameter buffer of each
 //     chunk shrinks; the arena rounds each block up to 256 bytes), the peak by them plus the
-//     device optimizer state, and the measured peak equals the plan's prediction;
+//     device optimizer state, and the measured peak equals the plan's prediction, which counts
+//     them as host weights;
 //   * a checkpoint taken with the optimizer on the host resumes with it on the device bitwise as
 //     the uninterrupted run, and the reverse;
 //   * a skipped step (planted NaN) leaves the parameters, the bf16 copies the next step reads and
-//     the moments as they were.
+//     the moments as they were;
+//   * with data parallelism (no distributed optimizer) losses, parameters and moments are bitwise
+//     the device optimizer's.
 // (Losses, parameters and checkpoints bitwise those of the device optimizer, per schedule:
 // tests/train/optimizer_offload_test.cpp.)
 #include <gtest/gtest.h>
@@ -41,20 +44,24 @@ std::size_t category(const stp::Trainer::DeviceMemory& m, stp::MemoryCategory c)
   return m.device.by_category[static_cast<std::size_t>(c)];
 }
 
-// Per device (pp rank r, tp rank t: device r * tp + t), the device bytes the host masters free:
-// per chunk, the flat f32 parameter buffer without them against with them, from the parameter
-// table of stages built on a dry device.
-std::vector<std::size_t> expected_master_bytes(const stp::Config& cfg) {
+struct Masters {
+  std::size_t device_freed = 0;  // per chunk, the flat f32 parameter buffer with them less without
+  std::size_t host = 0;          // their bytes
+};
+
+// Per device (pp rank r, tp rank t: device r * tp + t), from the parameter table of stages built
+// on a dry device.
+std::vector<Masters> expected_masters(const stp::Config& cfg) {
   const stp::sched::Schedule schedule =
       stp::sched::generate(cfg.parallel.schedule, cfg.parallel.pp, cfg.train.microbatches);
   stp::CpuDeviceOptions dry;
   dry.dry_run = true;
   stp::CpuDevice device(0, dry);
   stp::DeviceAllocator alloc(device);
-  std::vector<std::size_t> out;
+  std::vector<Masters> out;
   for (int r = 0; r < cfg.parallel.pp; ++r)
     for (int t = 0; t < cfg.parallel.tp; ++t) {
-      std::size_t freed = 0;
+      Masters m;
       for (int ch = 0; ch < schedule.chunks; ++ch) {
         auto stage = stp::make_stage(stp::model_spec_of(cfg), stp::stage_spec_of(cfg, schedule, r, ch, t), alloc);
         std::size_t all = 0, moved = 0;
@@ -64,15 +71,16 @@ std::vector<std::size_t> expected_master_bytes(const stp::Config& cfg) {
             moved += p.param.bytes();
         }
         EXPECT_GT(moved, 0u) << "pp rank " << r << " chunk " << ch;
-        freed += aligned(all) - aligned(all - moved);
+        m.device_freed += aligned(all) - aligned(all - moved);
+        m.host += moved;
       }
-      out.push_back(freed);
+      out.push_back(m);
     }
   return out;
 }
 
 struct Memory {
-  std::vector<std::size_t> peak, weights, optimizer_device;
+  std::vector<std::size_t> peak, weights, optimizer_device, host_weights;  // host_weights: the plan's
 };
 
 Memory measure(const std::vector<std::string>& overrides, bool offload) {
@@ -94,6 +102,7 @@ Memory measure(const std::vector<std::string>& overrides, bool offload) {
     out.peak.push_back(r.peak_device_bytes[g]);
     out.weights.push_back(category(mem[g], stp::MemoryCategory::Weights));
     out.optimizer_device.push_back(category(mem[g], stp::MemoryCategory::OptimizerState));
+    out.host_weights.push_back(p.host_states.weights);
   }
   return out;
 }
@@ -103,15 +112,17 @@ TEST(HostMasters, DevicePeakDropsByTheMastersAndEqualsThePlan) {
     SCOPED_TRACE(schedule);
     const std::vector<std::string> base = {std::string("parallel.schedule=") + schedule, "parallel.pp=2",
                                            "parallel.tp=2", "train.precision=bf16"};
-    const std::vector<std::size_t> masters = expected_master_bytes(tiny_config(base));
+    const std::vector<Masters> masters = expected_masters(tiny_config(base));
     const Memory none = measure(base, false), all = measure(base, true);
     ASSERT_EQ(none.peak.size(), masters.size());
     ASSERT_EQ(all.peak.size(), masters.size());
     for (std::size_t g = 0; g < masters.size(); ++g) {
       EXPECT_GT(none.optimizer_device[g], 0u) << "device " << g;
       EXPECT_EQ(all.optimizer_device[g], 0u) << "device " << g;
-      EXPECT_EQ(none.weights[g] - all.weights[g], masters[g]) << "device " << g;
-      EXPECT_EQ(none.peak[g] - all.peak[g], none.optimizer_device[g] + masters[g]) << "device " << g;
+      EXPECT_EQ(none.weights[g] - all.weights[g], masters[g].device_freed) << "device " << g;
+      EXPECT_EQ(none.peak[g] - all.peak[g], none.optimizer_device[g] + masters[g].device_freed) << "device " << g;
+      EXPECT_EQ(none.host_weights[g], 0u) << "device " << g;
+      EXPECT_EQ(all.host_weights[g], masters[g].host) << "device " << g;
     }
   }
 }
@@ -191,6 +202,30 @@ TEST(HostMasters, SkippedStepMatchesTheDeviceOptimizer) {
       EXPECT_EQ(r.skipped, i == 1) << "step " << i + 1;
       out.losses.push_back(r.loss);
     }
+    out.params = t.full_parameters();
+    std::filesystem::path ck = t.save_checkpoint();
+    out.optimizer_file = stp::testing::slurp((ck / "optimizer.safetensors").string());
+    return out;
+  };
+  const TrainedRun device = run(false), host = run(true);
+  ASSERT_EQ(host.losses.size(), device.losses.size());
+  for (std::size_t i = 0; i < device.losses.size(); ++i)
+    EXPECT_EQ(host.losses[i], device.losses[i]) << "step " << i + 1;
+  EXPECT_TRUE(stp::testing::bitwise_equal(host.params, device.params));
+  EXPECT_TRUE(host.optimizer_file == device.optimizer_file);
+}
+
+// Data parallelism without the distributed optimizer: the gradients are all-reduced on the device,
+// then each replica updates its own host masters; bitwise the device optimizer.
+TEST(HostMasters, DataParallelIsBitwiseTheDeviceOptimizer) {
+  auto run = [](bool on) {
+    stp::Config cfg = tiny_config({"parallel.schedule=zb-v", "parallel.pp=2", "parallel.dp=2", "train.microbatches=4",
+                                   "train.precision=bf16", "train.grad_clip=0.05",
+                                   std::string("memory.optimizer_offload=") + (on ? "all" : "none")});
+    cfg.output.dir = fresh_dir(on ? "host_masters_dp_on" : "host_masters_dp_off");
+    stp::Trainer t(cfg);
+    TrainedRun out;
+    for (int i = 0; i < 2; ++i) out.losses.push_back(t.step().loss);
     out.params = t.full_parameters();
     std::filesystem::path ck = t.save_checkpoint();
     out.optimizer_file = stp::testing::slurp((ck / "optimizer.safetensors").string());
