@@ -10,8 +10,8 @@
 //     the uninterrupted run, and the reverse;
 //   * a skipped step (planted NaN) leaves the parameters, the bf16 copies the next step reads and
 //     the moments as they were;
-//   * with data parallelism (no distributed optimizer) losses, parameters and moments are bitwise
-//     the device optimizer's.
+//   * with data parallelism (no distributed optimizer), and for llama (untied head; tied embedding
+//     in one stage), losses, parameters and moments are bitwise the device optimizer's.
 // (Losses, parameters and checkpoints bitwise those of the device optimizer, per schedule:
 // tests/train/optimizer_offload_test.cpp.)
 #include <gtest/gtest.h>
@@ -213,6 +213,39 @@ TEST(HostMasters, SkippedStepMatchesTheDeviceOptimizer) {
     EXPECT_EQ(host.losses[i], device.losses[i]) << "step " << i + 1;
   EXPECT_TRUE(stp::testing::bitwise_equal(host.params, device.params));
   EXPECT_TRUE(host.optimizer_file == device.optimizer_file);
+}
+
+// Llama: the untied LM head's master moves (pp 2, tp 2, vocab-parallel); with one stage the tied
+// embedding has a bf16 copy (the head) but keeps its master on the device (the gather reads it).
+// Bitwise the device optimizer either way.
+TEST(HostMasters, LlamaIsBitwiseTheDeviceOptimizer) {
+  const std::vector<std::vector<std::string>> layouts = {
+      {"model.tie_embeddings=false", "parallel.pp=2", "parallel.tp=2", "parallel.schedule=stp"},
+      {"model.tie_embeddings=true", "parallel.pp=1", "parallel.schedule=gpipe"}};
+  for (const auto& layout : layouts) {
+    SCOPED_TRACE(layout[0]);
+    auto run = [&](bool on) {
+      std::vector<std::string> o = {
+          "model.arch=llama", "model.n_kv_head=2",    "model.intermediate_size=64",
+          "model.n_layer=4",  "train.precision=bf16", std::string("memory.optimizer_offload=") + (on ? "all" : "none")};
+      o.insert(o.end(), layout.begin(), layout.end());
+      stp::Config cfg = tiny_config(o);
+      cfg.output.dir = fresh_dir(on ? "host_masters_llama_on" : "host_masters_llama_off");
+      stp::Trainer t(cfg);
+      TrainedRun out;
+      for (int i = 0; i < 2; ++i) out.losses.push_back(t.step().loss);
+      out.params = t.full_parameters();
+      std::filesystem::path ck = t.save_checkpoint();
+      out.optimizer_file = stp::testing::slurp((ck / "optimizer.safetensors").string());
+      return out;
+    };
+    const TrainedRun device = run(false), host = run(true);
+    ASSERT_EQ(host.losses.size(), device.losses.size());
+    for (std::size_t i = 0; i < device.losses.size(); ++i)
+      EXPECT_EQ(host.losses[i], device.losses[i]) << "step " << i + 1;
+    EXPECT_TRUE(stp::testing::bitwise_equal(host.params, device.params));
+    EXPECT_TRUE(host.optimizer_file == device.optimizer_file);
+  }
 }
 
 // Data parallelism without the distributed optimizer: the gradients are all-reduced on the device,
