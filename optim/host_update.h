@@ -4,8 +4,9 @@
 //
 // Host memory (pinned, Device::allocate_pinned_host through a DeviceAllocator): the moments
 // exp_avg / exp_avg_sq of every span (allocated by the optimizer from allocator()), and per group
-// one staging buffer for the parameters and one for the gradients (group elements each). The
-// device keeps only the parameters and gradients: no optimizer byte is device memory.
+// one staging buffer for the parameters (its device-master elements) and one for the gradients
+// (group elements). The device keeps only the parameters and gradients: no optimizer byte is
+// device memory.
 //
 // Host masters (bf16 precision, ParamInfo::host_master): a span added with its device bf16 copy
 // has its f32 master in allocator()'s memory, not on the device. Its master is not downloaded
@@ -66,9 +67,10 @@ class HostUpdate {
   HostUpdate(const HostUpdate&) = delete;
   HostUpdate& operator=(const HostUpdate&) = delete;
 
-  // Pinned host memory for the moments (counted in host_bytes()).
+  // Pinned host memory for the moments and the host masters (counted in host_bytes()).
   Allocator& allocator() { return host_; }
-  // Host state bytes this many parameter elements take when offloaded: moments + staging.
+  // Host state bytes an offloaded element with its master on the device takes: moments + staging
+  // (a host master's element takes 18: master, moments, gradient and bf16 staging).
   static std::size_t bytes_per_element() { return 4 * sizeof(float); }
 
   // A span of n elements: param and grad on the device, m and v in allocator()'s memory; with
@@ -103,7 +105,7 @@ class HostUpdate {
   // Host wait for every upload in flight (outside a step: checkpoints, evaluation, loads).
   void settle();
 
-  std::size_t host_bytes() const { return host_bytes_; }  // moments + staging, allocated so far
+  std::size_t host_bytes() const { return host_bytes_; }  // moments + masters + staging, allocated so far
   Stream& compute() { return compute_; }
   Stream& d2h() { return *d2h_; }
   Stream& h2d() { return *h2d_; }
