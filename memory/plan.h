@@ -29,6 +29,9 @@ const char* to_string(OptimizerPlacement p);  // "device" | "host"
 // copies), their gradients, and the optimizer's state (AdamW m and v, and f32 masters under bf16).
 struct ModelStateBytes {
   std::size_t weights = 0, gradients = 0, optimizer = 0;
+  // Part of `weights`: the f32 masters that leave the device with the chunk's optimizer state (bf16
+  // precision without the distributed optimizer: the masters of the GEMM weights, optim/host_update.h).
+  std::size_t host_masters = 0;
   std::size_t total() const { return weights + gradients + optimizer; }
 };
 

@@ -80,12 +80,13 @@ Move cheapest_move(const PlannerInput& in, std::vector<RankPlan>& plans, const R
         continue;
       // Only the bytes of the deficit count: of two chunks that both cover it, the smaller wins.
       const double cost = optimizer_offload_seconds(in, chunks[ch]);
-      const double key = cost / static_cast<double>(std::min(chunks[ch].optimizer, std::max<std::size_t>(deficit, 1)));
+      const std::size_t freed = chunks[ch].optimizer + chunks[ch].host_masters;
+      const double key = cost / static_cast<double>(std::min(freed, std::max<std::size_t>(deficit, 1)));
       if (key < best_key) {
         best_key = key;
         best = Move{};
         best.optimizer_chunk = static_cast<int>(ch);
-        best.cost_per_byte = cost / static_cast<double>(chunks[ch].optimizer);
+        best.cost_per_byte = cost / static_cast<double>(freed);
       }
     }
   }
@@ -223,7 +224,10 @@ bool late_reloads_where_over(const PlannerInput& in, std::vector<RankPlan>& plan
 
 double optimizer_offload_seconds(const PlannerInput& in, const ModelStateBytes& chunk) {
   const double param_bytes = static_cast<double>(chunk.optimizer) / 2;  // m and v: two f32 per parameter
-  return 3 * param_bytes / in.link_bytes_per_s + 7 * param_bytes / in.cpu_adamw_bytes_per_s;
+  // A host master: its gradient down and its bf16 copy up (6 B instead of 12 B over the link), and
+  // the CPU rounds it to bf16 (6 B more streamed).
+  const double masters = 1.5 * static_cast<double>(chunk.host_masters);
+  return (3 * param_bytes - masters) / in.link_bytes_per_s + (7 * param_bytes + masters) / in.cpu_adamw_bytes_per_s;
 }
 
 std::string describe_categories(const RankPrediction& p) {

@@ -20,14 +20,16 @@
 //
 // The optimizer placement is one more kind of move in the same search (optimizer_offload: none keeps
 // every chunk's state on the device, all puts every chunk's on the host, auto chooses per (rank,
-// chunk)). Moving chunk c's state to the host frees its optimizer bytes on the device and costs
-//   optimizer_offload_s(c) = 3 P_c·4 B / link  +  28 P_c B / cpu_adamw      (P_c: its parameters)
-// — the parameters and gradients down and the parameters up, and the CPU AdamW's 28 bytes per
-// parameter — counted as exposed (an upper bound: early downloads and the CPU update of one chunk
-// overlap the device's other work). Its key is that cost per byte of the rank's deficit it covers
-// (bytes capped at peak − budget), so the smallest chunk that covers what is left wins over a larger
-// one. Once every rank fits, the host chunks are tried back on the device, dearest first, and stay
-// there when every rank still fits ("the reverse").
+// chunk)). Moving chunk c's state to the host frees its optimizer bytes on the device (plus its
+// host_masters, ModelStateBytes) and costs
+//   optimizer_offload_s(c) = (3 P_c·4 B − 6 H_c B) / link  +  (28 P_c + 6 H_c) B / cpu_adamw
+// (P_c: its parameters, H_c: those of them whose master moves to the host) — the parameters and
+// gradients down and the parameters up (a host master: its gradient down, its bf16 copy up), the
+// CPU AdamW's 28 bytes per parameter and the rounding of the host masters — counted as exposed (an upper bound: early
+// downloads and the CPU update of one chunk overlap the device's other work). Its key is that cost per byte of the
+// rank's deficit it covers (bytes capped at peak − budget), so the smallest chunk that covers what is left wins over a
+// larger one. Once every rank fits, the host chunks are tried back on the device, dearest first, and stay there when
+// every rank still fits ("the reverse").
 //   step cost of a rank = recompute_s + exposed_copy_s + optimizer_offload_s (RankPrediction).
 //
 // Late reloads (RankPlan::late_reloads) are the last activation lever: once a rank over budget has

@@ -83,7 +83,10 @@ ParamStore gpt2_param_store(const GPT2Config& config, const GPT2StageSpec& spec,
     const bool proj = name.find("c_proj.weight") != std::string::npos;
     return ParamInit{true, proj ? 0.02 / std::sqrt(2.0 * n_layer) : 0.02};
   };
-  return ParamStore(gpt2_param_table(config, spec), config.precision, gemm_weight, init, alloc);
+  // The embedding gather reads wte's f32 master on the device.
+  auto reads_master = [first = spec.layer_begin == 0](const std::string& n) { return first && n == "wte.weight"; };
+  return ParamStore(gpt2_param_table(config, spec), config.precision, gemm_weight, init, alloc, spec.host_masters,
+                    reads_master);
 }
 
 }  // namespace stp

@@ -94,7 +94,12 @@ ParamStore llama_param_store(const ModelSpec& model, const StageSpec& spec, Allo
     if (ends_with(name, ".bias")) return ParamInit{false, 0.0};
     return ParamInit{true, 0.02};
   };
-  return ParamStore(llama_param_table(model, spec), model.precision, gemm_weight, init, alloc);
+  // The embedding gather reads the embedding's f32 master on the device.
+  auto reads_master = [first = spec.layer_begin == 0](const std::string& n) {
+    return first && n == "model.embed_tokens.weight";
+  };
+  return ParamStore(llama_param_table(model, spec), model.precision, gemm_weight, init, alloc, spec.host_masters,
+                    reads_master);
 }
 
 }  // namespace stp

@@ -11,6 +11,7 @@
 namespace stp {
 
 class Communicator;  // core/comm.h
+class Allocator;     // core/tensor.h
 
 // How a unit computes causal attention (docs/model.md, Attention). Naive keeps the (B, H, T, T)
 // probabilities as a record (nn_kernels.h attention_forward); Fused keeps the output and one
@@ -53,6 +54,10 @@ struct StageSpec {
   bool vocab_parallel = false;
   Communicator* vocab_comm = nullptr;
   bool vocab_sharded() const { return vocab_parallel && tp_size > 1; }
+  // Optimizer offload at bf16 (optim/host_update.h): when set, the f32 masters of the parameters
+  // that have a bf16 GEMM copy and whose master no device kernel reads are allocated from it
+  // (pinned host memory) instead of the device (ParamInfo::host_master).
+  Allocator* host_masters = nullptr;
 };
 
 // Rows of the embedding and of the LM head per TP rank when vocab-parallel: V padded up to a

@@ -65,29 +65,39 @@ ParamInfo make_param(std::string name, Shape full, ShardLayout layout, bool repl
 }
 
 ParamStore::ParamStore(std::vector<ParamInfo> table, DType precision, const Predicate& gemm_weight, InitRule init,
-                       Allocator& alloc)
+                       Allocator& alloc, Allocator* host_masters, const Predicate& reads_master)
     : params_(std::move(table)), init_(std::move(init)) {
-  i64 total = 0;
-  for (const ParamInfo& p : params_) total += numel(shard_shape(p));
+  const bool copies = precision != DType::F32;
+  for (ParamInfo& p : params_)
+    p.host_master = copies && host_masters && gemm_weight(p.name) && !(reads_master && reads_master(p.name));
+  i64 total = 0, device_total = 0, host_total = 0;
+  for (const ParamInfo& p : params_) {
+    const i64 n = numel(shard_shape(p));
+    total += n;
+    (p.host_master ? host_total : device_total) += n;
+  }
   {
     MaybeCategoryScope as(alloc, MemoryCategory::Weights);
-    flat_params_ = Tensor::empty(alloc, {total});
+    flat_params_ = Tensor::empty(alloc, {device_total});
   }
+  if (host_total > 0) host_params_ = Tensor::empty(*host_masters, {host_total});
   {
     MaybeCategoryScope as(alloc, MemoryCategory::Gradients);
     flat_grads_ = Tensor::empty(alloc, {total});
   }
-  i64 offset = 0;
+  i64 offset = 0, device_offset = 0, host_offset = 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     ParamInfo& p = params_[i];
     Shape shape = shard_shape(p);
-    p.param = flat_params_.view(offset, shape);
+    i64& at = p.host_master ? host_offset : device_offset;
+    p.param = (p.host_master ? host_params_ : flat_params_).view(at, shape);
+    at += numel(shape);
     p.grad = flat_grads_.view(offset, shape);
     p.compute = p.param;
     offset += numel(shape);
     index_[p.name] = i;
   }
-  if (precision == DType::F32) return;
+  if (!copies) return;
   i64 compute_total = 0;
   for (const ParamInfo& p : params_)
     if (gemm_weight(p.name)) compute_total += p.param.numel();
@@ -103,9 +113,10 @@ ParamStore::ParamStore(std::vector<ParamInfo> table, DType precision, const Pred
   }
 }
 
-void ParamStore::refresh_compute(Stream& s) {
+void ParamStore::refresh_compute(Stream& s, bool host_masters) {
   for (const ParamInfo& p : params_)
-    if (p.compute.dtype() == DType::BF16) convert(s, p.compute.as<bf16>(), p.param.f32(), p.param.numel());
+    if (p.compute.dtype() == DType::BF16 && (host_masters || !p.host_master))
+      convert(s, p.compute.as<bf16>(), p.param.f32(), p.param.numel());
 }
 
 ParamInfo& ParamStore::at(const std::string& name) {

@@ -45,13 +45,17 @@ class ParamStore {
 
   // table: the stage's parameters (param/grad undefined). precision: the GEMM type; at bf16 the
   // parameters `gemm_weight` selects get bf16 copies (ParamInfo::compute), the others compute from
-  // their f32 master.
+  // their f32 master. host_masters (bf16 only; optimizer offload): the masters of the copied
+  // parameters that `reads_master` does not name (a device kernel reads their f32 master, e.g. the
+  // embedding gather) are allocated from it instead of `alloc` (ParamInfo::host_master); the
+  // device then holds only their bf16 copies.
   ParamStore(std::vector<ParamInfo> table, DType precision, const Predicate& gemm_weight, InitRule init,
-             Allocator& alloc);
+             Allocator& alloc, Allocator* host_masters = nullptr, const Predicate& reads_master = {});
 
   std::vector<ParamInfo>& list() { return params_; }
   ParamInfo& at(const std::string& name);  // asserts the name exists
   bool has(const std::string& name) const;
+  // The device masters (all of them unless some are host_master, which are not in it).
   const Tensor& flat_params() const { return flat_params_; }
   const Tensor& flat_grads() const { return flat_grads_; }
 
@@ -64,14 +68,17 @@ class ParamStore {
   void load_full(const std::string& name, const std::vector<float>& full, Stream& s);
   // Rounds the f32 masters into their bf16 GEMM copies, in stream order on s; no-op at f32
   // precision, where `compute` is the master itself. The stage calls it in zero_grads, at the start
-  // of every step, so loads and optimizer steps before it are seen.
-  void refresh_compute(Stream& s);
+  // of every step, so loads and optimizer steps before it are seen. host_masters = false skips the
+  // host_master parameters (their copies were uploaded by the offloaded optimizer); with true their
+  // conversion is a device kernel reading pinned host memory (mapped: legal on CUDA too).
+  void refresh_compute(Stream& s, bool host_masters = true);
 
  private:
   std::vector<ParamInfo> params_;
   InitRule init_;
   std::map<std::string, std::size_t> index_;
   Tensor flat_params_, flat_grads_;
+  Tensor host_params_;   // the host_master parameters' f32 masters (pinned host memory)
   Tensor flat_compute_;  // bf16 copies of the GEMM weights (bf16 precision only)
 };
 

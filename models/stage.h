@@ -138,6 +138,9 @@ struct ParamInfo {
   bool tied = false;        // the same parameter lives in another stage too ("wte.weight" in the
                             // first and the last stage when they differ): before the optimizer
                             // step, sum its grads over those stages; update both copies alike
+  // `param` lives in pinned host memory (StageSpec::host_masters, bf16 with optimizer offload):
+  // only `compute` (its bf16 copy) and `grad` are device memory.
+  bool host_master = false;
   ShardLayout layout;
 };
 
@@ -212,8 +215,9 @@ class Stage {
   // zero_grads without the refresh: the caller calls refresh_compute before the stage's parameters
   // are first read (an offloaded optimizer's uploads may still be in flight at the step's start).
   virtual void zero_grads_keep_copies(Stream& s) = 0;
-  // Rounds the f32 masters into their bf16 GEMM copies (no-op at f32 precision), in stream order.
-  virtual void refresh_compute(Stream& s) = 0;
+  // Rounds the f32 masters into their bf16 GEMM copies (no-op at f32 precision), in stream order;
+  // host_masters = false leaves the copies of host_master parameters (ParamInfo) as they are.
+  virtual void refresh_compute(Stream& s, bool host_masters) = 0;
   // Drops mb's I/O buffers (its records must be gone), in stream order on s.
   virtual void release_microbatch(int mb, Stream& s) = 0;
 };

@@ -78,7 +78,7 @@ class StageBase : public Stage {
   }
   void zero_grads(Stream& s) override;
   void zero_grads_keep_copies(Stream& s) override;
-  void refresh_compute(Stream& s) override { params_.refresh_compute(s); }
+  void refresh_compute(Stream& s, bool host_masters) override { params_.refresh_compute(s, host_masters); }
   void release_microbatch(int mb, Stream& s) override;
 
   ParamStore& param_store() { return params_; }

@@ -1,9 +1,28 @@
 #include "optim/host_update.h"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include "base/error.h"
+#include "core/dtype.h"
 #include "optim/cpu_adamw.h"
 
 namespace stp {
+namespace {
+
+// The device convert kernel's rounding (from_f32<bf16>, core/dtype.h), run by oneTBB's workers in
+// blocks of kCpuAdamWGrain elements as cpu_adamw_update is (one block: the calling thread).
+void round_to_bf16(bf16* y, const float* x, std::size_t n) {
+  auto run = [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) y[i] = from_f32<bf16>(x[i]);
+  };
+  if (n <= kCpuAdamWGrain) return run(0, n);
+  tbb::parallel_for(
+      tbb::blocked_range<std::size_t>(0, n, kCpuAdamWGrain),
+      [&](const tbb::blocked_range<std::size_t>& r) { run(r.begin(), r.end()); }, tbb::simple_partitioner());
+}
+
+}  // namespace
 
 HostUpdate::HostUpdate(Device& device, Stream& compute, std::size_t groups, bool dry)
     : compute_(compute),
@@ -20,20 +39,24 @@ HostUpdate::HostUpdate(Device& device, Stream& compute, std::size_t groups, bool
   }
 }
 
-void HostUpdate::add(std::size_t group, float* param, const float* grad, float* m, float* v, std::size_t n,
-                     bool decay) {
+void HostUpdate::add(std::size_t group, float* param, const float* grad, float* m, float* v, std::size_t n, bool decay,
+                     bf16* compute) {
   STP_ASSERT(!staged_, "HostUpdate: a span added after the first step");
   STP_ASSERT(group < groups_.size(), "HostUpdate: group ", group, " of ", groups_.size());
   Group& g = groups_[group];
-  g.spans.push_back(Span{param, grad, m, v, n, g.elements, decay});
+  std::size_t& p_at = compute ? g.host_masters : g.device_masters;
+  g.spans.push_back(Span{param, grad, m, v, compute, n, g.elements, p_at, decay});
   g.elements += n;
+  p_at += n;
 }
 
 void HostUpdate::allocate_staging() {
   for (Group& g : groups_) {
     if (g.elements == 0) continue;
-    g.p_host = Tensor::empty(host_, Shape{static_cast<std::int64_t>(g.elements)});
+    if (g.device_masters > 0) g.p_host = Tensor::empty(host_, Shape{static_cast<std::int64_t>(g.device_masters)});
     g.g_host = Tensor::empty(host_, Shape{static_cast<std::int64_t>(g.elements)});
+    if (g.host_masters > 0)
+      g.c_host = Tensor::empty(host_, Shape{static_cast<std::int64_t>(g.host_masters)}, DType::BF16);
   }
   staged_ = true;
 }
@@ -55,7 +78,7 @@ void HostUpdate::download(Group& g) {
   const std::size_t i = static_cast<std::size_t>(&g - groups_.data());
   d2h_->trace_begin(str("download group ", i), "optimizer", str("{\"group\":", i, "}"));
   for (const Span& s : g.spans) {
-    d2h_->copy(g.p_host.f32() + s.at, s.param, s.n * sizeof(float));
+    if (!s.compute) d2h_->copy(g.p_host.f32() + s.p_at, s.param, s.n * sizeof(float));
     d2h_->copy(g.g_host.f32() + s.at, s.grad, s.n * sizeof(float));
   }
   d2h_->trace_end();
@@ -96,11 +119,16 @@ void HostUpdate::step(float lr, const AdamWHyper& hyper, int step) {
       for (std::size_t k = 0; k < g.elements; ++k) x[k] *= coef;
     }
     if (!dry_)
-      for (const Span& s : g.spans)
-        cpu_adamw_update(g.p_host.f32() + s.at, g.g_host.f32() + s.at, s.m, s.v, s.n,
-                         adamw_scalars(lr, hyper, step, s.decay));
+      for (const Span& s : g.spans) {
+        float* p = s.compute ? s.param : g.p_host.f32() + s.p_at;
+        cpu_adamw_update(p, g.g_host.f32() + s.at, s.m, s.v, s.n, adamw_scalars(lr, hyper, step, s.decay));
+        if (s.compute) round_to_bf16(g.c_host.as<bf16>() + s.p_at, p, s.n);
+      }
     h2d_->trace_begin(str("upload group ", i), "optimizer", str("{\"group\":", i, "}"));
-    for (const Span& s : g.spans) h2d_->copy(s.param, g.p_host.f32() + s.at, s.n * sizeof(float));
+    for (const Span& s : g.spans) {
+      if (s.compute) h2d_->copy(s.compute, g.c_host.as<bf16>() + s.p_at, s.n * sizeof(bf16));
+      else h2d_->copy(s.param, g.p_host.f32() + s.p_at, s.n * sizeof(float));
+    }
     h2d_->trace_end();
     h2d_->record(*g.up);
     g.pending = true;

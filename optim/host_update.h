@@ -4,8 +4,17 @@
 //
 // Host memory (pinned, Device::allocate_pinned_host through a DeviceAllocator): the moments
 // exp_avg / exp_avg_sq of every span (allocated by the optimizer from allocator()), and per group
-// one staging buffer for the parameters and one for the gradients (group elements each). The
-// device keeps only the parameters and gradients: no optimizer byte is device memory.
+// one staging buffer for the parameters (its device-master elements) and one for the gradients
+// (group elements). The device keeps only the parameters and gradients: no optimizer byte is
+// device memory.
+//
+// Host masters (bf16 precision, ParamInfo::host_master): a span added with its device bf16 copy
+// has its f32 master in allocator()'s memory, not on the device. Its master is not downloaded
+// (the host copy is the truth): the CPU update runs on it in place, then rounds it to bf16 on the
+// host (from_f32<bf16>, the function the device's convert kernel applies: the same bits) into a
+// pinned bf16 staging buffer, and the upload copies those 2 bytes per element into the device
+// copy. Such a span takes 4 (gradient staging) + 2 (bf16 staging) host bytes per element beyond
+// its master and moments, and no parameter staging.
 //
 // Early downloads: a group marked early (set_early: its gradients change no more after the
 // executor reports them final — no data-parallel reduction, no tied-gradient sum follows) is
@@ -20,9 +29,10 @@
 // (the compute stream's work so far):
 //
 //   compute ──record──► d2h: for each group g not downloaded early: copy p, g of its spans to
-//                       staging; record d2h[g]
+//                       staging (g only for a host-master span); record d2h[g]
 //   host thread: for each group g in order: wait d2h[g]; cpu_adamw_update on every span of g
-//                (oneTBB); h2d: copy staging p back to the device; record h2d[g]
+//                (oneTBB); h2d: copy staging p back to the device (host-master span: its bf16
+//                rounding into the device copy); record h2d[g]
 //
 // so the CPU update of group g overlaps the D2H of the groups after it and the H2D of the groups
 // before it. step() leaves the uploads in flight: nothing on the compute stream waits for them
@@ -57,14 +67,17 @@ class HostUpdate {
   HostUpdate(const HostUpdate&) = delete;
   HostUpdate& operator=(const HostUpdate&) = delete;
 
-  // Pinned host memory for the moments (counted in host_bytes()).
+  // Pinned host memory for the moments and the host masters (counted in host_bytes()).
   Allocator& allocator() { return host_; }
-  // Host state bytes this many parameter elements take when offloaded: moments + staging.
+  // Host state bytes an offloaded element with its master on the device takes: moments + staging
+  // (a host master's element takes 18: master, moments, gradient and bf16 staging).
   static std::size_t bytes_per_element() { return 4 * sizeof(float); }
 
-  // A span of n elements: param and grad on the device, m and v in allocator()'s memory.
+  // A span of n elements: param and grad on the device, m and v in allocator()'s memory; with
+  // `compute` (a host master): param in allocator()'s memory, compute its bf16 copy on the device.
   // Call every add before the first step (staging is allocated then).
-  void add(std::size_t group, float* param, const float* grad, float* m, float* v, std::size_t n, bool decay);
+  void add(std::size_t group, float* param, const float* grad, float* m, float* v, std::size_t n, bool decay,
+           bf16* compute = nullptr);
 
   void set_early(std::size_t group, bool early) { groups_.at(group).early = early; }
   // Forgets the previous step's early downloads; call at the start of every step.
@@ -92,7 +105,7 @@ class HostUpdate {
   // Host wait for every upload in flight (outside a step: checkpoints, evaluation, loads).
   void settle();
 
-  std::size_t host_bytes() const { return host_bytes_; }  // moments + staging, allocated so far
+  std::size_t host_bytes() const { return host_bytes_; }  // moments + masters + staging, allocated so far
   Stream& compute() { return compute_; }
   Stream& d2h() { return *d2h_; }
   Stream& h2d() { return *h2d_; }
@@ -102,13 +115,15 @@ class HostUpdate {
     float* param;
     const float* grad;
     float *m, *v;
-    std::size_t n, at;  // elements; offset in the group's staging
+    bf16* compute;      // the device bf16 copy of a host master, or nullptr
+    std::size_t n, at;  // elements; offset in the group's gradient staging
+    std::size_t p_at;   // offset in the parameter staging (device master) or bf16 staging (host master)
     bool decay;
   };
   struct Group {
     std::vector<Span> spans;
-    std::size_t elements = 0;
-    Tensor p_host, g_host;  // staging (elements,)
+    std::size_t elements = 0, device_masters = 0, host_masters = 0;  // elements in all, by master
+    Tensor p_host, g_host, c_host;  // staging (device_masters,) f32, (elements,) f32, (host_masters,) bf16
     std::unique_ptr<Event> final, down, up;
     bool early = false, downloaded = false;
     bool pending = false;  // uploaded; compute not ordered after it yet

@@ -33,11 +33,15 @@ AdamW::AdamW(std::vector<ParamInfo>& params, const AdamWHyper& hyper, Allocator&
     s.zero(exp_avg_.back().raw(), exp_avg_.back().bytes());
     s.zero(exp_avg_sq_.back().raw(), exp_avg_sq_.back().bytes());
   }
-  for (std::size_t i = 0; i < params_.size(); ++i)
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const ParamInfo& p = params_[i];
+    STP_ASSERT(on_host_[i] || !p.host_master, "AdamW: parameter ", p.name,
+               " has its master on the host but its optimizer on the device");
     if (on_host_[i])
-      host->add(static_cast<std::size_t>(param_group[i]), params_[i].param.f32(), params_[i].grad.f32(),
-                exp_avg_[i].f32(), exp_avg_sq_[i].f32(), static_cast<std::size_t>(params_[i].param.numel()),
-                params_[i].decay);
+      host->add(static_cast<std::size_t>(param_group[i]), p.param.f32(), p.grad.f32(), exp_avg_[i].f32(),
+                exp_avg_sq_[i].f32(), static_cast<std::size_t>(p.param.numel()), p.decay,
+                p.host_master ? p.compute.as<bf16>() : nullptr);
+  }
 }
 
 void AdamW::step(Stream& s, float lr) {

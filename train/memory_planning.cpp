@@ -61,6 +61,9 @@ struct ModelLayout {
   sched::Schedule schedule;
   std::unique_ptr<CpuDevice> device;  // declared before the stages, which free into it
   std::unique_ptr<Allocator> alloc;
+  // Where the stages' host masters go (bf16 with optimizer offload and no distributed optimizer:
+  // ModelStateBytes::host_masters marks them), or null.
+  std::unique_ptr<Allocator> pinned;
   std::vector<std::vector<std::unique_ptr<Stage>>> stages;  // [pp rank][chunk], TP rank 0, dry device
 };
 
@@ -72,10 +75,16 @@ ModelLayout build_shape(const Config& c) {
   dry.dry_run = true;
   s.device = std::make_unique<CpuDevice>(0, dry);
   s.alloc = std::make_unique<DeviceAllocator>(*s.device);
+  if (memory_settings(c).optimizer_offload != OffloadPolicy::None &&
+      !(c.parallel.distributed_optimizer && c.parallel.dp > 1))
+    s.pinned = std::make_unique<DeviceAllocator>(*s.device, true);
   for (int r = 0; r < c.parallel.pp; ++r) {
     s.stages.emplace_back();
-    for (int ch = 0; ch < s.schedule.chunks; ++ch)
-      s.stages.back().push_back(make_stage(model_spec_of(c), stage_spec_of(c, s.schedule, r, ch, 0), *s.alloc));
+    for (int ch = 0; ch < s.schedule.chunks; ++ch) {
+      StageSpec spec = stage_spec_of(c, s.schedule, r, ch, 0);
+      spec.host_masters = s.pinned.get();
+      s.stages.back().push_back(make_stage(model_spec_of(c), spec, *s.alloc));
+    }
   }
   return s;
 }
@@ -168,6 +177,7 @@ ModelStateBytes chunk_state_bytes(Stage& st) {
     if (p.compute.defined() && p.compute.storage() != p.param.storage()) b.weights += p.compute.bytes();
     b.gradients += p.grad.bytes();
     b.optimizer += 2 * p.param.bytes();  // AdamW m and v, f32 like the parameter
+    if (p.host_master) b.host_masters += p.param.bytes();
   }
   return b;
 }
@@ -410,14 +420,17 @@ void report(MemoryPlan& plan, const Measured& measured) {
     p.device_states.optimizer = p.peak_by_category[static_cast<std::size_t>(MemoryCategory::OptimizerState)];
     p.host_states = {};
     const auto& chunks = in.chunk_states[static_cast<std::size_t>(r)];
-    std::size_t host_params = 0;
+    std::size_t host_params = 0, host_masters = 0;
     for (std::size_t ch = 0; ch < chunks.size(); ++ch) {
       if (plan.ranks[static_cast<std::size_t>(r)].optimizer_placement(static_cast<int>(ch)) != OptimizerPlacement::Host)
         continue;
       host_params += chunks[ch].weights / sizeof(float);
+      host_masters += chunks[ch].host_masters;
     }
-    // The dry run's pinned bytes (AdamW moments plus the staging of parameters and gradients).
-    p.host_states.optimizer = p.optimizer_host_bytes;
+    // The dry run's pinned bytes: the host masters (weights), the AdamW moments and the staging of
+    // parameters and gradients (optimizer).
+    p.host_states.weights = host_masters;
+    p.host_states.optimizer = p.optimizer_host_bytes - host_masters;
     // AdamW streams 28 bytes per parameter (read p, g, m, v; write p, m, v).
     p.cpu_optimizer_s = static_cast<double>(host_params) * 28.0 / kCpuAdamWBytesPerS;
   }
@@ -467,7 +480,7 @@ void check_plan(const MemoryPlan& plan, const Config& config) {
     throw Error(str("memory.host_budget = ", format_bytes(settings.host_budget),
                     " is too small for the offloaded optimizer "
                     "state: it needs ",
-                    format_bytes(optimizer), " (AdamW moments and parameter / gradient staging",
+                    format_bytes(optimizer), " (AdamW moments, parameter / gradient staging, f32 masters under bf16",
                     pinned ? str(", plus ", format_bytes(pinned), " of offloaded activations") : std::string(), ", ",
                     pinned + optimizer,
                     " bytes in all); raise memory.host_budget to at least that, or set "

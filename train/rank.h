@@ -87,7 +87,8 @@ struct Rank {
   // next step orders on them chunk by chunk (params_needed).
   void synchronize(bool leave_uploads = false);
   // Offloaded optimizer: compute waits for chunk's parameter upload of the last step (a stream
-  // wait), then the chunk's bf16 GEMM copies are refreshed. The executor's params_needed.
+  // wait), then the chunk's bf16 GEMM copies are refreshed (those of host masters only when no
+  // upload brought them). The executor's params_needed.
   void params_needed(int chunk);
   // Host wait for every upload left in flight: before anything outside a step reads or writes the
   // parameters (checkpoints, evaluation, loads). No-op without an offloaded optimizer.

@@ -69,9 +69,16 @@ void Rank::synchronize(bool leave_uploads) {
 }
 
 void Rank::params_needed(int chunk) {
-  if (sharded) sharded->params_needed(chunk);
-  else if (host_update) host_update->params_needed(static_cast<std::size_t>(chunk));
-  stages[static_cast<std::size_t>(chunk)]->refresh_compute(*compute);  // zero_grads left the copies
+  // A host master's bf16 copy came with the chunk's upload (optim/host_update.h); without one (the
+  // first step, a skipped step, after a load or settle) it is rounded from the host master here.
+  bool uploaded = false;
+  if (sharded) {
+    sharded->params_needed(chunk);
+  } else if (host_update) {
+    uploaded = host_update->pending(static_cast<std::size_t>(chunk));
+    host_update->params_needed(static_cast<std::size_t>(chunk));
+  }
+  stages[static_cast<std::size_t>(chunk)]->refresh_compute(*compute, !uploaded);  // zero_grads left the copies
 }
 
 void Rank::settle_parameters() {

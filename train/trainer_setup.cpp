@@ -309,10 +309,34 @@ void Trainer::Impl::build_rank(Rank& r) {
     for (auto& s : r.p2p) s->set_trace(trace.get(), r.global, "p2p");
     if (r.dp_comm) r.dp_comm->set_trace(trace.get(), r.global, "dp-comm");
   }
+  // The distributed optimizer with dp > 1 (config.parallel.dp: a dry run plans one replica of the
+  // real job, so it allocates replica 0's shard of the state without communicating).
+  const bool sharded = config.parallel.distributed_optimizer && config.parallel.dp > 1;
+  // The chunks whose optimizer state the plan puts in pinned host memory (updated by the CPU); the
+  // others keep it on the device. One HostUpdate per rank with any such chunk.
+  std::vector<bool> host_chunks;
+  for (int c = 0; c < schedule.chunks; ++c)
+    host_chunks.push_back(rank_plan.optimizer_placement(c) == OptimizerPlacement::Host);
+  if (std::find(host_chunks.begin(), host_chunks.end(), true) != host_chunks.end()) {
+    r.host_update =
+        std::make_unique<HostUpdate>(*r.device, *r.compute, static_cast<std::size_t>(schedule.chunks), options.dry_run);
+    for (Stream* s : {&r.host_update->d2h(), &r.host_update->h2d()}) {
+      if (!cpus.copy.empty()) bind_stream_threads_to_cpus(*s, cpus.copy);
+      else if (r.host_node >= 0) bind_stream_threads_near(*s, r.host_node);
+    }
+    if (trace) {
+      r.host_update->d2h().set_trace(trace.get(), r.global, "optimizer-d2h");
+      r.host_update->h2d().set_trace(trace.get(), r.global, "optimizer-h2d");
+    }
+  }
+  // At bf16 without the distributed optimizer (whose all-gather writes the flat device masters), a
+  // host chunk's GEMM weights keep their f32 masters in the optimizer's pinned host memory.
+  const bool host_masters = r.host_update && !sharded && config.train.precision == "bf16";
   const ModelSpec model = model_spec_of(config);
   for (int c = 0; c < schedule.chunks; ++c) {
     StageSpec spec = stage_spec_of(config, schedule, r.pp_rank, c, r.tp_rank);
     spec.vocab_comm = r.vocab;
+    if (host_masters && host_chunks[static_cast<std::size_t>(c)]) spec.host_masters = &r.host_update->allocator();
     validate_model(model, spec);
     r.stages.push_back(make_stage(model, spec, *r.alloc));
     const auto& decisions = rank_plan.units.at(static_cast<std::size_t>(c));
@@ -336,25 +360,6 @@ void Trainer::Impl::build_rank(Rank& r) {
     if (p.replicated && tp_rank != 0) return false;
     return !(p.tied && in_last[i]);
   };
-  // The distributed optimizer with dp > 1 (config.parallel.dp: a dry run plans one replica of the
-  // real job, so it allocates replica 0's shard of the state without communicating).
-  const bool sharded = config.parallel.distributed_optimizer && config.parallel.dp > 1;
-  // The chunks whose optimizer state the plan puts in pinned host memory (updated by the CPU); the
-  // others keep it on the device. One HostUpdate per rank with any such chunk.
-  std::vector<bool> host_chunks;
-  for (int c = 0; c < schedule.chunks; ++c)
-    host_chunks.push_back(rank_plan.optimizer_placement(c) == OptimizerPlacement::Host);
-  if (std::find(host_chunks.begin(), host_chunks.end(), true) != host_chunks.end()) {
-    r.host_update = std::make_unique<HostUpdate>(*r.device, *r.compute, r.stages.size(), options.dry_run);
-    for (Stream* s : {&r.host_update->d2h(), &r.host_update->h2d()}) {
-      if (!cpus.copy.empty()) bind_stream_threads_to_cpus(*s, cpus.copy);
-      else if (r.host_node >= 0) bind_stream_threads_near(*s, r.host_node);
-    }
-    if (trace) {
-      r.host_update->d2h().set_trace(trace.get(), r.global, "optimizer-d2h");
-      r.host_update->h2d().set_trace(trace.get(), r.global, "optimizer-h2d");
-    }
-  }
   if (sharded) {
     std::vector<ShardedOptimizer::ChunkBuffers> chunks;
     for (auto& s : r.stages) chunks.push_back({s->flat_params(), s->flat_grads()});

@@ -1,7 +1,8 @@
 // memory.optimizer_offload (optim/host_update.h) on the CPU backend:
 //   * with it on (all), losses, parameters and checkpoints (model and optimizer files, byte for
-//     byte) are those of the device optimizer, for every schedule, in f32 and bf16, with the
-//     distributed optimizer at dp 2, with gradient clipping on;
+//     byte) are those of the device optimizer, for every schedule, in f32 and bf16 (the masters
+//     on the host: tests/train/host_masters_test.cpp), with the distributed optimizer at dp 2,
+//     with gradient clipping on;
 //   * a checkpoint taken with it on resumes with it off bitwise as the uninterrupted run, and the
 //     reverse;
 //   * the non-finite guard skips a step with a planted NaN and leaves everything, the host
@@ -96,7 +97,8 @@ INSTANTIATE_TEST_SUITE_P(Schedules, OptimizerOffload,
                                            Case{"zb-v", false, false}, Case{"stp", false, false},
                                            Case{"gpipe", true, true}, Case{"1f1b", true, false},
                                            Case{"1f1b-i", false, true}, Case{"zb-h1", true, true},
-                                           Case{"zb-v", true, true}, Case{"stp", true, true}),
+                                           Case{"zb-v", true, true}, Case{"stp", true, true}, Case{"zb-v", true, false},
+                                           Case{"stp", true, false}),
                          case_name);
 
 // Resume across the setting: 2 steps with it on (off), a checkpoint, 2 more with it off (on)
