@@ -4,8 +4,6 @@
 // after step S − 1 with its step counter set to S (its checkpoint with state.json's step = S);
 // the tests compare the two bitwise. The decision is the same on every rank and replica.
 #include <gtest/gtest.h>
-#include <stdlib.h>
-
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -19,19 +17,7 @@ namespace {
 
 using stp::testing::fresh_dir;
 
-// Sets the fault hook for one scope (the Trainer reads it when it is built).
-struct NanGradHook {
-  NanGradHook(int rank, int step) {
-    ::setenv("STP_FAULT_RANK", std::to_string(rank).c_str(), 1);
-    ::setenv("STP_FAULT_STEP", std::to_string(step).c_str(), 1);
-    ::setenv("STP_FAULT_KIND", "nan_grad", 1);
-  }
-  ~NanGradHook() {
-    ::unsetenv("STP_FAULT_RANK");
-    ::unsetenv("STP_FAULT_STEP");
-    ::unsetenv("STP_FAULT_KIND");
-  }
-};
+using stp::testing::NanGradHook;
 
 const std::vector<std::string> kBase = {
     "parallel.schedule=stp", "parallel.tp=2",        "parallel.pp=2", "train.lr_schedule=cosine",

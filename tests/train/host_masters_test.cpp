@@ -16,8 +16,6 @@
 // tests/train/optimizer_offload_test.cpp.)
 #include <gtest/gtest.h>
 
-#include <stdlib.h>
-
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -127,76 +125,32 @@ TEST(HostMasters, DevicePeakDropsByTheMastersAndEqualsThePlan) {
   }
 }
 
-struct TrainedRun {
-  std::vector<double> losses;
-  std::map<std::string, stp::HostTensor> params;
-  std::string optimizer_file;
-};
+using stp::testing::CheckpointedRun;
+using stp::testing::expect_bitwise_equal;
+using stp::testing::train_and_checkpoint;
 
 // 2 steps with the optimizer on the host (device), a checkpoint, 2 more with it on the device
 // (host) equal the uninterrupted 4 steps bitwise.
 TEST(HostMasters, CheckpointsCrossTheSettingBothWays) {
-  const std::vector<std::string> base = {"parallel.schedule=zb-v", "parallel.pp=2", "train.precision=bf16"};
-  auto with = [&](bool on) {
-    std::vector<std::string> o = base;
-    o.push_back(std::string("memory.optimizer_offload=") + (on ? "all" : "none"));
-    return o;
-  };
-  TrainedRun whole;
-  {
-    stp::Config cfg = tiny_config(with(false));
-    cfg.output.dir = fresh_dir("host_masters_whole");
-    stp::Trainer t(cfg);
-    for (int i = 0; i < 4; ++i) whole.losses.push_back(t.step().loss);
-    whole.params = t.full_parameters();
-    std::filesystem::path ck = t.save_checkpoint();
-    whole.optimizer_file = stp::testing::slurp((ck / "optimizer.safetensors").string());
-  }
-  for (bool first_on : {true, false}) {
-    SCOPED_TRACE(first_on ? "on, then off" : "off, then on");
-    std::string ckpt;
-    {
-      stp::Config cfg = tiny_config(with(first_on));
-      cfg.output.dir = fresh_dir(first_on ? "host_masters_resume_a" : "host_masters_resume_b");
-      stp::Trainer t(cfg);
-      for (int i = 0; i < 2; ++i) EXPECT_EQ(t.step().loss, whole.losses[static_cast<std::size_t>(i)]);
-      ckpt = t.save_checkpoint();
-    }
-    stp::Config cfg = tiny_config(with(!first_on));
-    cfg.output.dir = std::filesystem::path(ckpt).parent_path().string();
-    cfg.train.resume = ckpt;
-    stp::Trainer t(cfg);
-    for (int i = 2; i < 4; ++i) EXPECT_EQ(t.step().loss, whole.losses[static_cast<std::size_t>(i)]) << "step " << i + 1;
-    EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(), whole.params));
-    std::filesystem::path ck = t.save_checkpoint();
-    EXPECT_TRUE(stp::testing::slurp((ck / "optimizer.safetensors").string()) == whole.optimizer_file);
-  }
+  stp::testing::expect_resume_crosses_the_setting(
+      [](bool on) {
+        return std::vector<std::string>{"parallel.schedule=zb-v", "parallel.pp=2", "train.precision=bf16",
+                                        std::string("memory.optimizer_offload=") + (on ? "all" : "none")};
+      },
+      "host_masters_resume");
 }
-
-struct NanGradHook {
-  NanGradHook(int rank, int step) {
-    ::setenv("STP_FAULT_RANK", std::to_string(rank).c_str(), 1);
-    ::setenv("STP_FAULT_STEP", std::to_string(step).c_str(), 1);
-    ::setenv("STP_FAULT_KIND", "nan_grad", 1);
-  }
-  ~NanGradHook() {
-    ::unsetenv("STP_FAULT_RANK");
-    ::unsetenv("STP_FAULT_STEP");
-    ::unsetenv("STP_FAULT_KIND");
-  }
-};
 
 // Step 2 of 3 is skipped (a NaN gradient): with the optimizer and the masters on the host, every
 // loss, the parameters and the moments after step 3 equal the device optimizer's, whose step 2 is
 // skipped alike (the step after a skip rounds the copies from the host masters: no upload came).
 TEST(HostMasters, SkippedStepMatchesTheDeviceOptimizer) {
   auto run = [](bool on) {
-    NanGradHook hook(0, 2);
+    stp::testing::NanGradHook hook(0, 2);
     stp::Config cfg = tiny_config({"parallel.schedule=stp", "parallel.pp=2", "train.precision=bf16",
                                    std::string("memory.optimizer_offload=") + (on ? "all" : "none")});
     cfg.output.dir = fresh_dir(on ? "host_masters_skip_on" : "host_masters_skip_off");
     stp::Trainer t(cfg);
-    TrainedRun out;
+    CheckpointedRun out;
     for (int i = 0; i < 3; ++i) {
       stp::StepResult r = t.step();
       EXPECT_EQ(r.skipped, i == 1) << "step " << i + 1;
@@ -207,12 +161,7 @@ TEST(HostMasters, SkippedStepMatchesTheDeviceOptimizer) {
     out.optimizer_file = stp::testing::slurp((ck / "optimizer.safetensors").string());
     return out;
   };
-  const TrainedRun device = run(false), host = run(true);
-  ASSERT_EQ(host.losses.size(), device.losses.size());
-  for (std::size_t i = 0; i < device.losses.size(); ++i)
-    EXPECT_EQ(host.losses[i], device.losses[i]) << "step " << i + 1;
-  EXPECT_TRUE(stp::testing::bitwise_equal(host.params, device.params));
-  EXPECT_TRUE(host.optimizer_file == device.optimizer_file);
+  expect_bitwise_equal(run(true), run(false));
 }
 
 // Llama: the untied LM head's master moves (pp 2, tp 2, vocab-parallel); with one stage the tied
@@ -224,52 +173,32 @@ TEST(HostMasters, LlamaIsBitwiseTheDeviceOptimizer) {
       {"model.tie_embeddings=true", "parallel.pp=1", "parallel.schedule=gpipe"}};
   for (const auto& layout : layouts) {
     SCOPED_TRACE(layout[0]);
-    auto run = [&](bool on) {
+    auto overrides = [&](bool on) {
       std::vector<std::string> o = {
           "model.arch=llama", "model.n_kv_head=2",    "model.intermediate_size=64",
           "model.n_layer=4",  "train.precision=bf16", std::string("memory.optimizer_offload=") + (on ? "all" : "none")};
       o.insert(o.end(), layout.begin(), layout.end());
-      stp::Config cfg = tiny_config(o);
-      cfg.output.dir = fresh_dir(on ? "host_masters_llama_on" : "host_masters_llama_off");
-      stp::Trainer t(cfg);
-      TrainedRun out;
-      for (int i = 0; i < 2; ++i) out.losses.push_back(t.step().loss);
-      out.params = t.full_parameters();
-      std::filesystem::path ck = t.save_checkpoint();
-      out.optimizer_file = stp::testing::slurp((ck / "optimizer.safetensors").string());
-      return out;
+      return o;
     };
-    const TrainedRun device = run(false), host = run(true);
-    ASSERT_EQ(host.losses.size(), device.losses.size());
-    for (std::size_t i = 0; i < device.losses.size(); ++i)
-      EXPECT_EQ(host.losses[i], device.losses[i]) << "step " << i + 1;
-    EXPECT_TRUE(stp::testing::bitwise_equal(host.params, device.params));
-    EXPECT_TRUE(host.optimizer_file == device.optimizer_file);
+    expect_bitwise_equal(train_and_checkpoint(overrides(true), "host_masters_llama_on", 2),
+                         train_and_checkpoint(overrides(false), "host_masters_llama_off", 2));
   }
 }
 
 // Data parallelism without the distributed optimizer: the gradients are all-reduced on the device,
 // then each replica updates its own host masters; bitwise the device optimizer.
 TEST(HostMasters, DataParallelIsBitwiseTheDeviceOptimizer) {
-  auto run = [](bool on) {
-    stp::Config cfg = tiny_config({"parallel.schedule=zb-v", "parallel.pp=2", "parallel.dp=2", "train.microbatches=4",
-                                   "train.precision=bf16", "train.grad_clip=0.05",
-                                   std::string("memory.optimizer_offload=") + (on ? "all" : "none")});
-    cfg.output.dir = fresh_dir(on ? "host_masters_dp_on" : "host_masters_dp_off");
-    stp::Trainer t(cfg);
-    TrainedRun out;
-    for (int i = 0; i < 2; ++i) out.losses.push_back(t.step().loss);
-    out.params = t.full_parameters();
-    std::filesystem::path ck = t.save_checkpoint();
-    out.optimizer_file = stp::testing::slurp((ck / "optimizer.safetensors").string());
-    return out;
+  auto overrides = [](bool on) {
+    return std::vector<std::string>{"parallel.schedule=zb-v",
+                                    "parallel.pp=2",
+                                    "parallel.dp=2",
+                                    "train.microbatches=4",
+                                    "train.precision=bf16",
+                                    "train.grad_clip=0.05",
+                                    std::string("memory.optimizer_offload=") + (on ? "all" : "none")};
   };
-  const TrainedRun device = run(false), host = run(true);
-  ASSERT_EQ(host.losses.size(), device.losses.size());
-  for (std::size_t i = 0; i < device.losses.size(); ++i)
-    EXPECT_EQ(host.losses[i], device.losses[i]) << "step " << i + 1;
-  EXPECT_TRUE(stp::testing::bitwise_equal(host.params, device.params));
-  EXPECT_TRUE(host.optimizer_file == device.optimizer_file);
+  expect_bitwise_equal(train_and_checkpoint(overrides(true), "host_masters_dp_on", 2),
+                       train_and_checkpoint(overrides(false), "host_masters_dp_off", 2));
 }
 
 }  // namespace

@@ -14,8 +14,6 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
-#include <stdlib.h>
-
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -32,24 +30,8 @@ namespace {
 using stp::testing::fresh_dir;
 using stp::testing::tiny_config;
 
-struct OffloadRun {
-  std::vector<double> losses;
-  std::map<std::string, stp::HostTensor> params;
-  std::string model_file, optimizer_file;  // the final checkpoint's bytes
-};
-
-OffloadRun train(std::vector<std::string> overrides, const std::string& dir, int steps = 2) {
-  stp::Config cfg = tiny_config(overrides);
-  cfg.output.dir = fresh_dir(dir);
-  stp::Trainer t(cfg);
-  OffloadRun out;
-  for (int i = 0; i < steps; ++i) out.losses.push_back(t.step().loss);
-  out.params = t.full_parameters();
-  std::filesystem::path ck = t.save_checkpoint();
-  out.model_file = stp::testing::slurp((ck / "model.safetensors").string());
-  out.optimizer_file = stp::testing::slurp((ck / "optimizer.safetensors").string());
-  return out;
-}
+using stp::testing::CheckpointedRun;
+using stp::testing::train_and_checkpoint;
 
 struct Case {
   const char* schedule;
@@ -74,13 +56,10 @@ class OptimizerOffload : public ::testing::TestWithParam<Case> {};
 
 TEST_P(OptimizerOffload, IsBitwiseTheDeviceOptimizer) {
   const Case c = GetParam();
-  OffloadRun device = train(overrides(c, false), "optoff_device"), host = train(overrides(c, true), "optoff_host");
-  ASSERT_EQ(host.losses.size(), device.losses.size());
-  for (std::size_t i = 0; i < device.losses.size(); ++i)
-    EXPECT_EQ(host.losses[i], device.losses[i]) << "step " << i + 1;
-  EXPECT_TRUE(stp::testing::bitwise_equal(host.params, device.params));
+  CheckpointedRun device = train_and_checkpoint(overrides(c, false), "optoff_device", 2),
+                  host = train_and_checkpoint(overrides(c, true), "optoff_host", 2);
+  stp::testing::expect_bitwise_equal(host, device);
   EXPECT_TRUE(host.model_file == device.model_file) << "model.safetensors differs";
-  EXPECT_TRUE(host.optimizer_file == device.optimizer_file) << "optimizer.safetensors differs";
   EXPECT_GT(host.optimizer_file.size(), 1000u);
 }
 
@@ -104,46 +83,13 @@ INSTANTIATE_TEST_SUITE_P(Schedules, OptimizerOffload,
 // Resume across the setting: 2 steps with it on (off), a checkpoint, 2 more with it off (on)
 // equal the uninterrupted 4 steps bitwise.
 TEST(OptimizerOffloadResume, CheckpointsCrossTheSettingBothWays) {
-  const std::vector<std::string> base = {"parallel.schedule=zb-v", "parallel.pp=2"};
-  auto with = [&](bool on) {
-    std::vector<std::string> o = base;
-    o.push_back(std::string("memory.optimizer_offload=") + (on ? "all" : "none"));
-    return o;
-  };
-  OffloadRun whole = train(with(false), "optoff_whole", 4);
-  for (bool first_on : {true, false}) {
-    SCOPED_TRACE(first_on ? "on, then off" : "off, then on");
-    std::string ckpt;
-    {
-      stp::Config cfg = tiny_config(with(first_on));
-      cfg.output.dir = fresh_dir(first_on ? "optoff_resume_a" : "optoff_resume_b");
-      stp::Trainer t(cfg);
-      for (int i = 0; i < 2; ++i) EXPECT_EQ(t.step().loss, whole.losses[static_cast<std::size_t>(i)]);
-      ckpt = t.save_checkpoint();
-    }
-    stp::Config cfg = tiny_config(with(!first_on));
-    cfg.output.dir = std::filesystem::path(ckpt).parent_path().string();
-    cfg.train.resume = ckpt;
-    stp::Trainer t(cfg);
-    for (int i = 2; i < 4; ++i) EXPECT_EQ(t.step().loss, whole.losses[static_cast<std::size_t>(i)]) << "step " << i + 1;
-    EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(), whole.params));
-    std::filesystem::path ck = t.save_checkpoint();
-    EXPECT_TRUE(stp::testing::slurp((ck / "optimizer.safetensors").string()) == whole.optimizer_file);
-  }
+  stp::testing::expect_resume_crosses_the_setting(
+      [](bool on) {
+        return std::vector<std::string>{"parallel.schedule=zb-v", "parallel.pp=2",
+                                        std::string("memory.optimizer_offload=") + (on ? "all" : "none")};
+      },
+      "optoff_resume");
 }
-
-struct NanGradHook {
-  NanGradHook(int rank, int step) {
-    ::setenv("STP_FAULT_RANK", std::to_string(rank).c_str(), 1);
-    ::setenv("STP_FAULT_STEP", std::to_string(step).c_str(), 1);
-    ::setenv("STP_FAULT_KIND", "nan_grad", 1);
-  }
-  ~NanGradHook() {
-    ::unsetenv("STP_FAULT_RANK");
-    ::unsetenv("STP_FAULT_STEP");
-    ::unsetenv("STP_FAULT_KIND");
-  }
-};
 
 // The skipped step changes neither the parameters nor the host moments (the optimizer file of a
 // checkpoint before and after it is byte for byte the same), with and without the distributed
@@ -151,7 +97,7 @@ struct NanGradHook {
 TEST(OptimizerOffloadGuard, SkippedStepLeavesTheOffloadedStateUnchanged) {
   for (bool distributed : {false, true}) {
     SCOPED_TRACE(distributed ? "distributed optimizer" : "replicated optimizer");
-    NanGradHook hook(/*rank=*/1, /*step=*/2);
+    stp::testing::NanGradHook hook(/*rank=*/1, /*step=*/2);
     std::vector<std::string> o = {"parallel.pp=2", "parallel.schedule=stp", "memory.optimizer_offload=all"};
     if (distributed)
       o.insert(o.end(), {"parallel.dp=2", "train.microbatches=4", "parallel.distributed_optimizer=true"});

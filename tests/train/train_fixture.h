@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 
 #include "config/config.h"
 #include "formats/safetensors.h"
+#include "tests/support/run_command.h"
 #include "train/trainer.h"
 
 namespace stp::testing {
@@ -227,6 +229,80 @@ inline void expect_memory_as_planned(const TrainRun& r, std::uint64_t budget) {
     EXPECT_EQ(offloaded, r.plan.predicted[g].offload_bytes_per_step) << "device " << g;
   }
   EXPECT_EQ(r.pinned, pinned);
+}
+
+// Sets the fault hook (train/fault_hook.h) to plant a NaN gradient on `rank` at `step` for one
+// scope: a Trainer reads it when it is built.
+struct NanGradHook {
+  NanGradHook(int rank, int step) {
+    ::setenv("STP_FAULT_RANK", std::to_string(rank).c_str(), 1);
+    ::setenv("STP_FAULT_STEP", std::to_string(step).c_str(), 1);
+    ::setenv("STP_FAULT_KIND", "nan_grad", 1);
+  }
+  ~NanGradHook() {
+    ::unsetenv("STP_FAULT_RANK");
+    ::unsetenv("STP_FAULT_STEP");
+    ::unsetenv("STP_FAULT_KIND");
+  }
+  NanGradHook(const NanGradHook&) = delete;
+  NanGradHook& operator=(const NanGradHook&) = delete;
+};
+
+// A run that ends in a checkpoint: the losses, the final parameters and the checkpoint's files.
+struct CheckpointedRun {
+  std::vector<double> losses;
+  std::map<std::string, HostTensor> params;
+  std::string model_file, optimizer_file;  // the final checkpoint's bytes
+};
+
+// `steps` steps of tiny_config(overrides) in fresh_dir(dir), then a checkpoint.
+inline CheckpointedRun train_and_checkpoint(const std::vector<std::string>& overrides, const std::string& dir,
+                                            int steps) {
+  Config cfg = tiny_config(overrides);
+  cfg.output.dir = fresh_dir(dir);
+  Trainer t(cfg);
+  CheckpointedRun out;
+  for (int i = 0; i < steps; ++i) out.losses.push_back(t.step().loss);
+  out.params = t.full_parameters();
+  std::filesystem::path ck = t.save_checkpoint();
+  out.model_file = slurp((ck / "model.safetensors").string());
+  out.optimizer_file = slurp((ck / "optimizer.safetensors").string());
+  return out;
+}
+
+// Losses, parameters and the optimizer file equal, to the bit.
+inline void expect_bitwise_equal(const CheckpointedRun& a, const CheckpointedRun& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (std::size_t i = 0; i < a.losses.size(); ++i) EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i + 1;
+  EXPECT_TRUE(bitwise_equal(a.params, b.params));
+  EXPECT_TRUE(a.optimizer_file == b.optimizer_file);
+}
+
+// Resume across a setting: `with(on)` are the overrides with the setting on or off. 2 steps with
+// it on (off), a checkpoint, 2 more with it off (on) equal the uninterrupted 4 steps with it off,
+// bitwise: losses, parameters and the optimizer file of a final checkpoint. `dir` names the folders.
+template <class With>
+void expect_resume_crosses_the_setting(const With& with, const std::string& dir) {
+  const CheckpointedRun whole = train_and_checkpoint(with(false), dir + "_whole", 4);
+  for (bool first_on : {true, false}) {
+    SCOPED_TRACE(first_on ? "on, then off" : "off, then on");
+    std::string ckpt;
+    {
+      Config cfg = tiny_config(with(first_on));
+      cfg.output.dir = fresh_dir(dir + (first_on ? "_a" : "_b"));
+      Trainer t(cfg);
+      for (int i = 0; i < 2; ++i) EXPECT_EQ(t.step().loss, whole.losses[static_cast<std::size_t>(i)]);
+      ckpt = t.save_checkpoint();
+    }
+    Config cfg = tiny_config(with(!first_on));
+    cfg.output.dir = std::filesystem::path(ckpt).parent_path().string();
+    cfg.train.resume = ckpt;
+    Trainer t(cfg);
+    for (int i = 2; i < 4; ++i) EXPECT_EQ(t.step().loss, whole.losses[static_cast<std::size_t>(i)]) << "step " << i + 1;
+    EXPECT_TRUE(bitwise_equal(t.full_parameters(), whole.params));
+    std::filesystem::path ck = t.save_checkpoint();
+    EXPECT_TRUE(slurp((ck / "optimizer.safetensors").string()) == whole.optimizer_file);
+  }
 }
 
 }  // namespace stp::testing
