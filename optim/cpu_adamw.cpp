@@ -121,14 +121,15 @@ void cpu_adamw_update(float* p, const float* g, float* m, float* v, std::size_t 
                       bool parallel) {
   STP_CHECK(cpu_has_isa(isa), "cpu_adamw_update: this CPU does not run ", to_string(isa));
   if (n == 0) return;
-  if (!parallel || n <= kCpuAdamWGrain) {
-    run_range(isa, p, g, m, v, 0, n, c);
-    return;
-  }
+  if (!parallel) return run_range(isa, p, g, m, v, 0, n, c);
+  for_cpu_blocks(n, [&](std::size_t begin, std::size_t end) { run_range(isa, p, g, m, v, begin, end, c); });
+}
+
+void for_cpu_blocks(std::size_t n, const std::function<void(std::size_t begin, std::size_t end)>& fn) {
+  if (n <= kCpuAdamWGrain) return fn(0, n);
   tbb::parallel_for(
       tbb::blocked_range<std::size_t>(0, n, kCpuAdamWGrain),
-      [&](const tbb::blocked_range<std::size_t>& r) { run_range(isa, p, g, m, v, r.begin(), r.end(), c); },
-      tbb::simple_partitioner());
+      [&](const tbb::blocked_range<std::size_t>& r) { fn(r.begin(), r.end()); }, tbb::simple_partitioner());
 }
 
 CpuAdamWState::CpuAdamWState(const std::vector<std::size_t>& sizes, int node) : sizes_(sizes) {

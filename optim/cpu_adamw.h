@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,11 @@ bool cpu_has_isa(CpuIsa isa);
 
 // Elements per parallel task.
 constexpr std::size_t kCpuAdamWGrain = std::size_t{1} << 15;
+
+// Runs fn(begin, end) over [0, n) in blocks of kCpuAdamWGrain elements on oneTBB's workers (the
+// calling thread's arena; a simple partitioner, so the blocks are exactly those), or on the calling
+// thread alone when n fits one block. The CPU optimizer's element loops share this split.
+void for_cpu_blocks(std::size_t n, const std::function<void(std::size_t begin, std::size_t end)>& fn);
 
 // One AdamW update of n elements (p, g, m, v: host memory, n floats each; p, m, v updated in
 // place); c from adamw_scalars(lr, hyper, step, decay). isa must be one cpu_has_isa accepts

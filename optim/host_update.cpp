@@ -1,8 +1,5 @@
 #include "optim/host_update.h"
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 #include "base/error.h"
 #include "core/dtype.h"
 #include "optim/cpu_adamw.h"
@@ -10,16 +7,11 @@
 namespace stp {
 namespace {
 
-// The device convert kernel's rounding (from_f32<bf16>, core/dtype.h), run by oneTBB's workers in
-// blocks of kCpuAdamWGrain elements as cpu_adamw_update is (one block: the calling thread).
+// The device convert kernel's rounding (from_f32<bf16>, core/dtype.h), split as cpu_adamw_update is.
 void round_to_bf16(bf16* y, const float* x, std::size_t n) {
-  auto run = [&](std::size_t begin, std::size_t end) {
+  for_cpu_blocks(n, [&](std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) y[i] = from_f32<bf16>(x[i]);
-  };
-  if (n <= kCpuAdamWGrain) return run(0, n);
-  tbb::parallel_for(
-      tbb::blocked_range<std::size_t>(0, n, kCpuAdamWGrain),
-      [&](const tbb::blocked_range<std::size_t>& r) { run(r.begin(), r.end()); }, tbb::simple_partitioner());
+  });
 }
 
 }  // namespace

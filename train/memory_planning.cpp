@@ -61,8 +61,8 @@ struct ModelLayout {
   sched::Schedule schedule;
   std::unique_ptr<CpuDevice> device;  // declared before the stages, which free into it
   std::unique_ptr<Allocator> alloc;
-  // Where the stages' host masters go (bf16 with optimizer offload and no distributed optimizer:
-  // ModelStateBytes::host_masters marks them), or null.
+  // Where the stages' host masters go (MemorySettings::host_masters; ModelStateBytes::host_masters
+  // marks them), or null.
   std::unique_ptr<Allocator> pinned;
   std::vector<std::vector<std::unique_ptr<Stage>>> stages;  // [pp rank][chunk], TP rank 0, dry device
 };
@@ -75,9 +75,7 @@ ModelLayout build_shape(const Config& c) {
   dry.dry_run = true;
   s.device = std::make_unique<CpuDevice>(0, dry);
   s.alloc = std::make_unique<DeviceAllocator>(*s.device);
-  if (memory_settings(c).optimizer_offload != OffloadPolicy::None &&
-      !(c.parallel.distributed_optimizer && c.parallel.dp > 1))
-    s.pinned = std::make_unique<DeviceAllocator>(*s.device, true);
+  if (memory_settings(c).host_masters) s.pinned = std::make_unique<DeviceAllocator>(*s.device, true);
   for (int r = 0; r < c.parallel.pp; ++r) {
     s.stages.emplace_back();
     for (int ch = 0; ch < s.schedule.chunks; ++ch) {

@@ -329,9 +329,9 @@ void Trainer::Impl::build_rank(Rank& r) {
       r.host_update->h2d().set_trace(trace.get(), r.global, "optimizer-h2d");
     }
   }
-  // At bf16 without the distributed optimizer (whose all-gather writes the flat device masters), a
-  // host chunk's GEMM weights keep their f32 masters in the optimizer's pinned host memory.
-  const bool host_masters = r.host_update && !sharded && config.train.precision == "bf16";
+  // A host chunk's GEMM weights keep their f32 masters in the optimizer's pinned host memory when
+  // the settings allow it (MemorySettings::host_masters).
+  const bool host_masters = r.host_update && memory_settings(config).host_masters;
   const ModelSpec model = model_spec_of(config);
   for (int c = 0; c < schedule.chunks; ++c) {
     StageSpec spec = stage_spec_of(config, schedule, r.pp_rank, c, r.tp_rank);
