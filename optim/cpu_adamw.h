@@ -43,7 +43,8 @@ constexpr std::size_t kCpuAdamWGrain = std::size_t{1} << 15;
 
 // Runs fn(begin, end) over [0, n) in blocks of kCpuAdamWGrain elements on oneTBB's workers (the
 // calling thread's arena; a simple partitioner, so the blocks are exactly those), or on the calling
-// thread alone when n fits one block. The CPU optimizer's element loops share this split.
+// thread alone when n fits one block. The CPU optimizer's element loops share this split. Under
+// ThreadSanitizer the blocks run in order on the calling thread (oneTBB is not instrumented).
 void for_cpu_blocks(std::size_t n, const std::function<void(std::size_t begin, std::size_t end)>& fn);
 
 // One AdamW update of n elements (p, g, m, v: host memory, n floats each; p, m, v updated in

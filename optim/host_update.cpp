@@ -20,6 +20,7 @@ HostUpdate::HostUpdate(Device& device, Stream& compute, std::size_t groups, bool
     : compute_(compute),
       d2h_(device.create_stream("optimizer-d2h")),
       h2d_(device.create_stream("optimizer-h2d")),
+      cpu_(device.create_stream("optimizer-cpu")),
       ready_(device.create_event()),
       groups_(groups),
       host_(device, host_bytes_),
@@ -27,7 +28,18 @@ HostUpdate::HostUpdate(Device& device, Stream& compute, std::size_t groups, bool
   for (Group& g : groups_) {
     g.final = device.create_event();
     g.down = device.create_event();
+    g.updated = device.create_event();
     g.up = device.create_event();
+  }
+}
+
+HostUpdate::~HostUpdate() {
+  // A failed stream has reported its error to whoever synchronized it first; here only the wait
+  // matters, so no task outlives the buffers it reads.
+  for (Stream* s : {cpu_.get(), h2d_.get(), d2h_.get()}) {
+    try {
+      s->synchronize();
+    } catch (...) {}
   }
 }
 
@@ -102,20 +114,31 @@ void HostUpdate::step(float lr, const AdamWHyper& hyper, int step) {
     scale[i] = groups_[i].downloaded && coef != 1.0f;  // an early copy holds the unclipped gradient
     if (!groups_[i].downloaded) download(groups_[i]);
   }
-  // The CPU update of group g while later groups download and earlier ones upload.
+  // The CPU update of group g on the cpu stream once its download is done, while later groups
+  // download and earlier ones upload; the host thread only enqueues (the arithmetic may still be
+  // running when the next step starts enqueueing). Everything the task reads is either captured by
+  // value or stays unchanged until its upload is done (download waits for it before overwriting
+  // the staging; settle waits for every upload).
   for (std::size_t i = 0; i < groups_.size(); ++i) {
     Group& g = groups_[i];
-    g.down->synchronize();
-    if (!dry_ && scale[i]) {
-      float* x = g.g_host.f32();
-      for (std::size_t k = 0; k < g.elements; ++k) x[k] *= coef;
+    cpu_->wait(*g.down);
+    if (!dry_) {
+      cpu_->trace_begin(str("update group ", i), "optimizer", str("{\"group\":", i, "}"));
+      cpu_->enqueue_host([&g, rescale = static_cast<bool>(scale[i]), coef, lr, hyper, step] {
+        if (rescale) {
+          float* x = g.g_host.f32();
+          for (std::size_t k = 0; k < g.elements; ++k) x[k] *= coef;
+        }
+        for (const Span& s : g.spans) {
+          float* p = s.compute ? s.param : g.p_host.f32() + s.p_at;
+          cpu_adamw_update(p, g.g_host.f32() + s.at, s.m, s.v, s.n, adamw_scalars(lr, hyper, step, s.decay));
+          if (s.compute) round_to_bf16(g.c_host.as<bf16>() + s.p_at, p, s.n);
+        }
+      });
+      cpu_->trace_end();
     }
-    if (!dry_)
-      for (const Span& s : g.spans) {
-        float* p = s.compute ? s.param : g.p_host.f32() + s.p_at;
-        cpu_adamw_update(p, g.g_host.f32() + s.at, s.m, s.v, s.n, adamw_scalars(lr, hyper, step, s.decay));
-        if (s.compute) round_to_bf16(g.c_host.as<bf16>() + s.p_at, p, s.n);
-      }
+    cpu_->record(*g.updated);
+    h2d_->wait(*g.updated);
     h2d_->trace_begin(str("upload group ", i), "optimizer", str("{\"group\":", i, "}"));
     for (const Span& s : g.spans) {
       if (s.compute) h2d_->copy(s.compute, g.c_host.as<bf16>() + s.p_at, s.n * sizeof(bf16));
@@ -135,6 +158,7 @@ void HostUpdate::params_needed(std::size_t group) {
 }
 
 void HostUpdate::settle() {
+  cpu_->synchronize();
   h2d_->synchronize();
   for (Group& g : groups_) g.pending = false;
 }

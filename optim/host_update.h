@@ -26,22 +26,25 @@
 // multiply: the same bits).
 //
 // One update (step), called on the rank's host thread once the gradients are final and clipped
-// (the compute stream's work so far):
+// (the compute stream's work so far); it only enqueues, on three streams of the device:
 //
 //   compute ──record──► d2h: for each group g not downloaded early: copy p, g of its spans to
-//                       staging (g only for a host-master span); record d2h[g]
-//   host thread: for each group g in order: wait d2h[g]; cpu_adamw_update on every span of g
-//                (oneTBB); h2d: copy staging p back to the device (host-master span: its bf16
-//                rounding into the device copy); record h2d[g]
+//                       staging (g only for a host-master span); record down[g]
+//   cpu:  for each group g in order: wait down[g]; a host task (Stream::enqueue_host): the clip
+//         scaling of an early copy, cpu_adamw_update on every span of g (oneTBB), the bf16
+//         rounding of its host masters; record updated[g]
+//   h2d:  wait updated[g]; copy staging p back to the device (host-master span: its bf16 rounding
+//         into the device copy); record up[g]
 //
 // so the CPU update of group g overlaps the D2H of the groups after it and the H2D of the groups
-// before it. step() leaves the uploads in flight: nothing on the compute stream waits for them
-// yet. The next step orders its work on them group by group: before the first op of the next
-// step that reads group g's parameters, the caller calls params_needed(g), a stream wait of
-// compute on h2d[g] (never a host wait), so the next step's early ops run while the later groups
-// still upload, and compute stalls only where an upload is actually late. Anything that reads or
-// writes the parameters outside a step (checkpoints, evaluation, loads) calls settle() first, a
-// host wait for every upload.
+// before it, and step() returns before any of it is done: the host thread goes on enqueueing the
+// next step while the CPU arithmetic runs, and the next step's first ops compute while the later
+// groups are still updated. The uploads are left in flight: nothing on the compute stream waits
+// for them yet. The next step orders its work on them group by group: before the first op of the
+// next step that reads group g's parameters, the caller calls params_needed(g), a stream wait of
+// compute on up[g] (never a host wait), so compute stalls only where an update or upload is
+// actually late. Anything that reads or writes the parameters or the moments outside a step
+// (checkpoints, evaluation, loads) calls settle() first, a host wait for every update and upload.
 // A dry run (dry = true) enqueues the copies (nothing is copied on a dry device) and skips the
 // CPU arithmetic: the host pages of a dry device are address ranges only.
 //
@@ -64,6 +67,7 @@ class HostUpdate {
  public:
   // groups: the number of span groups (a rank's local chunks).
   HostUpdate(Device& device, Stream& compute, std::size_t groups, bool dry);
+  ~HostUpdate();  // waits for the updates and uploads in flight (they use the staging and moments)
   HostUpdate(const HostUpdate&) = delete;
   HostUpdate& operator=(const HostUpdate&) = delete;
 
@@ -102,13 +106,15 @@ class HostUpdate {
   // The compute stream is ordered after group's last upload (a stream wait; no-op when none is
   // pending). Call before the first compute work of a step that reads the group's parameters.
   void params_needed(std::size_t group);
-  // Host wait for every upload in flight (outside a step: checkpoints, evaluation, loads).
+  // Host wait for every update and upload in flight (outside a step: checkpoints, evaluation,
+  // loads).
   void settle();
 
   std::size_t host_bytes() const { return host_bytes_; }  // moments + masters + staging, allocated so far
   Stream& compute() { return compute_; }
   Stream& d2h() { return *d2h_; }
   Stream& h2d() { return *h2d_; }
+  Stream& cpu() { return *cpu_; }  // runs the CPU updates (host tasks)
 
  private:
   struct Span {
@@ -124,7 +130,7 @@ class HostUpdate {
     std::vector<Span> spans;
     std::size_t elements = 0, device_masters = 0, host_masters = 0;  // elements in all, by master
     Tensor p_host, g_host, c_host;  // staging (device_masters,) f32, (elements,) f32, (host_masters,) bf16
-    std::unique_ptr<Event> final, down, up;
+    std::unique_ptr<Event> final, down, updated, up;
     bool early = false, downloaded = false;
     bool pending = false;  // uploaded; compute not ordered after it yet
   };
@@ -145,7 +151,7 @@ class HostUpdate {
   void allocate_staging();
 
   Stream& compute_;
-  std::unique_ptr<Stream> d2h_, h2d_;
+  std::unique_ptr<Stream> d2h_, h2d_, cpu_;
   std::unique_ptr<Event> ready_;
   std::vector<Group> groups_;
   std::size_t host_bytes_ = 0;

@@ -55,7 +55,10 @@ void Rank::synchronize(bool leave_uploads) {
   }
   if (host_update) {
     streams.push_back(&host_update->d2h());
-    if (!leave_uploads) streams.push_back(&host_update->h2d());
+    if (!leave_uploads) {
+      streams.push_back(&host_update->cpu());
+      streams.push_back(&host_update->h2d());
+    }
   }
   for (Stream* s : streams) {
     if (!s) continue;  // a rank whose construction failed before its streams existed

@@ -324,9 +324,12 @@ void Trainer::Impl::build_rank(Rank& r) {
       if (!cpus.copy.empty()) bind_stream_threads_to_cpus(*s, cpus.copy);
       else if (r.host_node >= 0) bind_stream_threads_near(*s, r.host_node);
     }
+    // The CPU updates' stream is no copy engine: its tasks run the oneTBB AdamW near the state.
+    if (r.host_node >= 0) bind_stream_threads_near(r.host_update->cpu(), r.host_node);
     if (trace) {
       r.host_update->d2h().set_trace(trace.get(), r.global, "optimizer-d2h");
       r.host_update->h2d().set_trace(trace.get(), r.global, "optimizer-h2d");
+      r.host_update->cpu().set_trace(trace.get(), r.global, "optimizer-cpu");
     }
   }
   // A host chunk's GEMM weights keep their f32 masters in the optimizer's pinned host memory when

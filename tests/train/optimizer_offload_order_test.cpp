@@ -6,7 +6,9 @@
 //   * the wait for the chunk whose first op comes later in the op list comes after an op of the
 //     other chunk: the step starts computing before every upload is waited for;
 //   * every such wait ends after the upload it waits for ("upload group c" on the optimizer-h2d
-//     stream, step 1), so the order is real, not only the enqueueing.
+//     stream, step 1), so the order is real, not only the enqueueing;
+//   * that upload starts after the CPU update of its group ends ("update group c" on the
+//     optimizer-cpu stream, step 1), and the CPU updates run in group order.
 // Timing-free: the assertions are about stream order (each stream runs its work in order on the
 // CPU backend), not about how long anything took.
 #include <gtest/gtest.h>
@@ -71,6 +73,7 @@ TEST(OptimizerOffloadOrder, EachChunkWaitsForItsUploadRightBeforeItsFirstOpOfThe
     SCOPED_TRACE("rank " + std::to_string(g));
     const std::vector<Span> compute = spans_of(*t.trace(), g, "compute");
     const std::vector<Span> h2d = spans_of(*t.trace(), g, "optimizer-h2d");
+    const std::vector<Span> cpu = spans_of(*t.trace(), g, "optimizer-cpu");
     const Span& step2 = named(compute, "step 2");
     std::vector<Span> in2;  // step 2's spans on compute, in order
     for (const Span& s : compute)
@@ -82,6 +85,13 @@ TEST(OptimizerOffloadOrder, EachChunkWaitsForItsUploadRightBeforeItsFirstOpOfThe
           std::none_of(uploads.begin(), uploads.end(), [&](const Span& u) { return u.chunk == s.chunk; }))
         uploads.push_back(s);
     ASSERT_EQ(uploads.size(), 2u);
+    ASSERT_GE(cpu.size(), 2u);  // step 1's updates first (the stream runs them in order)
+    for (std::size_t c = 0; c < 2; ++c) {
+      EXPECT_EQ(cpu[c].name, "update group " + std::to_string(c));
+      auto up = std::find_if(uploads.begin(), uploads.end(), [&](const Span& s) { return s.chunk == int(c); });
+      ASSERT_NE(up, uploads.end());
+      EXPECT_GE(up->begin, cpu[c].end) << "chunk " << c << " uploaded before its update ended";
+    }
     std::vector<std::size_t> first_op_of(2, in2.size()), wait_at(2, in2.size());
     for (std::size_t i = 0; i < in2.size(); ++i) {
       const Span& s = in2[i];

@@ -1,0 +1,131 @@
+// HostUpdate (optimizer offload) on the CPU backend:
+//   * step() only enqueues: with the optimizer-cpu stream held by a task the test releases later,
+//     step() returns, the device parameters are untouched and the upload is not done; once
+//     released, settle() leaves the parameters and moments bitwise those of cpu_adamw_update run
+//     directly (the device kernel's arithmetic, tests/optim/cpu_adamw_test.cpp);
+//   * a host master (bf16 copy on the device) is updated in place on the host and its copy is
+//     uploaded as its from_f32<bf16> rounding;
+//   * the clip coefficient scales an early download (the unclipped gradient) with one multiply.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "core/cpu/cpu_device.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "optim/cpu_adamw.h"
+#include "optim/host_update.h"
+#include "tests/support/events.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using stp::bf16;
+
+constexpr std::size_t kN = 100003;  // several oneTBB blocks and a tail
+
+std::vector<float> ramp(std::size_t n, float a, float b) {
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = a + b * static_cast<float>((i * 7919) % 1000) / 1000.0f;
+  return x;
+}
+
+// One rank: a device, its compute stream, device tensors for p and g, and a HostUpdate.
+struct Rig {
+  stp::CpuDevice dev{0, {}};
+  std::unique_ptr<stp::Stream> compute = dev.create_stream("compute");
+  stp::DeviceAllocator device_alloc{dev};
+  stp::HostUpdate host{dev, *compute, 1, /*dry=*/false};
+
+  // Copies host values into a device tensor through the compute stream.
+  void put(stp::Tensor& t, const void* src) {
+    compute->copy(t.raw(), src, t.bytes());
+    compute->synchronize();
+  }
+  template <typename T>
+  std::vector<T> get(const stp::Tensor& t) {
+    std::vector<T> out(t.bytes() / sizeof(T));
+    compute->copy(out.data(), t.raw(), t.bytes());
+    compute->synchronize();
+    return out;
+  }
+};
+
+const stp::AdamWHyper kHyper{0.9f, 0.95f, 1e-8f, 0.1f};
+
+TEST(HostUpdate, StepOnlyEnqueuesAndTheUpdateIsTheKernels) {
+  Rig r;
+  const std::vector<float> p0 = ramp(kN, -1.0f, 2.0f), g0 = ramp(kN, -0.01f, 0.02f);
+  stp::Tensor p = stp::Tensor::empty(r.device_alloc, {static_cast<std::int64_t>(kN)});
+  stp::Tensor g = stp::Tensor::empty(r.device_alloc, {static_cast<std::int64_t>(kN)});
+  stp::Tensor m = stp::Tensor::empty(r.host.allocator(), {static_cast<std::int64_t>(kN)});
+  stp::Tensor v = stp::Tensor::empty(r.host.allocator(), {static_cast<std::int64_t>(kN)});
+  r.put(p, p0.data());
+  r.put(g, g0.data());
+  std::memset(m.raw(), 0, m.bytes());
+  std::memset(v.raw(), 0, v.bytes());
+  r.host.add(0, p.f32(), g.f32(), m.f32(), v.f32(), kN, /*decay=*/true);
+
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  r.host.cpu().enqueue_host([released] { released.wait(); });  // holds the CPU updates back
+  r.host.begin_step();
+  r.host.step(1e-3f, kHyper, 1);  // returns although no update can run yet
+  EXPECT_FALSE(stp::testing::completes_within(r.host.uploaded(0), 50ms)) << "the upload ran before the update";
+  EXPECT_TRUE(r.host.pending(0));
+  EXPECT_EQ(r.get<float>(p), p0) << "the device parameters changed before the update ran";
+  release.set_value();
+  r.host.settle();
+  EXPECT_TRUE(r.host.uploaded(0).query());
+
+  std::vector<float> ep = p0, em(kN, 0.0f), ev(kN, 0.0f);
+  stp::cpu_adamw_update(ep.data(), g0.data(), em.data(), ev.data(), kN, stp::adamw_scalars(1e-3f, kHyper, 1, true));
+  const std::vector<float> got = r.get<float>(p);
+  EXPECT_EQ(std::memcmp(got.data(), ep.data(), kN * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(m.f32(), em.data(), kN * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(v.f32(), ev.data(), kN * sizeof(float)), 0);
+  EXPECT_NE(got, p0);
+}
+
+TEST(HostUpdate, HostMasterUploadsItsBf16RoundingAndEarlyCopiesTakeTheClip) {
+  Rig r;
+  r.host.set_early(0, true);
+  const std::vector<float> p0 = ramp(kN, 0.5f, 1.0f), g0 = ramp(kN, -2.0f, 4.0f);
+  stp::Tensor master = stp::Tensor::empty(r.host.allocator(), {static_cast<std::int64_t>(kN)});
+  stp::Tensor copy = stp::Tensor::empty(r.device_alloc, {static_cast<std::int64_t>(kN)}, stp::DType::BF16);
+  stp::Tensor g = stp::Tensor::empty(r.device_alloc, {static_cast<std::int64_t>(kN)});
+  stp::Tensor m = stp::Tensor::empty(r.host.allocator(), {static_cast<std::int64_t>(kN)});
+  stp::Tensor v = stp::Tensor::empty(r.host.allocator(), {static_cast<std::int64_t>(kN)});
+  std::memcpy(master.raw(), p0.data(), master.bytes());
+  r.put(g, g0.data());
+  std::memset(m.raw(), 0, m.bytes());
+  std::memset(v.raw(), 0, v.bytes());
+  r.host.add(0, master.f32(), g.f32(), m.f32(), v.f32(), kN, /*decay=*/false, copy.as<bf16>());
+
+  const float coef = 0.25f;
+  r.host.begin_step();
+  r.host.grads_final(0);  // the early download: the unclipped gradient
+  r.host.order_after_downloads(*r.compute);
+  r.host.set_clip_coefficient(coef);
+  r.host.step(2e-3f, kHyper, 3);
+  r.host.settle();
+
+  std::vector<float> ep = p0, eg = g0, em(kN, 0.0f), ev(kN, 0.0f);
+  for (float& x : eg) x *= coef;
+  stp::cpu_adamw_update(ep.data(), eg.data(), em.data(), ev.data(), kN, stp::adamw_scalars(2e-3f, kHyper, 3, false));
+  EXPECT_EQ(std::memcmp(master.f32(), ep.data(), kN * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(m.f32(), em.data(), kN * sizeof(float)), 0);
+  const std::vector<bf16> got = r.get<bf16>(copy);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < kN; ++i) {
+    const bf16 want = stp::from_f32<bf16>(ep[i]);
+    wrong += std::memcmp(&got[i], &want, sizeof(bf16)) != 0;
+  }
+  EXPECT_EQ(wrong, 0u);
+}
+
+}  // namespace
