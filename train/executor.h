@@ -30,7 +30,8 @@
 //
 // Parameters: before the compute of the first op of a step that runs a part of a chunk, the
 // executor calls RankResources::params_needed(chunk) (an offloaded optimizer's last uploads of
-// that chunk are waited for there, a stream wait; optim/host_update.h).
+// that chunk and the distributed optimizer's all-gathers are waited for there, a stream wait;
+// optim/host_update.h, train/sharded_optimizer.h).
 //
 // Memory plan (memory/plan.h): after each F unit the plan offloads, the unit's records go to host
 // on the D2H stream (offload/offload_engine.h); before op k the sets the plan lists for k start

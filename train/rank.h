@@ -83,15 +83,15 @@ struct Rank {
   Stage* first_stage() const;  // nullptr when not held
   Stage* last_stage() const;
   // Every stream of the rank; leave_uploads: except the parameter uploads an offloaded optimizer
-  // step left in flight (and, with the distributed optimizer, their all-gathers on dp_comm): the
-  // next step orders on them chunk by chunk (params_needed).
+  // step left in flight and the distributed optimizer's all-gathers on dp_comm: the next step
+  // orders on them chunk by chunk (params_needed).
   void synchronize(bool leave_uploads = false);
-  // Offloaded optimizer: compute waits for chunk's parameter upload of the last step (a stream
-  // wait), then the chunk's bf16 GEMM copies are refreshed (those of host masters only when no
-  // upload brought them). The executor's params_needed.
+  // Offloaded or distributed optimizer: compute waits for chunk's parameter upload and all-gather
+  // of the last step (stream waits), then the chunk's bf16 GEMM copies are refreshed (those of host
+  // masters only when no upload brought them). The executor's params_needed.
   void params_needed(int chunk);
-  // Host wait for every upload left in flight: before anything outside a step reads or writes the
-  // parameters (checkpoints, evaluation, loads). No-op without an offloaded optimizer.
+  // Host wait for every upload and all-gather left in flight: before anything outside a step reads
+  // or writes the parameters (checkpoints, evaluation, loads). No-op without either optimizer.
   void settle_parameters();
 };
 

@@ -177,14 +177,11 @@ void ShardedOptimizer::step(float lr) {
     compute_.record(*c.final);  // this chunk's owned parameters are updated
     dp_stream_->wait(*c.final);
     gather(ci, c.buf.params.f32());
-  }
-  if (comm_) {  // the device chunks' gathers: compute continues after them
-    dp_stream_->record(*done_);
-    compute_.wait(*done_);
+    dp_stream_->record(*c.gathered);
+    c.gather_pending = true;  // the next step's first op of this chunk waits for it
   }
   if (!host_) return;
-  // The CPU updates the host chunks' owned segments; each gathers once uploaded, and the next
-  // step's first op of that chunk waits for its gather (params_needed), not this step's end.
+  // The CPU updates the host chunks' owned segments; each gathers once uploaded.
   host_->step(lr, hyper_, step);
   for (std::size_t ci = 0; comm_ && ci < chunks_.size(); ++ci) {
     if (!on_host(ci)) continue;

@@ -18,9 +18,10 @@
 //   over the replica *and* the dp ranks (each owns a disjoint part of every gradient).
 //   step(lr): AdamW on the owned segments (compute stream), then every bucket's parameters are
 //   all-gathered on the dp stream, chunk by chunk (a chunk's all-gather overlaps the next chunk's
-//   update), and compute waits for them before the step ends. Offloaded (host), each chunk's
-//   all-gather waits for that chunk's upload and is left in flight: the next step's first use of
-//   the chunk waits for it (params_needed, a stream wait), anything outside a step for all (settle).
+//   update; offloaded (host), it waits for that chunk's upload). The all-gathers are left in
+//   flight: the next step's first use of a chunk waits for that chunk's (params_needed, a stream
+//   wait), so the next step's forward of one chunk overlaps the all-gather of the others;
+//   anything outside a step waits for all (settle).
 //
 // State: per chunk, one flat exp_avg and one flat exp_avg_sq of sum over buckets of
 // ceil(bucket / dp) elements — the same bytes on every replica, so the planner's dry run (one
@@ -72,8 +73,8 @@ class ShardedOptimizer {
   void finish(const std::function<void()>& sum_tied);
   GradClipper& clipper() { return *clipper_; }
   void step(float lr);
-  // Offloaded: orders compute after chunk's upload and all-gather of the last step (stream waits;
-  // no-op when nothing is pending). settle(): a host wait for every one of them.
+  // Orders compute after chunk's all-gather (and, offloaded, its upload) of the last step (stream
+  // waits; no-op when nothing is pending). settle(): a host wait for every one of them.
   void params_needed(int chunk);
   void settle();
 
@@ -100,7 +101,7 @@ class ShardedOptimizer {
     Tensor state[2];
     std::unique_ptr<Event> final, gathered;
     bool started = false, delayed = false;
-    bool gather_pending = false;  // offloaded: gathered recorded, compute not ordered after it yet
+    bool gather_pending = false;  // gathered recorded, compute not ordered after it yet
   };
   void reduce(std::size_t chunk);
   void gather(std::size_t chunk, float* data);  // all-gathers every bucket of a chunk-sized buffer

@@ -45,7 +45,7 @@ Stage* Rank::last_stage() const {
 void Rank::synchronize(bool leave_uploads) {
   // All of them, even when one fails, so no stream work outlives the step; first error wins.
   std::exception_ptr first;
-  leave_uploads = leave_uploads && host_update;
+  leave_uploads = leave_uploads && (host_update || sharded);
   std::vector<Stream*> streams = {compute.get(), tp_comm.get()};
   if (!(leave_uploads && sharded)) streams.push_back(dp_comm.get());  // sharded: the all-gathers
   for (auto& s : p2p) streams.push_back(s.get());
@@ -247,9 +247,10 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
   const float scale = 1.0f / static_cast<float>(config.train.microbatches * config.parallel.dp);
   if (trace) r.compute->trace_begin(str("step ", step), "step");  // the step on this device (stp profile)
   for (auto& s : r.stages) {
-    // Offloaded optimizer: the last step's uploads may still be in flight; each chunk's bf16 copies
-    // are refreshed once its upload is waited for (Rank::params_needed, before its first op).
-    if (r.host_update) s->zero_grads_keep_copies(*r.compute);
+    // Offloaded or distributed optimizer: the last step's uploads or all-gathers may still be in
+    // flight; each chunk's bf16 copies are refreshed once they are waited for
+    // (Rank::params_needed, before its first op).
+    if (r.host_update || r.sharded) s->zero_grads_keep_copies(*r.compute);
     else s->zero_grads(*r.compute);
     if (s->is_last()) s->set_loss_scale(scale);
   }
@@ -300,7 +301,7 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
     else r.adamw->step(*r.compute, lr);
   }
   if (trace) r.compute->trace_end();
-  r.synchronize(/*leave_uploads=*/true);  // the next step waits for each chunk's upload at its first op
+  r.synchronize(/*leave_uploads=*/true);  // the next step waits for each chunk's upload / all-gather at its first op
   if (finite && config.train.grad_clip > 0) mine.clip_coef = download(r.health, *r.compute)[2];
   for (std::size_t i = 0; i < ranks.size(); ++i)
     if (ranks[i].get() == &r) health[i] = mine;

@@ -410,7 +410,7 @@ void Trainer::Impl::build_rank(Rank& r) {
                                      static_cast<std::size_t>(config.parallel.dp_bucket.value_or(0)), trace != nullptr);
     res.grads_final = [sync = r.dp_grads.get()](int chunk) { sync->chunk_final(chunk); };
   }
-  if (r.host_update) res.params_needed = [&r](int chunk) { r.params_needed(chunk); };
+  if (r.host_update || r.sharded) res.params_needed = [&r](int chunk) { r.params_needed(chunk); };
   r.executor = std::make_unique<Executor>(res);
   const int m = config.train.microbatches;
   {

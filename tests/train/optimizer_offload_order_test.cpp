@@ -1,5 +1,6 @@
-// memory.optimizer_offload: where the next step waits for the updated parameters, read back from
-// the trace (output.trace: true) of a zb-v run (two chunks per rank):
+// memory.optimizer_offload and parallel.distributed_optimizer: where the next step waits for the
+// updated parameters, read back from the trace (output.trace: true) of a zb-v run (two chunks per
+// rank):
 //   * in step 2, compute waits for each chunk's upload exactly once, in a "params chunk c" span
 //     that comes right before the first op of step 2 running a part of chunk c (no op of chunk c
 //     before it): the wait sits at the chunk's first use, not at the end of step 1;
@@ -8,7 +9,9 @@
 //   * every such wait ends after the upload it waits for ("upload group c" on the optimizer-h2d
 //     stream, step 1), so the order is real, not only the enqueueing;
 //   * that upload starts after the CPU update of its group ends ("update group c" on the
-//     optimizer-cpu stream, step 1), and the CPU updates run in group order.
+//     optimizer-cpu stream, step 1), and the CPU updates run in group order;
+//   * with the distributed optimizer, the same waits are for each chunk's all-gathers of step 1
+//     ("AG dp chunk c ..." on the dp-comm stream).
 // Timing-free: the assertions are about stream order (each stream runs its work in order on the
 // CPU backend), not about how long anything took.
 #include <gtest/gtest.h>
@@ -64,6 +67,47 @@ std::vector<int> chunks_of_op(const std::string& op) {
   return out;
 }
 
+// Step 2's spans on compute (within "step 2", not the step span itself), in order.
+std::vector<Span> step2_spans(const std::vector<Span>& compute) {
+  const Span& step2 = named(compute, "step 2");
+  std::vector<Span> in2;
+  for (const Span& s : compute)
+    if (s.begin >= step2.begin && s.end <= step2.end && s.cat != "step") in2.push_back(s);
+  return in2;
+}
+
+// The common checks: in step 2 each of the two chunks waits once, right before its first op, and
+// not before awaited_end[c] (the end of what it waits for); the later chunk's wait follows an op of
+// the other chunk.
+void expect_waits_at_first_use(const std::vector<Span>& in2, const std::vector<double>& awaited_end) {
+  std::vector<std::size_t> first_op_of(2, in2.size()), wait_at(2, in2.size());
+  for (std::size_t i = 0; i < in2.size(); ++i) {
+    const Span& s = in2[i];
+    if (s.cat == "params") {
+      ASSERT_GE(s.chunk, 0);
+      EXPECT_EQ(wait_at[static_cast<std::size_t>(s.chunk)], in2.size()) << "chunk " << s.chunk << " waited twice";
+      wait_at[static_cast<std::size_t>(s.chunk)] = i;
+    }
+    if (s.cat == "op")
+      for (int c : chunks_of_op(s.name))
+        first_op_of[static_cast<std::size_t>(c)] = std::min(first_op_of[static_cast<std::size_t>(c)], i);
+  }
+  for (std::size_t c = 0; c < 2; ++c) {
+    SCOPED_TRACE("chunk " + std::to_string(c));
+    ASSERT_LT(wait_at[c], in2.size()) << "step 2 never waits for the chunk's parameters";
+    ASSERT_LT(first_op_of[c], in2.size());
+    // Right before the first op of the chunk: the next op span is it (units of an op nest inside).
+    std::size_t next_op = wait_at[c] + 1;
+    while (next_op < in2.size() && in2[next_op].cat != "op") ++next_op;
+    EXPECT_EQ(next_op, first_op_of[c]) << in2[wait_at[c]].name << " is followed by "
+                                       << (next_op < in2.size() ? in2[next_op].name : "nothing");
+    EXPECT_GE(in2[wait_at[c]].end, awaited_end[c]);
+  }
+  // The later chunk's wait follows compute of the other chunk in step 2.
+  const std::size_t later = first_op_of[0] < first_op_of[1] ? 1 : 0;
+  EXPECT_GT(wait_at[later], first_op_of[1 - later]);
+}
+
 TEST(OptimizerOffloadOrder, EachChunkWaitsForItsUploadRightBeforeItsFirstOpOfTheNextStep) {
   stp::Trainer t(stp::testing::tiny_config(
       {"parallel.schedule=zb-v", "parallel.pp=2", "memory.optimizer_offload=all", "output.trace=true"}));
@@ -71,13 +115,8 @@ TEST(OptimizerOffloadOrder, EachChunkWaitsForItsUploadRightBeforeItsFirstOpOfThe
   t.step();
   for (int g = 0; g < t.world_size(); ++g) {
     SCOPED_TRACE("rank " + std::to_string(g));
-    const std::vector<Span> compute = spans_of(*t.trace(), g, "compute");
     const std::vector<Span> h2d = spans_of(*t.trace(), g, "optimizer-h2d");
     const std::vector<Span> cpu = spans_of(*t.trace(), g, "optimizer-cpu");
-    const Span& step2 = named(compute, "step 2");
-    std::vector<Span> in2;  // step 2's spans on compute, in order
-    for (const Span& s : compute)
-      if (s.begin >= step2.begin && s.end <= step2.end && s.cat != "step") in2.push_back(s);
     // Step 1's upload of each chunk: the first of its two (the stream runs them in order).
     std::vector<Span> uploads;
     for (const Span& s : h2d)
@@ -86,41 +125,42 @@ TEST(OptimizerOffloadOrder, EachChunkWaitsForItsUploadRightBeforeItsFirstOpOfThe
         uploads.push_back(s);
     ASSERT_EQ(uploads.size(), 2u);
     ASSERT_GE(cpu.size(), 2u);  // step 1's updates first (the stream runs them in order)
+    std::vector<double> upload_end(2);
     for (std::size_t c = 0; c < 2; ++c) {
       EXPECT_EQ(cpu[c].name, "update group " + std::to_string(c));
       auto up = std::find_if(uploads.begin(), uploads.end(), [&](const Span& s) { return s.chunk == int(c); });
       ASSERT_NE(up, uploads.end());
       EXPECT_GE(up->begin, cpu[c].end) << "chunk " << c << " uploaded before its update ended";
+      upload_end[c] = up->end;
     }
-    std::vector<std::size_t> first_op_of(2, in2.size()), wait_at(2, in2.size());
-    for (std::size_t i = 0; i < in2.size(); ++i) {
-      const Span& s = in2[i];
-      if (s.cat == "params") {
-        ASSERT_GE(s.chunk, 0);
-        EXPECT_EQ(wait_at[static_cast<std::size_t>(s.chunk)], in2.size()) << "chunk " << s.chunk << " waited twice";
-        wait_at[static_cast<std::size_t>(s.chunk)] = i;
-      }
-      if (s.cat == "op")
-        for (int c : chunks_of_op(s.name))
-          first_op_of[static_cast<std::size_t>(c)] = std::min(first_op_of[static_cast<std::size_t>(c)], i);
+    expect_waits_at_first_use(step2_spans(spans_of(*t.trace(), g, "compute")), upload_end);
+  }
+}
+
+// The distributed optimizer (device state, dp 2) leaves its all-gathers in flight the same way:
+// step 2 waits for chunk c's all-gather of step 1 ("AG dp chunk c ..." on dp-comm) right before
+// its first op of chunk c, so the forward of one chunk overlaps the all-gather of the other.
+TEST(OptimizerOffloadOrder, DistributedOptimizerAllGathersAreWaitedForAtEachChunksFirstUse) {
+  stp::Trainer t(stp::testing::tiny_config({"parallel.schedule=zb-v", "parallel.pp=2", "parallel.dp=2",
+                                            "parallel.distributed_optimizer=true", "output.trace=true"}));
+  t.step();
+  t.step();
+  for (int g = 0; g < t.world_size(); ++g) {
+    SCOPED_TRACE("rank " + std::to_string(g));
+    // dp-comm runs in order: step 1's reduce-scatters, step 1's all-gathers, then step 2's.
+    std::vector<double> gathered(2, -1.0);
+    bool seen_gather = false;
+    for (const Span& s : spans_of(*t.trace(), g, "dp-comm")) {
+      const bool gather = s.name.rfind("AG dp chunk ", 0) == 0;
+      if (!gather && seen_gather) break;  // step 2's first reduce-scatter
+      if (!gather) continue;
+      seen_gather = true;
+      ASSERT_GE(s.chunk, 0);
+      gathered[static_cast<std::size_t>(s.chunk)] = std::max(gathered[static_cast<std::size_t>(s.chunk)], s.end);
     }
-    for (std::size_t c = 0; c < 2; ++c) {
-      SCOPED_TRACE("chunk " + std::to_string(c));
-      ASSERT_LT(wait_at[c], in2.size()) << "step 2 never waits for the upload";
-      ASSERT_LT(first_op_of[c], in2.size());
-      // Right before the first op of the chunk: the next op span is it (units of an op nest inside).
-      std::size_t next_op = wait_at[c] + 1;
-      while (next_op < in2.size() && in2[next_op].cat != "op") ++next_op;
-      EXPECT_EQ(next_op, first_op_of[c]) << in2[wait_at[c]].name << " is followed by "
-                                         << (next_op < in2.size() ? in2[next_op].name : "nothing");
-      // The wait ends once the upload has ended.
-      auto up = std::find_if(uploads.begin(), uploads.end(), [&](const Span& s) { return s.chunk == int(c); });
-      ASSERT_NE(up, uploads.end());
-      EXPECT_GE(in2[wait_at[c]].end, up->end);
-    }
-    // The later chunk's wait follows compute of the other chunk in step 2.
-    const std::size_t later = first_op_of[0] < first_op_of[1] ? 1 : 0;
-    EXPECT_GT(wait_at[later], first_op_of[1 - later]);
+    ASSERT_GE(gathered[0], 0.0);
+    ASSERT_GE(gathered[1], 0.0);
+    expect_waits_at_first_use(step2_spans(spans_of(*t.trace(), g, "compute")), gathered);
   }
 }
 
