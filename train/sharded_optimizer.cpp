@@ -209,14 +209,12 @@ void ShardedOptimizer::settle() {
 
 std::vector<Tensor> ShardedOptimizer::full_moments(int which) {
   STP_ASSERT(which == 0 || which == 1, "moment ", which);
-  std::vector<Tensor> flat;
+  // Each chunk's gradient buffer has the chunk's element count, and between steps its contents are
+  // dead (the next step zeroes it before any backward): the moment is assembled there, so saving
+  // takes no device memory beyond the plan's.
   for (std::size_t ci = 0; ci < chunks_.size(); ++ci) {
     Chunk& c = chunks_[ci];
-    Tensor t;
-    {
-      MaybeCategoryScope as(alloc_, MemoryCategory::Buffers);
-      t = Tensor::empty(alloc_, Shape{c.buf.grads.numel()});
-    }
+    Tensor& t = c.buf.grads;
     compute_.zero(t.raw(), t.bytes());
     for (std::size_t b = 0; b < c.buckets.size(); ++b) {
       CommSlice s = comm_slice(c.buckets[b].second, dp_rank_, dp_);
@@ -231,16 +229,9 @@ std::vector<Tensor> ShardedOptimizer::full_moments(int which) {
       dp_stream_->record(*done_);
       compute_.wait(*done_);
     }
-    flat.push_back(std::move(t));
   }
   std::vector<Tensor> out;
-  for (const ParamInfo& p : params_) {
-    std::size_t ci = 0;
-    while (!(p.grad.f32() >= chunks_[ci].buf.grads.f32() &&
-             p.grad.f32() < chunks_[ci].buf.grads.f32() + chunks_[ci].buf.grads.numel()))
-      ++ci;
-    out.push_back(flat[ci].view(p.grad.f32() - chunks_[ci].buf.grads.f32(), p.param.shape()));
-  }
+  for (const ParamInfo& p : params_) out.push_back(p.grad);
   return out;
 }
 

@@ -86,9 +86,11 @@ class ShardedOptimizer {
   std::size_t state_bytes() const;  // both moments of every chunk
   std::size_t buckets() const;      // reduce-scatters (and all-gathers) per step
 
-  // Checkpoints: the moments of every parameter as if unsharded (full per-rank shards, in params
-  // order), all-gathered over the dp ranks into temporary buffers on compute. A collective: every
-  // dp rank calls it. which: 0 = exp_avg, 1 = exp_avg_sq.
+  // Checkpoints, between steps: the moments of every parameter as if unsharded (full per-rank
+  // shards, in params order), all-gathered over the dp ranks into the chunks' gradient buffers
+  // (dead between steps; no device memory beyond the plan's) and returned as views of them, valid
+  // until the next call or step. A collective: every dp rank calls it, after the parameters settle.
+  // which: 0 = exp_avg, 1 = exp_avg_sq.
   std::vector<Tensor> full_moments(int which);
   // Loads this rank's owned parts of full per-rank shards (host, params order) of one moment.
   void load_moments(int which, const std::vector<std::vector<float>>& shards);

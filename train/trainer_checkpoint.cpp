@@ -74,23 +74,25 @@ std::map<std::string, HostTensor> Trainer::full_parameters(int replica) {
 std::string Trainer::save_checkpoint(const std::string& note) {
   Impl& m = *impl_;
   auto model = full_parameters();
-  // The distributed optimizer first all-gathers each replica's part of the moments (every rank).
-  if (m.ranks.front()->sharded) {
-    m.run_on_ranks([](Rank& r) {
-      for (int w = 0; w < 2; ++w) r.checkpoint_moments[w] = r.sharded->full_moments(w);
-      r.synchronize();
-    });
-  }
-  auto moment = [](int w) {
-    return [w](Rank& r, std::size_t i) {
-      if (r.sharded) return r.checkpoint_moments[w].at(i);
+  // Each moment in turn: the distributed optimizer first all-gathers every replica's part of it
+  // (every rank) into the gradient buffers, which hold one moment at a time.
+  auto moment = [&m](int w) {
+    if (m.ranks.front()->sharded) {
+      m.run_on_ranks([w](Rank& r) {
+        r.settle_parameters();
+        r.checkpoint_moments = r.sharded->full_moments(w);
+        r.synchronize();
+      });
+    }
+    auto out = m.gather([w](Rank& r, std::size_t i) {
+      if (r.sharded) return r.checkpoint_moments.at(i);
       return w == 0 ? r.adamw->exp_avg(i) : r.adamw->exp_avg_sq(i);
-    };
+    });
+    for (auto& r : m.ranks) r->checkpoint_moments.clear();
+    return out;
   };
-  auto exp_avg = m.gather(moment(0));
-  auto exp_avg_sq = m.gather(moment(1));
-  for (auto& r : m.ranks)
-    for (auto& t : r->checkpoint_moments) t.clear();
+  auto exp_avg = moment(0);
+  auto exp_avg_sq = moment(1);
   if (m.multi_process() && m.options.processes->rank() != 0) return "";  // process 0 writes it
   // HF names and layouts (a permutation of the values: resume converts back bit for bit).
   const auto rules = hf_tensor_rules(model_spec_of(m.config));

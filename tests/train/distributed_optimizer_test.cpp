@@ -7,7 +7,8 @@
 //   * each rank keeps 1/dp of the AdamW state (rounded up per bucket), and the planner predicts
 //     the smaller peak exactly: measured peak == predicted peak on every device;
 //   * checkpoints do not depend on the layout: taken with it, they resume with it off, at dp = 1
-//     and with it on again, and the reverse, with the next loss unchanged;
+//     and with it on again, and the reverse, with the next loss unchanged; saving one at the exact
+//     minimum budget takes no device memory beyond the plan;
 //   * a chunk's reduce-scatter starts while the rest of the backward runs (the tied chunk after it);
 //   * with dp = 1 it is a no-op that says so (Trainer::warnings) and trains bitwise as without it.
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include "base/trace.h"
 #include "memory/block_arena.h"
 #include "tests/train/train_fixture.h"
+#include "train/memory_planning.h"
 #include "train/trainer.h"
 
 namespace {
@@ -193,6 +195,39 @@ TEST(DistributedOptimizer, CheckpointsDoNotDependOnTheLayout) {
       EXPECT_LT(stp::testing::max_rel_diff(t.full_parameters(), after, &where), 1e-5) << "worst at " << where;
     }
   }
+}
+
+// Saving a checkpoint gathers the owned moments one chunk and one moment at a time, on the device,
+// and frees each before the next: at the exact minimum budget (every activation lever on, where
+// the moments' full size would not fit next to the model states) the save succeeds, the device
+// peak is still the planned one, and the checkpoint resumes.
+TEST(DistributedOptimizer, CheckpointAtTheMinimumBudgetStaysWithinThePlan) {
+  auto dir = std::filesystem::path(STP_BINARY_DIR) / "tests" / "distopt_min_budget";
+  std::filesystem::remove_all(dir);
+  std::vector<std::string> o = {"parallel.dp=2", "parallel.pp=2", "parallel.tp=2", "model.n_embd=64",
+                                "parallel.schedule=zb-v", "train.microbatches=4", "parallel.dp_bucket=null",
+                                "parallel.distributed_optimizer=true",
+                                // small activations: the model states are most of the peak
+                                "train.micro_batch_size=1", "output.dir=" + dir.string()};
+  auto with_budget = [&](const std::string& budget) {
+    auto v = o;
+    v.push_back("memory.device_budget=" + budget);
+    return tiny_config(v);
+  };
+  const std::size_t minimum = stp::make_memory_plan(with_budget("1MiB"), /*exact_minimum=*/true).min_device_budget;
+  stp::Trainer t(with_budget(std::to_string(minimum)));
+  t.step();
+  t.step();
+  const std::string ckpt = t.save_checkpoint();
+  const auto& predicted = t.memory_plan().predicted;
+  const auto memory = t.device_memory();  // the peaks since the second step began, the save included
+  for (std::size_t g = 0; g < memory.size(); ++g)
+    EXPECT_EQ(memory[g].device.peak_allocated, predicted[g % predicted.size()].peak_device_bytes) << "device " << g;
+  const double next = t.step().loss;
+  auto cfg = with_budget(std::to_string(minimum));
+  cfg.train.resume = ckpt;
+  stp::Trainer resumed(cfg);
+  EXPECT_EQ(resumed.step().loss, next);
 }
 
 // The reduce-scatter rides the DP all-reduce's hook: on 1f1b-i's pp rank 0, chunk 1 (stage 2)
