@@ -22,7 +22,6 @@ ShardedOptimizer::ShardedOptimizer(std::vector<ChunkBuffers> chunks, std::vector
       dp_stream_(dp_stream),
       done_(device.create_event()),
       hyper_(hyper),
-      alloc_(alloc),
       host_(host),
       host_chunks_(std::move(host_chunks)),
       trace_(trace) {

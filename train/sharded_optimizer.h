@@ -120,7 +120,6 @@ class ShardedOptimizer {
   Stream* dp_stream_;
   std::unique_ptr<Event> done_;
   AdamWHyper hyper_;
-  Allocator& alloc_;
   HostUpdate* host_ = nullptr;
   std::vector<bool> host_chunks_;
   std::int64_t step_count_ = 0;
