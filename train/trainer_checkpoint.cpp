@@ -86,7 +86,13 @@ std::string Trainer::save_checkpoint(const std::string& note) {
     }
     auto out = m.gather([w](Rank& r, std::size_t i) {
       if (r.sharded) return r.checkpoint_moments.at(i);
-      return w == 0 ? r.adamw->exp_avg(i) : r.adamw->exp_avg_sq(i);
+      const Tensor& state = w == 0 ? r.adamw->exp_avg(i) : r.adamw->exp_avg_sq(i);
+      if (!r.adamw->offloaded()) return state;
+      // Offloaded moments live in pinned host memory, which a communicator may not send (NCCL
+      // reads device memory only): they go through the parameter's gradient, dead between steps.
+      const Tensor& grad = r.params[i].grad;
+      r.compute->copy(grad.raw(), state.raw(), state.bytes());
+      return grad;
     });
     for (auto& r : m.ranks) r->checkpoint_moments.clear();
     return out;
