@@ -133,11 +133,11 @@ void for_cpu_blocks(std::size_t n, const std::function<void(std::size_t begin, s
   // and reports every hand-off of a block to a worker as a race. Under it the same blocks run in
   // order on the calling thread, so what it checks is ours: several ranks' updates at once.
   for (std::size_t begin = 0; begin < n; begin += kCpuAdamWGrain) fn(begin, std::min(n, begin + kCpuAdamWGrain));
-  return;
-#endif
+#else
   tbb::parallel_for(
       tbb::blocked_range<std::size_t>(0, n, kCpuAdamWGrain),
       [&](const tbb::blocked_range<std::size_t>& r) { fn(r.begin(), r.end()); }, tbb::simple_partitioner());
+#endif
 }
 
 CpuAdamWState::CpuAdamWState(const std::vector<std::size_t>& sizes, int node) : sizes_(sizes) {

@@ -197,10 +197,11 @@ TEST(DistributedOptimizer, CheckpointsDoNotDependOnTheLayout) {
   }
 }
 
-// Saving a checkpoint gathers the owned moments one chunk and one moment at a time, on the device,
-// and frees each before the next: at the exact minimum budget (every activation lever on, where
-// the moments' full size would not fit next to the model states) the save succeeds, the device
-// peak is still the planned one, and the checkpoint resumes.
+// Saving a checkpoint gathers the owned moments one moment at a time into the chunks' gradient
+// buffers (ShardedOptimizer::full_moments), so it needs no device memory of its own: at the exact
+// minimum budget (every activation lever on, where temporaries holding the full moments would not
+// fit next to the model states) the save succeeds, the device peak is still the planned one, and
+// the checkpoint resumes.
 TEST(DistributedOptimizer, CheckpointAtTheMinimumBudgetStaysWithinThePlan) {
   auto dir = std::filesystem::path(STP_BINARY_DIR) / "tests" / "distopt_min_budget";
   std::filesystem::remove_all(dir);
