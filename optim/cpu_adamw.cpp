@@ -128,7 +128,7 @@ void cpu_adamw_update(float* p, const float* g, float* m, float* v, std::size_t 
 
 void for_cpu_blocks(std::size_t n, const std::function<void(std::size_t begin, std::size_t end)>& fn) {
   if (n <= kCpuAdamWGrain) return fn(0, n);
-#if defined(__SANITIZE_THREAD__)
+#if defined(STP_TSAN)
   // Debian's libtbb is not instrumented: ThreadSanitizer cannot see the synchronization inside it
   // and reports every hand-off of a block to a worker as a race. Under it the same blocks run in
   // order on the calling thread, so what it checks is ours: several ranks' updates at once.
@@ -158,9 +158,12 @@ CpuAdamWState::CpuAdamWState(const std::vector<std::size_t>& sizes, int node) : 
     at += padded(n);
   }
   // Touch every page now (in parallel, as the updates will), not in the first step.
-  auto* bytes = static_cast<unsigned char*>(base_);
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, bytes_, std::size_t{1} << 21),
-                    [&](const tbb::blocked_range<std::size_t>& r) { std::memset(bytes + r.begin(), 0, r.size()); });
+  // for_cpu_blocks, not a bare parallel_for: under ThreadSanitizer the blocks must run on this
+  // thread, or the readers of the zeroed state race with oneTBB workers TSan cannot see join.
+  auto* all = static_cast<float*>(base_);
+  for_cpu_blocks(floats, [all](std::size_t begin, std::size_t end) {
+    std::memset(all + begin, 0, (end - begin) * sizeof(float));
+  });
 }
 
 CpuAdamWState::~CpuAdamWState() {
