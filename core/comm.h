@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/dtype.h"
 #include "base/error.h"
 
 namespace stp {
@@ -50,6 +51,8 @@ class Communicator {
   virtual void all_reduce_max(Stream& stream, float* data, std::size_t count) = 0;  // (count,)
   virtual void reduce_scatter_sum(Stream& stream, float* data, std::size_t count) = 0;
   virtual void all_gather(Stream& stream, float* data, std::size_t count) = 0;
+  // all_gather of bf16 elements: the same slices (comm_slice of count), their bits copied.
+  virtual void all_gather_bf16(Stream& stream, bf16* data, std::size_t count) = 0;
   virtual void send(Stream& stream, const void* data, std::size_t bytes, int peer, std::uint32_t tag) = 0;
   virtual void recv(Stream& stream, void* data, std::size_t bytes, int peer, std::uint32_t tag) = 0;
   virtual void barrier(Stream& stream) = 0;

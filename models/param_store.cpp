@@ -65,16 +65,20 @@ ParamInfo make_param(std::string name, Shape full, ShardLayout layout, bool repl
 }
 
 ParamStore::ParamStore(std::vector<ParamInfo> table, DType precision, const Predicate& gemm_weight, InitRule init,
-                       Allocator& alloc, Allocator* host_masters, const Predicate& reads_master)
+                       Allocator& alloc, Allocator* host_masters, const Predicate& reads_master, bool shard_masters)
     : params_(std::move(table)), init_(std::move(init)) {
   const bool copies = precision != DType::F32;
-  for (ParamInfo& p : params_)
-    p.host_master = copies && host_masters && gemm_weight(p.name) && !(reads_master && reads_master(p.name));
-  i64 total = 0, device_total = 0, host_total = 0;
+  STP_ASSERT(!(host_masters && shard_masters), "ParamStore: masters go to the host or are sharded, not both");
+  for (ParamInfo& p : params_) {
+    const bool movable = copies && gemm_weight(p.name) && !(reads_master && reads_master(p.name));
+    p.host_master = movable && host_masters;
+    p.sharded_master = movable && shard_masters;
+  }
+  i64 total = 0, device_total = 0, host_total = 0, sharded_total = 0;
   for (const ParamInfo& p : params_) {
     const i64 n = numel(shard_shape(p));
     total += n;
-    (p.host_master ? host_total : device_total) += n;
+    (p.host_master ? host_total : p.sharded_master ? sharded_total : device_total) += n;
   }
   {
     MaybeCategoryScope as(alloc, MemoryCategory::Weights);
@@ -85,37 +89,46 @@ ParamStore::ParamStore(std::vector<ParamInfo> table, DType precision, const Pred
     MaybeCategoryScope as(alloc, MemoryCategory::Gradients);
     flat_grads_ = Tensor::empty(alloc, {total});
   }
-  i64 offset = 0, device_offset = 0, host_offset = 0;
+  // Gradients: the parameters with a master here in table order, then the sharded ones (the tail
+  // the distributed optimizer gathers in bf16); without host masters, a device master sits at its
+  // gradient's offset.
+  i64 offset = 0, sharded_offset = total - sharded_total, device_offset = 0, host_offset = 0;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     ParamInfo& p = params_[i];
     Shape shape = shard_shape(p);
-    i64& at = p.host_master ? host_offset : device_offset;
-    p.param = (p.host_master ? host_params_ : flat_params_).view(at, shape);
-    at += numel(shape);
-    p.grad = flat_grads_.view(offset, shape);
+    p.grad = flat_grads_.view(p.sharded_master ? sharded_offset : offset, shape);
+    (p.sharded_master ? sharded_offset : offset) += numel(shape);
+    if (!p.sharded_master) {
+      i64& at = p.host_master ? host_offset : device_offset;
+      p.param = (p.host_master ? host_params_ : flat_params_).view(at, shape);
+      at += numel(shape);
+    }
     p.compute = p.param;
-    offset += numel(shape);
     index_[p.name] = i;
   }
   if (!copies) return;
+  // bf16 copies: the sharded parameters' first (in their gradients' order), then the others.
   i64 compute_total = 0;
   for (const ParamInfo& p : params_)
-    if (gemm_weight(p.name)) compute_total += p.param.numel();
+    if (gemm_weight(p.name)) compute_total += numel(shard_shape(p));
   {
     MaybeCategoryScope weights(alloc, MemoryCategory::Weights);
     flat_compute_ = Tensor::empty(alloc, {compute_total}, DType::BF16);
   }
+  flat_copies_ = flat_compute_.view(0, {sharded_total});
   offset = 0;
-  for (ParamInfo& p : params_) {
-    if (!gemm_weight(p.name)) continue;
-    p.compute = flat_compute_.view(offset, p.param.shape());
-    offset += p.param.numel();
+  for (bool sharded : {true, false}) {
+    for (ParamInfo& p : params_) {
+      if (!gemm_weight(p.name) || p.sharded_master != sharded) continue;
+      p.compute = flat_compute_.view(offset, shard_shape(p));
+      offset += numel(shard_shape(p));
+    }
   }
 }
 
 void ParamStore::refresh_compute(Stream& s, bool host_masters) {
   for (const ParamInfo& p : params_)
-    if (p.compute.dtype() == DType::BF16 && (host_masters || !p.host_master))
+    if (p.compute.dtype() == DType::BF16 && !p.sharded_master && (host_masters || !p.host_master))
       convert(s, p.compute.as<bf16>(), p.param.f32(), p.param.numel());
 }
 
@@ -131,9 +144,20 @@ void ParamStore::load_full(const std::string& name, const std::vector<float>& fu
   ParamInfo& p = at(name);
   STP_CHECK(static_cast<i64>(full.size()) == numel(p.full_shape), "parameter ", name, ": expected ",
             numel(p.full_shape), " values (shape ", to_string(p.full_shape), "), got ", full.size());
-  std::vector<float> shard(static_cast<std::size_t>(p.param.numel()));
+  std::vector<float> shard(static_cast<std::size_t>(p.grad.numel()));
   p.layout.scatter(full.data(), shard.data());
-  upload(p.param, shard.data(), s);
+  if (!p.sharded_master) {
+    upload(p.param, shard.data(), s);
+    return;
+  }
+  // No master here: the f32 values land in the gradient (dead between steps), where the owner of
+  // the masters takes its part (ShardedOptimizer::adopt_masters); the bf16 copy is their rounding
+  // (from_f32, the convert kernel's arithmetic: the bits refresh_compute would give).
+  upload(p.grad, shard.data(), s);
+  std::vector<bf16> rounded(shard.size());
+  for (std::size_t i = 0; i < shard.size(); ++i) rounded[i] = from_f32<bf16>(shard[i]);
+  s.copy(p.compute.raw(), rounded.data(), p.compute.bytes());
+  s.synchronize();
 }
 
 void ParamStore::init_random(std::uint64_t seed, Stream& s) {

@@ -2,7 +2,8 @@
 // gives its parameter table (names, full shapes, flags, shard layouts: the helpers below build the
 // layouts), which of them GEMMs multiply by, and its init rule; the store holds one flat device
 // buffer each for parameters and gradients (zeroing grads is one memset; each ParamInfo views its
-// slice, in table order) and, at bf16 precision, the bf16 copies of the GEMM weights.
+// slice, in table order, sharded masters' gradients last) and, at bf16 precision, the bf16 copies
+// of the GEMM weights.
 #pragma once
 
 #include <cstdint>
@@ -49,8 +50,13 @@ class ParamStore {
   // parameters that `reads_master` does not name (a device kernel reads their f32 master, e.g. the
   // embedding gather) are allocated from it instead of `alloc` (ParamInfo::host_master); the
   // device then holds only their bf16 copies.
+  // shard_masters (bf16 only; the distributed optimizer, StageSpec::shard_masters): those same
+  // parameters get no f32 master here (ParamInfo::sharded_master); their gradients form the tail
+  // of flat_grads() and their bf16 copies flat_copies(), in the same order, so that the dp ranks
+  // owning parts of the masters (train/sharded_optimizer.h) all-gather the copies bucket by bucket.
   ParamStore(std::vector<ParamInfo> table, DType precision, const Predicate& gemm_weight, InitRule init,
-             Allocator& alloc, Allocator* host_masters = nullptr, const Predicate& reads_master = {});
+             Allocator& alloc, Allocator* host_masters = nullptr, const Predicate& reads_master = {},
+             bool shard_masters = false);
 
   std::vector<ParamInfo>& list() { return params_; }
   ParamInfo& at(const std::string& name);  // asserts the name exists
@@ -58,13 +64,17 @@ class ParamStore {
   // The device masters (all of them unless some are host_master, which are not in it).
   const Tensor& flat_params() const { return flat_params_; }
   const Tensor& flat_grads() const { return flat_grads_; }
+  // The bf16 copies of the sharded_master parameters: element i is the copy of element
+  // flat_params().numel() + i of flat_grads() (empty without shard_masters).
+  const Tensor& flat_copies() const { return flat_copies_; }
 
   // Seeded init: each full tensor is filled by the init rule, normal draws from their own stream
   // keyed by (seed, name), and then sharded, so every TP and PP split sees the same model.
   // Synchronizes s.
   void init_random(std::uint64_t seed, Stream& s);
-  // Copies a full host tensor (the layout of ParamInfo::full_shape) into this rank's shard.
-  // Synchronizes s.
+  // Copies a full host tensor (the layout of ParamInfo::full_shape) into this rank's shard; for a
+  // sharded_master parameter, the f32 shard into its gradient (the optimizer adopts its part from
+  // there) and its bf16 rounding into the copy. Synchronizes s.
   void load_full(const std::string& name, const std::vector<float>& full, Stream& s);
   // Rounds the f32 masters into their bf16 GEMM copies, in stream order on s; no-op at f32
   // precision, where `compute` is the master itself. The stage calls it in zero_grads, at the start
@@ -80,6 +90,7 @@ class ParamStore {
   Tensor flat_params_, flat_grads_;
   Tensor host_params_;   // the host_master parameters' f32 masters (pinned host memory)
   Tensor flat_compute_;  // bf16 copies of the GEMM weights (bf16 precision only)
+  Tensor flat_copies_;   // its head: the sharded_master parameters' copies
 };
 
 }  // namespace stp

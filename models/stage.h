@@ -141,6 +141,10 @@ struct ParamInfo {
   // `param` lives in pinned host memory (StageSpec::host_masters, bf16 with optimizer offload):
   // only `compute` (its bf16 copy) and `grad` are device memory.
   bool host_master = false;
+  // No f32 master on this rank (bf16 with the distributed optimizer, StageSpec::shard_masters):
+  // `param` is undefined; each dp rank keeps the master of the part it owns
+  // (train/sharded_optimizer.h), and `compute` is all-gathered from the owners' bf16 roundings.
+  bool sharded_master = false;
   ShardLayout layout;
 };
 
@@ -200,9 +204,13 @@ class Stage {
 
   virtual std::vector<ParamInfo>& params() = 0;
   // Every parameter / gradient of params() in one flat buffer, in params() order (the
-  // data-parallel buckets, the distributed optimizer's slices).
+  // data-parallel buckets, the distributed optimizer's slices); with sharded masters
+  // (StageSpec::shard_masters) flat_params() holds only the parameters with a master here, and
+  // flat_grads() is [their gradients | the sharded_master gradients], whose bf16 copies are
+  // flat_copies() in that order (empty without sharded masters).
   virtual Tensor flat_params() const = 0;
   virtual Tensor flat_grads() const = 0;
+  virtual Tensor flat_copies() const = 0;
   // Seeded init of every parameter: each full tensor is drawn from a stream keyed by (seed,
   // name) and then sharded, so every TP and PP split sees the same model. Synchronizes s.
   virtual void init_random(std::uint64_t seed, Stream& s) = 0;

@@ -72,6 +72,7 @@ class StageBase : public Stage {
   std::vector<ParamInfo>& params() override { return params_.list(); }
   Tensor flat_params() const override { return params_.flat_params(); }
   Tensor flat_grads() const override { return params_.flat_grads(); }
+  Tensor flat_copies() const override { return params_.flat_copies(); }
   void init_random(std::uint64_t seed, Stream& s) override { params_.init_random(seed, s); }
   void load_full(const std::string& name, const std::vector<float>& full, Stream& s) override {
     params_.load_full(name, full, s);

@@ -51,11 +51,20 @@ CommVolume expected_comm_bytes(const Config& c, int global) {
       std::uint64_t n = (L / stages) * (12 * C * C / t + 7 * C / t + 6 * C);
       if (st == 0) n += Vr * C + T * C;
       if (st == stages - 1) n += 2 * C + (stages == 1 ? 0 : Vr * C);
-      for (std::uint64_t at = 0; at < n;) {
-        const std::uint64_t count = per_bucket == 0 ? n - at : std::min(per_bucket, n - at);
-        const std::uint64_t own = count * (me + 1) / d - count * me / d;
-        out.dp += 2 * 4 * (count - own);
-        at += count;
+      // bf16: the GEMM weights (the tied wte of a last stage that is not the first too) have
+      // sharded masters; they come last and their buckets all-gather bf16 copies.
+      std::uint64_t tail = 0;
+      if (c.train.precision == "bf16") {
+        tail = (L / stages) * 12 * C * C / t;
+        if (st == stages - 1 && stages != 1) tail += Vr * C;
+      }
+      for (auto [len, gathered] : {std::pair{n - tail, std::uint64_t{4}}, std::pair{tail, std::uint64_t{2}}}) {
+        for (std::uint64_t at = 0; at < len;) {
+          const std::uint64_t count = per_bucket == 0 ? len - at : std::min(per_bucket, len - at);
+          const std::uint64_t own = count * (me + 1) / d - count * me / d;
+          out.dp += (4 + gathered) * (count - own);
+          at += count;
+        }
       }
     }
     if (c.train.grad_clip > 0) out.dp += 4;  // the norm's sum of squares over the dp ranks

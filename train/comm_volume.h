@@ -23,7 +23,10 @@
 //           With parallel.distributed_optimizer: per stage of the rank (n_s parameters, cut into
 //           buckets of parallel.dp_bucket / 4) and bucket of `count`, a reduce-scatter and an
 //           all-gather of 4 · (count − the rank's slice) each (core/comm.h, comm_slice), plus 4
-//           for the grad norm's sum over the dp ranks when grad_clip > 0
+//           for the grad norm's sum over the dp ranks when grad_clip > 0. In bf16 the stage's
+//           GEMM weights (12C²/t per layer, + Vr·C for a last stage's tied wte unless it is also
+//           the first) are bucketed apart, after the rest, and their all-gather moves 2 bytes per
+//           element (the bf16 copies of sharded masters)
 //   other = tied [p > 1, interleaved placement, r = 0 or r = p − 1] · 4·V·C (first and last stage
 //           on different ranks sum the wte gradient)
 //           + norm 4 (the gradient sum of squares over the replica, every step: grad_norm and

@@ -52,7 +52,7 @@ struct Rank {
   std::unique_ptr<AdamW> adamw;  // these two, or
   std::unique_ptr<GradClipper> clipper;
   std::unique_ptr<ShardedOptimizer> sharded;  // parallel.distributed_optimizer with dp > 1 (no dp_grads then)
-  std::vector<Tensor> checkpoint_moments;     // sharded: the moment a checkpoint is gathering (views of the gradients)
+  std::vector<Tensor> checkpoint_views;       // sharded: what a checkpoint is gathering (parameters or a moment)
   std::unique_ptr<Executor> executor;
   Communicator* tp = nullptr;
   // The TP group again, for the collectives inside the vocab-parallel embed and head units (on the

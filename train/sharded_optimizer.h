@@ -27,6 +27,15 @@
 // ceil(bucket / dp) elements — the same bytes on every replica, so the planner's dry run (one
 // replica, dp_rank 0, no communicator) allocates exactly what every rank does: 1/dp of the whole
 // AdamW state, rounded up per bucket.
+//
+// Sharded masters (bf16, StageSpec::shard_masters): a chunk's flat gradients are [head | tail]:
+// the head's parameters have f32 masters in the chunk's flat parameters; the tail's
+// (ParamInfo::sharded_master) have only bf16 copies (ChunkBuffers::copies, tail order). Buckets
+// are cut in each part separately. This rank keeps the f32 masters of its owned tail slices (one
+// flat buffer per chunk, indexed like the moments: the masters of the tail's state elements);
+// after updating one it rounds it into its slice of the copy (convert), and the tail buckets are
+// all-gathered in bf16, the head buckets in f32. Offloaded, the owned masters are host memory and
+// HostUpdate host masters (their rounding is uploaded into the copy).
 #pragma once
 
 #include <cstddef>
@@ -44,7 +53,9 @@ namespace stp {
 class ShardedOptimizer {
  public:
   struct ChunkBuffers {
-    Tensor params, grads;  // the chunk's flat buffers (same element count)
+    // The chunk's flat buffers (Stage::flat_params / flat_grads / flat_copies): grads has the
+    // elements of params, then those of copies (bf16; undefined without sharded masters).
+    Tensor params, grads, copies;
   };
   // One owned piece of one parameter.
   struct Segment {
@@ -83,8 +94,9 @@ class ShardedOptimizer {
   const std::vector<Segment>& segments() const { return segments_; }
   // The chunk's flat moments (0: exp_avg, 1: exp_avg_sq); segment s lives at [state_at, + count).
   const Tensor& moments(std::size_t chunk, int which) const { return chunks_[chunk].state[which]; }
-  std::size_t state_bytes() const;  // both moments of every chunk
-  std::size_t buckets() const;      // reduce-scatters (and all-gathers) per step
+  std::size_t state_bytes() const;   // both moments of every chunk
+  std::size_t master_bytes() const;  // the owned parts of the sharded masters
+  std::size_t buckets() const;       // reduce-scatters (and all-gathers) per step
 
   // Checkpoints, between steps: the moments of every parameter as if unsharded (full per-rank
   // shards, in params order), all-gathered over the dp ranks into the chunks' gradient buffers
@@ -92,12 +104,23 @@ class ShardedOptimizer {
   // until the next call or step. A collective: every dp rank calls it, after the parameters settle.
   // which: 0 = exp_avg, 1 = exp_avg_sq.
   std::vector<Tensor> full_moments(int which);
+  // Checkpoints, between steps: the f32 parameters as if unsharded, in params order: a parameter
+  // with a master here is its `param`; a sharded_master parameter's owned parts are all-gathered
+  // into its gradient (dead between steps) and it is returned as a view of that. Valid until the
+  // next call, full_moments or step. A collective, like full_moments.
+  std::vector<Tensor> full_parameters();
+  // After a load (ParamStore::load_full left each sharded_master parameter's f32 shard in its
+  // gradient): copies this rank's owned parts into its masters, in order on the compute stream.
+  void adopt_masters();
   // Loads this rank's owned parts of full per-rank shards (host, params order) of one moment.
   void load_moments(int which, const std::vector<std::vector<float>>& shards);
 
  private:
   struct Chunk {
     ChunkBuffers buf;
+    std::size_t split = 0;        // elements of buf.params: the gradients after it are the copies'
+    std::size_t master_base = 0;  // state element of the first tail bucket (masters[0] = its master)
+    Tensor masters;               // the owned parts of the tail's f32 masters (undefined: no tail)
     std::vector<std::pair<std::size_t, std::size_t>> buckets;  // (first element, elements)
     std::vector<std::size_t> bucket_state;                     // first state element of each bucket
     Tensor state[2];
@@ -106,7 +129,14 @@ class ShardedOptimizer {
     bool gather_pending = false;  // gathered recorded, compute not ordered after it yet
   };
   void reduce(std::size_t chunk);
-  void gather(std::size_t chunk, float* data);  // all-gathers every bucket of a chunk-sized buffer
+  // All-gathers the chunk's buckets: head (f32 parameter) buckets into data when `head`, tail
+  // buckets into copies (bf16) when given, else into data (f32).
+  void gather(std::size_t chunk, float* data, bf16* copies, bool head);
+  void gather_parameters(std::size_t chunk);  // after the update; left in flight (params_needed)
+  // A checkpoint gather into a chunk-sized f32 buffer, compute ordered before and after it.
+  void gather_into(std::size_t chunk, float* data, bool head);
+  float* master(const Segment& s) const;  // the f32 master of a segment (param or masters)
+  bf16* copy(const Segment& s) const;     // a sharded_master segment's part of its bf16 copy
   bool on_host(std::size_t chunk) const { return host_ && (host_chunks_.empty() || host_chunks_.at(chunk)); }
 
   std::vector<Chunk> chunks_;

@@ -68,7 +68,21 @@ std::map<std::string, HostTensor> Trainer::Impl::gather(const std::function<Tens
 }
 
 std::map<std::string, HostTensor> Trainer::full_parameters(int replica) {
-  return impl_->gather([](Rank& r, std::size_t i) { return r.params[i].param; }, replica);
+  Impl& m = *impl_;
+  // The distributed optimizer's sharded masters (bf16) are all-gathered first (every rank), into the
+  // gradient buffers.
+  const bool sharded = m.ranks.front()->sharded != nullptr;
+  if (sharded) {
+    m.run_on_ranks([](Rank& r) {
+      r.settle_parameters();
+      r.checkpoint_views = r.sharded->full_parameters();
+      r.synchronize();
+    });
+  }
+  auto out = m.gather([](Rank& r, std::size_t i) { return r.sharded ? r.checkpoint_views.at(i) : r.params[i].param; },
+                      replica);
+  for (auto& r : m.ranks) r->checkpoint_views.clear();
+  return out;
 }
 
 std::string Trainer::save_checkpoint(const std::string& note) {
@@ -80,12 +94,12 @@ std::string Trainer::save_checkpoint(const std::string& note) {
     if (m.ranks.front()->sharded) {
       m.run_on_ranks([w](Rank& r) {
         r.settle_parameters();
-        r.checkpoint_moments = r.sharded->full_moments(w);
+        r.checkpoint_views = r.sharded->full_moments(w);
         r.synchronize();
       });
     }
     auto out = m.gather([w](Rank& r, std::size_t i) {
-      if (r.sharded) return r.checkpoint_moments.at(i);
+      if (r.sharded) return r.checkpoint_views.at(i);
       const Tensor& state = w == 0 ? r.adamw->exp_avg(i) : r.adamw->exp_avg_sq(i);
       if (!r.adamw->offloaded()) return state;
       // Offloaded moments live in pinned host memory, which a communicator may not send (NCCL
@@ -94,7 +108,7 @@ std::string Trainer::save_checkpoint(const std::string& note) {
       r.compute->copy(grad.raw(), state.raw(), state.bytes());
       return grad;
     });
-    for (auto& r : m.ranks) r->checkpoint_moments.clear();
+    for (auto& r : m.ranks) r->checkpoint_views.clear();
     return out;
   };
   auto exp_avg = moment(0);
@@ -141,6 +155,7 @@ void Trainer::Impl::load_full_tensors(const std::map<std::string, HostTensor>& f
         s->load_full(p.name, it->second.data, *r.compute);
       }
     }
+    if (r.sharded) r.sharded->adopt_masters();  // the sharded masters' loads wait in the gradients
   });
 }
 
@@ -153,7 +168,7 @@ void Trainer::Impl::load_optimizer_state(const std::map<std::string, HostTensor>
       for (auto* moments : {&exp_avg, &exp_avg_sq}) {
         std::vector<std::vector<float>> shards;
         for (const ParamInfo& p : r.params) {
-          shards.emplace_back(static_cast<std::size_t>(p.param.numel()));
+          shards.emplace_back(static_cast<std::size_t>(p.grad.numel()));
           p.layout.scatter(moments->at(p.name).data.data(), shards.back().data());
         }
         r.sharded->load_moments(w++, shards);

@@ -340,6 +340,8 @@ void Trainer::Impl::build_rank(Rank& r) {
     StageSpec spec = stage_spec_of(config, schedule, r.pp_rank, c, r.tp_rank);
     spec.vocab_comm = r.vocab;
     if (host_masters && host_chunks[static_cast<std::size_t>(c)]) spec.host_masters = &r.host_update->allocator();
+    // The distributed optimizer at bf16 keeps the GEMM weights' masters sharded over the dp ranks.
+    spec.shard_masters = sharded && config.train.precision == "bf16";
     validate_model(model, spec);
     r.stages.push_back(make_stage(model, spec, *r.alloc));
     const auto& decisions = rank_plan.units.at(static_cast<std::size_t>(c));
@@ -365,7 +367,7 @@ void Trainer::Impl::build_rank(Rank& r) {
   };
   if (sharded) {
     std::vector<ShardedOptimizer::ChunkBuffers> chunks;
-    for (auto& s : r.stages) chunks.push_back({s->flat_params(), s->flat_grads()});
+    for (auto& s : r.stages) chunks.push_back({s->flat_params(), s->flat_grads(), s->flat_copies()});
     r.sharded = std::make_unique<ShardedOptimizer>(
         std::move(chunks), r.params, r.param_chunk, config.parallel.dp, r.dp_rank, layout.dp > 1 ? r.dp : nullptr,
         *r.device, *r.compute, layout.dp > 1 ? r.dp_comm.get() : nullptr,
@@ -464,6 +466,7 @@ void Trainer::Impl::initialize_parameters() {
   }
   run_on_ranks([&](Rank& r) {
     for (auto& s : r.stages) s->init_random(config.train.seed, *r.compute);
+    if (r.sharded) r.sharded->adopt_masters();  // the sharded masters' draws wait in the gradients
   });
 }
 

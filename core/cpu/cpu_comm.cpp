@@ -32,12 +32,13 @@ struct Message {
   std::vector<char> bytes;
 };
 
-enum class CollectiveKind { AllReduce, AllReduceMax, ReduceScatter, AllGather };
+enum class CollectiveKind { AllReduce, AllReduceMax, ReduceScatter, AllGather, AllGatherBf16 };
 
 const char* name_of(CollectiveKind k) {
   switch (k) {
     case CollectiveKind::ReduceScatter: return "reduce-scatter";
     case CollectiveKind::AllGather: return "all-gather";
+    case CollectiveKind::AllGatherBf16: return "bf16 all-gather";
     case CollectiveKind::AllReduceMax: return "max all-reduce";
     case CollectiveKind::AllReduce: break;
   }
@@ -112,6 +113,12 @@ class HostComm final : public Communicator {
     enqueue_collective(stream, data, count, CollectiveKind::AllGather);
   }
 
+  void all_gather_bf16(Stream& stream, bf16* data, std::size_t count) override {
+    bytes_sent_ += (count - comm_slice(count, rank_, group_->size).count) * sizeof(bf16);
+    // The collective table keeps float pointers; a bf16 all-gather only copies bytes through it.
+    enqueue_collective(stream, reinterpret_cast<float*>(data), count, CollectiveKind::AllGatherBf16);
+  }
+
   void barrier(Stream& stream) override { enqueue_collective(stream, nullptr, 0, CollectiveKind::AllReduce); }
 
   void send(Stream& stream, const void* data, std::size_t bytes, int peer, std::uint32_t tag) override {
@@ -167,8 +174,9 @@ class HostComm final : public Communicator {
     auto start = std::chrono::steady_clock::now();
     reduce(g, rank, seq, data, count, kind);
     if (kind != CollectiveKind::AllReduce && kind != CollectiveKind::AllReduceMax) count /= 2;
+    const std::size_t element = kind == CollectiveKind::AllGatherBf16 ? sizeof(bf16) : sizeof(float);
     if (g.options.all_reduce_bytes_per_s > 0 && count > 0) {  // the emulated link's transfer time
-      std::chrono::duration<double> t(static_cast<double>(count * sizeof(float)) / g.options.all_reduce_bytes_per_s);
+      std::chrono::duration<double> t(static_cast<double>(count * element) / g.options.all_reduce_bytes_per_s);
       std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(t));
     }
   }
@@ -205,7 +213,8 @@ class HostComm final : public Communicator {
     // Phase 1: my slice of the sum, accumulated in rank order (into my own buffer for a
     // reduce-scatter: no other rank reads my slice of it).
     const CommSlice mine = comm_slice(count, rank, n);
-    if (kind != CollectiveKind::AllGather) {
+    const bool gather = kind == CollectiveKind::AllGather || kind == CollectiveKind::AllGatherBf16;
+    if (!gather) {
       float* out = whole(kind) ? c.scratch.data() : data;
       const bool max = kind == CollectiveKind::AllReduceMax;
       for (std::size_t i = mine.first; i < mine.first + mine.count; ++i) {
@@ -225,11 +234,14 @@ class HostComm final : public Communicator {
     // Phase 2: everyone takes the full result (an all-gather: the other ranks' slices).
     if (whole(kind)) {
       if (count) std::memcpy(data, c.scratch.data(), count * sizeof(float));
-    } else if (kind == CollectiveKind::AllGather) {
+    } else if (gather) {
+      const std::size_t element = kind == CollectiveKind::AllGatherBf16 ? sizeof(bf16) : sizeof(float);
+      auto* mine_bytes = reinterpret_cast<char*>(data);
       for (int r = 0; r < n; ++r) {
         const CommSlice s = comm_slice(count, r, n);
+        const auto* theirs = reinterpret_cast<const char*>(c.ptrs[static_cast<std::size_t>(r)]);
         if (r != rank && s.count)
-          std::memcpy(data + s.first, c.ptrs[static_cast<std::size_t>(r)] + s.first, s.count * 4);
+          std::memcpy(mine_bytes + s.first * element, theirs + s.first * element, s.count * element);
       }
       // The others read my buffer until they are done: nobody leaves before everyone copied.
       lock.lock();

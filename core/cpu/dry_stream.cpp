@@ -28,6 +28,7 @@ class NullComm final : public Communicator {
   void all_reduce_max(Stream&, float*, std::size_t) override {}
   void reduce_scatter_sum(Stream&, float*, std::size_t) override {}
   void all_gather(Stream&, float*, std::size_t) override {}
+  void all_gather_bf16(Stream&, bf16*, std::size_t) override {}
   void send(Stream&, const void*, std::size_t, int, std::uint32_t) override {}
   void recv(Stream&, void*, std::size_t, int, std::uint32_t) override {}
   void barrier(Stream&) override {}

@@ -193,22 +193,9 @@ class NcclComm final : public Communicator {
     }
     bytes_sent_ += (count - mine.count) * sizeof(float);
   }
-  void all_gather(Stream& stream, float* data, std::size_t count) override {
-    const CommSlice mine = comm_slice(count, rank_, size_);
-    if (count % static_cast<std::size_t>(size_) == 0) {
-      issue("ncclAllGather",
-            [&] { return ncclAllGather(data + mine.first, data, mine.count, ncclFloat, comm_, handle(stream)); });
-    } else {
-      group_begin();
-      for (int r = 0; r < size_; ++r) {
-        const CommSlice s = comm_slice(count, r, size_);
-        issue("ncclBroadcast", [&] {
-          return ncclBroadcast(data + s.first, data + s.first, s.count, ncclFloat, r, comm_, handle(stream));
-        });
-      }
-      group_end();
-    }
-    bytes_sent_ += (count - mine.count) * sizeof(float);
+  void all_gather(Stream& stream, float* data, std::size_t count) override { gather(stream, data, count, ncclFloat); }
+  void all_gather_bf16(Stream& stream, bf16* data, std::size_t count) override {
+    gather(stream, data, count, ncclBfloat16);
   }
   void send(Stream& stream, const void* data, std::size_t bytes, int peer, std::uint32_t) override {
     issue("ncclSend", [&] { return ncclSend(data, bytes, ncclChar, peer, comm_, handle(stream)); });
@@ -300,6 +287,29 @@ class NcclComm final : public Communicator {
       throw CommunicatorAborted(str("communicator aborted: ", gate_.why()));
   }
   static cudaStream_t handle(Stream& s) { return static_cast<cudaStream_t>(cuda_stream_handle(s)); }
+  static std::size_t element_bytes(ncclDataType_t type) { return type == ncclBfloat16 ? 2 : 4; }
+
+  // In place: ncclAllGather when every slice has the same size (its send buffer is this rank's
+  // slice of the receive buffer, which NCCL allows in place); otherwise one broadcast per slice.
+  void gather(Stream& stream, void* data, std::size_t count, ncclDataType_t type) {
+    const CommSlice mine = comm_slice(count, rank_, size_);
+    auto* bytes = static_cast<char*>(data);
+    const std::size_t e = element_bytes(type);
+    if (count % static_cast<std::size_t>(size_) == 0) {
+      issue("ncclAllGather",
+            [&] { return ncclAllGather(bytes + mine.first * e, bytes, mine.count, type, comm_, handle(stream)); });
+    } else {
+      group_begin();
+      for (int r = 0; r < size_; ++r) {
+        const CommSlice s = comm_slice(count, r, size_);
+        issue("ncclBroadcast", [&] {
+          return ncclBroadcast(bytes + s.first * e, bytes + s.first * e, s.count, type, r, comm_, handle(stream));
+        });
+      }
+      group_end();
+    }
+    bytes_sent_ += (count - mine.count) * e;
+  }
 
   ncclComm_t comm_;
   int rank_, size_, ordinal_;

@@ -82,7 +82,13 @@ class MpiComm final : public Communicator {
 
   void all_gather(Stream& stream, float* data, std::size_t count) override {
     bytes_sent_ += (count - comm_slice(count, rank_, size_).count) * sizeof(float);
-    submit(stream, [this, data, count](Turn& turn) { gather_slices(turn, data, count); });
+    submit(stream, [this, data, count](Turn& turn) { gather_slices(turn, data, count, MPI_FLOAT); });
+  }
+
+  // bf16 has no MPI type: its slices travel as 16-bit integers (the bits, unchanged).
+  void all_gather_bf16(Stream& stream, bf16* data, std::size_t count) override {
+    bytes_sent_ += (count - comm_slice(count, rank_, size_).count) * sizeof(bf16);
+    submit(stream, [this, data, count](Turn& turn) { gather_slices(turn, data, count, MPI_UINT16_T); });
   }
 
   void barrier(Stream& stream) override {
@@ -199,7 +205,7 @@ class MpiComm final : public Communicator {
   void all_reduce(Turn& turn, float* data, std::size_t count) {
     if (size_ == 1 || count == 0) return;
     reduce_my_slice(data, count);
-    gather_slices(turn, data, count);
+    gather_slices(turn, data, count, MPI_FLOAT);
   }
 
   void reduce_my_slice(float* data, std::size_t count) {
@@ -230,7 +236,7 @@ class MpiComm final : public Communicator {
     }
   }
 
-  void gather_slices(Turn& turn, float* data, std::size_t count) {
+  void gather_slices(Turn& turn, void* data, std::size_t count, MPI_Datatype type) {
     const auto n = static_cast<std::size_t>(size_);
     if (n == 1 || count == 0) return;
     std::vector<int> slice(n), offset(n);
@@ -240,8 +246,7 @@ class MpiComm final : public Communicator {
       offset[r] = to_count(c.first, "a collective's offset");
     }
     MPI_Request request;
-    check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, slice.data(), offset.data(), MPI_FLOAT, comm_,
-                          &request),
+    check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, slice.data(), offset.data(), type, comm_, &request),
           "MPI_Iallgatherv");
     turn.pass();
     wait(request, *abort_);

@@ -126,6 +126,35 @@ TEST(HostComm, ReduceScatterThenAllGatherIsTheAllReduce) {
   }
 }
 
+// A bf16 all-gather copies each rank's slice (bits: distinct patterns per rank and element) into
+// every rank's buffer, uneven slices included, and counts 2 bytes per element sent.
+TEST(HostComm, Bf16AllGatherCopiesEverySliceBitForBit) {
+  Ranks g;
+  for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{4099}}) {
+    std::vector<std::vector<stp::bf16>> data(kRanks, std::vector<stp::bf16>(n));
+    auto pattern = [](int r, std::size_t k) { return static_cast<std::uint16_t>(0x1234 + 977 * k + 31 * r); };
+    for (int r = 0; r < kRanks; ++r)
+      for (std::size_t k = 0; k < n; ++k) data[static_cast<std::size_t>(r)][k].bits = pattern(r, k);
+    std::vector<std::uint64_t> before(kRanks);
+    for (int r = 0; r < kRanks; ++r)
+      before[static_cast<std::size_t>(r)] = g.comms[static_cast<std::size_t>(r)]->bytes_sent();
+    g.each([&](int r) {
+      auto i = static_cast<std::size_t>(r);
+      g.comms[i]->all_gather_bf16(*g.streams[i], data[i].data(), n);
+      g.streams[i]->synchronize();
+    });
+    for (int r = 0; r < kRanks; ++r) {
+      auto i = static_cast<std::size_t>(r);
+      for (int owner = 0; owner < kRanks; ++owner) {
+        stp::CommSlice s = stp::comm_slice(n, owner, kRanks);
+        for (std::size_t k = s.first; k < s.first + s.count; ++k)
+          ASSERT_EQ(data[i][k].bits, pattern(owner, k)) << "rank " << r << " element " << k;
+      }
+      EXPECT_EQ(g.comms[i]->bytes_sent() - before[i], (n - stp::comm_slice(n, r, kRanks).count) * sizeof(stp::bf16));
+    }
+  }
+}
+
 TEST(HostComm, MismatchedCollectiveKindsAreAnError) {
   Ranks g;
   std::vector<std::vector<float>> data(kRanks, std::vector<float>(16, 1.0f));

@@ -337,6 +337,7 @@ class RecordingComm final : public stp::Communicator {
   void all_reduce_max(stp::Stream&, float*, std::size_t) override {}
   void reduce_scatter_sum(stp::Stream&, float*, std::size_t) override {}
   void all_gather(stp::Stream&, float*, std::size_t) override {}
+  void all_gather_bf16(stp::Stream&, stp::bf16*, std::size_t) override {}
   void send(stp::Stream&, const void*, std::size_t, int, std::uint32_t) override {}
   void recv(stp::Stream&, void*, std::size_t, int, std::uint32_t) override {}
   void barrier(stp::Stream&) override {}

@@ -2,6 +2,7 @@
 //   * all_reduce_sum is bitwise equal to HostComm's rank-order sum (inputs whose sum depends on
 //     the order), for counts below, at and above the number of ranks; bytes_sent counts buffers;
 //   * reduce_scatter_sum / all_gather: bitwise HostComm's sum in each slice, then everywhere;
+//     all_gather_bf16 copies every slice's bits;
 //   * a sub-group in reverse process order: send/recv deliver in order, any size (0 included);
 //   * collectives issued on two streams of one communicator match in host issue order even when
 //     the first stream is held back (the ticket order of mpi_comm.h);
@@ -119,6 +120,30 @@ TEST(MpiComm, ReduceScatterAndAllGatherAreBitwiseHostComms) {
     stream->synchronize();
     EXPECT_EQ(std::memcmp(mine.data(), want.data(), count * sizeof(float)), 0) << count << " elements";
     bytes += 2 * (count - s.count) * sizeof(float);
+  }
+  EXPECT_EQ(comm->bytes_sent(), bytes);
+}
+
+// all_gather_bf16 copies every process's slice bit for bit (patterns distinct per process and
+// element), uneven slices included, and counts 2 bytes per element sent.
+TEST(MpiComm, Bf16AllGatherCopiesEverySliceBitForBit) {
+  auto devs = stp::make_cpu_devices(1);
+  auto comm = job().make_comm(everyone(), *devs[0]);
+  ASSERT_NE(comm, nullptr);
+  auto stream = devs[0]->create_stream("s");
+  auto pattern = [](int r, std::size_t k) { return static_cast<std::uint16_t>(0x4321 + 613 * k + 17 * r); };
+  std::uint64_t bytes = 0;
+  for (std::size_t count : {std::size_t{3}, std::size_t{4}, std::size_t{4099}}) {
+    std::vector<stp::bf16> data(count);
+    for (std::size_t k = 0; k < count; ++k) data[k].bits = pattern(job().rank(), k);
+    comm->all_gather_bf16(*stream, data.data(), count);
+    stream->synchronize();
+    for (int owner = 0; owner < 4; ++owner) {
+      stp::CommSlice s = stp::comm_slice(count, owner, 4);
+      for (std::size_t k = s.first; k < s.first + s.count; ++k)
+        ASSERT_EQ(data[k].bits, pattern(owner, k)) << count << " elements, element " << k;
+    }
+    bytes += (count - stp::comm_slice(count, job().rank(), 4).count) * sizeof(stp::bf16);
   }
   EXPECT_EQ(comm->bytes_sent(), bytes);
 }

@@ -164,11 +164,18 @@ void expect_reference_losses(const std::string& config) {
 }
 
 // The same job in one process (HostComm), three steps, optimizer on the device: its checkpoint.
-stp::Checkpoint in_process_checkpoint(const std::string& config) {
-  stp::Config cfg = stp::load_config_from_string(
-      config_yaml((fs::path(config).parent_path() / "inproc").string()), "in-process config",
-      {"parallel.dp=2", "parallel.pp=2", "parallel.schedule=1f1b", "train.microbatches=4",
-       "parallel.distributed_optimizer=true", "parallel.dp_bucket=1000", "memory.optimizer_offload=none"});
+// `extra`: further overrides both runs share (e.g. the precision).
+stp::Checkpoint in_process_checkpoint(const std::string& config, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> o = {"parallel.dp=2",
+                                "parallel.pp=2",
+                                "parallel.schedule=1f1b",
+                                "train.microbatches=4",
+                                "parallel.distributed_optimizer=true",
+                                "parallel.dp_bucket=1000",
+                                "memory.optimizer_offload=none"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  stp::Config cfg = stp::load_config_from_string(config_yaml((fs::path(config).parent_path() / "inproc").string()),
+                                                 "in-process config", o);
   stp::Trainer t(cfg);
   for (int i = 0; i < 3; ++i) t.step();
   return stp::read_checkpoint(t.save_checkpoint());
@@ -214,6 +221,22 @@ TEST(Mpirun, OffloadedDistributedOptimizerMatchesTheDeviceOptimizer) {
   const stp::Checkpoint theirs =
       stp::read_checkpoint((fs::path(config).parent_path() / "out" / "checkpoint-3").string());
   const stp::Checkpoint mine = in_process_checkpoint(config);
+  std::string where;
+  EXPECT_LT(stp::testing::max_rel_diff(theirs.model, mine.model, &where), 1e-5) << "parameters, worst at " << where;
+  expect_same_moments(theirs, mine);
+}
+
+// bf16 with the distributed optimizer across processes: each process keeps the f32 masters of its
+// owned parts only and the bf16 copies travel through MpiComm's bf16 all-gather. The checkpoint's
+// parameters (the masters, gathered) and moments are those of the same job in one process.
+TEST(Mpirun, Bf16ShardedMastersMatchTheSingleProcessRun) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  std::string config = prepare("distopt_bf16");
+  Launch launch = run(4, "train " + config + " " + sets(kDistOpt) + kDistOptSets + " --set train.precision=bf16");
+  ASSERT_EQ(launch.result.status, 0) << launch.result.err;
+  const stp::Checkpoint theirs =
+      stp::read_checkpoint((fs::path(config).parent_path() / "out" / "checkpoint-3").string());
+  const stp::Checkpoint mine = in_process_checkpoint(config, {"train.precision=bf16"});
   std::string where;
   EXPECT_LT(stp::testing::max_rel_diff(theirs.model, mine.model, &where), 1e-5) << "parameters, worst at " << where;
   expect_same_moments(theirs, mine);

@@ -19,11 +19,12 @@ struct Case {
   const char* schedule;
   int microbatches;
   bool distributed = false;  // parallel.distributed_optimizer
+  bool bf16 = false;         // train.precision (with it: sharded masters, bf16 all-gathers)
 };
 
 void PrintTo(const Case& l, std::ostream* os) {
   *os << "dp " << l.dp << " pp " << l.pp << " tp " << l.tp << " " << l.schedule
-      << (l.distributed ? " distributed optimizer" : "");
+      << (l.distributed ? " distributed optimizer" : "") << (l.bf16 ? " bf16" : "");
 }
 
 class CommVolume : public ::testing::TestWithParam<Case> {};
@@ -34,7 +35,8 @@ TEST_P(CommVolume, MeasuredBytesEqualTheFormula) {
       stp::testing::tiny_config({"parallel.dp=" + std::to_string(c.dp), "parallel.pp=" + std::to_string(c.pp),
                                  "parallel.tp=" + std::to_string(c.tp), std::string("parallel.schedule=") + c.schedule,
                                  "train.microbatches=" + std::to_string(c.microbatches), "parallel.dp_bucket=1KiB",
-                                 std::string("parallel.distributed_optimizer=") + (c.distributed ? "true" : "false")});
+                                 std::string("parallel.distributed_optimizer=") + (c.distributed ? "true" : "false"),
+                                 std::string("train.precision=") + (c.bf16 ? "bf16" : "f32")});
   stp::Trainer t(cfg);
   std::vector<stp::CommBytes> before(static_cast<std::size_t>(t.world_size()));
   for (int step = 1; step <= 2; ++step) {
@@ -64,9 +66,11 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CommVolume,
                                            Case{2, 2, 1, "1f1b", 4}, Case{1, 2, 2, "stp", 8}, Case{2, 1, 2, "gpipe", 4},
                                            Case{2, 2, 1, "1f1b-i", 4}, Case{2, 2, 2, "zb-v", 4},
                                            Case{1, 4, 1, "stp", 8}, Case{4, 1, 1, "gpipe", 2, true},
-                                           Case{2, 2, 1, "1f1b-i", 4, true}, Case{2, 2, 2, "zb-v", 4, true}),
+                                           Case{2, 2, 1, "1f1b-i", 4, true}, Case{2, 2, 2, "zb-v", 4, true},
+                                           Case{2, 1, 1, "gpipe", 4, true, true}, Case{2, 2, 2, "zb-v", 4, true, true}),
                          [](const ::testing::TestParamInfo<Case>& p) {
-                           return stp::testing::layout_case_name(p) + (p.param.distributed ? "_distributed" : "");
+                           return stp::testing::layout_case_name(p) + (p.param.distributed ? "_distributed" : "") +
+                                  (p.param.bf16 ? "_bf16" : "");
                          });
 
 }  // namespace

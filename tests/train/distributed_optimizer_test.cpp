@@ -4,11 +4,13 @@
 //     replica bitwise identical; pipelines with the tied embedding on one rank (zb-v) and on two
 //     (1f1b), TP and small buckets (uneven slices) included; without clipping bitwise the plain
 //     run, in f32 and bf16;
-//   * each rank keeps 1/dp of the AdamW state (rounded up per bucket), and the planner predicts
-//     the smaller peak exactly: measured peak == predicted peak on every device;
+//   * each rank keeps 1/dp of the AdamW state (rounded up per bucket) and, in bf16, of the GEMM
+//     weights' f32 masters, and the planner predicts the smaller peak exactly: measured peak ==
+//     predicted peak on every device;
 //   * checkpoints do not depend on the layout: taken with it, they resume with it off, at dp = 1
 //     and with it on again, and the reverse, with the next loss unchanged; saving one at the exact
-//     minimum budget takes no device memory beyond the plan;
+//     minimum budget takes no device memory beyond the plan; bf16 checkpoints carry the sharded
+//     masters bit for bit;
 //   * a chunk's reduce-scatter starts while the rest of the backward runs (the tied chunk after it);
 //   * with dp = 1 it is a no-op that says so (Trainer::warnings) and trains bitwise as without it.
 #include <gtest/gtest.h>
@@ -150,6 +152,91 @@ TEST(DistributedOptimizer, PlannerPredictsTheShardedPeakExactly) {
       EXPECT_EQ(run.peaks[g], run.plan.predicted[g % replica].peak_device_bytes) << "device " << g;
       EXPECT_LT(run.plan.predicted[g % replica].peak_device_bytes, plain.plan.predicted[g % replica].peak_device_bytes)
           << "device " << g << ": sharding saved nothing";
+    }
+  }
+}
+
+// bf16: the GEMM weights' f32 masters are sharded too (each rank keeps the masters of the parts it
+// owns; the bf16 copies are all-gathered). On pp 2 (every copied weight has no other f32 master on
+// its device) the device's weights shrink by (1 - 1/dp) of those masters: 4 B per copied element
+// times 1/2 at dp 2, i.e. exactly the copies' own bytes (2 B per element) up to the allocator's
+// alignment; and the planner's dry run predicts the peak of that layout to the byte.
+TEST(DistributedOptimizer, Bf16MastersAreShardedAndThePeakIsPredicted) {
+  auto run = [](const char* precision, bool on) {
+    auto cfg = tiny_config({"parallel.dp=2", "parallel.pp=2", "parallel.schedule=zb-v", "train.microbatches=4",
+                            "parallel.dp_bucket=null", "memory.offload=auto", "memory.recompute=auto",
+                            std::string("train.precision=") + precision,
+                            std::string("parallel.distributed_optimizer=") + (on ? "true" : "false")});
+    stp::Trainer t(cfg);
+    t.step();
+    t.step();
+    std::vector<std::size_t> weights;
+    const auto& predicted = t.memory_plan().predicted;
+    const auto memory = t.device_memory();
+    for (std::size_t g = 0; g < memory.size(); ++g) {
+      weights.push_back(memory[g].device.by_category[static_cast<std::size_t>(stp::MemoryCategory::Weights)]);
+      EXPECT_EQ(memory[g].device.peak_allocated, predicted[g % predicted.size()].peak_device_bytes)
+          << precision << (on ? " sharded" : " plain") << ", device " << g;
+    }
+    return weights;
+  };
+  const auto f32 = run("f32", true), plain = run("bf16", false), sharded = run("bf16", true);
+  ASSERT_EQ(sharded.size(), 4u);
+  const std::size_t slack = 2 * 3 * 256;  // two chunks, three aligned weight buffers each
+  for (std::size_t g = 0; g < sharded.size(); ++g) {
+    const std::size_t copies = plain[g] - f32[g];  // the bf16 copies: 2 B per copied element
+    ASSERT_GT(copies, 20 * slack) << "device " << g;
+    const std::size_t saved = plain[g] - sharded[g];  // (4 B - 4 B / 2) per copied element
+    EXPECT_LE(saved, copies + slack) << "device " << g;
+    EXPECT_GE(saved + slack, copies) << "device " << g;
+  }
+}
+
+// bf16 checkpoints carry the sharded masters exactly: taken with the distributed optimizer, they
+// load with it (the next steps bitwise the uninterrupted run's) and without it (the parameters
+// bitwise the saved ones, the next loss the same), and the reverse.
+TEST(DistributedOptimizer, Bf16CheckpointsCarryTheShardedMastersExactly) {
+  auto dir = std::filesystem::path(STP_BINARY_DIR) / "tests" / "distopt_bf16_resume";
+  auto base = [](int dp, bool on) {
+    return std::vector<std::string>{"parallel.dp=" + std::to_string(dp),
+                                    "parallel.pp=2",
+                                    "parallel.schedule=zb-v",
+                                    "train.microbatches=" + std::to_string(8 / dp),
+                                    "parallel.dp_bucket=1000",
+                                    "train.precision=bf16",
+                                    std::string("parallel.distributed_optimizer=") + (on ? "true" : "false")};
+  };
+  for (bool saved_on : {true, false}) {
+    SCOPED_TRACE(saved_on ? "saved with it on" : "saved with it off");
+    std::filesystem::remove_all(dir);
+    std::string ckpt;
+    std::vector<double> next;
+    std::map<std::string, stp::HostTensor> saved, after;
+    {
+      auto cfg = tiny_config(base(2, saved_on));
+      cfg.output.dir = dir.string();
+      stp::Trainer t(cfg);
+      t.step();
+      t.step();
+      saved = t.full_parameters();
+      ckpt = t.save_checkpoint();
+      next.push_back(t.step().loss);
+      next.push_back(t.step().loss);
+      after = t.full_parameters();
+    }
+    std::vector<std::pair<int, bool>> resumes = {{2, !saved_on}, {1, false}};
+    if (saved_on) resumes.emplace_back(2, true);
+    for (auto [dp, on] : resumes) {
+      SCOPED_TRACE("resumed at dp " + std::to_string(dp) + (on ? " with it on" : " with it off"));
+      auto cfg = tiny_config(base(dp, on));
+      cfg.train.resume = ckpt;
+      stp::Trainer t(cfg);
+      EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(), saved)) << "the masters did not round-trip";
+      EXPECT_EQ(t.step().loss, next[0]) << "same parameters, same global batch, same forward";
+      if (dp == 2 && on == saved_on) {  // the same arithmetic as the uninterrupted run
+        EXPECT_EQ(t.step().loss, next[1]);
+        EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(), after));
+      }
     }
   }
 }
