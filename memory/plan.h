@@ -68,6 +68,7 @@ struct RankPrediction {
   std::size_t weight_bytes = 0, grad_bytes = 0;  // on the device
   std::size_t optimizer_device_bytes = 0;        // AdamW moments on the device
   std::size_t optimizer_host_bytes = 0;          // moments + staging in pinned host memory
+  std::size_t host_master_bytes = 0;             // of those: the f32 masters that moved with them
   // Model states by where they live, as the report pass shows them: on the device the dry run's
   // bytes of each category at the peak; on the host the pinned optimizer state of the chunks
   // placed there; and the CPU optimizer's time per step.

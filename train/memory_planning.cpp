@@ -142,6 +142,7 @@ void account_model_states(RankPrediction& p, const Trainer::DeviceMemory& d) {
   p.grad_bytes = d.device.by_category[static_cast<std::size_t>(MemoryCategory::Gradients)];
   p.optimizer_device_bytes = d.device.by_category[static_cast<std::size_t>(MemoryCategory::OptimizerState)];
   p.optimizer_host_bytes = d.optimizer_host_bytes;
+  p.host_master_bytes = d.host_master_bytes;
 }
 
 MemoryPlan keep_everything(const ModelLayout& s, int pp) {
@@ -418,17 +419,17 @@ void report(MemoryPlan& plan, const Measured& measured) {
     p.device_states.optimizer = p.peak_by_category[static_cast<std::size_t>(MemoryCategory::OptimizerState)];
     p.host_states = {};
     const auto& chunks = in.chunk_states[static_cast<std::size_t>(r)];
-    std::size_t host_params = 0, host_masters = 0;
+    std::size_t host_params = 0;
     for (std::size_t ch = 0; ch < chunks.size(); ++ch) {
       if (plan.ranks[static_cast<std::size_t>(r)].optimizer_placement(static_cast<int>(ch)) != OptimizerPlacement::Host)
         continue;
       host_params += chunks[ch].weights / sizeof(float);
-      host_masters += chunks[ch].host_masters;
     }
-    // The dry run's pinned bytes: the host masters (weights), the AdamW moments and the staging of
+    // The dry run's pinned bytes: the f32 masters that moved (weights: host masters, or the owned
+    // sharded masters of the distributed optimizer), the AdamW moments and the staging of
     // parameters and gradients (optimizer).
-    p.host_states.weights = host_masters;
-    p.host_states.optimizer = p.optimizer_host_bytes - host_masters;
+    p.host_states.weights = p.host_master_bytes;
+    p.host_states.optimizer = p.optimizer_host_bytes - p.host_master_bytes;
     // AdamW streams 28 bytes per parameter (read p, g, m, v; write p, m, v).
     p.cpu_optimizer_s = static_cast<double>(host_params) * 28.0 / kCpuAdamWBytesPerS;
   }

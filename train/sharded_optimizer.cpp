@@ -123,9 +123,10 @@ std::size_t ShardedOptimizer::state_bytes() const {
   return n;
 }
 
-std::size_t ShardedOptimizer::master_bytes() const {
+std::size_t ShardedOptimizer::master_bytes(bool on_host) const {
   std::size_t n = 0;
-  for (const Chunk& c : chunks_) n += c.masters.defined() ? c.masters.bytes() : 0;
+  for (std::size_t c = 0; c < chunks_.size(); ++c)
+    if (on_host == this->on_host(c) && chunks_[c].masters.defined()) n += chunks_[c].masters.bytes();
   return n;
 }
 

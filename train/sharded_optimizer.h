@@ -94,9 +94,10 @@ class ShardedOptimizer {
   const std::vector<Segment>& segments() const { return segments_; }
   // The chunk's flat moments (0: exp_avg, 1: exp_avg_sq); segment s lives at [state_at, + count).
   const Tensor& moments(std::size_t chunk, int which) const { return chunks_[chunk].state[which]; }
-  std::size_t state_bytes() const;   // both moments of every chunk
-  std::size_t master_bytes() const;  // the owned parts of the sharded masters
-  std::size_t buckets() const;       // reduce-scatters (and all-gathers) per step
+  std::size_t state_bytes() const;  // both moments of every chunk
+  // The owned parts of the sharded masters of the chunks on the host (on_host) or the device.
+  std::size_t master_bytes(bool on_host) const;
+  std::size_t buckets() const;  // reduce-scatters (and all-gathers) per step
 
   // Checkpoints, between steps: the moments of every parameter as if unsharded (full per-rank
   // shards, in params order), all-gathered over the dp ranks into the chunks' gradient buffers

@@ -109,6 +109,9 @@ std::vector<Trainer::DeviceMemory> Trainer::device_memory() const {
       d.late_prefetches = c.late_prefetches;
     }
     if (r->host_update) d.optimizer_host_bytes = r->host_update->host_bytes();
+    if (r->sharded) d.host_master_bytes = r->sharded->master_bytes(/*on_host=*/true);
+    for (const ParamInfo& p : r->params)
+      if (p.host_master) d.host_master_bytes += p.param.bytes();
     out.push_back(d);
   }
   return out;

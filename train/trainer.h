@@ -133,6 +133,7 @@ class Trainer {
     // 0 where the device reports no physical memory (the CPU backend).
     std::uint64_t communicator_bytes = 0;
     std::size_t optimizer_host_bytes = 0;  // memory.optimizer_offload: moments + staging, pinned host
+    std::size_t host_master_bytes = 0;     // of those: f32 masters (bf16; host or owned sharded masters)
   };
   std::vector<DeviceMemory> device_memory() const;
 

@@ -160,35 +160,51 @@ TEST(DistributedOptimizer, PlannerPredictsTheShardedPeakExactly) {
 // owns; the bf16 copies are all-gathered). On pp 2 (every copied weight has no other f32 master on
 // its device) the device's weights shrink by (1 - 1/dp) of those masters: 4 B per copied element
 // times 1/2 at dp 2, i.e. exactly the copies' own bytes (2 B per element) up to the allocator's
-// alignment; and the planner's dry run predicts the peak of that layout to the byte.
+// alignment; the planner's dry run predicts the peak of that layout to the byte; and with the
+// optimizer offloaded the owned masters leave the device too, shown by `stp plan` as host weights.
 TEST(DistributedOptimizer, Bf16MastersAreShardedAndThePeakIsPredicted) {
-  auto run = [](const char* precision, bool on) {
+  struct Run {
+    std::vector<std::size_t> weights, host_weights;
+  };
+  auto run = [](const char* precision, bool on, const char* optimizer_offload = "none") {
     auto cfg = tiny_config({"parallel.dp=2", "parallel.pp=2", "parallel.schedule=zb-v", "train.microbatches=4",
                             "parallel.dp_bucket=null", "memory.offload=auto", "memory.recompute=auto",
+                            std::string("memory.optimizer_offload=") + optimizer_offload,
                             std::string("train.precision=") + precision,
                             std::string("parallel.distributed_optimizer=") + (on ? "true" : "false")});
     stp::Trainer t(cfg);
     t.step();
     t.step();
-    std::vector<std::size_t> weights;
+    Run out;
     const auto& predicted = t.memory_plan().predicted;
     const auto memory = t.device_memory();
     for (std::size_t g = 0; g < memory.size(); ++g) {
-      weights.push_back(memory[g].device.by_category[static_cast<std::size_t>(stp::MemoryCategory::Weights)]);
-      EXPECT_EQ(memory[g].device.peak_allocated, predicted[g % predicted.size()].peak_device_bytes)
+      const stp::RankPrediction& p = predicted[g % predicted.size()];
+      out.weights.push_back(memory[g].device.by_category[static_cast<std::size_t>(stp::MemoryCategory::Weights)]);
+      out.host_weights.push_back(p.host_states.weights);
+      EXPECT_EQ(memory[g].device.peak_allocated, p.peak_device_bytes)
           << precision << (on ? " sharded" : " plain") << ", device " << g;
+      EXPECT_EQ(memory[g].host_master_bytes, p.host_master_bytes) << "device " << g;
     }
-    return weights;
+    return out;
   };
-  const auto f32 = run("f32", true), plain = run("bf16", false), sharded = run("bf16", true);
-  ASSERT_EQ(sharded.size(), 4u);
+  const Run f32 = run("f32", true), plain = run("bf16", false), sharded = run("bf16", true),
+            offloaded = run("bf16", true, "all");
+  ASSERT_EQ(sharded.weights.size(), 4u);
   const std::size_t slack = 2 * 3 * 256;  // two chunks, three aligned weight buffers each
-  for (std::size_t g = 0; g < sharded.size(); ++g) {
-    const std::size_t copies = plain[g] - f32[g];  // the bf16 copies: 2 B per copied element
+  for (std::size_t g = 0; g < sharded.weights.size(); ++g) {
+    const std::size_t copies = plain.weights[g] - f32.weights[g];  // the bf16 copies: 2 B per copied element
     ASSERT_GT(copies, 20 * slack) << "device " << g;
-    const std::size_t saved = plain[g] - sharded[g];  // (4 B - 4 B / 2) per copied element
+    const std::size_t saved = plain.weights[g] - sharded.weights[g];  // (4 B - 4 B / 2) per copied element
     EXPECT_LE(saved, copies + slack) << "device " << g;
     EXPECT_GE(saved + slack, copies) << "device " << g;
+    // Offloaded: the owned masters (half the copied elements, 4 B each: the copies' bytes again)
+    // are pinned host memory, reported as host weights, and off the device.
+    EXPECT_EQ(sharded.host_weights[g], 0u) << "device " << g;
+    EXPECT_LE(offloaded.host_weights[g] + offloaded.weights[g], sharded.weights[g] + slack) << "device " << g;
+    EXPECT_GE(offloaded.host_weights[g] + offloaded.weights[g] + slack, sharded.weights[g]) << "device " << g;
+    EXPECT_LE(offloaded.host_weights[g], copies + slack) << "device " << g;
+    EXPECT_GE(offloaded.host_weights[g] + slack, copies) << "device " << g;
   }
 }
 
