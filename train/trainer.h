@@ -106,7 +106,9 @@ class Trainer {
 
   // Full tensors with HF GPT-2 names, gathered from the shards of data-parallel replica `replica`
   // (all replicas hold the same values; tests check it). Multi-process: collective (every process
-  // calls it), replica 0 only; process 0 gets the tensors, the others an empty map.
+  // calls it), replica 0 only; process 0 gets the tensors, the others an empty map. Between steps
+  // only: the distributed optimizer's sharded bf16 masters are gathered through the gradient
+  // buffers (dead between steps).
   std::map<std::string, HostTensor> full_parameters(int replica = 0);
   // Writes output.dir/checkpoint-STEP (model, optimizer, state); returns its path. Multi-process:
   // collective, written once by process 0 (the others return "").
