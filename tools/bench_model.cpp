@@ -182,6 +182,7 @@ void bench_row(const Options& o, const std::string& arch) {
   for (auto& id : ids) id = static_cast<std::int32_t>(rng() % static_cast<unsigned>(m.vocab_size));
 
   train_step(*st, opt, *s, ids, n);  // warm-up
+  const std::uint64_t warm_segments = alloc.stats().segment_allocs;
   std::vector<double> stp_tps, torch_tps, ratios, gemm;
   for (int r = 0; r < o.repeats; ++r) {
     g_gemm_ns = 0;
@@ -200,8 +201,10 @@ void bench_row(const Options& o, const std::string& arch) {
               arch.c_str(), m.n_layer, m.n_head, m.n_kv_head, m.n_embd,
               arch == "llama" ? (" intermediate " + std::to_string(m.intermediate_size)).c_str() : "", m.seq_len,
               o.batch, m.vocab_size, o.repeats, o.steps);
-  std::printf("  stp   tokens_per_s %s  gemm_share %s%%  peak_device %.1f MiB\n", spread(stp_tps, "%.1f").c_str(),
-              spread(gemm, "%.1f").c_str(), static_cast<double>(devices[0]->memory_stats().peak) / (1 << 20));
+  std::printf("  stp   tokens_per_s %s  gemm_share %s%%  peak_device %.1f MiB  segments after warm-up %llu\n",
+              spread(stp_tps, "%.1f").c_str(), spread(gemm, "%.1f").c_str(),
+              static_cast<double>(devices[0]->memory_stats().peak) / (1 << 20),
+              static_cast<unsigned long long>(alloc.stats().segment_allocs - warm_segments));
   if (!torch_tps.empty()) {
     std::printf("  torch tokens_per_s %s\n", spread(torch_tps, "%.1f").c_str());
     std::printf("  ratio stp/torch %s\n", spread(ratios, "%.3f").c_str());

@@ -15,45 +15,13 @@
 #include <cmath>
 #include <vector>
 
+#include "core/kernels/simd_v8.h"
 #include "core/launch.h"
-
-// The vector helpers are inlined into their callers (flattened into the AVX2 copy), so no vector
-// ever crosses a call boundary; GCC's note that a 32-byte vector return changes the ABI without
-// AVX does not apply (GCC reports it where the templates are instantiated, at the end of this
-// file, so it stays off for the whole file).
-#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace stp::attention_detail {
 namespace {
 
-typedef float v8 __attribute__((vector_size(32)));
-typedef float v8u __attribute__((vector_size(32), aligned(4)));  // unaligned loads and stores
-typedef std::int32_t i8 __attribute__((vector_size(32)));
-
-inline v8 vload(const float* p) { return *reinterpret_cast<const v8u*>(p); }
-inline void vstore(float* p, v8 x) { *reinterpret_cast<v8u*>(p) = x; }
-inline v8 vsplat(float x) { return v8{} + x; }
-
-// exp_nonpositive on 8 lanes: the same steps (clamp, Cody-Waite reduction, the degree-6
-// polynomial, 2^n through the exponent bits). A comparison yields -1 per true lane, so `n += c`
-// subtracts one where c holds.
-inline v8 exp_v(v8 x) {
-  x = x < vsplat(-87.0f) ? vsplat(-87.0f) : x;
-  const v8 fx = x * 1.44269504088896341f;
-  i8 n = __builtin_convertvector(fx, i8);
-  n += __builtin_convertvector(n, v8) > fx;
-  n -= fx - __builtin_convertvector(n, v8) > vsplat(0.5f);
-  const v8 nf = __builtin_convertvector(n, v8);
-  const v8 r = (x - nf * 0.693359375f) - nf * -2.12194440e-4f;
-  v8 y = vsplat(1.9875691500e-4f);
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * r * r + r + 1.0f;
-  return y * (v8)((n + 127) << 23);
-}
+using namespace simd_v8;  // NOLINT(google-build-using-namespace): the vector vocabulary of this file
 
 // c[r][0 .. ncols) = (acc ? c[r][.] * (alpha ? alpha[r] : 1) : 0) + sum_{k < nk} w[r*wr + k*wk] * x[k*ldx + .]
 // for r < nrows (a multiple of 4) and ncols a multiple of 16; k runs in order for every element.

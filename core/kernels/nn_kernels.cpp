@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "core/kernels/norm_rows.h"
+#include "core/kernels/softmax_rows.h"
 #include "core/kernels/vocab_kernels.h"
 #include "core/launch.h"
 
@@ -279,11 +280,8 @@ struct CrossEntropyRows {
   i64 V;
   STP_HD void operator()(usize n) const {
     const T* l = logits + n * V;
-    float mx = to_f32(l[0]);
-    for (i64 v = 1; v < V; ++v) mx = to_f32(l[v]) > mx ? to_f32(l[v]) : mx;
-    float sum = 0.0f;
-    for (i64 v = 0; v < V; ++v) sum += expf(to_f32(l[v]) - mx);
-    float z = mx + logf(sum);
+    const float mx = softmax_rows::row_max(l, V);
+    const float z = mx + logf(softmax_rows::row_sum_exp(l, V, mx));
     lse[n] = z;
     losses[n] = z - to_f32(l[targets[n]]);
   }
@@ -300,8 +298,8 @@ struct MeanOfRows {
   }
 };
 
-// The target's entry is computed from its own logit before the row is overwritten, so a bf16 row
-// is rounded once per entry (the f32 result is the same either way).
+// The target's entry is computed from its own logit, read before the row is overwritten, so a bf16
+// row is rounded once per entry.
 template <typename T>
 struct CrossEntropyBackward {
   T* logits;
@@ -311,12 +309,11 @@ struct CrossEntropyBackward {
   i64 V;
   STP_HD void operator()(usize n) const {
     T* l = logits + n * V;
-    float z = lse[n];
+    const float z = lse[n];
     const i64 target = targets[n];
-    for (i64 v = 0; v < V; ++v) {
-      float p = expf(to_f32(l[v]) - z) * scale;
-      l[v] = from_f32<T>(v == target ? p - scale : p);
-    }
+    const float at_target = exp_nonpositive(to_f32(l[target]) - z) * scale;
+    softmax_rows::row_exp_scaled(l, V, z, scale);
+    l[target] = from_f32<T>(at_target - scale);
   }
 };
 

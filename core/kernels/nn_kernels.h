@@ -5,7 +5,9 @@
 //
 // Determinism: every reduction runs in a fixed index order inside one index of the launch
 // (a row, a channel or a vocabulary entry), so results do not depend on the thread count, the
-// grain or the backend's scheduling. Runs are bitwise reproducible on one backend.
+// grain or the backend's scheduling. Runs are bitwise reproducible on one backend. The
+// cross-entropy rows sum their exponentials in the 8-lane order of softmax_rows.h (vector-shaped,
+// still fixed); the exponential there is exp_nonpositive, not libm's expf.
 //
 // Accumulation: functions named *_accumulate add into their output (gradients accumulate over
 // microbatches); the others overwrite.

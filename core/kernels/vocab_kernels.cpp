@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/kernels/norm_rows.h"
+#include "core/kernels/softmax_rows.h"
 #include "core/launch.h"
 
 namespace stp {
@@ -88,12 +89,7 @@ struct VocabCeMax {
   float* max;
   const T* logits;
   i64 Vs, Vl;
-  STP_HD void operator()(usize n) const {
-    const T* l = logits + n * Vs;
-    float mx = -INFINITY;
-    for (i64 v = 0; v < Vl; ++v) mx = to_f32(l[v]) > mx ? to_f32(l[v]) : mx;
-    max[n] = mx;
-  }
+  STP_HD void operator()(usize n) const { max[n] = softmax_rows::row_max(logits + n * Vs, Vl); }
 };
 
 template <typename T>
@@ -105,11 +101,8 @@ struct VocabCePartials {
   i64 N, Vs, Vl, v0;
   STP_HD void operator()(usize n) const {
     const T* l = logits + n * Vs;
-    const float mx = max[n];
-    float sum = 0.0f;
-    for (i64 v = 0; v < Vl; ++v) sum += expf(to_f32(l[v]) - mx);
     const i64 t = static_cast<i64>(targets[n]) - v0;
-    partials[n] = sum;
+    partials[n] = softmax_rows::row_sum_exp(l, Vl, max[n]);
     partials[N + static_cast<i64>(n)] = t >= 0 && t < Vl ? to_f32(l[t]) : 0.0f;
   }
 };
@@ -144,10 +137,11 @@ struct VocabCeBackward {
     T* l = logits + n * Vs;
     const float z = lse[n];
     const i64 target = static_cast<i64>(targets[n]) - v0;
-    for (i64 v = 0; v < Vs; ++v) {
-      const float p = v < Vl ? expf(to_f32(l[v]) - z) * scale : 0.0f;
-      l[v] = from_f32<T>(v == target ? p - scale : p);
-    }
+    const bool mine = target >= 0 && target < Vl;
+    const float at_target = mine ? exp_nonpositive(to_f32(l[target]) - z) * scale : 0.0f;
+    softmax_rows::row_exp_scaled(l, Vl, z, scale);
+    for (i64 v = Vl; v < Vs; ++v) l[v] = from_f32<T>(0.0f);
+    if (mine) l[target] = from_f32<T>(at_target - scale);
   }
 };
 

@@ -503,12 +503,13 @@ TEST_P(KernelParity, AttentionBackwardBf16) { attention_backward_case<bf16>(); }
 
 constexpr i64 kCeN = 40, kCeV = 257;
 
-// Logits stored as T (widened exactly), results f32. lse = max + logf(sum_v expf(l - max)): V
-// positive terms added in the same order, each 3 ulp apart (expf), so the sums are within (V + 3) u
-// relative (a rounding of each partial sum may flip); logf turns that into an absolute (V + 3) u +
-// 2 ulp of |lse|. losses = lse - l[target] (same target logit) adds one rounding: (V + 8) u (1 +
-// max|lse|) absolute for both. loss = mean of losses (N adds in order, one division): their error +
-// (N + 2) u of the largest loss.
+// Logits stored as T (widened exactly), results f32. lse = max + logf(sum_v exp(l - max)), the
+// exponential exp_nonpositive on both sides: the same polynomial, whose multiply-adds one side may
+// fuse and the other not (3 ulp apart at most: SoftmaxRows.VectorFormsMatchThePlainOnes). V positive terms added in the
+// same lane order (core/kernels/softmax_rows.h), so the sums are within (V + 3) u relative (a rounding of each partial
+// sum may flip); logf turns that into an absolute (V + 3) u + 2 ulp of |lse|. losses = lse - l[target] (same target
+// logit) adds one rounding: (V + 8) u (1 + max|lse|) absolute for both. loss = mean of losses (N adds in order, one
+// division): their error + (N + 2) u of the largest loss.
 template <typename T>
 void KernelParity::cross_entropy_forward_case() {
   auto dl = upload(values<T>(kCeN * kCeV, -3, 3));
@@ -530,9 +531,9 @@ void KernelParity::cross_entropy_forward_case() {
 TEST_P(KernelParity, CrossEntropyForward) { cross_entropy_forward_case<float>(); }
 TEST_P(KernelParity, CrossEntropyForwardBf16) { cross_entropy_forward_case<bf16>(); }
 
-// dlogits = expf(l - lse) * scale (lse: the oracle's, on both sides), minus scale at the target,
-// stored as T: 3 ulp of expf + 1 rounding relative, and at the target an absolute 4 u * scale (p - 1
-// may cancel); 8 u of each, doubled.
+// dlogits = exp(l - lse) * scale (lse: the oracle's, on both sides), minus scale at the target,
+// stored as T: 3 ulp of the exponential (as above) + 1 rounding relative, and at the target an absolute 4 u * scale (p
+// - 1 may cancel); 8 u of each, doubled.
 template <typename T>
 void KernelParity::cross_entropy_backward_case() {
   auto logits = values<T>(kCeN * kCeV, -3, 3);

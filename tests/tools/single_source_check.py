@@ -38,6 +38,11 @@ EXCEPTIONS = {
     "tools/bench_runtime.cpp": "CPU-only benchmark: its Noop functor is launched on a CpuDevice only",
     "core/kernels/attention_tiles.h": "tile walks included by the attention *_kernels.cpp files (compiled there)",
     "core/kernels/norm_rows.h": "row helpers included by the norm *_kernels.cpp files (compiled there)",
+    "core/kernels/exp_nonpositive.h": "the softmax exponential, included by the attention and cross-entropy "
+                                      "*_kernels.cpp files (compiled there)",
+    "core/kernels/softmax_rows.h": "row helpers included by the cross-entropy *_kernels.cpp files (compiled there)",
+    "core/kernels/softmax_rows_avx2.cpp": "the AVX2 + FMA host forms of softmax_rows.h's f32 row passes, called "
+                                          "under !__CUDA_ARCH__ only, so no device code exists for them",
     "core/kernels/attention_kernels_avx2.cpp": "the AVX2 + FMA host path: attention_kernels.cpp launches it only "
                                                "where __CUDACC__ is undefined, so no device code exists for it",
 }
