@@ -5,6 +5,7 @@
 //   build-models/bench_model [--arch both|gpt2|llama] [--repeats R] [--steps N] [--layers L]
 //                            [--heads H] [--embd C] [--seq T] [--batch B] [--vocab V]
 //                            [--kv-heads K] [--inter I] [--llama-vocab V]
+//                            [--attention naive|fused] [--gemm-shapes]
 //                            [--torch tools/bench_model_torch.py | --no-torch]
 //   (--help lists the defaults: GPT-2 6 x 384, 6 heads, vocab 50257; Llama the same with 2
 //   kv-heads, intermediate 1024, vocab 32000; T 256, B 8)
@@ -18,7 +19,8 @@
 //
 // GEMM time: this executable defines cblas_sgemm itself, so the CPU backend's calls land here
 // (the executable's symbol takes precedence); it times the call and forwards to OpenBLAS's
-// definition found with dlsym(RTLD_NEXT). Nothing in the library is instrumented.
+// definition found with dlsym(RTLD_NEXT). Nothing in the library is instrumented. --gemm-shapes
+// breaks that time down by shape (calls and milliseconds per step, GFLOP/s).
 #include <cblas.h>
 #include <dlfcn.h>
 
@@ -33,6 +35,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/cpu/cpu_device.h"
@@ -44,6 +47,14 @@
 namespace {
 
 std::atomic<std::int64_t> g_gemm_ns{0};
+
+// --gemm-shapes: time per GEMM shape (m, n, k, transposes) over the measured steps of a row.
+struct GemmShapeTime {
+  std::int64_t ns = 0, calls = 0;
+};
+std::atomic<bool> g_by_shape{false};
+std::mutex g_shapes_mu;
+std::map<std::tuple<int, int, int, bool, bool>, GemmShapeTime> g_shapes;
 
 using SgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint, float, const float*,
                          blasint, const float*, blasint, float, float*, blasint);
@@ -58,7 +69,15 @@ extern "C" void cblas_sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPO
   static SgemmFn real = reinterpret_cast<SgemmFn>(dlsym(RTLD_NEXT, "cblas_sgemm"));
   auto t0 = std::chrono::steady_clock::now();
   real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  g_gemm_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  const std::int64_t ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  g_gemm_ns += ns;
+  if (g_by_shape.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(g_shapes_mu);
+    GemmShapeTime& e = g_shapes[{m, n, k, ta == CblasTrans, tb == CblasTrans}];
+    e.ns += ns;
+    ++e.calls;
+  }
 }
 
 namespace stp {
@@ -69,6 +88,8 @@ struct Options {
   int layers = 6, heads = 6, embd = 384, seq = 256, batch = 8, vocab = 50257;
   int kv_heads = 2, inter = 1024, llama_vocab = 32000;
   int steps = 3, repeats = 3;
+  std::string attention = "naive";
+  bool gemm_shapes = false;
   std::string torch = "tools/bench_model_torch.py";
 };
 
@@ -79,7 +100,7 @@ ModelSpec model_of(const Options& o, const std::string& arch) {
   m.n_head = o.heads;
   m.n_embd = o.embd;
   m.seq_len = o.seq;
-  m.attention = AttentionKernel::Naive;
+  m.attention = o.attention == "fused" ? AttentionKernel::Fused : AttentionKernel::Naive;
   m.precision = DType::F32;
   if (arch == "llama") {
     m.n_kv_head = o.kv_heads;
@@ -183,6 +204,8 @@ void bench_row(const Options& o, const std::string& arch) {
 
   train_step(*st, opt, *s, ids, n);  // warm-up
   const std::uint64_t warm_segments = alloc.stats().segment_allocs;
+  g_shapes.clear();
+  g_by_shape = o.gemm_shapes;
   std::vector<double> stp_tps, torch_tps, ratios, gemm;
   for (int r = 0; r < o.repeats; ++r) {
     g_gemm_ns = 0;
@@ -197,14 +220,30 @@ void bench_row(const Options& o, const std::string& arch) {
       ratios.push_back(stp_tps.back() / t);
     }
   }
-  std::printf("%s: n_layer %d n_head %d n_kv_head %d n_embd %d%s seq_len %d micro_batch %d vocab %d; %d x %d steps\n",
-              arch.c_str(), m.n_layer, m.n_head, m.n_kv_head, m.n_embd,
-              arch == "llama" ? (" intermediate " + std::to_string(m.intermediate_size)).c_str() : "", m.seq_len,
-              o.batch, m.vocab_size, o.repeats, o.steps);
-  std::printf("  stp   tokens_per_s %s  gemm_share %s%%  peak_device %.1f MiB  segments after warm-up %llu\n",
+  g_by_shape = false;
+  std::printf(
+      "%s: n_layer %d n_head %d n_kv_head %d n_embd %d%s seq_len %d micro_batch %d vocab %d, %s attention; "
+      "%d x %d steps\n",
+      arch.c_str(), m.n_layer, m.n_head, m.n_kv_head, m.n_embd,
+      arch == "llama" ? (" intermediate " + std::to_string(m.intermediate_size)).c_str() : "", m.seq_len, o.batch,
+      m.vocab_size, o.attention.c_str(), o.repeats, o.steps);
+  // Segments taken from the device after the warm-up step: 0 when the caching allocator serves
+  // every later step from what it holds (no fresh pages to fault in).
+  std::printf("  stp   tokens_per_s %s  gemm_share %s%%  peak_device %.1f MiB  new_segments %llu\n",
               spread(stp_tps, "%.1f").c_str(), spread(gemm, "%.1f").c_str(),
               static_cast<double>(devices[0]->memory_stats().peak) / (1 << 20),
               static_cast<unsigned long long>(alloc.stats().segment_allocs - warm_segments));
+  if (o.gemm_shapes) {
+    std::printf("  stp GEMM time per step by shape (m n k, op(a) op(b)), over all repeats:\n");
+    const double measured_steps = static_cast<double>(o.repeats) * o.steps;
+    for (const auto& [shape, t] : g_shapes) {
+      const auto [sm, sn, sk, sta, stb] = shape;
+      std::printf("    %6d %6d %6d  %c%c  %5.0f calls  %7.1f ms  %6.1f GFLOP/s\n", sm, sn, sk, sta ? 'T' : 'N',
+                  stb ? 'T' : 'N', static_cast<double>(t.calls) / measured_steps,
+                  static_cast<double>(t.ns) * 1e-6 / measured_steps,
+                  2.0 * sm * sn * sk * static_cast<double>(t.calls) / static_cast<double>(t.ns));
+    }
+  }
   if (!torch_tps.empty()) {
     std::printf("  torch tokens_per_s %s\n", spread(torch_tps, "%.1f").c_str());
     std::printf("  ratio stp/torch %s\n", spread(ratios, "%.3f").c_str());
@@ -244,6 +283,10 @@ int main(int argc, char** argv) {
   app.add_option("--kv-heads", o.kv_heads, "Llama n_kv_head")->type_name("K")->capture_default_str();
   app.add_option("--inter", o.inter, "Llama intermediate_size")->type_name("I")->capture_default_str();
   app.add_option("--llama-vocab", o.llama_vocab, "Llama vocab_size")->type_name("V")->capture_default_str();
+  app.add_option("--attention", o.attention, "stp's attention kernel (the torch script's is the naive one)")
+      ->check(CLI::IsMember({"naive", "fused"}))
+      ->capture_default_str();
+  app.add_flag("--gemm-shapes", o.gemm_shapes, "print stp's GEMM time per step by shape, with its GFLOP/s");
   auto* torch = app.add_option("--torch", o.torch, "the PyTorch script to compare with (run from the repository root)")
                     ->type_name("PATH")
                     ->capture_default_str();
