@@ -1,7 +1,7 @@
 // Fused causal attention (contract in attention_kernels.h). The functors are templates on the tile
-// sizes: the CUDA launch uses one row per thread, a plain CPU launch (nvcc builds, CPUs without
-// AVX2 + FMA) kCpuAttentionTile rows per tile. GCC x86-64 host builds on AVX2 + FMA CPUs run the
-// CPU stream through the vector path instead (attention_kernels_avx2.cpp): the same math and
+// sizes: the CUDA launch uses one row per thread, a plain CPU launch (CPUs without AVX2 + FMA)
+// kCpuAttentionTile rows per tile. GCC x86-64 host builds (nvcc's with GCC as host compiler too) on
+// AVX2 + FMA CPUs run the CPU stream through the vector path instead (attention_kernels_avx2.cpp): the same math and
 // summation orders (the tile walks of attention_tiles.h), on register-blocked 8-wide vector tile
 // products.
 #include "core/kernels/attention_kernels.h"
@@ -343,10 +343,11 @@ struct FusedBackwardQ {
   }
 };
 
-// The vector path runs where this file is host code (not in nvcc builds) and the CPU has AVX2 +
-// FMA; elsewhere the CPU runs the plain functors above (tiles of kCpuAttentionTile; they may round
-// differently, and are bitwise reproducible on one machine too).
-#if defined(STP_ATTENTION_SIMD_BUILT) && !defined(__CUDACC__)
+// The vector path runs on CPU streams where the CPU has AVX2 + FMA; elsewhere the CPU runs the
+// plain functors above (tiles of kCpuAttentionTile; they may round differently, and are bitwise
+// reproducible on one machine too). The dispatch below is host code, so nvcc builds (whose host
+// pass is GCC) take it too: the vector path is an ordinary host function of another file.
+#if defined(STP_ATTENTION_SIMD_BUILT)
 #define STP_ATTENTION_SIMD 1
 #endif
 

@@ -94,8 +94,8 @@ STP_HD inline void write_group_dq(const AttentionLayout& L, const float* acc, T*
 }
 
 // The CPU vector path (attention_kernels_avx2.cpp): GCC host builds on x86-64, on CPUs with AVX2 +
-// FMA. The dispatch in attention_kernels.cpp uses it only where that file is host code too (not in
-// nvcc builds, whose CPU stream runs the plain functors).
+// FMA. The dispatch in attention_kernels.cpp is host code in every build (nvcc's host pass too):
+// a CPU stream of an nvcc build takes the vector path as well.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define STP_ATTENTION_SIMD_BUILT 1
 // True when this CPU has AVX2 and FMA.

@@ -43,8 +43,8 @@ EXCEPTIONS = {
     "core/kernels/softmax_rows.h": "row helpers included by the cross-entropy *_kernels.cpp files (compiled there)",
     "core/kernels/softmax_rows_avx2.cpp": "the AVX2 + FMA host forms of softmax_rows.h's f32 row passes, called "
                                           "under !__CUDA_ARCH__ only, so no device code exists for them",
-    "core/kernels/attention_kernels_avx2.cpp": "the AVX2 + FMA host path: attention_kernels.cpp launches it only "
-                                               "where __CUDACC__ is undefined, so no device code exists for it",
+    "core/kernels/attention_kernels_avx2.cpp": "the AVX2 + FMA host path: attention_kernels.cpp calls it from host "
+                                               "code on CPU streams only, so no device code exists for it",
 }
 
 
