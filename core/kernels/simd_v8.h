@@ -10,11 +10,16 @@
 
 #include <cstdint>
 
-// The vector helpers are inlined into their callers (flattened into the AVX2 copy), so no vector
-// ever crosses a call boundary; GCC's note that a 32-byte vector return changes the ABI without
-// AVX does not apply (GCC reports it where the templates are instantiated, at the end of the
-// including file, so it stays off for the whole of it).
+// Every helper is always inlined into its AVX2 caller, so no vector ever crosses a call boundary;
+// GCC's note that a 32-byte vector return changes the ABI without AVX does not apply (GCC reports
+// it where the templates are instantiated, at the end of the including file, so it stays off for
+// the whole of it). `always_inline`, not plain `inline`: an unoptimised build (the sanitizer
+// builds) does not inline otherwise, even into a `flatten` caller, and an out-of-line helper
+// compiled without AVX returns its vector in memory while the AVX caller reads it from a
+// register. `static`: each including file has its own copy, never merged with another's.
 #pragma GCC diagnostic ignored "-Wpsabi"
+
+#define STP_V8_INLINE static inline __attribute__((always_inline))
 
 namespace stp::simd_v8 {
 
@@ -22,14 +27,14 @@ typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4)));  // unaligned loads and stores
 typedef std::int32_t i8 __attribute__((vector_size(32)));
 
-inline v8 vload(const float* p) { return *reinterpret_cast<const v8u*>(p); }
-inline void vstore(float* p, v8 x) { *reinterpret_cast<v8u*>(p) = x; }
-inline v8 vsplat(float x) { return v8{} + x; }
+STP_V8_INLINE v8 vload(const float* p) { return *reinterpret_cast<const v8u*>(p); }
+STP_V8_INLINE void vstore(float* p, v8 x) { *reinterpret_cast<v8u*>(p) = x; }
+STP_V8_INLINE v8 vsplat(float x) { return v8{} + x; }
 
 // exp_nonpositive (exp_nonpositive.h) on 8 lanes: the same steps (clamp, Cody-Waite reduction, the
 // degree-6 polynomial, 2^n through the exponent bits). A comparison yields -1 per true lane, so
 // `n += c` subtracts one where c holds.
-inline v8 exp_v(v8 x) {
+STP_V8_INLINE v8 exp_v(v8 x) {
   x = x < vsplat(-87.0f) ? vsplat(-87.0f) : x;
   const v8 fx = x * 1.44269504088896341f;
   i8 n = __builtin_convertvector(fx, i8);
