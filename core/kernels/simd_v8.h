@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "core/kernels/exp_nonpositive.h"
+
 // Every helper is always inlined into its AVX2 caller, so no vector ever crosses a call boundary;
 // GCC's note that a 32-byte vector return changes the ABI without AVX does not apply (GCC reports
 // it where the templates are instantiated, at the end of the including file, so it stays off for
@@ -36,20 +38,13 @@ STP_V8_INLINE v8 vsplat(float x) { return v8{} + x; }
 // `n += c` subtracts one where c holds.
 STP_V8_INLINE v8 exp_v(v8 x) {
   x = x < vsplat(-87.0f) ? vsplat(-87.0f) : x;
-  const v8 fx = x * 1.44269504088896341f;
+  const v8 fx = x * kLog2e;
   i8 n = __builtin_convertvector(fx, i8);
   n += __builtin_convertvector(n, v8) > fx;
   n -= fx - __builtin_convertvector(n, v8) > vsplat(0.5f);
   const v8 nf = __builtin_convertvector(n, v8);
-  const v8 r = (x - nf * 0.693359375f) - nf * -2.12194440e-4f;
-  v8 y = vsplat(1.9875691500e-4f);
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * r * r + r + 1.0f;
-  return y * (v8)((n + 127) << 23);
+  const v8 r = (x - nf * kLn2Hi) - nf * kLn2Lo;
+  return exp_reduced(r) * (v8)((n + 127) << 23);
 }
 
 }  // namespace stp::simd_v8
