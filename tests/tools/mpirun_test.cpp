@@ -43,8 +43,12 @@ Launch run(int np, const std::string& args, const std::string& env = "") {
   std::string tmpl = (fs::temp_directory_path() / "stp_mpirun_XXXXXX").string();
   std::string dir = mkdtemp(tmpl.data()) ? tmpl : std::string("/tmp");
   std::string launcher = np > 0 ? kMpiexec + " " + STP_MPIEXEC_FLAGS + " -np " + std::to_string(np) + " " : "";
-  std::string cmd = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + env + " timeout 120 " +
-                    launcher + STP_BINARY_DIR + "/stp " + args + " >" + dir + "/out 2>" + dir + "/err </dev/null";
+  // Open MPI 4 keeps its session directory under ompi.<host>.<uid> in the temporary folder, and two
+  // launchers creating it at once can both fail with "File exists" (ctest runs these tests in
+  // parallel): each launch gets a session base of its own, removed with `dir`.
+  std::string cmd = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_orte_tmpdir_base=" + dir +
+                    " " + env + " timeout 120 " + launcher + STP_BINARY_DIR + "/stp " + args + " >" + dir + "/out 2>" +
+                    dir + "/err </dev/null";
   auto start = std::chrono::steady_clock::now();
   int rc = std::system(cmd.c_str());
   Launch l;
