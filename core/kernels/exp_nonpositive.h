@@ -1,6 +1,7 @@
 // exp(x) for x <= 0, single source for CPU and CUDA: the exponential of every softmax here
 // (attention scores, cross-entropy rows), whose argument is always a value minus a maximum or a
-// log-sum-exp. Its 8-lane form for the CPU vector paths is exp_v in simd_v8.h.
+// log-sum-exp, and of the sigmoid of GELU and SwiGLU (exp(-|x|), activation_rows.h). Its 8-lane
+// form for the CPU vector paths is exp_v in simd_v8.h.
 #pragma once
 
 #include <cstdint>

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/kernels/activation_rows.h"
 #include "core/kernels/norm_rows.h"
 #include "core/launch.h"
 
@@ -110,8 +111,7 @@ struct Rope {
 
 // ---- SwiGLU --------------------------------------------------------------------------------------
 
-STP_HD inline float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
-
+// h row n = [gate (F) | up (F)] -> y row n (F); the formulas are activation_rows.h's.
 template <typename T>
 struct SwigluForward {
   T* y;
@@ -119,16 +119,10 @@ struct SwigluForward {
   i64 F;
   STP_HD void operator()(usize n) const {
     const T* g = h + n * 2 * F;
-    const T* u = g + F;
-    T* o = y + n * F;
-    for (i64 j = 0; j < F; ++j) {
-      const float gv = to_f32(g[j]);
-      o[j] = from_f32<T>(gv * sigmoid(gv) * to_f32(u[j]));
-    }
+    activation_rows::swiglu_run(y + n * F, g, g + F, F);
   }
 };
 
-// silu'(g) = s (1 + g (1 - s)), s = sigmoid(g).
 template <typename T>
 struct SwigluBackward {
   T* dh;
@@ -137,15 +131,8 @@ struct SwigluBackward {
   i64 F;
   STP_HD void operator()(usize n) const {
     const T* g = h + n * 2 * F;
-    const T* u = g + F;
-    const T* d = dy + n * F;
     T* dg = dh + n * 2 * F;
-    T* du = dg + F;
-    for (i64 j = 0; j < F; ++j) {
-      const float gv = to_f32(g[j]), uv = to_f32(u[j]), dv = to_f32(d[j]), sg = sigmoid(gv);
-      dg[j] = from_f32<T>(dv * uv * sg * (1.0f + gv * (1.0f - sg)));
-      du[j] = from_f32<T>(dv * gv * sg);
-    }
+    activation_rows::swiglu_backward_run(dg, dg + F, dy + n * F, g, g + F, F);
   }
 };
 

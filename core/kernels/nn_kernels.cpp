@@ -6,6 +6,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "core/kernels/activation_rows.h"
 #include "core/kernels/norm_rows.h"
 #include "core/kernels/softmax_rows.h"
 #include "core/kernels/vocab_kernels.h"
@@ -157,32 +158,31 @@ struct ColumnSum {
 
 // ---- GELU ----------------------------------------------------------------------------------------
 
-constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
-
-// 0.5 * (1 + tanh(u)) = sigmoid(2u): one expf instead of tanhf (several times cheaper on CPUs).
-STP_HD inline float half_one_plus_tanh(float u) { return 1.0f / (1.0f + expf(-2.0f * u)); }
+// One task per run of `run` contiguous elements (activation_rows.h): on the CPU a run is long
+// enough for the 8-wide form, on a GPU it is one element per thread. Elements are independent, so
+// the split never changes a result.
+inline i64 activation_run(Stream& s) { return s.device().kind() == DeviceKind::Cpu ? 1024 : 1; }
 
 template <typename T>
 struct GeluForward {
   T* y;
   const T* x;
-  STP_HD void operator()(usize i) const {
-    float v = to_f32(x[i]);
-    y[i] = from_f32<T>(v * half_one_plus_tanh(kGeluC * (v + 0.044715f * v * v * v)));
+  i64 n, run;
+  STP_HD void operator()(usize r) const {
+    const i64 begin = static_cast<i64>(r) * run;
+    activation_rows::gelu_run(y + begin, x + begin, n - begin < run ? n - begin : run);
   }
 };
 
-// d/dx [x * s(x)], s = 0.5 (1 + tanh(u)): s + x * u' * 2 s (1 - s)  (since tanh' = 1 - t^2 = 4 s (1 - s)).
 template <typename T>
 struct GeluBackward {
   T* dx;
   const T* dy;
   const T* x;
-  STP_HD void operator()(usize i) const {
-    float v = to_f32(x[i]);
-    float sg = half_one_plus_tanh(kGeluC * (v + 0.044715f * v * v * v));
-    float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
-    dx[i] = from_f32<T>(to_f32(dy[i]) * (sg + v * du * 2.0f * sg * (1.0f - sg)));
+  i64 n, run;
+  STP_HD void operator()(usize r) const {
+    const i64 begin = static_cast<i64>(r) * run;
+    activation_rows::gelu_backward_run(dx + begin, dy + begin, x + begin, n - begin < run ? n - begin : run);
   }
 };
 
@@ -380,12 +380,14 @@ void column_sum_accumulate(Stream& s, float* db, const T* dy, i64 N, i64 M) {
 
 template <typename T>
 void gelu_forward(Stream& s, T* y, const T* x, i64 n) {
-  launch(s, static_cast<usize>(n), GeluForward<T>{y, x}, 2048);
+  const i64 run = activation_run(s);
+  launch(s, column_tasks(n, run), GeluForward<T>{y, x, n, run}, static_cast<usize>((2048 + run - 1) / run));
 }
 
 template <typename T>
 void gelu_backward(Stream& s, T* dx, const T* dy, const T* x, i64 n) {
-  launch(s, static_cast<usize>(n), GeluBackward<T>{dx, dy, x}, 2048);
+  const i64 run = activation_run(s);
+  launch(s, column_tasks(n, run), GeluBackward<T>{dx, dy, x, n, run}, static_cast<usize>((2048 + run - 1) / run));
 }
 
 void add(Stream& s, float* y, const float* a, const float* b, i64 n) {

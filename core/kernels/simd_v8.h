@@ -1,7 +1,7 @@
 // 8-lane float vectors (GCC vector extensions) for the CPU vector paths of the kernels
-// (attention_kernels_avx2.cpp, softmax_rows_avx2.cpp): host code for GCC on x86-64 only, included
-// by files whose callers are compiled for AVX2 + FMA (`target("avx2,fma"), flatten`), so every
-// helper here is inlined and each vector is one ymm register. Never seen by nvcc.
+// (attention_kernels_avx2.cpp, softmax_rows_avx2.cpp, activation_rows_avx2.cpp): host code for GCC
+// on x86-64 only, included by files whose callers are compiled for AVX2 + FMA (`target("avx2,fma"),
+// flatten`), so every helper here is inlined and each vector is one ymm register. Never seen by nvcc.
 #pragma once
 
 #if !defined(__GNUC__) || defined(__clang__) || !defined(__x86_64__) || defined(__CUDACC__)

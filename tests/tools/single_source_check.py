@@ -41,6 +41,9 @@ EXCEPTIONS = {
     "core/kernels/exp_nonpositive.h": "the softmax exponential, included by the attention and cross-entropy "
                                       "*_kernels.cpp files (compiled there)",
     "core/kernels/softmax_rows.h": "row helpers included by the cross-entropy *_kernels.cpp files (compiled there)",
+    "core/kernels/activation_rows.h": "GELU and SwiGLU runs included by nn_kernels.cpp and llama_kernels.cpp (compiled there)",
+    "core/kernels/activation_rows_avx2.cpp": "the AVX2 + FMA host forms of activation_rows.h's f32 runs, called under "
+    "!__CUDA_ARCH__ only, so no device code exists for them",
     "core/kernels/softmax_rows_avx2.cpp": "the AVX2 + FMA host forms of softmax_rows.h's f32 row passes, called "
                                           "under !__CUDA_ARCH__ only, so no device code exists for them",
     "core/kernels/attention_kernels_avx2.cpp": "the AVX2 + FMA host path: attention_kernels.cpp calls it from host "
