@@ -24,19 +24,10 @@
 #include <string>
 #include <vector>
 
+#include "core/kernels/adamw_ranges.h"
 #include "core/kernels/optim_kernels.h"
 
 namespace stp {
-
-enum class CpuIsa { Scalar, Avx2, Avx512 };
-
-std::string to_string(CpuIsa isa);
-
-// The widest instruction set this CPU runs (AVX-512F, else AVX2, else scalar).
-CpuIsa best_cpu_isa();
-
-// Whether this CPU runs `isa` (Scalar: always).
-bool cpu_has_isa(CpuIsa isa);
 
 // Elements per parallel task.
 constexpr std::size_t kCpuAdamWGrain = std::size_t{1} << 15;

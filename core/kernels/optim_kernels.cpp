@@ -1,29 +1,31 @@
 // Single-source optimizer kernels (compiled by nvcc when the CUDA backend is on).
 #include "core/kernels/optim_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "core/kernels/adamw_ranges.h"
 #include "core/launch.h"
 
 namespace stp {
 namespace {
 
-// The order of operations follows torch's _single_tensor_adamw so results agree to rounding.
+// One task per run of `run` elements: on the CPU a run goes through adamw_range with the widest
+// vector instruction set (bitwise adamw_element, adamw_ranges.h), on a GPU it is one element per
+// thread.
 struct AdamWKernel {
   float* p;
   const float* g;
   float* m;
   float* v;
+  std::size_t n, run;
   AdamWScalars c;
-  STP_HD void operator()(std::size_t i) const {
-    float gi = g[i];
-    float pi = p[i] * c.decay_factor;
-    float mi = m[i] * c.beta1 + gi * c.one_minus_beta1;
-    float vi = v[i] * c.beta2 + (gi * gi) * c.one_minus_beta2;
-    float denom = sqrtf(vi) / c.bias2_sqrt + c.eps;
-    p[i] = pi - c.step_size * (mi / denom);
-    m[i] = mi;
-    v[i] = vi;
+  STP_HD void operator()(std::size_t r) const {
+    const std::size_t begin = r * run, end = begin + run < n ? begin + run : n;
+#if !defined(__CUDA_ARCH__)
+    if (run > 1) return adamw_range(best_cpu_isa(), p, g, m, v, begin, end, c);
+#endif
+    for (std::size_t i = begin; i < end; ++i) adamw_element(p, g, m, v, i, c);
   }
 };
 
@@ -89,7 +91,9 @@ AdamWScalars adamw_scalars(float lr, const AdamWHyper& h, int step, bool decay) 
 
 void adamw_step(Stream& s, float* param, const float* grad, float* m, float* v, std::size_t n, float lr,
                 const AdamWHyper& h, int step, bool decay) {
-  launch(s, n, AdamWKernel{param, grad, m, v, adamw_scalars(lr, h, step, decay)});
+  const std::size_t run = s.device().kind() == DeviceKind::Cpu ? 8192 : 1;
+  launch(s, (n + run - 1) / run, AdamWKernel{param, grad, m, v, n, run, adamw_scalars(lr, h, step, decay)},
+         std::max<std::size_t>(1, 32768 / run));
 }
 
 std::size_t sumsq_partials_count(std::size_t n) { return n == 0 ? 1 : (n + kSumSqBlock - 1) / kSumSqBlock; }

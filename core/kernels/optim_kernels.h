@@ -53,7 +53,8 @@ AdamWScalars adamw_scalars(float lr, const AdamWHyper& h, int step, bool decay);
 //   m' = m * beta1 + g * one_minus_beta1
 //   v' = v * beta2 + (g * g) * one_minus_beta2
 //   p  = p' - step_size * (m' / (sqrt(v') / bias2_sqrt + eps))
-// optim/cpu_adamw.h repeats exactly these operations on host memory (bitwise equal results).
+// The formula is adamw_element (adamw_ranges.h); CPU streams run it through adamw_range's vector
+// forms, which optim/cpu_adamw.h shares for host memory (bitwise equal results).
 void adamw_step(Stream& s, float* param, const float* grad, float* m, float* v, std::size_t n, float lr,
                 const AdamWHyper& h, int step, bool decay);
 

@@ -41,6 +41,8 @@ EXCEPTIONS = {
     "core/kernels/exp_nonpositive.h": "the softmax exponential, included by the attention and cross-entropy "
                                       "*_kernels.cpp files (compiled there)",
     "core/kernels/softmax_rows.h": "row helpers included by the cross-entropy *_kernels.cpp files (compiled there)",
+    "core/kernels/adamw_ranges.h": "adamw_element, included by optim_kernels.cpp (compiled there); its host "
+    "ranges (adamw_ranges.cpp) are called under !__CUDA_ARCH__ only",
     "core/kernels/activation_rows.h": "GELU and SwiGLU runs included by nn_kernels.cpp and llama_kernels.cpp (compiled there)",
     "core/kernels/activation_rows_avx2.cpp": "the AVX2 + FMA host forms of activation_rows.h's f32 runs, called under "
     "!__CUDA_ARCH__ only, so no device code exists for them",

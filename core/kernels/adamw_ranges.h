@@ -1,0 +1,48 @@
+// AdamW on a range of host memory with the widest vector instruction set the CPU has: the element
+// loop shared by the CPU backend's adamw_step (core/kernels/optim_kernels.cpp, on its streams) and
+// the CPU optimizer of host-resident state (optim/cpu_adamw.h). Host code, GCC only for the vector
+// forms; never compiled by nvcc.
+//
+// Every form runs adamw_element's operations in its order, each rounded on its own: separate
+// multiply, add, divide and square-root instructions (IEEE correctly rounded in every instruction
+// set), and this file is compiled with -ffp-contract=off. So every element gets the same bits
+// whatever the instruction set, the split into ranges or the thread that runs it.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <string>
+
+#include "core/dtype.h"
+#include "core/kernels/optim_kernels.h"
+
+namespace stp {
+
+// The element formula of adamw_step (optim_kernels.h), in torch's _single_tensor_adamw order.
+STP_HD inline void adamw_element(float* p, const float* g, float* m, float* v, std::size_t i, const AdamWScalars& c) {
+  float gi = g[i];
+  float pi = p[i] * c.decay_factor;
+  float mi = m[i] * c.beta1 + gi * c.one_minus_beta1;
+  float vi = v[i] * c.beta2 + (gi * gi) * c.one_minus_beta2;
+  float denom = sqrtf(vi) / c.bias2_sqrt + c.eps;
+  p[i] = pi - c.step_size * (mi / denom);
+  m[i] = mi;
+  v[i] = vi;
+}
+
+enum class CpuIsa { Scalar, Avx2, Avx512 };
+
+std::string to_string(CpuIsa isa);
+
+// The widest instruction set this CPU runs (AVX-512F, else AVX2, else scalar).
+CpuIsa best_cpu_isa();
+
+// Whether this CPU runs `isa` (Scalar: always).
+bool cpu_has_isa(CpuIsa isa);
+
+// adamw_element for every i in [begin, end), 16 or 8 lanes at a time with `isa` (one cpu_has_isa
+// accepts; the caller checks), the scalar formula for the tail.
+void adamw_range(CpuIsa isa, float* p, const float* g, float* m, float* v, std::size_t begin, std::size_t end,
+                 const AdamWScalars& c);
+
+}  // namespace stp
