@@ -12,6 +12,7 @@
 
 #if defined(STP_ATTENTION_SIMD_BUILT)
 
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -30,9 +31,11 @@ using namespace simd_v8;  // NOLINT(google-build-using-namespace): the vector vo
 void tile_product_avx512(float* c, i64 ldc, i64 nrows, i64 ncols, bool acc, const float* alpha, const float* w, i64 wr,
                          i64 wk, const float* x, i64 ldx, i64 nk);
 
+std::atomic<bool> g_allow_avx512{true};
+
 inline bool avx512_available() {
   static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-  return yes;
+  return yes && g_allow_avx512.load(std::memory_order_relaxed);
 }
 
 inline void tile_product(float* c, i64 ldc, i64 nrows, i64 ncols, bool acc, const float* alpha, const float* w, i64 wr,
@@ -318,6 +321,8 @@ struct Avx2Task {
 };
 
 }  // namespace
+
+void simd_attention_allow_avx512(bool allow) { g_allow_avx512.store(allow, std::memory_order_relaxed); }
 
 bool simd_attention_available() {
   static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

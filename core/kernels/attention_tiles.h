@@ -100,6 +100,10 @@ STP_HD inline void write_group_dq(const AttentionLayout& L, const float* acc, T*
 #define STP_ATTENTION_SIMD_BUILT 1
 // True when this CPU has AVX2 and FMA.
 bool simd_attention_available();
+// Whether the vector path's tile products may take their 16-wide AVX-512 form on CPUs that have
+// AVX-512F (default true). The results are bitwise those of the 8-wide form either way; tests turn
+// it off to check that.
+void simd_attention_allow_avx512(bool allow);
 // fused_attention_forward's CPU stream work, scale = 1 / sqrt(D).
 template <typename T>
 void simd_attention_forward(Stream& s, const AttentionLayout& L, T* o, float* lse, const T* q, const T* k, const T* v,

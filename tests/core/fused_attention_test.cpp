@@ -43,6 +43,7 @@
 #include "base/error.h"
 #include "core/cpu/cpu_device.h"
 #include "core/kernels/attention_kernels.h"
+#include "core/kernels/attention_tiles.h"
 
 using namespace stp;
 
@@ -290,6 +291,40 @@ void expect_deterministic() {
 TEST(FusedAttention, BitwiseDeterministicAcrossRunsAndThreadCounts) {
   expect_deterministic<float>();
   expect_deterministic<bf16>();
+}
+
+// The vector path's AVX-512 tile products (16 lanes, 4 x 32 blocks) against its AVX2 ones (8 lanes,
+// 4 x 16): every element is the same multiply-add chain, so every output is bitwise equal. D = 32
+// runs the 32-column blocks, D = 16 the 16-column remainder.
+template <typename T>
+void expect_avx512_same_as_avx2(const Case& c) {
+  const Problem p = make_problem(c, 11, std::is_same_v<T, bf16>);
+  auto same = [](const auto& a, const auto& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+  };
+  attention_detail::simd_attention_allow_avx512(false);
+  const Buffers<T> narrow = run<T>(p);
+  attention_detail::simd_attention_allow_avx512(true);
+  const Buffers<T> wide = run<T>(p);
+  EXPECT_TRUE(same(wide.o, narrow.o)) << "o";
+  EXPECT_TRUE(same(wide.lse, narrow.lse)) << "lse";
+  EXPECT_TRUE(same(wide.dq, narrow.dq)) << "dq";
+  EXPECT_TRUE(same(wide.dk, narrow.dk)) << "dk";
+  EXPECT_TRUE(same(wide.dv, narrow.dv)) << "dv";
+}
+
+TEST(FusedAttention, Avx512TileProductsAreBitwiseTheAvx2Ones) {
+#if defined(STP_ATTENTION_SIMD_BUILT)
+  if (!attention_detail::simd_attention_available() || !__builtin_cpu_supports("avx512f"))
+    GTEST_SKIP() << "this CPU runs one of the two forms only";
+  for (const Case& c : {Case{2, 300, 4, 2, 32}, Case{1, 129, 2, 2, 16}, Case{1, 45, 2, 2, 12}}) {
+    SCOPED_TRACE("T " + std::to_string(c.T) + " D " + std::to_string(c.D));
+    expect_avx512_same_as_avx2<float>(c);
+    expect_avx512_same_as_avx2<bf16>(c);
+  }
+#else
+  GTEST_SKIP() << "no vector path in this build";
+#endif
 }
 
 TEST(FusedAttention, RejectsHeadDimensionAboveTheLimitAndUnevenGroups) {
