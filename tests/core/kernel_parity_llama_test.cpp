@@ -95,7 +95,8 @@ void KernelParity::rope_case() {
 TEST_P(KernelParity, Rope) { rope_case<float>(); }
 TEST_P(KernelParity, RopeBf16) { rope_case<bf16>(); }
 
-// silu(g) u: expf 3 ulp apart, 1 + e, the quotient and two products add 5 roundings, no
+// silu(g) u: the sigmoid's exp_nonpositive 3 ulp apart (where one side fuses a multiply-add of the
+// polynomial), 1 + e, the quotient, e times it (g < 0) and two products add 6 roundings, no
 // cancellation: 16 u relative. Backward dg = dy u s (1 + g (1 - s)): 1 - s and 1 + g (1 - s) can
 // cancel, so their error (6 u of s, times |g| <= 4, plus 4 u) is absolute in |dy u s| <= 1: 64 u;
 // du = dy g s: 16 u relative.

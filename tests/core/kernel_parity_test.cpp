@@ -339,10 +339,12 @@ TEST_P(KernelParity, ColumnSumBf16) { column_sum_case<bf16>(); }
 
 constexpr i64 kElems = 100003;  // several CUDA blocks, a partial last one
 
-// gelu(x) = x * s, s = 1 / (1 + expf(-2u)), u = c (x + 0.044715 x^3). u is 3 u (unit roundoff)
-// apart at most (the cubic term's product may be contracted; same sign, no cancellation), so
-// exp(-2u) is (6 |u| + 3) u apart (3 ulp of expf); s and x * s add 3 roundings. |x| <= 4 here gives
-// |u| <= 5.5: 39 u, rounded up to 64 u, relative (no cancellation anywhere).
+// gelu(x) = x * s, s = sigmoid(2u), u = c (x + 0.044715 x^3), the sigmoid 1 / (1 + e) or e / (1 + e)
+// with e = exp_nonpositive(-2|u|) (activation_rows.h, the same polynomial on both sides). u is 3 u
+// (unit roundoff) apart at most (the cubic term's product may be contracted; same sign, no
+// cancellation), so e is (6 |u| + 3) u apart (3 ulp where one side fuses a multiply-add of the
+// polynomial); s and x * s add 4 roundings. |x| <= 4 here gives |u| <= 5.5: 40 u, rounded up to
+// 64 u, relative (no cancellation anywhere).
 constexpr double kGeluRel = 64 * kU;
 
 template <typename T>
