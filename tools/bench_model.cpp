@@ -42,6 +42,7 @@
 #include "core/kernels/optim_kernels.h"
 #include "memory/block_arena.h"
 #include "models/registry.h"
+#include "tools/blas_env.h"
 #include "tools/cli.h"
 
 namespace {
@@ -261,6 +262,7 @@ int bench(const Options& o) {
 }  // namespace stp
 
 int main(int argc, char** argv) {
+  stp::tools::reexec_with_blas_tuning(argv);  // OpenBLAS reads its settings when it loads
   stp::Options o;
   CLI::App app{
       "Training throughput of a GPT-2 and a Llama stage on the CPU backend, single rank: tokens/s, GEMM "

@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 #include "process/process.h"
+#include "tools/blas_env.h"
 #include "tools/cli.h"
 #include "tools/command.h"
 
@@ -58,6 +59,7 @@ static int fail(int status, bool together) {
 }
 
 int main(int argc, char** argv) {
+  stp::tools::reexec_with_blas_tuning(argv);  // OpenBLAS reads its settings when it loads
   CLI::App app{
       "stp: a training runtime for GPT-2 and Llama-family models with tensor and pipeline parallelism (README.md).",
       "stp"};

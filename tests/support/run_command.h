@@ -30,15 +30,20 @@ inline std::string slurp(const std::string& path) {
 
 inline bool have_stp() { return std::filesystem::exists(std::string(STP_BINARY_DIR) + "/stp"); }
 
-// `args` is appended to the command line as is (quote it yourself).
-inline CommandResult run_stp(const std::string& args) {
+// Runs a shell command line as is (quote it yourself), stdin from /dev/null.
+inline CommandResult run_command(const std::string& command) {
   std::string tmpl = (std::filesystem::temp_directory_path() / "stp_cmd_XXXXXX").string();
   std::string dir = mkdtemp(tmpl.data()) ? tmpl : std::string("/tmp");
-  std::string cmd = std::string(STP_BINARY_DIR) + "/stp " + args + " >" + dir + "/out 2>" + dir + "/err </dev/null";
+  std::string cmd = command + " >" + dir + "/out 2>" + dir + "/err </dev/null";
   int rc = std::system(cmd.c_str());
   CommandResult r{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, slurp(dir + "/out"), slurp(dir + "/err")};
   std::filesystem::remove_all(dir);
   return r;
+}
+
+// `args` is appended to the stp command line as is (quote it yourself).
+inline CommandResult run_stp(const std::string& args) {
+  return run_command(std::string(STP_BINARY_DIR) + "/stp " + args);
 }
 
 }  // namespace stp::testing
