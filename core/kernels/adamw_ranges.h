@@ -1,11 +1,12 @@
-// AdamW on a range of host memory with the widest vector instruction set the CPU has: the element
-// loop shared by the CPU backend's adamw_step (core/kernels/optim_kernels.cpp, on its streams) and
-// the CPU optimizer of host-resident state (optim/cpu_adamw.h). Host code, GCC only for the vector
-// forms; never compiled by nvcc.
+// AdamW's element formula, single source (adamw_element: the device kernel of
+// core/kernels/optim_kernels.cpp runs it per GPU thread), and the host loop over a range of it with
+// the widest vector instruction set the CPU has (adamw_range, defined in adamw_ranges.cpp, compiled
+// by the host compiler only), shared by the CPU backend's adamw_step on its streams and the CPU
+// optimizer of host-resident state (optim/cpu_adamw.h).
 //
 // Every form runs adamw_element's operations in its order, each rounded on its own: separate
 // multiply, add, divide and square-root instructions (IEEE correctly rounded in every instruction
-// set), and this file is compiled with -ffp-contract=off. So every element gets the same bits
+// set), and adamw_ranges.cpp is compiled with -ffp-contract=off. So every element gets the same bits
 // whatever the instruction set, the split into ranges or the thread that runs it.
 #pragma once
 
