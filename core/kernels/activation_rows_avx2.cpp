@@ -29,10 +29,7 @@ STP_V8_INLINE v8 gelu_s_v(v8 v) { return sigmoid_v(2.0f * (kGeluC * (v + kGeluA 
 
 }  // namespace
 
-bool simd_available() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
+bool simd_available() { return cpu_has_avx2_fma(); }
 
 __attribute__((target("avx2,fma"), flatten)) void simd_gelu_run(float* y, const float* x, i64 n) {
   i64 i = 0;

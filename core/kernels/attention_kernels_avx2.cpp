@@ -24,10 +24,8 @@ namespace {
 
 using namespace simd_v8;  // NOLINT(google-build-using-namespace): the vector vocabulary of this file
 
-// c[r][0 .. ncols) = (acc ? c[r][.] * (alpha ? alpha[r] : 1) : 0) + sum_{k < nk} w[r*wr + k*wk] * x[k*ldx + .]
-// for r < nrows (a multiple of 4) and ncols a multiple of 16; k runs in order for every element.
-// The 4 x 16 block lives in eight registers over the whole k loop (a tile array would be loaded
-// and stored per k: the plain functors' bottleneck).
+// The 16-wide form of tile_product (below it), taken when the CPU has AVX-512F and the tests allow it
+// (simd_attention_allow_avx512).
 void tile_product_avx512(float* c, i64 ldc, i64 nrows, i64 ncols, bool acc, const float* alpha, const float* w, i64 wr,
                          i64 wk, const float* x, i64 ldx, i64 nk);
 
@@ -38,6 +36,10 @@ inline bool avx512_available() {
   return yes && g_allow_avx512.load(std::memory_order_relaxed);
 }
 
+// c[r][0 .. ncols) = (acc ? c[r][.] * (alpha ? alpha[r] : 1) : 0) + sum_{k < nk} w[r*wr + k*wk] * x[k*ldx + .]
+// for r < nrows (a multiple of 4) and ncols a multiple of 16; k runs in order for every element.
+// The 4 x 16 block lives in eight registers over the whole k loop (a tile array would be loaded
+// and stored per k: the plain functors' bottleneck).
 inline void tile_product(float* c, i64 ldc, i64 nrows, i64 ncols, bool acc, const float* alpha, const float* w, i64 wr,
                          i64 wk, const float* x, i64 ldx, i64 nk) {
   if (avx512_available()) return tile_product_avx512(c, ldc, nrows, ncols, acc, alpha, w, wr, wk, x, ldx, nk);
@@ -324,10 +326,7 @@ struct Avx2Task {
 
 void simd_attention_allow_avx512(bool allow) { g_allow_avx512.store(allow, std::memory_order_relaxed); }
 
-bool simd_attention_available() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
+bool simd_attention_available() { return cpu_has_avx2_fma(); }
 
 template <typename T>
 void simd_attention_forward(Stream& s, const AttentionLayout& L, T* o, float* lse, const T* q, const T* k, const T* v,

@@ -15,10 +15,7 @@ using namespace simd_v8;  // NOLINT(google-build-using-namespace): the vector vo
 
 static_assert(kLanes == 8, "one lane per element of a v8");
 
-bool simd_available() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
+bool simd_available() { return cpu_has_avx2_fma(); }
 
 __attribute__((target("avx2,fma"), flatten)) float simd_row_max(const float* l, i64 n) {
   v8 m = vsplat(-INFINITY);
