@@ -224,7 +224,7 @@ void mlp_recompute_t(const GPT2Dims& d, const BranchParams& p, Recompute r, Reco
 template <typename A>
 void head_forward_t(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, const Tensor& x,
                     const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs) {
-  // 1. ln_f; its statistics are read by this unit's own B (no all-reduce in the head).
+  // 1. ln_f; its statistics are read by this unit's own B.
   Tensor ln = layernorm_with_records<A>(d, ln_f, x, rec, cs, kB);
   // 2. Tied LM head: logits = ln_f(x) wte^T, and the loss.
   lm_head_forward(d, wte, ln, targets, loss, rec, cs);
@@ -235,16 +235,21 @@ Tensor head_backward_input_t(const GPT2Dims& d, const LayerNormParams& ln_f, Par
                              RecordSet& rec, CallScope& cs) {
   const i64 N = d.N();
   Stream& s = cs.stream();
-  // 1. dlogits, and dln = dlogits wte.
+  // 1. dlogits, and dln = dlogits wte (vocab-parallel: this rank's partial).
   Tensor dln = lm_head_backward_input(d, wte, loss_scale, rec, cs);
-  // 2. ln_f backward (replicated, exact: nothing to reduce). The head is the first gradient
-  //    source, so there is no residual gradient to add.
+  // 2. ln_f backward. The head is the first gradient source, so there is no residual gradient to
+  //    add. Replicated: exact, nothing to reduce. Vocab-parallel: on the partial dln, so dx is a
+  //    partial for the caller's all-reduce and the weight grads are summed here
+  //    (models/unit_common.h, head_norm_grad_partials).
   Tensor x = rec.take("ln.x"), mean = rec.take("ln.mean"), rstd = rec.take("ln.rstd");
   Tensor dx = cs.keep({d.B, d.T, d.C});
+  Tensor partials = d.vocab_parallel ? head_norm_grad_partials(2 * d.C, cs) : Tensor();
+  float* dw = d.vocab_parallel ? partials.f32() : ln_f.w->grad.f32();
+  float* db = d.vocab_parallel ? partials.f32() + d.C : ln_f.b->grad.f32();
   layernorm_backward_input(s, dx.f32(), nullptr, dln.f32(), x.f32(), mean.f32(), rstd.f32(), ln_f.w->param.f32(), N,
                            d.C);
-  layernorm_backward_weight_accumulate(s, ln_f.w->grad.f32(), ln_f.b->grad.f32(), dln.f32(), x.f32(), mean.f32(),
-                                       rstd.f32(), N, d.C);
+  layernorm_backward_weight_accumulate(s, dw, db, dln.f32(), x.f32(), mean.f32(), rstd.f32(), N, d.C);
+  if (d.vocab_parallel) sum_head_norm_grads(d, partials, {ln_f.w, ln_f.b}, cs);
   for (Tensor* t : {&x, &mean, &rstd}) cs.release(std::move(*t));
   return dx;
 }

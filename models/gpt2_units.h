@@ -7,7 +7,7 @@
 //   embed  F: x0 = wte[tokens] + wpe (token_embedding_forward, models/unit_common.h)
 //   attn   F: LN1 -> c_attn (column) -> causal attention -> c_proj (row) -> partial sum
 //   mlp    F: LN2 -> c_fc (column) -> GELU -> c_proj (row) -> partial sum
-//   head   F: ln_f -> logits = x wte^T -> cross-entropy   (replicated on every TP rank)
+//   head   F: ln_f -> logits = x wte^T -> cross-entropy   (replicated, or vocab-parallel: models/unit_common.h)
 //
 // Note [Residual folded into rank 0's partial]
 //   A transformer sub-layer is x' = x + AR(P), P = this rank's row-parallel partial output. Rank 0
@@ -105,7 +105,9 @@ void mlp_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, Record
 // Writes the mean loss into `loss` (1,).
 void head_forward(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, const Tensor& x,
                   const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs);
-// Returns dx, the gradient w.r.t. the head's input (full on every rank; nothing to reduce).
+// Returns dx, the gradient w.r.t. the head's input: whole on every rank with the replicated
+// vocabulary, this rank's partial for the caller's all-reduce when vocab-parallel
+// (head_norm_grad_partials, models/unit_common.h).
 Tensor head_backward_input(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, float loss_scale,
                            RecordSet& rec, CallScope& cs);
 // W: lm_head_backward_weight (models/unit_common.h) with wte.

@@ -238,13 +238,18 @@ Tensor head_backward_input_t(const LlamaDims& d, ParamInfo& norm, ParamInfo& hea
                              CallScope& cs) {
   const i64 N = d.N();
   Stream& s = cs.stream();
-  // 1. dlogits, and dln = dlogits W.
+  // 1. dlogits, and dln = dlogits W (vocab-parallel: this rank's partial).
   Tensor dln = lm_head_backward_input(d, head_w, loss_scale, rec, cs);
-  // 2. The final norm's backward (replicated, nothing to reduce, no residual gradient).
+  // 2. The final norm's backward (no residual gradient). Replicated: exact, nothing to reduce.
+  //    Vocab-parallel: on the partial dln, so dx is a partial for the caller's all-reduce and the
+  //    weight grad is summed here (models/unit_common.h, head_norm_grad_partials).
   Tensor x = rec.take("ln.x"), rstd = rec.take("ln.rstd");
   Tensor dx = cs.keep({d.B, d.T, d.C});
+  Tensor partials = d.vocab_parallel ? head_norm_grad_partials(d.C, cs) : Tensor();
+  float* dw = d.vocab_parallel ? partials.f32() : norm.grad.f32();
   rmsnorm_backward_input(s, dx.f32(), nullptr, dln.f32(), x.f32(), rstd.f32(), norm.param.f32(), N, d.C);
-  rmsnorm_backward_weight_accumulate(s, norm.grad.f32(), dln.f32(), x.f32(), rstd.f32(), N, d.C);
+  rmsnorm_backward_weight_accumulate(s, dw, dln.f32(), x.f32(), rstd.f32(), N, d.C);
+  if (d.vocab_parallel) sum_head_norm_grads(d, partials, {&norm}, cs);
   cs.release(std::move(x));
   cs.release(std::move(rstd));
   return dx;

@@ -80,6 +80,9 @@ void llama_mlp_recompute(const LlamaDims& d, const LlamaBranch& p, Recompute r, 
 // head_w: lm_head.weight, or model.embed_tokens.weight when tied. Writes the mean loss into `loss`.
 void llama_head_forward(const LlamaDims& d, ParamInfo& norm, ParamInfo& head_w, const Tensor& x, const Tensor& targets,
                         const Tensor& loss, RecordSet& rec, CallScope& cs);
+// Returns dx, the gradient w.r.t. the head's input: whole on every rank with the replicated
+// vocabulary, this rank's partial for the caller's all-reduce when vocab-parallel
+// (head_norm_grad_partials, models/unit_common.h).
 Tensor llama_head_backward_input(const LlamaDims& d, ParamInfo& norm, ParamInfo& head_w, float loss_scale,
                                  RecordSet& rec, CallScope& cs);
 // W: lm_head_backward_weight (models/unit_common.h) with head_w.

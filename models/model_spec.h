@@ -48,8 +48,9 @@ struct StageSpec {
   int tp_size = 1;
   int micro_batch_size = 1;  // B of every microbatch
   // Vocab parallelism (docs/model.md, Vocab parallelism): with tp_size > 1, this rank holds
-  // vocab_rows(V, tp_size) rows of the embedding and of the LM head, and the embed and head units
-  // run their collectives on vocab_comm (the TP group, a communicator of its own: the executor's
+  // vocab_rows(V, tp_size) rows of the embedding and of the LM head; F of the embed unit and B of
+  // the head return partials for the executor's all-reduce, and the head runs its small all-reduces
+  // inside the unit on vocab_comm (the TP group, a communicator of its own: the executor's
   // all-reduces use another), which must then be set before the first F.
   bool vocab_parallel = false;
   Communicator* vocab_comm = nullptr;

@@ -113,6 +113,7 @@ Tensor StageBase::forward(int u, int mb, Stream& s) {
     case UnitKind::Embed:
       STP_ASSERT(m.tokens.defined(), "F(embed, mb ", mb, ") before tokens(", mb, ") was filled");
       m.fwd_x = embed_forward(m.tokens, rec, cs);
+      if (spec_.vocab_sharded()) reduce = m.fwd_x;  // this rank's rows' partial of x0
       break;
     case UnitKind::Input:
       STP_ASSERT(m.input.defined(), "F(input, mb ", mb, ") before input_activation(", mb, ") was filled");
@@ -179,7 +180,10 @@ Tensor StageBase::backward_input(int u, int mb, Stream& s) {
   const Unit& unit = units_[static_cast<std::size_t>(u)];
   Tensor reduce;
   switch (unit.kind) {
-    case UnitKind::Head: m.bwd_dy = head_backward_input(loss_scale_, rec, cs); break;
+    case UnitKind::Head:
+      m.bwd_dy = head_backward_input(loss_scale_, rec, cs);
+      if (spec_.vocab_sharded()) reduce = m.bwd_dy;  // a partial: whole before B(u-1) reads it
+      break;
     case UnitKind::Attn:
     case UnitKind::Mlp: {
       // Regenerate what F dropped first: B below, B(u-1) and W(u) read the records as usual.

@@ -13,8 +13,12 @@
 // tp > 1, F of a branch returns this rank's partial of the next residual stream and B returns this
 // rank's partial gradient w.r.t. the branch's norm output; the norm's backward runs after that
 // all-reduce, at the start of the previous unit's B (finalize_norm; models/gpt2_units.h, Notes
-// [Residual folded into rank 0's partial] and [LayerNorm after the all-reduce]). Embed, input and
-// head units return nothing (they are replicated).
+// [Residual folded into rank 0's partial] and [LayerNorm after the all-reduce]). Input units return
+// nothing; embed and head units return nothing when the vocabulary is replicated. Vocab-parallel
+// (StageSpec::vocab_sharded, docs/model.md, Vocab parallelism), F of the embed unit returns this
+// rank's partial of x0 and B of the head returns this rank's partial of the gradient w.r.t. its
+// input (the head keeps its small all-reduces inside the unit, over StageSpec::vocab_comm: F's two
+// statistics and B's final norm weight gradients).
 //
 // What the base keeps: the per-microbatch state (I/O buffers, the residual stream between F
 // units, the gradient between B units, the F/B order checks), the record set of every (unit, mb)
@@ -115,7 +119,8 @@ class StageBase : public Stage {
   virtual double branch_recompute_cost(int u, Recompute r) const = 0;
   virtual void branch_recompute(int u, Recompute r, RecordSet& rec, CallScope& cs) = 0;
   // Head: final norm, LM head and the mean token cross-entropy into `loss`; B returns the gradient
-  // w.r.t. the head's input for the seed loss_scale.
+  // w.r.t. the head's input for the seed loss_scale (vocab-parallel: this rank's partial, whole once
+  // all-reduced; models/unit_common.h, head_norm_grad_partials).
   virtual void head_forward(const Tensor& x, const Tensor& targets, const Tensor& loss, RecordSet& rec,
                             CallScope& cs) = 0;
   virtual Tensor head_backward_input(float loss_scale, RecordSet& rec, CallScope& cs) = 0;

@@ -72,10 +72,9 @@ Tensor lm_head_backward_input_t(const UnitDims& d, ParamInfo& head_w, float loss
   else cross_entropy_backward_inplace(s, logits.as<A>(), lse.f32(), as_i32(targets), scale, N, d.V);
   cs.release(std::move(lse));
   cs.release(std::move(targets));
-  // 2. dln = dlogits W; vocab-parallel: this rank's rows' share, summed over the TP group.
+  // 2. dln = dlogits W; vocab-parallel: this rank's rows' share (head_norm_partials).
   Tensor dln = cs.tmp({d.B, d.T, d.C});
   gemm(s, false, false, N, d.C, d.Vs, logits.as<A>(), d.Vs, weight<A>(&head_w), d.C, dln.f32(), d.C);
-  if (d.vocab_parallel) vocab_comm(d).all_reduce_sum(s, dln.f32(), static_cast<std::size_t>(N * d.C));
   rec.save("dlogits", logits, kW, 'B');
   return dln;
 }
@@ -155,10 +154,9 @@ double BranchFlops::cost(Recompute r) const {
 Tensor token_embedding_forward(const UnitDims& d, ParamInfo& embed, ParamInfo* pos, const Tensor& tokens,
                                RecordSet& rec, CallScope& cs) {
   Tensor x = cs.keep({d.B, d.T, d.C});
-  if (d.vocab_parallel) {  // this rank's rows (zero elsewhere) and the positions on rank 0, summed over the group
+  if (d.vocab_parallel) {  // this rank's rows (zero elsewhere) and the positions on rank 0: the caller sums them
     const float* wpe = pos && d.tp_rank == 0 ? pos->param.f32() : nullptr;
     vocab_embedding_forward(cs.stream(), x.f32(), as_i32(tokens), embed.param.f32(), wpe, d.B, d.T, d.C, d.v0, d.Vs);
-    vocab_comm(d).all_reduce_sum(cs.stream(), x.f32(), static_cast<std::size_t>(d.N() * d.C));
     rec.save("tokens", tokens, kW);
     return x;
   }
@@ -184,6 +182,25 @@ void token_embedding_backward_weight(const UnitDims& d, ParamInfo& embed, ParamI
                                 as_i32(tokens), ws.data<std::int32_t>(), d.B, d.T, d.C, d.V);
   cs.release(std::move(tokens));
   cs.release(std::move(dx));
+}
+
+Tensor head_norm_grad_partials(std::int64_t n, CallScope& cs) {
+  Tensor g = cs.tmp({n});
+  cs.stream().zero(g.raw(), g.bytes());
+  return g;
+}
+
+void sum_head_norm_grads(const UnitDims& d, const Tensor& partials, const std::vector<ParamInfo*>& norm,
+                         CallScope& cs) {
+  Stream& s = cs.stream();
+  vocab_comm(d).all_reduce_sum(s, partials.f32(), static_cast<std::size_t>(partials.numel()));
+  i64 at = 0;
+  for (ParamInfo* w : norm) {  // grad += the summed partials
+    add(s, w->grad.f32(), w->grad.f32(), partials.f32() + at, w->grad.numel());
+    at += w->grad.numel();
+  }
+  STP_ASSERT(at == partials.numel(), "the norm's weight gradients hold ", at, " floats, the partials ",
+             partials.numel());
 }
 
 void lm_head_forward(const UnitDims& d, ParamInfo& head_w, const Tensor& ln, const Tensor& targets, const Tensor& loss,

@@ -101,14 +101,15 @@ Tensor token_embedding_forward(const UnitDims& d, ParamInfo& embed, ParamInfo* p
 void token_embedding_backward_weight(const UnitDims& d, ParamInfo& embed, ParamInfo* pos, RecordSet& rec,
                                      CallScope& cs);
 
-// Vocab-parallel (d.vocab_parallel): F looks up this rank's rows only (the position term on TP rank
-// 0) and all-reduces x0 over d.vocab_comm inside the unit, so every rank returns the whole x0; W
-// adds into this rank's rows only.
+// Vocab-parallel (d.vocab_parallel): F looks up this rank's rows only (zero for the other tokens; the
+// position term on TP rank 0) and returns this rank's partial of x0, which the caller sums over the
+// TP group (the stage returns it for the executor's all-reduce, like a branch's partial); W adds
+// into this rank's rows only.
 
 // ---- LM head (replicated on every TP rank, or vocab-parallel) ------------------------------------
 // Vocab-parallel: the logits record is (B, T, Vs), this rank's columns; F's loss comes from a max
-// and a [sum-exp | target logit] all-reduce over d.vocab_comm, B all-reduces dln there (inside the
-// unit, after dlogits), so the unit's result is whole on every rank, as with the replicated head.
+// and a [sum-exp | target logit] all-reduce over d.vocab_comm inside the unit, so the loss is whole
+// on every rank when F returns; B's dln is this rank's partial (head_norm_partials below).
 // F from the final norm's output ln (B, T, C) in d.act: logits = ln W^T, the mean token
 // cross-entropy into `loss` (1,) (f32 sums over the vocabulary). Records: "ln.out" (W), "logits",
 // "lse", "targets" (B).
@@ -119,5 +120,18 @@ void lm_head_forward(const UnitDims& d, ParamInfo& head_w, const Tensor& ln, con
 Tensor lm_head_backward_input(const UnitDims& d, ParamInfo& head_w, float loss_scale, RecordSet& rec, CallScope& cs);
 // W: dW += dlogits^T ln.
 void lm_head_backward_weight(const UnitDims& d, ParamInfo& head_w, RecordSet& rec, CallScope& cs);
+
+// Vocab-parallel B of the head. The final norm's backward is linear in dln (its statistics are
+// fixed), so each rank applies it to its own partial dln:
+//   * the input gradient dx (B, T, C) is then this rank's partial: B returns it and the executor
+//     all-reduces it between units like a branch's (braided under the other part's work), after
+//     which it is the whole gradient w.r.t. the head's input;
+//   * the norm's weight gradients go into head_norm_grad_partials (n floats, zeroed; the
+//     accumulate kernels add), which sum_head_norm_grads sums inside the unit (one all-reduce of a
+//     few C floats over d.vocab_comm) and adds into the grads of `norm` (in order, each its numel).
+// Keeping the weight partials out of dx keeps the all-reduced buffer one (B, T, C) tensor, a block
+// the size of every other.
+Tensor head_norm_grad_partials(std::int64_t n, CallScope& cs);
+void sum_head_norm_grads(const UnitDims& d, const Tensor& partials, const std::vector<ParamInfo*>& norm, CallScope& cs);
 
 }  // namespace stp

@@ -35,9 +35,12 @@ CommVolume expected_comm_bytes(const Config& c, int global) {
   // Stages on this rank: the first (stage 0) is on rank 0; the last on rank 0 (V) or p − 1.
   const bool first = r == 0;
   const bool last = v_shape ? r == 0 : r == l.pp - 1;
-  const bool same_stage = p * v == 1;                            // one stage holds the embedding and the head
-  if (vocab && first) out.tp += m * a;                           // the embedding's output
-  if (vocab && last) out.tp += m * (4 * B * T + 8 * B * T + a);  // the max, [sum-exp | target], dln
+  const bool same_stage = p * v == 1;   // one stage holds the embedding and the head
+  if (vocab && first) out.tp += m * a;  // the embedding's output
+  // The head: in F the max and [sum-exp | target]; in B the input gradient and the final norm's
+  // weight-gradient partials (LayerNorm weight and bias, RMSNorm weight).
+  const std::uint64_t norm_grads = 4 * (c.model.arch == "llama" ? C : 2 * C);
+  if (vocab && last) out.tp += m * (4 * B * T + 8 * B * T + a + norm_grads);
   if (d > 1 && !(c.parallel.distributed_optimizer)) {
     std::uint64_t params = (L / p) * (12 * C * C / t + 7 * C / t + 6 * C);
     if (first) params += Vr * C + T * C;

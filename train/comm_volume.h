@@ -11,9 +11,11 @@
 //   TP    = [t > 1] · 4 · m · (L / p) · a
 //           (attention and MLP each all-reduce once in F and once in B; L / p layers per rank)
 //           + with vocab parallelism (parallel.vocab_parallel, t > 1) m · a on the rank of the first
-//           stage (the embedding's output) and m · (4·B·T + 8·B·T + a) on the rank of the last (the
-//           head's max and [sum-exp | target logit] all-reduces in F, dln in B); V·C below is then
-//           Vr·C, Vr = ceil(V / t) rows of the embedding and the head per rank
+//           stage (the embedding's output) and m · (4·B·T + 8·B·T + a + g) on the rank of the last
+//           (the head's max and [sum-exp | target logit] all-reduces in F; in B its input gradient
+//           and the final norm's weight-gradient partials, g = 4·2C for LayerNorm, 4·C for
+//           RMSNorm); V·C below is then Vr·C, Vr = ceil(V / t) rows of the embedding and the head
+//           per rank
 //   PP    = [p > 1] · m · a · (f + b), the cross-rank sends per microbatch:
 //             interleaved placement: f = v − [r = p − 1],  b = v − [r = 0]
 //             V placement:           f = b = [r ≠ p − 1] + [r ≠ 0]   (the V's turn is local)

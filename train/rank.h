@@ -55,7 +55,7 @@ struct Rank {
   std::vector<Tensor> checkpoint_views;       // sharded: what a checkpoint is gathering (parameters or a moment)
   std::unique_ptr<Executor> executor;
   Communicator* tp = nullptr;
-  // The TP group again, for the collectives inside the vocab-parallel embed and head units (on the
+  // The TP group again, for the small all-reduces inside the vocab-parallel head unit (on the
   // compute stream; models/unit_common.h): its own communicator, so they never interleave with the
   // executor's all-reduces on tp. Null unless tp > 1 and parallel.vocab_parallel.
   Communicator* vocab = nullptr;
