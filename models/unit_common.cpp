@@ -72,7 +72,7 @@ Tensor lm_head_backward_input_t(const UnitDims& d, ParamInfo& head_w, float loss
   else cross_entropy_backward_inplace(s, logits.as<A>(), lse.f32(), as_i32(targets), scale, N, d.V);
   cs.release(std::move(lse));
   cs.release(std::move(targets));
-  // 2. dln = dlogits W; vocab-parallel: this rank's rows' share (head_norm_partials).
+  // 2. dln = dlogits W; vocab-parallel: this rank's rows' share (head_norm_grad_partials).
   Tensor dln = cs.tmp({d.B, d.T, d.C});
   gemm(s, false, false, N, d.C, d.Vs, logits.as<A>(), d.Vs, weight<A>(&head_w), d.C, dln.f32(), d.C);
   rec.save("dlogits", logits, kW, 'B');

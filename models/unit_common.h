@@ -109,7 +109,7 @@ void token_embedding_backward_weight(const UnitDims& d, ParamInfo& embed, ParamI
 // ---- LM head (replicated on every TP rank, or vocab-parallel) ------------------------------------
 // Vocab-parallel: the logits record is (B, T, Vs), this rank's columns; F's loss comes from a max
 // and a [sum-exp | target logit] all-reduce over d.vocab_comm inside the unit, so the loss is whole
-// on every rank when F returns; B's dln is this rank's partial (head_norm_partials below).
+// on every rank when F returns; B's dln is this rank's partial (head_norm_grad_partials below).
 // F from the final norm's output ln (B, T, C) in d.act: logits = ln W^T, the mean token
 // cross-entropy into `loss` (1,) (f32 sums over the vocabulary). Records: "ln.out" (W), "logits",
 // "lse", "targets" (B).
