@@ -36,52 +36,76 @@ inline bool avx512_available() {
   return yes && g_allow_avx512.load(std::memory_order_relaxed);
 }
 
+// Unaligned load and store of one vector V, and V with every lane f: the vocabulary of tile_block,
+// at either width. (A byte copy: an aligned(4) typedef of V would lose its attribute as a template
+// argument, and the access would assume V's own alignment.) Always inlined (simd_v8.h), so their
+// code is that of the caller's target.
+template <typename V>
+STP_V8_INLINE V load_as(const float* q) {
+  V v;
+  __builtin_memcpy(&v, q, sizeof v);
+  return v;
+}
+template <typename V>
+STP_V8_INLINE void store_as(float* q, V a) {
+  __builtin_memcpy(q, &a, sizeof a);
+}
+template <typename V>
+STP_V8_INLINE V splat_as(float f) {
+  return V{} + f;
+}
+
+// One 4-row block of tile_product, two vectors of V per row (4 x 16 columns at 8 lanes, 4 x 32 at
+// 16), in eight accumulators over the whole k loop: c0 = row r's first column, alpha = the 4 rows'
+// scales (null: 1), w0 = row r's weights, x = the block's first column. Every element is the same
+// multiply-add chain over k in order at either width, so both widths give bitwise the same result.
+template <typename V>
+STP_V8_INLINE void tile_block(float* c0, i64 ldc, bool acc, const float* alpha, const float* w0, i64 wr, i64 wk,
+                              const float* x, i64 ldx, i64 nk) {
+  constexpr i64 n = sizeof(V) / sizeof(float);
+  V a00 = {}, a01 = {}, a10 = {}, a11 = {}, a20 = {}, a21 = {}, a30 = {}, a31 = {};
+  if (acc) {
+    const V s0 = splat_as<V>(alpha ? alpha[0] : 1.0f), s1 = splat_as<V>(alpha ? alpha[1] : 1.0f);
+    const V s2 = splat_as<V>(alpha ? alpha[2] : 1.0f), s3 = splat_as<V>(alpha ? alpha[3] : 1.0f);
+    a00 = load_as<V>(c0) * s0, a01 = load_as<V>(c0 + n) * s0;
+    a10 = load_as<V>(c0 + ldc) * s1, a11 = load_as<V>(c0 + ldc + n) * s1;
+    a20 = load_as<V>(c0 + 2 * ldc) * s2, a21 = load_as<V>(c0 + 2 * ldc + n) * s2;
+    a30 = load_as<V>(c0 + 3 * ldc) * s3, a31 = load_as<V>(c0 + 3 * ldc + n) * s3;
+  }
+  for (i64 k = 0; k < nk; ++k) {
+    const V x0 = load_as<V>(x + k * ldx), x1 = load_as<V>(x + k * ldx + n);
+    const float* wk0 = w0 + k * wk;
+    const V b0 = splat_as<V>(wk0[0]), b1 = splat_as<V>(wk0[wr]), b2 = splat_as<V>(wk0[2 * wr]),
+            b3 = splat_as<V>(wk0[3 * wr]);
+    a00 += b0 * x0, a01 += b0 * x1;
+    a10 += b1 * x0, a11 += b1 * x1;
+    a20 += b2 * x0, a21 += b2 * x1;
+    a30 += b3 * x0, a31 += b3 * x1;
+  }
+  store_as(c0, a00), store_as(c0 + n, a01);
+  store_as(c0 + ldc, a10), store_as(c0 + ldc + n, a11);
+  store_as(c0 + 2 * ldc, a20), store_as(c0 + 2 * ldc + n, a21);
+  store_as(c0 + 3 * ldc, a30), store_as(c0 + 3 * ldc + n, a31);
+}
+
 // c[r][0 .. ncols) = (acc ? c[r][.] * (alpha ? alpha[r] : 1) : 0) + sum_{k < nk} w[r*wr + k*wk] * x[k*ldx + .]
 // for r < nrows (a multiple of 4) and ncols a multiple of 16; k runs in order for every element.
-// The 4 x 16 block lives in eight registers over the whole k loop (a tile array would be loaded
-// and stored per k: the plain functors' bottleneck).
+// Each 4 x 16 block lives in eight registers over the whole k loop (tile_block; a tile array would
+// be loaded and stored per k: the plain functors' bottleneck).
 inline void tile_product(float* c, i64 ldc, i64 nrows, i64 ncols, bool acc, const float* alpha, const float* w, i64 wr,
                          i64 wk, const float* x, i64 ldx, i64 nk) {
   if (avx512_available()) return tile_product_avx512(c, ldc, nrows, ncols, acc, alpha, w, wr, wk, x, ldx, nk);
   for (i64 r = 0; r < nrows; r += 4)
-    for (i64 cc = 0; cc < ncols; cc += 16) {
-      float* c0 = c + r * ldc + cc;
-      v8 a00 = {}, a01 = {}, a10 = {}, a11 = {}, a20 = {}, a21 = {}, a30 = {}, a31 = {};
-      if (acc) {
-        const v8 s0 = vsplat(alpha ? alpha[r] : 1.0f), s1 = vsplat(alpha ? alpha[r + 1] : 1.0f);
-        const v8 s2 = vsplat(alpha ? alpha[r + 2] : 1.0f), s3 = vsplat(alpha ? alpha[r + 3] : 1.0f);
-        a00 = vload(c0) * s0, a01 = vload(c0 + 8) * s0;
-        a10 = vload(c0 + ldc) * s1, a11 = vload(c0 + ldc + 8) * s1;
-        a20 = vload(c0 + 2 * ldc) * s2, a21 = vload(c0 + 2 * ldc + 8) * s2;
-        a30 = vload(c0 + 3 * ldc) * s3, a31 = vload(c0 + 3 * ldc + 8) * s3;
-      }
-      const float* w0 = w + r * wr;
-      for (i64 k = 0; k < nk; ++k) {
-        const v8 x0 = vload(x + k * ldx + cc), x1 = vload(x + k * ldx + cc + 8);
-        const float* wk0 = w0 + k * wk;
-        const v8 b0 = vsplat(wk0[0]), b1 = vsplat(wk0[wr]), b2 = vsplat(wk0[2 * wr]), b3 = vsplat(wk0[3 * wr]);
-        a00 += b0 * x0, a01 += b0 * x1;
-        a10 += b1 * x0, a11 += b1 * x1;
-        a20 += b2 * x0, a21 += b2 * x1;
-        a30 += b3 * x0, a31 += b3 * x1;
-      }
-      vstore(c0, a00), vstore(c0 + 8, a01);
-      vstore(c0 + ldc, a10), vstore(c0 + ldc + 8, a11);
-      vstore(c0 + 2 * ldc, a20), vstore(c0 + 2 * ldc + 8, a21);
-      vstore(c0 + 3 * ldc, a30), vstore(c0 + 3 * ldc + 8, a31);
-    }
+    for (i64 cc = 0; cc < ncols; cc += 16)
+      tile_block<v8>(c + r * ldc + cc, ldc, acc, alpha ? alpha + r : nullptr, w + r * wr, wr, wk, x + cc, ldx, nk);
 }
 
 // tile_product on CPUs with AVX-512F: the same products with 16-wide vectors, 4 rows x 32 columns
-// per block (eight zmm accumulators; a last 16 columns, when ncols is an odd multiple of 16, in
-// four). Every element is the same multiply-add chain over k in the same order as the 8-wide
-// form's, so the results are bitwise those of the AVX2 path; only the instructions are twice as
-// wide. Not inlined into the AVX2 callers (another target): one call per tile product.
+// per block (tile_block; a last 16 columns, when ncols is an odd multiple of 16, in four
+// accumulators). Every element is the same multiply-add chain over k in the same order as the
+// 8-wide form's, so the results are bitwise those of the AVX2 path; only the instructions are twice
+// as wide. Not inlined into the AVX2 callers (another target): one call per tile product.
 typedef float v16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4)));
-STP_V8_INLINE v16 ld(const float* q) { return *reinterpret_cast<const v16u*>(q); }  // always inlined (simd_v8.h)
-STP_V8_INLINE void st(float* q, v16 a) { *reinterpret_cast<v16u*>(q) = a; }
-STP_V8_INLINE v16 splat(float f) { return v16{} + f; }
 
 __attribute__((target("avx512f,fma"), noinline)) void tile_product_avx512(float* c, i64 ldc, i64 nrows, i64 ncols,
                                                                           bool acc, const float* alpha, const float* w,
@@ -89,43 +113,25 @@ __attribute__((target("avx512f,fma"), noinline)) void tile_product_avx512(float*
                                                                           i64 nk) {
   for (i64 r = 0; r < nrows; r += 4) {
     const float* w0 = w + r * wr;
-    const v16 s0 = splat(acc && alpha ? alpha[r] : 1.0f), s1 = splat(acc && alpha ? alpha[r + 1] : 1.0f);
-    const v16 s2 = splat(acc && alpha ? alpha[r + 2] : 1.0f), s3 = splat(acc && alpha ? alpha[r + 3] : 1.0f);
+    const float* ar = alpha ? alpha + r : nullptr;
     i64 cc = 0;
-    for (; cc + 32 <= ncols; cc += 32) {
-      float* c0 = c + r * ldc + cc;
-      v16 a00 = {}, a01 = {}, a10 = {}, a11 = {}, a20 = {}, a21 = {}, a30 = {}, a31 = {};
-      if (acc) {
-        a00 = ld(c0) * s0, a01 = ld(c0 + 16) * s0;
-        a10 = ld(c0 + ldc) * s1, a11 = ld(c0 + ldc + 16) * s1;
-        a20 = ld(c0 + 2 * ldc) * s2, a21 = ld(c0 + 2 * ldc + 16) * s2;
-        a30 = ld(c0 + 3 * ldc) * s3, a31 = ld(c0 + 3 * ldc + 16) * s3;
-      }
-      for (i64 k = 0; k < nk; ++k) {
-        const v16 x0 = ld(x + k * ldx + cc), x1 = ld(x + k * ldx + cc + 16);
-        const float* wk0 = w0 + k * wk;
-        const v16 b0 = splat(wk0[0]), b1 = splat(wk0[wr]), b2 = splat(wk0[2 * wr]), b3 = splat(wk0[3 * wr]);
-        a00 += b0 * x0, a01 += b0 * x1;
-        a10 += b1 * x0, a11 += b1 * x1;
-        a20 += b2 * x0, a21 += b2 * x1;
-        a30 += b3 * x0, a31 += b3 * x1;
-      }
-      st(c0, a00), st(c0 + 16, a01);
-      st(c0 + ldc, a10), st(c0 + ldc + 16, a11);
-      st(c0 + 2 * ldc, a20), st(c0 + 2 * ldc + 16, a21);
-      st(c0 + 3 * ldc, a30), st(c0 + 3 * ldc + 16, a31);
-    }
+    for (; cc + 32 <= ncols; cc += 32) tile_block<v16>(c + r * ldc + cc, ldc, acc, ar, w0, wr, wk, x + cc, ldx, nk);
     if (cc < ncols) {  // 16 columns left
       float* c0 = c + r * ldc + cc;
       v16 a0 = {}, a1 = {}, a2 = {}, a3 = {};
-      if (acc) a0 = ld(c0) * s0, a1 = ld(c0 + ldc) * s1, a2 = ld(c0 + 2 * ldc) * s2, a3 = ld(c0 + 3 * ldc) * s3;
-      for (i64 k = 0; k < nk; ++k) {
-        const v16 x0 = ld(x + k * ldx + cc);
-        const float* wk0 = w0 + k * wk;
-        a0 += splat(wk0[0]) * x0, a1 += splat(wk0[wr]) * x0;
-        a2 += splat(wk0[2 * wr]) * x0, a3 += splat(wk0[3 * wr]) * x0;
+      if (acc) {
+        a0 = load_as<v16>(c0) * splat_as<v16>(ar ? ar[0] : 1.0f);
+        a1 = load_as<v16>(c0 + ldc) * splat_as<v16>(ar ? ar[1] : 1.0f);
+        a2 = load_as<v16>(c0 + 2 * ldc) * splat_as<v16>(ar ? ar[2] : 1.0f);
+        a3 = load_as<v16>(c0 + 3 * ldc) * splat_as<v16>(ar ? ar[3] : 1.0f);
       }
-      st(c0, a0), st(c0 + ldc, a1), st(c0 + 2 * ldc, a2), st(c0 + 3 * ldc, a3);
+      for (i64 k = 0; k < nk; ++k) {
+        const v16 x0 = load_as<v16>(x + k * ldx + cc);
+        const float* wk0 = w0 + k * wk;
+        a0 += splat_as<v16>(wk0[0]) * x0, a1 += splat_as<v16>(wk0[wr]) * x0;
+        a2 += splat_as<v16>(wk0[2 * wr]) * x0, a3 += splat_as<v16>(wk0[3 * wr]) * x0;
+      }
+      store_as(c0, a0), store_as(c0 + ldc, a1), store_as(c0 + 2 * ldc, a2), store_as(c0 + 3 * ldc, a3);
     }
   }
 }
