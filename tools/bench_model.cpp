@@ -15,7 +15,9 @@
 // (torch.set_num_threads(2)) alternate R times, N steps each after one warm-up; each row prints
 // tokens/s as the median and [min, max] of the repeats, the GEMM share of stp's step, and the
 // median of the per-repeat ratios stp/torch with their range (alternating keeps a change of load
-// on the machine from favouring one side).
+// on the machine from favouring one side). Two lines bound what stp's side can gain: the rate of
+// its GEMMs against the CPU's measured FMA peak (tools/fma_peak.h, printed first), and the ratio
+// stp would reach if its step were nothing but its GEMMs (torch's step over stp's GEMM time).
 //
 // GEMM time: this executable defines cblas_sgemm itself, so the CPU backend's calls land here
 // (the executable's symbol takes precedence); it times the call and forwards to OpenBLAS's
@@ -44,10 +46,12 @@
 #include "models/registry.h"
 #include "tools/blas_env.h"
 #include "tools/cli.h"
+#include "tools/fma_peak.h"
 
 namespace {
 
 std::atomic<std::int64_t> g_gemm_ns{0};
+std::atomic<double> g_gemm_flops{0};
 
 // --gemm-shapes: time per GEMM shape (m, n, k, transposes) over the measured steps of a row.
 struct GemmShapeTime {
@@ -73,6 +77,7 @@ extern "C" void cblas_sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPO
   const std::int64_t ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   g_gemm_ns += ns;
+  g_gemm_flops = g_gemm_flops + 2.0 * m * n * k;
   if (g_by_shape.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(g_shapes_mu);
     GemmShapeTime& e = g_shapes[{m, n, k, ta == CblasTrans, tb == CblasTrans}];
@@ -180,7 +185,7 @@ std::string spread(const std::vector<double>& v, const char* fmt) {
   return text(median(v)) + " [" + text(*lo) + ", " + text(*hi) + "]";
 }
 
-void bench_row(const Options& o, const std::string& arch) {
+void bench_row(const Options& o, const std::string& arch, double fma_peak) {
   const ModelSpec m = model_of(o, arch);
   auto devices = make_cpu_devices(1);
   auto s = devices[0]->create_stream("compute");
@@ -207,18 +212,23 @@ void bench_row(const Options& o, const std::string& arch) {
   const std::uint64_t warm_segments = alloc.stats().segment_allocs;
   g_shapes.clear();
   g_by_shape = o.gemm_shapes;
-  std::vector<double> stp_tps, torch_tps, ratios, gemm;
+  std::vector<double> stp_tps, torch_tps, ratios, gemm, gemm_rate, bounds;
   for (int r = 0; r < o.repeats; ++r) {
     g_gemm_ns = 0;
+    g_gemm_flops = 0;
     const double t0 = now_s();
     for (int i = 0; i < o.steps; ++i) train_step(*st, opt, *s, ids, n);
     const double dt = (now_s() - t0) / o.steps;
     stp_tps.push_back(static_cast<double>(n) / dt);
-    gemm.push_back(100.0 * static_cast<double>(g_gemm_ns.load()) * 1e-9 / o.steps / dt);
+    const double gemm_s = static_cast<double>(g_gemm_ns.load()) * 1e-9 / o.steps;
+    gemm.push_back(100.0 * gemm_s / dt);
+    gemm_rate.push_back(g_gemm_flops.load() / o.steps / gemm_s * 1e-9);
     const double t = run_torch(o, m);
     if (t > 0) {
       torch_tps.push_back(t);
       ratios.push_back(stp_tps.back() / t);
+      // The ratio stp would reach if its step were its GEMMs alone: torch's step over stp's GEMM time.
+      bounds.push_back(static_cast<double>(n) / gemm_s / t);
     }
   }
   g_by_shape = false;
@@ -234,6 +244,9 @@ void bench_row(const Options& o, const std::string& arch) {
               spread(stp_tps, "%.1f").c_str(), spread(gemm, "%.1f").c_str(),
               static_cast<double>(devices[0]->memory_stats().peak) / (1 << 20),
               static_cast<unsigned long long>(alloc.stats().segment_allocs - warm_segments));
+  std::printf("  stp   gemm_rate %s GFLOP/s", spread(gemm_rate, "%.1f").c_str());
+  if (fma_peak > 0) std::printf(" = %.0f%% of the FMA peak", 100.0 * median(gemm_rate) / fma_peak);
+  std::printf("\n");
   if (o.gemm_shapes) {
     std::printf("  stp GEMM time per step by shape (m n k, op(a) op(b)), over all repeats:\n");
     const double measured_steps = static_cast<double>(o.repeats) * o.steps;
@@ -248,13 +261,16 @@ void bench_row(const Options& o, const std::string& arch) {
   if (!torch_tps.empty()) {
     std::printf("  torch tokens_per_s %s\n", spread(torch_tps, "%.1f").c_str());
     std::printf("  ratio stp/torch %s\n", spread(ratios, "%.3f").c_str());
+    std::printf("  ratio bound (stp's step = its GEMM time) %s\n", spread(bounds, "%.3f").c_str());
   }
 }
 
 int bench(const Options& o) {
   openblas_set_num_threads(2);
-  if (o.arch == "both" || o.arch == "gpt2") bench_row(o, "gpt2");
-  if (o.arch == "both" || o.arch == "llama") bench_row(o, "llama");
+  const double fma_peak = tools::measured_fma_peak_gflops(2);
+  if (fma_peak > 0) std::printf("cpu: f32 FMA peak %.1f GFLOP/s on 2 threads (measured)\n", fma_peak);
+  if (o.arch == "both" || o.arch == "gpt2") bench_row(o, "gpt2", fma_peak);
+  if (o.arch == "both" || o.arch == "llama") bench_row(o, "llama", fma_peak);
   return 0;
 }
 
