@@ -28,8 +28,14 @@ __attribute__((target("avx512f"))) float fma_loop_avx512(long iters) {
 #pragma GCC unroll 12
     for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
   }
+  // Through memory rather than _mm512_reduce_add_ps, which GCC 12 flags as reading an
+  // uninitialized value under -Werror.
+  alignas(64) float lanes[16];
   float s = 0;
-  for (int i = 0; i < kChains; ++i) s += _mm512_reduce_add_ps(acc[i]);
+  for (int i = 0; i < kChains; ++i) {
+    _mm512_store_ps(lanes, acc[i]);
+    for (float l : lanes) s += l;
+  }
   return s;
 }
 
