@@ -282,7 +282,8 @@ int main(int argc, char** argv) {
   stp::Options o;
   CLI::App app{
       "Training throughput of a GPT-2 and a Llama stage on the CPU backend, single rank: tokens/s, GEMM "
-      "share of the step and, with the torch script, the same models in PyTorch and the ratios.",
+      "share of the step, GEMM rate against the CPU's measured f32 FMA peak and, with the torch script, the "
+      "same models in PyTorch, the ratios and the ratio bound if stp's step were its GEMMs alone.",
       "bench_model"};
   stp::tools::init_cli(app);
   app.add_option("--arch", o.arch, "rows to run")
