@@ -7,10 +7,6 @@
 
 #include "core/kernels/adamw_ranges.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 namespace stp::tools {
 namespace {
 
@@ -20,41 +16,29 @@ namespace {
 constexpr int kChains = 12;
 
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) float fma_loop_avx512(long iters) {
-  __m512 acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
-  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v16 __attribute__((vector_size(64)));
+
+// The chains at the width of the GCC vector type V; `acc * x + y` contracts into one FMA
+// instruction in the FMA-enabled callers below, into which this is always inlined.
+template <typename V>
+__attribute__((always_inline)) inline float fma_chains(long iters) {
+  constexpr int lanes = sizeof(V) / sizeof(float);
+  V acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = V{} + static_cast<float>(i);
+  const V x = V{} + 0.999999f, y = V{} + 1e-7f;
   for (long k = 0; k < iters; ++k) {
 #pragma GCC unroll 12
-    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+    for (int i = 0; i < kChains; ++i) acc[i] = acc[i] * x + y;
   }
-  // Through memory rather than _mm512_reduce_add_ps, which GCC 12 flags as reading an
-  // uninitialized value under -Werror.
-  alignas(64) float lanes[16];
   float s = 0;
-  for (int i = 0; i < kChains; ++i) {
-    _mm512_store_ps(lanes, acc[i]);
-    for (float l : lanes) s += l;
-  }
+  for (int i = 0; i < kChains; ++i)
+    for (int l = 0; l < lanes; ++l) s += acc[i][l];
   return s;
 }
 
-__attribute__((target("avx2,fma"))) float fma_loop_avx2(long iters) {
-  __m256 acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
-  const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
-  for (long k = 0; k < iters; ++k) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kChains; ++i) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
-  }
-  alignas(32) float lanes[8];
-  float s = 0;
-  for (int i = 0; i < kChains; ++i) {
-    _mm256_store_ps(lanes, acc[i]);
-    for (float l : lanes) s += l;
-  }
-  return s;
-}
+__attribute__((target("avx512f,fma"))) float fma_loop_avx512(long iters) { return fma_chains<v16>(iters); }
+__attribute__((target("avx2,fma"))) float fma_loop_avx2(long iters) { return fma_chains<v8>(iters); }
 #endif
 
 // Seconds for `threads` threads to run `iters` iterations each, started together.
