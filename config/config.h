@@ -44,6 +44,10 @@ struct ModelConfig {
   std::string tie_embeddings;  // auto | true | false; auto = true for gpt2, false for llama
   std::string attention;       // fused | naive
   std::string init_from;       // "" = null: seeded random init
+  // Not YAML keys: bos_token_id / eos_token_id of model.init_from's config.json as JSON text
+  // ("" = absent), written back into exported config.json files (config/hf_config.h).
+  std::string hf_bos_token_id;
+  std::string hf_eos_token_id;
 };
 
 struct DataConfig {

@@ -110,6 +110,59 @@ void check_common(const Source& s) {
     unsupported(s, "\"partial_rotary_factor\" other than 1", "rotary positions cover the whole head");
 }
 
+// Where the RoPE base comes from: transformers up to 4.x writes "rope_theta" at the top level;
+// 5.x writes "rope_parameters": {"rope_theta": ..., "rope_type": "default"} and reads either.
+// Only the unscaled "default" type is implemented; any other type or key is named.
+struct RopeSource {
+  double theta = 10000.0;
+  std::string key = "rope_theta";
+};
+
+RopeSource rope_theta_of(const Source& s) {
+  RopeSource r;
+  const std::optional<double> top = get_number(s, "rope_theta");
+  if (top) r.theta = *top;
+  if (!present(s.j, "rope_parameters")) return r;
+  const json& p = s.j["rope_parameters"];
+  STP_CHECK(p.is_object(), s.file, ": \"rope_parameters\" must be an object, not ", p.dump());
+  for (const auto& [key, value] : p.items()) {
+    if (key == "rope_type") {
+      STP_CHECK(value.is_string(), s.file, ": \"rope_parameters\".\"rope_type\" must be a string, not ", value.dump());
+      if (value.get<std::string>() != "default")
+        unsupported(s, str("\"rope_parameters\" with \"rope_type\": ", value.dump()), "rotary positions are unscaled");
+    } else if (key == "rope_theta") {
+      STP_CHECK(value.is_number(), s.file, ": \"rope_parameters\".\"rope_theta\" must be a number, not ", value.dump());
+      const double theta = value.get<double>();
+      STP_CHECK(!top || *top == theta, s.file, ": \"rope_theta\" (", *top, ") and \"rope_parameters\".\"rope_theta\" (",
+                theta, ") disagree");
+      r.theta = theta;
+      r.key = "rope_parameters.rope_theta";
+    } else if (!value.is_null()) {
+      unsupported(s, str("\"rope_parameters\" key \"", key, "\""),
+                  "rotary positions are unscaled and cover the whole head");
+    }
+  }
+  return r;
+}
+
+// transformers 5.x lists each layer's attention kind; stp implements full causal attention only.
+void check_layer_types(const Source& s) {
+  if (!present(s.j, "layer_types")) return;
+  const json& types = s.j["layer_types"];
+  STP_CHECK(types.is_array(), s.file, ": \"layer_types\" must be a list, not ", types.dump());
+  for (const json& t : types)
+    if (t != "full_attention") unsupported(s, str("\"layer_types\" entry ", t.dump()), "attention is full causal");
+}
+
+// The special-token ids stp does not use but an exported folder should keep (transformers'
+// generate() stops at eos_token_id): kept as the JSON text of the source folder's values (an id,
+// a list of ids or null).
+void keep_special_tokens(Config& c, const Source& s) {
+  for (auto [key, field] :
+       {std::pair{"bos_token_id", &c.model.hf_bos_token_id}, std::pair{"eos_token_id", &c.model.hf_eos_token_id}})
+    if (s.j.contains(key)) *field = s.j[key].dump();
+}
+
 void merge_gpt2(Merger& m, Config& c, const Source& s) {
   const char* k = nullptr;
   if (auto v = get_int(s, {"n_layer", "num_hidden_layers"}, &k)) m.integer("model.n_layer", &c.model.n_layer, *v, k);
@@ -146,7 +199,8 @@ void merge_llama(Merger& m, Config& c, const Source& s, bool qwen2) {
     m.integer("model.intermediate_size", &c.model.intermediate_size, *v, k);
   if (auto v = get_int(s, {"num_key_value_heads"}, &k)) m.integer("model.n_kv_head", &c.model.n_kv_head, *v, k);
   else if (heads) m.integer("model.n_kv_head", &c.model.n_kv_head, *heads, "num_attention_heads");
-  m.number("model.rope_theta", &c.model.rope_theta, get_number(s, "rope_theta").value_or(10000.0), "rope_theta");
+  const RopeSource rope = rope_theta_of(s);
+  m.number("model.rope_theta", &c.model.rope_theta, rope.theta, rope.key);
   if (auto v = get_number(s, "rms_norm_eps")) m.number("model.norm_eps", &c.model.norm_eps, *v, "rms_norm_eps");
   m.choice("model.tie_embeddings", &c.model.tie_embeddings,
            get_bool(s, "tie_word_embeddings").value_or(false) ? "true" : "false", "tie_word_embeddings");
@@ -192,6 +246,8 @@ void merge_hf_config(Config& cfg, const std::set<std::string>& given, const std:
   Merger m(cfg, given, s);
   m.choice("model.arch", &cfg.model.arch, type == "gpt2" ? "gpt2" : "llama", "model_type");
   check_common(s);
+  check_layer_types(s);
+  keep_special_tokens(cfg, s);
   if (type == "gpt2") merge_gpt2(m, cfg, s);
   else merge_llama(m, cfg, s, type == "qwen2");
 }
@@ -240,6 +296,13 @@ std::string hf_config_json(const Config& cfg) {
       j["mlp_bias"] = false;
     }
   }
+  // Without ids from an imported folder: GPT-2's <|endoftext|> for its 50257-token vocabulary,
+  // else null, so that transformers' defaults (50256 for gpt2, 1 and 2 for llama) are not read as
+  // ids of a vocabulary stp trained without them.
+  const bool gpt2_vocab = m.arch == "gpt2" && m.vocab_size == 50257;
+  const json fallback = gpt2_vocab ? json(50256) : json(nullptr);
+  j["bos_token_id"] = m.hf_bos_token_id.empty() ? fallback : json::parse(m.hf_bos_token_id);
+  j["eos_token_id"] = m.hf_eos_token_id.empty() ? fallback : json::parse(m.hf_eos_token_id);
   return j.dump(2) + "\n";
 }
 

@@ -9,7 +9,8 @@
 //   n_embd | hidden_size             -> model.n_embd
 //   vocab_size                       -> model.vocab_size
 //   num_key_value_heads              -> model.n_kv_head (absent or null: num_attention_heads)
-//   intermediate_size, rope_theta    -> the same keys (rope_theta absent: 10000)
+//   intermediate_size, rope_theta    -> the same keys (rope_theta absent: 10000; transformers 5
+//                                       writes it as rope_parameters.rope_theta, read too)
 //   rms_norm_eps                     -> model.norm_eps
 //   tie_word_embeddings              -> model.tie_embeddings (absent: false for llama/qwen2)
 //   qwen2                            -> model.qkv_bias true; llama -> false
@@ -18,12 +19,16 @@
 // A feature stp does not implement is an error naming it, never ignored: rope_scaling (non-null),
 // sliding-window attention, attention_bias on llama, mlp_bias, another hidden_act than silu
 // (llama) or the tanh GELU (gpt2), head_dim != hidden_size / num_attention_heads,
-// partial_rotary_factor != 1, an untied gpt2, n_inner != 4 n_embd, layer_norm_epsilon != 1e-5,
-// scale_attn_weights false, scale_attn_by_inverse_layer_idx, cross-attention, an unknown model_type.
-// Dropout probabilities are not applied (stp trains without dropout).
+// partial_rotary_factor != 1, a rope_parameters rope_type other than "default" (or another key
+// in it), a layer_types entry other than "full_attention", an untied gpt2, n_inner != 4 n_embd, layer_norm_epsilon !=
+// 1e-5, scale_attn_weights false, scale_attn_by_inverse_layer_idx, cross-attention, an unknown model_type. Dropout
+// probabilities are not applied (stp trains without dropout).
+//
+// bos_token_id and eos_token_id are not used by stp; import keeps them and export writes them back
+// (absent on import: 50256 for a gpt2 model with GPT-2's 50257-token vocabulary, else null).
 //
 // Export (hf_config_json): the config.json of a checkpoint folder, read back by import and by
-// transformers' AutoConfig.
+// transformers' AutoConfig (checked against transformers 5.17: docs/model.md).
 #pragma once
 
 #include <set>

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 
@@ -104,6 +105,9 @@ TEST(HfConfig, UnsupportedFeaturesAreNamed) {
       {"mlp_bias", "true"},
       {"head_dim", "16"},
       {"partial_rotary_factor", "0.5"},
+      {"rope_parameters", R"({"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0})"},
+      {"rope_parameters", R"({"rope_type": "default", "rope_theta": 1000000.0, "factor": 8.0})"},
+      {"layer_types", R"(["full_attention", "sliding_attention", "full_attention", "full_attention"])"},
   };
   for (const auto& [key, value] : cases) {
     std::string e = error_of(folder_with("bad_" + key, qwen2_with(key, value)), {});
@@ -125,6 +129,61 @@ TEST(HfConfig, UnsupportedFeaturesAreNamed) {
   fs::create_directories(std::string(STP_BINARY_DIR) + "/tests/hf_config/empty");
   e = error_of(std::string(STP_BINARY_DIR) + "/tests/hf_config/empty", {});
   EXPECT_NE(e.find("config.json is missing"), std::string::npos) << e;
+}
+
+// transformers 5.x writes the RoPE base inside "rope_parameters" (and no top-level rope_theta);
+// reading only the top level would train a Llama 3 folder (500000) with 10000 without a word.
+TEST(HfConfig, RopeThetaOfTransformers5IsRead) {
+  std::string j = kQwen2;
+  const std::string top = "\"rope_theta\": 1000000.0, ";
+  j.erase(j.find(top), top.size());
+  auto with_params = [&](const std::string& params) {
+    return j.substr(0, j.size() - 1) + ", \"rope_parameters\": " + params + "}";
+  };
+  stp::Config c = load(folder_with("rope5", with_params(R"({"rope_theta": 500000.0, "rope_type": "default"})")), {});
+  EXPECT_EQ(c.model.rope_theta, 500000.0);
+  c = load(folder_with("rope5_untyped", with_params(R"({"rope_theta": 250000.0})")), {});
+  EXPECT_EQ(c.model.rope_theta, 250000.0);
+  // Both places, agreeing (what transformers 4.x readers and 5.x writers can leave behind) ...
+  c = load(folder_with("rope_both", qwen2_with("rope_parameters", R"({"rope_theta": 1000000.0})")), {});
+  EXPECT_EQ(c.model.rope_theta, 1000000.0);
+  // ... or not.
+  std::string e =
+      error_of(folder_with("rope_disagree", qwen2_with("rope_parameters", R"({"rope_theta": 500000.0})")), {});
+  EXPECT_NE(e.find("disagree"), std::string::npos) << e;
+  e = error_of(folder_with("rope5", with_params(R"({"rope_theta": 500000.0, "rope_type": "default"})")),
+               {"model.rope_theta=10000"});
+  EXPECT_NE(e.find("\"rope_parameters.rope_theta\": 500000"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.rope_theta is 10000"), std::string::npos) << e;
+  e = error_of(folder_with("rope5_yarn", with_params(R"({"rope_theta": 500000.0, "rope_type": "yarn"})")), {});
+  EXPECT_NE(e.find("\"rope_type\": \"yarn\""), std::string::npos) << e;
+  // An all-full-attention layer_types list (Qwen2 as transformers 5 saves it) is accepted.
+  c = load(folder_with("layer_types", qwen2_with("layer_types", R"(["full_attention", "full_attention"])")), {});
+  EXPECT_EQ(c.model.n_layer, 4);
+}
+
+// transformers' generate() stops at eos_token_id, and its config defaults (50256 for gpt2, 1 and
+// 2 for llama) would name ordinary tokens of another vocabulary: an imported folder's ids are kept,
+// and without them the export writes null (GPT-2's own vocabulary: its <|endoftext|>).
+TEST(HfConfig, SpecialTokenIdsAreKeptOrNull) {
+  stp::Config c = load(folder_with("tokens", qwen2_with("eos_token_id", "[151643, 151645]")), {});
+  nlohmann::json out = nlohmann::json::parse(stp::hf_config_json(c));
+  EXPECT_EQ(out["eos_token_id"], nlohmann::json::parse("[151643, 151645]"));
+  EXPECT_TRUE(out["bos_token_id"].is_null());
+  c = load(folder_with("tokens_bos", qwen2_with("bos_token_id", "7")), {});
+  out = nlohmann::json::parse(stp::hf_config_json(c));
+  EXPECT_EQ(out["bos_token_id"], 7);
+  EXPECT_TRUE(out["eos_token_id"].is_null());
+  for (const auto& [yaml, want] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"model: {arch: gpt2, n_layer: 1, n_head: 2, n_embd: 16, vocab_size: 50257, seq_len: 8}", 50256},
+           {"model: {arch: gpt2, n_layer: 1, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 8}", nullptr},
+           {"model: {arch: llama, n_layer: 1, n_head: 2, n_embd: 16, intermediate_size: 40, vocab_size: 256, "
+            "seq_len: 8}",
+            nullptr}}) {
+    out = nlohmann::json::parse(stp::hf_config_json(stp::load_config_from_string(yaml, "<t>", {"parallel.tp=1"})));
+    EXPECT_EQ(out["bos_token_id"], want) << yaml;
+    EXPECT_EQ(out["eos_token_id"], want) << yaml;
+  }
 }
 
 TEST(HfConfig, TpMustDivideKvHeadsOfTheFolder) {
