@@ -111,15 +111,26 @@ struct Rope {
 
 // ---- SwiGLU --------------------------------------------------------------------------------------
 
+// Task i: elements [j0, j0 + len) of row i / segments (kernel_rows::row_segment: the whole row on
+// a CPU stream); every element is computed on its own.
+struct RowPart {
+  i64 n, j0, len;
+};
+STP_HD inline RowPart row_part_of(usize i, i64 F, i64 width, i64 segments) {
+  const i64 n = static_cast<i64>(i) / segments, j0 = static_cast<i64>(i) % segments * width;
+  return {n, j0, F - j0 < width ? F - j0 : width};
+}
+
 // h row n = [gate (F) | up (F)] -> y row n (F); the formulas are activation_rows.h's.
 template <typename T>
 struct SwigluForward {
   T* y;
   const T* h;
-  i64 F;
-  STP_HD void operator()(usize n) const {
-    const T* g = h + n * 2 * F;
-    activation_rows::swiglu_run(y + n * F, g, g + F, F);
+  i64 F, width, segments;
+  STP_HD void operator()(usize i) const {
+    const RowPart r = row_part_of(i, F, width, segments);
+    const T* g = h + r.n * 2 * F + r.j0;
+    activation_rows::swiglu_run(y + r.n * F + r.j0, g, g + F, r.len);
   }
 };
 
@@ -128,24 +139,40 @@ struct SwigluBackward {
   T* dh;
   const T* dy;
   const T* h;
-  i64 F;
-  STP_HD void operator()(usize n) const {
-    const T* g = h + n * 2 * F;
-    T* dg = dh + n * 2 * F;
-    activation_rows::swiglu_backward_run(dg, dg + F, dy + n * F, g, g + F, F);
+  i64 F, width, segments;
+  STP_HD void operator()(usize i) const {
+    const RowPart r = row_part_of(i, F, width, segments);
+    const T* g = h + r.n * 2 * F + r.j0;
+    T* dg = dh + r.n * 2 * F + r.j0;
+    activation_rows::swiglu_backward_run(dg, dg + F, dy + r.n * F + r.j0, g, g + F, r.len);
   }
 };
 
 // ---- GQA expand / reduce -------------------------------------------------------------------------
 
+// One row per task on a CPU stream; on a GPU stream (kernel_rows::row_segment width 1) one output
+// element per task, found by the same index arithmetic: a copy (expand) or the same group sum in
+// the same order (reduce), so the values do not depend on the split.
 template <typename T>
 struct GqaExpand {
   T* out;
   const T* qkv;
-  i64 H, K, D;
-  STP_HD void operator()(usize n) const {
+  i64 H, K, D, segments;
+  // Output entry c of a row: q (H*D) copied, then k and v with kv-head h / (H/K) for head h.
+  STP_HD i64 source(i64 c) const {
+    if (c < H * D) return c;
+    const i64 part = c / (H * D), h = c % (H * D) / D, e = c % D;
+    return H * D + (part - 1) * K * D + (h / (H / K)) * D + e;
+  }
+  STP_HD void operator()(usize i) const {
+    const i64 n = static_cast<i64>(i) / segments;
     const T* in = qkv + n * (H + 2 * K) * D;
     T* o = out + n * 3 * H * D;
+    if (segments > 1) {
+      const i64 c = static_cast<i64>(i) % segments;
+      o[c] = in[source(c)];
+      return;
+    }
     const i64 group = H / K;
     for (i64 c = 0; c < H * D; ++c) o[c] = in[c];
     for (int part = 1; part <= 2; ++part)  // k, then v
@@ -158,10 +185,25 @@ template <typename T>
 struct GqaReduce {
   T* dqkv;
   const T* dfull;
-  i64 H, K, D;
-  STP_HD void operator()(usize n) const {
+  i64 H, K, D, segments;
+  // Output entry c of a row (q, then K k-heads, then K v-heads): dq copied, or the sum over the
+  // group's H/K heads in head order.
+  STP_HD float value(const T* in, i64 c) const {
+    if (c < H * D) return to_f32(in[c]);
+    const i64 group = H / K, part = 1 + (c - H * D) / (K * D), j = (c - H * D) % (K * D) / D, e = c % D;
+    float acc = 0.0f;
+    for (i64 g = 0; g < group; ++g) acc += to_f32(in[part * H * D + (j * group + g) * D + e]);
+    return acc;
+  }
+  STP_HD void operator()(usize i) const {
+    const i64 n = static_cast<i64>(i) / segments;
     const T* in = dfull + n * 3 * H * D;
     T* o = dqkv + n * (H + 2 * K) * D;
+    if (segments > 1) {
+      const i64 c = static_cast<i64>(i) % segments;
+      o[c] = c < H * D ? in[c] : from_f32<T>(value(in, c));
+      return;
+    }
     const i64 group = H / K;
     for (i64 c = 0; c < H * D; ++c) o[c] = in[c];
     for (int part = 1; part <= 2; ++part)
@@ -213,22 +255,32 @@ void rope_backward(Stream& s, T* dx, i64 N, i64 Tn, i64 ld, i64 heads, i64 D, do
 
 template <typename T>
 void swiglu_forward(Stream& s, T* y, const T* h, i64 N, i64 F) {
-  launch(s, static_cast<usize>(N), SwigluForward<T>{y, h, F}, row_grain(4 * F));
+  const i64 width = kernel_rows::row_segment(s, F);
+  const usize segments = column_tasks(F, width);
+  launch(s, static_cast<usize>(N) * segments, SwigluForward<T>{y, h, F, width, static_cast<i64>(segments)},
+         row_grain(4 * F));
 }
 
 template <typename T>
 void swiglu_backward(Stream& s, T* dh, const T* dy, const T* h, i64 N, i64 F) {
-  launch(s, static_cast<usize>(N), SwigluBackward<T>{dh, dy, h, F}, row_grain(8 * F));
+  const i64 width = kernel_rows::row_segment(s, F);
+  const usize segments = column_tasks(F, width);
+  launch(s, static_cast<usize>(N) * segments, SwigluBackward<T>{dh, dy, h, F, width, static_cast<i64>(segments)},
+         row_grain(8 * F));
 }
 
 template <typename T>
 void gqa_expand(Stream& s, T* out, const T* qkv, i64 N, i64 H, i64 K, i64 D) {
-  launch(s, static_cast<usize>(N), GqaExpand<T>{out, qkv, H, K, D}, row_grain(3 * H * D));
+  const usize segments = column_tasks(3 * H * D, kernel_rows::row_segment(s, 3 * H * D));
+  launch(s, static_cast<usize>(N) * segments, GqaExpand<T>{out, qkv, H, K, D, static_cast<i64>(segments)},
+         row_grain(3 * H * D));
 }
 
 template <typename T>
 void gqa_reduce(Stream& s, T* dqkv, const T* dfull, i64 N, i64 H, i64 K, i64 D) {
-  launch(s, static_cast<usize>(N), GqaReduce<T>{dqkv, dfull, H, K, D}, row_grain(3 * H * D));
+  const usize segments = column_tasks((H + 2 * K) * D, kernel_rows::row_segment(s, (H + 2 * K) * D));
+  launch(s, static_cast<usize>(N) * segments, GqaReduce<T>{dqkv, dfull, H, K, D, static_cast<i64>(segments)},
+         row_grain(3 * H * D));
 }
 
 #define STP_PER_ACTIVATION_TYPE(T)                                                                    \

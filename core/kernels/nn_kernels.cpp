@@ -300,20 +300,25 @@ struct MeanOfRows {
 
 // The target's entry is computed from its own logit, read before the row is overwritten, so a bf16
 // row is rounded once per entry.
+// Task i is segment i % segments of row i / segments (kernel_rows::row_segment: the whole row on
+// a CPU stream).
 template <typename T>
 struct CrossEntropyBackward {
   T* logits;
   const float* lse;
   const std::int32_t* targets;
   float scale;
-  i64 V;
-  STP_HD void operator()(usize n) const {
+  i64 V, width, segments;
+  STP_HD void operator()(usize i) const {
+    const i64 n = static_cast<i64>(i) / segments, c0 = static_cast<i64>(i) % segments * width;
+    const i64 len = V - c0 < width ? V - c0 : width;
     T* l = logits + n * V;
     const float z = lse[n];
     const i64 target = targets[n];
-    const float at_target = exp_nonpositive(to_f32(l[target]) - z) * scale;
-    softmax_rows::row_exp_scaled(l, V, z, scale);
-    l[target] = from_f32<T>(at_target - scale);
+    const bool here = target >= c0 && target < c0 + len;
+    const float at_target = here ? exp_nonpositive(to_f32(l[target]) - z) * scale : 0.0f;
+    softmax_rows::row_exp_scaled(l + c0, len, z, scale);
+    if (here) l[target] = from_f32<T>(at_target - scale);
   }
 };
 
@@ -462,7 +467,10 @@ void cross_entropy_forward(Stream& s, float* loss, float* losses, float* lse, co
 template <typename T>
 void cross_entropy_backward_inplace(Stream& s, T* logits, const float* lse, const std::int32_t* targets, float scale,
                                     i64 N, i64 V) {
-  launch(s, static_cast<usize>(N), CrossEntropyBackward<T>{logits, lse, targets, scale, V}, row_grain(V));
+  const i64 width = kernel_rows::row_segment(s, V);
+  const usize segments = kernel_rows::column_tasks(V, width);
+  launch(s, static_cast<usize>(N) * segments,
+         CrossEntropyBackward<T>{logits, lse, targets, scale, V, width, static_cast<i64>(segments)}, row_grain(V));
 }
 
 // ---- Instantiations: f32, and bf16 activations (with f32 where a result feeds an f32 tensor) ---------

@@ -51,7 +51,16 @@ constexpr std::int64_t kMaxColumnBlock = 16;
 // stream (adjacent threads read adjacent channels).
 inline std::int64_t column_block(Stream& s) { return s.device().kind() == DeviceKind::Cpu ? kMaxColumnBlock : 1; }
 
-// Number of tasks covering C channels in blocks of `block`.
+// Elements per task of a row kernel whose elements are computed on their own (the softmax
+// gradient, SwiGLU, an embedding row's channels): the whole row on a CPU stream, so a task runs
+// the row's vector form as one call; 1 on a GPU stream, so a row of V = 151,936 logits is that
+// many threads rather than one (adjacent threads, adjacent elements). No element's value depends
+// on the split, so both give the results of one task per row.
+inline std::int64_t row_segment(Stream& s, std::int64_t row_len) {
+  return s.device().kind() == DeviceKind::Cpu ? row_len : 1;
+}
+
+// Number of tasks covering C channels in blocks of `block` (also: a row of C in segments of `block`).
 inline std::size_t column_tasks(std::int64_t C, std::int64_t block) {
   return static_cast<std::size_t>((C + block - 1) / block);
 }

@@ -1,5 +1,6 @@
 // Vocab-parallel kernels (contract in vocab_kernels.h). Each functor does one row (or one
-// vocabulary entry); reductions loop in index order inside that one index.
+// vocabulary entry), or one segment of it where its elements are independent; reductions loop in
+// index order inside that one index.
 #include "core/kernels/vocab_kernels.h"
 
 #include <cmath>
@@ -56,16 +57,20 @@ struct VocabTokenBuckets {
   }
 };
 
+// Task i: channels [c0, c0 + width) of vocabulary entry i / segments (kernel_rows::row_segment:
+// all C on a CPU stream, one channel per GPU thread). Each channel adds its rows in bucket order.
 struct VocabEmbeddingBackwardWte {
   float* dwte;
   const float* dout;
   const std::int32_t* offsets;
   const std::int32_t* rows;
-  i64 C;
-  STP_HD void operator()(usize v) const {
+  i64 C, width, segments;
+  STP_HD void operator()(usize i) const {
+    const i64 v = static_cast<i64>(i) / segments, c0 = static_cast<i64>(i) % segments * width;
     const i64 begin = offsets[v], end = offsets[v + 1];
     if (begin == end) return;
-    for (i64 c = 0; c < C; ++c) {
+    const i64 c1 = C - c0 < width ? C : c0 + width;
+    for (i64 c = c0; c < c1; ++c) {
       float acc = 0.0f;
       for (i64 i = begin; i < end; ++i) acc += dout[static_cast<i64>(rows[i]) * C + c];
       dwte[static_cast<i64>(v) * C + c] += acc;
@@ -126,22 +131,27 @@ struct VocabCeFinish {
   }
 };
 
+// Task i: columns [c0, c0 + width) of row i / segments (kernel_rows::row_segment: the whole row on
+// a CPU stream); every entry is computed on its own, so the split does not change a value.
 template <typename T>
 struct VocabCeBackward {
   T* logits;
   const float* lse;
   const std::int32_t* targets;
   float scale;
-  i64 Vs, Vl, v0;
-  STP_HD void operator()(usize n) const {
+  i64 Vs, Vl, v0, width, segments;
+  STP_HD void operator()(usize i) const {
+    const i64 n = static_cast<i64>(i) / segments, c0 = static_cast<i64>(i) % segments * width;
+    const i64 c1 = Vs - c0 < width ? Vs : c0 + width;
+    const i64 live_end = c1 < Vl ? c1 : Vl;  // [c0, live_end) are logits, [max(c0, Vl), c1) padding
     T* l = logits + n * Vs;
     const float z = lse[n];
     const i64 target = static_cast<i64>(targets[n]) - v0;
-    const bool mine = target >= 0 && target < Vl;
-    const float at_target = mine ? exp_nonpositive(to_f32(l[target]) - z) * scale : 0.0f;
-    softmax_rows::row_exp_scaled(l, Vl, z, scale);
-    for (i64 v = Vl; v < Vs; ++v) l[v] = from_f32<T>(0.0f);
-    if (mine) l[target] = from_f32<T>(at_target - scale);
+    const bool here = target >= c0 && target < live_end;
+    const float at_target = here ? exp_nonpositive(to_f32(l[target]) - z) * scale : 0.0f;
+    if (live_end > c0) softmax_rows::row_exp_scaled(l + c0, live_end - c0, z, scale);
+    for (i64 v = c0 > Vl ? c0 : Vl; v < c1; ++v) l[v] = from_f32<T>(0.0f);
+    if (here) l[target] = from_f32<T>(at_target - scale);
   }
 };
 
@@ -161,7 +171,10 @@ void vocab_embedding_backward_accumulate(Stream& s, float* dwte_shard, float* dw
   std::int32_t* rows = workspace + Vs + 1;
   launch(s, 1, VocabTokenBuckets{offsets, rows, tokens, v0, Vs, B * T}, 1);
   // Most vocabulary entries are absent from a batch and cost one comparison each.
-  launch(s, static_cast<usize>(Vs), VocabEmbeddingBackwardWte{dwte_shard, dout, offsets, rows, C}, 256);
+  const i64 width = kernel_rows::row_segment(s, C);
+  const usize segments = kernel_rows::column_tasks(C, width);
+  launch(s, static_cast<usize>(Vs) * segments,
+         VocabEmbeddingBackwardWte{dwte_shard, dout, offsets, rows, C, width, static_cast<i64>(segments)}, 256);
   if (dwpe != nullptr) launch(s, static_cast<usize>(T * C), VocabWpeBackward{dwpe, dout, B, T, C}, row_grain(B));
 }
 
@@ -184,7 +197,10 @@ void vocab_ce_finish(Stream& s, float* loss, float* losses, float* lse, const fl
 template <typename T>
 void vocab_ce_backward_inplace(Stream& s, T* logits, const float* lse, const std::int32_t* targets, float scale, i64 N,
                                i64 Vs, i64 Vl, i64 v0) {
-  launch(s, static_cast<usize>(N), VocabCeBackward<T>{logits, lse, targets, scale, Vs, Vl, v0}, row_grain(Vs));
+  const i64 width = kernel_rows::row_segment(s, Vs);
+  const usize segments = kernel_rows::column_tasks(Vs, width);
+  launch(s, static_cast<usize>(N) * segments,
+         VocabCeBackward<T>{logits, lse, targets, scale, Vs, Vl, v0, width, static_cast<i64>(segments)}, row_grain(Vs));
 }
 
 #define STP_PER_ACTIVATION_TYPE(T)                                                                                \

@@ -50,6 +50,7 @@
 #include "core/dtype.h"
 #include "core/kernels/nn_kernels.h"
 #include "core/kernels/optim_kernels.h"
+#include "core/kernels/vocab_kernels.h"
 #include "tests/support/kernel_parity.h"
 
 // In stp::testing (not an anonymous namespace): the cases are members of the shared fixture.
@@ -549,6 +550,14 @@ void KernelParity::cross_entropy_backward_case() {
   const float scale = 1.0f / kCeN;
   run([&](Stream& s, Side at) { stp::cross_entropy_backward_inplace(s, at(dl), at(lse), at(tg), scale, kCeN, kCeV); });
   expect_match("dlogits", dl, stored_as<T>(within(8 * kU, 8 * kU * scale)));
+  // The vocab-parallel form on a shard [v0, v0 + Vl) padded to Vs columns: the same entries, the
+  // padding (nonzero before) zeroed, the target corrected only on the rank that holds it.
+  const i64 v0 = 5, Vl = kCeV, Vs = kCeV + 3;
+  std::vector<T> shard(static_cast<std::size_t>(kCeN * Vs), stp::from_f32<T>(0.5f));
+  for (i64 n = 0; n < kCeN; ++n) std::copy_n(logits.begin() + n * kCeV, kCeV, shard.begin() + n * Vs);
+  auto ds = upload(shard);
+  run([&](Stream& s, Side at) { stp::vocab_ce_backward_inplace(s, at(ds), at(lse), at(tg), scale, kCeN, Vs, Vl, v0); });
+  expect_match("dlogits (vocab shard)", ds, stored_as<T>(within(8 * kU, 8 * kU * scale)));
 }
 
 TEST_P(KernelParity, CrossEntropyBackward) { cross_entropy_backward_case<float>(); }
