@@ -72,7 +72,7 @@ struct VocabEmbeddingBackwardWte {
     const i64 c1 = C - c0 < width ? C : c0 + width;
     for (i64 c = c0; c < c1; ++c) {
       float acc = 0.0f;
-      for (i64 i = begin; i < end; ++i) acc += dout[static_cast<i64>(rows[i]) * C + c];
+      for (i64 k = begin; k < end; ++k) acc += dout[static_cast<i64>(rows[k]) * C + c];
       dwte[static_cast<i64>(v) * C + c] += acc;
     }
   }
