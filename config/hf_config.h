@@ -17,12 +17,13 @@
 //   gpt2: n_positions (or n_ctx)     -> model.seq_len (GPT-2 learns seq_len positions)
 //   llama: max_position_embeddings   -> model.seq_len when not given; a larger given seq_len is an error
 // A feature stp does not implement is an error naming it, never ignored: rope_scaling (non-null),
-// sliding-window attention, attention_bias on llama, mlp_bias, another hidden_act than silu
-// (llama) or the tanh GELU (gpt2), head_dim != hidden_size / num_attention_heads,
-// partial_rotary_factor != 1, a rope_parameters rope_type other than "default" (or another key
-// in it), a layer_types entry other than "full_attention", an untied gpt2, n_inner != 4 n_embd, layer_norm_epsilon !=
-// 1e-5, scale_attn_weights false, scale_attn_by_inverse_layer_idx, cross-attention, an unknown model_type. Dropout
-// probabilities are not applied (stp trains without dropout).
+// a rope_parameters rope_type other than "default" (or another key in it), sliding-window
+// attention (also as a layer_types entry other than "full_attention"), attention_bias on llama,
+// mlp_bias, another hidden_act than silu (llama) or the tanh GELU (gpt2), head_dim !=
+// hidden_size / num_attention_heads, partial_rotary_factor != 1, an untied gpt2, n_inner != 4
+// n_embd, layer_norm_epsilon != 1e-5, scale_attn_weights false, scale_attn_by_inverse_layer_idx,
+// cross-attention, an unknown model_type. Dropout probabilities are not applied (stp trains
+// without dropout).
 //
 // bos_token_id and eos_token_id are not used by stp; import keeps them and export writes them back
 // (absent on import: 50256 for a gpt2 model with GPT-2's 50257-token vocabulary, else null).

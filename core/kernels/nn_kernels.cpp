@@ -299,9 +299,8 @@ struct MeanOfRows {
 };
 
 // The target's entry is computed from its own logit, read before the row is overwritten, so a bf16
-// row is rounded once per entry.
-// Task i is segment i % segments of row i / segments (kernel_rows::row_segment: the whole row on
-// a CPU stream).
+// row is rounded once per entry. Task i is segment i % segments of row i / segments
+// (kernel_rows::row_segment: the whole row on a CPU stream).
 template <typename T>
 struct CrossEntropyBackward {
   T* logits;
