@@ -111,26 +111,18 @@ struct Rope {
 
 // ---- SwiGLU --------------------------------------------------------------------------------------
 
-// Task i: elements [j0, j0 + len) of row i / segments (kernel_rows::row_segment: the whole row on
-// a CPU stream); every element is computed on its own.
-struct RowPart {
-  i64 n, j0, len;
-};
-STP_HD inline RowPart row_part_of(usize i, i64 F, i64 width, i64 segments) {
-  const i64 n = static_cast<i64>(i) / segments, j0 = static_cast<i64>(i) % segments * width;
-  return {n, j0, F - j0 < width ? F - j0 : width};
-}
-
-// h row n = [gate (F) | up (F)] -> y row n (F); the formulas are activation_rows.h's.
+// h row n = [gate (F) | up (F)] -> y row n (F); the formulas are activation_rows.h's. One task per
+// segment of a row's F outputs (kernel_rows::RowSegments).
 template <typename T>
 struct SwigluForward {
   T* y;
   const T* h;
-  i64 F, width, segments;
+  kernel_rows::RowSegments seg;  // over F
   STP_HD void operator()(usize i) const {
-    const RowPart r = row_part_of(i, F, width, segments);
-    const T* g = h + r.n * 2 * F + r.j0;
-    activation_rows::swiglu_run(y + r.n * F + r.j0, g, g + F, r.len);
+    const auto [n, j0, len] = seg.part(i);
+    const i64 F = seg.len;
+    const T* g = h + n * 2 * F + j0;
+    activation_rows::swiglu_run(y + n * F + j0, g, g + F, len);
   }
 };
 
@@ -139,45 +131,56 @@ struct SwigluBackward {
   T* dh;
   const T* dy;
   const T* h;
-  i64 F, width, segments;
+  kernel_rows::RowSegments seg;  // over F
   STP_HD void operator()(usize i) const {
-    const RowPart r = row_part_of(i, F, width, segments);
-    const T* g = h + r.n * 2 * F + r.j0;
-    T* dg = dh + r.n * 2 * F + r.j0;
-    activation_rows::swiglu_backward_run(dg, dg + F, dy + r.n * F + r.j0, g, g + F, r.len);
+    const auto [n, j0, len] = seg.part(i);
+    const i64 F = seg.len;
+    const T* g = h + n * 2 * F + j0;
+    T* dg = dh + n * 2 * F + j0;
+    activation_rows::swiglu_backward_run(dg, dg + F, dy + n * F + j0, g, g + F, len);
   }
 };
 
 // ---- GQA expand / reduce -------------------------------------------------------------------------
 
-// One row per task on a CPU stream; on a GPU stream (kernel_rows::row_segment width 1) one output
-// element per task, found by the same index arithmetic: a copy (expand) or the same group sum in
-// the same order (reduce), so the values do not depend on the split.
+// A row of q (H heads), k and v (K kv-heads each) of D values; the full row repeats each kv-head
+// for the H / K query heads of its group. One row per task on a CPU stream; on a GPU stream
+// (kernel_rows::RowSegments of width 1) one output element per task, located by index arithmetic.
+// The per-element and the row walks share the expressions below: a copy (expand) or the same group
+// sum in the same order (reduce), so the values do not depend on the split.
+struct GqaShape {
+  i64 H, K, D;
+  // Index in the compact row of kv part (1: k, 2: v), kv-head of query head h, element e.
+  STP_HD i64 kv_index(i64 part, i64 h, i64 e) const { return H * D + (part - 1) * K * D + (h / (H / K)) * D + e; }
+  // Sum over the group of kv-head j, part (1: k, 2: v), element e of a full row, in head order.
+  template <typename T>
+  STP_HD float group_sum(const T* full, i64 part, i64 j, i64 e) const {
+    const i64 group = H / K;
+    float acc = 0.0f;
+    for (i64 g = 0; g < group; ++g) acc += to_f32(full[part * H * D + (j * group + g) * D + e]);
+    return acc;
+  }
+};
+
 template <typename T>
 struct GqaExpand {
   T* out;
   const T* qkv;
-  i64 H, K, D, segments;
-  // Output entry c of a row: q (H*D) copied, then k and v with kv-head h / (H/K) for head h.
-  STP_HD i64 source(i64 c) const {
-    if (c < H * D) return c;
-    const i64 part = c / (H * D), h = c % (H * D) / D, e = c % D;
-    return H * D + (part - 1) * K * D + (h / (H / K)) * D + e;
-  }
+  GqaShape q;
+  kernel_rows::RowSegments seg;  // over 3 H D
   STP_HD void operator()(usize i) const {
-    const i64 n = static_cast<i64>(i) / segments;
-    const T* in = qkv + n * (H + 2 * K) * D;
+    const i64 H = q.H, D = q.D, n = seg.part(i).row;
+    const T* in = qkv + n * (H + 2 * q.K) * D;
     T* o = out + n * 3 * H * D;
-    if (segments > 1) {
-      const i64 c = static_cast<i64>(i) % segments;
-      o[c] = in[source(c)];
+    if (seg.count > 1) {
+      const i64 c = seg.part(i).begin;
+      o[c] = in[c < H * D ? c : q.kv_index(c / (H * D), c % (H * D) / D, c % D)];
       return;
     }
-    const i64 group = H / K;
     for (i64 c = 0; c < H * D; ++c) o[c] = in[c];
     for (int part = 1; part <= 2; ++part)  // k, then v
       for (i64 h = 0; h < H; ++h)
-        for (i64 e = 0; e < D; ++e) o[part * H * D + h * D + e] = in[H * D + (part - 1) * K * D + (h / group) * D + e];
+        for (i64 e = 0; e < D; ++e) o[part * H * D + h * D + e] = in[q.kv_index(part, h, e)];
   }
 };
 
@@ -185,34 +188,22 @@ template <typename T>
 struct GqaReduce {
   T* dqkv;
   const T* dfull;
-  i64 H, K, D, segments;
-  // Output entry c of a row (q, then K k-heads, then K v-heads): dq copied, or the sum over the
-  // group's H/K heads in head order.
-  STP_HD float value(const T* in, i64 c) const {
-    if (c < H * D) return to_f32(in[c]);
-    const i64 group = H / K, part = 1 + (c - H * D) / (K * D), j = (c - H * D) % (K * D) / D, e = c % D;
-    float acc = 0.0f;
-    for (i64 g = 0; g < group; ++g) acc += to_f32(in[part * H * D + (j * group + g) * D + e]);
-    return acc;
-  }
+  GqaShape q;
+  kernel_rows::RowSegments seg;  // over (H + 2 K) D
   STP_HD void operator()(usize i) const {
-    const i64 n = static_cast<i64>(i) / segments;
+    const i64 H = q.H, K = q.K, D = q.D, n = seg.part(i).row;
     const T* in = dfull + n * 3 * H * D;
     T* o = dqkv + n * (H + 2 * K) * D;
-    if (segments > 1) {
-      const i64 c = static_cast<i64>(i) % segments;
-      o[c] = c < H * D ? in[c] : from_f32<T>(value(in, c));
+    if (seg.count > 1) {
+      const i64 c = seg.part(i).begin, kv = c - H * D;
+      o[c] = c < H * D ? in[c] : from_f32<T>(q.group_sum(in, 1 + kv / (K * D), kv % (K * D) / D, c % D));
       return;
     }
-    const i64 group = H / K;
     for (i64 c = 0; c < H * D; ++c) o[c] = in[c];
     for (int part = 1; part <= 2; ++part)
       for (i64 j = 0; j < K; ++j)
-        for (i64 e = 0; e < D; ++e) {
-          float acc = 0.0f;
-          for (i64 g = 0; g < group; ++g) acc += to_f32(in[part * H * D + (j * group + g) * D + e]);
-          o[H * D + (part - 1) * K * D + j * D + e] = from_f32<T>(acc);
-        }
+        for (i64 e = 0; e < D; ++e)
+          o[H * D + (part - 1) * K * D + j * D + e] = from_f32<T>(q.group_sum(in, part, j, e));
   }
 };
 
@@ -255,32 +246,26 @@ void rope_backward(Stream& s, T* dx, i64 N, i64 Tn, i64 ld, i64 heads, i64 D, do
 
 template <typename T>
 void swiglu_forward(Stream& s, T* y, const T* h, i64 N, i64 F) {
-  const i64 width = kernel_rows::row_segment(s, F);
-  const usize segments = column_tasks(F, width);
-  launch(s, static_cast<usize>(N) * segments, SwigluForward<T>{y, h, F, width, static_cast<i64>(segments)},
-         row_grain(4 * F));
+  const kernel_rows::RowSegments seg = kernel_rows::row_segments(s, F);
+  launch(s, seg.tasks(N), SwigluForward<T>{y, h, seg}, row_grain(4 * F));
 }
 
 template <typename T>
 void swiglu_backward(Stream& s, T* dh, const T* dy, const T* h, i64 N, i64 F) {
-  const i64 width = kernel_rows::row_segment(s, F);
-  const usize segments = column_tasks(F, width);
-  launch(s, static_cast<usize>(N) * segments, SwigluBackward<T>{dh, dy, h, F, width, static_cast<i64>(segments)},
-         row_grain(8 * F));
+  const kernel_rows::RowSegments seg = kernel_rows::row_segments(s, F);
+  launch(s, seg.tasks(N), SwigluBackward<T>{dh, dy, h, seg}, row_grain(8 * F));
 }
 
 template <typename T>
 void gqa_expand(Stream& s, T* out, const T* qkv, i64 N, i64 H, i64 K, i64 D) {
-  const usize segments = column_tasks(3 * H * D, kernel_rows::row_segment(s, 3 * H * D));
-  launch(s, static_cast<usize>(N) * segments, GqaExpand<T>{out, qkv, H, K, D, static_cast<i64>(segments)},
-         row_grain(3 * H * D));
+  const kernel_rows::RowSegments seg = kernel_rows::row_segments(s, 3 * H * D);
+  launch(s, seg.tasks(N), GqaExpand<T>{out, qkv, {H, K, D}, seg}, row_grain(3 * H * D));
 }
 
 template <typename T>
 void gqa_reduce(Stream& s, T* dqkv, const T* dfull, i64 N, i64 H, i64 K, i64 D) {
-  const usize segments = column_tasks((H + 2 * K) * D, kernel_rows::row_segment(s, (H + 2 * K) * D));
-  launch(s, static_cast<usize>(N) * segments, GqaReduce<T>{dqkv, dfull, H, K, D, static_cast<i64>(segments)},
-         row_grain(3 * H * D));
+  const kernel_rows::RowSegments seg = kernel_rows::row_segments(s, (H + 2 * K) * D);
+  launch(s, seg.tasks(N), GqaReduce<T>{dqkv, dfull, {H, K, D}, seg}, row_grain(3 * H * D));
 }
 
 #define STP_PER_ACTIVATION_TYPE(T)                                                                    \

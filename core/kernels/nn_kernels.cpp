@@ -299,19 +299,17 @@ struct MeanOfRows {
 };
 
 // The target's entry is computed from its own logit, read before the row is overwritten, so a bf16
-// row is rounded once per entry. Task i is segment i % segments of row i / segments
-// (kernel_rows::row_segment: the whole row on a CPU stream).
+// row is rounded once per entry. One task per row segment (kernel_rows::RowSegments over V).
 template <typename T>
 struct CrossEntropyBackward {
   T* logits;
   const float* lse;
   const std::int32_t* targets;
   float scale;
-  i64 V, width, segments;
+  kernel_rows::RowSegments seg;
   STP_HD void operator()(usize i) const {
-    const i64 n = static_cast<i64>(i) / segments, c0 = static_cast<i64>(i) % segments * width;
-    const i64 len = V - c0 < width ? V - c0 : width;
-    T* l = logits + n * V;
+    const auto [n, c0, len] = seg.part(i);
+    T* l = logits + n * seg.len;
     const float z = lse[n];
     const i64 target = targets[n];
     const bool here = target >= c0 && target < c0 + len;
@@ -466,10 +464,8 @@ void cross_entropy_forward(Stream& s, float* loss, float* losses, float* lse, co
 template <typename T>
 void cross_entropy_backward_inplace(Stream& s, T* logits, const float* lse, const std::int32_t* targets, float scale,
                                     i64 N, i64 V) {
-  const i64 width = kernel_rows::row_segment(s, V);
-  const usize segments = kernel_rows::column_tasks(V, width);
-  launch(s, static_cast<usize>(N) * segments,
-         CrossEntropyBackward<T>{logits, lse, targets, scale, V, width, static_cast<i64>(segments)}, row_grain(V));
+  const kernel_rows::RowSegments seg = kernel_rows::row_segments(s, V);
+  launch(s, seg.tasks(N), CrossEntropyBackward<T>{logits, lse, targets, scale, seg}, row_grain(V));
 }
 
 // ---- Instantiations: f32, and bf16 activations (with f32 where a result feeds an f32 tensor) ---------

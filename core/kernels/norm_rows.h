@@ -51,16 +51,31 @@ constexpr std::int64_t kMaxColumnBlock = 16;
 // stream (adjacent threads read adjacent channels).
 inline std::int64_t column_block(Stream& s) { return s.device().kind() == DeviceKind::Cpu ? kMaxColumnBlock : 1; }
 
-// Elements per task of a row kernel whose elements are computed on their own (the softmax
-// gradient, SwiGLU, an embedding row's channels): the whole row on a CPU stream, so a task runs
-// the row's vector form as one call; 1 on a GPU stream, so a row of V = 151,936 logits is that
-// many threads rather than one (adjacent threads, adjacent elements). No element's value depends
-// on the split, so both give the results of one task per row.
-inline std::int64_t row_segment(Stream& s, std::int64_t row_len) {
-  return s.device().kind() == DeviceKind::Cpu ? row_len : 1;
+// Rows of `len` elements cut into `count` segments of `width` for a row kernel whose elements are
+// computed on their own (the softmax gradient, SwiGLU, an embedding row's channels): task i is
+// segment i % count of row i / count. row_segments() gives a CPU task the whole row, so it runs
+// the row's vector form as one call, and a GPU thread one element, so a row of V = 151,936 logits
+// is that many threads rather than one (adjacent threads, adjacent elements). No element's value
+// depends on the split, so both give the results of one task per row.
+struct RowSegments {
+  std::int64_t len, width, count;
+  struct Part {
+    std::int64_t row, begin, size;  // elements [begin, begin + size) of row `row`
+  };
+  STP_HD Part part(std::size_t i) const {
+    const auto t = static_cast<std::int64_t>(i);
+    const std::int64_t begin = t % count * width;
+    return {t / count, begin, len - begin < width ? len - begin : width};
+  }
+  std::size_t tasks(std::int64_t rows) const { return static_cast<std::size_t>(rows * count); }
+};
+
+inline RowSegments row_segments(Stream& s, std::int64_t len) {
+  const std::int64_t width = s.device().kind() == DeviceKind::Cpu && len > 0 ? len : 1;
+  return {len, width, (len + width - 1) / width};
 }
 
-// Number of tasks covering C channels in blocks of `block` (also: a row of C in segments of `block`).
+// Number of tasks covering C channels in blocks of `block`.
 inline std::size_t column_tasks(std::int64_t C, std::int64_t block) {
   return static_cast<std::size_t>((C + block - 1) / block);
 }

@@ -57,23 +57,22 @@ struct VocabTokenBuckets {
   }
 };
 
-// Task i: channels [c0, c0 + width) of vocabulary entry i / segments (kernel_rows::row_segment:
-// all C on a CPU stream, one channel per GPU thread). Each channel adds its rows in bucket order.
+// One task per segment of a vocabulary entry's C channels (kernel_rows::RowSegments: all C on a
+// CPU stream, one channel per GPU thread). Each channel adds its rows in bucket order.
 struct VocabEmbeddingBackwardWte {
   float* dwte;
   const float* dout;
   const std::int32_t* offsets;
   const std::int32_t* rows;
-  i64 C, width, segments;
+  kernel_rows::RowSegments seg;
   STP_HD void operator()(usize i) const {
-    const i64 v = static_cast<i64>(i) / segments, c0 = static_cast<i64>(i) % segments * width;
-    const i64 begin = offsets[v], end = offsets[v + 1];
+    const auto [v, c0, width] = seg.part(i);
+    const i64 begin = offsets[v], end = offsets[v + 1], C = seg.len;
     if (begin == end) return;
-    const i64 c1 = C - c0 < width ? C : c0 + width;
-    for (i64 c = c0; c < c1; ++c) {
+    for (i64 c = c0; c < c0 + width; ++c) {
       float acc = 0.0f;
       for (i64 k = begin; k < end; ++k) acc += dout[static_cast<i64>(rows[k]) * C + c];
-      dwte[static_cast<i64>(v) * C + c] += acc;
+      dwte[v * C + c] += acc;
     }
   }
 };
@@ -131,20 +130,21 @@ struct VocabCeFinish {
   }
 };
 
-// Task i: columns [c0, c0 + width) of row i / segments (kernel_rows::row_segment: the whole row on
-// a CPU stream); every entry is computed on its own, so the split does not change a value.
+// One task per segment of a row of Vs columns (kernel_rows::RowSegments: the whole row on a CPU
+// stream); every entry is computed on its own, so the split does not change a value.
 template <typename T>
 struct VocabCeBackward {
   T* logits;
   const float* lse;
   const std::int32_t* targets;
   float scale;
-  i64 Vs, Vl, v0, width, segments;
+  i64 Vl, v0;
+  kernel_rows::RowSegments seg;  // over Vs
   STP_HD void operator()(usize i) const {
-    const i64 n = static_cast<i64>(i) / segments, c0 = static_cast<i64>(i) % segments * width;
-    const i64 c1 = Vs - c0 < width ? Vs : c0 + width;
+    const auto [n, c0, width] = seg.part(i);
+    const i64 c1 = c0 + width;
     const i64 live_end = c1 < Vl ? c1 : Vl;  // [c0, live_end) are logits, [max(c0, Vl), c1) padding
-    T* l = logits + n * Vs;
+    T* l = logits + n * seg.len;
     const float z = lse[n];
     const i64 target = static_cast<i64>(targets[n]) - v0;
     const bool here = target >= c0 && target < live_end;
@@ -171,10 +171,8 @@ void vocab_embedding_backward_accumulate(Stream& s, float* dwte_shard, float* dw
   std::int32_t* rows = workspace + Vs + 1;
   launch(s, 1, VocabTokenBuckets{offsets, rows, tokens, v0, Vs, B * T}, 1);
   // Most vocabulary entries are absent from a batch and cost one comparison each.
-  const i64 width = kernel_rows::row_segment(s, C);
-  const usize segments = kernel_rows::column_tasks(C, width);
-  launch(s, static_cast<usize>(Vs) * segments,
-         VocabEmbeddingBackwardWte{dwte_shard, dout, offsets, rows, C, width, static_cast<i64>(segments)}, 256);
+  const kernel_rows::RowSegments seg = kernel_rows::row_segments(s, C);
+  launch(s, seg.tasks(Vs), VocabEmbeddingBackwardWte{dwte_shard, dout, offsets, rows, seg}, 256);
   if (dwpe != nullptr) launch(s, static_cast<usize>(T * C), VocabWpeBackward{dwpe, dout, B, T, C}, row_grain(B));
 }
 
@@ -197,10 +195,8 @@ void vocab_ce_finish(Stream& s, float* loss, float* losses, float* lse, const fl
 template <typename T>
 void vocab_ce_backward_inplace(Stream& s, T* logits, const float* lse, const std::int32_t* targets, float scale, i64 N,
                                i64 Vs, i64 Vl, i64 v0) {
-  const i64 width = kernel_rows::row_segment(s, Vs);
-  const usize segments = kernel_rows::column_tasks(Vs, width);
-  launch(s, static_cast<usize>(N) * segments,
-         VocabCeBackward<T>{logits, lse, targets, scale, Vs, Vl, v0, width, static_cast<i64>(segments)}, row_grain(Vs));
+  const kernel_rows::RowSegments seg = kernel_rows::row_segments(s, Vs);
+  launch(s, seg.tasks(N), VocabCeBackward<T>{logits, lse, targets, scale, Vl, v0, seg}, row_grain(Vs));
 }
 
 #define STP_PER_ACTIVATION_TYPE(T)                                                                                \
