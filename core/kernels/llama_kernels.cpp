@@ -169,11 +169,12 @@ struct GqaExpand {
   GqaShape q;
   kernel_rows::RowSegments seg;  // over 3 H D
   STP_HD void operator()(usize i) const {
-    const i64 H = q.H, D = q.D, n = seg.part(i).row;
+    const kernel_rows::RowSegments::Part p = seg.part(i);
+    const i64 H = q.H, D = q.D, n = p.row;
     const T* in = qkv + n * (H + 2 * q.K) * D;
     T* o = out + n * 3 * H * D;
-    if (seg.count > 1) {
-      const i64 c = seg.part(i).begin;
+    if (seg.count > 1) {  // one element
+      const i64 c = p.begin;
       o[c] = in[c < H * D ? c : q.kv_index(c / (H * D), c % (H * D) / D, c % D)];
       return;
     }
@@ -191,11 +192,12 @@ struct GqaReduce {
   GqaShape q;
   kernel_rows::RowSegments seg;  // over (H + 2 K) D
   STP_HD void operator()(usize i) const {
-    const i64 H = q.H, K = q.K, D = q.D, n = seg.part(i).row;
+    const kernel_rows::RowSegments::Part p = seg.part(i);
+    const i64 H = q.H, K = q.K, D = q.D, n = p.row;
     const T* in = dfull + n * 3 * H * D;
     T* o = dqkv + n * (H + 2 * K) * D;
-    if (seg.count > 1) {
-      const i64 c = seg.part(i).begin, kv = c - H * D;
+    if (seg.count > 1) {  // one element
+      const i64 c = p.begin, kv = c - H * D;
       o[c] = c < H * D ? in[c] : from_f32<T>(q.group_sum(in, 1 + kv / (K * D), kv % (K * D) / D, c % D));
       return;
     }
