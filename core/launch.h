@@ -7,6 +7,10 @@
 //     name them *_kernels.cpp and the build compiles them as CUDA when the backend is on).
 // So the math the CPU tests prove is the code the GPU runs. Functors capture raw pointers by
 // value; buffers must outlive the stream work (see core/device.h).
+//
+// This is the index launch: one task per index on either backend. A kernel whose layout should
+// differ by backend (whole rows per CPU task, one element per GPU thread, ...) names a launch
+// shape instead (core/launch_shape.h), which chooses the layout and launches through this.
 #pragma once
 
 #include <cstddef>

@@ -1,16 +1,16 @@
 // Fused causal attention (contract in attention_kernels.h). The functors are templates on the tile
-// sizes: the CUDA launch uses one row per thread, a plain CPU launch (CPUs without AVX2 + FMA)
-// kCpuAttentionTile rows per tile. GCC x86-64 host builds (nvcc's with GCC as host compiler too) on
-// AVX2 + FMA CPUs run the CPU stream through the vector path instead (attention_kernels_avx2.cpp): the same math and
-// summation orders (the tile walks of attention_tiles.h), on register-blocked 8-wide vector tile
-// products.
+// sizes, and the stream's backend picks the tile (row_tiles, core/launch_shape.h): one row per GPU
+// thread on CUDA, kCpuAttentionTile rows per oneTBB task on a CPU stream. A CPU stream takes the
+// vector path instead where it is built and the CPU has AVX2 + FMA (GCC x86-64 host builds, nvcc's
+// with GCC as host compiler too; attention_kernels_avx2.cpp): the same math and summation orders
+// (the tile walks of attention_tiles.h), on register-blocked 8-wide vector tile products.
 #include "core/kernels/attention_kernels.h"
 
 #include <cmath>
 
 #include "base/error.h"
 #include "core/kernels/attention_tiles.h"
-#include "core/launch.h"
+#include "core/launch_shape.h"
 
 namespace stp {
 namespace {
@@ -377,17 +377,18 @@ void fused_attention_forward(Stream& s, const AttentionLayout& L, T* o, float* l
   check_layout(L);
   const float scale = 1.0f / std::sqrt(static_cast<float>(L.D));
   const usize bh = static_cast<usize>(L.B * L.NH);
-  if (s.device().kind() == DeviceKind::Cpu) {
+  row_tiles<kTile>(s, [&](auto tile) {
+    constexpr int R = decltype(tile)::rows;
 #if defined(STP_ATTENTION_SIMD)
-    if (simd_attention_available()) {
-      simd_attention_forward(s, L, o, lse, q, k, v, scale);
-      return;
+    if constexpr (decltype(tile)::host_tasks) {
+      if (simd_attention_available()) {
+        simd_attention_forward(s, L, o, lse, q, k, v, scale);
+        return;
+      }
     }
 #endif
-    launch(s, bh * tiles(L.T, kTile), FusedForward<T, kTile, kTile>{L, o, lse, q, k, v, scale}, 1);
-  } else {
-    launch(s, bh * static_cast<usize>(L.T), FusedForward<T, 1, 1>{L, o, lse, q, k, v, scale});
-  }
+    launch(s, bh * tiles(L.T, R), FusedForward<T, R, R>{L, o, lse, q, k, v, scale}, 1);
+  });
 }
 
 template <typename T>
@@ -398,19 +399,24 @@ void fused_attention_backward(Stream& s, const AttentionLayout& L, T* dq, T* dk,
   const usize bh = static_cast<usize>(L.B * L.NH), bg = static_cast<usize>(L.B * L.NKV);
   float* delta = workspace;
   launch(s, bh * static_cast<usize>(L.T), FusedDelta<T>{L, delta, dout, o}, 1024);
-  if (s.device().kind() == DeviceKind::Cpu) {
-    float* dqacc = workspace + L.B * L.NH * L.T;
+  row_tiles<kTile>(s, [&](auto tile) {
+    constexpr int R = decltype(tile)::rows;
+    if constexpr (decltype(tile)::host_tasks) {
+      // Few long tasks: one per (b, k/v head), accumulating dq in one pass (FusedBackwardCpu).
+      float* dqacc = workspace + L.B * L.NH * L.T;
 #if defined(STP_ATTENTION_SIMD)
-    if (simd_attention_available()) {
-      simd_attention_backward(s, L, dq, dk, dv, dqacc, dout, q, k, v, lse, delta, scale);
-      return;
-    }
+      if (simd_attention_available()) {
+        simd_attention_backward(s, L, dq, dk, dv, dqacc, dout, q, k, v, lse, delta, scale);
+        return;
+      }
 #endif
-    launch(s, bg, FusedBackwardCpu<T, kTile, kTile>{{L, dk, dv, dout, q, k, v, lse, delta, scale}, dq, dqacc}, 1);
-  } else {
-    launch(s, bg * static_cast<usize>(L.T), FusedBackwardKV<T, 1, 1>{L, dk, dv, dout, q, k, v, lse, delta, scale});
-    launch(s, bh * static_cast<usize>(L.T), FusedBackwardQ<T, 1, 1>{L, dq, dout, q, k, v, lse, delta, scale});
-  }
+      launch(s, bg, FusedBackwardCpu<T, R, R>{{L, dk, dv, dout, q, k, v, lse, delta, scale}, dq, dqacc}, 1);
+    } else {
+      // Many short threads: dk/dv per key tile, then dq per query tile.
+      launch(s, bg * tiles(L.T, R), FusedBackwardKV<T, R, R>{L, dk, dv, dout, q, k, v, lse, delta, scale}, 1);
+      launch(s, bh * tiles(L.T, R), FusedBackwardQ<T, R, R>{L, dq, dout, q, k, v, lse, delta, scale}, 1);
+    }
+  });
 }
 
 #define STP_FUSED_ATTENTION(T)                                                                                         \

@@ -7,16 +7,13 @@
 
 #include "core/kernels/activation_rows.h"
 #include "core/kernels/norm_rows.h"
-#include "core/launch.h"
+#include "core/launch_shape.h"
 
 namespace stp {
 namespace {
 
 using i64 = std::int64_t;
 using usize = std::size_t;
-using kernel_rows::column_block;
-using kernel_rows::column_tasks;
-using kernel_rows::kMaxColumnBlock;
 using kernel_rows::row_grain;
 using kernel_rows::store_dx_row;
 using kernel_rows::store_row;
@@ -60,17 +57,17 @@ struct RmsNormBackwardInput {
   }
 };
 
-// One task per block of `width` channels (norm_rows.h, column blocks).
+// One task per block of channels [c0, c0 + w) (a column-wise launch over C channels of N rows).
 struct RmsNormBackwardWeight {
   float* dw;
   const float* dout;
   const float* x;
   const float* rstd;
-  i64 N, C, width;
+  ColumnBlocks cols;
   STP_HD void operator()(usize task) const {
-    const i64 c0 = static_cast<i64>(task) * width;
-    const i64 w = C - c0 < width ? C - c0 : width;
-    float acc[kMaxColumnBlock];
+    const auto [c0, w] = cols.part(task);
+    const i64 N = cols.height, C = cols.columns;
+    float acc[ColumnBlocks::kMaxWidth];
     for (i64 k = 0; k < w; ++k) acc[k] = 0.0f;
     for (i64 n = 0; n < N; ++n) {
       const float* d = dout + n * C + c0;
@@ -112,12 +109,12 @@ struct Rope {
 // ---- SwiGLU --------------------------------------------------------------------------------------
 
 // h row n = [gate (F) | up (F)] -> y row n (F); the formulas are activation_rows.h's. One task per
-// segment of a row's F outputs (kernel_rows::RowSegments).
+// segment of a row's F outputs (a row-wise launch).
 template <typename T>
 struct SwigluForward {
   T* y;
   const T* h;
-  kernel_rows::RowSegments seg;  // over F
+  RowSegments seg;  // over F
   STP_HD void operator()(usize i) const {
     const auto [n, j0, len] = seg.part(i);
     const i64 F = seg.len;
@@ -131,7 +128,7 @@ struct SwigluBackward {
   T* dh;
   const T* dy;
   const T* h;
-  kernel_rows::RowSegments seg;  // over F
+  RowSegments seg;  // over F
   STP_HD void operator()(usize i) const {
     const auto [n, j0, len] = seg.part(i);
     const i64 F = seg.len;
@@ -144,8 +141,8 @@ struct SwigluBackward {
 // ---- GQA expand / reduce -------------------------------------------------------------------------
 
 // A row of q (H heads), k and v (K kv-heads each) of D values; the full row repeats each kv-head
-// for the H / K query heads of its group. One row per task on a CPU stream; on a GPU stream
-// (kernel_rows::RowSegments of width 1) one output element per task, located by index arithmetic.
+// for the H / K query heads of its group. A row-wise launch: a task takes the whole row (count 1:
+// the CPU layout) or one output element (the GPU layout), located by index arithmetic.
 // The per-element and the row walks share the expressions below: a copy (expand) or the same group
 // sum in the same order (reduce), so the values do not depend on the split.
 struct GqaShape {
@@ -167,9 +164,9 @@ struct GqaExpand {
   T* out;
   const T* qkv;
   GqaShape q;
-  kernel_rows::RowSegments seg;  // over 3 H D
+  RowSegments seg;  // over 3 H D
   STP_HD void operator()(usize i) const {
-    const kernel_rows::RowSegments::Part p = seg.part(i);
+    const RowSegments::Part p = seg.part(i);
     const i64 H = q.H, D = q.D, n = p.row;
     const T* in = qkv + n * (H + 2 * q.K) * D;
     T* o = out + n * 3 * H * D;
@@ -190,9 +187,9 @@ struct GqaReduce {
   T* dqkv;
   const T* dfull;
   GqaShape q;
-  kernel_rows::RowSegments seg;  // over (H + 2 K) D
+  RowSegments seg;  // over (H + 2 K) D
   STP_HD void operator()(usize i) const {
-    const kernel_rows::RowSegments::Part p = seg.part(i);
+    const RowSegments::Part p = seg.part(i);
     const i64 H = q.H, K = q.K, D = q.D, n = p.row;
     const T* in = dfull + n * 3 * H * D;
     T* o = dqkv + n * (H + 2 * K) * D;
@@ -230,8 +227,8 @@ void rmsnorm_backward_input(Stream& s, float* dx, const float* resid, const floa
 
 void rmsnorm_backward_weight_accumulate(Stream& s, float* dw, const float* dout, const float* x, const float* rstd,
                                         i64 N, i64 C) {
-  const i64 width = column_block(s);
-  launch(s, column_tasks(C, width), RmsNormBackwardWeight{dw, dout, x, rstd, N, C, width}, row_grain(N * width));
+  const ColumnBlocks cols = column_wise(s, C, N);
+  launch(s, cols, RmsNormBackwardWeight{dw, dout, x, rstd, cols}, row_grain(N * cols.width));
 }
 
 template <typename T>
@@ -248,26 +245,26 @@ void rope_backward(Stream& s, T* dx, i64 N, i64 Tn, i64 ld, i64 heads, i64 D, do
 
 template <typename T>
 void swiglu_forward(Stream& s, T* y, const T* h, i64 N, i64 F) {
-  const kernel_rows::RowSegments seg = kernel_rows::row_segments(s, F);
-  launch(s, seg.tasks(N), SwigluForward<T>{y, h, seg}, row_grain(4 * F));
+  const RowSegments seg = row_wise(s, N, F);
+  launch(s, seg, SwigluForward<T>{y, h, seg}, row_grain(4 * F));
 }
 
 template <typename T>
 void swiglu_backward(Stream& s, T* dh, const T* dy, const T* h, i64 N, i64 F) {
-  const kernel_rows::RowSegments seg = kernel_rows::row_segments(s, F);
-  launch(s, seg.tasks(N), SwigluBackward<T>{dh, dy, h, seg}, row_grain(8 * F));
+  const RowSegments seg = row_wise(s, N, F);
+  launch(s, seg, SwigluBackward<T>{dh, dy, h, seg}, row_grain(8 * F));
 }
 
 template <typename T>
 void gqa_expand(Stream& s, T* out, const T* qkv, i64 N, i64 H, i64 K, i64 D) {
-  const kernel_rows::RowSegments seg = kernel_rows::row_segments(s, 3 * H * D);
-  launch(s, seg.tasks(N), GqaExpand<T>{out, qkv, {H, K, D}, seg}, row_grain(3 * H * D));
+  const RowSegments seg = row_wise(s, N, 3 * H * D);
+  launch(s, seg, GqaExpand<T>{out, qkv, {H, K, D}, seg}, row_grain(3 * H * D));
 }
 
 template <typename T>
 void gqa_reduce(Stream& s, T* dqkv, const T* dfull, i64 N, i64 H, i64 K, i64 D) {
-  const kernel_rows::RowSegments seg = kernel_rows::row_segments(s, (H + 2 * K) * D);
-  launch(s, seg.tasks(N), GqaReduce<T>{dqkv, dfull, {H, K, D}, seg}, row_grain(3 * H * D));
+  const RowSegments seg = row_wise(s, N, (H + 2 * K) * D);
+  launch(s, seg, GqaReduce<T>{dqkv, dfull, {H, K, D}, seg}, row_grain(3 * H * D));
 }
 
 #define STP_PER_ACTIVATION_TYPE(T)                                                                    \

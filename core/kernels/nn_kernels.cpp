@@ -10,16 +10,13 @@
 #include "core/kernels/norm_rows.h"
 #include "core/kernels/softmax_rows.h"
 #include "core/kernels/vocab_kernels.h"
-#include "core/launch.h"
+#include "core/launch_shape.h"
 
 namespace stp {
 namespace {
 
 using i64 = std::int64_t;
 using usize = std::size_t;
-using kernel_rows::column_block;
-using kernel_rows::column_tasks;
-using kernel_rows::kMaxColumnBlock;
 using kernel_rows::row_grain;
 using kernel_rows::store_dx_row;
 using kernel_rows::store_row;
@@ -77,7 +74,7 @@ struct LayerNormBackwardInput {
   }
 };
 
-// One task per block of `width` channels from c0 = task * width (norm_rows.h, column blocks).
+// One task per block of channels [c0, c0 + w) (a column-wise launch over C channels of N rows).
 struct LayerNormBackwardWeight {
   float* dw;
   float* db;
@@ -85,11 +82,11 @@ struct LayerNormBackwardWeight {
   const float* x;
   const float* mean;
   const float* rstd;
-  i64 N, C, width;
+  ColumnBlocks cols;
   STP_HD void operator()(usize task) const {
-    const i64 c0 = static_cast<i64>(task) * width;
-    const i64 w = C - c0 < width ? C - c0 : width;
-    float sw[kMaxColumnBlock], sb[kMaxColumnBlock];
+    const auto [c0, w] = cols.part(task);
+    const i64 N = cols.height, C = cols.columns;
+    float sw[ColumnBlocks::kMaxWidth], sb[ColumnBlocks::kMaxWidth];
     for (i64 k = 0; k < w; ++k) sw[k] = sb[k] = 0.0f;
     for (i64 n = 0; n < N; ++n) {
       const float* d = dout + n * C + c0;
@@ -137,16 +134,16 @@ struct RowsAdd {
   }
 };
 
-// One task per block of `width` columns (norm_rows.h, column blocks).
+// One task per block of columns [j0, j0 + w) (a column-wise launch over M columns of N rows).
 template <typename T>
 struct ColumnSum {
   float* db;
   const T* dy;
-  i64 N, M, width;
+  ColumnBlocks cols;
   STP_HD void operator()(usize task) const {
-    const i64 j0 = static_cast<i64>(task) * width;
-    const i64 w = M - j0 < width ? M - j0 : width;
-    float acc[kMaxColumnBlock];
+    const auto [j0, w] = cols.part(task);
+    const i64 N = cols.height, M = cols.columns;
+    float acc[ColumnBlocks::kMaxWidth];
     for (i64 k = 0; k < w; ++k) acc[k] = 0.0f;
     for (i64 n = 0; n < N; ++n) {
       const T* r = dy + n * M + j0;
@@ -158,19 +155,19 @@ struct ColumnSum {
 
 // ---- GELU ----------------------------------------------------------------------------------------
 
-// One task per run of `run` contiguous elements (activation_rows.h): on the CPU a run is long
-// enough for the 8-wide form, on a GPU it is one element per thread. Elements are independent, so
-// the split never changes a result.
-inline i64 activation_run(Stream& s) { return s.device().kind() == DeviceKind::Cpu ? 1024 : 1; }
+// One task per run of contiguous elements (an element-wise launch, activation_rows.h): a CPU run
+// of kActivationRun is long enough for the 8-wide form. Elements are independent, so the split
+// never changes a result.
+constexpr i64 kActivationRun = 1024;
 
 template <typename T>
 struct GeluForward {
   T* y;
   const T* x;
-  i64 n, run;
+  ElementRuns runs;
   STP_HD void operator()(usize r) const {
-    const i64 begin = static_cast<i64>(r) * run;
-    activation_rows::gelu_run(y + begin, x + begin, n - begin < run ? n - begin : run);
+    const auto [begin, size] = runs.part(r);
+    activation_rows::gelu_run(y + begin, x + begin, size);
   }
 };
 
@@ -179,10 +176,10 @@ struct GeluBackward {
   T* dx;
   const T* dy;
   const T* x;
-  i64 n, run;
+  ElementRuns runs;
   STP_HD void operator()(usize r) const {
-    const i64 begin = static_cast<i64>(r) * run;
-    activation_rows::gelu_backward_run(dx + begin, dy + begin, x + begin, n - begin < run ? n - begin : run);
+    const auto [begin, size] = runs.part(r);
+    activation_rows::gelu_backward_run(dx + begin, dy + begin, x + begin, size);
   }
 };
 
@@ -299,14 +296,14 @@ struct MeanOfRows {
 };
 
 // The target's entry is computed from its own logit, read before the row is overwritten, so a bf16
-// row is rounded once per entry. One task per row segment (kernel_rows::RowSegments over V).
+// row is rounded once per entry. One task per row segment (a row-wise launch over V).
 template <typename T>
 struct CrossEntropyBackward {
   T* logits;
   const float* lse;
   const std::int32_t* targets;
   float scale;
-  kernel_rows::RowSegments seg;
+  RowSegments seg;
   STP_HD void operator()(usize i) const {
     const auto [n, c0, len] = seg.part(i);
     T* l = logits + n * seg.len;
@@ -341,9 +338,8 @@ void layernorm_backward_input(Stream& s, float* dx, const float* resid, const fl
 
 void layernorm_backward_weight_accumulate(Stream& s, float* dw, float* db, const float* dout, const float* x,
                                           const float* mean, const float* rstd, i64 N, i64 C) {
-  const i64 width = column_block(s);
-  launch(s, column_tasks(C, width), LayerNormBackwardWeight{dw, db, dout, x, mean, rstd, N, C, width},
-         row_grain(2 * N * width));
+  const ColumnBlocks cols = column_wise(s, C, N);
+  launch(s, cols, LayerNormBackwardWeight{dw, db, dout, x, mean, rstd, cols}, row_grain(2 * N * cols.width));
 }
 
 template <typename TA, typename TC>
@@ -376,20 +372,20 @@ void linear_backward_weight_accumulate(Stream& s, float* dW, float* dbias, const
 
 template <typename T>
 void column_sum_accumulate(Stream& s, float* db, const T* dy, i64 N, i64 M) {
-  const i64 width = column_block(s);
-  launch(s, column_tasks(M, width), ColumnSum<T>{db, dy, N, M, width}, row_grain(N * width));
+  const ColumnBlocks cols = column_wise(s, M, N);
+  launch(s, cols, ColumnSum<T>{db, dy, cols}, row_grain(N * cols.width));
 }
 
 template <typename T>
 void gelu_forward(Stream& s, T* y, const T* x, i64 n) {
-  const i64 run = activation_run(s);
-  launch(s, column_tasks(n, run), GeluForward<T>{y, x, n, run}, static_cast<usize>((2048 + run - 1) / run));
+  const ElementRuns runs = element_wise(s, n, kActivationRun);
+  launch(s, runs, GeluForward<T>{y, x, runs}, runs.grain(2048));
 }
 
 template <typename T>
 void gelu_backward(Stream& s, T* dx, const T* dy, const T* x, i64 n) {
-  const i64 run = activation_run(s);
-  launch(s, column_tasks(n, run), GeluBackward<T>{dx, dy, x, n, run}, static_cast<usize>((2048 + run - 1) / run));
+  const ElementRuns runs = element_wise(s, n, kActivationRun);
+  launch(s, runs, GeluBackward<T>{dx, dy, x, runs}, runs.grain(2048));
 }
 
 void add(Stream& s, float* y, const float* a, const float* b, i64 n) {
@@ -464,8 +460,8 @@ void cross_entropy_forward(Stream& s, float* loss, float* losses, float* lse, co
 template <typename T>
 void cross_entropy_backward_inplace(Stream& s, T* logits, const float* lse, const std::int32_t* targets, float scale,
                                     i64 N, i64 V) {
-  const kernel_rows::RowSegments seg = kernel_rows::row_segments(s, V);
-  launch(s, seg.tasks(N), CrossEntropyBackward<T>{logits, lse, targets, scale, seg}, row_grain(V));
+  const RowSegments seg = row_wise(s, N, V);
+  launch(s, seg, CrossEntropyBackward<T>{logits, lse, targets, scale, seg}, row_grain(V));
 }
 
 // ---- Instantiations: f32, and bf16 activations (with f32 where a result feeds an f32 tensor) ---------

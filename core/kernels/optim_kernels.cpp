@@ -1,29 +1,32 @@
 // Single-source optimizer kernels (compiled by nvcc when the CUDA backend is on).
 #include "core/kernels/optim_kernels.h"
 
-#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "core/kernels/adamw_ranges.h"
-#include "core/launch.h"
+#include "core/launch_shape.h"
 
 namespace stp {
 namespace {
 
-// One task per run of `run` elements: on the CPU a run goes through adamw_range with the widest
-// vector instruction set (bitwise adamw_element, adamw_ranges.h), on a GPU it is one element per
-// thread.
+// One task per run of elements (an element-wise launch): a CPU run of kAdamWRun goes through
+// adamw_range with the widest vector instruction set (bitwise adamw_element, adamw_ranges.h); runs of
+// one element (the GPU layout) are the element formula itself.
+constexpr std::int64_t kAdamWRun = 8192;
+
 struct AdamWKernel {
   float* p;
   const float* g;
   float* m;
   float* v;
-  std::size_t n, run;
+  ElementRuns runs;
   AdamWScalars c;
   STP_HD void operator()(std::size_t r) const {
-    const std::size_t begin = r * run, end = begin + run < n ? begin + run : n;
+    const ElementRuns::Part part = runs.part(r);
+    const auto begin = static_cast<std::size_t>(part.begin), end = static_cast<std::size_t>(part.begin + part.size);
 #if !defined(__CUDA_ARCH__)
-    if (run > 1) return adamw_range(best_cpu_isa(), p, g, m, v, begin, end, c);
+    if (runs.run > 1) return adamw_range(best_cpu_isa(), p, g, m, v, begin, end, c);
 #endif
     for (std::size_t i = begin; i < end; ++i) adamw_element(p, g, m, v, i, c);
   }
@@ -91,9 +94,8 @@ AdamWScalars adamw_scalars(float lr, const AdamWHyper& h, int step, bool decay) 
 
 void adamw_step(Stream& s, float* param, const float* grad, float* m, float* v, std::size_t n, float lr,
                 const AdamWHyper& h, int step, bool decay) {
-  const std::size_t run = s.device().kind() == DeviceKind::Cpu ? 8192 : 1;
-  launch(s, (n + run - 1) / run, AdamWKernel{param, grad, m, v, n, run, adamw_scalars(lr, h, step, decay)},
-         std::max<std::size_t>(1, 32768 / run));
+  const ElementRuns runs = element_wise(s, static_cast<std::int64_t>(n), kAdamWRun);
+  launch(s, runs, AdamWKernel{param, grad, m, v, runs, adamw_scalars(lr, h, step, decay)}, runs.grain(32768));
 }
 
 std::size_t sumsq_partials_count(std::size_t n) { return n == 0 ? 1 : (n + kSumSqBlock - 1) / kSumSqBlock; }

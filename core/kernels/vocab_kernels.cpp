@@ -7,7 +7,7 @@
 
 #include "core/kernels/norm_rows.h"
 #include "core/kernels/softmax_rows.h"
-#include "core/launch.h"
+#include "core/launch_shape.h"
 
 namespace stp {
 namespace {
@@ -57,14 +57,14 @@ struct VocabTokenBuckets {
   }
 };
 
-// One task per segment of a vocabulary entry's C channels (kernel_rows::RowSegments: all C on a
-// CPU stream, one channel per GPU thread). Each channel adds its rows in bucket order.
+// One task per segment of a vocabulary entry's C channels (a row-wise launch: all C on a CPU
+// stream, one channel per GPU thread). Each channel adds its rows in bucket order.
 struct VocabEmbeddingBackwardWte {
   float* dwte;
   const float* dout;
   const std::int32_t* offsets;
   const std::int32_t* rows;
-  kernel_rows::RowSegments seg;
+  RowSegments seg;
   STP_HD void operator()(usize i) const {
     const auto [v, c0, width] = seg.part(i);
     const i64 begin = offsets[v], end = offsets[v + 1], C = seg.len;
@@ -130,8 +130,8 @@ struct VocabCeFinish {
   }
 };
 
-// One task per segment of a row of Vs columns (kernel_rows::RowSegments: the whole row on a CPU
-// stream); every entry is computed on its own, so the split does not change a value.
+// One task per segment of a row of Vs columns (a row-wise launch: the whole row on a CPU stream);
+// every entry is computed on its own, so the split does not change a value.
 template <typename T>
 struct VocabCeBackward {
   T* logits;
@@ -139,7 +139,7 @@ struct VocabCeBackward {
   const std::int32_t* targets;
   float scale;
   i64 Vl, v0;
-  kernel_rows::RowSegments seg;  // over Vs
+  RowSegments seg;  // over Vs
   STP_HD void operator()(usize i) const {
     const auto [n, c0, width] = seg.part(i);
     const i64 c1 = c0 + width;
@@ -171,8 +171,8 @@ void vocab_embedding_backward_accumulate(Stream& s, float* dwte_shard, float* dw
   std::int32_t* rows = workspace + Vs + 1;
   launch(s, 1, VocabTokenBuckets{offsets, rows, tokens, v0, Vs, B * T}, 1);
   // Most vocabulary entries are absent from a batch and cost one comparison each.
-  const kernel_rows::RowSegments seg = kernel_rows::row_segments(s, C);
-  launch(s, seg.tasks(Vs), VocabEmbeddingBackwardWte{dwte_shard, dout, offsets, rows, seg}, 256);
+  const RowSegments seg = row_wise(s, Vs, C);
+  launch(s, seg, VocabEmbeddingBackwardWte{dwte_shard, dout, offsets, rows, seg}, 256);
   if (dwpe != nullptr) launch(s, static_cast<usize>(T * C), VocabWpeBackward{dwpe, dout, B, T, C}, row_grain(B));
 }
 
@@ -195,8 +195,8 @@ void vocab_ce_finish(Stream& s, float* loss, float* losses, float* lse, const fl
 template <typename T>
 void vocab_ce_backward_inplace(Stream& s, T* logits, const float* lse, const std::int32_t* targets, float scale, i64 N,
                                i64 Vs, i64 Vl, i64 v0) {
-  const kernel_rows::RowSegments seg = kernel_rows::row_segments(s, Vs);
-  launch(s, seg.tasks(N), VocabCeBackward<T>{logits, lse, targets, scale, Vl, v0, seg}, row_grain(Vs));
+  const RowSegments seg = row_wise(s, N, Vs);
+  launch(s, seg, VocabCeBackward<T>{logits, lse, targets, scale, Vl, v0, seg}, row_grain(Vs));
 }
 
 #define STP_PER_ACTIVATION_TYPE(T)                                                                                \

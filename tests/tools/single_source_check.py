@@ -9,7 +9,10 @@ Source rules (every build):
   S2  no hand-written device code anywhere else: `__global__` and `<<<` appear only in
       core/launch.h (its one generic kernel runs every functor);
   S3  each functor name is defined once across the kernel files (one definition of the math);
-  S4  every *_kernels.cpp is compiled into some target (it is in compile_commands.json).
+  S4  every *_kernels.cpp is compiled into some target (it is in compile_commands.json);
+  S5  no file in core/kernels/ tests the device kind (DeviceKind, .kind(), the launch layer's own
+      launch_detail test): a kernel names its launch shape and core/launch_shape.h lays it out for
+      the stream's backend.
 Object rules (every build; the object is the one in the build tree):
   O1  for every functor F, its object holds the CPU path of launch<F> (the oneTBB task body);
 CUDA builds only:
@@ -33,6 +36,8 @@ SCAN_EXT = (".cpp", ".h", ".cu", ".cuh", ".hpp", ".cc")
 # Files allowed to mention STP_HD / launch() without being compiled by nvcc, and why.
 EXCEPTIONS = {
     "core/launch.h": "defines launch() and the one generic CUDA kernel",
+    "core/launch_shape.h": "the launch shapes: their STP_HD part() and launch(stream, shape, f), included by the "
+                           "*_kernels.cpp files (compiled there)",
     "core/dtype.h": "defines STP_HD and the bf16 load/store functions the functors call (no functor)",
     "core/cpu/cpu_launch.cpp": "the CPU backend's entry point behind launch() (no functor)",
     "tools/bench_runtime.cpp": "CPU-only benchmark: its Noop functor is launched on a CpuDevice only",
@@ -52,9 +57,12 @@ EXCEPTIONS = {
                                                "code on CPU streams only, so no device code exists for it",
 }
 
+# S5: how a kernel would test the stream's backend.
+DEVICE_KIND_TEST = re.compile(r"\bDeviceKind\b|(?:\.|->)\s*kind\s*\(\s*\)|\blaunch_detail\b")
+
 
 def strip_comments(text):
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"/\*.*?\*/", lambda m: " " + "\n" * m.group(0).count("\n"), text, flags=re.S)  # keeps line numbers
     return re.sub(r"//[^\n]*", "", text)
 
 
@@ -105,6 +113,11 @@ def main():
                           "so nvcc never compiles it: rename it or list it in EXCEPTIONS with the reason")
         if rel != "core/launch.h" and ("__global__" in code or "<<<" in code):
             errors.append(f"S2 {rel} holds hand-written device code (__global__ / <<<): write the math once as a functor")
+        if rel.startswith("core/kernels/"):
+            for m in DEVICE_KIND_TEST.finditer(code):
+                line = code.count("\n", 0, m.start()) + 1
+                errors.append(f"S5 {rel}:{line} tests the device kind ({m.group(0).strip()}): name a launch shape "
+                              "(core/launch_shape.h) and let the launch layer choose the layout")
         if is_kernel_file:
             kernel_files.append(rel)
             for f in functors(code):
