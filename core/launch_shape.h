@@ -22,7 +22,7 @@
 //   RowSegments    one whole row (its vector form in one call) one element of a row
 //   ColumnBlocks   kMaxWidth adjacent columns (one 64-byte     one column (adjacent threads read
 //                  line of f32 per row read)                   adjacent columns)
-//   RowTile        CpuRows rows                                one row
+//   RowTile        CpuRows rows (or the kernel's host form)    one row
 //
 // Contract for every shape: the parts of a launch are contiguous ranges that cover the iteration
 // exactly once; a functor computes each element (each column's sum, in row order) by the same
@@ -161,7 +161,9 @@ void launch(Stream& stream, const S& shape, F f, std::size_t grain) {
 // A tile of `Rows` rows: a compile-time height, because the tile lives in the task's own arrays.
 // host_tasks: the tiles run as oneTBB tasks of host code (a CPU stream), few and long, so a host
 // form of the tile body (vector instructions chosen at run time) may stand in for the functor, and
-// a task may own more than one tile; otherwise each tile is a GPU thread.
+// a task may own more than one tile; otherwise each tile is a GPU thread. It is the one layout
+// property a kernel branches on, and only to choose such a host form or its task split: host-only
+// code cannot run as a GPU thread, whatever the tile.
 template <int Rows, bool HostTasks>
 struct RowTile {
   static constexpr int rows = Rows;
