@@ -158,7 +158,7 @@ class Stage {
 
   virtual int num_units() const = 0;               // forward order 0..U-1
   virtual std::string unit_name(int u) const = 0;  // "embed", "input", "h.3.attn", "h.3.mlp", "head"
-  virtual UnitKind unit_kind(int u) const = 0;     // Embed, Input, Attn, Mlp, Head alike
+  virtual UnitKind unit_kind(int u) const = 0;     // the kind unit_name(u) names
   virtual bool is_first() const = 0;               // owns the embedding
   virtual bool is_last() const = 0;                // owns ln_f, the head and the loss
 
