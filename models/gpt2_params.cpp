@@ -31,12 +31,14 @@ void add_layer(std::vector<ParamInfo>& out, int i, i64 C, int r, int t) {
 
 }  // namespace
 
-void validate(const GPT2Config& c, const GPT2StageSpec& s) {
+void gpt2_validate(const ModelSpec& c, const StageSpec& s) {
+  STP_CHECK(c.tie_embeddings,
+            "model.tie_embeddings: false is not supported by model.arch gpt2 (its head is the "
+            "token embedding)");
   STP_CHECK(c.n_layer >= 1 && c.n_head >= 1 && c.n_embd >= 1 && c.vocab_size >= 1 && c.seq_len >= 1,
             "model: n_layer, n_head, n_embd, vocab_size and seq_len must be positive");
   STP_CHECK(c.n_embd % c.n_head == 0, "model.n_embd (", c.n_embd, ") must be a multiple of model.n_head (", c.n_head,
             ")");
-  STP_CHECK(c.positions() >= c.seq_len, "model: ", c.positions(), " positions cannot hold seq_len ", c.seq_len);
   STP_CHECK(s.tp_size >= 1 && c.n_head % s.tp_size == 0, "parallel.tp (", s.tp_size, ") must divide model.n_head (",
             c.n_head, ")");
   STP_CHECK(s.tp_rank >= 0 && s.tp_rank < s.tp_size, "tp rank ", s.tp_rank, " outside [0, ", s.tp_size, ")");
@@ -48,8 +50,8 @@ void validate(const GPT2Config& c, const GPT2StageSpec& s) {
             c.n_embd / c.n_head, "; use model.attention: naive");
 }
 
-std::vector<ParamInfo> gpt2_param_table(const GPT2Config& c, const GPT2StageSpec& s) {
-  validate(c, s);
+std::vector<ParamInfo> gpt2_param_table(const ModelSpec& c, const StageSpec& s) {
+  gpt2_validate(c, s);
   const i64 C = c.n_embd;
   const bool first = s.layer_begin == 0, last = s.layer_end == c.n_layer;
   std::vector<ParamInfo> out;
@@ -58,7 +60,7 @@ std::vector<ParamInfo> gpt2_param_table(const GPT2Config& c, const GPT2StageSpec
     out.back().tied = !(first && last);
     out.back().vocab = true;
   }
-  if (first) out.push_back(make_param("wpe.weight", {c.positions(), C}, replicated_layout(c.positions(), C), true));
+  if (first) out.push_back(make_param("wpe.weight", {c.seq_len, C}, replicated_layout(c.seq_len, C), true));
   for (int i = s.layer_begin; i < s.layer_end; ++i) add_layer(out, i, C, s.tp_rank, s.tp_size);
   if (last) {
     out.push_back(make_param("ln_f.weight", {C}, replicated_layout(1, C), true));
@@ -67,7 +69,7 @@ std::vector<ParamInfo> gpt2_param_table(const GPT2Config& c, const GPT2StageSpec
   return out;
 }
 
-ParamStore gpt2_param_store(const GPT2Config& config, const GPT2StageSpec& spec, Allocator& alloc) {
+ParamStore gpt2_param_store(const ModelSpec& config, const StageSpec& spec, Allocator& alloc) {
   // bf16: the weights GEMMs multiply by get bf16 copies; wte only where the LM head uses it (the
   // embedding gathers rows of the f32 master).
   const bool has_head = spec.layer_end == config.n_layer;

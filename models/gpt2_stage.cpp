@@ -5,26 +5,26 @@ namespace stp {
 namespace {
 
 // The attention and MLP units (models/gpt2_units.h).
-const BranchOps<GPT2Dims, BranchParams> kGPT2Attn{
-    .forward = &attn_forward,
-    .backward_input = &attn_backward_input,
-    .backward_weight = &attn_backward_weight,
-    .recompute = &attn_recompute,
-    .recomputed_records = &attn_recomputed_records,
-    .recompute_cost = &attn_recompute_cost,
+const BranchOps<GPT2Dims, GPT2Branch> kGPT2Attn{
+    .forward = &gpt2_attn_forward,
+    .backward_input = &gpt2_attn_backward_input,
+    .backward_weight = &gpt2_attn_backward_weight,
+    .recompute = &gpt2_attn_recompute,
+    .recomputed_records = &gpt2_attn_recomputed_records,
+    .recompute_cost = &gpt2_attn_recompute_cost,
 };
-const BranchOps<GPT2Dims, BranchParams> kGPT2Mlp{
-    .forward = &mlp_forward,
-    .backward_input = &mlp_backward_input,
-    .backward_weight = &mlp_backward_weight,
-    .recompute = &mlp_recompute,
-    .recomputed_records = &mlp_recomputed_records,
-    .recompute_cost = &mlp_recompute_cost,
+const BranchOps<GPT2Dims, GPT2Branch> kGPT2Mlp{
+    .forward = &gpt2_mlp_forward,
+    .backward_input = &gpt2_mlp_backward_input,
+    .backward_weight = &gpt2_mlp_backward_weight,
+    .recompute = &gpt2_mlp_recompute,
+    .recomputed_records = &gpt2_mlp_recomputed_records,
+    .recompute_cost = &gpt2_mlp_recompute_cost,
 };
 
 }  // namespace
 
-GPT2Stage::GPT2Stage(const GPT2Config& config, const GPT2StageSpec& spec, Allocator& alloc)
+GPT2Stage::GPT2Stage(const ModelSpec& config, const StageSpec& spec, Allocator& alloc)
     : BranchedStage(
           spec, config.n_layer,
           unit_dims(spec, config.seq_len, config.n_embd, config.vocab_size, config.precision, config.attention),
@@ -41,7 +41,7 @@ GPT2Stage::GPT2Stage(const GPT2Config& config, const GPT2StageSpec& spec, Alloca
     const bool attn = unit_kind(u) == UnitKind::Attn;
     const std::string ln = attn ? "ln_1" : "ln_2", in = attn ? "attn.c_attn" : "mlp.c_fc",
                       out = attn ? "attn.c_proj" : "mlp.c_proj";
-    BranchParams& b = branch(u);
+    GPT2Branch& b = branch(u);
     b.ln = {&params_.at(h + ln + ".weight"), &params_.at(h + ln + ".bias")};
     b.in_w = &params_.at(h + in + ".weight");
     b.in_b = &params_.at(h + in + ".bias");
@@ -59,16 +59,16 @@ void GPT2Stage::embed_backward_weight(RecordSet& rec, CallScope& cs) {
 }
 
 Tensor GPT2Stage::finalize_norm(int u, const Tensor& dy, const Tensor& dnorm, RecordSet& rec, CallScope& cs) {
-  return layernorm_finalize(dims_, branch(u).ln, dy, dnorm, rec, cs);
+  return gpt2_norm_finalize(dims_, branch(u).ln, dy, dnorm, rec, cs);
 }
 
 void GPT2Stage::head_forward(const Tensor& x, const Tensor& targets, const Tensor& loss, RecordSet& rec,
                              CallScope& cs) {
-  stp::head_forward(dims_, ln_f(), params_.at("wte.weight"), x, targets, loss, rec, cs);
+  gpt2_head_forward(dims_, ln_f(), params_.at("wte.weight"), x, targets, loss, rec, cs);
 }
 
 Tensor GPT2Stage::head_backward_input(float loss_scale, RecordSet& rec, CallScope& cs) {
-  return stp::head_backward_input(dims_, ln_f(), params_.at("wte.weight"), loss_scale, rec, cs);
+  return gpt2_head_backward_input(dims_, ln_f(), params_.at("wte.weight"), loss_scale, rec, cs);
 }
 
 void GPT2Stage::head_backward_weight(RecordSet& rec, CallScope& cs) {

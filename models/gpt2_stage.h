@@ -7,17 +7,17 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "models/gpt2_config.h"
 #include "models/gpt2_params.h"
 #include "models/gpt2_units.h"
+#include "models/model_spec.h"
 #include "models/branched_stage.h"
 
 namespace stp {
 
-class GPT2Stage final : public BranchedStage<GPT2Dims, BranchParams> {
+class GPT2Stage final : public BranchedStage<GPT2Dims, GPT2Branch> {
  public:
   // alloc: the device allocator for parameters, records and temporaries (must outlive the stage).
-  GPT2Stage(const GPT2Config& config, const GPT2StageSpec& spec, Allocator& alloc);
+  GPT2Stage(const ModelSpec& config, const StageSpec& spec, Allocator& alloc);
 
  private:
   Tensor embed_forward(const Tensor& tokens, RecordSet& rec, CallScope& cs) override;
@@ -27,7 +27,7 @@ class GPT2Stage final : public BranchedStage<GPT2Dims, BranchParams> {
   Tensor head_backward_input(float loss_scale, RecordSet& rec, CallScope& cs) override;
   void head_backward_weight(RecordSet& rec, CallScope& cs) override;
 
-  LayerNormParams ln_f() { return {&params_.at("ln_f.weight"), &params_.at("ln_f.bias")}; }
+  GPT2LayerNorm ln_f() { return {&params_.at("ln_f.weight"), &params_.at("ln_f.bias")}; }
 };
 
 }  // namespace stp

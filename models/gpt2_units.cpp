@@ -25,7 +25,7 @@ struct LayerNormOut {
 // LN of the unit input. `keep_stats`: the statistics are records (F, Full recompute) rather than
 // temporaries (Selective recompute, which keeps F's).
 template <typename A>
-LayerNormOut layernorm_step(const GPT2Dims& d, const LayerNormParams& p, const Tensor& x, CallScope& cs,
+LayerNormOut layernorm_step(const GPT2Dims& d, const GPT2LayerNorm& p, const Tensor& x, CallScope& cs,
                             bool keep_stats = true) {
   const i64 N = d.N(), C = d.C;
   LayerNormOut r{cs.keep({N, C}, d.act), keep_stats ? cs.keep({N}) : cs.tmp({N}),
@@ -72,8 +72,8 @@ Tensor gelu_step(const GPT2Dims& d, const Tensor& h /*(B, T, Fl)*/, CallScope& c
 
 // LN of the unit input; records the input and statistics for B(u-1) and returns the output.
 template <typename A>
-Tensor layernorm_with_records(const GPT2Dims& d, const LayerNormParams& p, const Tensor& x, RecordSet& rec,
-                              CallScope& cs, RecordReader stats_reader) {
+Tensor layernorm_with_records(const GPT2Dims& d, const GPT2LayerNorm& p, const Tensor& x, RecordSet& rec, CallScope& cs,
+                              RecordReader stats_reader) {
   LayerNormOut ln = layernorm_step<A>(d, p, x, cs);
   rec.save("ln.x", x, stats_reader);
   rec.save("ln.mean", ln.mean, stats_reader);
@@ -83,7 +83,7 @@ Tensor layernorm_with_records(const GPT2Dims& d, const LayerNormParams& p, const
 
 // The recompute's LN: regenerates ln.out, and the statistics when they were dropped (Full).
 template <typename A>
-Tensor layernorm_recompute(const GPT2Dims& d, const LayerNormParams& p, Recompute r, RecordSet& rec, CallScope& cs) {
+Tensor layernorm_recompute(const GPT2Dims& d, const GPT2LayerNorm& p, Recompute r, RecordSet& rec, CallScope& cs) {
   const bool stats_dropped = r == Recompute::Full;
   LayerNormOut ln = layernorm_step<A>(d, p, rec.get("ln.x"), cs, stats_dropped);
   if (stats_dropped) {
@@ -97,14 +97,14 @@ Tensor layernorm_recompute(const GPT2Dims& d, const LayerNormParams& p, Recomput
 // c_proj's bias gradient, in B from the f32 gradient of the unit's output (a column sum over
 // tokens, which cancels heavily: from the bf16 copy it would keep little of its f32 value).
 // c_proj bias is replicated: every rank has the full dy and computes the same gradient.
-void c_proj_bias_grad(const GPT2Dims& d, const BranchParams& p, const Tensor& dy /*(B, T, C) f32*/, CallScope& cs) {
+void c_proj_bias_grad(const GPT2Dims& d, const GPT2Branch& p, const Tensor& dy /*(B, T, C) f32*/, CallScope& cs) {
   column_sum_accumulate(cs.stream(), p.out_b->grad.f32(), dy.f32(), d.N(), d.C);
 }
 
 // ---- attention ---------------------------------------------------------------------------------------
 
 template <typename A>
-Tensor attn_forward_t(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
+Tensor attn_forward_t(const GPT2Dims& d, const GPT2Branch& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
   // 1. LN1 (replicated).
   Tensor ln = layernorm_with_records<A>(d, p.ln, x, rec, cs, kPrev);
   // 2. Column-parallel c_attn: this rank's q, k, v heads.
@@ -120,7 +120,7 @@ Tensor attn_forward_t(const GPT2Dims& d, const BranchParams& p, const Tensor& x,
 }
 
 template <typename A>
-Tensor attn_backward_input_t(const GPT2Dims& d, const BranchParams& p, const Tensor& dy_full, RecordSet& rec,
+Tensor attn_backward_input_t(const GPT2Dims& d, const GPT2Branch& p, const Tensor& dy_full, RecordSet& rec,
                              CallScope& cs) {
   const i64 N = d.N();
   Stream& s = cs.stream();
@@ -161,7 +161,7 @@ Tensor attn_backward_input_t(const GPT2Dims& d, const BranchParams& p, const Ten
 // ---- MLP -----------------------------------------------------------------------------------------------
 
 template <typename A>
-Tensor mlp_forward_t(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
+Tensor mlp_forward_t(const GPT2Dims& d, const GPT2Branch& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
   // 1. LN2 (replicated).
   Tensor ln = layernorm_with_records<A>(d, p.ln, x, rec, cs, kPrev);
   // 2. Column-parallel c_fc, then GELU.
@@ -176,7 +176,7 @@ Tensor mlp_forward_t(const GPT2Dims& d, const BranchParams& p, const Tensor& x, 
 }
 
 template <typename A>
-Tensor mlp_backward_input_t(const GPT2Dims& d, const BranchParams& p, const Tensor& dy_full, RecordSet& rec,
+Tensor mlp_backward_input_t(const GPT2Dims& d, const GPT2Branch& p, const Tensor& dy_full, RecordSet& rec,
                             CallScope& cs) {
   const i64 N = d.N();
   Stream& s = cs.stream();
@@ -199,7 +199,7 @@ Tensor mlp_backward_input_t(const GPT2Dims& d, const BranchParams& p, const Tens
 // ---- recompute -------------------------------------------------------------------------------------
 
 template <typename A>
-void attn_recompute_t(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs) {
+void attn_recompute_t(const GPT2Dims& d, const GPT2Branch& p, Recompute r, RecordSet& rec, CallScope& cs) {
   // 1. LN1 from the kept input (and its statistics when Full dropped them).
   Tensor ln = layernorm_recompute<A>(d, p.ln, r, rec, cs);
   // 2. c_attn when Full dropped qkv; Selective kept it.
@@ -210,7 +210,7 @@ void attn_recompute_t(const GPT2Dims& d, const BranchParams& p, Recompute r, Rec
 }
 
 template <typename A>
-void mlp_recompute_t(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs) {
+void mlp_recompute_t(const GPT2Dims& d, const GPT2Branch& p, Recompute r, RecordSet& rec, CallScope& cs) {
   // 1. LN2 from the kept input (and its statistics when Full dropped them).
   Tensor ln = layernorm_recompute<A>(d, p.ln, r, rec, cs);
   // 2. c_fc when Full dropped h; Selective kept it.
@@ -222,7 +222,7 @@ void mlp_recompute_t(const GPT2Dims& d, const BranchParams& p, Recompute r, Reco
 // ---- head -------------------------------------------------------------------------------------------------
 
 template <typename A>
-void head_forward_t(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, const Tensor& x,
+void head_forward_t(const GPT2Dims& d, const GPT2LayerNorm& ln_f, ParamInfo& wte, const Tensor& x,
                     const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs) {
   // 1. ln_f; its statistics are read by this unit's own B.
   Tensor ln = layernorm_with_records<A>(d, ln_f, x, rec, cs, kB);
@@ -231,7 +231,7 @@ void head_forward_t(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& w
 }
 
 template <typename A>
-Tensor head_backward_input_t(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, float loss_scale,
+Tensor head_backward_input_t(const GPT2Dims& d, const GPT2LayerNorm& ln_f, ParamInfo& wte, float loss_scale,
                              RecordSet& rec, CallScope& cs) {
   const i64 N = d.N();
   Stream& s = cs.stream();
@@ -258,57 +258,59 @@ Tensor head_backward_input_t(const GPT2Dims& d, const LayerNormParams& ln_f, Par
 
 // ---- public passes: pick the activation type ------------------------------------------------------------
 
-Tensor attn_forward(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
+Tensor gpt2_attn_forward(const GPT2Dims& d, const GPT2Branch& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
   return with_act(d, [&](auto a) { return attn_forward_t<decltype(a)>(d, p, x, rec, cs); });
 }
 
-Tensor attn_backward_input(const GPT2Dims& d, const BranchParams& p, const Tensor& dy, RecordSet& rec, CallScope& cs) {
+Tensor gpt2_attn_backward_input(const GPT2Dims& d, const GPT2Branch& p, const Tensor& dy, RecordSet& rec,
+                                CallScope& cs) {
   return with_act(d, [&](auto a) { return attn_backward_input_t<decltype(a)>(d, p, dy, rec, cs); });
 }
 
-void attn_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs) {
+void gpt2_attn_backward_weight(const GPT2Dims& d, const GPT2Branch& p, RecordSet& rec, CallScope& cs) {
   with_act(d, [&](auto a) {
     branch_weight_grads<decltype(a)>(d, p.in_w, p.in_b, p.out_w, rec, cs, "y", d.Cl, "dqkv", 3 * d.Cl);
   });
 }
 
-Tensor mlp_forward(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
+Tensor gpt2_mlp_forward(const GPT2Dims& d, const GPT2Branch& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
   return with_act(d, [&](auto a) { return mlp_forward_t<decltype(a)>(d, p, x, rec, cs); });
 }
 
-Tensor mlp_backward_input(const GPT2Dims& d, const BranchParams& p, const Tensor& dy, RecordSet& rec, CallScope& cs) {
+Tensor gpt2_mlp_backward_input(const GPT2Dims& d, const GPT2Branch& p, const Tensor& dy, RecordSet& rec,
+                               CallScope& cs) {
   return with_act(d, [&](auto a) { return mlp_backward_input_t<decltype(a)>(d, p, dy, rec, cs); });
 }
 
-void mlp_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs) {
+void gpt2_mlp_backward_weight(const GPT2Dims& d, const GPT2Branch& p, RecordSet& rec, CallScope& cs) {
   with_act(d, [&](auto a) {
     branch_weight_grads<decltype(a)>(d, p.in_w, p.in_b, p.out_w, rec, cs, "gelu", d.Fl, "dh", d.Fl);
   });
 }
 
-void attn_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs) {
+void gpt2_attn_recompute(const GPT2Dims& d, const GPT2Branch& p, Recompute r, RecordSet& rec, CallScope& cs) {
   if (r == Recompute::None) return;
   with_act(d, [&](auto a) { attn_recompute_t<decltype(a)>(d, p, r, rec, cs); });
 }
 
-void mlp_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs) {
+void gpt2_mlp_recompute(const GPT2Dims& d, const GPT2Branch& p, Recompute r, RecordSet& rec, CallScope& cs) {
   if (r == Recompute::None) return;
   with_act(d, [&](auto a) { mlp_recompute_t<decltype(a)>(d, p, r, rec, cs); });
 }
 
-void head_forward(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, const Tensor& x,
-                  const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs) {
+void gpt2_head_forward(const GPT2Dims& d, const GPT2LayerNorm& ln_f, ParamInfo& wte, const Tensor& x,
+                       const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs) {
   with_act(d, [&](auto a) { head_forward_t<decltype(a)>(d, ln_f, wte, x, targets, loss, rec, cs); });
 }
 
-Tensor head_backward_input(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, float loss_scale,
-                           RecordSet& rec, CallScope& cs) {
+Tensor gpt2_head_backward_input(const GPT2Dims& d, const GPT2LayerNorm& ln_f, ParamInfo& wte, float loss_scale,
+                                RecordSet& rec, CallScope& cs) {
   return with_act(d, [&](auto a) { return head_backward_input_t<decltype(a)>(d, ln_f, wte, loss_scale, rec, cs); });
 }
 
 // ---- recompute records and costs ------------------------------------------------------------
 
-std::vector<RecomputedRecord> attn_recomputed_records(const GPT2Dims& d, Recompute r) {
+std::vector<RecomputedRecord> gpt2_attn_recomputed_records(const GPT2Dims& d, Recompute r) {
   const i64 N = d.N();
   const DType a = d.act, f = DType::F32;  // LayerNorm statistics are f32 at every precision
   // The attention core's record: the probabilities (naive) or the f32 log-sum-exp per query row (fused).
@@ -324,7 +326,7 @@ std::vector<RecomputedRecord> attn_recomputed_records(const GPT2Dims& d, Recompu
   STP_UNREACHABLE("bad Recompute");
 }
 
-std::vector<RecomputedRecord> mlp_recomputed_records(const GPT2Dims& d, Recompute r) {
+std::vector<RecomputedRecord> gpt2_mlp_recomputed_records(const GPT2Dims& d, Recompute r) {
   const i64 N = d.N();
   const DType a = d.act, f = DType::F32;
   switch (r) {
@@ -347,7 +349,7 @@ std::vector<RecomputedRecord> mlp_recomputed_records(const GPT2Dims& d, Recomput
 // Bias and residual adds are left out (N x width each, negligible next to the GEMMs).
 // Selective re-runs LayerNorm and the attention core + softmax (attn) or GELU (mlp); Full re-runs
 // everything up to c_proj. The cost is what is re-run over the whole forward.
-double attn_recompute_cost(const GPT2Dims& d, Recompute r) {
+double gpt2_attn_recompute_cost(const GPT2Dims& d, Recompute r) {
   const double N = static_cast<double>(d.N()), C = static_cast<double>(d.C), Cl = static_cast<double>(d.Cl);
   const double B = static_cast<double>(d.B), T = static_cast<double>(d.T), H = static_cast<double>(d.H);
   // Fused attention skips the masked half of the scores: half the dense core.
@@ -355,14 +357,14 @@ double attn_recompute_cost(const GPT2Dims& d, Recompute r) {
   return BranchFlops{8 * N * C, 2 * N * C * 3 * Cl, core, 2 * N * Cl * C}.cost(r);
 }
 
-double mlp_recompute_cost(const GPT2Dims& d, Recompute r) {
+double gpt2_mlp_recompute_cost(const GPT2Dims& d, Recompute r) {
   const double N = static_cast<double>(d.N()), C = static_cast<double>(d.C), Fl = static_cast<double>(d.Fl);
   return BranchFlops{8 * N * C, 2 * N * C * Fl, 9 * N * Fl, 2 * N * Fl * C}.cost(r);
 }
 
 // ---- LayerNorm finalize (Note [LayerNorm after the all-reduce]) -------------------------------------
 
-Tensor layernorm_finalize(const GPT2Dims& d, const LayerNormParams& p, const Tensor& dy, const Tensor& dln,
+Tensor gpt2_norm_finalize(const GPT2Dims& d, const GPT2LayerNorm& p, const Tensor& dy, const Tensor& dln,
                           RecordSet& rec, CallScope& cs) {
   const i64 N = d.N(), C = d.C;
   Stream& s = cs.stream();

@@ -36,7 +36,7 @@
 #include "core/device.h"
 #include "core/tensor.h"
 #include "memory/activation.h"
-#include "models/gpt2_config.h"
+#include "models/model_spec.h"
 #include "models/stage.h"
 #include "models/unit_common.h"
 
@@ -52,14 +52,14 @@ struct GPT2Dims : UnitDims {
   std::int64_t H = 0, D = 0, Cl = 0, Fl = 0;
 };
 
-struct LayerNormParams {
+struct GPT2LayerNorm {
   ParamInfo* w = nullptr;
   ParamInfo* b = nullptr;
 };
 
 // Attention and MLP units share a shape: LN -> column-parallel -> op -> row-parallel.
-struct BranchParams {
-  LayerNormParams ln;
+struct GPT2Branch {
+  GPT2LayerNorm ln;
   ParamInfo* in_w = nullptr;  // c_attn / c_fc (column-parallel shard)
   ParamInfo* in_b = nullptr;
   ParamInfo* out_w = nullptr;  // c_proj (row-parallel shard)
@@ -68,17 +68,18 @@ struct BranchParams {
 
 // ---- attention / MLP units (records named "ln.x", "ln.mean", "ln.rstd", "ln.out", ...) ---------
 // F returns this rank's partial of the next residual stream; B returns g_part (see the notes).
-Tensor attn_forward(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs);
-Tensor attn_backward_input(const GPT2Dims& d, const BranchParams& p, const Tensor& dy, RecordSet& rec, CallScope& cs);
-void attn_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs);
+Tensor gpt2_attn_forward(const GPT2Dims& d, const GPT2Branch& p, const Tensor& x, RecordSet& rec, CallScope& cs);
+Tensor gpt2_attn_backward_input(const GPT2Dims& d, const GPT2Branch& p, const Tensor& dy, RecordSet& rec,
+                                CallScope& cs);
+void gpt2_attn_backward_weight(const GPT2Dims& d, const GPT2Branch& p, RecordSet& rec, CallScope& cs);
 
-Tensor mlp_forward(const GPT2Dims& d, const BranchParams& p, const Tensor& x, RecordSet& rec, CallScope& cs);
-Tensor mlp_backward_input(const GPT2Dims& d, const BranchParams& p, const Tensor& dy, RecordSet& rec, CallScope& cs);
-void mlp_backward_weight(const GPT2Dims& d, const BranchParams& p, RecordSet& rec, CallScope& cs);
+Tensor gpt2_mlp_forward(const GPT2Dims& d, const GPT2Branch& p, const Tensor& x, RecordSet& rec, CallScope& cs);
+Tensor gpt2_mlp_backward_input(const GPT2Dims& d, const GPT2Branch& p, const Tensor& dy, RecordSet& rec, CallScope& cs);
+void gpt2_mlp_backward_weight(const GPT2Dims& d, const GPT2Branch& p, RecordSet& rec, CallScope& cs);
 
 // The LayerNorm backward of a TP unit after its all-reduce: returns dx = dy + LN^T(dln),
 // accumulates the LayerNorm weight grads and releases the unit's B_PREV records.
-Tensor layernorm_finalize(const GPT2Dims& d, const LayerNormParams& p, const Tensor& dy, const Tensor& dln,
+Tensor gpt2_norm_finalize(const GPT2Dims& d, const GPT2LayerNorm& p, const Tensor& dy, const Tensor& dln,
                           RecordSet& rec, CallScope& cs);
 
 // ---- recompute (activation checkpointing) of attention / MLP units ---------------------------
@@ -88,28 +89,28 @@ Tensor layernorm_finalize(const GPT2Dims& d, const LayerNormParams& p, const Ten
 //         (fused attention: "lse" in place of "att"; Selective then re-runs the fused forward)
 //   mlp   Selective: ln.x, ln.mean, ln.rstd, h        (drops ln.out, gelu)
 //         Full:      ln.x                             (drops ln.mean, ln.rstd, ln.out, h, gelu)
-std::vector<RecomputedRecord> attn_recomputed_records(const GPT2Dims& d, Recompute r);
-std::vector<RecomputedRecord> mlp_recomputed_records(const GPT2Dims& d, Recompute r);
+std::vector<RecomputedRecord> gpt2_attn_recomputed_records(const GPT2Dims& d, Recompute r);
+std::vector<RecomputedRecord> gpt2_mlp_recomputed_records(const GPT2Dims& d, Recompute r);
 
 // The fraction of the unit's forward FLOPs the recompute re-runs (formula in gpt2_units.cpp).
-double attn_recompute_cost(const GPT2Dims& d, Recompute r);
-double mlp_recompute_cost(const GPT2Dims& d, Recompute r);
+double gpt2_attn_recompute_cost(const GPT2Dims& d, Recompute r);
+double gpt2_mlp_recompute_cost(const GPT2Dims& d, Recompute r);
 
 // At the start of B: regenerates the records policy r dropped from the kept ones, with F's
 // kernels on F's inputs (bitwise F's values) and F's names and readers. The row-parallel output
 // GEMM is not re-run (its result is not a record).
-void attn_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs);
-void mlp_recompute(const GPT2Dims& d, const BranchParams& p, Recompute r, RecordSet& rec, CallScope& cs);
+void gpt2_attn_recompute(const GPT2Dims& d, const GPT2Branch& p, Recompute r, RecordSet& rec, CallScope& cs);
+void gpt2_mlp_recompute(const GPT2Dims& d, const GPT2Branch& p, Recompute r, RecordSet& rec, CallScope& cs);
 
 // ---- head unit (ln_f, tied LM head, cross-entropy) --------------------------------------------
 // Writes the mean loss into `loss` (1,).
-void head_forward(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, const Tensor& x,
-                  const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs);
+void gpt2_head_forward(const GPT2Dims& d, const GPT2LayerNorm& ln_f, ParamInfo& wte, const Tensor& x,
+                       const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs);
 // Returns dx, the gradient w.r.t. the head's input: whole on every rank with the replicated
 // vocabulary, this rank's partial for the caller's all-reduce when vocab-parallel
 // (head_norm_grad_partials, models/unit_common.h).
-Tensor head_backward_input(const GPT2Dims& d, const LayerNormParams& ln_f, ParamInfo& wte, float loss_scale,
-                           RecordSet& rec, CallScope& cs);
+Tensor gpt2_head_backward_input(const GPT2Dims& d, const GPT2LayerNorm& ln_f, ParamInfo& wte, float loss_scale,
+                                RecordSet& rec, CallScope& cs);
 // W: lm_head_backward_weight (models/unit_common.h) with wte.
 
 }  // namespace stp

@@ -1,9 +1,5 @@
 #include "models/llama_stage.h"
 
-#include <memory>
-
-#include "models/registry.h"
-
 namespace stp {
 
 namespace {
@@ -79,20 +75,6 @@ Tensor LlamaStage::head_backward_input(float loss_scale, RecordSet& rec, CallSco
 
 void LlamaStage::head_backward_weight(RecordSet& rec, CallScope& cs) {
   lm_head_backward_weight(dims_, params_.at(head_weight_), rec, cs);
-}
-
-// ---- registry entry ---------------------------------------------------------------------------------
-
-namespace {
-std::unique_ptr<Stage> llama_make(const ModelSpec& m, const StageSpec& s, Allocator& alloc) {
-  llama_validate(m, s);
-  return std::make_unique<LlamaStage>(m, s, alloc);
-}
-}  // namespace
-
-const Architecture& llama_architecture() {
-  static const Architecture a{"llama", &llama_validate, &llama_param_table, &llama_make};
-  return a;
 }
 
 }  // namespace stp

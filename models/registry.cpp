@@ -42,4 +42,11 @@ std::unique_ptr<Stage> make_stage(const ModelSpec& model, const StageSpec& spec,
   return find_architecture(model.arch).make_stage(model, spec, alloc);
 }
 
+double model_forward_flops_per_token(const ModelSpec& model) {
+  const Architecture& a = find_architecture(model.arch);
+  return 2 * a.matmul_params(model) + a.attention_flops_per_token(model);
+}
+
+double model_training_flops_per_token(const ModelSpec& model) { return 3 * model_forward_flops_per_token(model); }
+
 }  // namespace stp

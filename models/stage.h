@@ -148,12 +148,17 @@ struct ParamInfo {
   ShardLayout layout;
 };
 
+// What a unit computes (its name says the same: Stage::unit_name): the token embedding (first
+// stage) or the hand-over input (the others), a layer's attention or MLP branch, or the head.
+enum class UnitKind { Embed, Input, Attn, Mlp, Head };
+
 class Stage {
  public:
   virtual ~Stage() = default;
 
   virtual int num_units() const = 0;               // forward order 0..U-1
   virtual std::string unit_name(int u) const = 0;  // "embed", "input", "h.3.attn", "h.3.mlp", "head"
+  virtual UnitKind unit_kind(int u) const = 0;     // the kind unit_name(u) names
   virtual bool is_first() const = 0;               // owns the embedding
   virtual bool is_last() const = 0;                // owns ln_f, the head and the loss
 

@@ -45,6 +45,7 @@ class StageBase : public Stage {
  public:
   int num_units() const override { return static_cast<int>(units_.size()); }
   std::string unit_name(int u) const override;
+  UnitKind unit_kind(int u) const override { return unit_at(u).kind; }
   bool is_first() const override { return spec_.layer_begin == 0; }
   bool is_last() const override { return spec_.layer_end == n_layer_; }
 
@@ -89,15 +90,12 @@ class StageBase : public Stage {
   ParamStore& param_store() { return params_; }
 
  protected:
-  enum class UnitKind { Embed, Input, Attn, Mlp, Head };
-
   // n_layer: the model's layers; dims: the sizes (the I/O activations are (B, T, C)); params: the
   // stage's parameters (the hooks may keep pointers into params_.list(): the store is not resized
   // after construction).
   StageBase(const StageSpec& spec, int n_layer, const UnitDims& dims, ParamStore params, Allocator& alloc);
 
   static bool is_branch(UnitKind k) { return k == UnitKind::Attn || k == UnitKind::Mlp; }
-  UnitKind unit_kind(int u) const { return unit_at(u).kind; }
   int unit_layer(int u) const { return unit_at(u).layer; }  // attn / mlp: the model's layer index
 
   // ---- the architecture's units -------------------------------------------------------------------

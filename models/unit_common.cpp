@@ -151,6 +151,21 @@ double BranchFlops::cost(Recompute r) const {
   STP_UNREACHABLE("bad Recompute");
 }
 
+double io_unit_flops(const ModelSpec& m, const StageSpec& s) {
+  const double N = static_cast<double>(s.micro_batch_size) * m.seq_len;
+  return N * m.n_embd;
+}
+
+double lm_head_unit_flops(const ModelSpec& m, const StageSpec& s) {
+  const double N = static_cast<double>(s.micro_batch_size) * m.seq_len, tp = s.tp_size;
+  return 2 * N * m.n_embd * m.vocab_size / (s.vocab_parallel ? tp : 1);
+}
+
+double attention_core_flops(const ModelSpec& m, const StageSpec& s) {
+  const double B = s.micro_batch_size, T = m.seq_len, C = m.n_embd, tp = s.tp_size;
+  return (m.attention == AttentionKernel::Naive ? 4 : 2) * B * T * T * C / tp;
+}
+
 Tensor token_embedding_forward(const UnitDims& d, ParamInfo& embed, ParamInfo* pos, const Tensor& tokens,
                                RecordSet& rec, CallScope& cs) {
   Tensor x = cs.keep({d.B, d.T, d.C});

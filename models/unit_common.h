@@ -94,6 +94,16 @@ struct BranchFlops {
   double cost(Recompute r) const;
 };
 
+// Forward FLOPs, for one microbatch on one TP rank, of what every architecture's units share (the
+// pieces of Architecture::unit_flops, models/registry.h): the embed and input units (elementwise:
+// B·T·C), the LM head unit (its GEMM over this rank's vocabulary rows, V/tp when vocab-parallel;
+// the final norm not counted), and the attention core of an attention unit (scores and weighted
+// values of the rank's heads: dense T x T with the naive kernel's GEMMs, the masked half skipped
+// by the fused kernel).
+double io_unit_flops(const ModelSpec& model, const StageSpec& spec);
+double lm_head_unit_flops(const ModelSpec& model, const StageSpec& spec);
+double attention_core_flops(const ModelSpec& model, const StageSpec& spec);
+
 // ---- token embedding: x0 = embed[tokens] (+ pos, learned positions, when pos is not null) -------
 // F keeps "tokens" for W; W reads them and "dx" (the gradient w.r.t. x0, saved by the stage).
 Tensor token_embedding_forward(const UnitDims& d, ParamInfo& embed, ParamInfo* pos, const Tensor& tokens,

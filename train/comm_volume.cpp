@@ -4,8 +4,10 @@
 
 #include "config/config.h"
 #include "base/error.h"
+#include "models/registry.h"
 #include "schedule/schedule.h"
 #include "train/rank_layout.h"
+#include "train/stage_layout.h"
 
 namespace stp {
 
@@ -16,7 +18,9 @@ CommVolume expected_comm_bytes(const Config& c, int global) {
   const std::uint64_t B = c.train.micro_batch_size, T = c.model.seq_len, C = c.model.n_embd, V = c.model.vocab_size,
                       L = c.model.n_layer, m = c.train.microbatches, d = l.dp, p = l.pp, t = l.tp,
                       v = static_cast<std::uint64_t>(s.chunks);
-  const int r = l.pp_rank(global);
+  const int r = l.pp_rank(global), tp_rank = l.tp_rank(global);
+  const ModelSpec model = model_spec_of(c);
+  const Architecture& arch = find_architecture(model.arch);
   const std::uint64_t a = 4 * B * T * C;
   const bool v_shape = s.placement == sched::Placement::V;
   auto is = [](bool b) -> std::uint64_t { return b ? 1 : 0; };
@@ -35,32 +39,26 @@ CommVolume expected_comm_bytes(const Config& c, int global) {
   // Stages on this rank: the first (stage 0) is on rank 0; the last on rank 0 (V) or p − 1.
   const bool first = r == 0;
   const bool last = v_shape ? r == 0 : r == l.pp - 1;
-  const bool same_stage = p * v == 1;   // one stage holds the embedding and the head
   if (vocab && first) out.tp += m * a;  // the embedding's output
   // The head: in F the max and [sum-exp | target]; in B the input gradient and the final norm's
-  // weight-gradient partials (LayerNorm weight and bias, RMSNorm weight).
-  const std::uint64_t norm_grads = 4 * (c.model.arch == "llama" ? C : 2 * C);
+  // weight-gradient partials.
+  const std::uint64_t norm_grads = 4 * static_cast<std::uint64_t>(arch.final_norm_params(model));
   if (vocab && last) out.tp += m * (4 * B * T + 8 * B * T + a + norm_grads);
+  // The parameters of each stage (chunk) of this rank, as the architecture counts them.
+  auto stage_params = [&](int chunk) { return arch.stage_params(model, stage_spec_of(c, s, r, chunk, tp_rank)); };
   if (d > 1 && !(c.parallel.distributed_optimizer)) {
-    std::uint64_t params = (L / p) * (12 * C * C / t + 7 * C / t + 6 * C);
-    if (first) params += Vr * C + T * C;
-    if (last) params += 2 * C + (first && same_stage ? 0 : Vr * C);
+    std::uint64_t params = 0;
+    for (int ch = 0; ch < s.chunks; ++ch) params += static_cast<std::uint64_t>(stage_params(ch).all);
     out.dp = 4 * params;
   } else if (d > 1) {  // per stage (chunk) of this rank and bucket: reduce-scatter + all-gather
-    const std::uint64_t stages = p * v, per_bucket = c.parallel.dp_bucket ? *c.parallel.dp_bucket / 4 : 0;
+    const std::uint64_t per_bucket = c.parallel.dp_bucket ? *c.parallel.dp_bucket / 4 : 0;
     const std::uint64_t me = static_cast<std::uint64_t>(l.dp_rank(global));
-    for (std::uint64_t st = 0; st < stages; ++st) {
-      if (sched::rank_of_stage(s, static_cast<int>(st)) != r) continue;
-      std::uint64_t n = (L / stages) * (12 * C * C / t + 7 * C / t + 6 * C);
-      if (st == 0) n += Vr * C + T * C;
-      if (st == stages - 1) n += 2 * C + (stages == 1 ? 0 : Vr * C);
-      // bf16: the GEMM weights (the tied wte of a last stage that is not the first too) have
-      // sharded masters; they come last and their buckets all-gather bf16 copies.
-      std::uint64_t tail = 0;
-      if (c.train.precision == "bf16") {
-        tail = (L / stages) * 12 * C * C / t;
-        if (st == stages - 1 && stages != 1) tail += Vr * C;
-      }
+    for (int ch = 0; ch < s.chunks; ++ch) {
+      const StageParamCount held = stage_params(ch);
+      const std::uint64_t n = static_cast<std::uint64_t>(held.all);
+      // bf16: the movable GEMM weights have sharded masters; they come last and their buckets
+      // all-gather bf16 copies.
+      const std::uint64_t tail = c.train.precision == "bf16" ? static_cast<std::uint64_t>(held.movable) : 0;
       for (auto [len, gathered] : {std::pair{n - tail, std::uint64_t{4}}, std::pair{tail, std::uint64_t{2}}}) {
         for (std::uint64_t at = 0; at < len;) {
           const std::uint64_t count = per_bucket == 0 ? len - at : std::min(per_bucket, len - at);
@@ -72,7 +70,8 @@ CommVolume expected_comm_bytes(const Config& c, int global) {
     }
     if (c.train.grad_clip > 0) out.dp += 4;  // the norm's sum of squares over the dp ranks
   }
-  if (p > 1 && !v_shape && (first || last)) out.other += 4 * Vr * C;  // first and last stage on different ranks
+  // A tied embedding whose first and last stage are on different ranks: its gradients are summed.
+  if (model.tie_embeddings && p > 1 && !v_shape && (first || last)) out.other += 4 * Vr * C;
   out.other += 4 + 4;  // the gradient norm's sum over the replica, the skip decision's over the world
   out.other += 4 * d * m;
   return out;

@@ -35,28 +35,6 @@ double rank_flops(const Config& c) {
   return kCpuFlopsPerThread * threads / (c.parallel.tp * c.parallel.pp);
 }
 
-// Forward FLOPs of one unit for one microbatch on one TP rank.
-double unit_flops(const Config& c, const std::string& name) {
-  const double B = c.train.micro_batch_size, T = c.model.seq_len, C = c.model.n_embd, V = c.model.vocab_size;
-  const double tp = c.parallel.tp, N = B * T;
-  auto ends_with = [&](const char* s) {
-    return name.size() >= std::string(s).size() &&
-           name.compare(name.size() - std::string(s).size(), std::string::npos, s) == 0;
-  };
-  // The attention core: dense T x T with the naive kernel's GEMMs; the fused kernel skips the masked half.
-  const double core = (c.model.attention == "naive" ? 4 : 2) * B * T * T * C / tp;
-  if (c.model.arch == "llama") {  // grouped k/v heads; three MLP matrices of intermediate_size
-    const double kv = c.model.n_kv_head > 0 ? c.model.n_kv_head : c.model.n_head;
-    const double qkv = C + 2 * C * kv / c.model.n_head, I = c.model.intermediate_size;
-    if (ends_with(".attn")) return 2 * N * C * qkv / tp + core + 2 * N * C * C / tp;
-    if (ends_with(".mlp")) return 3 * 2 * N * C * I / tp;
-  }
-  if (ends_with(".attn")) return 2 * N * C * 3 * C / tp + core + 2 * N * C * C / tp;
-  if (ends_with(".mlp")) return 2 * 2 * N * C * 4 * C / tp;
-  if (name == "head") return 2 * N * C * V / (c.parallel.vocab_parallel ? tp : 1);  // vocab-parallel: V/tp rows
-  return N * C;                                                                     // embed / input: elementwise
-}
-
 struct ModelLayout {
   sched::Schedule schedule;
   std::unique_ptr<CpuDevice> device;  // declared before the stages, which free into it
@@ -163,7 +141,8 @@ MemoryPlan keep_everything(const ModelLayout& s, int pp) {
 // so `stp plan` and `stp train` measure the same numbers): the planner's input without its cost
 // model — policies and budget, per candidate unit the bytes each lever frees per microbatch and its
 // forward time, unit counts, the model-state bytes of every chunk — and each pp rank's compute time
-// per step.
+// per step. A unit's time is its FLOPs (the architecture's count: Architecture::unit_flops,
+// models/registry.h) at the nominal rate.
 struct Measured {
   PlannerInput input;             // evaluate and placeable_budget unset
   std::vector<double> compute_s;  // [pp rank] per step
@@ -188,6 +167,8 @@ Measured measure(const Config& config, const ModelLayout& shape) {
   if (link <= 0) link = config.parallel.backend == "cuda" ? kCudaLinkBytesPerS : kCpuLinkBytesPerS;
 
   const MemorySettings settings = memory_settings(config);
+  const ModelSpec model = model_spec_of(config);
+  const Architecture& arch = find_architecture(model.arch);
   Measured out;
   PlannerInput& in = out.input;
   in.device_budget = settings.device_budget;
@@ -207,8 +188,9 @@ Measured measure(const Config& config, const ModelLayout& shape) {
       Stage& st = *shape.stages[static_cast<std::size_t>(r)][static_cast<std::size_t>(ch)];
       in.units.back().push_back(st.num_units());
       in.chunk_states.back().push_back(chunk_state_bytes(st));
+      const StageSpec spec = stage_spec_of(config, shape.schedule, r, ch, 0);
       for (int u = 0; u < st.num_units(); ++u) {
-        double fs = unit_flops(config, st.unit_name(u)) / flops;
+        double fs = arch.unit_flops(model, spec, st.unit_kind(u)) / flops;
         out.compute_s[static_cast<std::size_t>(r)] += 3.0 * m * fs;  // F + B + W ~ 3 F
         std::size_t full = st.recompute_saving(u, Recompute::Full);
         if (full == 0) continue;  // only the transformer units have records worth moving

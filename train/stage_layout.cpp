@@ -18,7 +18,8 @@ ModelSpec model_spec_of(const Config& config) {
   m.rope_theta = c.rope_theta;
   m.norm_eps = c.norm_eps;
   m.qkv_bias = c.qkv_bias;
-  m.tie_embeddings = c.tie_embeddings == "auto" ? c.arch == "gpt2" : c.tie_embeddings == "true";
+  m.tie_embeddings =
+      c.tie_embeddings == "auto" ? find_architecture(c.arch).tie_embeddings_default : c.tie_embeddings == "true";
   m.precision = config.train.precision == "bf16" ? DType::BF16 : DType::F32;
   m.attention = config.model.attention == "naive" ? AttentionKernel::Naive : AttentionKernel::Fused;
   return m;

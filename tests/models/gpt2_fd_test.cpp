@@ -42,7 +42,7 @@ class UnitFd : public ::testing::Test {
     cfg_.n_embd = 8;
     cfg_.vocab_size = 11;
     cfg_.seq_len = 5;
-    stage_ = std::make_unique<GPT2Stage>(cfg_, GPT2StageSpec{0, 1, 0, 1, 2}, alloc_);
+    stage_ = std::make_unique<GPT2Stage>(cfg_, StageSpec{0, 1, 0, 1, 2}, alloc_);
     // Non-trivial values everywhere (LayerNorm weights around 1, biases nonzero).
     std::uint32_t seed = 1;
     for (ParamInfo& p : stage_->params()) {
@@ -83,8 +83,8 @@ class UnitFd : public ::testing::Test {
 
   std::vector<float> host(const Tensor& t) { return host_copy(t, *s_); }
   ParamInfo& param(const std::string& name) { return stage_->param_store().at(name); }
-  BranchParams branch(bool attn) {
-    BranchParams b;
+  GPT2Branch branch(bool attn) {
+    GPT2Branch b;
     std::string h = "h.0.";
     b.ln = {&param(h + (attn ? "ln_1" : "ln_2") + ".weight"), &param(h + (attn ? "ln_1" : "ln_2") + ".bias")};
     std::string in = attn ? "attn.c_attn" : "mlp.c_fc", out = attn ? "attn.c_proj" : "mlp.c_proj";
@@ -100,10 +100,10 @@ class UnitFd : public ::testing::Test {
     const std::size_t n = static_cast<std::size_t>(d.N() * d.C);
     Tensor x = upload(randn(n, 100), {d.B, d.T, d.C});
     std::vector<float> R = randn(n, 101);
-    BranchParams bp = branch(attn);
+    GPT2Branch bp = branch(attn);
     auto unit_forward = [&](RecordSet& rec) {
       CallScope cs(alloc_, *s_);
-      return attn ? attn_forward(d, bp, x, rec, cs) : mlp_forward(d, bp, x, rec, cs);
+      return attn ? gpt2_attn_forward(d, bp, x, rec, cs) : gpt2_mlp_forward(d, bp, x, rec, cs);
     };
     auto loss = [&] {
       RecordSet rec;
@@ -121,15 +121,15 @@ class UnitFd : public ::testing::Test {
     Tensor g, dx;
     {
       CallScope cs(alloc_, *s_);
-      g = attn ? attn_backward_input(d, bp, dy, rec, cs) : mlp_backward_input(d, bp, dy, rec, cs);
+      g = attn ? gpt2_attn_backward_input(d, bp, dy, rec, cs) : gpt2_mlp_backward_input(d, bp, dy, rec, cs);
     }
     {
       CallScope cs(alloc_, *s_);
-      dx = layernorm_finalize(d, bp.ln, dy, g, rec, cs);
+      dx = gpt2_norm_finalize(d, bp.ln, dy, g, rec, cs);
     }
     {
       CallScope cs(alloc_, *s_);
-      attn ? attn_backward_weight(d, bp, rec, cs) : mlp_backward_weight(d, bp, rec, cs);
+      attn ? gpt2_attn_backward_weight(d, bp, rec, cs) : gpt2_mlp_backward_weight(d, bp, rec, cs);
     }
     s_->synchronize();
     EXPECT_TRUE(rec.empty());
@@ -139,7 +139,7 @@ class UnitFd : public ::testing::Test {
       check(p->name, p->param, host(p->grad), loss, seed++);
   }
 
-  GPT2Config cfg_;
+  ModelSpec cfg_;
   std::vector<std::unique_ptr<CpuDevice>> devices_;
   DeviceAllocator alloc_;
   std::unique_ptr<Stream> s_;
@@ -186,13 +186,13 @@ TEST_F(UnitFd, HeadUnit) {
   Tensor targets = Tensor::empty(alloc_, {d.B, d.T});
   fill_ids(targets, {1, 4, 4, 0, 10, 2, 9, 3, 3, 5});
   Tensor loss_t = Tensor::empty(alloc_, {1});
-  LayerNormParams ln{&param("ln_f.weight"), &param("ln_f.bias")};
+  GPT2LayerNorm ln{&param("ln_f.weight"), &param("ln_f.bias")};
   ParamInfo& wte = param("wte.weight");
   auto loss = [&] {
     RecordSet rec;
     {
       CallScope cs(alloc_, *s_);
-      head_forward(d, ln, wte, x, targets, loss_t, rec, cs);
+      gpt2_head_forward(d, ln, wte, x, targets, loss_t, rec, cs);
     }
     return static_cast<double>(host(loss_t)[0]);
   };
@@ -200,8 +200,8 @@ TEST_F(UnitFd, HeadUnit) {
   Tensor dx;
   {
     CallScope cs(alloc_, *s_);
-    head_forward(d, ln, wte, x, targets, loss_t, rec, cs);
-    dx = head_backward_input(d, ln, wte, 1.0f, rec, cs);
+    gpt2_head_forward(d, ln, wte, x, targets, loss_t, rec, cs);
+    dx = gpt2_head_backward_input(d, ln, wte, 1.0f, rec, cs);
     lm_head_backward_weight(d, wte, rec, cs);
   }
   s_->synchronize();

@@ -1,4 +1,4 @@
-// GPT-2 with fused attention (GPT2Config::attention = Fused, core/kernels/attention_kernels.h)
+// GPT-2 with fused attention (ModelSpec::attention = Fused, core/kernels/attention_kernels.h)
 // against the same float64 PyTorch reference as the naive kernel (gpt2_reference_test.cpp), on 1
 // and 2 TP ranks, and its activation records: the attention unit keeps y and one f32 log-sum-exp
 // per query row instead of the (B, H, T, T) probabilities.
@@ -16,18 +16,18 @@
 namespace stp::test {
 namespace {
 
-GPT2Config fused_config(DType precision = DType::F32) {
-  GPT2Config cfg = reference_config();
+ModelSpec fused_config(DType precision = DType::F32) {
+  ModelSpec cfg = reference_config();
   cfg.attention = AttentionKernel::Fused;
   cfg.precision = precision;
   return cfg;
 }
 
 void expect_matches_torch(DType precision, double loss_rel, double grad_scaled) {
-  const GPT2Config cfg = fused_config(precision);
+  const ModelSpec cfg = fused_config(precision);
   for (int tp : {1, 2}) {
     SCOPED_TRACE("tp " + std::to_string(tp));
-    TpStage ts(cfg, GPT2StageSpec{0, cfg.n_layer, 0, tp, reference_batch()}, tp);
+    TpStage ts(cfg, StageSpec{0, cfg.n_layer, 0, tp, reference_batch()}, tp);
     ts.load_reference_params();
     ts.zero_grads();
     feed_reference_batch(ts, 0);
@@ -56,8 +56,8 @@ TEST(GPT2FusedAttention, Bf16LossAndGradientsMatchTorchWithinBf16Rounding) {
 // The attention unit's records after F: no (B, H, T, T) tensor; "lse" (B, H, T) f32 read by B;
 // "y" read by B (the backward's do . o) and W (c_proj's weight gradient).
 TEST(GPT2FusedAttention, RecordsAreLinearInTheSequenceLength) {
-  const GPT2Config cfg = fused_config();
-  TpStage ts(cfg, GPT2StageSpec{0, cfg.n_layer, 0, 1, reference_batch()}, 1);
+  const ModelSpec cfg = fused_config();
+  TpStage ts(cfg, StageSpec{0, cfg.n_layer, 0, 1, reference_batch()}, 1);
   ts.load_reference_params();
   ts.zero_grads();
   feed_reference_batch(ts, 0);

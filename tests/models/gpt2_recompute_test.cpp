@@ -38,9 +38,9 @@ struct RunResult {
 };
 
 TpStage make_stage(Layout layout, int tp, AttentionKernel attention = AttentionKernel::Naive) {
-  GPT2Config cfg = reference_config();
+  ModelSpec cfg = reference_config();
   cfg.attention = attention;
-  return TpStage(cfg, GPT2StageSpec{layout == Layout::Whole ? 0 : 1, cfg.n_layer, 0, 1, 1}, tp);
+  return TpStage(cfg, StageSpec{layout == Layout::Whole ? 0 : 1, cfg.n_layer, 0, 1, 1}, tp);
 }
 
 // Microbatch mb = row mb of the reference batch; the tail chunk gets a deterministic hidden state.
@@ -242,9 +242,9 @@ TEST(GPT2Recompute, OnlyAttentionAndMlpUnitsAcceptAPolicyAndOnlyBetweenSteps) {
 }
 
 TEST(GPT2Recompute, CostAndSavingOfTheReferenceConfig) {
-  GPT2Config cfg = reference_config();
+  ModelSpec cfg = reference_config();
   for (int tp : {1, 2}) {
-    TpStage ts(cfg, GPT2StageSpec{0, cfg.n_layer, 0, 1, reference_batch()}, tp);
+    TpStage ts(cfg, StageSpec{0, cfg.n_layer, 0, 1, reference_batch()}, tp);
     GPT2Stage& st = ts.stage();
     for (int u = 0; u < st.num_units(); ++u) {
       const double none = st.recompute_cost(u, Recompute::None), sel = st.recompute_cost(u, Recompute::Selective),
@@ -264,7 +264,7 @@ TEST(GPT2Recompute, CostAndSavingOfTheReferenceConfig) {
     }
   }
   // The numbers of docs/model.md (tp 1, B 2, T 16, C 32, H 4).
-  TpStage ts(cfg, GPT2StageSpec{0, cfg.n_layer, 0, 1, reference_batch()}, 1);
+  TpStage ts(cfg, StageSpec{0, cfg.n_layer, 0, 1, reference_batch()}, 1);
   GPT2Stage& st = ts.stage();
   EXPECT_EQ(st.recompute_saving(1, Recompute::Selective), 16384u);
   EXPECT_EQ(st.recompute_saving(1, Recompute::Full), 28928u);

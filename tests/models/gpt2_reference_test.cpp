@@ -23,7 +23,7 @@ class GPT2ReferenceTp : public ::testing::TestWithParam<TpCase> {};
 
 TEST_P(GPT2ReferenceTp, LogitsLossAndGradientsMatchTorch) {
   const TpCase c = GetParam();
-  GPT2StageSpec spec{0, reference_config().n_layer, 0, c.tp, reference_batch()};
+  StageSpec spec{0, reference_config().n_layer, 0, c.tp, reference_batch()};
   spec.vocab_parallel = c.vocab_parallel;
   TpStage ts(reference_config(), spec, c.tp);
   ts.load_reference_params();
@@ -73,11 +73,11 @@ INSTANTIATE_TEST_SUITE_P(Splits, GPT2ReferenceTp,
 // measured ~1e-4). A kernel that stored or read the wrong type, or a stale weight copy, is off by
 // O(1).
 TEST(GPT2Reference, Bf16LossAndGradientsMatchTorchWithinBf16Rounding) {
-  GPT2Config cfg = reference_config();
+  ModelSpec cfg = reference_config();
   cfg.precision = DType::BF16;
   for (int tp : {1, 2}) {
     SCOPED_TRACE("tp " + std::to_string(tp));
-    TpStage ts(cfg, GPT2StageSpec{0, cfg.n_layer, 0, tp, reference_batch()}, tp);
+    TpStage ts(cfg, StageSpec{0, cfg.n_layer, 0, tp, reference_batch()}, tp);
     ts.load_reference_params();
     ts.zero_grads();
     feed_reference_batch(ts, 0);
@@ -100,7 +100,7 @@ TEST(GPT2Reference, Bf16LossAndGradientsMatchTorchWithinBf16Rounding) {
 TEST(GPT2Reference, TenAdamWStepsMatchTorch) {
   const auto& hyper = reference().at("adamw.hyper").data;
   const auto& want = reference().at("adamw.losses").data;
-  TpStage ts(reference_config(), GPT2StageSpec{0, reference_config().n_layer, 0, 1, reference_batch()}, 1);
+  TpStage ts(reference_config(), StageSpec{0, reference_config().n_layer, 0, 1, reference_batch()}, 1);
   ts.load_reference_params();
   GPT2Stage& st = ts.stage();
   Stream& s = ts.compute();

@@ -21,15 +21,15 @@ std::map<std::string, std::vector<float>> grads_of(TpStage& ts) {
 }
 
 TpStage make_full(int tp = 1) {
-  GPT2Config cfg = reference_config();
-  return TpStage(cfg, GPT2StageSpec{0, cfg.n_layer, 0, 1, reference_batch()}, tp);
+  ModelSpec cfg = reference_config();
+  return TpStage(cfg, StageSpec{0, cfg.n_layer, 0, 1, reference_batch()}, tp);
 }
 
 TEST(GPT2Split, DeferredWeightGradientsEqualFusedBitwise) {
   for (int tp : {1, 2}) {
-    GPT2Config cfg = reference_config();
-    TpStage fused(cfg, GPT2StageSpec{0, cfg.n_layer, 0, 1, reference_batch()}, tp);
-    TpStage split(cfg, GPT2StageSpec{0, cfg.n_layer, 0, 1, reference_batch()}, tp);
+    ModelSpec cfg = reference_config();
+    TpStage fused(cfg, StageSpec{0, cfg.n_layer, 0, 1, reference_batch()}, tp);
+    TpStage split(cfg, StageSpec{0, cfg.n_layer, 0, 1, reference_batch()}, tp);
     for (TpStage* ts : {&fused, &split}) {
       ts->load_reference_params();
       ts->zero_grads();
@@ -46,11 +46,11 @@ TEST(GPT2Split, DeferredWeightGradientsEqualFusedBitwise) {
 }
 
 TEST(GPT2Split, TwoChunksEqualOneChunkBitwise) {
-  GPT2Config cfg = reference_config();
+  ModelSpec cfg = reference_config();
   const int B = reference_batch();
-  TpStage whole(cfg, GPT2StageSpec{0, cfg.n_layer, 0, 1, B}, 1);
-  TpStage first(cfg, GPT2StageSpec{0, 1, 0, 1, B}, 1);
-  TpStage second(cfg, GPT2StageSpec{1, cfg.n_layer, 0, 1, B}, 1);
+  TpStage whole(cfg, StageSpec{0, cfg.n_layer, 0, 1, B}, 1);
+  TpStage first(cfg, StageSpec{0, 1, 0, 1, B}, 1);
+  TpStage second(cfg, StageSpec{1, cfg.n_layer, 0, 1, B}, 1);
   for (TpStage* ts : {&whole, &first, &second}) {
     ts->load_reference_params();
     ts->zero_grads();

@@ -19,9 +19,9 @@ inline const std::map<std::string, RefTensor>& reference() {
   return ref;
 }
 
-inline GPT2Config reference_config() {
+inline ModelSpec reference_config() {
   const auto& c = reference().at("config").data;
-  GPT2Config cfg;
+  ModelSpec cfg;
   cfg.n_layer = static_cast<int>(c[0]);
   cfg.n_head = static_cast<int>(c[1]);
   cfg.n_embd = static_cast<int>(c[2]);
@@ -34,7 +34,7 @@ inline int reference_batch() { return static_cast<int>(reference().at("config").
 // A GPT-2 stage on `tp` emulated TP ranks (TpStages), loading the tiny reference's parameters.
 class TpStage : public TpStages<GPT2Stage> {
  public:
-  TpStage(const GPT2Config& cfg, GPT2StageSpec spec, int tp)
+  TpStage(const ModelSpec& cfg, StageSpec spec, int tp)
       : TpStages(spec, tp, [cfg](const StageSpec& s, Allocator& a) { return std::make_unique<GPT2Stage>(cfg, s, a); }) {
   }
   void load_reference_params() { load(reference()); }

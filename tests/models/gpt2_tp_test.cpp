@@ -21,8 +21,8 @@ struct Result {
 };
 
 Result run_braided(int tp) {
-  GPT2Config cfg = reference_config();
-  TpStage ts(cfg, GPT2StageSpec{0, cfg.n_layer, 0, 1, reference_batch() / 2}, tp);
+  ModelSpec cfg = reference_config();
+  TpStage ts(cfg, StageSpec{0, cfg.n_layer, 0, 1, reference_batch() / 2}, tp);
   ts.load_reference_params();
   ts.zero_grads();
   ts.set_loss_scale(0.5f);
@@ -81,14 +81,14 @@ TEST(GPT2TensorParallel, Tp2AndTp4MatchTp1) {
 }
 
 TEST(GPT2TensorParallel, ShardLayoutsRoundTrip) {
-  GPT2Config cfg = reference_config();
+  ModelSpec cfg = reference_config();
   for (int tp : {2, 4}) {
-    for (const ParamInfo& p : gpt2_param_table(cfg, GPT2StageSpec{0, cfg.n_layer, 0, tp, 1})) {
+    for (const ParamInfo& p : gpt2_param_table(cfg, StageSpec{0, cfg.n_layer, 0, tp, 1})) {
       // Every full element is covered by exactly one rank (or by all ranks, if replicated).
       std::vector<int> hits(static_cast<std::size_t>(numel(p.full_shape)), 0);
       for (int r = 0; r < tp; ++r) {
         ParamInfo q;
-        for (const ParamInfo& x : gpt2_param_table(cfg, GPT2StageSpec{0, cfg.n_layer, r, tp, 1}))
+        for (const ParamInfo& x : gpt2_param_table(cfg, StageSpec{0, cfg.n_layer, r, tp, 1}))
           if (x.name == p.name) q = x;
         std::vector<float> shard(static_cast<std::size_t>(q.layout.shard_rows * q.layout.shard_cols), 1.0f);
         std::vector<float> full(hits.size(), 0.0f);
@@ -101,8 +101,8 @@ TEST(GPT2TensorParallel, ShardLayoutsRoundTrip) {
 }
 
 TEST(GPT2TensorParallel, RejectsTpNotDividingHeads) {
-  GPT2Config cfg = reference_config();  // 4 heads
-  EXPECT_THROW(gpt2_param_table(cfg, GPT2StageSpec{0, cfg.n_layer, 0, 3, 1}), Error);
+  ModelSpec cfg = reference_config();  // 4 heads
+  EXPECT_THROW(gpt2_param_table(cfg, StageSpec{0, cfg.n_layer, 0, 3, 1}), Error);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // Bytes each rank sends per step, by kind (TP, PP, DP, other), equal the analytic formula of
 // train/comm_volume.h exactly, in every step, for layouts covering every term: TP, interleaved and
 // V placements (the V's local turn sends nothing), tied-embedding sums, DP with small buckets, and
-// the distributed optimizer's reduce-scatters and all-gathers.
+// the distributed optimizer's reduce-scatters and all-gathers. The Llama cases take the
+// architecture's own counts (a separate or tied head, biases on q, k and v, grouped k/v heads, an
+// RMSNorm's gradient partials under vocab parallelism).
 #include <gtest/gtest.h>
 
 #include <ostream>
@@ -27,16 +29,20 @@ void PrintTo(const Case& l, std::ostream* os) {
       << (l.distributed ? " distributed optimizer" : "") << (l.bf16 ? " bf16" : "");
 }
 
-class CommVolume : public ::testing::TestWithParam<Case> {};
-
-TEST_P(CommVolume, MeasuredBytesEqualTheFormula) {
-  const Case c = GetParam();
-  auto cfg =
-      stp::testing::tiny_config({"parallel.dp=" + std::to_string(c.dp), "parallel.pp=" + std::to_string(c.pp),
-                                 "parallel.tp=" + std::to_string(c.tp), std::string("parallel.schedule=") + c.schedule,
-                                 "train.microbatches=" + std::to_string(c.microbatches), "parallel.dp_bucket=1KiB",
-                                 std::string("parallel.distributed_optimizer=") + (c.distributed ? "true" : "false"),
-                                 std::string("train.precision=") + (c.bf16 ? "bf16" : "f32")});
+// Two steps of the case's layout on tiny_config with `model` (its model.* overrides): the bytes
+// every rank sent in each step equal expected_comm_bytes.
+void expect_formula(const Case& c, const std::vector<std::string>& model = {}) {
+  std::vector<std::string> overrides = {
+      "parallel.dp=" + std::to_string(c.dp),
+      "parallel.pp=" + std::to_string(c.pp),
+      "parallel.tp=" + std::to_string(c.tp),
+      std::string("parallel.schedule=") + c.schedule,
+      "train.microbatches=" + std::to_string(c.microbatches),
+      "parallel.dp_bucket=1KiB",
+      std::string("parallel.distributed_optimizer=") + (c.distributed ? "true" : "false"),
+      std::string("train.precision=") + (c.bf16 ? "bf16" : "f32")};
+  overrides.insert(overrides.end(), model.begin(), model.end());
+  auto cfg = stp::testing::tiny_config(overrides);
   stp::Trainer t(cfg);
   std::vector<stp::CommBytes> before(static_cast<std::size_t>(t.world_size()));
   for (int step = 1; step <= 2; ++step) {
@@ -61,6 +67,10 @@ TEST_P(CommVolume, MeasuredBytesEqualTheFormula) {
   EXPECT_EQ(f0.dp > 0, c.dp > 1);
 }
 
+class CommVolume : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CommVolume, MeasuredBytesEqualTheFormula) { expect_formula(GetParam()); }
+
 INSTANTIATE_TEST_SUITE_P(Layouts, CommVolume,
                          ::testing::Values(Case{1, 1, 1, "gpipe", 8}, Case{4, 1, 1, "gpipe", 2},
                                            Case{2, 2, 1, "1f1b", 4}, Case{1, 2, 2, "stp", 8}, Case{2, 1, 2, "gpipe", 4},
@@ -72,5 +82,26 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CommVolume,
                            return stp::testing::layout_case_name(p) + (p.param.distributed ? "_distributed" : "") +
                                   (p.param.bf16 ? "_bf16" : "");
                          });
+
+// Untied (an lm_head apart from the embedding: no tied sum, both in a one-stage replica) with
+// biases on q, k and v, and tied with grouped k/v heads and the vocabulary split over tp 2.
+TEST(LlamaCommVolume, MeasuredBytesEqualTheFormula) {
+  const std::vector<std::string> llama = {"model.arch=llama", "model.n_layer=4", "model.n_kv_head=2",
+                                          "model.intermediate_size=48"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), llama.begin(), llama.end());
+    return more;
+  };
+  const std::vector<std::string> untied = with({"model.tie_embeddings=false", "model.qkv_bias=true"});
+  const std::vector<std::string> tied_vocab = with({"model.tie_embeddings=true", "parallel.vocab_parallel=true"});
+  for (const Case& c : {Case{2, 2, 1, "1f1b-i", 4}, Case{2, 1, 1, "gpipe", 4, true, true}}) {
+    SCOPED_TRACE(::testing::PrintToString(c) + " untied");
+    expect_formula(c, untied);
+  }
+  for (const Case& c : {Case{2, 2, 2, "1f1b-i", 4}, Case{2, 2, 2, "zb-v", 4, true, true}}) {
+    SCOPED_TRACE(::testing::PrintToString(c) + " tied, vocab-parallel");
+    expect_formula(c, tied_vocab);
+  }
+}
 
 }  // namespace
