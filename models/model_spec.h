@@ -59,7 +59,7 @@ struct StageSpec {
   // that have a bf16 GEMM copy and whose master no device kernel reads are allocated from it
   // (pinned host memory) instead of the device (ParamInfo::host_master).
   Allocator* host_masters = nullptr;
-  // The distributed optimizer at bf16 (train/sharded_optimizer.h): those same parameters keep no
+  // The distributed optimizer at bf16 (optim/distributed_optimizer.h): those same parameters keep no
   // f32 master on this rank, only a bf16 copy (ParamInfo::sharded_master); the optimizer keeps the
   // masters of the parts this dp rank owns.
   bool shard_masters = false;

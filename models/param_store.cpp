@@ -151,7 +151,7 @@ void ParamStore::load_full(const std::string& name, const std::vector<float>& fu
     return;
   }
   // No master here: the f32 values land in the gradient (dead between steps), where the owner of
-  // the masters takes its part (ShardedOptimizer::adopt_masters); the bf16 copy is their rounding
+  // the masters takes its part (DistributedOptimizer::parameters_loaded); the bf16 copy is their rounding
   // (from_f32, the convert kernel's arithmetic: the bits refresh_compute would give).
   upload(p.grad, shard.data(), s);
   std::vector<bf16> rounded(shard.size());

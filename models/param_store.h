@@ -53,7 +53,7 @@ class ParamStore {
   // shard_masters (bf16 only; the distributed optimizer, StageSpec::shard_masters): those same
   // parameters get no f32 master here (ParamInfo::sharded_master); their gradients form the tail
   // of flat_grads() and their bf16 copies flat_copies(), in the same order, so that the dp ranks
-  // owning parts of the masters (train/sharded_optimizer.h) all-gather the copies bucket by bucket.
+  // owning parts of the masters (optim/distributed_optimizer.h) all-gather the copies bucket by bucket.
   ParamStore(std::vector<ParamInfo> table, DType precision, const Predicate& gemm_weight, InitRule init,
              Allocator& alloc, Allocator* host_masters = nullptr, const Predicate& reads_master = {},
              bool shard_masters = false);

@@ -143,7 +143,7 @@ struct ParamInfo {
   bool host_master = false;
   // No f32 master on this rank (bf16 with the distributed optimizer, StageSpec::shard_masters):
   // `param` is undefined; each dp rank keeps the master of the part it owns
-  // (train/sharded_optimizer.h), and `compute` is all-gathered from the owners' bf16 roundings.
+  // (optim/distributed_optimizer.h), and `compute` is all-gathered from the owners' bf16 roundings.
   bool sharded_master = false;
   ShardLayout layout;
 };

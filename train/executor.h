@@ -26,12 +26,12 @@
 //
 // Data parallelism: once the last op that runs a backward of a chunk is enqueued, the executor
 // reports that chunk's gradients final (RankResources::grads_final), after that op's sends, and
-// the chunk's data-parallel all-reduce starts behind the compute stream (train/dp_grads.h).
+// the chunk's data-parallel all-reduce starts behind the compute stream (optim/dp_grad_sync.h).
 //
 // Parameters: before the compute of the first op of a step that runs a part of a chunk, the
 // executor calls RankResources::params_needed(chunk) (an offloaded optimizer's last uploads of
 // that chunk and the distributed optimizer's all-gathers are waited for there, a stream wait;
-// optim/host_update.h, train/sharded_optimizer.h).
+// optim/host_update.h, optim/distributed_optimizer.h).
 //
 // Memory plan (memory/plan.h): after each F unit the plan offloads, the unit's records go to host
 // on the D2H stream (offload/offload_engine.h); before op k the sets the plan lists for k start
@@ -86,7 +86,7 @@ struct RankResources {
   OffloadEngine* offload = nullptr;  // required when the plan offloads
   // Called once per local chunk and step, after the compute of the last op that runs a backward
   // (B or W) of that chunk has been enqueued, after that op's sends: its gradients are final at that point of the
-  // compute stream (data-parallel reduction starts there, train/dp_grads.h). Optional.
+  // compute stream (data-parallel reduction starts there, optim/dp_grad_sync.h). Optional.
   std::function<void(int chunk)> grads_final;
   // Called once per local chunk and step, before the compute of the first op that runs a part of
   // that chunk (after its receives are posted): the step is about to read the chunk's parameters.

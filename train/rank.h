@@ -14,10 +14,8 @@
 #include "memory/pinned_pool.h"
 #include "offload/offload_engine.h"
 #include "models/stage.h"
-#include "optim/optimizer.h"
-#include "train/dp_grads.h"
+#include "optim/rank_optimizer.h"
 #include "train/executor.h"
-#include "train/sharded_optimizer.h"
 
 namespace stp {
 
@@ -37,22 +35,15 @@ struct Rank {
   std::uint64_t communicator_bytes = 0;  // device memory the communicators took (Trainer::DeviceMemory)
   std::unique_ptr<Stream> compute, tp_comm;
   std::vector<std::unique_ptr<Stream>> p2p;  // one per pipeline channel, in pp_channels' order
-  std::unique_ptr<Stream> dp_comm;           // data-parallel gradient all-reduces (dp > 1)
-  std::unique_ptr<DpGradSync> dp_grads;
-  std::unique_ptr<BlockArena> alloc;  // the caching device allocator, capped at memory.device_budget
-  std::unique_ptr<PinnedPool> pool;   // pinned host pool (ranks whose plan offloads)
+  std::unique_ptr<BlockArena> alloc;         // the caching device allocator, capped at memory.device_budget
+  std::unique_ptr<PinnedPool> pool;          // pinned host pool (ranks whose plan offloads)
   std::unique_ptr<OffloadEngine> offload;
   OffloadCounters offload_before;              // the engine's counters at the start of this step
   std::vector<std::unique_ptr<Stage>> stages;  // [local chunk]
-  std::vector<ParamInfo> params;               // every stage's parameters (views), chunk order
-  std::vector<int> param_chunk;                // local chunk of params[i]
-  // memory.optimizer_offload: the CPU update and its copy streams (the optimizers' moments live in
-  // its pinned host memory); declared before them, so it outlives them.
-  std::unique_ptr<HostUpdate> host_update;
-  std::unique_ptr<AdamW> adamw;  // these two, or
-  std::unique_ptr<GradClipper> clipper;
-  std::unique_ptr<ShardedOptimizer> sharded;  // parallel.distributed_optimizer with dp > 1 (no dp_grads then)
-  std::vector<Tensor> checkpoint_views;       // sharded: what a checkpoint is gathering (parameters or a moment)
+  // Whichever mechanism keeps and updates this rank's optimizer state (optim/rank_optimizer.h);
+  // made before the stages (it says where their masters live), destroyed before them.
+  std::unique_ptr<RankOptimizer> optimizer;
+  std::vector<Tensor> checkpoint_views;  // what a checkpoint is gathering: parameters or a moment
   std::unique_ptr<Executor> executor;
   Communicator* tp = nullptr;
   // The TP group again, for the small all-reduces inside the vocab-parallel head unit (on the
@@ -82,17 +73,12 @@ struct Rank {
   bool holds_last() const;
   Stage* first_stage() const;  // nullptr when not held
   Stage* last_stage() const;
-  // Every stream of the rank; leave_uploads: except the parameter uploads an offloaded optimizer
-  // step left in flight and the distributed optimizer's all-gathers on dp_comm: the next step
-  // orders on them chunk by chunk (params_needed).
+  // Every stage's parameters (views), chunk order (the optimizer's list).
+  const std::vector<ParamInfo>& params() const { return optimizer->params(); }
+  // Every stream of the rank; leave_uploads: except the optimizer's streams that carry the last
+  // update's uploads and all-gathers, which the next step orders on chunk by chunk (the executor's
+  // params_needed hook).
   void synchronize(bool leave_uploads = false);
-  // Offloaded or distributed optimizer: compute waits for chunk's parameter upload and all-gather
-  // of the last step (stream waits), then the chunk's bf16 GEMM copies are refreshed (those of host
-  // masters only when no upload brought them). The executor's params_needed.
-  void params_needed(int chunk);
-  // Host wait for every upload and all-gather left in flight: before anything outside a step reads
-  // or writes the parameters (checkpoints, evaluation, loads). No-op without either optimizer.
-  void settle_parameters();
 };
 
 }  // namespace stp

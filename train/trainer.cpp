@@ -45,21 +45,14 @@ Stage* Rank::last_stage() const {
 void Rank::synchronize(bool leave_uploads) {
   // All of them, even when one fails, so no stream work outlives the step; first error wins.
   std::exception_ptr first;
-  leave_uploads = leave_uploads && (host_update || sharded);
   std::vector<Stream*> streams = {compute.get(), tp_comm.get()};
-  if (!(leave_uploads && sharded)) streams.push_back(dp_comm.get());  // sharded: the all-gathers
   for (auto& s : p2p) streams.push_back(s.get());
   if (offload) {
     streams.push_back(&offload->d2h());
     streams.push_back(&offload->h2d());
   }
-  if (host_update) {
-    streams.push_back(&host_update->d2h());
-    if (!leave_uploads) {
-      streams.push_back(&host_update->cpu());
-      streams.push_back(&host_update->h2d());
-    }
-  }
+  if (optimizer)
+    for (Stream* s : optimizer->streams(leave_uploads)) streams.push_back(s);
   for (Stream* s : streams) {
     if (!s) continue;  // a rank whose construction failed before its streams existed
     try {
@@ -69,24 +62,6 @@ void Rank::synchronize(bool leave_uploads) {
     }
   }
   if (first) std::rethrow_exception(first);
-}
-
-void Rank::params_needed(int chunk) {
-  // A host master's bf16 copy came with the chunk's upload (optim/host_update.h); without one (the
-  // first step, a skipped step, after a load or settle) it is rounded from the host master here.
-  bool uploaded = false;
-  if (sharded) {
-    sharded->params_needed(chunk);
-  } else if (host_update) {
-    uploaded = host_update->pending(static_cast<std::size_t>(chunk));
-    host_update->params_needed(static_cast<std::size_t>(chunk));
-  }
-  stages[static_cast<std::size_t>(chunk)]->refresh_compute(*compute, !uploaded);  // zero_grads left the copies
-}
-
-void Rank::settle_parameters() {
-  if (sharded) sharded->settle();
-  else if (host_update) host_update->settle();
 }
 
 // ---- Trainer -----------------------------------------------------------------------------------
@@ -108,10 +83,8 @@ std::vector<Trainer::DeviceMemory> Trainer::device_memory() const {
       d.h2d_bytes = c.h2d_bytes;
       d.late_prefetches = c.late_prefetches;
     }
-    if (r->host_update) d.optimizer_host_bytes = r->host_update->host_bytes();
-    if (r->sharded) d.host_master_bytes = r->sharded->master_bytes(/*on_host=*/true);
-    for (const ParamInfo& p : r->params)
-      if (p.host_master) d.host_master_bytes += p.param.bytes();
+    d.optimizer_host_bytes = r->optimizer->host_state_bytes();
+    d.host_master_bytes = r->optimizer->host_master_bytes();
     out.push_back(d);
   }
   return out;
@@ -194,24 +167,12 @@ void Trainer::Impl::upload_batch(Rank& r, std::int64_t step) {
               [&](int mb) { return sequence_index(step, r.dp_rank, mb - 1, config.parallel.dp, m, B); });
 }
 
-// Test hook (train/fault_hook.h, nan_grad): one NaN in a gradient this rank's norm counts: a
-// parameter it owns (not a TP-replicated copy of another rank's, not the tied second copy); with
-// the distributed optimizer, in the part of it this dp rank owns.
+// Test hook (train/fault_hook.h, nan_grad): one NaN in a gradient this rank's norm counts and this
+// rank updates (RankOptimizer::owned_gradient).
 void Trainer::Impl::poison_gradient(Rank& r) {
   static const float nan = std::numeric_limits<float>::quiet_NaN();
-  auto counted = [&](const ParamInfo& p) { return (!p.replicated || r.tp_rank == 0) && !p.tied; };
-  if (r.sharded) {
-    for (const ShardedOptimizer::Segment& seg : r.sharded->segments()) {
-      const ParamInfo& p = r.params[seg.param];
-      if (!counted(p)) continue;
-      r.compute->copy(p.grad.f32() + seg.offset, &nan, sizeof(float));
-      return;
-    }
-    STP_UNREACHABLE("rank ", r.global, " owns no gradient to poison");
-  }
-  auto own = std::find_if(r.params.begin(), r.params.end(), counted);
-  STP_ASSERT(own != r.params.end(), "rank ", r.global, " holds no gradient of its own to poison");
-  r.compute->copy(own->grad.raw(), &nan, sizeof(float));
+  r.optimizer->order_gradient_writes(*r.compute);  // an early download reads it
+  r.compute->copy(r.optimizer->owned_gradient(), &nan, sizeof(float));
 }
 
 // The tied parameter named `name` of a stage (ParamInfo::tied: it lives in the first and the last
@@ -242,47 +203,47 @@ void Trainer::Impl::sum_tied_grads(Rank& r) {
     if (w.tied) r.tied->all_reduce_sum(*r.compute, w.grad.f32(), static_cast<std::size_t>(w.grad.numel()));
 }
 
-// The loss scale 1 / (microbatches · dp) makes the sum of the replicas' gradients (the DP
-// all-reduce) the gradient of the mean loss over the global batch. After the DP reduction every
-// replica holds the same gradients, so the grad norm is summed over one replica's ranks and
-// every replica computes the same norm, clip coefficient and AdamW step.
+// One step of one rank: its share of the batch through the schedule, then the optimizer's step
+// unless the non-finite guard skips it.
 void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
-  const float scale = 1.0f / static_cast<float>(config.train.microbatches * config.parallel.dp);
   if (trace) r.compute->trace_begin(str("step ", step), "step");  // the step on this device (stp profile)
-  for (auto& s : r.stages) {
-    // Offloaded or distributed optimizer: the last step's uploads or all-gathers may still be in
-    // flight; each chunk's bf16 copies are refreshed once they are waited for
-    // (Rank::params_needed, before its first op).
-    if (r.host_update || r.sharded) s->zero_grads_keep_copies(*r.compute);
-    else s->zero_grads(*r.compute);
+  begin_rank_step(r, step);
+  r.executor->run_step();
+  r.optimizer->finish_gradients([&] { sum_tied_grads(r); });  // the tied sum where the reduction needs it
+  if (fault.poisons(r.global, step)) poison_gradient(r);      // test hook: one NaN gradient on this rank
+  Health mine = rank_health(r);
+  if (mine.updated) apply_update(r, lr);
+  if (trace) r.compute->trace_end();
+  r.synchronize(/*leave_uploads=*/true);  // the next step waits for each chunk's upload / all-gather at its first op
+  if (mine.updated && config.train.grad_clip > 0) mine.clip_coef = download(r.health, *r.compute)[2];
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i].get() == &r) health[i] = mine;
+  r.staging.clear();
+}
+
+// The loss scale 1 / (microbatches · dp) makes the sum of the replicas' gradients (the DP
+// all-reduce) the gradient of the mean loss over the global batch.
+void Trainer::Impl::begin_rank_step(Rank& r, std::int64_t step) {
+  const float scale = 1.0f / static_cast<float>(config.train.microbatches * config.parallel.dp);
+  r.optimizer->begin_step();  // zeroes the gradients
+  for (auto& s : r.stages)
     if (s->is_last()) s->set_loss_scale(scale);
-  }
   r.compute->zero(r.losses.raw(), r.losses.bytes());
   upload_batch(r, step);
   fault.maybe_fail(r.global, step);
-  if (r.sharded) r.sharded->begin_step();
-  if (r.dp_grads) r.dp_grads->begin_step();
-  if (r.host_update) r.host_update->begin_step();
-  r.executor->run_step();
-  if (r.dp_grads) r.dp_grads->finish();
-  if (r.sharded) r.sharded->finish([&] { sum_tied_grads(r); });  // tied sum before the reduce-scatter
-  else sum_tied_grads(r);
-  if (fault.poisons(r.global, step)) {                                    // test hook: one NaN gradient on this rank
-    if (r.host_update) r.host_update->order_after_downloads(*r.compute);  // an early download reads it
-    poison_gradient(r);
-  }
+}
+
+// The non-finite guard. After the DP reduction every replica holds the same gradients, so the
+// grad norm is summed over one replica's ranks (the optimizer adds the dp ranks where each holds a
+// disjoint part). That sum, summed again over every rank of the job, is finite only if every
+// rank's is, and every rank holds the same losses, so every rank takes the same decision from the
+// same numbers.
+Trainer::Impl::Health Trainer::Impl::rank_health(Rank& r) {
   r.world->all_reduce_sum(*r.compute, r.losses.f32(), static_cast<std::size_t>(r.losses.numel()));
-  // The non-finite guard. The replica's sum of squares gives the global norm (with the distributed
-  // optimizer each dp rank holds a disjoint part of every gradient: summed over dp too); its sum
-  // over every rank of the job is finite only if every rank's is, and every rank holds the same
-  // losses, so every rank takes the same decision from the same numbers.
   float* h = r.health.f32();
-  GradClipper& clipper = r.sharded ? r.sharded->clipper() : *r.clipper;
-  clipper.local_sumsq(*r.compute);
-  r.replica->all_reduce_sum(*r.compute, clipper.sumsq(), 1);
-  if (r.sharded && r.dp) r.dp->all_reduce_sum(*r.compute, clipper.sumsq(), 1);
-  r.compute->copy(h + 0, clipper.sumsq(), sizeof(float));
-  r.compute->copy(h + 1, clipper.sumsq(), sizeof(float));
+  const float* sumsq = r.optimizer->grad_sumsq(*r.replica);
+  r.compute->copy(h + 0, sumsq, sizeof(float));
+  r.compute->copy(h + 1, sumsq, sizeof(float));
   r.world->all_reduce_sum(*r.compute, h + 1, 1);
   std::vector<float> losses = download(r.losses, *r.compute);  // waits for the reductions
   std::vector<float> sums = download(r.health, *r.compute);
@@ -291,24 +252,16 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
   Health mine;
   mine.updated = finite;
   mine.grad_norm = std::sqrt(static_cast<double>(sums[0]));
-  if (finite) {
-    if (config.train.grad_clip > 0) {
-      // The early downloads still read the unclipped gradients the clip scales in place.
-      if (r.host_update) r.host_update->order_after_downloads(*r.compute);
-      clipper.clip(*r.compute, static_cast<float>(config.train.grad_clip));
-      r.compute->copy(h + 2, clipper.coef(), sizeof(float));
-      // Offloaded: chunks downloaded during the backward hold unclipped copies (optim/host_update.h).
-      if (r.host_update) r.host_update->set_clip_coefficient(download(r.health, *r.compute)[2]);
-    }
-    if (r.sharded) r.sharded->step(lr);
-    else r.adamw->step(*r.compute, lr);
+  return mine;
+}
+
+// Every replica computes the same norm, clip coefficient and AdamW step.
+void Trainer::Impl::apply_update(Rank& r, float lr) {
+  if (config.train.grad_clip > 0) {
+    r.optimizer->clip(static_cast<float>(config.train.grad_clip));
+    r.compute->copy(r.health.f32() + 2, r.optimizer->clip_coef(), sizeof(float));
   }
-  if (trace) r.compute->trace_end();
-  r.synchronize(/*leave_uploads=*/true);  // the next step waits for each chunk's upload / all-gather at its first op
-  if (finite && config.train.grad_clip > 0) mine.clip_coef = download(r.health, *r.compute)[2];
-  for (std::size_t i = 0; i < ranks.size(); ++i)
-    if (ranks[i].get() == &r) health[i] = mine;
-  r.staging.clear();
+  r.optimizer->step(lr);
 }
 
 // Pass p of the eval set is global batch p of data.val_path read in order: G = dp · m · B sequences
@@ -318,7 +271,7 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
 void Trainer::Impl::rank_evaluate(Rank& r) {
   const int m = config.train.microbatches, B = config.train.micro_batch_size, dp = config.parallel.dp;
   const std::int64_t G = std::int64_t{dp} * m * B;
-  r.settle_parameters();  // the last step's uploads
+  r.optimizer->settle();  // the last step's uploads
   r.compute->zero(r.eval_losses.raw(), r.eval_losses.bytes());
   for (auto& s : r.stages) {
     s->zero_grads(*r.compute);  // drops microbatch state and refreshes bf16 weight copies

@@ -12,7 +12,7 @@
 //
 // One step on each rank: zero grads; upload this step's tokens/targets (its replica's share of the
 // global batch); walk the op list (train/executor.h), all-reducing gradients over the data-parallel
-// replicas as chunks finish (train/dp_grads.h); sum tied embedding grads; gather the losses;
+// replicas as chunks finish (optim/dp_grad_sync.h); sum tied embedding grads; gather the losses;
 // global-norm clip over the replica; AdamW (identical on every replica).
 // Ranks run on their own threads; an error on one rank aborts every communicator so no rank
 // hangs, and the first error is rethrown by step().

@@ -29,7 +29,7 @@ void place(const ParamInfo& p, const std::vector<float>& shard, std::map<std::st
 }  // namespace
 
 // For every parameter name, the full tensor from the shards of one replica (every replica holds
-// the same values; checkpoints read replica 0). `pick(r, i)` gives the device tensor of r.params[i] to read (the
+// the same values; checkpoints read replica 0). `pick(r, i)` gives the device tensor of r.params()[i] to read (the
 // parameter, or an optimizer moment). Across processes, replica 0's ranks send their shards in parameter order over the
 // replica communicator to global rank 0, which knows every rank's parameter table.
 std::map<std::string, HostTensor> Trainer::Impl::gather(const std::function<Tensor(Rank&, std::size_t)>& pick,
@@ -37,18 +37,18 @@ std::map<std::string, HostTensor> Trainer::Impl::gather(const std::function<Tens
   STP_CHECK(replica >= 0 && replica < layout.dp && (replica == 0 || !multi_process()), "replica ", replica,
             " cannot be gathered here (dp = ", layout.dp, multi_process() ? ", only replica 0 across processes)" : ")");
   std::map<std::string, HostTensor> out;
-  for (auto& r : ranks) r->settle_parameters();  // the last step's uploads
+  for (auto& r : ranks) r->optimizer->settle();  // the last step's uploads
   for (auto& r : ranks) {
     if (r->dp_rank != replica) continue;
     if (multi_process() && r->global != 0) {  // a sender
-      for (std::size_t i = 0; i < r->params.size(); ++i) {
+      for (std::size_t i = 0; i < r->params().size(); ++i) {
         Tensor t = pick(*r, i);
         r->replica->send(*r->compute, t.raw(), t.bytes(), 0, static_cast<std::uint32_t>(i));
       }
       r->synchronize();
       continue;
     }
-    for (std::size_t i = 0; i < r->params.size(); ++i) place(r->params[i], download(pick(*r, i), *r->compute), out);
+    for (std::size_t i = 0; i < r->params().size(); ++i) place(r->params()[i], download(pick(*r, i), *r->compute), out);
   }
   if (!multi_process() || ranks.front()->global != 0) return out;
   Rank& r = *ranks.front();
@@ -67,50 +67,30 @@ std::map<std::string, HostTensor> Trainer::Impl::gather(const std::function<Tens
   return out;
 }
 
-std::map<std::string, HostTensor> Trainer::full_parameters(int replica) {
-  Impl& m = *impl_;
-  // The distributed optimizer's sharded masters (bf16) are all-gathered first (every rank), into the
-  // gradient buffers.
-  const bool sharded = m.ranks.front()->sharded != nullptr;
-  if (sharded) {
-    m.run_on_ranks([](Rank& r) {
-      r.settle_parameters();
-      r.checkpoint_views = r.sharded->full_parameters();
-      r.synchronize();
-    });
-  }
-  auto out = m.gather([](Rank& r, std::size_t i) { return r.sharded ? r.checkpoint_views.at(i) : r.params[i].param; },
-                      replica);
-  for (auto& r : m.ranks) r->checkpoint_views.clear();
+// Every rank's optimizer assembles what a checkpoint gathers as full per-rank shards (a collective
+// where the state is sharded: the distributed optimizer all-gathers into the gradient buffers),
+// then replica `replica`'s are gathered.
+std::map<std::string, HostTensor> Trainer::Impl::gather_views(
+    const std::function<std::vector<Tensor>(RankOptimizer&)>& views, int replica) {
+  run_on_ranks([&](Rank& r) {
+    r.optimizer->settle();
+    r.checkpoint_views = views(*r.optimizer);
+    r.synchronize();
+  });
+  auto out = gather([](Rank& r, std::size_t i) { return r.checkpoint_views.at(i); }, replica);
+  for (auto& r : ranks) r->checkpoint_views.clear();
   return out;
+}
+
+std::map<std::string, HostTensor> Trainer::full_parameters(int replica) {
+  return impl_->gather_views([](RankOptimizer& o) { return o.full_parameters(); }, replica);
 }
 
 std::string Trainer::save_checkpoint(const std::string& note) {
   Impl& m = *impl_;
   auto model = full_parameters();
-  // Each moment in turn: the distributed optimizer first all-gathers every replica's part of it
-  // (every rank) into the gradient buffers, which hold one moment at a time.
-  auto moment = [&m](int w) {
-    if (m.ranks.front()->sharded) {
-      m.run_on_ranks([w](Rank& r) {
-        r.settle_parameters();
-        r.checkpoint_views = r.sharded->full_moments(w);
-        r.synchronize();
-      });
-    }
-    auto out = m.gather([w](Rank& r, std::size_t i) {
-      if (r.sharded) return r.checkpoint_views.at(i);
-      const Tensor& state = w == 0 ? r.adamw->exp_avg(i) : r.adamw->exp_avg_sq(i);
-      if (!r.adamw->offloaded()) return state;
-      // Offloaded moments live in pinned host memory, which a communicator may not send (NCCL
-      // reads device memory only): they go through the parameter's gradient, dead between steps.
-      const Tensor& grad = r.params[i].grad;
-      r.compute->copy(grad.raw(), state.raw(), state.bytes());
-      return grad;
-    });
-    for (auto& r : m.ranks) r->checkpoint_views.clear();
-    return out;
-  };
+  // Each moment in turn: the gradient buffers, dead between steps, hold one moment at a time.
+  auto moment = [&m](int w) { return m.gather_views([w](RankOptimizer& o) { return o.full_moments(w); }); };
   auto exp_avg = moment(0);
   auto exp_avg_sq = moment(1);
   if (m.multi_process() && m.options.processes->rank() != 0) return "";  // process 0 writes it
@@ -126,7 +106,7 @@ std::string Trainer::save_checkpoint(const std::string& note) {
     data.optimizer.emplace_back(name, OptimizerMoments{&exp_avg.at(name), &exp_avg_sq.at(name)});
   }
   Rank& first = *m.ranks.front();
-  data.optimizer_step = first.sharded ? first.sharded->step_count() : first.adamw->step_count();
+  data.optimizer_step = first.optimizer->step_count();
   data.state.step = m.steps_done;
   data.state.data_position = sequence_index(m.steps_done + 1, 0, 0, m.config.parallel.dp, m.config.train.microbatches,
                                             m.config.train.micro_batch_size);
@@ -145,7 +125,7 @@ void Trainer::Impl::load_init_from(const std::string& source) {
 // attention bias buffers) are ignored.
 void Trainer::Impl::load_full_tensors(const std::map<std::string, HostTensor>& full, const std::string& source) {
   run_on_ranks([&](Rank& r) {
-    r.settle_parameters();  // an upload in flight would overwrite what is loaded
+    r.optimizer->settle();  // an upload in flight would overwrite what is loaded
     for (auto& s : r.stages) {
       for (ParamInfo& p : s->params()) {
         auto it = full.find(p.name);
@@ -155,38 +135,24 @@ void Trainer::Impl::load_full_tensors(const std::map<std::string, HostTensor>& f
         s->load_full(p.name, it->second.data, *r.compute);
       }
     }
-    if (r.sharded) r.sharded->adopt_masters();  // the sharded masters' loads wait in the gradients
+    r.optimizer->parameters_loaded();  // e.g. the sharded masters' loads wait in the gradients
   });
 }
 
 void Trainer::Impl::load_optimizer_state(const std::map<std::string, HostTensor>& exp_avg,
                                          const std::map<std::string, HostTensor>& exp_avg_sq, std::int64_t step) {
   run_on_ranks([&](Rank& r) {
-    r.settle_parameters();
-    if (r.sharded) {  // this replica's part of every moment
-      int w = 0;
-      for (auto* moments : {&exp_avg, &exp_avg_sq}) {
-        std::vector<std::vector<float>> shards;
-        for (const ParamInfo& p : r.params) {
-          shards.emplace_back(static_cast<std::size_t>(p.grad.numel()));
-          p.layout.scatter(moments->at(p.name).data.data(), shards.back().data());
-        }
-        r.sharded->load_moments(w++, shards);
+    r.optimizer->settle();
+    int w = 0;
+    for (auto* moments : {&exp_avg, &exp_avg_sq}) {
+      std::vector<std::vector<float>> shards;  // this rank's shard of every parameter's moment
+      for (const ParamInfo& p : r.params()) {
+        shards.emplace_back(static_cast<std::size_t>(p.grad.numel()));
+        p.layout.scatter(moments->at(p.name).data.data(), shards.back().data());
       }
-      r.sharded->set_step_count(step);
-      return;
+      r.optimizer->load_moments(w++, shards);
     }
-    for (std::size_t i = 0; i < r.params.size(); ++i) {
-      const ParamInfo& p = r.params[i];
-      for (auto [moments, tensor] :
-           {std::pair{&exp_avg, r.adamw->exp_avg(i)}, std::pair{&exp_avg_sq, r.adamw->exp_avg_sq(i)}}) {
-        const HostTensor& full = moments->at(p.name);
-        std::vector<float> shard(static_cast<std::size_t>(tensor.numel()));
-        p.layout.scatter(full.data.data(), shard.data());
-        upload(tensor, shard.data(), *r.compute);
-      }
-    }
-    r.adamw->set_step_count(step);
+    r.optimizer->set_step_count(step);
   });
 }
 

@@ -27,13 +27,27 @@ struct CommGroup;  // one communicator group while the trainer is built (train/t
 struct Trainer::Impl {
   Impl(const Config& config, TrainerOptions options);
 
-  // Setup (trainer_setup.cpp).
+  // Per rank (global order) after rank_step: whether it updated, its grad norm and clip coefficient.
+  struct Health {
+    bool updated = true;
+    double grad_norm = 0, clip_coef = 1;
+  };
+
+  // Setup (trainer_setup.cpp, trainer_comms.cpp, trainer_rank.cpp).
   void check_config() const;
   void build_devices();
+  std::vector<CommGroup> comm_groups() const;
   void build_communicators();
   void build_split_communicators(const std::vector<CommGroup>& groups);
+  std::vector<Communicator*> build_world_communicator(const std::vector<CommGroup>& groups);
+  // A rank, in named steps: streams, memory (arena, offload engine), optimizer, stages, executor.
   void build_rank(Rank& r);
+  void build_streams(Rank& r);
+  void build_memory(Rank& r);
   void build_offload(Rank& r);
+  void build_optimizer(Rank& r);
+  void build_stages(Rank& r);
+  void build_executor(Rank& r);
   void initialize_parameters();
 
   // Steps (trainer.cpp).
@@ -44,6 +58,9 @@ struct Trainer::Impl {
   void sum_tied_grads(Rank& r);
   void poison_gradient(Rank& r);
   void rank_step(Rank& r, std::int64_t step, float lr);
+  void begin_rank_step(Rank& r, std::int64_t step);  // gradients zeroed, batch uploaded
+  Health rank_health(Rank& r);                       // the step's losses and the non-finite guard
+  void apply_update(Rank& r, float lr);              // clipping and the optimizer step
   void rank_evaluate(Rank& r);
   // Copies microbatches 1..m of inputs/targets to the stages; mb's rows are sequences b0(mb) + r.
   void upload_rows(Rank& r, const TokenDataset* data, const std::function<std::uint64_t(int mb)>& b0);
@@ -51,6 +68,8 @@ struct Trainer::Impl {
 
   // Full tensors <-> shards (trainer_checkpoint.cpp).
   std::map<std::string, HostTensor> gather(const std::function<Tensor(Rank&, std::size_t)>& pick, int replica = 0);
+  std::map<std::string, HostTensor> gather_views(const std::function<std::vector<Tensor>(RankOptimizer&)>& views,
+                                                 int replica = 0);
   void load_init_from(const std::string& source);
   void load_full_tensors(const std::map<std::string, HostTensor>& full, const std::string& source);
   void load_optimizer_state(const std::map<std::string, HostTensor>& exp_avg,
@@ -74,11 +93,6 @@ struct Trainer::Impl {
   std::int64_t steps_done = 0;
   std::unique_ptr<TokenDataset> val_dataset;  // data.val_path (null: no validation, or a dry run)
   std::int64_t skipped_steps = 0, consecutive_skips = 0;
-  // Per rank (global order) after rank_step: whether it updated, its grad norm and clip coefficient.
-  struct Health {
-    bool updated = true;
-    double grad_norm = 0, clip_coef = 1;
-  };
   std::vector<Health> health;
   std::vector<std::string> warnings;  // Trainer::warnings
 };

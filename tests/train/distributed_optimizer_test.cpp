@@ -1,4 +1,4 @@
-// parallel.distributed_optimizer (ZeRO-1, train/sharded_optimizer.h) in one process (HostComm):
+// parallel.distributed_optimizer (ZeRO-1, optim/distributed_optimizer.h) in one process (HostComm):
 //   * dp = 2 with it reproduces dp = 2 without it and one replica on the same global batch:
 //     losses within 1e-6 relative, parameters as close as plain data parallelism gets, every
 //     replica bitwise identical; pipelines with the tied embedding on one rank (zb-v) and on two
@@ -301,7 +301,7 @@ TEST(DistributedOptimizer, CheckpointsDoNotDependOnTheLayout) {
 }
 
 // Saving a checkpoint gathers the owned moments one moment at a time into the chunks' gradient
-// buffers (ShardedOptimizer::full_moments), so it needs no device memory of its own: at the exact
+// buffers (DistributedOptimizer::full_moments), so it needs no device memory of its own: at the exact
 // minimum budget (every activation lever on, where temporaries holding the full moments would not
 // fit next to the model states) the save succeeds, the device peak is still the planned one, and
 // the checkpoint resumes.

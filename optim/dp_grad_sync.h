@@ -2,19 +2,20 @@
 // stages is summed over the data-parallel replicas (the DP group: the ranks with the same pp and
 // tp rank in every replica), so all replicas take the same optimizer step.
 //
-// Buckets: each local chunk's gradients are one flat buffer (models/gpt2_params.h); it is cut
+// Buckets: each local chunk's gradients are one flat buffer (Stage::flat_grads, models/param_store.h); it is cut
 // into buckets of at most `bucket_bytes` (0 = the whole chunk), each reduced by one in-place
 // all-reduce on the rank's dp-comm stream.
 //
 // Overlap (chunk granularity): the executor reports when a chunk's gradients are final on the
 // compute stream — after the last op of the step that runs a backward (B or W) of that chunk
-// (Executor, RankResources::grads_final) — and that chunk's buckets start right then on dp-comm
+// (the executor's grads_final hook, train/executor.h) — and that chunk's buckets start right then on dp-comm
 // (a stream wait on an event, never a host wait), while compute goes on with the other chunks'
 // backward. Schedules with two chunks per rank (1f1b-i, zb-v, stp) thus hide the later chunk's
 // reduction under the earlier chunk's remaining backward; with one chunk per rank the reduction
 // follows the backward (docs/scale-out.md).
 //
-// Per step: begin_step(); the executor calls chunk_final(c) once per chunk; finish() starts any
+// Per step (driven by ReplicatedOptimizer, optim/replicated_optimizer.h): begin_step(); the
+// executor calls chunk_final(c) once per chunk; finish() starts any
 // chunk not yet reported and makes compute wait for every bucket. Gradients are summed, not
 // averaged: the loss scale 1 / (microbatches · dp) already makes the sum the global mean.
 #pragma once

@@ -1,4 +1,4 @@
-#include "train/dp_grads.h"
+#include "optim/dp_grad_sync.h"
 
 #include <algorithm>
 

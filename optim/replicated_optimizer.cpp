@@ -1,0 +1,82 @@
+#include "optim/replicated_optimizer.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace stp {
+
+ReplicatedOptimizer::ReplicatedOptimizer(RankOptimizerOptions options)
+    : o_(std::move(options)), dp_stream_(make_dp_stream(o_)) {}
+
+void ReplicatedOptimizer::attach(const std::vector<Stage*>& stages) {
+  params_ = RankParams::of(stages, o_.tp_rank);
+  HostUpdate* host = host_update();
+  adamw_ = std::make_unique<AdamW>(params_.list, o_.hyper, *o_.alloc, *o_.compute, host, params_.chunk,
+                                   host ? RankParams::host_chunks(o_) : std::vector<bool>{});
+  clipper_ = std::make_unique<GradClipper>(params_.list, *o_.alloc, params_.counted());
+  if (dp_stream_)
+    dp_sync_ = std::make_unique<DpGradSync>(params_.flat_grads(), *o_.dp_comm, *o_.device, *o_.compute, *dp_stream_,
+                                            o_.bucket_bytes, o_.trace != nullptr);
+}
+
+OptimizerHooks ReplicatedOptimizer::hooks() {
+  OptimizerHooks h;
+  if (dp_sync_) h.grads_final = [sync = dp_sync_.get()](int chunk) { sync->chunk_final(chunk); };
+  return h;
+}
+
+void ReplicatedOptimizer::begin_step() {
+  for (Stage* s : params_.stages) s->zero_grads(*o_.compute);  // refreshes the bf16 GEMM copies too
+  if (dp_sync_) dp_sync_->begin_step();
+}
+
+void ReplicatedOptimizer::finish_gradients(const std::function<void()>& sum_tied) {
+  if (dp_sync_) dp_sync_->finish();
+  sum_tied();
+}
+
+float* ReplicatedOptimizer::owned_gradient() {
+  for (std::size_t i = 0; i < params_.list.size(); ++i)
+    if (params_.own(i)) return params_.list[i].grad.f32();
+  STP_UNREACHABLE("this rank holds no gradient of its own");
+}
+
+float* ReplicatedOptimizer::grad_sumsq(Communicator& replica) {
+  clipper_->local_sumsq(*o_.compute);
+  replica.all_reduce_sum(*o_.compute, clipper_->sumsq(), 1);
+  return clipper_->sumsq();
+}
+
+void ReplicatedOptimizer::clip(float max_norm) { clipper_->clip(*o_.compute, max_norm); }
+
+void ReplicatedOptimizer::step(float lr) { adamw_->step(*o_.compute, lr); }
+
+std::vector<Stream*> ReplicatedOptimizer::streams(bool) {
+  if (!dp_stream_) return {};
+  return {dp_stream_.get()};  // the reductions are done when a step ends
+}
+
+std::vector<Tensor> ReplicatedOptimizer::full_parameters() {
+  std::vector<Tensor> out;
+  for (const ParamInfo& p : params_.list) out.push_back(p.param);
+  return out;
+}
+
+std::vector<Tensor> ReplicatedOptimizer::full_moments(int which) {
+  STP_ASSERT(which == 0 || which == 1, "moment ", which);
+  std::vector<Tensor> out;
+  for (std::size_t i = 0; i < params_.list.size(); ++i)
+    out.push_back(which == 0 ? adamw_->exp_avg(i) : adamw_->exp_avg_sq(i));
+  return out;
+}
+
+void ReplicatedOptimizer::load_moments(int which, const std::vector<std::vector<float>>& shards) {
+  STP_ASSERT(which == 0 || which == 1, "moment ", which);
+  STP_ASSERT(shards.size() == params_.list.size(), "load_moments: ", shards.size(), " shards for ", params_.list.size(),
+             " parameters");
+  for (std::size_t i = 0; i < params_.list.size(); ++i)
+    upload(which == 0 ? adamw_->exp_avg(i) : adamw_->exp_avg_sq(i), shards[i].data(), *o_.compute);
+}
+
+}  // namespace stp

@@ -1,0 +1,60 @@
+// The replicated optimizer (optim/rank_optimizer.h): every data-parallel replica keeps the whole
+// AdamW state of its rank's parameters on the device and takes the same step. With a dp
+// communicator the gradients are first all-reduced over the replicas (optim/dp_grad_sync.h),
+// each chunk as soon as the executor reports it final.
+//
+// OffloadedOptimizer (optim/offloaded_optimizer.h) extends it with state in pinned host memory:
+// the virtual host_update() is its hook into attach().
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "optim/dp_grad_sync.h"
+#include "optim/optimizer.h"
+#include "optim/rank_optimizer.h"
+#include "optim/rank_optimizer_parts.h"
+
+namespace stp {
+
+class ReplicatedOptimizer : public RankOptimizer {
+ public:
+  explicit ReplicatedOptimizer(RankOptimizerOptions options);
+
+  StageMasters masters(int) const override { return {}; }
+  void attach(const std::vector<Stage*>& stages) override;
+  OptimizerHooks hooks() override;
+  const std::vector<ParamInfo>& params() const override { return params_.list; }
+
+  void begin_step() override;
+  void finish_gradients(const std::function<void()>& sum_tied) override;
+  void order_gradient_writes(Stream&) override {}
+  float* owned_gradient() override;
+  float* grad_sumsq(Communicator& replica) override;
+  void clip(float max_norm) override;
+  const float* clip_coef() const override { return clipper_->coef(); }
+  void step(float lr) override;
+
+  std::vector<Stream*> streams(bool except_in_flight) override;
+  void settle() override {}
+  std::vector<Tensor> full_parameters() override;
+  std::vector<Tensor> full_moments(int which) override;
+  void load_moments(int which, const std::vector<std::vector<float>>& shards) override;
+  void parameters_loaded() override {}
+  std::int64_t step_count() const override { return adamw_->step_count(); }
+  void set_step_count(std::int64_t steps) override { adamw_->set_step_count(steps); }
+  std::size_t host_state_bytes() const override { return 0; }
+  std::size_t host_master_bytes() const override { return 0; }
+
+ protected:
+  virtual HostUpdate* host_update() { return nullptr; }
+
+  RankOptimizerOptions o_;
+  RankParams params_;
+  std::unique_ptr<Stream> dp_stream_;
+  std::unique_ptr<AdamW> adamw_;
+  std::unique_ptr<GradClipper> clipper_;
+  std::unique_ptr<DpGradSync> dp_sync_;  // with a dp communicator
+};
+
+}  // namespace stp
