@@ -9,6 +9,7 @@
 #include "core/backend.h"
 #include "core/gpu_logic.h"
 #include "base/error.h"
+#include "base/trace_names.h"
 #include "formats/checkpoint.h"
 #include "memory/numa.h"
 #include "models/registry.h"
@@ -290,24 +291,24 @@ void Trainer::Impl::build_split_communicators(const std::vector<CommGroup>& grou
 void Trainer::Impl::build_rank(Rank& r) {
   if (r.device->kind() == DeviceKind::Cuda && r.device->numa_node_hint() >= 0 && numa_node_count() > 1)
     r.host_node = nearest_numa_node(*r.device);
-  r.compute = r.device->create_stream("compute");
-  r.tp_comm = r.device->create_stream("tp-comm");
+  r.compute = r.device->create_stream(trace::stream::kCompute);
+  r.tp_comm = r.device->create_stream(trace::stream::kTpComm);
   for (const auto& [channel, comm] : r.pp_channels)
-    r.p2p.push_back(r.device->create_stream(str("p2p ", sched::to_string(channel))));
-  if (layout.dp > 1) r.dp_comm = r.device->create_stream("dp-comm");
+    r.p2p.push_back(r.device->create_stream(trace::p2p_channel_stream(sched::to_string(channel))));
+  if (layout.dp > 1) r.dp_comm = r.device->create_stream(trace::stream::kDpComm);
   ArenaOptions arena = budgeted_arena_options(*r.device, memory_settings(config).device_budget);
   arena.advice =
       "Raise memory.device_budget, let stp offload and recompute activations (memory.offload: auto, "
       "memory.recompute: auto; `stp plan CONFIG` shows what fits), or lower train.micro_batch_size.";
   r.alloc = std::make_unique<BlockArena>(*r.device, *r.compute, std::move(arena));
-  if (trace) r.alloc->set_trace(trace.get(), r.global);  // "device memory" counters
+  if (trace) r.alloc->set_trace(trace.get(), r.global);  // device memory counters
   const RankPlan& rank_plan = plan.ranks.at(static_cast<std::size_t>(r.pp_rank));
   if (rank_plan.offloads()) build_offload(r);
   if (trace) {
-    r.compute->set_trace(trace.get(), r.global, "compute");
-    r.tp_comm->set_trace(trace.get(), r.global, "tp-comm");
-    for (auto& s : r.p2p) s->set_trace(trace.get(), r.global, "p2p");
-    if (r.dp_comm) r.dp_comm->set_trace(trace.get(), r.global, "dp-comm");
+    r.compute->set_trace(trace.get(), r.global, trace::stream::kCompute);
+    r.tp_comm->set_trace(trace.get(), r.global, trace::stream::kTpComm);
+    for (auto& s : r.p2p) s->set_trace(trace.get(), r.global, trace::stream::kP2p);
+    if (r.dp_comm) r.dp_comm->set_trace(trace.get(), r.global, trace::stream::kDpComm);
   }
   // The distributed optimizer with dp > 1 (config.parallel.dp: a dry run plans one replica of the
   // real job, so it allocates replica 0's shard of the state without communicating).
@@ -327,9 +328,9 @@ void Trainer::Impl::build_rank(Rank& r) {
     // The CPU updates' stream is no copy engine: its tasks run the oneTBB AdamW near the state.
     if (r.host_node >= 0) bind_stream_threads_near(r.host_update->cpu(), r.host_node);
     if (trace) {
-      r.host_update->d2h().set_trace(trace.get(), r.global, "optimizer-d2h");
-      r.host_update->h2d().set_trace(trace.get(), r.global, "optimizer-h2d");
-      r.host_update->cpu().set_trace(trace.get(), r.global, "optimizer-cpu");
+      r.host_update->d2h().set_trace(trace.get(), r.global, trace::stream::kOptimizerD2h);
+      r.host_update->h2d().set_trace(trace.get(), r.global, trace::stream::kOptimizerH2d);
+      r.host_update->cpu().set_trace(trace.get(), r.global, trace::stream::kOptimizerCpu);
     }
   }
   // A host chunk's GEMM weights keep their f32 masters in the optimizer's pinned host memory when
@@ -441,7 +442,7 @@ void Trainer::Impl::build_offload(Rank& r) {
   }
   // Home stream: the engine names each pool buffer's first user (the D2H stream) when it allocates.
   r.pool = std::make_unique<PinnedPool>(*r.device, *r.compute, p);
-  if (trace) r.pool->set_trace(trace.get(), r.global);  // "pinned memory" counters
+  if (trace) r.pool->set_trace(trace.get(), r.global);  // pinned memory counters
   r.offload = std::make_unique<OffloadEngine>(*r.device, *r.compute, *r.alloc, *r.pool);
   // The copy threads run next to the pool's pages (or on the emulated copy engine's CPUs).
   for (Stream* s : {&r.offload->d2h(), &r.offload->h2d()}) {
@@ -449,8 +450,8 @@ void Trainer::Impl::build_offload(Rank& r) {
     else if (r.pool->numa_node() >= 0) bind_stream_threads_near(*s, r.pool->numa_node());
   }
   if (trace) {
-    r.offload->d2h().set_trace(trace.get(), r.global, "d2h");
-    r.offload->h2d().set_trace(trace.get(), r.global, "h2d");
+    r.offload->d2h().set_trace(trace.get(), r.global, trace::stream::kD2h);
+    r.offload->h2d().set_trace(trace.get(), r.global, trace::stream::kH2d);
   }
 }
 
