@@ -19,12 +19,12 @@ namespace stp::trace {
 // is recorded on ("tid": Stream::set_trace). The first five have fixed tids 1..5 in this order
 // (known_stream_tid, base/trace.h); `stp profile` analyses those five and keeps the others.
 namespace stream {
-inline constexpr char kCompute[] = "compute";           // units, ops, steps
-inline constexpr char kTpComm[] = "tp-comm";            // TP all-reduces
-inline constexpr char kP2p[] = "p2p";                   // pipeline sends and receives, every channel
-inline constexpr char kD2h[] = "d2h";                   // activation offload
-inline constexpr char kH2d[] = "h2d";                   // activation reload
-inline constexpr char kDpComm[] = "dp-comm";            // data-parallel all-reduce, reduce-scatter, all-gather
+inline constexpr char kCompute[] = "compute";             // units, ops, steps
+inline constexpr char kTpComm[] = "tp-comm";              // TP all-reduces
+inline constexpr char kP2p[] = "p2p";                     // pipeline sends and receives, every channel
+inline constexpr char kD2h[] = "d2h";                     // activation offload
+inline constexpr char kH2d[] = "h2d";                     // activation reload
+inline constexpr char kDpComm[] = "dp-comm";              // data-parallel all-reduce, reduce-scatter, all-gather
 inline constexpr char kOptimizerD2h[] = "optimizer-d2h";  // CPU AdamW: gradients down
 inline constexpr char kOptimizerH2d[] = "optimizer-h2d";  // CPU AdamW: parameters up
 inline constexpr char kOptimizerCpu[] = "optimizer-cpu";  // CPU AdamW: the update

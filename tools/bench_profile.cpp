@@ -55,7 +55,12 @@ std::size_t add_step(stp::TraceRecorder& rec, const sched::Schedule& s, const sc
         rec.add({pid, stream::kCompute, sched::to_string(op), cat::kOp, {}, at(ot.start), (ot.end - ot.start) * 1e3});
         auto msgs = sched::op_messages(s, rank, op);
         for (const auto& m : msgs.recv)
-          rec.add({pid, stream::kP2p, stp::trace::recv_span(sched::to_string(m)), cat::kP2p, {}, at(ot.start - 0.2),
+          rec.add({pid,
+                   stream::kP2p,
+                   stp::trace::recv_span(sched::to_string(m)),
+                   cat::kP2p,
+                   {},
+                   at(ot.start - 0.2),
                    0.2e3});
         for (const sched::Segment& seg : sched::op_segments(op, c, ot.start)) {
           std::string part = sched::to_string(op.part(seg.part));
@@ -67,10 +72,11 @@ std::size_t add_step(stp::TraceRecorder& rec, const sched::Schedule& s, const sc
             live += seg.pass == sched::Pass::F ? 1.5e6 : -1.0e6;
             if (live < 0) live = 0;
             const auto& series = stp::trace::kMemorySeries;
-            rec.add_counter({pid,
-                             stp::trace::track::kDeviceMemory,
-                             at(seg.end),
-                             {{series[0], 8e6}, {series[1], 8e6}, {series[2], 16e6}, {series[3], live}, {series[4], 1e6}}});
+            rec.add_counter(
+                {pid,
+                 stp::trace::track::kDeviceMemory,
+                 at(seg.end),
+                 {{series[0], 8e6}, {series[1], 8e6}, {series[2], 16e6}, {series[3], live}, {series[4], 1e6}}});
             if (seg.pass == sched::Pass::F) {
               rec.add({pid, stream::kD2h, str("offload ", part), cat::kD2h, TraceArgs().add(arg::kBytes, 1048576),
                        at(seg.end), 0.3e3});

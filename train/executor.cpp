@@ -147,7 +147,8 @@ void Executor::need_params(const Op& op) {
     const int c = op.part(i).chunk;
     if (params_needed_[static_cast<std::size_t>(c)]) continue;
     params_needed_[static_cast<std::size_t>(c)] = true;
-    if (r_.trace) r_.compute->trace_begin(str("params chunk ", c), trace::cat::kParams, TraceArgs().add(trace::arg::kChunk, c));
+    if (r_.trace)
+      r_.compute->trace_begin(str("params chunk ", c), trace::cat::kParams, TraceArgs().add(trace::arg::kChunk, c));
     r_.params_needed(c);
     if (r_.trace) r_.compute->trace_end();
   }
@@ -277,7 +278,9 @@ void Executor::step(Cursor& c) {
   Stage& st = *c.stage;
   auto traced = [&](Pass pass, auto&& fn) {
     if (r_.trace) {
-      const char* cat = pass == Pass::F ? trace::cat::kForward : pass == Pass::B ? trace::cat::kBackward : trace::cat::kWeight;
+      const char* cat = pass == Pass::F   ? trace::cat::kForward
+                        : pass == Pass::B ? trace::cat::kBackward
+                                          : trace::cat::kWeight;
       r_.compute->trace_begin(str(c.label, " ", st.unit_name(u)), cat,
                               TraceArgs()
                                   .add(trace::arg::kPart, c.label)

@@ -167,8 +167,9 @@ void ShardedOptimizer::reduce(std::size_t chunk) {
   for (std::size_t b = 0; b < c.buckets.size(); ++b) {
     auto [first, count] = c.buckets[b];
     if (trace_)
-      dp_stream_->trace_begin(str("RS dp chunk ", chunk, " bucket ", b), trace::cat::kDpComm,
-                              TraceArgs().add(trace::arg::kChunk, chunk).add(trace::arg::kBytes, count * sizeof(float)));
+      dp_stream_->trace_begin(
+          str("RS dp chunk ", chunk, " bucket ", b), trace::cat::kDpComm,
+          TraceArgs().add(trace::arg::kChunk, chunk).add(trace::arg::kBytes, count * sizeof(float)));
     comm_->reduce_scatter_sum(*dp_stream_, c.buf.grads.f32() + first, count);
     if (trace_) dp_stream_->trace_end();
   }
@@ -191,10 +192,10 @@ void ShardedOptimizer::gather(std::size_t chunk, float* data, bf16* copies, bool
     if (!tail && !head) continue;
     const bool as_bf16 = tail && copies;
     if (trace_)
-      dp_stream_->trace_begin(
-          str("AG dp chunk ", chunk, " bucket ", b), trace::cat::kDpComm,
-          TraceArgs().add(trace::arg::kChunk, chunk).add(trace::arg::kBytes,
-                                                          count * (as_bf16 ? sizeof(bf16) : sizeof(float))));
+      dp_stream_->trace_begin(str("AG dp chunk ", chunk, " bucket ", b), trace::cat::kDpComm,
+                              TraceArgs()
+                                  .add(trace::arg::kChunk, chunk)
+                                  .add(trace::arg::kBytes, count * (as_bf16 ? sizeof(bf16) : sizeof(float))));
     if (as_bf16) comm_->all_gather_bf16(*dp_stream_, copies + (first - c.split), count);
     else comm_->all_gather(*dp_stream_, data + first, count);
     if (trace_) dp_stream_->trace_end();

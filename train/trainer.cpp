@@ -249,7 +249,8 @@ void Trainer::Impl::sum_tied_grads(Rank& r) {
 // every replica computes the same norm, clip coefficient and AdamW step.
 void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
   const float scale = 1.0f / static_cast<float>(config.train.microbatches * config.parallel.dp);
-  if (trace) r.compute->trace_begin(trace::step_span(step), trace::cat::kStep);  // the step on this device (stp profile)
+  if (trace)
+    r.compute->trace_begin(trace::step_span(step), trace::cat::kStep);  // the step on this device (stp profile)
   for (auto& s : r.stages) {
     // Offloaded or distributed optimizer: the last step's uploads or all-gathers may still be in
     // flight; each chunk's bf16 copies are refreshed once they are waited for
