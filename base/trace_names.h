@@ -4,9 +4,10 @@
 // exported format itself is base/trace.h's (docs/design.md, Files); what `stp profile` reads from it
 // is docs/profile.md.
 //
-// Every name is a `const char` array: it converts to std::string and std::string_view and compares
-// by value with either. No stream or counter-track name is spelled anywhere else in the sources
-// (tests/tools/trace_names_test.sh, tools/check_trace_names.py, reads the two blocks below).
+// A name is a constant `const char` array (or a reference to one): it converts to std::string and
+// std::string_view and compares by value with either. No stream or counter-track name is spelled
+// in any other source file outside tests/: tools/check_trace_names.py (CTest
+// tools.trace_names_test) reads the stream and track blocks below and reports any such spelling.
 #pragma once
 
 #include <cstdint>
