@@ -25,13 +25,13 @@
 #include <optional>
 #include <string>
 
+#include "base/trace.h"
 #include "core/dtype.h"
 
 namespace stp {
 
 class Stream;
 class Event;
-class TraceRecorder;
 
 enum class DeviceKind { Cpu, Cuda };
 
@@ -109,8 +109,9 @@ class Stream {
   virtual void synchronize() = 0;
 
   // Tracing: a span covers the stream work enqueued between begin and end; its time is the
-  // time that work ran on the device. No-op unless a recorder is attached.
-  virtual void trace_begin(std::string name, std::string category, std::string args_json = {}) = 0;
+  // time that work ran on the device. No-op unless a recorder is attached. The stream (`tid`),
+  // category and argument names are base/trace_names.h's.
+  virtual void trace_begin(std::string name, std::string category, TraceArgs args = {}) = 0;
   virtual void trace_end() = 0;
   virtual void set_trace(TraceRecorder* recorder, int pid, std::string tid) = 0;
 };

@@ -1,5 +1,6 @@
 #include "memory/block_arena.h"
 
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
@@ -11,15 +12,12 @@
 
 namespace stp {
 
+// The names are the series of the memory counter tracks, which `stp profile` reads back.
+static_assert(std::size(trace::kMemorySeries) == kMemoryCategories);
+
 const char* to_string(MemoryCategory c) {
-  switch (c) {
-    case MemoryCategory::Weights: return "weights";
-    case MemoryCategory::Gradients: return "gradients";
-    case MemoryCategory::OptimizerState: return "optimizer_state";
-    case MemoryCategory::Activations: return "activations";
-    case MemoryCategory::Buffers: return "buffers";
-  }
-  return "?";
+  const auto i = static_cast<std::size_t>(c);
+  return i < kMemoryCategories ? trace::kMemorySeries[i] : "?";
 }
 
 namespace {

@@ -31,6 +31,7 @@
 #include <memory>
 #include <string>
 
+#include "base/trace_names.h"
 #include "core/device.h"
 #include "core/tensor.h"
 
@@ -38,7 +39,7 @@ namespace stp {
 
 enum class MemoryCategory : std::uint8_t { Weights, Gradients, OptimizerState, Activations, Buffers };
 constexpr std::size_t kMemoryCategories = 5;
-const char* to_string(MemoryCategory c);  // "weights", "gradients", "optimizer_state", ...
+const char* to_string(MemoryCategory c);  // trace::kMemorySeries (base/trace_names.h): "weights", ...
 
 struct ArenaStats {
   std::size_t budget = 0;          // reserved never exceeds this
@@ -102,7 +103,7 @@ class BlockArena final : public Allocator {
   // stats().peak_allocated), stamped when the home stream reaches that point (enqueue_host), so
   // the curve lines up with the stream spans. nullptr detaches (also done by the destructor).
   // Without a recorder the cost is one pointer test under the lock the change holds anyway.
-  void set_trace(TraceRecorder* recorder, int pid, std::string name = "device memory");
+  void set_trace(TraceRecorder* recorder, int pid, std::string name = trace::track::kDeviceMemory);
 
   // Allocations made while a CategoryScope lives are counted under `c` (default: Activations).
   MemoryCategory category() const;

@@ -49,8 +49,8 @@ class PinnedPool final : public Allocator {
   Device& device() override;
 
   ArenaStats stats() const;
-  // Counters "pinned memory" for rank `pid` (BlockArena::set_trace); nullptr detaches.
-  void set_trace(TraceRecorder* recorder, int pid) { arena_->set_trace(recorder, pid, "pinned memory"); }
+  // Counters trace::track::kPinnedMemory for rank `pid` (BlockArena::set_trace); nullptr detaches.
+  void set_trace(TraceRecorder* recorder, int pid) { arena_->set_trace(recorder, pid, trace::track::kPinnedMemory); }
   std::size_t capacity() const { return capacity_; }  // bytes of the one segment
   int numa_node() const { return numa_node_; }        // where the pages are; -1 if unknown
   bool numa_bound() const { return numa_bound_; }     // true: bound by policy, not just placed

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "base/error.h"
+#include "base/trace_names.h"
 
 namespace stp {
 
@@ -40,8 +41,8 @@ OffloadEngine::OffloadEngine(Device& device, Stream& compute, Allocator& device_
       device_alloc_(device_alloc),
       host_pool_(host_pool),
       options_(options),
-      d2h_(device.create_stream("d2h")),
-      h2d_(device.create_stream("h2d")) {}
+      d2h_(device.create_stream(trace::stream::kD2h)),
+      h2d_(device.create_stream(trace::stream::kH2d)) {}
 
 OffloadEngine::~OffloadEngine() {
   try {
@@ -80,8 +81,7 @@ void OffloadEngine::offload(Key key, int unit, RecordSet& set, bool split_weight
   std::vector<std::pair<ActivationRecord*, Entry*>> moving;
   for (ActivationRecord& r : set.mutable_list())
     if (r.saved_by == 'F') moving.emplace_back(&r, r.reader == RecordReader::W ? &w : &e);
-  copy_out(std::move(moving), set, str("offload ", key.chunk, ".", key.mb, " u", unit),
-           str(",\"chunk\":", key.chunk, ",\"mb\":", key.mb, ",\"unit\":", unit));
+  copy_out(std::move(moving), set, key, unit, false);
 }
 
 void OffloadEngine::offload_for_weight(Key key, int unit, RecordSet& set) {
@@ -90,8 +90,7 @@ void OffloadEngine::offload_for_weight(Key key, int unit, RecordSet& set) {
   std::vector<std::pair<ActivationRecord*, Entry*>> moving;
   for (ActivationRecord& r : set.mutable_list())
     if (r.reader == RecordReader::W || r.reader == RecordReader::BW) moving.emplace_back(&r, &w);
-  copy_out(std::move(moving), set, str("offload ", key.chunk, ".", key.mb, " u", unit, " W"),
-           str(",\"chunk\":", key.chunk, ",\"mb\":", key.mb, ",\"unit\":", unit, ",\"weight\":true"));
+  copy_out(std::move(moving), set, key, unit, true);
 }
 
 OffloadEngine::Entry& OffloadEngine::entry_for_offload(Key key) {
@@ -102,8 +101,8 @@ OffloadEngine::Entry& OffloadEngine::entry_for_offload(Key key) {
   return e;
 }
 
-void OffloadEngine::copy_out(std::vector<std::pair<ActivationRecord*, Entry*>> moving, RecordSet& set,
-                             const std::string& label, const std::string& args) {
+void OffloadEngine::copy_out(std::vector<std::pair<ActivationRecord*, Entry*>> moving, RecordSet& set, Key key,
+                             int unit, bool weight) {
   std::uint64_t bytes = 0;
   std::erase_if(moving, [&](const auto& m) {
     const ActivationRecord& r = *m.first;
@@ -126,7 +125,12 @@ void OffloadEngine::copy_out(std::vector<std::pair<ActivationRecord*, Entry*>> m
     dest.push_back(host.raw());
     entry->records.push_back(Moved{&set, r->name, std::move(host), Tensor()});
   }
-  d2h_->trace_begin(label, "d2h", str("{\"bytes\":", bytes, args, "}"));  // args: for stp profile
+  TraceArgs args;  // for stp profile
+  args.add(trace::arg::kBytes, bytes).add(trace::arg::kChunk, key.chunk).add(trace::arg::kMb, key.mb);
+  args.add(trace::arg::kUnit, unit);
+  if (weight) args.add(trace::arg::kWeight, true);
+  d2h_->trace_begin(str("offload ", key.chunk, ".", key.mb, " u", unit, weight ? " W" : ""), trace::cat::kD2h,
+                    std::move(args));
   timed(*d2h_, Clock::D2h, [&] {
     for (std::size_t i = 0; i < moving.size(); ++i) {
       ActivationRecord& r = *moving[i].first;
@@ -157,9 +161,11 @@ void OffloadEngine::prefetch(Key key) {
   // Buffers first: reusing device bytes may enqueue waits for other streams, which are neither copy
   // time (the counters) nor part of the copy's trace span.
   for (Moved& m : e.records) m.device = Tensor::empty_on(device_alloc_, *h2d_, m.host.shape(), m.host.dtype());
-  h2d_->trace_begin(str("reload ", key.chunk, ".", key.mb, key.weight ? str(" u", key.unit, " W") : ""), "h2d",
-                    str("{\"bytes\":", bytes, ",\"chunk\":", key.chunk, ",\"mb\":", key.mb,
-                        key.weight ? str(",\"unit\":", key.unit, ",\"weight\":true") : "", "}"));
+  TraceArgs args;
+  args.add(trace::arg::kBytes, bytes).add(trace::arg::kChunk, key.chunk).add(trace::arg::kMb, key.mb);
+  if (key.weight) args.add(trace::arg::kUnit, key.unit).add(trace::arg::kWeight, true);
+  h2d_->trace_begin(str("reload ", key.chunk, ".", key.mb, key.weight ? str(" u", key.unit, " W") : ""),
+                    trace::cat::kH2d, std::move(args));
   timed(*h2d_, Clock::H2d, [&] {
     for (Moved& m : e.records) {
       h2d_->copy(m.device.raw(), m.host.raw(), m.host.bytes());

@@ -123,10 +123,10 @@ class OffloadEngine {
     std::shared_ptr<Event> reloaded;                // H2D done (a timing event: the stall's end)
   };
   Entry& entry_for_offload(Key key);  // asserts its reload has not started
-  // D2H of each (record, entry it is filed under) after the compute work enqueued so far.
-  // `args`: more ",key:value" pairs for the d2h span's JSON args.
-  void copy_out(std::vector<std::pair<ActivationRecord*, Entry*>> moving, RecordSet& set, const std::string& label,
-                const std::string& args);
+  // D2H of each (record, entry it is filed under) after the compute work enqueued so far: unit
+  // `unit` of `key`'s set, its W-only records when `weight` (the d2h span's name and args).
+  void copy_out(std::vector<std::pair<ActivationRecord*, Entry*>> moving, RecordSet& set, Key key, int unit,
+                bool weight);
   // Runs fn (which enqueues work on s) between two timing events on s, booked to `clock`.
   template <class Fn>
   void timed(Stream& s, Clock clock, Fn&& fn);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "base/trace_names.h"
 #include "core/kernels/nn_kernels.h"
 #include "core/kernels/optim_kernels.h"
 #include "memory/block_arena.h"
@@ -199,8 +200,9 @@ void DistributedOptimizer::reduce(std::size_t chunk) {
   for (std::size_t b = 0; b < c.buckets.size(); ++b) {
     auto [first, count] = c.buckets[b];
     if (o_.trace)
-      dp_stream_->trace_begin(str("RS dp chunk ", chunk, " bucket ", b), "dp-comm",
-                              str("{\"chunk\":", chunk, ",\"bytes\":", count * sizeof(float), "}"));
+      dp_stream_->trace_begin(
+          str("RS dp chunk ", chunk, " bucket ", b), trace::cat::kDpComm,
+          TraceArgs().add(trace::arg::kChunk, chunk).add(trace::arg::kBytes, count * sizeof(float)));
     comm_->reduce_scatter_sum(*dp_stream_, c.grads.f32() + first, count);
     if (o_.trace) dp_stream_->trace_end();
   }
@@ -242,9 +244,10 @@ void DistributedOptimizer::gather(std::size_t chunk, float* data, bf16* copies, 
     if (!tail && !head) continue;
     const bool as_bf16 = tail && copies;
     if (o_.trace)
-      dp_stream_->trace_begin(
-          str("AG dp chunk ", chunk, " bucket ", b), "dp-comm",
-          str("{\"chunk\":", chunk, ",\"bytes\":", count * (as_bf16 ? sizeof(bf16) : sizeof(float)), "}"));
+      dp_stream_->trace_begin(str("AG dp chunk ", chunk, " bucket ", b), trace::cat::kDpComm,
+                              TraceArgs()
+                                  .add(trace::arg::kChunk, chunk)
+                                  .add(trace::arg::kBytes, count * (as_bf16 ? sizeof(bf16) : sizeof(float))));
     if (as_bf16) comm_->all_gather_bf16(*dp_stream_, copies + (first - c.split), count);
     else comm_->all_gather(*dp_stream_, data + first, count);
     if (o_.trace) dp_stream_->trace_end();

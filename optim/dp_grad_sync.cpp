@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "base/trace_names.h"
 
 namespace stp {
 
@@ -41,8 +42,8 @@ void DpGradSync::chunk_final(int chunk) {
   for (std::size_t b = 0; b < c.buckets.size(); ++b) {
     auto [first, count] = c.buckets[b];
     if (trace_)
-      dp_stream_.trace_begin(str("AR dp chunk ", chunk, " bucket ", b), "dp-comm",
-                             str("{\"chunk\":", chunk, ",\"bytes\":", count * sizeof(float), "}"));
+      dp_stream_.trace_begin(str("AR dp chunk ", chunk, " bucket ", b), trace::cat::kDpComm,
+                             TraceArgs().add(trace::arg::kChunk, chunk).add(trace::arg::kBytes, count * sizeof(float)));
     dp_.all_reduce_sum(dp_stream_, c.grads.f32() + first, count);
     if (trace_) dp_stream_.trace_end();
   }

@@ -1,6 +1,7 @@
 #include "optim/host_update.h"
 
 #include "base/error.h"
+#include "base/trace_names.h"
 #include "core/dtype.h"
 #include "optim/cpu_adamw.h"
 
@@ -18,9 +19,9 @@ void round_to_bf16(bf16* y, const float* x, std::size_t n) {
 
 HostUpdate::HostUpdate(Device& device, Stream& compute, std::size_t groups, bool dry)
     : compute_(compute),
-      d2h_(device.create_stream("optimizer-d2h")),
-      h2d_(device.create_stream("optimizer-h2d")),
-      cpu_(device.create_stream("optimizer-cpu")),
+      d2h_(device.create_stream(trace::stream::kOptimizerD2h)),
+      h2d_(device.create_stream(trace::stream::kOptimizerH2d)),
+      cpu_(device.create_stream(trace::stream::kOptimizerCpu)),
       ready_(device.create_event()),
       groups_(groups),
       host_(device, host_bytes_),
@@ -80,7 +81,7 @@ void HostUpdate::begin_step() {
 void HostUpdate::download(Group& g) {
   if (g.pending) d2h_->wait(*g.up);
   const std::size_t i = static_cast<std::size_t>(&g - groups_.data());
-  d2h_->trace_begin(str("download group ", i), "optimizer", str("{\"group\":", i, "}"));
+  d2h_->trace_begin(str("download group ", i), trace::cat::kOptimizer, TraceArgs().add(trace::arg::kGroup, i));
   for (const Span& s : g.spans) {
     if (!s.compute) d2h_->copy(g.p_host.f32() + s.p_at, s.param, s.n * sizeof(float));
     d2h_->copy(g.g_host.f32() + s.at, s.grad, s.n * sizeof(float));
@@ -123,7 +124,7 @@ void HostUpdate::step(float lr, const AdamWHyper& hyper, int step) {
     Group& g = groups_[i];
     cpu_->wait(*g.down);
     if (!dry_) {
-      cpu_->trace_begin(str("update group ", i), "optimizer", str("{\"group\":", i, "}"));
+      cpu_->trace_begin(str("update group ", i), trace::cat::kOptimizer, TraceArgs().add(trace::arg::kGroup, i));
       cpu_->enqueue_host([&g, rescale = static_cast<bool>(scale[i]), coef, lr, hyper, step] {
         if (rescale) {
           float* x = g.g_host.f32();
@@ -139,7 +140,7 @@ void HostUpdate::step(float lr, const AdamWHyper& hyper, int step) {
     }
     cpu_->record(*g.updated);
     h2d_->wait(*g.updated);
-    h2d_->trace_begin(str("upload group ", i), "optimizer", str("{\"group\":", i, "}"));
+    h2d_->trace_begin(str("upload group ", i), trace::cat::kOptimizer, TraceArgs().add(trace::arg::kGroup, i));
     for (const Span& s : g.spans) {
       if (s.compute) h2d_->copy(s.compute, g.c_host.as<bf16>() + s.p_at, s.n * sizeof(bf16));
       else h2d_->copy(s.param, g.p_host.f32() + s.p_at, s.n * sizeof(float));

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "base/trace_names.h"
 #include "memory/numa.h"
 #include "optim/distributed_optimizer.h"
 #include "optim/offloaded_optimizer.h"
@@ -72,8 +73,8 @@ void add_host_streams(HostUpdate& host, bool except_in_flight, std::vector<Strea
 
 std::unique_ptr<Stream> make_dp_stream(const RankOptimizerOptions& o) {
   if (!o.dp_comm) return nullptr;
-  std::unique_ptr<Stream> s = o.device->create_stream("dp-comm");
-  if (o.trace) s->set_trace(o.trace, o.trace_rank, "dp-comm");
+  std::unique_ptr<Stream> s = o.device->create_stream(trace::stream::kDpComm);
+  if (o.trace) s->set_trace(o.trace, o.trace_rank, trace::stream::kDpComm);
   return s;
 }
 
@@ -89,9 +90,9 @@ std::unique_ptr<HostUpdate> make_host_update(const RankOptimizerOptions& o) {
   // The CPU updates' stream is no copy engine: its tasks run the oneTBB AdamW near the state.
   if (o.host_node >= 0) bind_stream_threads_near(host->cpu(), o.host_node);
   if (o.trace) {
-    host->d2h().set_trace(o.trace, o.trace_rank, "optimizer-d2h");
-    host->h2d().set_trace(o.trace, o.trace_rank, "optimizer-h2d");
-    host->cpu().set_trace(o.trace, o.trace_rank, "optimizer-cpu");
+    host->d2h().set_trace(o.trace, o.trace_rank, trace::stream::kOptimizerD2h);
+    host->h2d().set_trace(o.trace, o.trace_rank, trace::stream::kOptimizerH2d);
+    host->cpu().set_trace(o.trace, o.trace_rank, trace::stream::kOptimizerCpu);
   }
   return host;
 }

@@ -47,7 +47,8 @@ void clip_gradients(GradClipper& clipper, Stream& compute, HostUpdate* host, flo
 // except_in_flight the updates and uploads too.
 void add_host_streams(HostUpdate& host, bool except_in_flight, std::vector<Stream*>& out);
 
-// The stream of the data-parallel collectives ("dp-comm"; null without a dp communicator).
+// The stream of the data-parallel collectives (trace::stream::kDpComm; null without a dp
+// communicator).
 std::unique_ptr<Stream> make_dp_stream(const RankOptimizerOptions& o);
 // The CPU update of the chunks placed on the host, its streams bound and traced (null when every
 // chunk keeps its state on the device).

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "base/error.h"
+#include "base/trace_names.h"
 #include "profile/intervals.h"
 #include <cstdio>
 
@@ -144,7 +145,7 @@ void message_samples(const sched::Schedule& s, const std::vector<Group>& step,
         double landed = -1, produced = 0;
         for (const sched::Message& m : sched::op_messages(s, r, s.ranks[r][k]).recv) {
           auto snd = sender.find(message_key(m));
-          auto recv = rs.recv_by_name.find("recv " + sched::to_string(m));
+          auto recv = rs.recv_by_name.find(trace::recv_span(sched::to_string(m)));
           if (snd == sender.end() || recv == rs.recv_by_name.end()) continue;
           if (recv->second->end > landed) {
             landed = recv->second->end;

@@ -1,5 +1,5 @@
-// The memory side of a rank, from its "device memory" and "pinned memory" counters (the caching
-// allocator's live bytes by category, memory/block_arena.h set_trace):
+// The memory side of a rank, from its device and pinned memory counters (trace::track in
+// base/trace_names.h: the caching allocator's live bytes by category, memory/block_arena.h set_trace):
 //
 //   peak_device / peak_pinned   the largest total of any sample — over the whole trace, so it
 //                               equals the run's metrics.jsonl peak_device_bytes for that device;

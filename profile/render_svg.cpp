@@ -7,6 +7,7 @@
 #include <map>
 
 #include "base/error.h"
+#include "base/trace_names.h"
 #include "profile/overlap.h"
 #include "schedule/op.h"
 #include "schedule/svg_style.h"
@@ -24,7 +25,7 @@ constexpr double kCompute = 26, kLane = 7, kLaneGap = 1, kMemory = 34, kRankGap 
 constexpr double kBlock = kCompute + 4 * (kLane + kLaneGap) + 3 + kMemory + kRankGap;
 
 const char* const kCategoryFill[] = {"#d9d9d9", "#b3b3b3", "#8c8c8c", "#9e9ac8", "#dadaeb"};
-const char* const kCategoryName[] = {"weights", "gradients", "optimizer_state", "activations", "buffers"};
+const auto& kCategoryName = trace::kMemorySeries;  // the memory tracks' series, kCategoryFill's order
 constexpr const char* kSend = "#525252";
 constexpr const char* kRecv = "#cccccc";
 constexpr const char* kD2H = "#1b9e77";
@@ -69,7 +70,7 @@ std::string lane_label(double y, double h, const char* name) {
 
 std::string compute_row(const Trace& trace, const RankTimeline& r, const Frame& f, double y) {
   std::string out = rect(kLeft, y, kWidth, kCompute, "#f2f2f2");
-  out += lane_label(y, kCompute, "compute");
+  out += lane_label(y, kCompute, to_string(Lane::Compute));
   for (const Span* u : r.units()) {
     if (u->end <= f.t0 || u->ts >= f.t1) continue;
     int chunk = 0;
@@ -113,7 +114,7 @@ std::string thin_row(const Trace& trace, const std::vector<const Span*>& spans, 
       sched::Pass pass = sched::Pass::F;
       if (part_of(trace.str(s->part), chunk, pass)) colour = svg::fill(chunk, pass);
     } else if (lane == Lane::P2P) {
-      bool send = trace.str(s->name).rfind("send", 0) == 0;
+      bool send = trace.str(s->name).rfind(trace::span::kSend, 0) == 0;
       colour = send ? kSend : kRecv;
     } else if (lane == Lane::D2H) {
       colour = kD2H;

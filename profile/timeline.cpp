@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <map>
 
+#include "base/trace_names.h"
+
 namespace stp::profile {
 
 namespace {
@@ -21,7 +23,8 @@ std::int64_t step_number(const std::string& name) {
 
 std::vector<RankTimeline> timelines(const Trace& trace) {
   std::map<int, RankTimeline> by_pid;
-  const std::uint32_t device = trace.find("device memory"), pinned = trace.find("pinned memory");
+  const std::uint32_t device = trace.find(trace::track::kDeviceMemory);
+  const std::uint32_t pinned = trace.find(trace::track::kPinnedMemory);
   for (const Span& s : trace.spans) {
     RankTimeline& r = by_pid[s.pid];
     if (s.lane == Lane::Compute) {

@@ -23,7 +23,7 @@ struct RankTimeline {
   std::vector<const Span*> lanes[kLanes];                    // every span of each lane, by start (compute: units only)
   std::vector<const Span*> ops;                              // compute "op" spans, by start
   std::vector<StepWindow> steps;                             // by start
-  std::vector<const Counter*> device_memory, pinned_memory;  // "device memory" / "pinned memory", by time
+  std::vector<const Counter*> device_memory, pinned_memory;  // trace::track's two, by time
   const std::vector<const Span*>& units() const { return lanes[static_cast<int>(Lane::Compute)]; }
   const std::vector<const Span*>& lane(Lane l) const { return lanes[static_cast<int>(l)]; }
 };

@@ -1,14 +1,16 @@
 #include "profile/trace_events.h"
 
+#include "base/trace_names.h"
+
 namespace stp::profile {
 
 const char* to_string(Lane lane) {
   switch (lane) {
-    case Lane::Compute: return "compute";
-    case Lane::TpComm: return "tp-comm";
-    case Lane::P2P: return "p2p";
-    case Lane::D2H: return "d2h";
-    case Lane::H2D: return "h2d";
+    case Lane::Compute: return trace::stream::kCompute;
+    case Lane::TpComm: return trace::stream::kTpComm;
+    case Lane::P2P: return trace::stream::kP2p;
+    case Lane::D2H: return trace::stream::kD2h;
+    case Lane::H2D: return trace::stream::kH2d;
     case Lane::Other: break;
   }
   return "other";
@@ -21,11 +23,11 @@ Lane lane_of_stream(const std::string& name) {
 }
 
 Kind kind_of_category(const std::string& cat) {
-  if (cat == "F") return Kind::F;
-  if (cat == "B") return Kind::B;
-  if (cat == "W") return Kind::W;
-  if (cat == "op") return Kind::Op;
-  if (cat == "step") return Kind::Step;
+  if (cat == trace::cat::kForward) return Kind::F;
+  if (cat == trace::cat::kBackward) return Kind::B;
+  if (cat == trace::cat::kWeight) return Kind::W;
+  if (cat == trace::cat::kOp) return Kind::Op;
+  if (cat == trace::cat::kStep) return Kind::Step;
   return Kind::Other;
 }
 

@@ -4,8 +4,9 @@
 //   Span     one "X" event: rank (pid), lane (the stream, from its thread_name metadata or a string
 //            tid), kind (compute spans by "cat": F, B, W unit; op; step), times in µs, and the
 //            args `stp train` writes: part ("F0.3"), bytes (copies, all-reduces), chunk and mb.
-//   Counter  one "C" sample: rank, track name ("device memory", "pinned memory"), time, and its
+//   Counter  one "C" sample: rank, track name (the device and pinned memory tracks), time, and its
 //            series (name id, value) in Trace::values[begin, end).
+// The stream, category, track and argument names are base/trace_names.h's.
 //
 // Lanes are the five streams of a training rank: compute, tp-comm, p2p, d2h, h2d; any other
 // stream is Lane::Other (kept, ignored by the analysis).
@@ -20,7 +21,7 @@ namespace stp::profile {
 
 enum class Lane : std::uint8_t { Compute, TpComm, P2P, D2H, H2D, Other };
 constexpr int kLanes = 6;
-const char* to_string(Lane lane);  // "compute", "tp-comm", "p2p", "d2h", "h2d", "other"
+const char* to_string(Lane lane);  // the stream's name (trace::stream), "other" for Lane::Other
 Lane lane_of_stream(const std::string& name);
 
 // What a compute span is ("cat"): a unit's forward, input-gradient backward or weight gradient,
@@ -43,7 +44,7 @@ struct Span {
 struct Counter {
   double ts = 0;  // µs
   int pid = 0;
-  std::uint32_t track = 0;           // Trace::strings index, e.g. "device memory"
+  std::uint32_t track = 0;           // Trace::strings index: a trace::track name
   std::uint32_t begin = 0, end = 0;  // its series in Trace::values
 };
 

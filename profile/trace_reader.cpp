@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "base/error.h"
+#include "base/trace_names.h"
 
 namespace stp::profile {
 
@@ -128,15 +129,15 @@ class Reader {
       od::value v = field.value();
       switch (v.type()) {
         case od::json_type::string:
-          if (key == "part") f.part = intern_(v.get_string());
+          if (key == trace::arg::kPart) f.part = intern_(v.get_string());
           else if (key == "name") f.meta_name = intern_(v.get_string());
           break;
         case od::json_type::number: {
           std::uint32_t key_id = intern_(key);
           double x = v.get_double();
-          if (key == "bytes") f.bytes = x;
-          else if (key == "chunk") f.chunk = static_cast<int>(x);
-          else if (key == "mb") f.mb = static_cast<int>(x);
+          if (key == trace::arg::kBytes) f.bytes = x;
+          else if (key == trace::arg::kChunk) f.chunk = static_cast<int>(x);
+          else if (key == trace::arg::kMb) f.mb = static_cast<int>(x);
           t_.values.emplace_back(key_id, x);  // counters keep every numeric series
           break;
         }

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "base/error.h"
+#include "base/trace_names.h"
 
 namespace stp::sched {
 
@@ -14,14 +15,14 @@ namespace {
 class Recorder final : public P2pSink {
  public:
   Recorder(RankStreams& out, int rank, const Schedule& s, P2pStreams layout) : out_(out), layout_(layout) {
-    out_.streams.push_back({"compute", {}});
+    out_.streams.push_back({trace::stream::kCompute, {}});
     if (layout_ == P2pStreams::Shared) {
-      out_.streams.push_back({"p2p", {}});
+      out_.streams.push_back({trace::stream::kP2p, {}});
       return;
     }
     for (const P2pChannel& c : p2p_channels(s, rank)) {
       index_[c] = static_cast<int>(out_.streams.size());
-      out_.streams.push_back({str("p2p ", to_string(c)), {}});
+      out_.streams.push_back({trace::p2p_channel_stream(to_string(c)), {}});
     }
   }
   void p2p_waits_for_compute(const P2pChannel& c) override { wait(stream_of(c), 0); }
@@ -77,7 +78,7 @@ std::string to_string(const P2pOp& p) {
 std::string describe(const StreamItem& item) {
   switch (item.kind) {
     case StreamItem::Kind::Wait: return str("wait for the first ", item.count, " items of stream ", item.stream);
-    case StreamItem::Kind::Compute: return str("compute ", item.op);
+    case StreamItem::Kind::Compute: return str(trace::stream::kCompute, " ", item.op);
     case StreamItem::Kind::Kernel: break;
   }
   std::string s = "kernel [";

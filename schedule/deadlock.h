@@ -38,7 +38,7 @@ struct StreamItem {
 };
 
 struct RecordedStream {
-  std::string name;  // "compute", "p2p activations 0->1", "p2p"
+  std::string name;  // the executor's stream names (base/trace_names.h): compute, p2p <channel>, p2p
   std::vector<StreamItem> items;
 };
 

@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/trace_names.h"
 #include "schedule/render.h"
 
 namespace stp::sched {
@@ -21,8 +22,8 @@ std::string render_trace(const Schedule& s, const SimResult& r, const Costs& c) 
   };
   for (int k = 0; k < s.pp; ++k) {
     event({{"name", "process_name"}, {"ph", "M"}, {"pid", k}, {"args", {{"name", str("rank ", k)}}}});
-    thread_name(k, 0, "compute");
-    thread_name(k, 1, "tp-comm");
+    thread_name(k, 0, trace::stream::kCompute);
+    thread_name(k, 1, trace::stream::kTpComm);
     for (std::size_t i = 0; i < s.ranks[k].size(); ++i) {
       const Op& op = s.ranks[k][i];
       for (const Segment& seg : op_segments(op, c, r.times[k][i].start)) {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/trace_names.h"
 #include "core/cpu/cpu_device.h"
 #include "core/kernels/attention_kernels.h"
 #include "core/kernels/nn_kernels.h"
@@ -132,7 +133,8 @@ double mib(std::size_t b) { return static_cast<double>(b) / (1 << 20); }
 void run(const Args& a) {
   // One device per kernel, so each peak counts that kernel's buffers only.
   auto devs = stp::make_cpu_devices(2);
-  auto s0 = devs[0]->create_stream("compute"), s1 = devs[1]->create_stream("compute");
+  auto s0 = devs[0]->create_stream(stp::trace::stream::kCompute);
+  auto s1 = devs[1]->create_stream(stp::trace::stream::kCompute);
   std::printf("bench_attention: B %lld, H %lld, D %lld, causal, f32, CPU backend; forward + backward, %d reps\n",
               static_cast<long long>(a.batch), static_cast<long long>(a.heads), static_cast<long long>(a.head_dim),
               a.reps);

@@ -40,6 +40,7 @@
 #include <tuple>
 #include <vector>
 
+#include "base/trace_names.h"
 #include "core/cpu/cpu_device.h"
 #include "core/kernels/optim_kernels.h"
 #include "memory/block_arena.h"
@@ -188,7 +189,7 @@ std::string spread(const std::vector<double>& v, const char* fmt) {
 void bench_row(const Options& o, const std::string& arch, double fma_peak) {
   const ModelSpec m = model_of(o, arch);
   auto devices = make_cpu_devices(1);
-  auto s = devices[0]->create_stream("compute");
+  auto s = devices[0]->create_stream(stp::trace::stream::kCompute);
   BlockArena alloc(*devices[0], *s, device_arena_options(*devices[0]));  // the trainer's caching allocator
   StageSpec spec;
   spec.layer_begin = 0;

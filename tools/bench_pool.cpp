@@ -28,6 +28,7 @@
 
 #include "core/cpu/cpu_device.h"
 #include "base/error.h"
+#include "base/trace_names.h"
 #include "memory/numa.h"
 #include "memory/pinned_pool.h"
 #include "tools/cli.h"
@@ -66,8 +67,8 @@ struct Args {
 
 void run(const Args& args) {
   stp::CpuDevice dev(0, {});
-  auto d2h = dev.create_stream("d2h");
-  auto h2d = dev.create_stream("h2d");
+  auto d2h = dev.create_stream(stp::trace::stream::kD2h);
+  auto h2d = dev.create_stream(stp::trace::stream::kH2d);
   const std::size_t pool_bytes = args.pool_mib * MiB;
 
   auto t0 = Clock::now();

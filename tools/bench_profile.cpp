@@ -18,6 +18,7 @@
 
 #include "base/error.h"
 #include "base/trace.h"
+#include "base/trace_names.h"
 #include "profile/predict.h"
 #include "profile/report.h"
 #include "profile/trace_reader.h"
@@ -28,61 +29,72 @@
 namespace {
 
 using stp::str;
+using stp::TraceArgs;
 namespace sched = stp::sched;
+namespace stream = stp::trace::stream;
+namespace cat = stp::trace::cat;
+namespace arg = stp::trace::arg;
 
 constexpr int kTp = 2, kPp = 4, kMicrobatches = 16;
 
 // Adds one step of every rank starting at `origin` (µs); returns the events added.
 std::size_t add_step(stp::TraceRecorder& rec, const sched::Schedule& s, const sched::Costs& c,
                      const sched::SimResult& r, int step, double origin, std::mt19937& rng) {
-  static const char* kCat[] = {"F", "B", "W"};
+  static const char* kCat[] = {cat::kForward, cat::kBackward, cat::kWeight};
   std::uniform_real_distribution<double> jitter(0.9, 1.1);
   std::size_t events = 0;
   for (int rank = 0; rank < s.pp; ++rank)
     for (int t = 0; t < kTp; ++t) {
       int pid = rank * kTp + t;
       auto at = [&](double ms) { return origin + ms * 1e3; };
-      rec.add({pid, "compute", str("step ", step), "step", "", at(-0.5), (r.makespan + 1) * 1e3});
+      rec.add({pid, stream::kCompute, stp::trace::step_span(step), cat::kStep, {}, at(-0.5), (r.makespan + 1) * 1e3});
       double live = 0;
       for (std::size_t i = 0; i < s.ranks[rank].size(); ++i) {
         const sched::Op& op = s.ranks[rank][i];
         const sched::OpTime& ot = r.times[rank][i];
-        rec.add({pid, "compute", sched::to_string(op), "op", "", at(ot.start), (ot.end - ot.start) * 1e3});
+        rec.add({pid, stream::kCompute, sched::to_string(op), cat::kOp, {}, at(ot.start), (ot.end - ot.start) * 1e3});
         auto msgs = sched::op_messages(s, rank, op);
         for (const auto& m : msgs.recv)
-          rec.add({pid, "p2p", "recv " + sched::to_string(m), "p2p", "", at(ot.start - 0.2), 0.2e3});
+          rec.add({pid,
+                   stream::kP2p,
+                   stp::trace::recv_span(sched::to_string(m)),
+                   cat::kP2p,
+                   {},
+                   at(ot.start - 0.2),
+                   0.2e3});
         for (const sched::Segment& seg : sched::op_segments(op, c, ot.start)) {
           std::string part = sched::to_string(op.part(seg.part));
           double dur = (seg.end - seg.start) * 1e3 * jitter(rng);
           if (seg.stream == 0) {
-            rec.add({pid, "compute", part + " h.0.mlp", kCat[static_cast<int>(seg.pass)],
-                     str("{\"part\":\"", part, "\",\"unit\":1,\"mb\":", op.part(seg.part).mb, "}"), at(seg.start),
-                     dur});
+            rec.add({pid, stream::kCompute, part + " h.0.mlp", kCat[static_cast<int>(seg.pass)],
+                     TraceArgs().add(arg::kPart, part).add(arg::kUnit, 1).add(arg::kMb, op.part(seg.part).mb),
+                     at(seg.start), dur});
             live += seg.pass == sched::Pass::F ? 1.5e6 : -1.0e6;
             if (live < 0) live = 0;
-            rec.add_counter({pid,
-                             "device memory",
-                             at(seg.end),
-                             {{"weights", 8e6},
-                              {"gradients", 8e6},
-                              {"optimizer_state", 16e6},
-                              {"activations", live},
-                              {"buffers", 1e6}}});
+            const auto& series = stp::trace::kMemorySeries;
+            rec.add_counter(
+                {pid,
+                 stp::trace::track::kDeviceMemory,
+                 at(seg.end),
+                 {{series[0], 8e6}, {series[1], 8e6}, {series[2], 16e6}, {series[3], live}, {series[4], 1e6}}});
             if (seg.pass == sched::Pass::F) {
-              rec.add({pid, "d2h", str("offload ", part), "d2h", "{\"bytes\":1048576}", at(seg.end), 0.3e3});
-              rec.add_counter({pid, "pinned memory", at(seg.end), {{"activations", live / 2}}});
+              rec.add({pid, stream::kD2h, str("offload ", part), cat::kD2h, TraceArgs().add(arg::kBytes, 1048576),
+                       at(seg.end), 0.3e3});
+              rec.add_counter({pid, stp::trace::track::kPinnedMemory, at(seg.end), {{series[3], live / 2}}});
               events += 2;
             } else if (seg.pass == sched::Pass::B) {
-              rec.add({pid, "h2d", str("reload ", part), "h2d", "{\"bytes\":1048576}", at(seg.start - 0.5), 0.3e3});
+              rec.add({pid, stream::kH2d, str("reload ", part), cat::kH2d, TraceArgs().add(arg::kBytes, 1048576),
+                       at(seg.start - 0.5), 0.3e3});
               ++events;
             }
           } else {
-            rec.add({pid, "tp-comm", "AR " + part, "tp-comm", str("{\"part\":\"", part, "\",\"bytes\":262144}"),
-                     at(seg.start), dur});
+            rec.add({pid, stream::kTpComm, "AR " + part, cat::kTpComm,
+                     TraceArgs().add(arg::kPart, part).add(arg::kBytes, 262144), at(seg.start), dur});
           }
           events += seg.stream == 0 ? 2 : 1;
         }
-        for (const auto& m : msgs.send) rec.add({pid, "p2p", "send " + sched::to_string(m), "p2p", "", at(ot.end), 20});
+        for (const auto& m : msgs.send)
+          rec.add({pid, stream::kP2p, stp::trace::send_span(sched::to_string(m)), cat::kP2p, {}, at(ot.end), 20});
         events += 1 + msgs.recv.size() + msgs.send.size();
       }
       ++events;

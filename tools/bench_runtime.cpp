@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/trace_names.h"
 #include "core/cpu/cpu_device.h"
 #include "core/launch.h"
 #include "tools/cli.h"
@@ -113,7 +114,7 @@ int main(int argc, char** argv) {
     openblas_set_num_threads(threads);
     std::printf("stp runtime benchmark: CPU backend, OpenBLAS threads %d, median of %d repeats\n", threads, repeats);
     stp::CpuDevice dev(0, {});
-    auto stream = dev.create_stream("compute");
+    auto stream = dev.create_stream(stp::trace::stream::kCompute);
     for (const GemmCase& c :
          {GemmCase{"square", 2048, 2048, 2048}, GemmCase{"transformer mlp (B*T, 4C, C)", 2048, 1536, 384},
           GemmCase{"transformer qkv (B*T, 3C, C)", 2048, 1152, 384}})

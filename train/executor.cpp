@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "base/error.h"
+#include "base/trace_names.h"
 #include "schedule/op.h"
 
 namespace stp {
@@ -119,7 +120,7 @@ void Executor::walk(bool forward_only) {
     const sched::OpMessages msgs = sched::op_messages(*r_.schedule, r_.pp_rank, op);
     post_receives(msgs.recv);
     need_params(op);
-    if (r_.trace) r_.compute->trace_begin(sched::to_string(op), "op");
+    if (r_.trace) r_.compute->trace_begin(sched::to_string(op), trace::cat::kOp);
     run_parts(op);
     copy_losses(op);
     local_handoffs(op);
@@ -146,7 +147,8 @@ void Executor::need_params(const Op& op) {
     const int c = op.part(i).chunk;
     if (params_needed_[static_cast<std::size_t>(c)]) continue;
     params_needed_[static_cast<std::size_t>(c)] = true;
-    if (r_.trace) r_.compute->trace_begin(str("params chunk ", c), "params", str("{\"chunk\":", c, "}"));
+    if (r_.trace)
+      r_.compute->trace_begin(str("params chunk ", c), trace::cat::kParams, TraceArgs().add(trace::arg::kChunk, c));
     r_.params_needed(c);
     if (r_.trace) r_.compute->trace_end();
   }
@@ -195,7 +197,7 @@ void Executor::post_receives(const std::vector<Message>& recv) {
     const PipelineChannel& ch = channel(m);
     Tensor buf = message_buffer(m, true, ch.stream);
     ops.push_back({m, false, [this, &ch, m, buf]() mutable {
-                     if (r_.trace) ch.stream->trace_begin(str("recv ", sched::to_string(m)), "p2p");
+                     if (r_.trace) ch.stream->trace_begin(trace::recv_span(sched::to_string(m)), trace::cat::kP2p);
                      ch.comm->recv(*ch.stream, buf.raw(), buf.bytes(), 0, p2p_tag(m.pass, m.from_stage, m.mb));
                      buf.record_use(*ch.stream);
                      if (r_.trace) ch.stream->trace_end();
@@ -210,7 +212,7 @@ void Executor::post_sends(const std::vector<Message>& send) {
     const PipelineChannel& ch = channel(m);
     Tensor buf = message_buffer(m, false);
     ops.push_back({m, true, [this, &ch, m, buf]() mutable {
-                     if (r_.trace) ch.stream->trace_begin(str("send ", sched::to_string(m)), "p2p");
+                     if (r_.trace) ch.stream->trace_begin(trace::send_span(sched::to_string(m)), trace::cat::kP2p);
                      ch.comm->send(*ch.stream, buf.raw(), buf.bytes(), 1, p2p_tag(m.pass, m.from_stage, m.mb));
                      if (r_.trace) ch.stream->trace_end();
                      buf.record_use(*ch.stream);  // the stage may drop it before the send runs
@@ -276,10 +278,16 @@ void Executor::step(Cursor& c) {
   Stage& st = *c.stage;
   auto traced = [&](Pass pass, auto&& fn) {
     if (r_.trace) {
-      const char* cat = pass == Pass::F ? "F" : pass == Pass::B ? "B" : "W";
+      const char* cat = pass == Pass::F   ? trace::cat::kForward
+                        : pass == Pass::B ? trace::cat::kBackward
+                                          : trace::cat::kWeight;
       r_.compute->trace_begin(str(c.label, " ", st.unit_name(u)), cat,
-                              str("{\"part\":\"", c.label, "\",\"unit\":", u, ",\"mb\":", mb,
-                                  ",\"chunk\":", c.part.chunk, ",\"pass\":\"", cat, "\"}"));
+                              TraceArgs()
+                                  .add(trace::arg::kPart, c.label)
+                                  .add(trace::arg::kUnit, u)
+                                  .add(trace::arg::kMb, mb)
+                                  .add(trace::arg::kChunk, c.part.chunk)
+                                  .add(trace::arg::kPass, cat));
     }
     fn();
     if (r_.trace) r_.compute->trace_end();
@@ -332,8 +340,8 @@ void Executor::all_reduce_after(Cursor& c, const Tensor& t, const std::string& u
   r_.compute->record(produced);
   r_.tp_comm->wait(produced);
   if (r_.trace)
-    r_.tp_comm->trace_begin(str("AR ", c.label, " ", unit), "tp-comm",
-                            str("{\"part\":\"", c.label, "\",\"bytes\":", t.bytes(), "}"));
+    r_.tp_comm->trace_begin(str("AR ", c.label, " ", unit), trace::cat::kTpComm,
+                            TraceArgs().add(trace::arg::kPart, c.label).add(trace::arg::kBytes, t.bytes()));
   r_.tp->all_reduce_sum(*r_.tp_comm, t.f32(), static_cast<std::size_t>(t.numel()));
   t.record_use(*r_.tp_comm);
   if (r_.trace) r_.tp_comm->trace_end();

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "base/error.h"
+#include "base/trace_names.h"
 #include "core/cpu/cpu_device.h"
 #include "core/tensor.h"
 #include "formats/checkpoint.h"
@@ -62,7 +63,7 @@ Generator::Generator(const std::string& dir) : impl_(std::make_unique<Impl>()) {
   spec.micro_batch_size = 1;
   validate_model(model, spec);
   m.device = std::make_unique<CpuDevice>(0, CpuDeviceOptions{});
-  m.compute = m.device->create_stream("compute");
+  m.compute = m.device->create_stream(trace::stream::kCompute);
   m.alloc = std::make_unique<DeviceAllocator>(*m.device);
   std::unique_ptr<Stage> stage = make_stage(model, spec, *m.alloc);
   ck.model = from_hf(hf_tensor_rules(model), ck.model, dir + "/model.safetensors");

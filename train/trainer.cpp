@@ -9,6 +9,7 @@
 
 #include "core/backend.h"
 #include "base/error.h"
+#include "base/trace_names.h"
 #include "memory/numa.h"
 #include "core/kernels/nn_kernels.h"
 #include "data/data.h"
@@ -206,7 +207,8 @@ void Trainer::Impl::sum_tied_grads(Rank& r) {
 // One step of one rank: its share of the batch through the schedule, then the optimizer's step
 // unless the non-finite guard skips it.
 void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
-  if (trace) r.compute->trace_begin(str("step ", step), "step");  // the step on this device (stp profile)
+  if (trace)
+    r.compute->trace_begin(trace::step_span(step), trace::cat::kStep);  // the step on this device (stp profile)
   begin_rank_step(r, step);
   r.executor->run_step();
   r.optimizer->finish_gradients([&] { sum_tied_grads(r); });  // the tied sum where the reduction needs it

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "base/trace_names.h"
 #include "memory/numa.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
@@ -24,14 +25,14 @@ void Trainer::Impl::build_rank(Rank& r) {
 }
 
 void Trainer::Impl::build_streams(Rank& r) {
-  r.compute = r.device->create_stream("compute");
-  r.tp_comm = r.device->create_stream("tp-comm");
+  r.compute = r.device->create_stream(trace::stream::kCompute);
+  r.tp_comm = r.device->create_stream(trace::stream::kTpComm);
   for (const auto& [channel, comm] : r.pp_channels)
-    r.p2p.push_back(r.device->create_stream(str("p2p ", sched::to_string(channel))));
+    r.p2p.push_back(r.device->create_stream(trace::p2p_channel_stream(sched::to_string(channel))));
   if (!trace) return;
-  r.compute->set_trace(trace.get(), r.global, "compute");
-  r.tp_comm->set_trace(trace.get(), r.global, "tp-comm");
-  for (auto& s : r.p2p) s->set_trace(trace.get(), r.global, "p2p");
+  r.compute->set_trace(trace.get(), r.global, trace::stream::kCompute);
+  r.tp_comm->set_trace(trace.get(), r.global, trace::stream::kTpComm);
+  for (auto& s : r.p2p) s->set_trace(trace.get(), r.global, trace::stream::kP2p);
 }
 
 void Trainer::Impl::build_memory(Rank& r) {
@@ -40,7 +41,7 @@ void Trainer::Impl::build_memory(Rank& r) {
       "Raise memory.device_budget, let stp offload and recompute activations (memory.offload: auto, "
       "memory.recompute: auto; `stp plan CONFIG` shows what fits), or lower train.micro_batch_size.";
   r.alloc = std::make_unique<BlockArena>(*r.device, *r.compute, std::move(arena));
-  if (trace) r.alloc->set_trace(trace.get(), r.global);  // "device memory" counters
+  if (trace) r.alloc->set_trace(trace.get(), r.global);  // device memory counters
   if (plan.ranks.at(static_cast<std::size_t>(r.pp_rank)).offloads()) build_offload(r);
 }
 
@@ -57,7 +58,7 @@ void Trainer::Impl::build_offload(Rank& r) {
   }
   // Home stream: the engine names each pool buffer's first user (the D2H stream) when it allocates.
   r.pool = std::make_unique<PinnedPool>(*r.device, *r.compute, p);
-  if (trace) r.pool->set_trace(trace.get(), r.global);  // "pinned memory" counters
+  if (trace) r.pool->set_trace(trace.get(), r.global);  // pinned memory counters
   r.offload = std::make_unique<OffloadEngine>(*r.device, *r.compute, *r.alloc, *r.pool);
   // The copy threads run next to the pool's pages (or on the emulated copy engine's CPUs).
   for (Stream* s : {&r.offload->d2h(), &r.offload->h2d()}) {
@@ -65,8 +66,8 @@ void Trainer::Impl::build_offload(Rank& r) {
     else if (r.pool->numa_node() >= 0) bind_stream_threads_near(*s, r.pool->numa_node());
   }
   if (trace) {
-    r.offload->d2h().set_trace(trace.get(), r.global, "d2h");
-    r.offload->h2d().set_trace(trace.get(), r.global, "h2d");
+    r.offload->d2h().set_trace(trace.get(), r.global, trace::stream::kD2h);
+    r.offload->h2d().set_trace(trace.get(), r.global, trace::stream::kH2d);
   }
 }
 

@@ -170,10 +170,10 @@ void CpuStream::set_trace(TraceRecorder* recorder, int pid, std::string tid) {
   trace_tid_ = std::move(tid);
 }
 
-void CpuStream::trace_begin(std::string span_name, std::string category, std::string args_json) {
+void CpuStream::trace_begin(std::string span_name, std::string category, TraceArgs args) {
   if (!trace_) return;
   enqueue(
-      [this, n = std::move(span_name), c = std::move(category), a = std::move(args_json)]() mutable {
+      [this, n = std::move(span_name), c = std::move(category), a = std::move(args)]() mutable {
         open_spans_.push_back(OpenSpan{std::move(n), std::move(c), std::move(a), trace_->now_us()});
       },
       true);

@@ -73,7 +73,7 @@ class CpuStream final : public Stream {
   void wait(Event& event) override;
   void synchronize() override;
 
-  void trace_begin(std::string name, std::string category, std::string args_json) override;
+  void trace_begin(std::string name, std::string category, TraceArgs args) override;
   void trace_end() override;
   void set_trace(TraceRecorder* recorder, int pid, std::string tid) override;
 
@@ -87,7 +87,8 @@ class CpuStream final : public Stream {
     bool always;
   };
   struct OpenSpan {
-    std::string name, category, args;
+    std::string name, category;
+    TraceArgs args;
     double start_us;
   };
   void worker_loop();

@@ -29,7 +29,7 @@ class DryStream final : public Stream {
   void record(Event& event) override;  // completes at once
   void wait(Event&) override {}
   void synchronize() override {}
-  void trace_begin(std::string, std::string, std::string) override {}
+  void trace_begin(std::string, std::string, TraceArgs) override {}
   void trace_end() override {}
   void set_trace(TraceRecorder*, int, std::string) override {}
 

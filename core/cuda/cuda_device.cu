@@ -169,7 +169,7 @@ class CudaStream final : public Stream {
   }
   // Makes this stream's GPU the calling thread's current device (cheap when it already is).
   void bind() const { STP_CUDA_CHECK(cudaSetDevice(ordinal_)); }
-  void trace_begin(std::string span_name, std::string category, std::string args_json) override;
+  void trace_begin(std::string span_name, std::string category, TraceArgs args) override;
   void trace_end() override;
   void set_trace(TraceRecorder* recorder, int pid, std::string tid) override;
 
@@ -198,7 +198,8 @@ class CudaStream final : public Stream {
   void flush_trace();
 
   struct Span {
-    std::string name, category, args;
+    std::string name, category;
+    TraceArgs args;
     cudaEvent_t begin{}, end{};
   };
   CudaDevice& device_;
@@ -501,9 +502,9 @@ void CudaStream::set_trace(TraceRecorder* recorder, int pid, std::string tid) {
   reference_us_ = trace_->now_us();
 }
 
-void CudaStream::trace_begin(std::string span_name, std::string category, std::string args_json) {
+void CudaStream::trace_begin(std::string span_name, std::string category, TraceArgs args) {
   if (!trace_) return;
-  open_.push_back(Span{std::move(span_name), std::move(category), std::move(args_json), timing_event(), {}});
+  open_.push_back(Span{std::move(span_name), std::move(category), std::move(args), timing_event(), {}});
 }
 
 void CudaStream::trace_end() {

@@ -2,17 +2,21 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <sstream>
+#include <string>
 
 #include "base/error.h"
 #include "base/trace.h"
+#include "base/trace_names.h"
 
 namespace {
 
 TEST(Trace, WriteProducesAFileThatParses) {
   stp::TraceRecorder rec;
-  rec.add({0, "tp-comm", "AR", "comm", "", 1.0, 2.5});
+  rec.add({0, "tp-comm", "AR", "comm", {}, 1.0, 2.5});
   std::string path = std::string(STP_BINARY_DIR) + "/trace_test.json";
   rec.write(path);
   std::ifstream f(path);
@@ -59,6 +63,71 @@ TEST(Trace, JsonEscapeWritesWhatNlohmannWrites) {
   std::string utf8 = "r\xc3\xa9sum\xc3\xa9 \xe2\x86\x92";
   EXPECT_EQ(stp::json_escape(utf8), utf8);
   EXPECT_EQ(nlohmann::json::parse("\"" + stp::json_escape("q\"\\\x01\n") + "\"").get<std::string>(), "q\"\\\x01\n");
+}
+
+}  // namespace
+
+namespace {
+
+namespace arg = stp::trace::arg;
+
+// Span arguments are typed and export as one JSON object in the order they were added, with
+// integers exact: byte for byte what the producers wrote by hand before (a unit's and an offload's
+// args here), so every reader of a trace sees the same document.
+TEST(TraceArgs, ExportInOrderWithExactIntegers) {
+  EXPECT_EQ(stp::TraceArgs().json(), "{}");
+  EXPECT_TRUE(stp::TraceArgs().empty());
+  auto unit = stp::TraceArgs()
+                  .add(arg::kPart, "F0.3")
+                  .add(arg::kUnit, 1)
+                  .add(arg::kMb, 3)
+                  .add(arg::kChunk, 0)
+                  .add(arg::kPass, std::string("F"));
+  EXPECT_FALSE(unit.empty());
+  EXPECT_EQ(unit.json(), R"({"part":"F0.3","unit":1,"mb":3,"chunk":0,"pass":"F"})");
+  stp::TraceArgs copy;
+  copy.add(arg::kBytes, std::uint64_t{1} << 40).add(arg::kChunk, -1).add(arg::kUnit, 2);
+  copy.add(arg::kWeight, true).add("other", false);
+  EXPECT_EQ(copy.json(), R"({"bytes":1099511627776,"chunk":-1,"unit":2,"weight":true,"other":false})");
+  auto limits = stp::TraceArgs()
+                    .add("max", std::numeric_limits<std::uint64_t>::max())
+                    .add("min", std::numeric_limits<std::int64_t>::min());
+  EXPECT_EQ(limits.json(), R"({"max":18446744073709551615,"min":-9223372036854775808})");
+  auto parsed = nlohmann::json::parse(limits.json());
+  EXPECT_EQ(parsed.at("max").get<std::uint64_t>(), std::numeric_limits<std::uint64_t>::max());
+  EXPECT_EQ(parsed.at("min").get<std::int64_t>(), std::numeric_limits<std::int64_t>::min());
+}
+
+// Strings and keys go through json_escape, so any text stays valid JSON (the hand-built strings
+// inserted part names unescaped).
+TEST(TraceArgs, EscapeStringsAndKeys) {
+  const std::string text = "q\"\\\x01\n\xc3\xa9";
+  auto args = stp::TraceArgs().add(arg::kPart, text).add("k\"ey", std::string_view("v"));
+  auto parsed = nlohmann::json::parse(args.json());
+  EXPECT_EQ(parsed.at("part").get<std::string>(), text);
+  EXPECT_EQ(parsed.at("k\"ey").get<std::string>(), "v");
+  stp::TraceRecorder rec;
+  rec.add({0, stp::trace::stream::kCompute, "F0.3 h.0.mlp", stp::trace::cat::kForward, args, 1.0, 2.0});
+  auto json = nlohmann::json::parse(rec.to_json());
+  EXPECT_EQ(json.at("traceEvents").back().at("args"), parsed);
+}
+
+// The five analysed streams keep their fixed tids, in the order of base/trace_names.h; the names
+// built from the vocabulary are the ones `stp profile` parses.
+TEST(TraceNames, KnownStreamsAndBuiltNames) {
+  namespace stream = stp::trace::stream;
+  EXPECT_EQ(stp::known_stream_tid(stream::kCompute), 1);
+  EXPECT_EQ(stp::known_stream_tid(stream::kTpComm), 2);
+  EXPECT_EQ(stp::known_stream_tid(stream::kP2p), 3);
+  EXPECT_EQ(stp::known_stream_tid(stream::kD2h), 4);
+  EXPECT_EQ(stp::known_stream_tid(stream::kH2d), 5);
+  EXPECT_EQ(stp::known_stream_tid(stream::kDpComm), 0);
+  EXPECT_EQ(stp::known_stream_tid(stream::kOptimizerCpu), 0);
+  EXPECT_EQ(stp::trace::p2p_channel_stream("activations 0->1"), "p2p activations 0->1");
+  EXPECT_EQ(stp::trace::step_span(12), "step 12");
+  EXPECT_EQ(stp::trace::send_span("m"), "send m");
+  EXPECT_EQ(stp::trace::recv_span("m"), "recv m");
+  EXPECT_EQ(std::string(stp::trace::cat::kTpComm), stream::kTpComm);
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ TEST(Trace, SpansCoverTheirStreamWorkAndExportValidChromeJson) {
   stp::TraceRecorder rec;
   auto compute = devs[1]->create_stream("compute");
   compute->set_trace(&rec, 1, "compute");
-  compute->trace_begin("F0.3", "F", "{\"mb\":3}");
+  compute->trace_begin("F0.3", "F", stp::TraceArgs().add("mb", 3));
   compute->enqueue_host([] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); });
   compute->trace_end();
   compute->trace_begin("name with \"quotes\"", "W");

@@ -69,8 +69,8 @@ TEST(TraceReader, AcceptsTheArrayFormStringTidsAndEscapes) {
 
 TEST(TraceReader, RoundTripsTheRecorder) {
   stp::TraceRecorder rec;
-  rec.add({1, "h2d", "reload 0.3", "h2d", R"({"bytes":512})", 10, 4});
-  rec.add({1, "compute", "B0.3 h.0.mlp", "B", R"({"part":"B0.3"})", 12, 3});
+  rec.add({1, "h2d", "reload 0.3", "h2d", stp::TraceArgs().add("bytes", 512), 10, 4});
+  rec.add({1, "compute", "B0.3 h.0.mlp", "B", stp::TraceArgs().add("part", "B0.3"), 12, 3});
   rec.add_counter({1, "pinned memory", 11, {{"activations", 512}}});
   auto t = stp::profile::from_recorder(rec);
   ASSERT_EQ(t.spans.size(), 2u);

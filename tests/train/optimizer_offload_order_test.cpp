@@ -40,8 +40,8 @@ std::vector<Span> spans_of(const stp::TraceRecorder& rec, int pid, const std::st
   for (const auto& s : rec.spans()) {
     if (s.pid != pid || s.tid != tid) continue;
     Span x{s.name, s.category, -1, s.ts_us, s.ts_us + s.dur_us};
-    if (!s.args_json.empty()) {
-      auto args = nlohmann::json::parse(s.args_json);
+    if (!s.args.empty()) {
+      auto args = nlohmann::json::parse(s.args.json());
       if (args.contains("chunk")) x.chunk = args.at("chunk").get<int>();
       if (args.contains("group")) x.chunk = args.at("group").get<int>();
     }

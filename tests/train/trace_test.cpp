@@ -42,8 +42,8 @@ std::vector<Span> spans_of(const stp::TraceRecorder& rec, int pid, const std::st
   for (const auto& s : rec.spans()) {
     if (s.pid != pid || s.tid != tid) continue;
     std::string part;
-    if (!s.args_json.empty()) {
-      auto args = nlohmann::json::parse(s.args_json);
+    if (!s.args.empty()) {
+      auto args = nlohmann::json::parse(s.args.json());
       if (args.contains("part")) part = args.at("part").get<std::string>();
     }
     out.push_back({s.name, s.category, part, s.ts_us, s.ts_us + s.dur_us});
