@@ -1,6 +1,7 @@
 #include "train/comm_volume.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "config/config.h"
 #include "base/error.h"
@@ -10,6 +11,44 @@
 #include "train/stage_layout.h"
 
 namespace stp {
+
+namespace {
+
+// Bytes one rank sends per step over the DP group (dp > 1): the all-reduce of every gradient, or
+// with the distributed optimizer per stage (chunk) and bucket a reduce-scatter and an all-gather.
+// stage_params(chunk): the parameters of the rank's stage `chunk`, as the architecture counts them.
+std::uint64_t data_parallel_bytes(const Config& c, int dp_rank,
+                                  const std::function<StageParamCount(int chunk)>& stage_params) {
+  const sched::Schedule s = sched::generate(c.parallel.schedule, c.parallel.pp, c.train.microbatches);
+  const std::uint64_t d = static_cast<std::uint64_t>(c.parallel.dp);
+  if (!c.parallel.distributed_optimizer) {
+    std::uint64_t params = 0;
+    for (int ch = 0; ch < s.chunks; ++ch) params += static_cast<std::uint64_t>(stage_params(ch).all);
+    return 4 * params;
+  }
+  std::uint64_t out = 0;
+  const std::uint64_t per_bucket = c.parallel.dp_bucket ? *c.parallel.dp_bucket / 4 : 0;
+  const std::uint64_t me = static_cast<std::uint64_t>(dp_rank);
+  for (int ch = 0; ch < s.chunks; ++ch) {
+    const StageParamCount held = stage_params(ch);
+    const std::uint64_t n = static_cast<std::uint64_t>(held.all);
+    // bf16: the movable GEMM weights have sharded masters; they come last and their buckets
+    // all-gather bf16 copies.
+    const std::uint64_t tail = c.train.precision == "bf16" ? static_cast<std::uint64_t>(held.movable) : 0;
+    for (auto [len, gathered] : {std::pair{n - tail, std::uint64_t{4}}, std::pair{tail, std::uint64_t{2}}}) {
+      for (std::uint64_t at = 0; at < len;) {
+        const std::uint64_t count = per_bucket == 0 ? len - at : std::min(per_bucket, len - at);
+        const std::uint64_t own = count * (me + 1) / d - count * me / d;
+        out += (4 + gathered) * (count - own);
+        at += count;
+      }
+    }
+  }
+  if (c.train.grad_clip > 0) out += 4;  // the norm's sum of squares over the dp ranks
+  return out;
+}
+
+}  // namespace
 
 CommVolume expected_comm_bytes(const Config& c, int global) {
   const RankLayout l = RankLayout::of(c);
@@ -46,30 +85,7 @@ CommVolume expected_comm_bytes(const Config& c, int global) {
   if (vocab && last) out.tp += m * (4 * B * T + 8 * B * T + a + norm_grads);
   // The parameters of each stage (chunk) of this rank, as the architecture counts them.
   auto stage_params = [&](int chunk) { return arch.stage_params(model, stage_spec_of(c, s, r, chunk, tp_rank)); };
-  if (d > 1 && !(c.parallel.distributed_optimizer)) {
-    std::uint64_t params = 0;
-    for (int ch = 0; ch < s.chunks; ++ch) params += static_cast<std::uint64_t>(stage_params(ch).all);
-    out.dp = 4 * params;
-  } else if (d > 1) {  // per stage (chunk) of this rank and bucket: reduce-scatter + all-gather
-    const std::uint64_t per_bucket = c.parallel.dp_bucket ? *c.parallel.dp_bucket / 4 : 0;
-    const std::uint64_t me = static_cast<std::uint64_t>(l.dp_rank(global));
-    for (int ch = 0; ch < s.chunks; ++ch) {
-      const StageParamCount held = stage_params(ch);
-      const std::uint64_t n = static_cast<std::uint64_t>(held.all);
-      // bf16: the movable GEMM weights have sharded masters; they come last and their buckets
-      // all-gather bf16 copies.
-      const std::uint64_t tail = c.train.precision == "bf16" ? static_cast<std::uint64_t>(held.movable) : 0;
-      for (auto [len, gathered] : {std::pair{n - tail, std::uint64_t{4}}, std::pair{tail, std::uint64_t{2}}}) {
-        for (std::uint64_t at = 0; at < len;) {
-          const std::uint64_t count = per_bucket == 0 ? len - at : std::min(per_bucket, len - at);
-          const std::uint64_t own = count * (me + 1) / d - count * me / d;
-          out.dp += (4 + gathered) * (count - own);
-          at += count;
-        }
-      }
-    }
-    if (c.train.grad_clip > 0) out.dp += 4;  // the norm's sum of squares over the dp ranks
-  }
+  if (d > 1) out.dp = data_parallel_bytes(c, l.dp_rank(global), stage_params);
   // A tied embedding whose first and last stage are on different ranks: its gradients are summed.
   if (model.tie_embeddings && p > 1 && !v_shape && (first || last)) out.other += 4 * Vr * C;
   out.other += 4 + 4;  // the gradient norm's sum over the replica, the skip decision's over the world
