@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -57,8 +58,18 @@ std::string str(const Args&... args) {
   return os.str();
 }
 
-// Human-readable byte count, e.g. "256.0 MiB (268435456 B)".
-std::string format_bytes(std::size_t bytes);
+// How format_bytes writes a byte count. Human: one size in the largest binary unit (KiB, MiB,
+// GiB, TiB) that keeps it at least 1, to three significant digits ("971 KiB", "5.76 GiB",
+// "51.1 GiB", "256 MiB"); under 1 KiB every byte ("512 B"). Exact: every byte ("6180077824 B"),
+// what `stp plan --bytes` prints. The config parser reads both forms back (config/config.h).
+enum class ByteStyle : std::uint8_t { Human, Exact };
+
+// How a Human size is rounded: to the nearest last digit, or up for a minimum ("raise the budget
+// to at least X"), so that a budget set to the printed value is never below the number.
+enum class Rounding : std::uint8_t { Nearest, Up };
+
+// The one byte formatter for messages and reports, e.g. "256 MiB".
+std::string format_bytes(std::size_t bytes, ByteStyle style = ByteStyle::Human, Rounding rounding = Rounding::Nearest);
 
 [[noreturn]] void throw_internal(const char* file, int line, const char* cond, const std::string& msg);
 

@@ -230,28 +230,21 @@ double optimizer_offload_seconds(const PlannerInput& in, const ModelStateBytes& 
   return (3 * param_bytes - masters) / in.link_bytes_per_s + (7 * param_bytes + masters) / in.cpu_adamw_bytes_per_s;
 }
 
-std::string describe_categories(const RankPrediction& p) {
-  std::string s;
-  for (std::size_t c = 0; c < kMemoryCategories; ++c)
-    s += str(c ? ", " : "", to_string(static_cast<MemoryCategory>(c)), " ", format_bytes(p.peak_by_category[c]));
-  return s;
-}
-
-std::string describe_infeasible(const MemoryPlan& plan) {
+std::string describe_infeasible(const MemoryPlan& plan, ByteStyle style) {
+  const std::string minimum = format_bytes(plan.min_device_budget, style, Rounding::Up);
   std::size_t worst = 0;
   for (std::size_t g = 0; g < plan.predicted.size(); ++g)
     if (plan.predicted[g].peak_device_bytes > plan.predicted[worst].peak_device_bytes) worst = g;
-  if (plan.predicted.empty()) return str("the minimum feasible budget is ", format_bytes(plan.min_device_budget));
+  if (plan.predicted.empty()) return str("the minimum feasible budget is ", minimum);
   const RankPrediction& p = plan.predicted[worst];
-  auto cat = [&](MemoryCategory c) { return format_bytes(p.peak_by_category[static_cast<std::size_t>(c)]); };
-  return str("with every enabled lever device ", worst, " still needs ", format_bytes(p.peak_device_bytes),
+  auto cat = [&](MemoryCategory c) { return format_bytes(p.peak_by_category[static_cast<std::size_t>(c)], style); };
+  return str("with every enabled lever device ", worst, " still needs ", format_bytes(p.peak_device_bytes, style),
              " at its peak: weights ", cat(MemoryCategory::Weights), ", gradients ", cat(MemoryCategory::Gradients),
              ", optimizer state ", cat(MemoryCategory::OptimizerState), ", activations ",
              cat(MemoryCategory::Activations),
              " that no enabled lever moves (unit inputs, the sets in flight or reloaded, the head and embedding), "
              "buffers and workspace ",
-             cat(MemoryCategory::Buffers), ". The minimum feasible budget is ", format_bytes(plan.min_device_budget),
-             " (", plan.min_device_budget, " bytes)");
+             cat(MemoryCategory::Buffers), ". The minimum feasible budget is ", minimum);
 }
 
 MemoryPlan plan_memory(const PlannerInput& in) {

@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "memory/plan.h"
 #include "memory/policy.h"
 
@@ -90,13 +91,11 @@ MemoryPlan plan_memory(const PlannerInput& in);
 // above), from its model-state bytes.
 double optimizer_offload_seconds(const PlannerInput& in, const ModelStateBytes& chunk);
 
-// "weights 1.2 MiB, gradients ..., activations ..." of one prediction.
-std::string describe_categories(const RankPrediction& p);
-
 // Why an infeasible plan (plan_memory's feasible == false; its predictions are those of the
 // strongest plan) cannot fit: the worst device's peak and what remains of it once every enabled
 // lever is used — weights, gradients, optimizer state, the activations no lever moves, buffers and
-// workspace — and the minimum feasible budget in bytes.
-std::string describe_infeasible(const MemoryPlan& plan);
+// workspace — and the minimum feasible budget (rounded up when Human: setting it fits). Every size
+// once, in `style` (base/error.h, format_bytes).
+std::string describe_infeasible(const MemoryPlan& plan, ByteStyle style = ByteStyle::Human);
 
 }  // namespace stp

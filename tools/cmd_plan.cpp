@@ -1,12 +1,15 @@
-// stp plan CONFIG.yaml [--set KEY=VALUE]... [--json]
+// stp plan CONFIG.yaml [--set KEY=VALUE]... [--json | --bytes]
 //
-// Prints the memory plan a training run of CONFIG would use, without training: per device the
-// predicted peak by category (exact on the CPU backend: what metrics.jsonl will report), pinned
-// host bytes, the model states (weights, gradients, optimizer state) on the device and on the host,
-// the pinned host total against memory.host_budget, the keep / offload / recompute decisions, the
-// optimizer placement and the predicted step-time cost (recompute, exposed copies, CPU optimizer),
-// and the bytes of the vocabulary tables (embedding + LM head) each device holds
-// (parallel.vocab_parallel).
+// Prints the memory plan a training run of CONFIG would use, without training: the budget and the
+// minimum feasible budget, then one table row per device for the predicted peak by category
+// against the budget (exact on the CPU backend: what metrics.jsonl will report) and the bytes of
+// the vocabulary tables (embedding + LM head, parallel.vocab_parallel) within the weights; one for
+// its pinned host memory (offloaded activations, host-placed model states) and offload traffic;
+// one for the predicted step-time cost (recompute, exposed copies, optimizer offload over the
+// compute, and the CPU optimizer); then the pinned host total against memory.host_budget, the
+// optimizer placement and the keep / offload / recompute decisions. Every size is printed once:
+// in a human unit (base/error.h, format_bytes), in bytes with --bytes; --json has the same numbers
+// as one object, bytes as integers (docs/design.md).
 // Exit status 0 when the plan fits memory.device_budget and memory.host_budget, 1 otherwise (the
 // plan is printed either way, with the minimum feasible budget).
 #include <algorithm>
@@ -14,6 +17,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "config/config.h"
 #include "base/error.h"
@@ -52,19 +57,46 @@ nlohmann::ordered_json states_json(const stp::ModelStateBytes& b) {
   return {{"weights", b.weights}, {"gradients", b.gradients}, {"optimizer_state", b.optimizer}};
 }
 
-std::string states_text(const stp::ModelStateBytes& b) {
-  return stp::str("weights ", stp::format_bytes(b.weights), ", gradients ", stp::format_bytes(b.gradients),
-                  ", optimizer state ", stp::format_bytes(b.optimizer));
+// Rows of cells printed as aligned columns, two spaces apart, each right-aligned (the cells are
+// numbers; the header is aligned with them).
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void print() const {
+    std::vector<std::size_t> width(rows_.front().size(), 0);
+    for (const auto& row : rows_)
+      for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+    for (const auto& row : rows_) {
+      std::string line;
+      for (std::size_t c = 0; c < row.size(); ++c)
+        line += std::string(c ? 2 : 0, ' ') + std::string(width[c] - row[c].size(), ' ') + row[c];
+      std::printf("%s\n", line.c_str());
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// Milliseconds to one decimal.
+std::string ms(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", 1e3 * seconds);
+  return buf;
 }
 
 struct PlanArgs {
   stp::tools::ConfigArgs config;
   bool json = false;
+  bool bytes = false;
 };
 
 int run(const PlanArgs& a) {
   const stp::tools::ConfigArgs& args = a.config;
   const bool json = a.json;
+  const stp::ByteStyle style = a.bytes ? stp::ByteStyle::Exact : stp::ByteStyle::Human;
+  auto size = [style](std::size_t b) { return stp::format_bytes(b, style); };
   const std::string& path = args.config_path;
   stp::Config cfg = stp::load_config(path, args.overrides);
   stp::MemoryPlan plan = stp::make_memory_plan(cfg, /*exact_minimum=*/true);
@@ -77,19 +109,14 @@ int run(const PlanArgs& a) {
   };
   const stp::MemorySettings settings = stp::memory_settings(cfg);
   std::size_t pinned = 0;  // activation pools plus host-placed optimizer state, all devices
-  double exposed_s = 0, cpu_optimizer_s = 0;
-  for (const stp::RankPrediction& p : plan.predicted) {
-    pinned += p.host_pinned_bytes + p.host_states.total();
-    exposed_s = std::max(exposed_s, p.exposed_copy_s);
-    cpu_optimizer_s = std::max(cpu_optimizer_s, p.cpu_optimizer_s);
-  }
+  for (const stp::RankPrediction& p : plan.predicted) pinned += p.host_pinned_bytes + p.host_states.total();
   std::size_t chunks = 0, host_chunks = 0;
   for (const stp::RankPlan& rp : plan.ranks)
     for (std::size_t c = 0; c < rp.units.size(); ++c, ++chunks)
       host_chunks += rp.optimizer_placement(static_cast<int>(c)) == stp::OptimizerPlacement::Host;
   std::string error;
   try {
-    stp::check_plan(plan, cfg);
+    stp::check_plan(plan, cfg, style);
   } catch (const stp::Error& e) {
     error = e.what();
   }
@@ -108,10 +135,13 @@ int run(const PlanArgs& a) {
                        {"peak_device_bytes", p.peak_device_bytes},
                        {"peak_by_category", std::move(cats)},
                        {"host_pinned_bytes", p.host_pinned_bytes},
+                       {"offload_bytes_per_step", p.offload_bytes_per_step},
                        {"vocab_param_bytes", vocab_bytes(g)},
                        {"model_states_device", states_json(p.device_states)},
                        {"model_states_host", states_json(p.host_states)},
                        {"predicted_step_cost", stp::json_number(p.step_cost_s(), 6)},
+                       {"compute_s", stp::json_number(p.compute_s, 6)},
+                       {"recompute_s", stp::json_number(p.recompute_s, 6)},
                        {"exposed_copy_s", stp::json_number(p.exposed_copy_s, 6)},
                        {"cpu_optimizer_s", stp::json_number(p.cpu_optimizer_s, 6)},
                        {"optimizer_offload_s", stp::json_number(p.optimizer_offload_s, 6)},
@@ -126,33 +156,60 @@ int run(const PlanArgs& a) {
   } else {
     std::printf("memory plan for %s (schedule %s, tp %d, pp %d, m %d)\n", path.c_str(), cfg.parallel.schedule.c_str(),
                 tp, cfg.parallel.pp, cfg.train.microbatches);
-    std::printf("device budget %s, minimum feasible %s\n", stp::format_budget(plan.device_budget).c_str(),
-                stp::format_bytes(plan.min_device_budget).c_str());
+    std::printf("device budget %s, minimum feasible %s\n", stp::format_budget(plan.device_budget, style).c_str(),
+                stp::format_bytes(plan.min_device_budget, style, stp::Rounding::Up).c_str());
+    // The device's model states are the peak's weights, gradients and optimizer state (the report
+    // pass copies them), so one row says both.
+    std::printf("\ndevice memory at the predicted peak\n");
+    Table device({"device", "peak", "of budget", "weights", "gradients", "optimizer state", "activations", "buffers",
+                  "embedding + LM head"});
+    bool on_host = false;
     for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
       const stp::RankPrediction& p = plan.predicted[g];
-      std::printf(
-          "device %zu: peak %s (%s); pinned host %s; offload %s/step; cost +%.1f ms/step (recompute %.1f, exposed "
-          "copies %.1f, optimizer offload %.1f) over %.1f ms compute\n",
-          g, stp::format_bytes(p.peak_device_bytes).c_str(), stp::describe_categories(p).c_str(),
-          stp::format_bytes(p.host_pinned_bytes).c_str(), stp::format_bytes(p.offload_bytes_per_step).c_str(),
-          1e3 * p.step_cost_s(), 1e3 * p.recompute_s, 1e3 * p.exposed_copy_s, 1e3 * p.optimizer_offload_s,
-          1e3 * p.compute_s);
-      std::printf("device %zu: embedding + LM head %s (%s)\n", g,
-                  stp::format_bytes(static_cast<std::size_t>(vocab_bytes(g))).c_str(),
-                  cfg.parallel.vocab_parallel && tp > 1 ? "vocab-parallel: V padded to a multiple of tp, split over tp"
-                                                        : "replicated on every TP rank");
-      std::printf("  model states on the device: %s; on the host: %s\n", states_text(p.device_states).c_str(),
-                  states_text(p.host_states).c_str());
+      auto cat = [&](stp::MemoryCategory c) { return size(p.peak_by_category[static_cast<std::size_t>(c)]); };
+      char share[32] = "-";
+      if (plan.device_budget != stp::kNoBudget)
+        std::snprintf(share, sizeof share, "%.1f%%",
+                      100.0 * static_cast<double>(p.peak_device_bytes) / static_cast<double>(plan.device_budget));
+      device.add({std::to_string(g), size(p.peak_device_bytes), share, cat(stp::MemoryCategory::Weights),
+                  cat(stp::MemoryCategory::Gradients), cat(stp::MemoryCategory::OptimizerState),
+                  cat(stp::MemoryCategory::Activations), cat(stp::MemoryCategory::Buffers),
+                  size(static_cast<std::size_t>(vocab_bytes(g)))});
+      on_host = on_host || p.host_pinned_bytes + p.host_states.total() + p.offload_bytes_per_step > 0;
     }
+    device.print();
+    std::printf("(embedding + LM head: part of the weights; %s)\n",
+                cfg.parallel.vocab_parallel && tp > 1 ? "vocab-parallel, V padded to a multiple of tp and split over tp"
+                                                      : "replicated on every TP rank");
+    if (on_host) {
+      std::printf("\npinned host memory\n");
+      Table host({"device", "activations", "weights", "gradients", "optimizer state", "offloaded per step"});
+      for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
+        const stp::RankPrediction& p = plan.predicted[g];
+        host.add({std::to_string(g), size(p.host_pinned_bytes), size(p.host_states.weights),
+                  size(p.host_states.gradients), size(p.host_states.optimizer),
+                  size(static_cast<std::size_t>(p.offload_bytes_per_step))});
+      }
+      host.print();
+    } else {
+      std::printf("\npinned host memory: none (no activation offloaded, every optimizer on the device)\n");
+    }
+    std::printf("\npredicted time per step in ms: the compute and what the levers add to it\n");
+    Table time({"device", "compute", "added", "recompute", "exposed copies", "optimizer offload", "CPU optimizer"});
+    for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
+      const stp::RankPrediction& p = plan.predicted[g];
+      time.add({std::to_string(g), ms(p.compute_s), "+" + ms(p.step_cost_s()), ms(p.recompute_s), ms(p.exposed_copy_s),
+                ms(p.optimizer_offload_s), ms(p.cpu_optimizer_s)});
+    }
+    time.print();
+    std::printf("\n");
     const std::string where = host_chunks == 0 ? std::string("device")
                               : host_chunks == chunks
                                   ? std::string("pinned host memory, every chunk (memory.optimizer_offload)")
                                   : stp::str("pinned host memory for ", host_chunks, " of ", chunks,
                                              " chunks, the device for the rest (memory.optimizer_offload)");
     std::printf("optimizer state: %s; pinned host total %s of memory.host_budget %s\n", where.c_str(),
-                stp::format_bytes(pinned).c_str(), stp::format_budget(settings.host_budget).c_str());
-    std::printf("predicted per step (worst device): exposed copy time %.1f ms, CPU optimizer time %.1f ms\n",
-                1e3 * exposed_s, 1e3 * cpu_optimizer_s);
+                size(pinned).c_str(), stp::format_budget(settings.host_budget, style).c_str());
     std::printf("decisions:\n%s", plan.summary.c_str());
     if (!error.empty()) std::printf("not feasible: %s\n", error.c_str());
   }
@@ -162,7 +219,8 @@ int run(const PlanArgs& a) {
 stp::tools::Run define(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   stp::tools::add_config_args(app, args->config);
-  app.add_flag("--json", args->json, "print the plan as one JSON object");
+  CLI::Option* json = app.add_flag("--json", args->json, "print the plan as one JSON object (sizes in bytes)");
+  app.add_flag("--bytes", args->bytes, "print every size in bytes instead of KiB / MiB / GiB")->excludes(json);
   app.footer("Exit status 0 when the plan fits memory.device_budget and memory.host_budget, 1 otherwise.");
   return [args] { return run(*args); };
 }

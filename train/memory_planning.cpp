@@ -373,8 +373,8 @@ MemoryPlan choose_and_verify(Measured& measured, DryRunCostModel& model, const M
       break;
     }
     if (model.places(plan.ranks, budget)) {
-      if (attempt)
-        plan.summary += str("(planned for ", format_bytes(planning_budget), " to leave room for fragmentation)\n");
+      if (attempt)  // a share, not bytes: planning_budget is the budget less `attempt` twentieths of it
+        plan.summary += str("(planned for ", 100 - 5 * attempt, "% of the budget to leave room for fragmentation)\n");
       break;
     }
     if (attempt == 7) {
@@ -445,12 +445,13 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
   return plan;
 }
 
-void check_plan(const MemoryPlan& plan, const Config& config) {
+void check_plan(const MemoryPlan& plan, const Config& config, ByteStyle style) {
   const MemorySettings settings = memory_settings(config);
+  auto bytes = [style](std::size_t b) { return format_bytes(b, style); };
   if (!plan.feasible)
-    throw Error(str("memory.device_budget = ", format_bytes(plan.device_budget), " is too small (memory.offload: ",
+    throw Error(str("memory.device_budget = ", bytes(plan.device_budget), " is too small (memory.offload: ",
                     to_string(settings.offload), ", memory.recompute: ", to_string(settings.recompute),
-                    "): ", describe_infeasible(plan), "; raise memory.device_budget to at least that",
+                    "): ", describe_infeasible(plan, style), "; raise memory.device_budget to at least that",
                     settings.offload == OffloadPolicy::None || settings.recompute == RecomputePolicy::None
                         ? ", or set memory.offload / memory.recompute to auto"
                         : "",
@@ -458,19 +459,16 @@ void check_plan(const MemoryPlan& plan, const Config& config) {
   std::size_t pinned = 0, optimizer = 0;
   for (const RankPrediction& p : plan.predicted) pinned += p.host_pinned_bytes, optimizer += p.optimizer_host_bytes;
   if (optimizer > 0 && pinned + optimizer > settings.host_budget)
-    throw Error(str("memory.host_budget = ", format_bytes(settings.host_budget),
-                    " is too small for the offloaded optimizer "
-                    "state: it needs ",
-                    format_bytes(optimizer), " (AdamW moments, parameter / gradient staging, f32 masters under bf16",
-                    pinned ? str(", plus ", format_bytes(pinned), " of offloaded activations") : std::string(), ", ",
-                    pinned + optimizer,
-                    " bytes in all); raise memory.host_budget to at least that, or set "
-                    "memory.optimizer_offload: none"));
+    throw Error(str("memory.host_budget = ", bytes(settings.host_budget),
+                    " is too small for the offloaded optimizer state: it needs ", bytes(optimizer),
+                    " (AdamW moments, parameter / gradient staging, f32 masters under bf16",
+                    pinned ? str(", plus ", bytes(pinned), " of offloaded activations") : std::string(), ", ",
+                    format_bytes(pinned + optimizer, style, Rounding::Up),
+                    " in all); raise memory.host_budget to at least that, or set memory.optimizer_offload: none"));
   if (pinned > settings.host_budget)
-    throw Error(
-        str("the plan offloads ", format_bytes(pinned),
-            " of activations to pinned host memory but memory.host_budget = ", format_bytes(settings.host_budget),
-            "; raise memory.host_budget, or set memory.offload: none to recompute instead"));
+    throw Error(str("the plan offloads ", bytes(pinned),
+                    " of activations to pinned host memory but memory.host_budget = ", bytes(settings.host_budget),
+                    "; raise memory.host_budget, or set memory.offload: none to recompute instead"));
 }
 
 }  // namespace stp

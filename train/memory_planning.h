@@ -10,6 +10,7 @@
 // device and the host, CPU optimizer time, summary lines).
 #pragma once
 
+#include "base/error.h"
 #include "config/config.h"
 #include "memory/plan.h"
 
@@ -22,7 +23,8 @@ namespace stp {
 MemoryPlan make_memory_plan(const Config& config, bool exact_minimum = false);
 
 // Throws stp::Error (before any step) when the plan is infeasible — naming the budget, the minimum
-// feasible budget and what consumes it — or when the pinned pools exceed memory.host_budget.
-void check_plan(const MemoryPlan& plan, const Config& config);
+// feasible budget and what consumes it — or when the pinned pools exceed memory.host_budget. Sizes
+// are written once each, in `style` (`stp plan --bytes`: Exact); a minimum is rounded up.
+void check_plan(const MemoryPlan& plan, const Config& config, ByteStyle style = ByteStyle::Human);
 
 }  // namespace stp

@@ -36,6 +36,8 @@ ArenaOptions budgeted_arena_options(Device& device, std::size_t device_budget) {
   return arena;
 }
 
-std::string format_budget(std::size_t bytes) { return bytes == kNoBudget ? "unlimited" : format_bytes(bytes); }
+std::string format_budget(std::size_t bytes, ByteStyle style) {
+  return bytes == kNoBudget ? "unlimited" : format_bytes(bytes, style);
+}
 
 }  // namespace stp

@@ -17,13 +17,14 @@
 //
 // Usage:
 //   MemorySettings m = memory_settings(config);
-//   if (m.offload == OffloadPolicy::None) ...; format_budget(m.device_budget);  // "256.0 MiB (...)"
+//   if (m.offload == OffloadPolicy::None) ...; format_budget(m.device_budget);  // "256 MiB"
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "base/error.h"
 #include "config/config.h"
 #include "memory/block_arena.h"
 #include "memory/policy.h"
@@ -55,7 +56,7 @@ MemorySettings memory_settings(const Config& config);
 // segments (device_arena_options).
 ArenaOptions budgeted_arena_options(Device& device, std::size_t device_budget);
 
-// "256.0 MiB (268435456 B)", or "unlimited" for kNoBudget.
-std::string format_budget(std::size_t bytes);
+// format_bytes(bytes, style) ("256 MiB"), or "unlimited" for kNoBudget.
+std::string format_budget(std::size_t bytes, ByteStyle style = ByteStyle::Human);
 
 }  // namespace stp

@@ -20,7 +20,34 @@ TEST(Error, AssertThrowsInternalErrorNamingTheCondition) {
   }
 }
 
+// One size per number: three significant digits in the largest unit that keeps the value at
+// least 1, never the byte count beside it; Exact is the byte count alone.
 TEST(Error, FormatBytes) {
+  using stp::ByteStyle;
+  using stp::Rounding;
+  EXPECT_EQ(stp::format_bytes(0), "0 B");
   EXPECT_EQ(stp::format_bytes(512), "512 B");
-  EXPECT_EQ(stp::format_bytes(256u << 20), "256.0 MiB (268435456 B)");
+  EXPECT_EQ(stp::format_bytes(1023), "1023 B");
+  EXPECT_EQ(stp::format_bytes(1024), "1.00 KiB");
+  EXPECT_EQ(stp::format_bytes(256u << 20), "256 MiB");
+  EXPECT_EQ(stp::format_bytes(6180077824), "5.76 GiB");
+  EXPECT_EQ(stp::format_bytes(54814898688), "51.1 GiB");
+  EXPECT_EQ(stp::format_bytes(993792), "971 KiB");  // 970.5 KiB: halves round up
+  EXPECT_EQ(stp::format_bytes(std::size_t{4} << 40), "4.00 TiB");
+  // A rounding that reaches the next decade or 1024 takes the coarser form.
+  EXPECT_EQ(stp::format_bytes(10234), "9.99 KiB");    // 9.994 KiB
+  EXPECT_EQ(stp::format_bytes(10235), "10.0 KiB");    // 9.9951 KiB
+  EXPECT_EQ(stp::format_bytes(102350), "100 KiB");    // 99.95 KiB
+  EXPECT_EQ(stp::format_bytes(1048575), "1.00 MiB");  // 1023.999 KiB
+  EXPECT_EQ(stp::format_bytes((std::size_t{1} << 30) - 1), "1.00 GiB");
+  // Up: never below the bytes (a minimum budget); equal to Nearest on an exact value.
+  EXPECT_EQ(stp::format_bytes(11000, ByteStyle::Human, Rounding::Up), "10.8 KiB");  // 10.742 KiB
+  EXPECT_EQ(stp::format_bytes(11000), "10.7 KiB");
+  EXPECT_EQ(stp::format_bytes(9646592, ByteStyle::Human, Rounding::Up), "9.20 MiB");
+  EXPECT_EQ(stp::format_bytes(256u << 20, ByteStyle::Human, Rounding::Up), "256 MiB");
+  EXPECT_EQ(stp::format_bytes((256u << 20) + 1, ByteStyle::Human, Rounding::Up), "257 MiB");
+  EXPECT_EQ(stp::format_bytes(1048575, ByteStyle::Human, Rounding::Up), "1.00 MiB");
+  EXPECT_EQ(stp::format_bytes(54814898688, ByteStyle::Exact), "54814898688 B");
+  EXPECT_EQ(stp::format_bytes(54814898688, ByteStyle::Exact, Rounding::Up), "54814898688 B");
+  EXPECT_EQ(stp::format_bytes(512, ByteStyle::Exact), "512 B");
 }

@@ -1,6 +1,8 @@
+#include <cmath>
 #include <filesystem>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "config/config.h"
 #include "base/error.h"
@@ -247,6 +249,24 @@ TEST(Config, ByteSizesAndRates) {
   EXPECT_EQ(load("memory:\n  link_bandwidth: null\n").memory.link_bandwidth, 0.0);
   EXPECT_FALSE(load("memory:\n  device_budget: null\n").memory.device_budget.has_value());
   EXPECT_FALSE(load("memory:\n  device_budget: ~\n").memory.device_budget.has_value());
+}
+
+// What format_bytes prints (the budgets in `stp plan` and in its errors) reads back as a byte size:
+// exactly in bytes, within half a last digit when Human, and never below the bytes when rounded up
+// (a printed minimum budget, set as is, fits).
+TEST(Config, PrintedByteSizesReadBack) {
+  std::vector<std::size_t> sizes = {0, 1, 1023, 1024, 11000, 993792, 9646592, 268435456, 6180077824, 54814898688};
+  for (std::size_t b = 1000; b < (std::size_t{1} << 42); b = b * 37 / 11 + 17) sizes.push_back(b);
+  for (std::size_t b : sizes) {
+    SCOPED_TRACE(b);
+    EXPECT_EQ(parse_byte_size(format_bytes(b, ByteStyle::Exact), "k"), b);
+    const std::string up = format_bytes(b, ByteStyle::Human, Rounding::Up);
+    const std::uint64_t read = parse_byte_size(up, "k"), nearest = parse_byte_size(format_bytes(b), "k");
+    EXPECT_GE(read, b) << up;
+    EXPECT_LE(static_cast<double>(read - b), 0.01 * static_cast<double>(b) + 1) << up;  // last digit < 1%
+    EXPECT_LE(std::abs(static_cast<double>(nearest) - static_cast<double>(b)), 0.005 * static_cast<double>(b) + 1)
+        << format_bytes(b);
+  }
 }
 
 TEST(Config, ToYamlRoundTrips) {

@@ -235,7 +235,12 @@ TEST(PlannerChoice, InfeasibleBudgetNamesTheMinimumAndWhatRemains) {
   for (const char* part :
        {"weights", "gradients", "optimizer state", "activations", "buffers and workspace", "minimum feasible budget"})
     EXPECT_NE(what.find(part), std::string::npos) << part << " missing: " << what;
-  EXPECT_NE(what.find(std::to_string(min_budget) + " bytes"), std::string::npos) << what;
+  // One size per number: the minimum rounded up (setting it fits), its exact bytes under Exact.
+  const std::string minimum = stp::format_bytes(min_budget, stp::ByteStyle::Human, stp::Rounding::Up);
+  EXPECT_NE(what.find("minimum feasible budget is " + minimum), std::string::npos) << what;
+  EXPECT_EQ(what.find(std::to_string(min_budget)), std::string::npos) << what;
+  const std::string exact = stp::describe_infeasible(plan, stp::ByteStyle::Exact);
+  EXPECT_NE(exact.find("minimum feasible budget is " + std::to_string(min_budget) + " B"), std::string::npos) << exact;
   in.device_budget = min_budget;
   EXPECT_TRUE(plan_memory(in).feasible);
 }
@@ -383,8 +388,10 @@ TEST(PlannerOptimizerPlacement, InfeasibleNamesTheMinimum) {
   stp::MemoryPlan plan = plan_memory(in);
   EXPECT_FALSE(plan.feasible);
   EXPECT_EQ(plan.min_device_budget, 11000u);
-  const std::string what = stp::describe_infeasible(plan);
-  EXPECT_NE(what.find("11000 bytes"), std::string::npos) << what;
+  const std::string what = stp::describe_infeasible(plan, stp::ByteStyle::Exact);
+  EXPECT_NE(what.find("minimum feasible budget is 11000 B"), std::string::npos) << what;
+  EXPECT_NE(stp::describe_infeasible(plan).find("minimum feasible budget is 10.8 KiB"), std::string::npos)
+      << stp::describe_infeasible(plan);  // 10.74 KiB rounded up
   in.optimizer_offload = OffloadPolicy::None;
   in.device_budget = 16999;
   plan = plan_memory(in);

@@ -53,7 +53,7 @@ if [ -x "$bin/stp" ]; then
   check_unknown stp "$stp"
   # The contracts of README.md "Commands" (also called by tools/gpu-check and the tests).
   check_help "stp train" "$stp train" CONFIG.yaml --set
-  check_help "stp plan" "$stp plan" CONFIG.yaml --set --json
+  check_help "stp plan" "$stp plan" CONFIG.yaml --set --json --bytes
   check_help "stp sim" "$stp sim" --schedule --pp --microbatches --tf --tb --tw --tar --tp2p --units --issue \
     --json --svg --trace --compare --check-deadlock --p2p-streams
   check_help "stp profile" "$stp profile" RUN_DIR --json --svg --steps

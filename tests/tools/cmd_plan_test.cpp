@@ -1,0 +1,223 @@
+// `stp plan` end to end: the text output prints every size once (a human size, or the exact bytes
+// with --bytes), one table row per device, and its numbers are --json's. Skipped when the stp
+// executable has not been built (it links every library of the project).
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "tests/support/run_command.h"
+
+namespace {
+
+using Result = stp::testing::CommandResult;
+using stp::testing::have_stp;
+
+Result run_plan(const std::string& args) {
+  return stp::testing::run_stp("plan " + std::string(STP_SOURCE_DIR) + "/configs/tiny.yaml " + args);
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// Every size in `text`, in order, as printed: "971 KiB", "22398208 B".
+std::vector<std::string> sizes_in(const std::string& text) {
+  static const std::regex size(R"(\b\d+(\.\d+)? (B|KiB|MiB|GiB|TiB)\b)");
+  std::vector<std::string> out;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), size); it != std::sregex_iterator(); ++it)
+    out.push_back(it->str());
+  return out;
+}
+
+// The rows of the table under the line `title` (header excluded), up to the first line that is not
+// a row: a blank line or a note in parentheses.
+std::vector<std::string> table_rows(const std::string& text, const std::string& title) {
+  std::vector<std::string> lines = lines_of(text), rows;
+  std::size_t at = 0;
+  while (at < lines.size() && lines[at] != title) ++at;
+  EXPECT_LT(at + 1, lines.size()) << "no table '" << title << "' in:\n" << text;
+  for (at += 2; at < lines.size() && !lines[at].empty() && lines[at][0] != '('; ++at) rows.push_back(lines[at]);
+  return rows;
+}
+
+std::string exact(std::size_t b) { return stp::format_bytes(b, stp::ByteStyle::Exact); }
+
+// The device table's size cells of device g as `style` prints them: peak, weights, gradients,
+// optimizer state, activations, buffers, embedding + LM head.
+std::vector<std::string> device_cells(const nlohmann::json& rank, stp::ByteStyle style) {
+  const nlohmann::json& cat = rank["peak_by_category"];
+  std::vector<std::string> out;
+  for (std::size_t b : {rank["peak_device_bytes"].get<std::size_t>(), cat["weights"].get<std::size_t>(),
+                        cat["gradients"].get<std::size_t>(), cat["optimizer_state"].get<std::size_t>(),
+                        cat["activations"].get<std::size_t>(), cat["buffers"].get<std::size_t>(),
+                        rank["vocab_param_bytes"].get<std::size_t>()})
+    out.push_back(stp::format_bytes(b, style));
+  return out;
+}
+
+// The pinned host table's cells: activations, weights, gradients, optimizer state (host model
+// states), offloaded bytes per step.
+std::vector<std::string> host_cells(const nlohmann::json& rank, stp::ByteStyle style) {
+  const nlohmann::json& host = rank["model_states_host"];
+  std::vector<std::string> out;
+  for (std::size_t b : {rank["host_pinned_bytes"].get<std::size_t>(), host["weights"].get<std::size_t>(),
+                        host["gradients"].get<std::size_t>(), host["optimizer_state"].get<std::size_t>(),
+                        rank["offload_bytes_per_step"].get<std::size_t>()})
+    out.push_back(stp::format_bytes(b, style));
+  return out;
+}
+
+// Runs the plan three ways (text, --bytes, --json) with `set` and checks what every form must hold;
+// returns the three outputs.
+struct Forms {
+  std::string human, bytes;
+  nlohmann::json json;
+};
+
+Forms plan_forms(const std::string& set, int status) {
+  Forms f;
+  Result human = run_plan(set), bytes = run_plan(set + " --bytes"), json = run_plan(set + " --json");
+  EXPECT_EQ(human.status, status) << human.err;
+  EXPECT_EQ(bytes.status, status) << bytes.err;
+  EXPECT_EQ(json.status, status) << json.err;
+  f.human = human.out;
+  f.bytes = bytes.out;
+  f.json = nlohmann::json::parse(json.out);
+  return f;
+}
+
+// Whether the plan puts anything in pinned host memory (then the text has the pinned host table).
+bool uses_host(const nlohmann::json& plan) {
+  for (const nlohmann::json& rank : plan["ranks"])
+    for (const std::string& b : host_cells(rank, stp::ByteStyle::Exact))
+      if (b != "0 B") return true;
+  return false;
+}
+
+// `extra`: the sizes of the error line of an infeasible plan.
+void expect_one_size_per_number(const Forms& f, std::size_t extra = 0) {
+  const std::size_t devices = f.json["ranks"].size();
+  const bool host_table = uses_host(f.json);
+  // The device table: one row per device, in order, its sizes --json's numbers (every one exact
+  // under --bytes, the same numbers formatted under the default).
+  for (auto [text, style] : {std::pair{f.human, stp::ByteStyle::Human}, std::pair{f.bytes, stp::ByteStyle::Exact}}) {
+    SCOPED_TRACE(text);
+    std::vector<std::string> rows = table_rows(text, "device memory at the predicted peak");
+    ASSERT_EQ(rows.size(), devices);
+    for (std::size_t g = 0; g < devices; ++g) {
+      EXPECT_EQ(rows[g].find_first_not_of(' '), rows[g].find(std::to_string(g))) << rows[g];
+      EXPECT_EQ(sizes_in(rows[g]), device_cells(f.json["ranks"][g], style)) << "device " << g;
+    }
+    if (host_table) {
+      std::vector<std::string> host = table_rows(text, "pinned host memory");
+      ASSERT_EQ(host.size(), devices);
+      for (std::size_t g = 0; g < devices; ++g) {
+        EXPECT_EQ(sizes_in(host[g]), host_cells(f.json["ranks"][g], style)) << "device " << g;
+      }
+    }
+  }
+  // No number twice: the header's budget and minimum, 7 sizes per device row (5 per pinned host
+  // row), the pinned host total and memory.host_budget, each once (and the error line's); the two
+  // forms print the same numbers.
+  const std::size_t expected = 2 + 7 * devices + (host_table ? 5 * devices : 0) + 2 + extra;
+  EXPECT_EQ(sizes_in(f.human).size(), expected) << f.human;
+  EXPECT_EQ(sizes_in(f.bytes).size(), expected) << f.bytes;
+  EXPECT_EQ(f.human.find("B)"), std::string::npos) << f.human;
+  EXPECT_EQ(f.human.find("bytes"), std::string::npos) << f.human;
+  for (const std::string& s : sizes_in(f.human))  // a byte count only under 1 KiB
+    EXPECT_FALSE(std::regex_match(s, std::regex(R"(\d{4,} B)"))) << s;
+  for (const std::string& s : sizes_in(f.bytes)) EXPECT_TRUE(std::regex_match(s, std::regex(R"(\d+ B)"))) << s;
+  // The header's minimum is rounded up (setting it fits), and exact under --bytes.
+  const std::size_t minimum = f.json["min_device_budget"].get<std::size_t>();
+  EXPECT_NE(
+      f.human.find(", minimum feasible " + stp::format_bytes(minimum, stp::ByteStyle::Human, stp::Rounding::Up) + "\n"),
+      std::string::npos)
+      << f.human;
+  EXPECT_NE(f.bytes.find(", minimum feasible " + exact(minimum) + "\n"), std::string::npos) << f.bytes;
+}
+
+}  // namespace
+
+// The README's job: four devices (tp 2, pp 2), everything on the device.
+TEST(CmdPlan, EachSizeOnceAndOneRowPerDevice) {
+  if (!have_stp()) GTEST_SKIP() << "stp not built";
+  Forms f = plan_forms("", 0);
+  ASSERT_EQ(f.json["ranks"].size(), 4u);
+  EXPECT_FALSE(uses_host(f.json));
+  expect_one_size_per_number(f);
+  EXPECT_NE(f.human.find("device budget 256 MiB, "), std::string::npos) << f.human;
+  EXPECT_NE(f.bytes.find("device budget 268435456 B, "), std::string::npos) << f.bytes;
+  EXPECT_NE(f.human.find("\npinned host memory: none"), std::string::npos) << f.human;
+  // The time table: one row per device, its compute --json's compute_s in ms to one decimal.
+  std::vector<std::string> time =
+      table_rows(f.human, "predicted time per step in ms: the compute and what the levers add to it");
+  ASSERT_EQ(time.size(), 4u);
+  for (std::size_t g = 0; g < time.size(); ++g) {
+    std::istringstream row(time[g]);
+    std::size_t device = 99;
+    double compute_ms = -1;
+    row >> device >> compute_ms;
+    EXPECT_EQ(device, g) << time[g];
+    EXPECT_NEAR(compute_ms, 1e3 * f.json["ranks"][g]["compute_s"].get<double>(), 0.051) << time[g];
+  }
+  // Device 0 of the exact prediction the training tests measure: 22,398,208 B.
+  EXPECT_EQ(f.json["ranks"][0]["peak_device_bytes"], 22398208u);
+  EXPECT_NE(table_rows(f.bytes, "device memory at the predicted peak")[0].find(" 22398208 B "), std::string::npos);
+}
+
+// Optimizer state in pinned host memory: the pinned host table, one row per device.
+TEST(CmdPlan, PinnedHostTable) {
+  if (!have_stp()) GTEST_SKIP() << "stp not built";
+  Forms f = plan_forms("--set memory.optimizer_offload=all", 0);
+  EXPECT_GT(f.json["ranks"][0]["model_states_host"]["optimizer_state"].get<std::size_t>(), 0u);
+  EXPECT_EQ(f.human.find("pinned host memory: none"), std::string::npos) << f.human;
+  expect_one_size_per_number(f);
+}
+
+// An infeasible budget: exit 1, the plan printed, and one error line naming the budget, the
+// minimum (rounded up, or exact under --bytes) and what to change, every size once.
+TEST(CmdPlan, InfeasibleNamesTheMinimumOnce) {
+  if (!have_stp()) GTEST_SKIP() << "stp not built";
+  Forms f = plan_forms("--set memory.device_budget=1MiB", 1);
+  EXPECT_FALSE(f.json["feasible"].get<bool>());
+  const std::size_t minimum = f.json["min_device_budget"].get<std::size_t>();
+  auto error_line = [](const std::string& text) {
+    for (const std::string& line : lines_of(text))
+      if (line.rfind("not feasible: ", 0) == 0) return line;
+    return std::string();
+  };
+  const std::string human = error_line(f.human), bytes = error_line(f.bytes);
+  EXPECT_EQ(human.rfind("not feasible: memory.device_budget = 1.00 MiB is too small", 0), 0u) << f.human;
+  EXPECT_EQ(bytes.rfind("not feasible: memory.device_budget = 1048576 B is too small", 0), 0u) << f.bytes;
+  const std::string rounded_up = stp::format_bytes(minimum, stp::ByteStyle::Human, stp::Rounding::Up);
+  EXPECT_NE(human.find("The minimum feasible budget is " + rounded_up + "; raise memory.device_budget to at least"),
+            std::string::npos)
+      << human;
+  EXPECT_NE(bytes.find("The minimum feasible budget is " + exact(minimum) + "; raise memory.device_budget"),
+            std::string::npos)
+      << bytes;
+  // budget, the worst peak, its five categories, the minimum: eight sizes, the same in both forms.
+  EXPECT_EQ(sizes_in(human).size(), 8u) << human;
+  EXPECT_EQ(sizes_in(bytes).size(), 8u) << bytes;
+  EXPECT_EQ(human.find("B)"), std::string::npos) << human;
+  EXPECT_EQ(human.find("bytes"), std::string::npos) << human;
+  EXPECT_EQ(human.find(std::to_string(minimum)), std::string::npos) << human;
+  expect_one_size_per_number(f, /*extra=*/8);
+}
+
+TEST(CmdPlan, JsonAndBytesAreExclusive) {
+  if (!have_stp()) GTEST_SKIP() << "stp not built";
+  Result r = run_plan("--json --bytes");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err.rfind("stp plan: error: ", 0), 0u) << r.err;
+}
