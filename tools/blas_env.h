@@ -6,7 +6,7 @@
 // (4 <= n <= 30), but OpenBLAS reads it only when it is loaded, before main() runs. So `stp` and
 // bench_model re-execute themselves once, first thing in main(), with the variable set to
 // kBlasThreadTimeout (2^14 cycles, ~5 us at 3 GHz) unless the user set it (or its older name
-// GOTO_THREAD_TIMEOUT); docs/model.md, Benchmark, has the measurements. Processes they start
+// GOTO_THREAD_TIMEOUT); docs/measurements/bench_model.md has the measurements. Processes they start
 // (the torch script of bench_model) inherit it.
 #pragma once
 
