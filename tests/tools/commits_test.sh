@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CTest: tools.commits_test SOURCE_DIR BINARY_DIR CUDA_ENABLED
-# Commit hygiene (tools/check_commits.py): every commit after the grandfathered base has a subject
+# Commit hygiene (tools/checks/check_commits.py): every commit after the grandfathered base has a subject
 # of at most 72 characters. First a self-test on a small repository made here: subjects of 72
 # characters pass, one of 73 (and a first paragraph of two lines that together exceed 72) must be
 # reported, a tree without .git and a history without the base must be skipped (77), so a check
@@ -10,7 +10,7 @@ set -euo pipefail
 src="$1"
 command -v python3 >/dev/null || { echo "python3 not found: skipped"; exit 77; }
 command -v git >/dev/null || { echo "git not found: skipped"; exit 77; }
-check="$src/tools/check_commits.py"
+check="$src/tools/checks/check_commits.py"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
