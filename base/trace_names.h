@@ -6,7 +6,7 @@
 //
 // A name is a constant `const char` array (or a reference to one): it converts to std::string and
 // std::string_view and compares by value with either. No stream or counter-track name is spelled
-// in any other source file outside tests/: tools/check_trace_names.py (CTest
+// in any other source file outside tests/: tools/checks/check_trace_names.py (CTest
 // tools.trace_names_test) reads the stream and track blocks below and reports any such spelling.
 #pragma once
 

@@ -23,7 +23,8 @@ if(NOT STP_CUDA STREQUAL "OFF" AND NOT STP_SANITIZE)
     set(CMAKE_CUDA_STANDARD 20)
     string(APPEND CMAKE_CUDA_FLAGS " --expt-relaxed-constexpr --extended-lambda")
     # CI compiles for Ampere and Hopper (80;90, with PTX for newer GPUs); tools/gpu-check builds
-    # for the GPU it runs on (-DSTP_CUDA_ARCHITECTURES=native).
+    # for the GPU it runs on (-DSTP_CUDA_ARCHITECTURES=native), and tools/setup.sh for the GPUs
+    # nvidia-smi shows (it turns the backend off where none is visible, unless STP_CUDA=ON).
     set(STP_CUDA_ARCHITECTURES "80;90" CACHE STRING "GPU architectures of the CUDA backend (CMAKE_CUDA_ARCHITECTURES syntax: 80;90, native, ...)")
     set(CMAKE_CUDA_ARCHITECTURES ${STP_CUDA_ARCHITECTURES})
     set(STP_CUDA_ENABLED ON)

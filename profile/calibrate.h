@@ -1,5 +1,5 @@
 // Simulator costs (schedule/simulator.h) calibrated from a traced run — the one implementation
-// behind `stp profile` and tools/bench_train.
+// behind `stp profile` and tools/bench/bench_train.
 //
 // The simulator sees a TP group as one device whose chunk-pass costs T_F, T_B, T_W occupy its
 // compute stream, each followed by `units` all-reduces of T_AR/units, an op of shape k that first

@@ -3,7 +3,13 @@
 # Usage: tools/setup.sh [--all] [extra cmake -D options]
 #   By default only what `stp train` needs is built (the stp executable and its libraries);
 #   --all builds every target: tests, benchmarks (tools/test.sh and tools/gpu-check use it).
-# Env: STP_BUILD_DIR (default build), STP_JOBS (default: nproc), STP_BUILD_ALL=1 (= --all).
+# Env: STP_BUILD_DIR (default build), STP_JOBS (default: nproc), STP_BUILD_ALL=1 (= --all),
+#   STP_CUDA: unset (or AUTO): the CUDA backend is built only when nvidia-smi shows a GPU (and nvcc
+#   is found), for the architectures of the GPUs it shows; ON: built for every configured
+#   architecture (STP_CUDA_ARCHITECTURES in cmake/Cuda.cmake, 80;90, or -DSTP_CUDA_ARCHITECTURES=),
+#   whether a GPU is visible or not (configuring fails without nvcc); OFF: never built.
+#   A -DSTP_CUDA=... among the cmake options wins over all of this (tools/test.sh and
+#   tools/gpu-check pass one).
 # Output: one line per phase; each phase's full output goes to a log beside the build folder
 # (build.apt.log, build.configure.log, build.build.log), whose last lines are shown on failure.
 # ccache, when installed, is used as the compiler launcher unless the options name another.
@@ -85,12 +91,53 @@ if ((${#missing[@]})); then
   phase "$build_dir.apt.log" "installing ${#missing[@]} $noun" install_packages
 fi
 
+# The CUDA backend: compiling it takes longer than everything else together, so it is built where
+# it can run (a visible GPU, for that GPU's architectures only) or when asked.
+cuda_args=()
+cuda_note=""
+cuda_mode="$(echo "${STP_CUDA:-AUTO}" | tr '[:lower:]' '[:upper:]')"
+if [[ " ${cmake_args[*]} " == *" -DSTP_CUDA="* ]]; then
+  cuda_mode=ARGS  # the caller decides
+fi
+case "$cuda_mode" in
+  ARGS) ;;
+  OFF) cuda_args=(-DSTP_CUDA=OFF) ;;
+  ON)
+    cuda_args=(-DSTP_CUDA=ON)
+    # Every configured architecture, not the ones an earlier run of this script detected.
+    [[ " ${cmake_args[*]} " == *" -DSTP_CUDA_ARCHITECTURES="* ]] || cuda_args+=(-USTP_CUDA_ARCHITECTURES)
+    ;;
+  AUTO)
+    # Compute capabilities of the visible GPUs ("9.0" -> 90), distinct, in order.
+    archs=""
+    gpus=0
+    if command -v nvidia-smi >/dev/null; then
+      gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"
+      archs="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |
+        sed -n 's/^ *\([0-9]\+\)\.\([0-9]\+\) *$/\1\2/p' | sort -un | paste -sd ';' || true)"
+    fi
+    if ((gpus > 0)); then
+      # A driver too old to report compute_cap: let CMake ask the GPU itself.
+      cuda_args=(-DSTP_CUDA=AUTO -DSTP_CUDA_ARCHITECTURES="${archs:-native}")
+      cuda_note="$gpus GPU(s) visible: the CUDA backend is built (when nvcc is found) for architectures ${archs:-native}"
+    else
+      cuda_args=(-DSTP_CUDA=OFF)
+      if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+        cuda_note="no GPU visible (nvidia-smi): the CUDA backend is not built (STP_CUDA=ON builds it)"
+      fi
+    fi
+    ;;
+  *) echo "stp setup: STP_CUDA must be ON, OFF or AUTO (unset), got '${STP_CUDA}'" >&2; exit 2 ;;
+esac
+[ -n "$cuda_note" ] && echo "stp setup: $cuda_note"
+
 launcher=()
 if command -v ccache >/dev/null && [[ " ${cmake_args[*]} " != *" -DCMAKE_CXX_COMPILER_LAUNCHER="* ]]; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 phase "$build_dir.configure.log" "configuring $build_dir" \
-  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" "${cmake_args[@]}"
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" "${cuda_args[@]}" \
+  "${cmake_args[@]}"
 grep -E "^-- stp:" "$build_dir.configure.log" || true
 
 if [ "$build_all" = 1 ]; then

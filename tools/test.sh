@@ -14,7 +14,9 @@ for a in "$@"; do
 done
 jobs="${STP_JOBS:-$(nproc)}"
 
-STP_BUILD_DIR=build tools/setup.sh --all -DSTP_WERROR=ON
+# -DSTP_CUDA=AUTO: the CUDA backend is compiled, with warnings as errors, wherever nvcc is found,
+# GPU or not (tools/setup.sh alone builds it only for a visible GPU); its GPU cases skip without one.
+STP_BUILD_DIR=build tools/setup.sh --all -DSTP_WERROR=ON -DSTP_CUDA=AUTO
 (cd build && ctest --output-on-failure -j "$jobs")
 
 if ((sanitizers)); then

@@ -1,6 +1,6 @@
 // The analytic communication volume of a training config: bytes each rank sends per optimizer step,
 // by kind, as Trainer::comm_bytes measures them (Communicator::bytes_sent: an all-reduce counts the
-// rank's buffer once, a send its bytes). Benchmarked against the measurement by tools/bench_comm
+// rank's buffer once, a send its bytes). Benchmarked against the measurement by tools/bench/bench_comm
 // and asserted equal in tests/train/comm_volume_test.cpp.
 //
 // Notation: B = micro_batch_size, T = seq_len, C = n_embd, V = vocab_size, L = n_layer,

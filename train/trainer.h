@@ -4,7 +4,7 @@
 // TP innermost) — the communicators between all ranks, each rank's stages, optimizer and
 // gradient clipper, and runs optimizer steps. Multi-process jobs: docs/scale-out.md.
 //
-// Usage (tools/cmd_train.cpp, tests):
+// Usage (tools/stp/cmd_train.cpp, tests):
 //   Trainer t(cfg);                     // validates the config against schedule and model, builds ranks
 //   StepResult r = t.step();            // one optimizer step over train.microbatches microbatches
 //   auto full = t.full_parameters();    // HF-named full tensors gathered from every shard

@@ -1,5 +1,5 @@
 // AdamW and global-norm clipping kernels against torch reference values
-// (tests/optim/data/adamw_reference.txt, made by tools/gen_adamw_reference.py).
+// (tests/optim/data/adamw_reference.txt, made by tools/reference/gen_adamw_reference.py).
 #include <tbb/global_control.h>
 
 #include <cmath>

@@ -1,5 +1,5 @@
 // The byte-level BPE tokenizer against the gpt-3-encoder npm package's own encoder (reference ids
-// in tests/data/tokenizer/, written by tools/gen_tokenizer_reference.sh), round trips, invalid
+// in tests/data/tokenizer/, written by tools/reference/gen_tokenizer_reference.sh), round trips, invalid
 // UTF-8, tokenizer.json loading, special tokens, the chunked parallel encode, and load errors.
 // The whole fortunes text is compared through `stp tokenize` (tests/tools/tokenize_test.sh).
 #include <algorithm>

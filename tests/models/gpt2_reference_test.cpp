@@ -1,4 +1,4 @@
-// GPT-2 against PyTorch (float64 reference, tools/gen_gpt2_reference.py): logits, loss, every
+// GPT-2 against PyTorch (float64 reference, tools/reference/gen_gpt2_reference.py): logits, loss, every
 // parameter gradient, and the losses of 10 AdamW steps.
 //
 // Tolerance: 1e-5 relative to each tensor's scale (max |ours - ref| / max |ref|). Our float32

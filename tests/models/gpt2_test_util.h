@@ -1,4 +1,4 @@
-// Helpers of the GPT-2 model tests: the tiny reference (tools/gen_gpt2_reference.py), its model and
+// Helpers of the GPT-2 model tests: the tiny reference (tools/reference/gen_gpt2_reference.py), its model and
 // batch, and a GPT-2 stage over emulated TP ranks (tests/models/model_test_util.h has the rest).
 #pragma once
 

@@ -1,4 +1,4 @@
-// Llama-family stages against PyTorch (float64 reference, tools/gen_llama_reference.py): logits,
+// Llama-family stages against PyTorch (float64 reference, tools/reference/gen_llama_reference.py): logits,
 // loss and every parameter gradient, for grouped-query attention with an untied head (gqa), q/k/v
 // biases with a tied head (qwen2) and multi-head attention (mha), on 1, 2 and 4 TP ranks, with the
 // naive and the fused attention kernel, with the vocabulary replicated and (tp > 1) vocab-parallel.

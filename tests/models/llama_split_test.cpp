@@ -4,7 +4,7 @@
 // its sum); Selective and Full recompute give
 // bitwise the loss and gradients of None and hold exactly recompute_saving fewer bytes between F
 // and B. Two microbatches in flight, tp 1 and 2, naive and fused attention, the gqa and qwen2
-// reference models (tools/gen_llama_reference.py).
+// reference models (tools/reference/gen_llama_reference.py).
 #include <gtest/gtest.h>
 
 #include "tests/models/llama_test_util.h"

@@ -1,4 +1,4 @@
-// Helpers of the Llama model tests: the reference files of tools/gen_llama_reference.py (one per
+// Helpers of the Llama model tests: the reference files of tools/reference/gen_llama_reference.py (one per
 // variant), their model and batch, and a stage of any architecture over emulated TP ranks
 // (tests/models/model_test_util.h has the rest).
 #pragma once
@@ -25,7 +25,7 @@ inline const RefFile& llama_reference(const std::string& variant) {
   return it->second;
 }
 
-// The model of a reference file (config tensor layout in tools/gen_llama_reference.py).
+// The model of a reference file (config tensor layout in tools/reference/gen_llama_reference.py).
 inline ModelSpec llama_reference_model(const RefFile& ref, AttentionKernel attention = AttentionKernel::Naive) {
   const auto& c = ref.at("config").data;
   ModelSpec m;

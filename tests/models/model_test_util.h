@@ -1,5 +1,5 @@
 // Shared helpers of the model tests, for every architecture: the reference-file reader (format in
-// tools/gen_gpt2_reference.py and tools/gen_llama_reference.py), comparison helpers, and a stage
+// tools/reference/gen_gpt2_reference.py and tools/reference/gen_llama_reference.py), comparison helpers, and a stage
 // replicated over emulated TP ranks, driven with the all-reduce protocol of models/stage.h.
 #pragma once
 

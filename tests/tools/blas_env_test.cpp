@@ -1,4 +1,4 @@
-// tools/blas_env.h: when `stp` sets OpenBLAS's thread timeout (only when the user has not), and that
+// tools/cli/blas_env.h: when `stp` sets OpenBLAS's thread timeout (only when the user has not), and that
 // the re-executed program runs normally either way.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <string>
 
 #include "tests/support/run_command.h"
-#include "tools/blas_env.h"
+#include "tools/cli/blas_env.h"
 
 namespace stp::tools {
 namespace {

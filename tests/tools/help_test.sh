@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # CTest: tools.help_test SOURCE_DIR BINARY_DIR CUDA_ENABLED
-# Every executable's command line (tools/cli.h): `stp`, each `stp` subcommand and every bench_*
+# Every executable's command line (tools/cli/cli.h): `stp`, each `stp` subcommand and every bench_*
 # in BINARY_DIR (found by globbing, so a new benchmark is covered without editing this file):
 #   * --help exits 0 and names the documented options: for `stp`, the commands of README.md
-#     "Commands"; for a benchmark, every --option the header comment of tools/NAME.cpp names;
+#     "Commands"; for a benchmark, every --option the header comment of tools/bench/NAME.cpp names;
 #   * --version exits 0 and prints "NAME VERSION", VERSION being project(VERSION) of CMakeLists.txt;
 #   * an unknown option exits 1 with one line on stderr that names it, and nothing on stdout.
 # Skipped (77) when none of them is built.
@@ -70,7 +70,7 @@ fi
 for exe in "$bin"/bench_*; do
   [ -f "$exe" ] && [ -x "$exe" ] || continue
   name="$(basename "$exe")"
-  header="$src/tools/$name.cpp"
+  header="$src/tools/bench/$name.cpp"
   # The options the file's header comment (its leading // lines) names.
   opts=()
   if [ -f "$header" ]; then

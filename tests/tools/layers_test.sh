@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # CTest: tools.layers_test SOURCE_DIR BINARY_DIR CUDA_ENABLED
-# The include rule of the layer table (CMakeLists.txt, checked by tools/check_layers.py) holds on
+# The include rule of the layer table (CMakeLists.txt, checked by tools/checks/check_layers.py) holds on
 # the tree. First a self-test on a copy of the tree: an include that climbs a layer, a library
 # including a test helper, and a declared edge that no include uses must each be reported, so a
 # check that silently stopped looking would fail here instead of passing.
 set -euo pipefail
 src="$1"
 command -v python3 >/dev/null || { echo "python3 not found: skipped"; exit 77; }
-check="$src/tools/check_layers.py"
+check="$src/tools/checks/check_layers.py"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

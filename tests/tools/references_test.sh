@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CTest: tools.references_test SOURCE_DIR BINARY_DIR CUDA_ENABLED
-# The repository stands on its own (tools/check_references.py): code and docs cite only files of
+# The repository stands on its own (tools/checks/check_references.py): code and docs cite only files of
 # the tree, no issue numbers, no review labels in code, and every repository path they name
 # exists. First a self-test on a small synthetic tree: a clean tree must pass, and each planted
 # bad reference must be reported, so a check that silently stopped looking fails here instead of
@@ -8,13 +8,14 @@
 set -euo pipefail
 src="$1"
 command -v python3 >/dev/null || { echo "python3 not found: skipped"; exit 77; }
-check="$src/tools/check_references.py"
+check="$src/tools/checks/check_references.py"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/core" "$tmp/docs" "$tmp/tools"
-printf '// A clean header: see docs/a.md, Section, and core/good.h; tools/cmd_NAME.cpp is a placeholder.\n' \
+mkdir -p "$tmp/core" "$tmp/docs" "$tmp/tools/reference"
+printf '// A clean header: see docs/a.md, Section, and core/good.h; tools/stp/cmd_NAME.cpp is a placeholder.\n' \
   > "$tmp/core/good.h"
+printf '# The tree'"'"'s own generators: tools/reference/gen.py.\n' > "$tmp/tools/reference/gen.py"
 printf '# A\n\nSee [b](b.md) and `core/good.h`. Findings keep their labels here: (O'""'7).\n' > "$tmp/docs/a.md"
 printf '# B\n' > "$tmp/docs/b.md"
 out="$(python3 "$check" "$tmp")" || { echo "self-test: the clean tree fails:"; echo "$out"; exit 1; }
@@ -32,6 +33,7 @@ expect_reported "$tmp/core/a.cpp" "// see DES""IGN.md for the contract" "core/a.
 expect_reported "$tmp/core/a.h" "// the rule of stp-sp""ec ${section}4.2" "core/a.h:1: cites a reference note"
 expect_reported "$tmp/tools/a.py" "# as in the STP sp""ec ${section}5" "tools/a.py:1: cites a reference note"
 expect_reported "$tmp/tools/a.sh" "# notes in ../sha""red/refer""ence/x.md" "tools/a.sh:1: cites a reference note"
+expect_reported "$tmp/tools/b.sh" "# notes in refer""ence/x.md" "tools/b.sh:1: cites a reference note"
 expect_reported "$tmp/core/a.cu" "// drawn at three levels (aesthe""tics L1)" "core/a.cu:1: cites the style notes"
 expect_reported "$tmp/core/b.h" "// see the page, ${section}3" "core/b.h:1: cites a section number"
 expect_reported "$tmp/core/CMakeLists.txt" "# needed since issue "'#'"8" "core/CMakeLists.txt:1: cites an issue number"

@@ -40,7 +40,7 @@ EXCEPTIONS = {
                            "*_kernels.cpp files (compiled there)",
     "core/dtype.h": "defines STP_HD and the bf16 load/store functions the functors call (no functor)",
     "core/cpu/cpu_launch.cpp": "the CPU backend's entry point behind launch() (no functor)",
-    "tools/bench_runtime.cpp": "CPU-only benchmark: its Noop functor is launched on a CpuDevice only",
+    "tools/bench/bench_runtime.cpp": "CPU-only benchmark: its Noop functor is launched on a CpuDevice only",
     "core/kernels/attention_tiles.h": "tile walks included by the attention *_kernels.cpp files (compiled there)",
     "core/kernels/norm_rows.h": "row helpers included by the norm *_kernels.cpp files (compiled there)",
     "core/kernels/exp_nonpositive.h": "the softmax exponential, included by the attention and cross-entropy "
@@ -122,9 +122,9 @@ def main():
             kernel_files.append(rel)
             for f in functors(code):
                 all_functors.setdefault(f, []).append(rel)
-    if "tools/bench_runtime.cpp" in EXCEPTIONS and os.path.exists(os.path.join(src, "tools/bench_runtime.cpp")):
-        if "DeviceKind::Cuda" in open(os.path.join(src, "tools/bench_runtime.cpp")).read():
-            errors.append("S1 tools/bench_runtime.cpp is listed as CPU-only but mentions DeviceKind::Cuda")
+    if "tools/bench/bench_runtime.cpp" in EXCEPTIONS and os.path.exists(os.path.join(src, "tools/bench/bench_runtime.cpp")):
+        if "DeviceKind::Cuda" in open(os.path.join(src, "tools/bench/bench_runtime.cpp")).read():
+            errors.append("S1 tools/bench/bench_runtime.cpp is listed as CPU-only but mentions DeviceKind::Cuda")
     for f, where in sorted(all_functors.items()):
         if len(where) > 1:
             errors.append(f"S3 functor {f} is defined in {len(where)} kernel files: {', '.join(where)}")

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # CTest: tools.trace_names_test SOURCE_DIR BINARY_DIR CUDA_ENABLED
 # Trace stream and counter-track names are defined once, in base/trace_names.h, and spelled in no
-# other source file outside tests/ (tools/check_trace_names.py). First a self-test on a copy of the
+# other source file outside tests/ (tools/checks/check_trace_names.py). First a self-test on a copy of the
 # tree: a stream name spelled in a library, in a tool, as the start of a built name and in a
 # comment must each be reported, a test may spell one, and a header whose name blocks are gone
 # must fail the check, so a check that silently stopped looking fails here instead of passing.
 set -euo pipefail
 src="$1"
 command -v python3 >/dev/null || { echo "python3 not found: skipped"; exit 77; }
-check="$src/tools/check_trace_names.py"
+check="$src/tools/checks/check_trace_names.py"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -31,7 +31,7 @@ expect_reported() {  # $1 file of the copy to plant in, $2 the planted line, $3 
 }
 expect_reported train/executor.cpp "auto s = device.create_stream(${q}dp-comm${q});" \
   "spells the trace name ${q}dp-comm${q}; use trace::stream::kDpComm"
-expect_reported tools/bench_pool.cpp "auto s = dev.create_stream(${q}optimizer-cpu${q});" \
+expect_reported tools/bench/bench_pool.cpp "auto s = dev.create_stream(${q}optimizer-cpu${q});" \
   "use trace::stream::kOptimizerCpu"
 expect_reported schedule/deadlock.cpp "std::string n = str(${q}p2p ${q}, to_string(c));" \
   "spells the trace name ${q}p2p${q}; use trace::stream::kP2p"

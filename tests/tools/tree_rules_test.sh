@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # CTest: tools.tree_rules_test SOURCE_DIR BINARY_DIR CUDA_ENABLED
-# Which folders may name what (tools/check_tree.py). First a self-test: a synthetic tree that
+# Which folders may name what (tools/checks/check_tree.py). First a self-test: a synthetic tree that
 # breaks each rule must be reported, so a check that silently stopped looking fails here instead
 # of passing. The planted names are assembled from pieces so that this file passes the check.
 set -euo pipefail
 src="$1"
 command -v python3 >/dev/null || { echo "python3 not found: skipped"; exit 77; }
-check="$src/tools/check_tree.py"
+check="$src/tools/checks/check_tree.py"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

@@ -1,4 +1,4 @@
-// A GPT-2 checkpoint in Hugging Face layout (written by tools/gen_gpt2_reference.py, with the
+// A GPT-2 checkpoint in Hugging Face layout (written by tools/reference/gen_gpt2_reference.py, with the
 // "transformer." prefix and the tied "lm_head.weight" as GPT2LMHeadModel saves them) loads into any
 // tp x pp layout with bitwise the reference values, and save -> load round-trips bitwise.
 #include <gtest/gtest.h>

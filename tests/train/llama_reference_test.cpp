@@ -1,4 +1,4 @@
-// Llama-family training against PyTorch (tools/gen_llama_reference.py): the losses of 5 AdamW
+// Llama-family training against PyTorch (tools/reference/gen_llama_reference.py): the losses of 5 AdamW
 // steps of the trainer (8 microbatches of 2 sequences per step, constant lr, no clipping) agree
 // with the float64 reference within 1e-5 relative, for every schedule and TP x PP split: tp 1, 2
 // and 4, each with all six schedules at pp 2 and the V-shaped schedules at pp 4 (8 stages of one

@@ -1,0 +1,389 @@
+// Memory-budget benchmark on the CPU backend. Two parts, numbers and ratios from one run:
+//
+//  1. Capacity. At a fixed width and a fixed memory.device_budget, the largest GPT-2 depth
+//     (n_layer, in steps of one layer per pipeline stage) whose memory plan fits the budget, and
+//     its parameter count, for each lever set:
+//       - no levers (memory.offload: none, memory.recompute: none);
+//       - the activation levers (auto, auto);
+//       - all levers (also memory.optimizer_offload: auto; "n/a" where the build lacks the key).
+//     Plans are exact dry runs (docs/memory.md), so the search is by planning; the largest depth of
+//     each set is then trained for one real step, whose measured peak must equal the prediction
+//     and be within the budget. Ratios are in parameters against no levers; target: all levers >= 8x.
+//  2. Cost. The unconstrained peak P of the config (no offload, no recompute), then step time with
+//     the planner at a budget of 60% of P divided by the unconstrained step time, with the D2H/H2D
+//     copies rate-limited to memory.link_bandwidth (--link). Runs alternate (plain, planned, plain,
+//     ...) so machine noise hits both alike; the ratio is the median of per-pair ratios. Target:
+//     <= 1.10x when the plan predicts its copies fit under compute (predicted exposed copy time 0).
+//
+//     Both runs of a pair reserve --copy-cpus CPUs (default 1) for the D2H/H2D streams
+//     (memory.copy_engine_cpus): on the CPU backend a copy is a memcpy that would otherwise take
+//     CPU from compute, which a GPU's DMA engines do not; 0 measures the shared case.
+//  3. Optimizer cost. Step time at a budget where the optimizer state must leave the device —
+//     the unconstrained peak less half of the largest device's optimizer bytes (at least the exact
+//     minimum with every optimizer on the host, and below the one with them on the device), with the activation
+//     levers off so that nothing else can make the room; memory.optimizer_offload: auto picks the
+//     chunks — divided by the unconstrained step time, alternating runs as in part 2 (same copy-
+//     engine CPUs; the optimizer's D2H/H2D streams run on them, the CPU AdamW on the host thread).
+//     Median and spread (min..max) of the per-pair ratios. Target: <= 1.15x.
+//
+// Usage: build/bench_memory [--config PATH] [--budget BYTES] [--link BYTES_PER_S] [--steps N]
+//                           [--pairs N] [--max-layers N] [--copy-cpus N] [--set KEY=VALUE]...
+//                           [--capacity-only | --cost-only | --optimizer-only]
+// Sizes and rates take the config's units (e.g. 48MiB, 4GB/s); --help lists the defaults.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "base/error.h"
+#include "tools/cli/cli.h"
+#include "models/registry.h"
+#include "schedule/schedule.h"
+#include "train/memory_planning.h"
+#include "train/stage_layout.h"
+#include "train/trainer.h"
+
+namespace {
+
+struct Options {
+  std::string config = "configs/tiny.yaml";
+  std::string budget = "40MiB";
+  std::string link = "4GB/s";
+  int copy_cpus = 1;  // memory.copy_engine_cpus for the cost runs (both of each pair)
+  int steps = 3;      // measured steps per run (after one warm-up step)
+  int pairs = 3;      // plain/planned run pairs
+  int max_layers = 256;
+  std::vector<std::string> overrides;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+double mib(std::size_t b) { return static_cast<double>(b) / (1 << 20); }
+
+std::size_t max_peak(const stp::MemoryPlan& plan) {
+  std::size_t p = 0;
+  for (const auto& r : plan.predicted) p = std::max(p, r.peak_device_bytes);
+  return p;
+}
+
+stp::Config config_with(const Options& o, std::vector<std::string> extra) {
+  std::vector<std::string> all = o.overrides;
+  all.insert(all.end(), {"output.trace=false", "output.dir=runs/bench-memory", "memory.link_bandwidth=" + o.link});
+  all.insert(all.end(), extra.begin(), extra.end());
+  return stp::load_config(o.config, all);
+}
+
+bool fits(const stp::Config& c, stp::MemoryPlan* out = nullptr) {
+  stp::MemoryPlan plan = stp::make_memory_plan(c);
+  if (out) *out = plan;
+  try {
+    stp::check_plan(plan, c);
+    return true;
+  } catch (const stp::Error&) {
+    return false;
+  }
+}
+
+// Largest n_layer (a multiple of `step`) for which fits(levers) holds: doubling, then bisection.
+int largest_depth(const Options& o, const std::vector<std::string>& levers, int step) {
+  auto ok = [&](int layers) {
+    std::vector<std::string> x = levers;
+    x.push_back("model.n_layer=" + std::to_string(layers));
+    return fits(config_with(o, x));
+  };
+  if (!ok(step)) return 0;
+  int lo = step, hi = 2 * step;
+  while (hi <= o.max_layers && ok(hi)) lo = hi, hi *= 2;
+  if (hi > o.max_layers) return lo;  // capped: report the cap reached
+  while (hi - lo > step) {
+    int mid = (lo + hi) / 2 / step * step;
+    (ok(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+// Parameters of the whole model of `c` (every stage, tied tensors once), from the parameter tables.
+long long model_parameters(const stp::Config& c) {
+  const stp::sched::Schedule sched = stp::sched::generate(c.parallel.schedule, c.parallel.pp, c.train.microbatches);
+  std::set<std::string> seen;
+  long long n = 0;
+  for (int r = 0; r < c.parallel.pp; ++r)
+    for (int ch = 0; ch < sched.chunks; ++ch)
+      for (const stp::ParamInfo& p :
+           stp::model_param_table(stp::model_spec_of(c), stp::stage_spec_of(c, sched, r, ch, 0)))
+        if (seen.insert(p.name).second) n += stp::numel(p.full_shape);
+  return n;
+}
+
+// One row of the capacity table: a set of levers. A set that needs a config key this build does
+// not have (`needs`) is reported as n/a.
+struct LeverSet {
+  const char* name;
+  std::vector<std::string> levers;
+  const char* needs = nullptr;
+  int depth = 0;
+  long long params = 0;
+};
+
+bool has_key(const Options& o, const std::string& assignment) {
+  try {
+    config_with(o, {assignment});
+    return true;
+  } catch (const stp::Error&) {
+    return false;
+  }
+}
+
+void capacity(const Options& o) {
+  stp::Config base = config_with(o, {"memory.device_budget=" + o.budget});
+  const std::size_t budget = static_cast<std::size_t>(*base.memory.device_budget);
+  const int stages =
+      base.parallel.pp *
+      (base.parallel.schedule == "stp" || base.parallel.schedule == "zb-v" || base.parallel.schedule == "1f1b-i" ? 2
+                                                                                                                 : 1);
+  std::printf("\n== capacity: n_embd %lld, %s tp %d pp %d, m %d, micro batch %d, device budget %.1f MiB ==\n",
+              static_cast<long long>(base.model.n_embd), base.parallel.schedule.c_str(), base.parallel.tp,
+              base.parallel.pp, base.train.microbatches, base.train.micro_batch_size, mib(budget));
+  // The optimizer-offload lever: off in the first two rows where this build has it.
+  const bool optimizer_lever = has_key(o, "memory.optimizer_offload=none");
+  std::vector<std::string> no_optimizer_offload;
+  if (optimizer_lever) no_optimizer_offload.push_back("memory.optimizer_offload=none");
+  std::vector<LeverSet> sets = {{"no levers", {"memory.offload=none", "memory.recompute=none"}},
+                                {"activation levers", {"memory.offload=auto", "memory.recompute=auto"}},
+                                {"all levers",
+                                 {"memory.offload=auto", "memory.recompute=auto", "memory.optimizer_offload=auto"},
+                                 "memory.optimizer_offload"}};
+  for (std::size_t i = 0; i < 2; ++i)
+    sets[i].levers.insert(sets[i].levers.end(), no_optimizer_offload.begin(), no_optimizer_offload.end());
+  for (LeverSet& m : sets) {
+    if (m.needs && !optimizer_lever) {
+      std::printf("%-18s: n/a (needs %s)\n", m.name, m.needs);
+      continue;
+    }
+    m.levers.push_back("memory.device_budget=" + o.budget);
+    auto t0 = std::chrono::steady_clock::now();
+    m.depth = largest_depth(o, m.levers, stages);
+    double search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (m.depth == 0) {
+      std::printf("%-18s: not even %d layers fit\n", m.name, stages);
+      continue;
+    }
+    // Train the largest depth for one real step: the measured peak must equal the prediction and
+    // stay within the budget.
+    std::vector<std::string> x = m.levers;
+    x.push_back("model.n_layer=" + std::to_string(m.depth));
+    const stp::Config c = config_with(o, x);
+    m.params = model_parameters(c);
+    stp::Trainer t(c);
+    stp::StepResult r = t.step();
+    std::size_t measured = *std::max_element(r.peak_device_bytes.begin(), r.peak_device_bytes.end());
+    std::size_t predicted = max_peak(t.memory_plan());
+    std::printf(
+        "%-18s: largest n_layer %3d = %.2fM parameters (search %.1f s); one step: peak %.2f MiB (%s predicted, "
+        "%s budget), pinned host %.1f MiB, step %.0f ms\n",
+        m.name, m.depth, static_cast<double>(m.params) / 1e6, search_s, mib(measured),
+        measured == predicted ? "=" : "!=", measured <= budget ? "within" : "OVER", mib(r.peak_host_pinned_bytes),
+        r.step_ms);
+  }
+  if (sets[0].params == 0) return;
+  for (std::size_t i = 1; i < sets.size(); ++i)
+    if (sets[i].params)
+      std::printf("capacity ratio, %s / no levers: %.2fx in parameters (%.2fM / %.2fM; %d / %d layers)%s\n",
+                  sets[i].name, static_cast<double>(sets[i].params) / static_cast<double>(sets[0].params),
+                  static_cast<double>(sets[i].params) / 1e6, static_cast<double>(sets[0].params) / 1e6, sets[i].depth,
+                  sets[0].depth, i == 2 ? "; target >= 8x" : "");
+}
+
+struct StepTimes {
+  double step_ms = 0;   // median step time
+  double stall_ms = 0;  // median over steps of the largest per-device compute stall on reloads
+  double copy_ms = 0;   // median over steps of the largest per-device D2H + H2D busy time
+};
+
+StepTimes run_steps(const stp::Config& c, int steps) {
+  stp::Trainer t(c);
+  t.step();  // warm-up: first-touch of memory, caches
+  std::vector<double> ms, stall, copy;
+  for (int i = 0; i < steps; ++i) {
+    stp::StepResult r = t.step();
+    ms.push_back(r.step_ms);
+    double s = 0, cp = 0;
+    for (const auto& o : r.offload) s = std::max(s, o.stall_s), cp = std::max(cp, o.d2h_busy_s + o.h2d_busy_s);
+    stall.push_back(s * 1e3), copy.push_back(cp * 1e3);
+  }
+  return {median(ms), median(stall), median(copy)};
+}
+
+void cost(const Options& o) {
+  stp::MemoryPlan free_plan;
+  // Both runs of a pair get the same compute CPUs: with an emulated copy engine (the last
+  // copy_cpus CPUs run only D2H/H2D) copies contend with compute as little as a GPU's DMA engines.
+  const std::string engine = "memory.copy_engine_cpus=" + std::to_string(o.copy_cpus);
+  stp::Config plain = config_with(o, {"memory.offload=none", "memory.recompute=none", engine});
+  fits(plain, &free_plan);
+  const std::size_t peak = max_peak(free_plan);
+  const std::size_t budget = peak * 6 / 10;
+  stp::Config planned = config_with(
+      o, {"memory.offload=auto", "memory.recompute=auto", engine, "memory.device_budget=" + std::to_string(budget)});
+  std::printf(
+      "\n== cost: n_layer %lld, %s tp %d pp %d, link %.2f GB/s, copy-engine CPUs %d, unconstrained peak %.2f MiB, "
+      "budget 60%% = %.2f MiB ==\n",
+      static_cast<long long>(plain.model.n_layer), plain.parallel.schedule.c_str(), plain.parallel.tp,
+      plain.parallel.pp, planned.memory.link_bandwidth / 1e9, o.copy_cpus, mib(peak), mib(budget));
+  stp::MemoryPlan plan;
+  if (!fits(planned, &plan)) {
+    std::printf("the planner finds no plan for 60%% (minimum feasible %.2f MiB): no cost to measure\n",
+                mib(plan.min_device_budget));
+    return;
+  }
+  double exposed = 0, recompute = 0, compute = 0;
+  std::uint64_t offload = 0;
+  for (const auto& p : plan.predicted) {
+    exposed = std::max(exposed, p.exposed_copy_s);
+    recompute = std::max(recompute, p.recompute_s);
+    compute = std::max(compute, p.compute_s);
+    offload = std::max(offload, p.offload_bytes_per_step);
+  }
+  std::printf(
+      "plan: predicted peak %.2f MiB; per device at most %.1f MiB offloaded/step, predicted exposed copy %.1f ms, "
+      "recompute %.1f ms over %.1f ms compute -> copies %s\n%s",
+      mib(max_peak(plan)), mib(offload), exposed * 1e3, recompute * 1e3, compute * 1e3,
+      exposed == 0 ? "fit under compute" : "do NOT fit under compute", plan.summary.c_str());
+  std::vector<double> ratios, plain_ms, planned_ms;
+  for (int i = 0; i < o.pairs; ++i) {
+    StepTimes a = run_steps(plain, o.steps), b = run_steps(planned, o.steps);
+    plain_ms.push_back(a.step_ms), planned_ms.push_back(b.step_ms), ratios.push_back(b.step_ms / a.step_ms);
+    std::printf(
+        "pair %d: unconstrained %.1f ms/step, planned %.1f ms/step (copy streams busy %.1f ms, compute "
+        "stalled on reloads %.2f ms), ratio %.3f\n",
+        i + 1, a.step_ms, b.step_ms, b.copy_ms, b.stall_ms, b.step_ms / a.step_ms);
+  }
+  std::printf("cost ratio: %.3fx (median of %d pairs; unconstrained %.1f ms, planned %.1f ms; target <= 1.10x %s)\n",
+              median(ratios), o.pairs, median(plain_ms), median(planned_ms),
+              exposed == 0 ? "applies: copies predicted to fit" : "does not apply: copies predicted exposed");
+}
+
+// Part 3 (see the header): the optimizer leaves the device, activation levers off.
+void optimizer_cost(const Options& o) {
+  const std::string engine = "memory.copy_engine_cpus=" + std::to_string(o.copy_cpus);
+  const std::vector<std::string> levers_off = {"memory.offload=none", "memory.recompute=none", engine};
+  std::vector<std::string> x = levers_off;
+  x.push_back("memory.optimizer_offload=none");
+  const stp::Config plain = config_with(o, x);
+  stp::MemoryPlan free_plan;
+  fits(plain, &free_plan);
+  const std::size_t peak = max_peak(free_plan);
+  std::size_t optimizer = 0;
+  for (const auto& p : free_plan.predicted)
+    if (p.peak_device_bytes == peak) optimizer = std::max(optimizer, p.optimizer_device_bytes);
+  // The exact minimum with every chunk's optimizer on the host and on the device (the allocator
+  // needs a little more than the live peak): a budget between them forces state off the device.
+  auto minimum = [&](const char* placement) {
+    std::vector<std::string> y = levers_off;
+    y.insert(y.end(), {std::string("memory.optimizer_offload=") + placement, "memory.device_budget=1MiB"});
+    return stp::make_memory_plan(config_with(o, y), /*exact_minimum=*/true).min_device_budget;
+  };
+  const std::size_t on_host = minimum("all"), on_device = minimum("none");
+  const std::size_t budget = std::max(peak - optimizer / 2, on_host);
+  if (budget >= on_device) {
+    std::printf(
+        "\n== optimizer cost: every budget that fits the optimizer on the host (%.2f MiB) fits it on the "
+        "device (%.2f MiB): no cost to measure ==\n",
+        mib(on_host), mib(on_device));
+    return;
+  }
+  x = levers_off;
+  x.insert(x.end(), {"memory.optimizer_offload=auto", "memory.device_budget=" + std::to_string(budget)});
+  const stp::Config offloaded = config_with(o, x);
+  std::printf(
+      "\n== optimizer cost: n_layer %lld, %s tp %d pp %d, copy-engine CPUs %d, unconstrained peak %.2f MiB, "
+      "optimizer state %.2f MiB on the largest device, budget %.2f MiB ==\n",
+      static_cast<long long>(plain.model.n_layer), plain.parallel.schedule.c_str(), plain.parallel.tp,
+      plain.parallel.pp, o.copy_cpus, mib(peak), mib(optimizer), mib(budget));
+  stp::MemoryPlan plan;
+  if (!fits(offloaded, &plan)) {
+    std::printf("the planner finds no plan (minimum feasible %.2f MiB): no cost to measure\n",
+                mib(plan.min_device_budget));
+    return;
+  }
+  std::size_t host = 0, chunks = 0;
+  for (const auto& rp : plan.ranks)
+    for (std::size_t ch = 0; ch < rp.units.size(); ++ch, ++chunks)
+      host += rp.optimizer_placement(static_cast<int>(ch)) == stp::OptimizerPlacement::Host;
+  double predicted = 0, compute = 0;
+  for (const auto& p : plan.predicted)
+    predicted = std::max(predicted, p.optimizer_offload_s), compute = std::max(compute, p.compute_s);
+  std::printf(
+      "plan: peak %.2f MiB; optimizer of %zu of %zu chunks on the host; predicted optimizer offload %.1f ms "
+      "(copies + CPU AdamW, counted exposed) over %.1f ms compute\n",
+      mib(max_peak(plan)), host, chunks, predicted * 1e3, compute * 1e3);
+  std::vector<double> ratios, plain_ms, offloaded_ms;
+  for (int i = 0; i < o.pairs; ++i) {
+    StepTimes a = run_steps(plain, o.steps), b = run_steps(offloaded, o.steps);
+    plain_ms.push_back(a.step_ms), offloaded_ms.push_back(b.step_ms), ratios.push_back(b.step_ms / a.step_ms);
+    std::printf("pair %d: unconstrained %.1f ms/step, optimizer offloaded %.1f ms/step, ratio %.3f\n", i + 1, a.step_ms,
+                b.step_ms, b.step_ms / a.step_ms);
+  }
+  const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
+  const double r = median(ratios);
+  std::printf(
+      "optimizer cost ratio: %.3fx (median of %d pairs, spread %.3f..%.3f; unconstrained %.1f ms, offloaded %.1f "
+      "ms); target <= 1.15x: %s\n",
+      r, o.pairs, *lo, *hi, median(plain_ms), median(offloaded_ms), r <= 1.15 ? "met" : "MISSED");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  bool capacity_only = false, cost_only = false;
+  CLI::App app{
+      "Memory-budget benchmark on the CPU backend: (1) capacity, the largest depth whose plan fits the "
+      "budget with the planner vs without; (2) cost, step time at 60% of the unconstrained peak vs "
+      "unconstrained, with rate-limited copies. Sizes and rates take the config's units (48MiB, 4GB/s).",
+      "bench_memory"};
+  stp::tools::init_cli(app);
+  app.add_option("--config", o.config, "the job to scale")->type_name("PATH")->capture_default_str();
+  app.add_option("--budget", o.budget, "memory.device_budget of the capacity search")
+      ->type_name("BYTES")
+      ->capture_default_str();
+  app.add_option("--link", o.link, "memory.link_bandwidth: D2H/H2D copy rate of the cost runs")
+      ->type_name("BYTES_PER_S")
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "measured steps per run, after one warm-up step")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--pairs", o.pairs, "plain/planned run pairs of the cost part")->type_name("N")->capture_default_str();
+  app.add_option("--max-layers", o.max_layers, "deepest model the capacity search tries")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--copy-cpus", o.copy_cpus,
+                 "memory.copy_engine_cpus of the cost runs (0: copies share the compute CPUs)")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--set", o.overrides, "override one config key (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->allow_extra_args(false);
+  bool optimizer_only = false;
+  auto* capacity_flag = app.add_flag("--capacity-only", capacity_only, "run only part 1, capacity");
+  auto* cost_flag = app.add_flag("--cost-only", cost_only, "run only part 2, cost")->excludes(capacity_flag);
+  app.add_flag("--optimizer-only", optimizer_only, "run only part 3, the optimizer-offload cost")
+      ->excludes(capacity_flag)
+      ->excludes(cost_flag);
+  if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
+  return stp::tools::run_main(app, [&] {
+    if (!cost_only && !optimizer_only) capacity(o);
+    if (!capacity_only && !optimizer_only) cost(o);
+    if (!capacity_only && !cost_only) optimizer_cost(o);
+    return 0;
+  });
+}

@@ -1,0 +1,88 @@
+// `stp generate CHECKPOINT --prompt TEXT [--tokens N --temperature T --top-k K --seed S]
+//  [--tokenizer PATH]`: samples a continuation of TEXT from a checkpoint (train/generate.h) and
+// prints the prompt followed by it on stdout.
+//
+// Byte-level models (data.format text, every byte a token): the prompt's bytes are the tokens and
+// the new tokens are written as bytes. Models trained on token files need the BPE tokenizer they
+// were trained with (--tokenizer, data/bpe_tokenizer.h) to turn text into ids and back; without
+// one they are an error naming what is missing.
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "base/error.h"
+#include "data/bpe_tokenizer.h"
+#include "tools/stp/command.h"
+#include "train/generate.h"
+
+namespace {
+
+struct GenerateArgs {
+  std::string checkpoint, prompt, tokenizer;
+  stp::SampleOptions sample;
+};
+
+int run(const GenerateArgs& a) {
+  stp::Generator gen(a.checkpoint);
+  const stp::Config& cfg = gen.config();
+  const bool bytes = cfg.data.format == "text";
+  if (bytes) {
+    STP_CHECK(a.tokenizer.empty(), "checkpoint '", a.checkpoint,
+              "' is a byte-level model (data.format text): it needs no --tokenizer");
+  } else {
+    STP_CHECK(!a.tokenizer.empty(), "checkpoint '", a.checkpoint, "' was trained on ", cfg.data.format,
+              " token ids (vocabulary ", cfg.model.vocab_size,
+              "), not on bytes: text needs its tokenizer (--tokenizer PATH)");
+  }
+  std::optional<stp::BpeTokenizer> tok;
+  if (!bytes) {
+    tok = stp::BpeTokenizer::load(a.tokenizer);
+    STP_CHECK(tok->vocab_size() <= cfg.model.vocab_size, "--tokenizer '", a.tokenizer, "' has ", tok->vocab_size(),
+              " ids but the model's vocabulary is ", cfg.model.vocab_size, ": not the tokenizer it was trained with");
+  }
+  std::vector<std::int32_t> prompt;
+  if (tok) {
+    prompt = tok->encode(a.prompt);
+  } else {
+    for (unsigned char c : a.prompt) prompt.push_back(c);
+  }
+  std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
+  // Each token's bytes are written as it is drawn (a token may end inside a UTF-8 character; the
+  // concatenation is the decoded text).
+  gen.sample(prompt, a.sample, [&](std::int32_t t) {
+    if (tok) {
+      const std::string piece = tok->decode({t});
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+    } else {
+      std::fputc(static_cast<unsigned char>(t), stdout);
+    }
+    std::fflush(stdout);
+  });
+  std::fputc('\n', stdout);
+  return 0;
+}
+
+stp::tools::Run define(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  app.add_option("CHECKPOINT", args->checkpoint, "a checkpoint folder (output.dir/checkpoint-STEP)")->required();
+  app.add_option("--prompt", args->prompt, "the text to continue")->required();
+  app.add_option("--tokens", args->sample.tokens, "new tokens to sample")->capture_default_str();
+  app.add_option("--temperature", args->sample.temperature, "softmax temperature; 0 = always the likeliest token")
+      ->capture_default_str();
+  app.add_option("--top-k", args->sample.top_k, "sample among the K likeliest tokens; 0 = all")->capture_default_str();
+  app.add_option("--seed", args->sample.seed, "seed of the sampler (same seed, same text)")->capture_default_str();
+  app.add_option(
+      "--tokenizer", args->tokenizer,
+      "the BPE tokenizer of a model trained on token ids: a tokenizer.json or a folder, as for stp tokenize");
+  app.footer(
+      "Prints the prompt and its continuation on stdout. No KV cache: every new token is one forward over "
+      "the last model.seq_len tokens.");
+  return [args] { return run(*args); };
+}
+
+}  // namespace
+
+static const stp::tools::Command kCmd{"generate", "sample text from a checkpoint", &define};

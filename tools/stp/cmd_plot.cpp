@@ -1,0 +1,41 @@
+// `stp plot RUN_DIR --svg FILE`: draws RUN_DIR/metrics.jsonl (loss, val_loss, lr, throughput, peak
+// device memory against the step) into one self-contained SVG (profile/metrics_plot.h).
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "base/error.h"
+#include "profile/metrics_plot.h"
+#include "tools/stp/command.h"
+#include "tools/stp/write_file.h"
+
+namespace {
+
+struct PlotArgs {
+  std::string dir, svg;
+};
+
+int run(const PlotArgs& a) {
+  const std::string metrics = (std::filesystem::path(a.dir) / "metrics.jsonl").string();
+  STP_CHECK(std::filesystem::is_regular_file(metrics), "'", a.dir,
+            "' has no metrics.jsonl (give the output.dir of a `stp train` run)");
+  auto series = stp::profile::read_plot_series(metrics);
+  std::size_t points = 0;
+  for (const auto& s : series) points += s.points.size();
+  stp::tools::write_file(a.svg, stp::profile::render_metrics_svg(series, "stp run " + a.dir));
+  std::fprintf(stderr, "stp plot: %s (%zu points from %s)\n", a.svg.c_str(), points, metrics.c_str());
+  return 0;
+}
+
+stp::tools::Run define(CLI::App& app) {
+  auto args = std::make_shared<PlotArgs>();
+  app.add_option("RUN_DIR", args->dir, "output.dir of a run (holds metrics.jsonl)")->required();
+  app.add_option("--svg", args->svg, "the SVG file to write")->required();
+  return [args] { return run(*args); };
+}
+
+}  // namespace
+
+static const stp::tools::Command kCmd{"plot", "plot a run's metrics.jsonl into an SVG", &define};
