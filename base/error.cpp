@@ -31,10 +31,11 @@ std::string format_bytes(std::size_t bytes, ByteStyle style, Rounding rounding) 
       ++u, decimals = 2;
       continue;
     }
-    if (decimals == 0) std::snprintf(buf, sizeof buf, "%llu %s", static_cast<unsigned long long>(v), units[u]);
-    else
-      std::snprintf(buf, sizeof buf, "%llu.%0*llu %s", static_cast<unsigned long long>(v / scale), decimals,
-                    static_cast<unsigned long long>(v % scale), units[u]);
+    const auto whole_part = static_cast<unsigned long long>(v / scale),
+               fraction = static_cast<unsigned long long>(v % scale);
+    if (decimals == 0) std::snprintf(buf, sizeof buf, "%llu %s", whole_part, units[u]);
+    else if (decimals == 1) std::snprintf(buf, sizeof buf, "%llu.%01llu %s", whole_part, fraction, units[u]);
+    else std::snprintf(buf, sizeof buf, "%llu.%02llu %s", whole_part, fraction, units[u]);
     return buf;
   }
 }
