@@ -130,11 +130,7 @@ Tensor attn_backward_input_t(const GPT2Dims& d, const GPT2Branch& p, const Tenso
     cs.release(std::move(att));
   }
   // 3. c_attn^T: this rank's partial gradient w.r.t. the LN1 output (all-reduced by the caller).
-  Tensor g_part = cs.keep({d.B, d.T, d.C});
-  linear_backward_input<A, float>(s, g_part.f32(), dqkv.as<A>(), weight<A>(p.in_w), N, d.C, 3 * d.Cl);
-  rec.save("dy", dy, kW, 'B');
-  rec.save("dqkv", dqkv, kW, 'B');
-  return g_part;
+  return column_parallel_in_backward<A>(d, p.in_w, dy, dqkv, "dqkv", 3 * d.Cl, rec, cs);
 }
 
 // ---- MLP -----------------------------------------------------------------------------------------------
@@ -168,11 +164,7 @@ Tensor mlp_backward_input_t(const GPT2Dims& d, const GPT2Branch& p, const Tensor
   gelu_backward(s, dh.as<A>(), dh.as<A>(), h.as<A>(), N * d.Fl);
   cs.release(std::move(h));
   // 2. c_fc^T: this rank's partial gradient w.r.t. the LN2 output (all-reduced by the caller).
-  Tensor g_part = cs.keep({d.B, d.T, d.C});
-  linear_backward_input<A, float>(s, g_part.f32(), dh.as<A>(), weight<A>(p.in_w), N, d.C, d.Fl);
-  rec.save("dy", dy, kW, 'B');
-  rec.save("dh", dh, kW, 'B');
-  return g_part;
+  return column_parallel_in_backward<A>(d, p.in_w, dy, dh, "dh", d.Fl, rec, cs);
 }
 
 // ---- recompute -------------------------------------------------------------------------------------

@@ -141,11 +141,7 @@ Tensor attn_backward_input_t(const LlamaDims& d, const LlamaBranch& p, const Ten
   rope_backward<A>(s, dq, N, d.T, d.QKV(), d.H, d.D, d.theta);
   rope_backward<A>(s, dq + d.QW(), N, d.T, d.QKV(), d.K, d.D, d.theta);
   // 4. qkv_proj^T: this rank's partial gradient w.r.t. the norm output (all-reduced by the caller).
-  Tensor g_part = cs.keep({d.B, d.T, d.C});
-  linear_backward_input<A, float>(s, g_part.f32(), dqkv.as<A>(), weight<A>(p.in_w), N, d.C, d.QKV());
-  rec.save("dy", dy, kW, 'B');
-  rec.save("dqkv", dqkv, kW, 'B');
-  return g_part;
+  return column_parallel_in_backward<A>(d, p.in_w, dy, dqkv, "dqkv", d.QKV(), rec, cs);
 }
 
 // ---- MLP --------------------------------------------------------------------------------------------
@@ -179,11 +175,7 @@ Tensor mlp_backward_input_t(const LlamaDims& d, const LlamaBranch& p, const Tens
   swiglu_backward<A>(s, dh.as<A>(), da.as<A>(), h.as<A>(), N, d.I);
   cs.release(std::move(h));
   // 2. gate_up_proj^T: this rank's partial gradient w.r.t. the norm output.
-  Tensor g_part = cs.keep({d.B, d.T, d.C});
-  linear_backward_input<A, float>(s, g_part.f32(), dh.as<A>(), weight<A>(p.in_w), N, d.C, 2 * d.I);
-  rec.save("dy", dy, kW, 'B');
-  rec.save("dh", dh, kW, 'B');
-  return g_part;
+  return column_parallel_in_backward<A>(d, p.in_w, dy, dh, "dh", 2 * d.I, rec, cs);
 }
 
 // ---- recompute --------------------------------------------------------------------------------------
