@@ -44,6 +44,20 @@ Tensor gemm_dy(const UnitDims& d, const Tensor& dy, CallScope& cs) {
   return c;
 }
 
+// The last step of B of a branch: g_part = dact W_in^T, the column-parallel GEMM's transpose from
+// dact (N, in_width), the gradient of its output: this rank's partial gradient w.r.t. the norm
+// output (f32: the caller all-reduces it). Then saves what W reads: "dy" (gemm_dy's) and dact
+// under `dact_name`.
+template <typename A>
+Tensor column_parallel_in_backward(const UnitDims& d, const ParamInfo* in_w, const Tensor& dy, const Tensor& dact,
+                                   const char* dact_name, std::int64_t in_width, RecordSet& rec, CallScope& cs) {
+  Tensor g_part = cs.keep({d.B, d.T, d.C});
+  linear_backward_input<A, float>(cs.stream(), g_part.f32(), dact.as<A>(), weight<A>(in_w), d.N(), d.C, in_width);
+  rec.save("dy", dy, RecordReader::W, 'B');
+  rec.save(dact_name, dact, RecordReader::W, 'B');
+  return g_part;
+}
+
 // W of a branch: the row- and column-parallel weight gradients (and the column-parallel bias's,
 // when it has one), from the records B left. `act` (N, act_width) is the row-parallel GEMM's
 // input, `dact` (N, in_width) the gradient of the column-parallel GEMM's output; "dy" (N, C) and

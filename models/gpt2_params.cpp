@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "base/error.h"
-#include "core/kernels/attention_kernels.h"
+#include "models/unit_common.h"
 
 namespace stp {
 namespace {
@@ -41,13 +41,7 @@ void gpt2_validate(const ModelSpec& c, const StageSpec& s) {
             ")");
   STP_CHECK(s.tp_size >= 1 && c.n_head % s.tp_size == 0, "parallel.tp (", s.tp_size, ") must divide model.n_head (",
             c.n_head, ")");
-  STP_CHECK(s.tp_rank >= 0 && s.tp_rank < s.tp_size, "tp rank ", s.tp_rank, " outside [0, ", s.tp_size, ")");
-  STP_CHECK(0 <= s.layer_begin && s.layer_begin <= s.layer_end && s.layer_end <= c.n_layer, "stage layers [",
-            s.layer_begin, ", ", s.layer_end, ") outside [0, ", c.n_layer, "]");
-  STP_CHECK(s.micro_batch_size >= 1, "train.micro_batch_size must be positive, got ", s.micro_batch_size);
-  STP_CHECK(c.attention == AttentionKernel::Naive || c.n_embd / c.n_head <= kMaxAttentionHeadDim,
-            "model.attention: fused supports head dimensions n_embd / n_head up to ", kMaxAttentionHeadDim, ", got ",
-            c.n_embd / c.n_head, "; use model.attention: naive");
+  validate_split_and_attention(c, s);
 }
 
 std::vector<ParamInfo> gpt2_param_table(const ModelSpec& c, const StageSpec& s) {

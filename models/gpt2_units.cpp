@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "core/kernels/attention_kernels.h"
 #include "core/kernels/nn_kernels.h"
+#include "models/attention_steps.h"
 #include "models/branch_steps.h"
 
 namespace stp {
@@ -35,32 +36,15 @@ LayerNormOut layernorm_step(const GPT2Dims& d, const GPT2LayerNorm& p, const Ten
   return r;
 }
 
-// What attention keeps for B besides qkv: naive, "att" (B, H, T, T) probabilities (d.act); fused,
-// "lse" (B, H, T) f32, one log-sum-exp per query row. y (B, T, Cl) is the output of the local heads:
-// read by W (c_proj's weight gradient), and under fused by B too (the backward's do . o).
-struct AttentionOut {
-  Tensor core, y;
-};
-
 // The local heads in GPT-2's packed qkv rows [q | k | v] (core/kernels/attention_kernels.h, Layout).
 AttentionLayout attention_layout(const GPT2Dims& d) { return {d.B, d.T, d.H, d.H, d.D, 3 * d.Cl, 3 * d.Cl, d.Cl}; }
 
 template <typename A>
 AttentionOut attention_step(const GPT2Dims& d, const Tensor& qkv /*(B, T, 3Cl)*/, CallScope& cs) {
-  if (fused(d)) {
-    AttentionOut r{cs.keep({d.B, d.H, d.T}), cs.keep({d.B, d.T, d.Cl}, d.act)};
-    const A* q = qkv.as<A>();
-    fused_attention_forward<A>(cs.stream(), attention_layout(d), r.y.as<A>(), r.core.f32(), q, q + d.Cl, q + 2 * d.Cl);
-    return r;
-  }
+  if (fused(d)) return fused_attention_step<A>(d, attention_layout(d), qkv, cs);
   AttentionOut r{cs.keep({d.B, d.H, d.T, d.T}, d.act), cs.keep({d.B, d.T, d.Cl}, d.act)};
   attention_forward(cs.stream(), r.y.as<A>(), r.core.as<A>(), qkv.as<A>(), d.B, d.T, d.H, d.D);
   return r;
-}
-
-void save_attention_records(const GPT2Dims& d, AttentionOut& a, RecordSet& rec) {
-  rec.save(fused(d) ? "lse" : "att", a.core, RecordReader::B);
-  rec.save("y", a.y, fused(d) ? RecordReader::BW : RecordReader::W);
 }
 
 template <typename A>
@@ -133,13 +117,8 @@ Tensor attn_backward_input_t(const GPT2Dims& d, const GPT2Branch& p, const Tenso
   Tensor dqkv;
   if (fused(d)) {  // recomputes the probabilities tile by tile from qkv, y and the log-sum-exp
     Tensor qkv = rec.take("qkv"), lse = rec.take("lse");
-    const Tensor& y = rec.get("y");  // W still reads it
     dqkv = cs.keep({d.B, d.T, 3 * d.Cl}, d.act);
-    Tensor ws = cs.tmp({fused_attention_backward_workspace(attention_layout(d))});
-    const A* q = qkv.as<A>();
-    A* dq = dqkv.as<A>();
-    fused_attention_backward<A>(s, attention_layout(d), dq, dq + d.Cl, dq + 2 * d.Cl, ws.f32(), dyatt.as<A>(), q,
-                                q + d.Cl, q + 2 * d.Cl, y.as<A>(), lse.f32());
+    fused_attention_backward_step<A>(attention_layout(d), dqkv, dyatt, qkv, lse, rec, cs);
     cs.release(std::move(qkv));
     cs.release(std::move(lse));
   } else {
@@ -151,11 +130,7 @@ Tensor attn_backward_input_t(const GPT2Dims& d, const GPT2Branch& p, const Tenso
     cs.release(std::move(att));
   }
   // 3. c_attn^T: this rank's partial gradient w.r.t. the LN1 output (all-reduced by the caller).
-  Tensor g_part = cs.keep({d.B, d.T, d.C});
-  linear_backward_input<A, float>(s, g_part.f32(), dqkv.as<A>(), weight<A>(p.in_w), N, d.C, 3 * d.Cl);
-  rec.save("dy", dy, kW, 'B');
-  rec.save("dqkv", dqkv, kW, 'B');
-  return g_part;
+  return column_parallel_in_backward<A>(d, p.in_w, dy, dqkv, "dqkv", 3 * d.Cl, rec, cs);
 }
 
 // ---- MLP -----------------------------------------------------------------------------------------------
@@ -189,11 +164,7 @@ Tensor mlp_backward_input_t(const GPT2Dims& d, const GPT2Branch& p, const Tensor
   gelu_backward(s, dh.as<A>(), dh.as<A>(), h.as<A>(), N * d.Fl);
   cs.release(std::move(h));
   // 2. c_fc^T: this rank's partial gradient w.r.t. the LN2 output (all-reduced by the caller).
-  Tensor g_part = cs.keep({d.B, d.T, d.C});
-  linear_backward_input<A, float>(s, g_part.f32(), dh.as<A>(), weight<A>(p.in_w), N, d.C, d.Fl);
-  rec.save("dy", dy, kW, 'B');
-  rec.save("dh", dh, kW, 'B');
-  return g_part;
+  return column_parallel_in_backward<A>(d, p.in_w, dy, dh, "dh", d.Fl, rec, cs);
 }
 
 // ---- recompute -------------------------------------------------------------------------------------
@@ -313,9 +284,7 @@ Tensor gpt2_head_backward_input(const GPT2Dims& d, const GPT2LayerNorm& ln_f, Pa
 std::vector<RecomputedRecord> gpt2_attn_recomputed_records(const GPT2Dims& d, Recompute r) {
   const i64 N = d.N();
   const DType a = d.act, f = DType::F32;  // LayerNorm statistics are f32 at every precision
-  // The attention core's record: the probabilities (naive) or the f32 log-sum-exp per query row (fused).
-  const RecomputedRecord core =
-      fused(d) ? RecomputedRecord{"lse", d.B * d.H * d.T, f} : RecomputedRecord{"att", d.B * d.H * d.T * d.T, a};
+  const RecomputedRecord core = attention_core_record(d, d.H);
   switch (r) {
     case Recompute::None: return {};
     case Recompute::Selective: return {{"ln.out", N * d.C, a}, core, {"y", N * d.Cl, a}};
@@ -351,10 +320,9 @@ std::vector<RecomputedRecord> gpt2_mlp_recomputed_records(const GPT2Dims& d, Rec
 // everything up to c_proj. The cost is what is re-run over the whole forward.
 double gpt2_attn_recompute_cost(const GPT2Dims& d, Recompute r) {
   const double N = static_cast<double>(d.N()), C = static_cast<double>(d.C), Cl = static_cast<double>(d.Cl);
-  const double B = static_cast<double>(d.B), T = static_cast<double>(d.T), H = static_cast<double>(d.H);
   // Fused attention skips the masked half of the scores: half the dense core.
-  const double core = (4 * B * T * T * Cl + 5 * B * H * T * T) * (fused(d) ? 0.5 : 1.0);
-  return BranchFlops{8 * N * C, 2 * N * C * 3 * Cl, core, 2 * N * Cl * C}.cost(r);
+  return BranchFlops{8 * N * C, 2 * N * C * 3 * Cl, attention_core_recompute_flops(d, d.H, d.Cl), 2 * N * Cl * C}.cost(
+      r);
 }
 
 double gpt2_mlp_recompute_cost(const GPT2Dims& d, Recompute r) {

@@ -1,7 +1,7 @@
 #include "models/llama_params.h"
 
 #include "base/error.h"
-#include "core/kernels/attention_kernels.h"
+#include "models/unit_common.h"
 
 namespace stp {
 namespace {
@@ -29,13 +29,7 @@ void llama_validate(const ModelSpec& m, const StageSpec& s) {
   STP_CHECK(m.intermediate_size % s.tp_size == 0, "parallel.tp (", s.tp_size, ") must divide model.intermediate_size (",
             m.intermediate_size, ")");
   STP_CHECK(m.rope_theta > 0 && m.norm_eps > 0, "model.rope_theta and model.norm_eps must be positive");
-  STP_CHECK(s.tp_rank >= 0 && s.tp_rank < s.tp_size, "tp rank ", s.tp_rank, " outside [0, ", s.tp_size, ")");
-  STP_CHECK(0 <= s.layer_begin && s.layer_begin <= s.layer_end && s.layer_end <= m.n_layer, "stage layers [",
-            s.layer_begin, ", ", s.layer_end, ") outside [0, ", m.n_layer, "]");
-  STP_CHECK(s.micro_batch_size >= 1, "train.micro_batch_size must be positive, got ", s.micro_batch_size);
-  STP_CHECK(m.attention == AttentionKernel::Naive || m.n_embd / m.n_head <= kMaxAttentionHeadDim,
-            "model.attention: fused supports head dimensions n_embd / n_head up to ", kMaxAttentionHeadDim, ", got ",
-            m.n_embd / m.n_head, "; use model.attention: naive");
+  validate_split_and_attention(m, s);
 }
 
 std::string llama_head_weight(const ModelSpec& m) {

@@ -6,6 +6,7 @@
 #include "core/kernels/attention_kernels.h"
 #include "core/kernels/llama_kernels.h"
 #include "core/kernels/nn_kernels.h"
+#include "models/attention_steps.h"
 #include "models/branch_steps.h"
 
 namespace stp {
@@ -44,10 +45,6 @@ Tensor qkv_step(const LlamaDims& d, const LlamaBranch& p, const Tensor& ln, Call
 // Fused attention reads q, k, v in place from the packed rows (grouped-query natively).
 AttentionLayout attention_layout(const LlamaDims& d) { return {d.B, d.T, d.H, d.K, d.D, d.QKV(), d.QKV(), d.QW()}; }
 
-struct AttentionOut {
-  Tensor core, y;  // naive: "att" (B, H, T, T); fused: "lse" (B, H, T) f32; y (B, T, HD)
-};
-
 // The naive kernel reads [q | k | v] with H heads each: with grouped-query attention the k and v
 // heads are repeated into a temporary first (gqa_expand).
 template <typename A>
@@ -60,21 +57,10 @@ const A* naive_qkv(const LlamaDims& d, const Tensor& qkv, CallScope& cs) {
 
 template <typename A>
 AttentionOut attention_step(const LlamaDims& d, const Tensor& qkv, CallScope& cs) {
-  if (fused(d)) {
-    AttentionOut r{cs.keep({d.B, d.H, d.T}), cs.keep({d.B, d.T, d.QW()}, d.act)};
-    const A* q = qkv.as<A>();
-    fused_attention_forward<A>(cs.stream(), attention_layout(d), r.y.as<A>(), r.core.f32(), q, q + d.QW(),
-                               q + d.QW() + d.KW());
-    return r;
-  }
+  if (fused(d)) return fused_attention_step<A>(d, attention_layout(d), qkv, cs);
   AttentionOut r{cs.keep({d.B, d.H, d.T, d.T}, d.act), cs.keep({d.B, d.T, d.QW()}, d.act)};
   attention_forward(cs.stream(), r.y.as<A>(), r.core.as<A>(), naive_qkv<A>(d, qkv, cs), d.B, d.T, d.H, d.D);
   return r;
-}
-
-void save_attention_records(const LlamaDims& d, AttentionOut& a, RecordSet& rec) {
-  rec.save(fused(d) ? "lse" : "att", a.core, kB);
-  rec.save("y", a.y, fused(d) ? RecordReader::BW : kW);
 }
 
 template <typename A>
@@ -134,12 +120,7 @@ Tensor attn_backward_input_t(const LlamaDims& d, const LlamaBranch& p, const Ten
   Tensor qkv = rec.take("qkv");
   if (fused(d)) {
     Tensor lse = rec.take("lse");
-    const Tensor& y = rec.get("y");  // W still reads it
-    Tensor ws = cs.tmp({fused_attention_backward_workspace(attention_layout(d))});
-    const A* q = qkv.as<A>();
-    A* dq = dqkv.as<A>();
-    fused_attention_backward<A>(s, attention_layout(d), dq, dq + d.QW(), dq + d.QW() + d.KW(), ws.f32(), dyatt.as<A>(),
-                                q, q + d.QW(), q + d.QW() + d.KW(), y.as<A>(), lse.f32());
+    fused_attention_backward_step<A>(attention_layout(d), dqkv, dyatt, qkv, lse, rec, cs);
     cs.release(std::move(lse));
   } else {
     Tensor att = rec.take("att");
@@ -160,11 +141,7 @@ Tensor attn_backward_input_t(const LlamaDims& d, const LlamaBranch& p, const Ten
   rope_backward<A>(s, dq, N, d.T, d.QKV(), d.H, d.D, d.theta);
   rope_backward<A>(s, dq + d.QW(), N, d.T, d.QKV(), d.K, d.D, d.theta);
   // 4. qkv_proj^T: this rank's partial gradient w.r.t. the norm output (all-reduced by the caller).
-  Tensor g_part = cs.keep({d.B, d.T, d.C});
-  linear_backward_input<A, float>(s, g_part.f32(), dqkv.as<A>(), weight<A>(p.in_w), N, d.C, d.QKV());
-  rec.save("dy", dy, kW, 'B');
-  rec.save("dqkv", dqkv, kW, 'B');
-  return g_part;
+  return column_parallel_in_backward<A>(d, p.in_w, dy, dqkv, "dqkv", d.QKV(), rec, cs);
 }
 
 // ---- MLP --------------------------------------------------------------------------------------------
@@ -198,11 +175,7 @@ Tensor mlp_backward_input_t(const LlamaDims& d, const LlamaBranch& p, const Tens
   swiglu_backward<A>(s, dh.as<A>(), da.as<A>(), h.as<A>(), N, d.I);
   cs.release(std::move(h));
   // 2. gate_up_proj^T: this rank's partial gradient w.r.t. the norm output.
-  Tensor g_part = cs.keep({d.B, d.T, d.C});
-  linear_backward_input<A, float>(s, g_part.f32(), dh.as<A>(), weight<A>(p.in_w), N, d.C, 2 * d.I);
-  rec.save("dy", dy, kW, 'B');
-  rec.save("dh", dh, kW, 'B');
-  return g_part;
+  return column_parallel_in_backward<A>(d, p.in_w, dy, dh, "dh", 2 * d.I, rec, cs);
 }
 
 // ---- recompute --------------------------------------------------------------------------------------
@@ -300,8 +273,7 @@ Tensor llama_head_backward_input(const LlamaDims& d, ParamInfo& norm, ParamInfo&
 std::vector<RecomputedRecord> llama_attn_recomputed_records(const LlamaDims& d, Recompute r) {
   const i64 N = d.N();
   const DType a = d.act, f = DType::F32;
-  const RecomputedRecord core =
-      fused(d) ? RecomputedRecord{"lse", d.B * d.H * d.T, f} : RecomputedRecord{"att", d.B * d.H * d.T * d.T, a};
+  const RecomputedRecord core = attention_core_record(d, d.H);
   switch (r) {
     case Recompute::None: return {};
     case Recompute::Selective: return {{"ln.out", N * d.C, a}, core, {"y", N * d.QW(), a}};
@@ -329,9 +301,9 @@ std::vector<RecomputedRecord> llama_mlp_recomputed_records(const LlamaDims& d, R
 double llama_attn_recompute_cost(const LlamaDims& d, Recompute r) {
   const double N = static_cast<double>(d.N()), C = static_cast<double>(d.C), QW = static_cast<double>(d.QW());
   const double KW = static_cast<double>(d.KW()), QKV = static_cast<double>(d.QKV());
-  const double B = static_cast<double>(d.B), T = static_cast<double>(d.T), H = static_cast<double>(d.H);
-  const double core = (4 * B * T * T * QW + 5 * B * H * T * T) * (fused(d) ? 0.5 : 1.0);
-  return BranchFlops{4 * N * C, 2 * N * C * QKV + 6 * N * (QW + KW), core, 2 * N * QW * C}.cost(r);
+  return BranchFlops{4 * N * C, 2 * N * C * QKV + 6 * N * (QW + KW), attention_core_recompute_flops(d, d.H, d.QW()),
+                     2 * N * QW * C}
+      .cost(r);
 }
 
 double llama_mlp_recompute_cost(const LlamaDims& d, Recompute r) {

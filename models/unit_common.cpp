@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "core/comm.h"
+#include "core/kernels/attention_kernels.h"
 #include "core/kernels/nn_kernels.h"
 #include "core/kernels/vocab_kernels.h"
 
@@ -117,6 +118,16 @@ void drop_recomputed(const std::vector<RecomputedRecord>& dropped, RecordSet& re
                to_string(t.dtype()), " elements, not ", r.numel, " ", to_string(r.dtype));
     cs.release(std::move(t));
   }
+}
+
+void validate_split_and_attention(const ModelSpec& m, const StageSpec& s) {
+  STP_CHECK(s.tp_rank >= 0 && s.tp_rank < s.tp_size, "tp rank ", s.tp_rank, " outside [0, ", s.tp_size, ")");
+  STP_CHECK(0 <= s.layer_begin && s.layer_begin <= s.layer_end && s.layer_end <= m.n_layer, "stage layers [",
+            s.layer_begin, ", ", s.layer_end, ") outside [0, ", m.n_layer, "]");
+  STP_CHECK(s.micro_batch_size >= 1, "train.micro_batch_size must be positive, got ", s.micro_batch_size);
+  STP_CHECK(m.attention == AttentionKernel::Naive || m.n_embd / m.n_head <= kMaxAttentionHeadDim,
+            "model.attention: fused supports head dimensions n_embd / n_head up to ", kMaxAttentionHeadDim, ", got ",
+            m.n_embd / m.n_head, "; use model.attention: naive");
 }
 
 UnitDims unit_dims(const StageSpec& spec, int seq_len, int n_embd, int vocab_size, DType act,

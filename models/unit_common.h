@@ -37,6 +37,12 @@ struct UnitDims {
 UnitDims unit_dims(const StageSpec& spec, int seq_len, int n_embd, int vocab_size, DType act,
                    AttentionKernel attention);
 
+// The checks every architecture's validate (models/registry.h) ends with, once its own keys are
+// checked: the split (the TP rank within tp, the stage's layers within the model, a positive
+// microbatch size) and a head dimension n_embd / n_head the fused attention kernel supports.
+// Throws stp::Error naming the keys.
+void validate_split_and_attention(const ModelSpec& model, const StageSpec& spec);
+
 inline bool fused(const UnitDims& d) { return d.attention == AttentionKernel::Fused; }
 
 // Calls fn(A{}) with A = float or bf16 as d.act says: the passes are templates on A and the public

@@ -80,7 +80,7 @@ struct FusedForward {
     const i64 D = L.D;
     const QueryTile Q = query_tile<BQ>(L, task);
     const HeadPtrs& P = Q.ptrs;
-    const i64 bh = Q.bh, i0 = Q.i0, ni = Q.ni;
+    const i64 i0 = Q.i0, ni = Q.ni;
     float qt[kMaxD * BQ], ot[kMaxD * BQ], st[BK * BQ], kf[BK * kMaxD], vf[BK * kMaxD];
     float m[BQ], l[BQ], alpha[BQ], mt[BQ];
     load_cols<BQ>(qt, q + P.q, L.ldq, i0, ni, D);
@@ -136,12 +136,7 @@ struct FusedForward {
         for (int i = 0; i < BQ; ++i) ot[d * BQ + i] *= alpha[i];
       accumulate_tile<BQ>(ot, st, vf, nj, D);  // o += P V
     });
-    for (i64 i = 0; i < ni; ++i) {
-      const float inv = 1.0f / l[i];
-      T* orow = o + P.o + (i0 + i) * L.ldo;
-      for (i64 d = 0; d < D; ++d) orow[d] = from_f32<T>(ot[d * BQ + i] * inv);
-      lse[bh * L.T + i0 + i] = m[i] + logf(l[i]);
-    }
+    write_query_rows(L, Q, o, lse, ot, 1, BQ, m, l);
   }
 };
 
@@ -258,14 +253,7 @@ struct FusedBackwardKV {
         }
       }
     });
-    for (i64 j = 0; j < nj; ++j) {
-      T* dkrow = dk + kv_off + (j0 + j) * L.ldkv;
-      T* dvrow = dv + kv_off + (j0 + j) * L.ldkv;
-      for (i64 d = 0; d < D; ++d) {
-        dkrow[d] = from_f32<T>(dkt[d * BK + j] * scale);
-        dvrow[d] = from_f32<T>(dvt[d * BK + j]);
-      }
-    }
+    write_kv_rows(L, dk, dv, kv_off, j0, nj, dkt, dvt, 1, BK, scale);
   }
 };
 

@@ -229,12 +229,7 @@ struct SimdForward {
       // o = o * alpha + p v
       tile_product(ob + r0 * Dp, Dp, rows - r0, Dp, true, alpha + r0, s + r0 * K, K, 1, vb, Dp, nj);
     });
-    for (i64 i = 0; i < ni; ++i) {
-      const float inv = 1.0f / l[i];
-      T* orow = o + P.o + (i0 + i) * L.ldo;
-      for (i64 d = 0; d < D; ++d) orow[d] = from_f32<T>(ob[i * Dp + d] * inv);
-      lse[Q.bh * L.T + i0 + i] = m[i] + logf(l[i]);
-    }
+    write_query_rows(L, Q, o, lse, ob, Dp, 1, m, l);
   }
 };
 
@@ -301,14 +296,7 @@ struct SimdBackward {
         for (i64 i = 0; i < ni; ++i)
           for (i64 d = 0; d < D; ++d) arow[i * D + d] = dqb[i * Dp + d];
       });
-      for (i64 j = 0; j < nj; ++j) {
-        T* dkrow = dk + kv_off + (j0 + j) * L.ldkv;
-        T* dvrow = dv + kv_off + (j0 + j) * L.ldkv;
-        for (i64 d = 0; d < D; ++d) {
-          dkrow[d] = from_f32<T>(dkb[j * Dp + d] * scale);
-          dvrow[d] = from_f32<T>(dvb[j * Dp + d]);
-        }
-      }
+      write_kv_rows(L, dk, dv, kv_off, j0, nj, dkb, dvb, Dp, 1, scale);
     }
     write_group_dq(L, acc, dq, b, g, scale);
   }

@@ -1,11 +1,13 @@
 // Internal to the fused attention kernels: what the plain functors (attention_kernels.cpp, single
 // source for CPU and CUDA) and the CPU vector path (attention_kernels_avx2.cpp, GCC x86-64 host
 // code) share. The exponential, the offsets of heads and query tiles, the two tile walks (the key
-// tiles a query tile sees, the query tiles a key tile is seen by) and the dq write-out: both paths
-// visit tiles, and so add, in the one order fixed here. Contract of the kernels:
+// tiles a query tile sees, the query tiles a key tile is seen by) and the write-outs of o and lse,
+// dk and dv, and dq: both paths visit tiles, and so add, in the one order fixed here, and round
+// each output by the one expression here. Contract of the kernels:
 // attention_kernels.h.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -67,6 +69,36 @@ STP_HD inline void for_each_query_tile(const AttentionLayout& L, i64 b, i64 g, i
     const i64 h = g * rep + hh;
     const HeadPtrs P = head_offsets(L, b, h);
     for (i64 i0 = j0 / R * R; i0 < L.T; i0 += R) f(hh, b * L.NH + h, P, i0, min_i64(R, L.T - i0));
+  }
+}
+
+// The end of a forward task, the online softmax's finish: for the query rows of Q, o = acc / l
+// rounded once and lse = m + log l, from the task's f32 accumulators (element (i, d) of the tile
+// at acc[i * si + d * sd]) and its per-row running max m and sum l.
+template <typename T>
+STP_HD inline void write_query_rows(const AttentionLayout& L, const QueryTile& Q, T* o, float* lse, const float* acc,
+                                    i64 si, i64 sd, const float* m, const float* l) {
+  for (i64 i = 0; i < Q.ni; ++i) {
+    const float inv = 1.0f / l[i];
+    T* orow = o + Q.ptrs.o + (Q.i0 + i) * L.ldo;
+    for (i64 d = 0; d < L.D; ++d) orow[d] = from_f32<T>(acc[i * si + d * sd] * inv);
+    lse[Q.bh * L.T + Q.i0 + i] = m[i] + logf(l[i]);
+  }
+}
+
+// The end of a backward key tile: its keys' rows [j0, j0 + nj) of dk (times scale) and dv, each
+// rounded once, for the k/v head whose row 0 is at kv_off, from the f32 accumulators (element
+// (j, d) at dk_acc[j * sj + d * sd], dv_acc likewise).
+template <typename T>
+STP_HD inline void write_kv_rows(const AttentionLayout& L, T* dk, T* dv, i64 kv_off, i64 j0, i64 nj,
+                                 const float* dk_acc, const float* dv_acc, i64 sj, i64 sd, float scale) {
+  for (i64 j = 0; j < nj; ++j) {
+    T* dkrow = dk + kv_off + (j0 + j) * L.ldkv;
+    T* dvrow = dv + kv_off + (j0 + j) * L.ldkv;
+    for (i64 d = 0; d < L.D; ++d) {
+      dkrow[d] = from_f32<T>(dk_acc[j * sj + d * sd] * scale);
+      dvrow[d] = from_f32<T>(dv_acc[j * sj + d * sd]);
+    }
   }
 }
 

@@ -295,27 +295,6 @@ struct MeanOfRows {
   }
 };
 
-// The target's entry is computed from its own logit, read before the row is overwritten, so a bf16
-// row is rounded once per entry. One task per row segment (a row-wise launch over V).
-template <typename T>
-struct CrossEntropyBackward {
-  T* logits;
-  const float* lse;
-  const std::int32_t* targets;
-  float scale;
-  RowSegments seg;
-  STP_HD void operator()(usize i) const {
-    const auto [n, c0, len] = seg.part(i);
-    T* l = logits + n * seg.len;
-    const float z = lse[n];
-    const i64 target = targets[n];
-    const bool here = target >= c0 && target < c0 + len;
-    const float at_target = here ? exp_nonpositive(to_f32(l[target]) - z) * scale : 0.0f;
-    softmax_rows::row_exp_scaled(l + c0, len, z, scale);
-    if (here) l[target] = from_f32<T>(at_target - scale);
-  }
-};
-
 }  // namespace
 
 // ---- Launchers -------------------------------------------------------------------------------------
@@ -460,8 +439,9 @@ void cross_entropy_forward(Stream& s, float* loss, float* losses, float* lse, co
 template <typename T>
 void cross_entropy_backward_inplace(Stream& s, T* logits, const float* lse, const std::int32_t* targets, float scale,
                                     i64 N, i64 V) {
-  const RowSegments seg = row_wise(s, N, V);
-  launch(s, seg, CrossEntropyBackward<T>{logits, lse, targets, scale, seg}, row_grain(V));
+  // The replicated row is the vocab-parallel shard that holds every column and no padding: the
+  // same tasks, each entry the same expression.
+  vocab_ce_backward_inplace(s, logits, lse, targets, scale, N, V, V, 0);
 }
 
 // ---- Instantiations: f32, and bf16 activations (with f32 where a result feeds an f32 tensor) ---------

@@ -34,27 +34,47 @@ struct Ranks {
   }
 };
 
+// kRanks buffers of n values drawn uniformly from [lo, hi), rank after rank, from `seed`.
+std::vector<std::vector<float>> random_buffers(std::size_t n, unsigned seed, float lo, float hi) {
+  std::vector<std::vector<float>> data(kRanks, std::vector<float>(n));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (auto& v : data)
+    for (auto& x : v) x = u(rng);
+  return data;
+}
+
+// The serial reduction of the ranks' buffers, element by element in rank order:
+// op(...op(op(data[0][i], data[1][i]), data[2][i])..., data[kRanks - 1][i]).
+template <typename Op>
+std::vector<float> serial_reduce(const std::vector<std::vector<float>>& data, Op op) {
+  std::vector<float> out(data[0].size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    float acc = data[0][i];
+    for (int r = 1; r < kRanks; ++r) acc = op(acc, data[static_cast<std::size_t>(r)][i]);
+    out[i] = acc;
+  }
+  return out;
+}
+
+// Every rank's buffer equals `expect`, element for element.
+void expect_every_rank_holds(const std::vector<std::vector<float>>& data, const std::vector<float>& expect) {
+  for (int r = 0; r < kRanks; ++r)
+    for (std::size_t i = 0; i < expect.size(); ++i)
+      ASSERT_EQ(data[static_cast<std::size_t>(r)][i], expect[i]) << r << " " << i;
+}
+
 TEST(HostComm, AllReduceEqualsSerialSumOnEveryRank) {
   Ranks g;
   const std::size_t n = 10007;  // not divisible by the rank count
-  std::vector<std::vector<float>> data(kRanks, std::vector<float>(n));
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(-1, 1);
-  for (auto& v : data)
-    for (auto& x : v) x = u(rng);
-  std::vector<float> expect(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    float s = data[0][i];
-    for (int r = 1; r < kRanks; ++r) s += data[static_cast<std::size_t>(r)][i];  // rank order
-    expect[i] = s;
-  }
+  std::vector<std::vector<float>> data = random_buffers(n, 7, -1, 1);
+  const std::vector<float> expect = serial_reduce(data, [](float a, float b) { return a + b; });
   g.each([&](int r) {
     auto& s = *g.streams[static_cast<std::size_t>(r)];
     g.comms[static_cast<std::size_t>(r)]->all_reduce_sum(s, data[static_cast<std::size_t>(r)].data(), n);
     s.synchronize();
   });
-  for (int r = 0; r < kRanks; ++r)
-    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(data[static_cast<std::size_t>(r)][i], expect[i]) << r << " " << i;
+  ASSERT_NO_FATAL_FAILURE(expect_every_rank_holds(data, expect));
   EXPECT_EQ(g.comms[0]->bytes_sent(), n * sizeof(float));
 }
 
@@ -63,26 +83,16 @@ TEST(HostComm, AllReduceEqualsSerialSumOnEveryRank) {
 TEST(HostComm, AllReduceMaxIsTheElementwiseMaximumOnEveryRank) {
   Ranks g;
   const std::size_t n = 1001;  // not divisible by the rank count
-  std::vector<std::vector<float>> data(kRanks, std::vector<float>(n));
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<float> u(-5, -1);
-  for (auto& v : data)
-    for (auto& x : v) x = u(rng);
+  std::vector<std::vector<float>> data = random_buffers(n, 11, -5, -1);
   data[1][3] = -std::numeric_limits<float>::infinity();
   for (auto& v : data) v[7] = -std::numeric_limits<float>::infinity();  // every rank: stays -inf
-  std::vector<float> expect(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    float m = data[0][i];
-    for (int r = 1; r < kRanks; ++r) m = std::max(m, data[static_cast<std::size_t>(r)][i]);
-    expect[i] = m;
-  }
+  const std::vector<float> expect = serial_reduce(data, [](float a, float b) { return std::max(a, b); });
   g.each([&](int r) {
     auto& s = *g.streams[static_cast<std::size_t>(r)];
     g.comms[static_cast<std::size_t>(r)]->all_reduce_max(s, data[static_cast<std::size_t>(r)].data(), n);
     s.synchronize();
   });
-  for (int r = 0; r < kRanks; ++r)
-    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(data[static_cast<std::size_t>(r)][i], expect[i]) << r << " " << i;
+  ASSERT_NO_FATAL_FAILURE(expect_every_rank_holds(data, expect));
   EXPECT_TRUE(std::isinf(expect[7]));
   EXPECT_EQ(g.comms[0]->bytes_sent(), n * sizeof(float));
 }
@@ -92,17 +102,8 @@ TEST(HostComm, AllReduceMaxIsTheElementwiseMaximumOnEveryRank) {
 TEST(HostComm, ReduceScatterThenAllGatherIsTheAllReduce) {
   Ranks g;
   for (std::size_t n : {std::size_t{3}, std::size_t{8}, std::size_t{10007}}) {
-    std::vector<std::vector<float>> data(kRanks, std::vector<float>(n)), reduced(kRanks);
-    std::mt19937 rng(static_cast<unsigned>(n));
-    std::uniform_real_distribution<float> u(-1, 1);
-    for (auto& v : data)
-      for (auto& x : v) x = u(rng);
-    std::vector<float> expect(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      float s = data[0][i];
-      for (int r = 1; r < kRanks; ++r) s += data[static_cast<std::size_t>(r)][i];
-      expect[i] = s;
-    }
+    std::vector<std::vector<float>> data = random_buffers(n, static_cast<unsigned>(n), -1, 1), reduced(kRanks);
+    const std::vector<float> expect = serial_reduce(data, [](float a, float b) { return a + b; });
     std::vector<std::uint64_t> before(kRanks);
     for (int r = 0; r < kRanks; ++r)
       before[static_cast<std::size_t>(r)] = g.comms[static_cast<std::size_t>(r)]->bytes_sent();

@@ -246,23 +246,20 @@ const Case kCases[] = {
     {1, 300, 4, 2, 16},
 };
 
-TEST(FusedAttention, F32MatchesFloat64Reference) {
-  unsigned seed = 1;
+// check_case for every case of kCases, with the seeds first_seed, first_seed + 1, ...
+template <typename T>
+void check_every_case(unsigned first_seed) {
+  unsigned seed = first_seed;
   for (const Case& c : kCases) {
     SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " NH " + std::to_string(c.NH) + " NKV " +
                  std::to_string(c.NKV) + " D " + std::to_string(c.D));
-    check_case<float>(c, seed++);
+    check_case<T>(c, seed++);
   }
 }
 
-TEST(FusedAttention, Bf16MatchesFloat64ReferenceWithinBf16Rounding) {
-  unsigned seed = 101;
-  for (const Case& c : kCases) {
-    SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " NH " + std::to_string(c.NH) + " NKV " +
-                 std::to_string(c.NKV) + " D " + std::to_string(c.D));
-    check_case<bf16>(c, seed++);
-  }
-}
+TEST(FusedAttention, F32MatchesFloat64Reference) { check_every_case<float>(1); }
+
+TEST(FusedAttention, Bf16MatchesFloat64ReferenceWithinBf16Rounding) { check_every_case<bf16>(101); }
 
 // Every output bitwise equal across repeated runs and with oneTBB limited to 1 or 2 threads: each
 // element is written by one task that sums in a fixed order (attention_kernels.h, Work split).

@@ -9,8 +9,6 @@
 // GPT2Reference.Bf16LossAndGradientsMatchTorchWithinBf16Rounding.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-
 #include "tests/models/gpt2_test_util.h"
 
 namespace stp::test {
@@ -23,34 +21,15 @@ ModelSpec fused_config(DType precision = DType::F32) {
   return cfg;
 }
 
-void expect_matches_torch(DType precision, double loss_rel, double grad_scaled) {
-  const ModelSpec cfg = fused_config(precision);
-  for (int tp : {1, 2}) {
-    SCOPED_TRACE("tp " + std::to_string(tp));
-    TpStage ts(cfg, StageSpec{0, cfg.n_layer, 0, tp, reference_batch()}, tp);
-    ts.load_reference_params();
-    ts.zero_grads();
-    feed_reference_batch(ts, 0);
-    run_fused(ts, 0);
-    const float loss = host_copy(ts.stage().loss(0), ts.compute())[0];
-    const double ref_loss = reference().at("loss").data[0];
-    EXPECT_NEAR(loss, ref_loss, loss_rel * ref_loss);
-    double worst = 0;
-    for (ParamInfo& p : ts.stage().params()) {
-      const double err = scaled_error(ts.full_grad(p.name), reference().at("grad." + p.name).data);
-      EXPECT_LT(err, grad_scaled) << p.name;
-      worst = std::max(worst, err);
-    }
-    std::printf("[ fused %s tp %d ] loss rel %.2e, worst gradient scaled error %.2e\n",
-                precision == DType::BF16 ? "bf16" : "f32", tp, std::fabs(loss - ref_loss) / ref_loss, worst);
-    for (int r = 0; r < tp; ++r) EXPECT_EQ(ts.stage(r).live_record_bytes(), 0u);
-  }
+void expect_fused_matches_torch(DType precision, double loss_rel, double grad_scaled) {
+  expect_matches_torch(fused_config(precision), loss_rel, grad_scaled,
+                       precision == DType::BF16 ? "fused bf16" : "fused f32");
 }
 
-TEST(GPT2FusedAttention, LossAndGradientsMatchTorch) { expect_matches_torch(DType::F32, 1e-5, 1e-5); }
+TEST(GPT2FusedAttention, LossAndGradientsMatchTorch) { expect_fused_matches_torch(DType::F32, 1e-5, 1e-5); }
 
 TEST(GPT2FusedAttention, Bf16LossAndGradientsMatchTorchWithinBf16Rounding) {
-  expect_matches_torch(DType::BF16, 2e-3, 2e-2);
+  expect_fused_matches_torch(DType::BF16, 2e-3, 2e-2);
 }
 
 // The attention unit's records after F: no (B, H, T, T) tensor; "lse" (B, H, T) f32 read by B;

@@ -75,26 +75,7 @@ INSTANTIATE_TEST_SUITE_P(Splits, GPT2ReferenceTp,
 TEST(GPT2Reference, Bf16LossAndGradientsMatchTorchWithinBf16Rounding) {
   ModelSpec cfg = reference_config();
   cfg.precision = DType::BF16;
-  for (int tp : {1, 2}) {
-    SCOPED_TRACE("tp " + std::to_string(tp));
-    TpStage ts(cfg, StageSpec{0, cfg.n_layer, 0, tp, reference_batch()}, tp);
-    ts.load_reference_params();
-    ts.zero_grads();
-    feed_reference_batch(ts, 0);
-    run_fused(ts, 0);
-    const float loss = host_copy(ts.stage().loss(0), ts.compute())[0];
-    const double ref_loss = reference().at("loss").data[0];
-    EXPECT_NEAR(loss, ref_loss, 2e-3 * ref_loss);
-    double worst = 0;
-    std::string worst_name;
-    for (ParamInfo& p : ts.stage().params()) {
-      double err = scaled_error(ts.full_grad(p.name), reference().at("grad." + p.name).data);
-      EXPECT_LT(err, 2e-2) << p.name;
-      if (err > worst) worst = err, worst_name = p.name;
-    }
-    std::printf("[ bf16 tp %d ] loss rel %.2e, worst gradient scaled error %.2e (%s)\n", tp,
-                std::fabs(loss - ref_loss) / ref_loss, worst, worst_name.c_str());
-  }
+  expect_matches_torch(cfg, 2e-3, 2e-2, "bf16");
 }
 
 TEST(GPT2Reference, TenAdamWStepsMatchTorch) {

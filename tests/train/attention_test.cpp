@@ -18,7 +18,6 @@
 
 namespace {
 
-using stp::testing::expect_bitwise_equal;
 using stp::testing::tiny_config;
 using stp::testing::TrainRun;
 
@@ -58,30 +57,7 @@ TEST(AttentionKernels, LeversBitwiseNeutralAndPeaksAsPlannedUnderEitherKernel) {
     SCOPED_TRACE(kernel);
     const std::vector<std::string> base = {"parallel.tp=2", "parallel.pp=2", "model.n_layer=4", "parallel.schedule=stp",
                                            kernel};
-    const TrainRun keep = train(base, 2);
-    const std::size_t minimum = train(
-                                    [&] {
-                                      auto o = base;
-                                      o.insert(o.end(), {"memory.offload=auto", "memory.recompute=auto"});
-                                      return o;
-                                    }(),
-                                    1)
-                                    .plan.min_device_budget;
-    for (std::vector<std::string> lever : std::vector<std::vector<std::string>>{
-             {"memory.offload=all"},
-             {"memory.recompute=full"},
-             {"memory.recompute=selective"},
-             {"memory.offload=auto", "memory.recompute=auto",
-              "memory.device_budget=" + std::to_string((keep.peaks[0] + minimum) / 2)}}) {
-      SCOPED_TRACE(lever.back());
-      // The planner's budget, or the config's default memory.device_budget (256 MiB) for forced levers.
-      const std::uint64_t budget = lever.size() == 3 ? (keep.peaks[0] + minimum) / 2 : 256ull << 20;
-      lever.insert(lever.end(), base.begin(), base.end());
-      const TrainRun r = train(lever, 2);
-      expect_bitwise_equal(r, keep);
-      EXPECT_LT(r.peaks[0], keep.peaks[0]) << "the lever saved nothing";
-      stp::testing::expect_memory_as_planned(r, budget);
-    }
+    stp::testing::expect_memory_levers_neutral(train, base, 2, /*as_planned=*/true);
   }
 }
 

@@ -208,50 +208,62 @@ TEST(DistributedOptimizer, Bf16MastersAreShardedAndThePeakIsPredicted) {
   }
 }
 
+// The checkpoint tests' job: dp ranks (8 / dp microbatches each) on pp 2 under zb-v, buckets of
+// 1000, the overrides `more`, and the distributed optimizer on or off.
+std::vector<std::string> resume_job(int dp, bool on, const std::vector<std::string>& more = {}) {
+  std::vector<std::string> out = {"parallel.dp=" + std::to_string(dp), "parallel.pp=2", "parallel.schedule=zb-v",
+                                  "train.microbatches=" + std::to_string(8 / dp), "parallel.dp_bucket=1000"};
+  out.insert(out.end(), more.begin(), more.end());
+  out.push_back(std::string("parallel.distributed_optimizer=") + (on ? "true" : "false"));
+  return out;
+}
+
+// A run of `overrides` checkpointed into a fresh `dir` after two steps, and what it did next.
+struct SavedRun {
+  std::string checkpoint;
+  std::map<std::string, stp::HostTensor> saved;  // the full parameters at the checkpoint (with_saved)
+  std::vector<double> next;                      // the losses of the two steps after it
+  std::map<std::string, stp::HostTensor> after;  // the full parameters after those
+};
+
+SavedRun save_after_two_steps(const std::vector<std::string>& overrides, const std::filesystem::path& dir,
+                              bool with_saved) {
+  std::filesystem::remove_all(dir);
+  auto cfg = tiny_config(overrides);
+  cfg.output.dir = dir.string();
+  stp::Trainer t(cfg);
+  t.step();
+  t.step();
+  SavedRun out;
+  if (with_saved) out.saved = t.full_parameters();
+  out.checkpoint = t.save_checkpoint();
+  out.next.push_back(t.step().loss);
+  out.next.push_back(t.step().loss);
+  out.after = t.full_parameters();
+  return out;
+}
+
 // bf16 checkpoints carry the sharded masters exactly: taken with the distributed optimizer, they
 // load with it (the next steps bitwise the uninterrupted run's) and without it (the parameters
 // bitwise the saved ones, the next loss the same), and the reverse.
 TEST(DistributedOptimizer, Bf16CheckpointsCarryTheShardedMastersExactly) {
   auto dir = std::filesystem::path(STP_BINARY_DIR) / "tests" / "distopt_bf16_resume";
-  auto base = [](int dp, bool on) {
-    return std::vector<std::string>{"parallel.dp=" + std::to_string(dp),
-                                    "parallel.pp=2",
-                                    "parallel.schedule=zb-v",
-                                    "train.microbatches=" + std::to_string(8 / dp),
-                                    "parallel.dp_bucket=1000",
-                                    "train.precision=bf16",
-                                    std::string("parallel.distributed_optimizer=") + (on ? "true" : "false")};
-  };
+  auto base = [](int dp, bool on) { return resume_job(dp, on, {"train.precision=bf16"}); };
   for (bool saved_on : {true, false}) {
     SCOPED_TRACE(saved_on ? "saved with it on" : "saved with it off");
-    std::filesystem::remove_all(dir);
-    std::string ckpt;
-    std::vector<double> next;
-    std::map<std::string, stp::HostTensor> saved, after;
-    {
-      auto cfg = tiny_config(base(2, saved_on));
-      cfg.output.dir = dir.string();
-      stp::Trainer t(cfg);
-      t.step();
-      t.step();
-      saved = t.full_parameters();
-      ckpt = t.save_checkpoint();
-      next.push_back(t.step().loss);
-      next.push_back(t.step().loss);
-      after = t.full_parameters();
-    }
+    const SavedRun run = save_after_two_steps(base(2, saved_on), dir, /*with_saved=*/true);
     std::vector<std::pair<int, bool>> resumes = {{2, !saved_on}, {1, false}};
     if (saved_on) resumes.emplace_back(2, true);
     for (auto [dp, on] : resumes) {
       SCOPED_TRACE("resumed at dp " + std::to_string(dp) + (on ? " with it on" : " with it off"));
       auto cfg = tiny_config(base(dp, on));
-      cfg.train.resume = ckpt;
+      cfg.train.resume = run.checkpoint;
       stp::Trainer t(cfg);
-      EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(), saved)) << "the masters did not round-trip";
-      EXPECT_EQ(t.step().loss, next[0]) << "same parameters, same global batch, same forward";
+      EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(), run.saved)) << "the masters did not round-trip";
+      EXPECT_EQ(t.step().loss, run.next[0]) << "same parameters, same global batch, same forward";
       if (dp == 2 && on == saved_on) {  // the same arithmetic as the uninterrupted run
-        EXPECT_EQ(t.step().loss, next[1]);
-        EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(), after));
+        EXPECT_EQ(t.step().loss, run.next[1]);
+        EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(), run.after));
       }
     }
   }
@@ -260,42 +272,20 @@ TEST(DistributedOptimizer, Bf16CheckpointsCarryTheShardedMastersExactly) {
 // A checkpoint taken under one layout / setting resumes under the others with the same next loss.
 TEST(DistributedOptimizer, CheckpointsDoNotDependOnTheLayout) {
   auto dir = std::filesystem::path(STP_BINARY_DIR) / "tests" / "distopt_resume";
-  auto base = [](int dp, bool on) {
-    return std::vector<std::string>{"parallel.dp=" + std::to_string(dp),
-                                    "parallel.pp=2",
-                                    "parallel.schedule=zb-v",
-                                    "train.microbatches=" + std::to_string(8 / dp),
-                                    "parallel.dp_bucket=1000",
-                                    std::string("parallel.distributed_optimizer=") + (on ? "true" : "false")};
-  };
   for (bool saved_on : {true, false}) {
     SCOPED_TRACE(saved_on ? "saved with it on" : "saved with it off");
-    std::filesystem::remove_all(dir);
-    std::string ckpt;
-    std::vector<double> next;
-    std::map<std::string, stp::HostTensor> after;
-    {
-      auto cfg = tiny_config(base(2, saved_on));
-      cfg.output.dir = dir.string();
-      stp::Trainer t(cfg);
-      t.step();
-      t.step();
-      ckpt = t.save_checkpoint();
-      next.push_back(t.step().loss);
-      next.push_back(t.step().loss);
-      after = t.full_parameters();
-    }
+    const SavedRun run = save_after_two_steps(resume_job(2, saved_on), dir, /*with_saved=*/false);
     for (auto [dp, on] : {std::pair{2, true}, std::pair{2, false}, std::pair{1, false}, std::pair{1, true}}) {
       SCOPED_TRACE("resumed at dp " + std::to_string(dp) + (on ? " with it on" : " with it off"));
-      auto cfg = tiny_config(base(dp, on));
-      cfg.train.resume = ckpt;
+      auto cfg = tiny_config(resume_job(dp, on));
+      cfg.train.resume = run.checkpoint;
       stp::Trainer t(cfg);
       ASSERT_EQ(t.steps_done(), 2);
-      EXPECT_EQ(t.step().loss, next[0]) << "same parameters, same global batch, same forward";
+      EXPECT_EQ(t.step().loss, run.next[0]) << "same parameters, same global batch, same forward";
       // The second loss depends on the resumed moments: wrong moments move it far beyond rounding.
-      EXPECT_NEAR(t.step().loss, next[1], 1e-6 * next[1]);
+      EXPECT_NEAR(t.step().loss, run.next[1], 1e-6 * run.next[1]);
       std::string where;
-      EXPECT_LT(stp::testing::max_rel_diff(t.full_parameters(), after, &where), 1e-5) << "worst at " << where;
+      EXPECT_LT(stp::testing::max_rel_diff(t.full_parameters(), run.after, &where), 1e-5) << "worst at " << where;
     }
   }
 }

@@ -231,6 +231,35 @@ inline void expect_memory_as_planned(const TrainRun& r, std::uint64_t budget) {
   EXPECT_EQ(r.pinned, pinned);
 }
 
+// The memory levers against keeping everything, for the job `base` (overrides; train(overrides,
+// steps) trains one): offload all, recompute full, recompute selective, and the planner's mix
+// (offload and recompute auto) under a budget halfway between the keep-everything peak and the
+// plan's minimum (from one step with both on auto). Each lever, `steps` steps like keeping
+// everything, must train bitwise like it with a lower peak on device 0; with `as_planned` its
+// memory must also be as planned (expect_memory_as_planned, under the mix's budget, or the
+// config's default memory.device_budget, 256 MiB, for the forced levers).
+template <class Train>
+void expect_memory_levers_neutral(Train train, const std::vector<std::string>& base, int steps, bool as_planned) {
+  const TrainRun keep = train(base, steps);
+  std::vector<std::string> autos = base;
+  autos.insert(autos.end(), {"memory.offload=auto", "memory.recompute=auto"});
+  const std::size_t minimum = train(autos, 1).plan.min_device_budget;
+  const std::uint64_t mix_budget = (keep.peaks[0] + minimum) / 2;
+  for (std::vector<std::string> lever : std::vector<std::vector<std::string>>{
+           {"memory.offload=all"},
+           {"memory.recompute=full"},
+           {"memory.recompute=selective"},
+           {"memory.offload=auto", "memory.recompute=auto", "memory.device_budget=" + std::to_string(mix_budget)}}) {
+    SCOPED_TRACE(lever.back());
+    const std::uint64_t budget = lever.size() == 3 ? mix_budget : 256ull << 20;
+    lever.insert(lever.end(), base.begin(), base.end());
+    const TrainRun r = train(lever, steps);
+    expect_bitwise_equal(r, keep);
+    EXPECT_LT(r.peaks[0], keep.peaks[0]) << "the lever saved nothing";
+    if (as_planned) expect_memory_as_planned(r, budget);
+  }
+}
+
 // Sets the fault hook (train/fault_hook.h) to plant a NaN gradient on `rank` at `step` for one
 // scope: a Trainer reads it when it is built.
 struct NanGradHook {
