@@ -42,7 +42,7 @@ void expect_matches_torch(DType precision, double loss_rel, double grad_scaled) 
       worst = std::max(worst, err);
     }
     std::printf("[ fused %s tp %d ] loss rel %.2e, worst gradient scaled error %.2e\n",
-                precision == DType::BF16 ? "bf16" : "f32", tp, std::fabs(loss - ref_loss) / ref_loss, worst);
+                precision == DType::Bf16 ? "bf16" : "f32", tp, std::fabs(loss - ref_loss) / ref_loss, worst);
     for (int r = 0; r < tp; ++r) EXPECT_EQ(ts.stage(r).live_record_bytes(), 0u);
   }
 }
@@ -50,7 +50,7 @@ void expect_matches_torch(DType precision, double loss_rel, double grad_scaled) 
 TEST(GPT2FusedAttention, LossAndGradientsMatchTorch) { expect_matches_torch(DType::F32, 1e-5, 1e-5); }
 
 TEST(GPT2FusedAttention, Bf16LossAndGradientsMatchTorchWithinBf16Rounding) {
-  expect_matches_torch(DType::BF16, 2e-3, 2e-2);
+  expect_matches_torch(DType::Bf16, 2e-3, 2e-2);
 }
 
 // The attention unit's records after F: no (B, H, T, T) tensor; "lse" (B, H, T) f32 read by B;

@@ -74,7 +74,7 @@ INSTANTIATE_TEST_SUITE_P(Splits, GPT2ReferenceTp,
 // O(1).
 TEST(GPT2Reference, Bf16LossAndGradientsMatchTorchWithinBf16Rounding) {
   ModelSpec cfg = reference_config();
-  cfg.precision = DType::BF16;
+  cfg.precision = DType::Bf16;
   for (int tp : {1, 2}) {
     SCOPED_TRACE("tp " + std::to_string(tp));
     TpStage ts(cfg, StageSpec{0, cfg.n_layer, 0, tp, reference_batch()}, tp);
