@@ -13,7 +13,7 @@
 
 #include "tests/models/gpt2_test_util.h"
 
-namespace stp::test {
+namespace stp::testing {
 namespace {
 
 ModelSpec fused_config(DType precision = DType::F32) {
@@ -88,4 +88,4 @@ TEST(GPT2FusedAttention, RecordsAreLinearInTheSequenceLength) {
 }
 
 }  // namespace
-}  // namespace stp::test
+}  // namespace stp::testing

@@ -8,7 +8,7 @@
 #include "core/kernels/optim_kernels.h"
 #include "tests/models/gpt2_test_util.h"
 
-namespace stp::test {
+namespace stp::testing {
 namespace {
 
 constexpr double kTol = 1e-5;
@@ -130,4 +130,4 @@ TEST(GPT2Reference, TenAdamWStepsMatchTorch) {
 }
 
 }  // namespace
-}  // namespace stp::test
+}  // namespace stp::testing

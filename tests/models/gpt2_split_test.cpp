@@ -11,7 +11,7 @@
 
 #include "tests/models/gpt2_test_util.h"
 
-namespace stp::test {
+namespace stp::testing {
 namespace {
 
 std::map<std::string, std::vector<float>> grads_of(TpStage& ts) {
@@ -155,4 +155,4 @@ TEST(GPT2Split, OutOfOrderPassesAreRejected) {
 }
 
 }  // namespace
-}  // namespace stp::test
+}  // namespace stp::testing

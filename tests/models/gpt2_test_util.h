@@ -12,7 +12,7 @@
 #include "models/gpt2_stage.h"
 #include "tests/models/model_test_util.h"
 
-namespace stp::test {
+namespace stp::testing {
 
 inline const std::map<std::string, RefTensor>& reference() {
   static const auto ref = read_reference(std::string(STP_SOURCE_DIR) + "/tests/models/data/gpt2_tiny_ref.bin");
@@ -66,4 +66,4 @@ inline void run_fused(TpStage& ts, int mb) {
   }
 }
 
-}  // namespace stp::test
+}  // namespace stp::testing

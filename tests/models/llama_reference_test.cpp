@@ -9,7 +9,7 @@
 
 #include "tests/models/llama_test_util.h"
 
-namespace stp::test {
+namespace stp::testing {
 namespace {
 
 constexpr double kTol = 1e-5;
@@ -131,4 +131,4 @@ TEST(LlamaConfig, TpNotDividingKvHeadsIsAClearError) {
 }
 
 }  // namespace
-}  // namespace stp::test
+}  // namespace stp::testing
