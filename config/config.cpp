@@ -16,66 +16,66 @@ namespace stp {
 
 // clang-format off
 static const std::vector<Knob> kKnobs = {
-  // key                        type                   default           choices                                   doc
-  {"model.arch",             KnobType::KNOB_CHOICE, "gpt2",           "gpt2|llama", "model family: gpt2 = HF GPT-2 semantics (learned positions, pre-LN, tanh GELU, tied head); llama = HF LlamaForCausalLM / Qwen2ForCausalLM (RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention). docs/model.md", STP_FIELD(model.arch)},
-  {"model.n_layer",          KnobType::KNOB_INT,    "4",              "", "transformer blocks", STP_FIELD(model.n_layer)},
-  {"model.n_head",           KnobType::KNOB_INT,    "4",              "", "attention heads per block; divisible by parallel.tp", STP_FIELD(model.n_head)},
-  {"model.n_embd",           KnobType::KNOB_INT,    "128",            "", "embedding width C; divisible by model.n_head", STP_FIELD(model.n_embd)},
-  {"model.vocab_size",       KnobType::KNOB_INT,    "256",            "", "token vocabulary (>= 2; >= 256 for data.format text)", STP_FIELD(model.vocab_size)},
-  {"model.seq_len",          KnobType::KNOB_INT,    "128",            "", "tokens per sequence T (also the number of learned positions)", STP_FIELD(model.seq_len)},
-  {"model.n_kv_head",        KnobType::KNOB_INT,    "0",              "", "llama: key/value heads (grouped-query attention), dividing n_head and divisible by parallel.tp; 0 = n_head", STP_FIELD(model.n_kv_head)},
-  {"model.intermediate_size", KnobType::KNOB_INT,   "0",              "", "llama: MLP width (gate, up and down projections), divisible by parallel.tp; required", STP_FIELD(model.intermediate_size)},
-  {"model.rope_theta",       KnobType::KNOB_FLOAT,  "10000",          "", "llama: base of the rotary position frequencies", STP_FIELD(model.rope_theta)},
-  {"model.norm_eps",         KnobType::KNOB_FLOAT,  "1.0e-5",         "", "llama: RMSNorm epsilon", STP_FIELD(model.norm_eps)},
-  {"model.qkv_bias",         KnobType::KNOB_BOOL,   "false",          "", "llama: the q, k and v projections have biases (true for Qwen2)", STP_FIELD(model.qkv_bias)},
-  {"model.tie_embeddings",   KnobType::KNOB_CHOICE, "auto",           "auto|true|false", "the LM head is the token embedding; auto = true for gpt2 (always tied), false for llama", STP_FIELD(model.tie_embeddings)},
-  {"model.attention",        KnobType::KNOB_CHOICE, "fused",          "fused|naive", "fused: tiled causal attention with an online softmax, activation memory linear in seq_len (keeps the output and one log-sum-exp per query row); naive: the (B, H, T, T) probabilities are kept, the reference. docs/model.md, Attention", STP_FIELD(model.attention)},
-  {"model.init_from",        KnobType::KNOB_PATH,   "null",           "", "a Hugging Face model folder (config.json + model.safetensors or a sharded model.safetensors.index.json; every checkpoint folder is one) whose config.json fills the model keys the YAML leaves out, or a single .safetensors file; HF or stp tensor names, F32/BF16/F16. docs/model.md, Hugging Face models; null = seeded random init", STP_FIELD(model.init_from)},
-  {"data.path",              KnobType::KNOB_STRING, "/usr/share/games/fortunes", "", "a token file, or a folder whose regular files are concatenated in name order", STP_FIELD(data.path)},
-  {"data.format",            KnobType::KNOB_CHOICE, "text",           "text|u16|llmc|tok32", "text: bytes are tokens (vocab 256); u16: raw little-endian uint16; llmc: llm.c header + uint16; tok32: stp header + uint32", STP_FIELD(data.format)},
-  {"data.sampling",          KnobType::KNOB_CHOICE, "random",         "random|sequential", "sequence b starts at (b*T) mod (N-T) (sequential) or hash(seed, b) mod (N-T) (random)", STP_FIELD(data.sampling)},
-  {"data.val_path",          KnobType::KNOB_PATH,   "null",           "", "held-out tokens for the validation loss, in data.format (a file, or for text a folder); null = no validation", STP_FIELD(data.val_path)},
-  {"train.steps",            KnobType::KNOB_INT,    "200",            "", "optimizer steps", STP_FIELD(train.steps)},
-  {"train.micro_batch_size", KnobType::KNOB_INT,    "4",              "", "sequences per microbatch", STP_FIELD(train.micro_batch_size)},
-  {"train.microbatches",     KnobType::KNOB_INT,    "8",              "", "microbatches per step on each data-parallel replica (global batch = micro_batch_size x microbatches x dp)", STP_FIELD(train.microbatches)},
-  {"train.lr",               KnobType::KNOB_FLOAT,  "3.0e-4",         "", "peak learning rate", STP_FIELD(train.lr)},
-  {"train.lr_schedule",      KnobType::KNOB_CHOICE, "cosine",         "cosine|constant", "after linear warm-up: cosine decay to min_lr at the last step, or constant", STP_FIELD(train.lr_schedule)},
-  {"train.warmup_steps",     KnobType::KNOB_INT,    "10",             "", "linear warm-up steps (lr * s / warmup_steps for step s <= warmup_steps)", STP_FIELD(train.warmup_steps)},
-  {"train.min_lr",           KnobType::KNOB_FLOAT,  "3.0e-5",         "", "final learning rate of the cosine schedule", STP_FIELD(train.min_lr)},
-  {"train.grad_clip",        KnobType::KNOB_FLOAT,  "1.0",            "", "global gradient-norm clipping threshold; 0 = off", STP_FIELD(train.grad_clip)},
-  {"train.seed",             KnobType::KNOB_INT,    "1234",           "", "seed of the model init and of random sampling", STP_FIELD(train.seed)},
-  {"train.resume",           KnobType::KNOB_PATH,   "null",           "", "a checkpoint folder to continue from; null = start fresh", STP_FIELD(train.resume)},
-  {"train.precision",        KnobType::KNOB_CHOICE, "f32",            "f32|bf16", "bf16: mixed precision (bf16 activations and GEMM operands, f32 master weights, optimizer state, reductions and residual stream); emulated bit for bit on the CPU backend. docs/model.md, Precision", STP_FIELD(train.precision)},
-  {"train.eval_every",       KnobType::KNOB_INT,    "0",              "", "validation loss every N steps (and after the last step); 0 = never. Needs data.val_path", STP_FIELD(train.eval_every)},
-  {"train.eval_batches",     KnobType::KNOB_INT,    "2",              "", "validation size in global batches: the first eval_batches x micro_batch_size x microbatches x dp sequences of data.val_path, read in order; the same at every evaluation and under every layout with that global batch", STP_FIELD(train.eval_batches)},
-  {"train.max_skipped_steps", KnobType::KNOB_INT,   "5",              "", "a step whose loss or gradient norm is not finite is skipped (no update); after this many consecutive skips the run stops (exit status 5)", STP_FIELD(train.max_skipped_steps)},
-  {"train.peak_flops",       KnobType::KNOB_FLOAT,  "0",              "", "peak FLOP/s of one device, for the mfu metric (model FLOPs per token x tokens/s / (peak_flops x devices)); 0 = no mfu", STP_FIELD(train.peak_flops)},
-  {"optim.name",             KnobType::KNOB_CHOICE, "adamw",          "adamw", "optimizer (torch.optim.AdamW semantics)", STP_FIELD(optim.name)},
-  {"optim.beta1",            KnobType::KNOB_FLOAT,  "0.9",            "", "first-moment decay", STP_FIELD(optim.beta1)},
-  {"optim.beta2",            KnobType::KNOB_FLOAT,  "0.95",           "", "second-moment decay", STP_FIELD(optim.beta2)},
-  {"optim.eps",              KnobType::KNOB_FLOAT,  "1.0e-8",         "", "added to sqrt of the bias-corrected second moment", STP_FIELD(optim.eps)},
-  {"optim.weight_decay",     KnobType::KNOB_FLOAT,  "0.1",            "", "decoupled weight decay, on tensors with two or more dimensions only", STP_FIELD(optim.weight_decay)},
-  {"parallel.backend",       KnobType::KNOB_CHOICE, "cpu",            "cpu|cuda", "cpu: emulated devices in one process (the oracle); cuda: GPUs", STP_FIELD(parallel.backend)},
-  {"parallel.dp",            KnobType::KNOB_INT,    "1",              "", "data-parallel replicas, each reading its share of the global batch (threads of one process, or processes under mpirun; docs/scale-out.md)", STP_FIELD(parallel.dp)},
-  {"parallel.dp_bucket",     KnobType::KNOB_BYTES,  "4MiB",           "", "gradient bytes per data-parallel all-reduce (a chunk's gradients are cut into buckets of at most this size); null = one bucket per chunk", STP_FIELD(parallel.dp_bucket)},
-  {"parallel.vocab_parallel", KnobType::KNOB_BOOL,  "true",           "", "with tp > 1, each TP rank holds V_pad/tp rows of the token embedding and of the LM head and computes the cross-entropy from its shard of the logits (Megatron style; V is padded to a multiple of tp: docs/model.md, Vocab parallelism); false: both are replicated on every TP rank", STP_FIELD(parallel.vocab_parallel)},
-  {"parallel.distributed_optimizer", KnobType::KNOB_BOOL, "false",    "", "ZeRO-1: each data-parallel replica keeps and updates 1/dp of the AdamW state (and, in bf16, of the GEMM weights' f32 masters); gradients are reduce-scattered and the updated parameters all-gathered (bf16 copies in bf16) (docs/memory.md); a no-op with dp = 1", STP_FIELD(parallel.distributed_optimizer)},
-  {"parallel.tp",            KnobType::KNOB_INT,    "2",              "", "tensor-parallel ranks per stage; divides model.n_head", STP_FIELD(parallel.tp)},
-  {"parallel.pp",            KnobType::KNOB_INT,    "2",              "", "pipeline-parallel ranks", STP_FIELD(parallel.pp)},
-  {"parallel.schedule",      KnobType::KNOB_CHOICE, "stp",            "gpipe|1f1b|1f1b-i|zb-h1|zb-v|stp", "pipeline schedule", STP_FIELD(parallel.schedule)},
-  {"parallel.tp_link_bandwidth", KnobType::KNOB_RATE, "0",           "", "CPU backend: emulated TP all-reduce link rate (a rank's bytes / rate per all-reduce), e.g. 2GB/s; 0 or null = unlimited", STP_FIELD(parallel.tp_link_bandwidth)},
-  {"parallel.cpu_threads",   KnobType::KNOB_INT,    "0",              "", "OpenBLAS / oneTBB threads of the process; 0 = the number of processors", STP_FIELD(parallel.cpu_threads)},
-  {"memory.device_budget",   KnobType::KNOB_BYTES,  "256MiB",         "", "memory per device; null = the device's capacity", STP_FIELD(memory.device_budget)},
-  {"memory.host_budget",     KnobType::KNOB_BYTES,  "4GiB",           "", "pinned host memory for the whole process; null = unlimited", STP_FIELD(memory.host_budget)},
-  {"memory.offload",         KnobType::KNOB_CHOICE, "auto",           "auto|none|all", "activation offload to pinned host memory", STP_FIELD(memory.offload)},
-  {"memory.optimizer_offload", KnobType::KNOB_CHOICE, "none",     "auto|none|all", "AdamW state (and, under bf16 without the distributed optimizer, the f32 masters of the GEMM weights) in pinned host memory, updated by the CPU AdamW while the device computes; auto: per (rank, chunk), chosen with the activation levers, only for the chunks the device budget needs moved (docs/memory.md, Optimizer offload)", STP_FIELD(memory.optimizer_offload)},
-  {"memory.recompute",       KnobType::KNOB_CHOICE, "auto",           "auto|none|selective|full", "activation recomputation", STP_FIELD(memory.recompute)},
-  {"memory.link_bandwidth",  KnobType::KNOB_RATE,   "0",              "", "CPU backend: emulated D2H/H2D link rate, e.g. 12GB/s; 0 or null = unlimited", STP_FIELD(memory.link_bandwidth)},
-  {"memory.copy_engine_cpus", KnobType::KNOB_INT,   "0",              "", "CPU backend: the last N CPUs run only the D2H/H2D copy streams (an emulated copy engine, as a GPU's DMA engines do not take compute); 0 = copies share every CPU", STP_FIELD(memory.copy_engine_cpus)},
-  {"output.dir",             KnobType::KNOB_STRING, "runs/tiny",      "", "run folder: metrics.jsonl, config.yaml, checkpoints, trace.json", STP_FIELD(output.dir)},
-  {"output.log_every",       KnobType::KNOB_INT,    "1",              "", "write a metrics.jsonl line every N steps", STP_FIELD(output.log_every)},
-  {"output.checkpoint_every", KnobType::KNOB_INT,   "0",              "", "write output.dir/checkpoint-STEP every N steps; 0 = only at the end", STP_FIELD(output.checkpoint_every)},
-  {"output.trace",           KnobType::KNOB_BOOL,   "false",          "", "write output.dir/trace.json for `stp profile`", STP_FIELD(output.trace)},
+  // key                        type              default           choices                                   doc
+  {"model.arch",             KnobType::Choice, "gpt2",           "gpt2|llama", "model family: gpt2 = HF GPT-2 semantics (learned positions, pre-LN, tanh GELU, tied head); llama = HF LlamaForCausalLM / Qwen2ForCausalLM (RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention). docs/model.md", STP_FIELD(model.arch)},
+  {"model.n_layer",          KnobType::Int,    "4",              "", "transformer blocks", STP_FIELD(model.n_layer)},
+  {"model.n_head",           KnobType::Int,    "4",              "", "attention heads per block; divisible by parallel.tp", STP_FIELD(model.n_head)},
+  {"model.n_embd",           KnobType::Int,    "128",            "", "embedding width C; divisible by model.n_head", STP_FIELD(model.n_embd)},
+  {"model.vocab_size",       KnobType::Int,    "256",            "", "token vocabulary (>= 2; >= 256 for data.format text)", STP_FIELD(model.vocab_size)},
+  {"model.seq_len",          KnobType::Int,    "128",            "", "tokens per sequence T (also the number of learned positions)", STP_FIELD(model.seq_len)},
+  {"model.n_kv_head",        KnobType::Int,    "0",              "", "llama: key/value heads (grouped-query attention), dividing n_head and divisible by parallel.tp; 0 = n_head", STP_FIELD(model.n_kv_head)},
+  {"model.intermediate_size", KnobType::Int,   "0",              "", "llama: MLP width (gate, up and down projections), divisible by parallel.tp; required", STP_FIELD(model.intermediate_size)},
+  {"model.rope_theta",       KnobType::Float,  "10000",          "", "llama: base of the rotary position frequencies", STP_FIELD(model.rope_theta)},
+  {"model.norm_eps",         KnobType::Float,  "1.0e-5",         "", "llama: RMSNorm epsilon", STP_FIELD(model.norm_eps)},
+  {"model.qkv_bias",         KnobType::Bool,   "false",          "", "llama: the q, k and v projections have biases (true for Qwen2)", STP_FIELD(model.qkv_bias)},
+  {"model.tie_embeddings",   KnobType::Choice, "auto",           "auto|true|false", "the LM head is the token embedding; auto = true for gpt2 (always tied), false for llama", STP_FIELD(model.tie_embeddings)},
+  {"model.attention",        KnobType::Choice, "fused",          "fused|naive", "fused: tiled causal attention with an online softmax, activation memory linear in seq_len (keeps the output and one log-sum-exp per query row); naive: the (B, H, T, T) probabilities are kept, the reference. docs/model.md, Attention", STP_FIELD(model.attention)},
+  {"model.init_from",        KnobType::Path,   "null",           "", "a Hugging Face model folder (config.json + model.safetensors or a sharded model.safetensors.index.json; every checkpoint folder is one) whose config.json fills the model keys the YAML leaves out, or a single .safetensors file; HF or stp tensor names, F32/BF16/F16. docs/model.md, Hugging Face models; null = seeded random init", STP_FIELD(model.init_from)},
+  {"data.path",              KnobType::String, "/usr/share/games/fortunes", "", "a token file, or a folder whose regular files are concatenated in name order", STP_FIELD(data.path)},
+  {"data.format",            KnobType::Choice, "text",           "text|u16|llmc|tok32", "text: bytes are tokens (vocab 256); u16: raw little-endian uint16; llmc: llm.c header + uint16; tok32: stp header + uint32", STP_FIELD(data.format)},
+  {"data.sampling",          KnobType::Choice, "random",         "random|sequential", "sequence b starts at (b*T) mod (N-T) (sequential) or hash(seed, b) mod (N-T) (random)", STP_FIELD(data.sampling)},
+  {"data.val_path",          KnobType::Path,   "null",           "", "held-out tokens for the validation loss, in data.format (a file, or for text a folder); null = no validation", STP_FIELD(data.val_path)},
+  {"train.steps",            KnobType::Int,    "200",            "", "optimizer steps", STP_FIELD(train.steps)},
+  {"train.micro_batch_size", KnobType::Int,    "4",              "", "sequences per microbatch", STP_FIELD(train.micro_batch_size)},
+  {"train.microbatches",     KnobType::Int,    "8",              "", "microbatches per step on each data-parallel replica (global batch = micro_batch_size x microbatches x dp)", STP_FIELD(train.microbatches)},
+  {"train.lr",               KnobType::Float,  "3.0e-4",         "", "peak learning rate", STP_FIELD(train.lr)},
+  {"train.lr_schedule",      KnobType::Choice, "cosine",         "cosine|constant", "after linear warm-up: cosine decay to min_lr at the last step, or constant", STP_FIELD(train.lr_schedule)},
+  {"train.warmup_steps",     KnobType::Int,    "10",             "", "linear warm-up steps (lr * s / warmup_steps for step s <= warmup_steps)", STP_FIELD(train.warmup_steps)},
+  {"train.min_lr",           KnobType::Float,  "3.0e-5",         "", "final learning rate of the cosine schedule", STP_FIELD(train.min_lr)},
+  {"train.grad_clip",        KnobType::Float,  "1.0",            "", "global gradient-norm clipping threshold; 0 = off", STP_FIELD(train.grad_clip)},
+  {"train.seed",             KnobType::Int,    "1234",           "", "seed of the model init and of random sampling", STP_FIELD(train.seed)},
+  {"train.resume",           KnobType::Path,   "null",           "", "a checkpoint folder to continue from; null = start fresh", STP_FIELD(train.resume)},
+  {"train.precision",        KnobType::Choice, "f32",            "f32|bf16", "bf16: mixed precision (bf16 activations and GEMM operands, f32 master weights, optimizer state, reductions and residual stream); emulated bit for bit on the CPU backend. docs/model.md, Precision", STP_FIELD(train.precision)},
+  {"train.eval_every",       KnobType::Int,    "0",              "", "validation loss every N steps (and after the last step); 0 = never. Needs data.val_path", STP_FIELD(train.eval_every)},
+  {"train.eval_batches",     KnobType::Int,    "2",              "", "validation size in global batches: the first eval_batches x micro_batch_size x microbatches x dp sequences of data.val_path, read in order; the same at every evaluation and under every layout with that global batch", STP_FIELD(train.eval_batches)},
+  {"train.max_skipped_steps", KnobType::Int,   "5",              "", "a step whose loss or gradient norm is not finite is skipped (no update); after this many consecutive skips the run stops (exit status 5)", STP_FIELD(train.max_skipped_steps)},
+  {"train.peak_flops",       KnobType::Float,  "0",              "", "peak FLOP/s of one device, for the mfu metric (model FLOPs per token x tokens/s / (peak_flops x devices)); 0 = no mfu", STP_FIELD(train.peak_flops)},
+  {"optim.name",             KnobType::Choice, "adamw",          "adamw", "optimizer (torch.optim.AdamW semantics)", STP_FIELD(optim.name)},
+  {"optim.beta1",            KnobType::Float,  "0.9",            "", "first-moment decay", STP_FIELD(optim.beta1)},
+  {"optim.beta2",            KnobType::Float,  "0.95",           "", "second-moment decay", STP_FIELD(optim.beta2)},
+  {"optim.eps",              KnobType::Float,  "1.0e-8",         "", "added to sqrt of the bias-corrected second moment", STP_FIELD(optim.eps)},
+  {"optim.weight_decay",     KnobType::Float,  "0.1",            "", "decoupled weight decay, on tensors with two or more dimensions only", STP_FIELD(optim.weight_decay)},
+  {"parallel.backend",       KnobType::Choice, "cpu",            "cpu|cuda", "cpu: emulated devices in one process (the oracle); cuda: GPUs", STP_FIELD(parallel.backend)},
+  {"parallel.dp",            KnobType::Int,    "1",              "", "data-parallel replicas, each reading its share of the global batch (threads of one process, or processes under mpirun; docs/scale-out.md)", STP_FIELD(parallel.dp)},
+  {"parallel.dp_bucket",     KnobType::Bytes,  "4MiB",           "", "gradient bytes per data-parallel all-reduce (a chunk's gradients are cut into buckets of at most this size); null = one bucket per chunk", STP_FIELD(parallel.dp_bucket)},
+  {"parallel.vocab_parallel", KnobType::Bool,  "true",           "", "with tp > 1, each TP rank holds V_pad/tp rows of the token embedding and of the LM head and computes the cross-entropy from its shard of the logits (Megatron style; V is padded to a multiple of tp: docs/model.md, Vocab parallelism); false: both are replicated on every TP rank", STP_FIELD(parallel.vocab_parallel)},
+  {"parallel.distributed_optimizer", KnobType::Bool, "false",    "", "ZeRO-1: each data-parallel replica keeps and updates 1/dp of the AdamW state (and, in bf16, of the GEMM weights' f32 masters); gradients are reduce-scattered and the updated parameters all-gathered (bf16 copies in bf16) (docs/memory.md); a no-op with dp = 1", STP_FIELD(parallel.distributed_optimizer)},
+  {"parallel.tp",            KnobType::Int,    "2",              "", "tensor-parallel ranks per stage; divides model.n_head", STP_FIELD(parallel.tp)},
+  {"parallel.pp",            KnobType::Int,    "2",              "", "pipeline-parallel ranks", STP_FIELD(parallel.pp)},
+  {"parallel.schedule",      KnobType::Choice, "stp",            "gpipe|1f1b|1f1b-i|zb-h1|zb-v|stp", "pipeline schedule", STP_FIELD(parallel.schedule)},
+  {"parallel.tp_link_bandwidth", KnobType::Rate, "0",           "", "CPU backend: emulated TP all-reduce link rate (a rank's bytes / rate per all-reduce), e.g. 2GB/s; 0 or null = unlimited", STP_FIELD(parallel.tp_link_bandwidth)},
+  {"parallel.cpu_threads",   KnobType::Int,    "0",              "", "OpenBLAS / oneTBB threads of the process; 0 = the number of processors", STP_FIELD(parallel.cpu_threads)},
+  {"memory.device_budget",   KnobType::Bytes,  "256MiB",         "", "memory per device; null = the device's capacity", STP_FIELD(memory.device_budget)},
+  {"memory.host_budget",     KnobType::Bytes,  "4GiB",           "", "pinned host memory for the whole process; null = unlimited", STP_FIELD(memory.host_budget)},
+  {"memory.offload",         KnobType::Choice, "auto",           "auto|none|all", "activation offload to pinned host memory", STP_FIELD(memory.offload)},
+  {"memory.optimizer_offload", KnobType::Choice, "none",     "auto|none|all", "AdamW state (and, under bf16 without the distributed optimizer, the f32 masters of the GEMM weights) in pinned host memory, updated by the CPU AdamW while the device computes; auto: per (rank, chunk), chosen with the activation levers, only for the chunks the device budget needs moved (docs/memory.md, Optimizer offload)", STP_FIELD(memory.optimizer_offload)},
+  {"memory.recompute",       KnobType::Choice, "auto",           "auto|none|selective|full", "activation recomputation", STP_FIELD(memory.recompute)},
+  {"memory.link_bandwidth",  KnobType::Rate,   "0",              "", "CPU backend: emulated D2H/H2D link rate, e.g. 12GB/s; 0 or null = unlimited", STP_FIELD(memory.link_bandwidth)},
+  {"memory.copy_engine_cpus", KnobType::Int,   "0",              "", "CPU backend: the last N CPUs run only the D2H/H2D copy streams (an emulated copy engine, as a GPU's DMA engines do not take compute); 0 = copies share every CPU", STP_FIELD(memory.copy_engine_cpus)},
+  {"output.dir",             KnobType::String, "runs/tiny",      "", "run folder: metrics.jsonl, config.yaml, checkpoints, trace.json", STP_FIELD(output.dir)},
+  {"output.log_every",       KnobType::Int,    "1",              "", "write a metrics.jsonl line every N steps", STP_FIELD(output.log_every)},
+  {"output.checkpoint_every", KnobType::Int,   "0",              "", "write output.dir/checkpoint-STEP every N steps; 0 = only at the end", STP_FIELD(output.checkpoint_every)},
+  {"output.trace",           KnobType::Bool,   "false",          "", "write output.dir/trace.json for `stp profile`", STP_FIELD(output.trace)},
 };
 // clang-format on
 
@@ -96,14 +96,14 @@ const Knob* find_knob(const std::string& key) {
 
 const char* to_string(KnobType type) {
   switch (type) {
-    case KnobType::KNOB_INT: return "int";
-    case KnobType::KNOB_FLOAT: return "float";
-    case KnobType::KNOB_BOOL: return "bool";
-    case KnobType::KNOB_STRING: return "string";
-    case KnobType::KNOB_CHOICE: return "choice";
-    case KnobType::KNOB_PATH: return "path or null";
-    case KnobType::KNOB_BYTES: return "bytes or null";
-    case KnobType::KNOB_RATE: return "bytes/s";
+    case KnobType::Int: return "int";
+    case KnobType::Float: return "float";
+    case KnobType::Bool: return "bool";
+    case KnobType::String: return "string";
+    case KnobType::Choice: return "choice";
+    case KnobType::Path: return "path or null";
+    case KnobType::Bytes: return "bytes or null";
+    case KnobType::Rate: return "bytes/s";
   }
   return "?";
 }
@@ -129,12 +129,12 @@ std::string format_bytes_knob(std::uint64_t b) {
 // The knob's current value as YAML scalar text; nullopt = null.
 std::optional<std::string> knob_value_text(const Knob& k, const Config& cfg) {
   KnobField f = k.field(const_cast<Config&>(cfg));
-  if (k.type == KnobType::KNOB_BYTES) {
+  if (k.type == KnobType::Bytes) {
     auto* b = std::get<std::optional<std::uint64_t>*>(f);
     if (!b->has_value()) return std::nullopt;
     return format_bytes_knob(**b);
   }
-  if (k.type == KnobType::KNOB_PATH && std::get<std::string*>(f)->empty()) return std::nullopt;
+  if (k.type == KnobType::Path && std::get<std::string*>(f)->empty()) return std::nullopt;
   return std::visit(
       [](auto* p) -> std::string {
         using T = std::remove_pointer_t<decltype(p)>;
@@ -160,7 +160,7 @@ std::string Config::to_yaml() const {
       out << YAML::Key << key.substr(section.size() + 1) << YAML::Value;
       auto text = knob_value_text(k, *this);
       if (!text) out << YAML::Null;
-      else if (k.type == KnobType::KNOB_STRING || k.type == KnobType::KNOB_PATH) out << YAML::DoubleQuoted << *text;
+      else if (k.type == KnobType::String || k.type == KnobType::Path) out << YAML::DoubleQuoted << *text;
       else out << *text;
     }
     out << YAML::EndMap;
@@ -195,7 +195,7 @@ std::string config_knob_table_markdown() {
   std::string md = "| key | type | default | description |\n|---|---|---|---|\n";
   for (const Knob& k : kKnobs) {
     std::string type = to_string(k.type);
-    if (k.type == KnobType::KNOB_CHOICE) {
+    if (k.type == KnobType::Choice) {
       type = "";
       std::string choices = k.choices;
       std::size_t start = 0;

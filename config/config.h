@@ -127,14 +127,14 @@ struct Config {
 // ---- The knob registry -------------------------------------------------------------------
 
 enum class KnobType {
-  KNOB_INT,     // integer
-  KNOB_FLOAT,   // number
-  KNOB_BOOL,    // true | false
-  KNOB_STRING,  // any string
-  KNOB_CHOICE,  // one of Knob::choices
-  KNOB_PATH,    // a string or null ("")
-  KNOB_BYTES,   // byte size or null (see above)
-  KNOB_RATE,    // bytes per second; 0 or null = unlimited
+  Int,     // integer
+  Float,   // number
+  Bool,    // true | false
+  String,  // any string
+  Choice,  // one of Knob::choices
+  Path,    // a string or null ("")
+  Bytes,   // byte size or null (see above)
+  Rate,    // bytes per second; 0 or null = unlimited
 };
 
 using KnobField =
@@ -144,7 +144,7 @@ struct Knob {
   const char* key;  // dotted path: "section.name"
   KnobType type;
   const char* default_value;  // YAML scalar text
-  const char* choices;        // KNOB_CHOICE: "a|b|c"; otherwise ""
+  const char* choices;        // KnobType::Choice: "a|b|c"; otherwise ""
   const char* doc;            // one line
   KnobField (*field)(Config&);
 };

@@ -115,30 +115,30 @@ void set_knob(Config& cfg, const Knob& k, const YAML::Node& node, const std::str
   const std::string text = null ? "null" : node.Scalar();
   KnobField f = k.field(cfg);
   switch (k.type) {
-    case KnobType::KNOB_INT:
+    case KnobType::Int:
       if (null) bad_type(k, text, where, "an integer");
       if (auto* p = std::get_if<int*>(&f)) **p = parse_integer<int>(k, text, where);
       else if (auto* q = std::get_if<std::int64_t*>(&f)) **q = parse_integer<std::int64_t>(k, text, where);
       else **std::get_if<std::uint64_t*>(&f) = parse_integer<std::uint64_t>(k, text, where);
       return;
-    case KnobType::KNOB_FLOAT:
+    case KnobType::Float:
       if (null) bad_type(k, text, where, "a number");
       *std::get<double*>(f) = parse_float(k, text, where);
       return;
-    case KnobType::KNOB_BOOL: *std::get<bool*>(f) = parse_bool(k, text, where); return;
-    case KnobType::KNOB_STRING:
+    case KnobType::Bool: *std::get<bool*>(f) = parse_bool(k, text, where); return;
+    case KnobType::String:
       if (null || text.empty()) bad_type(k, text, where, "a non-empty string");
       *std::get<std::string*>(f) = text;
       return;
-    case KnobType::KNOB_CHOICE: *std::get<std::string*>(f) = parse_choice(k, text, where); return;
-    case KnobType::KNOB_PATH: *std::get<std::string*>(f) = null ? "" : text; return;
-    case KnobType::KNOB_BYTES: {
+    case KnobType::Choice: *std::get<std::string*>(f) = parse_choice(k, text, where); return;
+    case KnobType::Path: *std::get<std::string*>(f) = null ? "" : text; return;
+    case KnobType::Bytes: {
       auto* b = std::get<std::optional<std::uint64_t>*>(f);
       if (null) b->reset();
       else *b = parse_byte_size(text, str(k.key, " (", where, ")"));
       return;
     }
-    case KnobType::KNOB_RATE:
+    case KnobType::Rate:
       *std::get<double*>(f) = null ? 0.0 : parse_byte_rate(text, str(k.key, " (", where, ")"));
       return;
   }

@@ -1,10 +1,13 @@
 // Communicators: one interface for the collectives and point-to-point transfers of the runtime,
 // enqueued on a stream like any other work and completing through that stream's events.
 //
-//   HostComm  (core/comm.h)  — CPU ranks: threads of one process, shared memory.
-//   NcclComm  (core/cuda)         — GPUs: NCCL communicators, one thread per GPU.
+//   HostComm  (core/cpu/host_comm.cpp)    — CPU ranks: threads of one process, shared memory.
+//   MpiComm   (process/mpi/mpi_comm.cpp)  — CPU ranks in separate processes, over MPI.
+//   NcclComm  (core/cuda/nccl_comm.cu)    — GPUs: NCCL communicators, one thread per GPU in a
+//                                           process, or one GPU per process.
+// The dry run's communicators (make_null_comms, core/cpu/dry_stream.h) do nothing.
 //
-// Contract (both backends):
+// Contract (every communicator that moves data):
 //   * every rank of a communicator issues the same collectives in the same order;
 //   * all_reduce_sum reduces in place; the result is identical on every rank (HostComm sums
 //     in rank order, so it is also deterministic run to run); all_reduce_max likewise leaves the
@@ -12,12 +15,12 @@
 //   * reduce_scatter_sum and all_gather work in place on a buffer of the same count on every
 //     rank, cut into size() slices by comm_slice (rank r owns slice r). reduce_scatter_sum leaves
 //     the sum over ranks in this rank's slice, bitwise what all_reduce_sum leaves there (HostComm
-//     and the MPI communicator sum in rank order; NCCL makes no such promise), and the other
-//     slices unspecified; all_gather copies every rank's slice to every rank. One all-reduce is
-//     one reduce_scatter_sum then one all_gather;
+//     and MpiComm sum in rank order; NCCL makes no such promise), and the other slices
+//     unspecified; all_gather copies every rank's slice to every rank. One all-reduce is one
+//     reduce_scatter_sum then one all_gather;
 //   * send/recv on a directed pair (src -> dst) deliver in issue order; `tag` is a debugging
-//     aid that HostComm checks (a mismatch — e.g. two ranks disagreeing on the order of message
-//     kinds on a channel — is an error instead of silent corruption); sizes must match;
+//     aid that HostComm and MpiComm check (a mismatch — e.g. two ranks disagreeing on the order
+//     of message kinds on a channel — is an error instead of silent corruption); sizes must match;
 //   * errors inside a collective abort the whole communicator: every rank's pending operation
 //     fails (rethrown at Stream::synchronize) instead of hanging.
 #pragma once

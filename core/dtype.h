@@ -19,7 +19,7 @@
 
 namespace stp {
 
-enum class DType : std::uint8_t { F32, BF16 };
+enum class DType : std::uint8_t { F32, Bf16 };
 
 std::size_t dtype_size(DType dtype);
 const char* to_string(DType dtype);
@@ -77,7 +77,7 @@ constexpr DType dtype_of<float>() {
 }
 template <>
 constexpr DType dtype_of<bf16>() {
-  return DType::BF16;
+  return DType::Bf16;
 }
 
 }  // namespace stp

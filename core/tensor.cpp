@@ -7,7 +7,7 @@ namespace stp {
 std::size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::F32: return 4;
-    case DType::BF16: return 2;
+    case DType::Bf16: return 2;
   }
   throw_internal(__FILE__, __LINE__, "dtype", "unknown dtype");
 }

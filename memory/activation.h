@@ -32,10 +32,10 @@
 namespace stp {
 
 enum class RecordReader : std::uint8_t {
-  B = 1,       // read by B of the owning unit
-  W = 2,       // read by W of the owning unit
-  BW = 3,      // read by both
-  B_PREV = 4,  // read by B of the previous unit (u-1) of the same stage
+  B = 1,      // read by B of the owning unit
+  W = 2,      // read by W of the owning unit
+  BW = 3,     // read by both
+  BPrev = 4,  // read by B of the previous unit (u-1) of the same stage
 };
 
 const char* to_string(RecordReader reader);
@@ -53,7 +53,7 @@ inline const char* to_string(RecordReader reader) {
     case RecordReader::B: return "B";
     case RecordReader::W: return "W";
     case RecordReader::BW: return "BW";
-    case RecordReader::B_PREV: return "B(u-1)";
+    case RecordReader::BPrev: return "B(u-1)";
   }
   return "?";
 }

@@ -14,7 +14,7 @@ namespace stp {
 namespace {
 
 using i64 = std::int64_t;
-constexpr RecordReader kB = RecordReader::B, kW = RecordReader::W, kPrev = RecordReader::B_PREV;
+constexpr RecordReader kB = RecordReader::B, kW = RecordReader::W, kPrev = RecordReader::BPrev;
 
 // The steps of F that a recompute re-runs. F and the recompute both call these, so they run the
 // same kernels with the same arguments on the same inputs: the regenerated records are bitwise

@@ -25,7 +25,7 @@
 //       dx = dy + LN^T(AR(g_part))     dw_ln += sum(AR(g_part) * xhat), db_ln += sum(AR(g_part))
 //   where dy (the gradient w.r.t. the unit's output, full on every rank) is the residual gradient:
 //   added after the branch all-reduce and never reduced (docs/schedules.md, STP op lists, Pitfalls). Hence the
-//   LayerNorm input and statistics of unit u are records read by B(u-1) (RecordReader::B_PREV),
+//   LayerNorm input and statistics of unit u are records read by B(u-1) (RecordReader::BPrev),
 //   and LayerNorm weight gradients are computed in B, not W (they are tiny). So is the gradient of
 //   c_proj's bias: a column sum of the f32 dy (with bf16 precision, W only has dy's bf16 copy).
 #pragma once
@@ -78,7 +78,7 @@ Tensor gpt2_mlp_backward_input(const GPT2Dims& d, const GPT2Branch& p, const Ten
 void gpt2_mlp_backward_weight(const GPT2Dims& d, const GPT2Branch& p, RecordSet& rec, CallScope& cs);
 
 // The LayerNorm backward of a TP unit after its all-reduce: returns dx = dy + LN^T(dln),
-// accumulates the LayerNorm weight grads and releases the unit's B_PREV records.
+// accumulates the LayerNorm weight grads and releases the unit's BPrev records.
 Tensor gpt2_norm_finalize(const GPT2Dims& d, const GPT2LayerNorm& p, const Tensor& dy, const Tensor& dln,
                           RecordSet& rec, CallScope& cs);
 

@@ -13,7 +13,7 @@ namespace stp {
 namespace {
 
 using i64 = std::int64_t;
-constexpr RecordReader kB = RecordReader::B, kW = RecordReader::W, kPrev = RecordReader::B_PREV;
+constexpr RecordReader kB = RecordReader::B, kW = RecordReader::W, kPrev = RecordReader::BPrev;
 
 bool grouped(const LlamaDims& d) { return d.K != d.H; }
 

@@ -66,7 +66,7 @@ Tensor llama_mlp_backward_input(const LlamaDims& d, const LlamaBranch& p, const 
 void llama_mlp_backward_weight(const LlamaDims& d, const LlamaBranch& p, RecordSet& rec, CallScope& cs);
 
 // The RMSNorm backward of a TP unit after its all-reduce: dx = dy + RMSNorm^T(dln); accumulates
-// the norm weight's gradient and releases the unit's B_PREV records.
+// the norm weight's gradient and releases the unit's BPrev records.
 Tensor llama_norm_finalize(const LlamaDims& d, ParamInfo& norm, const Tensor& dy, const Tensor& dln, RecordSet& rec,
                            CallScope& cs);
 

@@ -113,7 +113,7 @@ ParamStore::ParamStore(std::vector<ParamInfo> table, DType precision, const Pred
     if (gemm_weight(p.name)) compute_total += numel(shard_shape(p));
   {
     MaybeCategoryScope weights(alloc, MemoryCategory::Weights);
-    flat_compute_ = Tensor::empty(alloc, {compute_total}, DType::BF16);
+    flat_compute_ = Tensor::empty(alloc, {compute_total}, DType::Bf16);
   }
   flat_copies_ = flat_compute_.view(0, {sharded_total});
   offset = 0;
@@ -128,7 +128,7 @@ ParamStore::ParamStore(std::vector<ParamInfo> table, DType precision, const Pred
 
 void ParamStore::refresh_compute(Stream& s, bool host_masters) {
   for (const ParamInfo& p : params_)
-    if (p.compute.dtype() == DType::BF16 && !p.sharded_master && (host_masters || !p.host_master))
+    if (p.compute.dtype() == DType::Bf16 && !p.sharded_master && (host_masters || !p.host_master))
       convert(s, p.compute.as<bf16>(), p.param.f32(), p.param.numel());
 }
 

@@ -60,7 +60,7 @@
 //   * B(u) allocates the dropped records again (plus the recompute's temporaries) and does
 //     recompute_cost(u, r) of F(u)'s FLOPs more work;
 //   * B(u) then also reads the records the recompute starts from (the unit input "ln.x", tagged
-//     B_PREV, and for Selective "qkv" / "h"): an offloaded one must be back before B(u).
+//     BPrev, and for Selective "qkv" / "h"): an offloaded one must be back before B(u).
 #pragma once
 
 #include <cstdint>

@@ -49,7 +49,7 @@ inline bool fused(const UnitDims& d) { return d.attention == AttentionKernel::Fu
 // functions pick the instantiation once.
 template <typename Fn>
 decltype(auto) with_act(const UnitDims& d, Fn&& fn) {
-  if (d.act == DType::BF16) return fn(bf16{});
+  if (d.act == DType::Bf16) return fn(bf16{});
   return fn(float{});
 }
 

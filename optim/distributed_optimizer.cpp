@@ -73,7 +73,7 @@ void DistributedOptimizer::add_chunk(Stage& stage) {
   const auto n = static_cast<std::size_t>(c.grads.numel());
   c.split = static_cast<std::size_t>(c.params.numel());
   const std::size_t tail = c.copies.defined() ? static_cast<std::size_t>(c.copies.numel()) : 0;
-  STP_ASSERT(c.split + tail == n && (tail == 0 || c.copies.dtype() == DType::BF16),
+  STP_ASSERT(c.split + tail == n && (tail == 0 || c.copies.dtype() == DType::Bf16),
              "DistributedOptimizer: a chunk's gradients are its f32 parameters then its bf16 copies (", c.split, " + ",
              tail, " != ", n, ")");
   // Buckets never straddle the split: a bucket is all-gathered as f32 parameters or bf16 copies.

@@ -61,7 +61,7 @@ void HostUpdate::allocate_staging() {
     if (g.device_masters > 0) g.p_host = Tensor::empty(host_, Shape{static_cast<std::int64_t>(g.device_masters)});
     g.g_host = Tensor::empty(host_, Shape{static_cast<std::int64_t>(g.elements)});
     if (g.host_masters > 0)
-      g.c_host = Tensor::empty(host_, Shape{static_cast<std::int64_t>(g.host_masters)}, DType::BF16);
+      g.c_host = Tensor::empty(host_, Shape{static_cast<std::int64_t>(g.host_masters)}, DType::Bf16);
   }
   staged_ = true;
 }

@@ -27,7 +27,7 @@ struct RankStep {
 // Everything in flight on a rank besides compute: the intervals issue gaps are measured against.
 Intervals in_flight(const RankTimeline& r) {
   std::vector<Interval> v;
-  for (Lane l : {Lane::TpComm, Lane::P2P, Lane::D2H, Lane::H2D})
+  for (Lane l : {Lane::TpComm, Lane::P2p, Lane::D2h, Lane::H2d})
     for (const Span* s : r.lane(l)) v.push_back({s->ts, s->end});
   return unite(std::move(v));
 }
@@ -200,16 +200,16 @@ Calibration calibrate(const Trace& trace, const std::vector<RankTimeline>& ranks
         rs.ops = starting_in(rt.ops, w->begin, w->end);
         rs.units = starting_in(rt.units(), w->begin, w->end);
         rs.ars = starting_in(rt.lane(Lane::TpComm), w->begin, w->end);
-        for (const Span* p : starting_in(rt.lane(Lane::P2P), w->begin, w->end))
+        for (const Span* p : starting_in(rt.lane(Lane::P2p), w->begin, w->end))
           rs.recv_by_name.emplace(trace.str(p->name), p);
         STP_CHECK(rs.ops.size() == s.ranks[r].size(), "rank ", rt.pid, " ran ", rs.ops.size(), " ops in step ", w->step,
                   " but schedule ", s.name, " (pp ", s.pp, ", microbatches ", s.microbatches, ") gives pp rank ", r,
                   " ", s.ranks[r].size(), ": the trace is not of this schedule");
         charge_issue_gaps(rs, busy_elsewhere.at(rt.pid));
         assign_ops(rs);
-        for (const Span* c : starting_in(rt.lane(Lane::D2H), w->begin, w->end))
+        for (const Span* c : starting_in(rt.lane(Lane::D2h), w->begin, w->end))
           if (c->bytes > 0) sm.d2h_bytes += c->bytes, sm.d2h_us += c->dur();
-        for (const Span* c : starting_in(rt.lane(Lane::H2D), w->begin, w->end))
+        for (const Span* c : starting_in(rt.lane(Lane::H2d), w->begin, w->end))
           if (c->bytes > 0) sm.h2d_bytes += c->bytes, sm.h2d_us += c->dur();
       }
     if (!complete) continue;

@@ -60,14 +60,14 @@ RankTimes measure(const RankTimeline& rank, const StepFilter& filter) {
     }
     const Intervals& compute = lane[static_cast<int>(Lane::Compute)];
     const Intervals& tp = lane[static_cast<int>(Lane::TpComm)];
-    const Intervals& p2p = lane[static_cast<int>(Lane::P2P)];
-    const Intervals copies = unite(lane[static_cast<int>(Lane::D2H)], lane[static_cast<int>(Lane::H2D)]);
+    const Intervals& p2p = lane[static_cast<int>(Lane::P2p)];
+    const Intervals copies = unite(lane[static_cast<int>(Lane::D2h)], lane[static_cast<int>(Lane::H2d)]);
     m.tp_ms += length(tp) * ms;
     m.p2p_ms += length(p2p) * ms;
-    m.d2h_ms += length(lane[static_cast<int>(Lane::D2H)]) * ms;
-    m.h2d_ms += length(lane[static_cast<int>(Lane::H2D)]) * ms;
-    m.d2h_bytes += bytes_of(rank.lane(Lane::D2H), w.begin, w.end);
-    m.h2d_bytes += bytes_of(rank.lane(Lane::H2D), w.begin, w.end);
+    m.d2h_ms += length(lane[static_cast<int>(Lane::D2h)]) * ms;
+    m.h2d_ms += length(lane[static_cast<int>(Lane::H2d)]) * ms;
+    m.d2h_bytes += bytes_of(rank.lane(Lane::D2h), w.begin, w.end);
+    m.h2d_bytes += bytes_of(rank.lane(Lane::H2d), w.begin, w.end);
     m.copy_ms += length(copies) * ms;
     m.copy_hidden_ms += length(intersect(copies, compute)) * ms;
     if (compute.empty()) continue;

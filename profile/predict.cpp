@@ -31,7 +31,7 @@ Prediction predict(const Trace& trace, const std::vector<RankTimeline>& ranks, c
   if (!extent.empty()) p.makespan.measured /= static_cast<double>(extent.size());
 
   for (int r = 0; r < s.pp; ++r) {
-    RankPrediction rp;
+    RankVersus rp;
     rp.rank = r;
     RankTimes sum;
     int steps = 0;

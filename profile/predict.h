@@ -26,7 +26,8 @@ struct Versus {
   double error() const { return measured != 0 ? (predicted - measured) / measured : 0; }  // relative
 };
 
-struct RankPrediction {
+// One pipeline rank's measured and predicted times (a block of `stp profile`'s prediction table).
+struct RankVersus {
   int rank = 0;  // pp rank
   Versus span, busy, tp_exposed, bubble;
 };
@@ -35,7 +36,7 @@ struct Prediction {
   Calibration calibration;
   sched::SimResult sim;
   Versus makespan;  // ms per step
-  std::vector<RankPrediction> ranks;
+  std::vector<RankVersus> ranks;
 };
 
 Prediction predict(const Trace& trace, const std::vector<RankTimeline>& ranks, const sched::Schedule& schedule, int tp,

@@ -113,12 +113,12 @@ std::string thin_row(const Trace& trace, const std::vector<const Span*>& spans, 
       int chunk = 0;
       sched::Pass pass = sched::Pass::F;
       if (part_of(trace.str(s->part), chunk, pass)) colour = svg::fill(chunk, pass);
-    } else if (lane == Lane::P2P) {
+    } else if (lane == Lane::P2p) {
       bool send = trace.str(s->name).rfind(trace::span::kSend, 0) == 0;
       colour = send ? kSend : kRecv;
-    } else if (lane == Lane::D2H) {
+    } else if (lane == Lane::D2h) {
       colour = kD2H;
-    } else if (lane == Lane::H2D) {
+    } else if (lane == Lane::H2d) {
       colour = kH2D;
     }
     double w = std::max(f.w(s->ts, s->end), 0.6);  // a 20 µs send stays visible
@@ -290,7 +290,7 @@ std::string render_timeline_svg(const Trace& trace, const std::vector<RankTimeli
     out += compute_row(trace, r, f, y);
     double yl = y + kCompute + 2;
     const std::pair<Lane, const char*> thin[] = {
-        {Lane::TpComm, "TP"}, {Lane::P2P, "P2P"}, {Lane::D2H, "D2H"}, {Lane::H2D, "H2D"}};
+        {Lane::TpComm, "TP"}, {Lane::P2p, "P2P"}, {Lane::D2h, "D2H"}, {Lane::H2d, "H2D"}};
     for (const auto& [lane, name] : thin) {
       out += thin_row(trace, r.lane(lane), lane, f, yl, name);
       yl += kLane + kLaneGap;

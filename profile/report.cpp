@@ -179,7 +179,7 @@ std::string render_text(const Report& r) {
                fmt("  %+5.1f%%", 100 * v.error()), "\n");
     };
     line("makespan ms", p.makespan);
-    for (const RankPrediction& rp : p.ranks) {
+    for (const RankVersus& rp : p.ranks) {
       line(str("pp rank ", rp.rank, " span"), rp.span);
       line("  busy + issue", rp.busy);
       line("  TP exposed", rp.tp_exposed);
@@ -261,7 +261,7 @@ std::string render_json(const Report& r) {
     pr["h2d_gbps"] = num(p.calibration.h2d_gbps);
     pr["makespan_ms"] = versus_json(p.makespan);
     ordered_json pranks = ordered_json::array();
-    for (const RankPrediction& rp : p.ranks)
+    for (const RankVersus& rp : p.ranks)
       pranks.push_back({{"rank", rp.rank},
                         {"span_ms", versus_json(rp.span)},
                         {"busy_ms", versus_json(rp.busy)},

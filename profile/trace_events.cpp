@@ -8,16 +8,16 @@ const char* to_string(Lane lane) {
   switch (lane) {
     case Lane::Compute: return trace::stream::kCompute;
     case Lane::TpComm: return trace::stream::kTpComm;
-    case Lane::P2P: return trace::stream::kP2p;
-    case Lane::D2H: return trace::stream::kD2h;
-    case Lane::H2D: return trace::stream::kH2d;
+    case Lane::P2p: return trace::stream::kP2p;
+    case Lane::D2h: return trace::stream::kD2h;
+    case Lane::H2d: return trace::stream::kH2d;
     case Lane::Other: break;
   }
   return "other";
 }
 
 Lane lane_of_stream(const std::string& name) {
-  for (Lane l : {Lane::Compute, Lane::TpComm, Lane::P2P, Lane::D2H, Lane::H2D})
+  for (Lane l : {Lane::Compute, Lane::TpComm, Lane::P2p, Lane::D2h, Lane::H2d})
     if (name == to_string(l)) return l;
   return Lane::Other;
 }

@@ -19,7 +19,7 @@
 
 namespace stp::profile {
 
-enum class Lane : std::uint8_t { Compute, TpComm, P2P, D2H, H2D, Other };
+enum class Lane : std::uint8_t { Compute, TpComm, P2p, D2h, H2d, Other };
 constexpr int kLanes = 6;
 const char* to_string(Lane lane);  // the stream's name (trace::stream), "other" for Lane::Other
 Lane lane_of_stream(const std::string& name);

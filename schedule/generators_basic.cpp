@@ -8,7 +8,7 @@ namespace stp::sched {
 
 // GPipe: every forward, then every backward (W fused), both in microbatch order. Any m ≥ 1.
 Schedule generate_gpipe(int pp, int m) {
-  Schedule s = make_schedule("gpipe", pp, m, 1, Placement::INTERLEAVED);
+  Schedule s = make_schedule("gpipe", pp, m, 1, Placement::Interleaved);
   for (auto& ops : s.ranks) {
     for (int j = 1; j <= m; ++j) ops.push_back(Op::f(0, j));
     for (int j = 1; j <= m; ++j) ops.push_back(Op::bwd(0, j, false));
@@ -19,7 +19,7 @@ Schedule generate_gpipe(int pp, int m) {
 // 1F1B (PipeDream-flush). Rank r: warm-up w = min(p−1−r, m) forwards; steady m−w pairs (F, B);
 // cool-down the w remaining backwards. Any m ≥ 1.
 Schedule generate_1f1b(int pp, int m) {
-  Schedule s = make_schedule("1f1b", pp, m, 1, Placement::INTERLEAVED);
+  Schedule s = make_schedule("1f1b", pp, m, 1, Placement::Interleaved);
   for (int r = 0; r < pp; ++r) {
     auto& ops = s.ranks[r];
     int warmup = std::min(pp - 1 - r, m);
@@ -40,7 +40,7 @@ Schedule generate_1f1b(int pp, int m) {
 // Splitting lets the backward wave move T_W faster per hop; holding r W's on rank r puts them where the
 // cool-down of 1F1B idles. Memory stays at 1F1B's p·M_B. Any m ≥ 1.
 Schedule generate_zb_h1(int pp, int m) {
-  Schedule s = make_schedule("zb-h1", pp, m, 1, Placement::INTERLEAVED);
+  Schedule s = make_schedule("zb-h1", pp, m, 1, Placement::Interleaved);
   for (int r = 0; r < pp; ++r) {
     auto& ops = s.ranks[r];
     std::deque<int> pending;  // microbatches whose W is deferred

@@ -41,7 +41,7 @@ static int group_size(int pp, int m) {
 Schedule generate_1f1b_i(int pp, int m) {
   const int v = 2;
   const int g = group_size(pp, m);
-  Schedule s = make_schedule("1f1b-i", pp, m, v, Placement::INTERLEAVED);
+  Schedule s = make_schedule("1f1b-i", pp, m, v, Placement::Interleaved);
   std::vector<ChunkMb> table = forward_table(m, v, g);
   const int total = m * v;
   for (int r = 0; r < pp; ++r) {

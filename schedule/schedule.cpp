@@ -15,7 +15,7 @@ std::size_t Schedule::n_ops() const {
 }
 
 Schedule make_schedule(std::string name, int pp, int microbatches, int chunks, Placement placement) {
-  STP_ASSERT(pp >= 1 && chunks >= 1 && (placement == Placement::INTERLEAVED || chunks == 2), "bad placement");
+  STP_ASSERT(pp >= 1 && chunks >= 1 && (placement == Placement::Interleaved || chunks == 2), "bad placement");
   Schedule s;
   s.name = std::move(name);
   s.pp = pp;

@@ -25,14 +25,14 @@
 
 namespace stp::sched {
 
-enum class Placement : std::uint8_t { INTERLEAVED, V };
+enum class Placement : std::uint8_t { Interleaved, V };
 
 struct Schedule {
   std::string name;
   int pp = 0;            // pipeline ranks p
   int microbatches = 0;  // m
   int chunks = 1;        // local chunks per rank (v)
-  Placement placement = Placement::INTERLEAVED;
+  Placement placement = Placement::Interleaved;
   std::vector<std::vector<int>> stage_of;  // [rank][chunk] -> stage; filled by make_schedule()
   std::vector<std::vector<Op>> ranks;      // [rank] -> ops in execution order
 

@@ -124,7 +124,7 @@ void check_sequence(const Schedule& s, const Channel& c, int lane) {
 
 void check_channels(const Schedule& s, ChannelModel model) {
   for (const Channel& c : channels(s)) {
-    if (model == ChannelModel::SHARED_FIFO) {
+    if (model == ChannelModel::SharedFifo) {
       check_sequence(s, c, -1);
     } else {
       check_sequence(s, c, static_cast<int>(Pass::F));

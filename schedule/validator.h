@@ -19,16 +19,16 @@ namespace stp::sched {
 
 // Note [Channel lanes]
 // A directed rank pair carries activations (F outputs) and input gradients (B outputs). With
-// ChannelModel::LANES (the default) each kind is its own FIFO lane — the executor keeps them apart with two
-// tags or communicators — and the check compares each lane's sequence. With ChannelModel::SHARED_FIFO both
+// ChannelModel::Lanes (the default) each kind is its own FIFO lane — the executor keeps them apart with two
+// tags or communicators — and the check compares each lane's sequence. With ChannelModel::SharedFifo both
 // kinds share one FIFO and the mixed sequence must agree. STP, GPipe, 1F1B and ZB-H1 satisfy both, for every
 // p and m we sweep. Two need lanes:
 //   * ZB-V's handcrafted order once m > p: on rank 0 → rank 1 (p=4, m=8) it sends F0.7's activation (op 6)
 //     before B1.1's gradient (op 8), while rank 1 consumes the gradient at op 8 and the activation at op 16;
 //   * 1F1B-I with p = 2 and odd m (a shape Megatron-LM once got wrong): rank 1 → rank 0 carries
 //     both chunk-0 → chunk-1 activations and gradients, in different orders at the two ends.
-enum class ChannelModel : std::uint8_t { LANES, SHARED_FIFO };
+enum class ChannelModel : std::uint8_t { Lanes, SharedFifo };
 
-void validate(const Schedule& s, ChannelModel channel_model = ChannelModel::LANES);
+void validate(const Schedule& s, ChannelModel channel_model = ChannelModel::Lanes);
 
 }  // namespace stp::sched

@@ -20,7 +20,7 @@ ModelSpec model_spec_of(const Config& config) {
   m.qkv_bias = c.qkv_bias;
   m.tie_embeddings =
       c.tie_embeddings == "auto" ? find_architecture(c.arch).tie_embeddings_default : c.tie_embeddings == "true";
-  m.precision = config.train.precision == "bf16" ? DType::BF16 : DType::F32;
+  m.precision = config.train.precision == "bf16" ? DType::Bf16 : DType::F32;
   m.attention = config.model.attention == "naive" ? AttentionKernel::Naive : AttentionKernel::Fused;
   return m;
 }

@@ -476,8 +476,8 @@ void CudaStream::gemm(const GemmArgs& g) {
   cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   // f32 x f32 -> f32, bf16 x bf16 -> f32 or bf16; always f32 products and sums (core/device.h).
-  STP_ASSERT(g.ab == DType::BF16 || g.c_type == DType::F32, "GEMM with f32 inputs writes f32");
-  auto type = [](DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; };
+  STP_ASSERT(g.ab == DType::Bf16 || g.c_type == DType::F32, "GEMM with f32 inputs writes f32");
+  auto type = [](DType t) { return t == DType::Bf16 ? CUDA_R_16BF : CUDA_R_32F; };
   STP_CUDA_CHECK(cublasGemmEx(cublas_, tb, ta, g.n, g.m, g.k, &g.alpha, g.b, type(g.ab), g.ldb, g.a, type(g.ab), g.lda,
                               &g.beta, g.c, type(g.c_type), g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }

@@ -10,7 +10,7 @@
 
 TEST(ConfigDocs, KnobTableIsUpToDate) {
   const std::string path = std::string(STP_SOURCE_DIR) + "/docs/config.md";
-  std::string doc = stp::iotest::read_bytes(path);
+  std::string doc = stp::testing::read_bytes(path);
   const std::string begin = "<!-- knobs:begin (generated from config/config.cpp) -->\n";
   const std::string end = "<!-- knobs:end -->";
   std::size_t b = doc.find(begin), e = doc.find(end);
@@ -21,7 +21,7 @@ TEST(ConfigDocs, KnobTableIsUpToDate) {
   std::string have = doc.substr(b + begin.size(), e - b - begin.size());
   if (have != want && std::getenv("STP_UPDATE_DOCS")) {
     doc.replace(b + begin.size(), e - b - begin.size(), want);
-    stp::iotest::write_bytes(path, doc);
+    stp::testing::write_bytes(path, doc);
     have = want;
   }
   EXPECT_EQ(have, want) << path << " is out of date: run STP_UPDATE_DOCS=1 " << STP_BINARY_DIR

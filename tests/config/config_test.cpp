@@ -9,7 +9,7 @@
 #include "tests/support/files.h"
 
 using namespace stp;
-using stp::iotest::expect_error;
+using stp::testing::expect_error;
 
 namespace {
 
@@ -287,13 +287,13 @@ TEST(Config, ToYamlRoundTrips) {
 }
 
 TEST(Config, FileErrorsNameThePathAndPosition) {
-  stp::iotest::ScratchDir dir;
+  stp::testing::ScratchDir dir;
   expect_error([&] { load_config(dir.file("nope.yaml")); }, {"nope.yaml", "not found"});
   std::string bad = dir.file("bad.yaml");
-  stp::iotest::write_bytes(bad, "model:\n  n_layer: [1, 2\n");
+  stp::testing::write_bytes(bad, "model:\n  n_layer: [1, 2\n");
   expect_error([&] { load_config(bad); }, {"bad.yaml:", "YAML error"});
   std::string good = dir.file("good.yaml");
-  stp::iotest::write_bytes(good, "train:\n  steps: 3\n");
+  stp::testing::write_bytes(good, "train:\n  steps: 3\n");
   EXPECT_EQ(load_config(good, {"train.micro_batch_size=2"}).train.steps, 3);
   expect_error([&] { load_config(good, {"train.stepz=2"}); }, {"train.stepz"});
 }

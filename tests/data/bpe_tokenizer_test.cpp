@@ -16,10 +16,10 @@
 #include "tests/support/files.h"
 
 using namespace stp;
-using stp::iotest::expect_error;
-using stp::iotest::read_bytes;
-using stp::iotest::ScratchDir;
-using stp::iotest::write_bytes;
+using stp::testing::expect_error;
+using stp::testing::read_bytes;
+using stp::testing::ScratchDir;
+using stp::testing::write_bytes;
 
 namespace {
 

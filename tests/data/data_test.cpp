@@ -6,8 +6,8 @@
 #include "tests/support/files.h"
 
 using namespace stp;
-using stp::iotest::expect_error;
-using stp::iotest::ScratchDir;
+using stp::testing::expect_error;
+using stp::testing::ScratchDir;
 
 namespace {
 
@@ -28,7 +28,7 @@ std::string llmc_file(std::int32_t magic, std::int32_t version, std::int32_t cou
   header[0] = magic;
   header[1] = version;
   header[2] = count;
-  return stp::iotest::as_bytes(header) + stp::iotest::as_bytes(toks);
+  return stp::testing::as_bytes(header) + stp::testing::as_bytes(toks);
 }
 
 }  // namespace
@@ -36,7 +36,7 @@ std::string llmc_file(std::int32_t magic, std::int32_t version, std::int32_t cou
 TEST(Data, SequentialReadsTheDocumentedOffsets) {
   ScratchDir dir;
   const std::string bytes = pseudo_text(1000, 1);
-  stp::iotest::write_bytes(dir.file("d.txt"), bytes);
+  stp::testing::write_bytes(dir.file("d.txt"), bytes);
   const int T = 16, rows = 5;
   TokenDataset ds(opts(dir.file("d.txt"), "text", "sequential", T));
   ASSERT_EQ(ds.num_tokens(), 1000u);
@@ -73,7 +73,7 @@ TEST(Data, SequenceIndexOrdersStepReplicaMicrobatchRow) {
 TEST(Data, RandomIsDeterministicInRangeAndMatchesTheFile) {
   ScratchDir dir;
   const std::string bytes = pseudo_text(5000, 2);
-  stp::iotest::write_bytes(dir.file("d.txt"), bytes);
+  stp::testing::write_bytes(dir.file("d.txt"), bytes);
   const int T = 32;
   TokenDataset a(opts(dir.file("d.txt"), "text", "random", T));
   TokenDataset b(opts(dir.file("d.txt"), "text", "random", T));
@@ -106,9 +106,9 @@ TEST(Data, RandomIsDeterministicInRangeAndMatchesTheFile) {
 TEST(Data, TextFolderConcatenatesRegularFilesByName) {
   ScratchDir dir;
   std::filesystem::create_directories(dir.path() / "corpus" / "sub");
-  stp::iotest::write_bytes(dir.file("corpus/b"), "world!");
-  stp::iotest::write_bytes(dir.file("corpus/a"), "hello ");
-  stp::iotest::write_bytes(dir.file("corpus/sub/c"), "SKIPPED");
+  stp::testing::write_bytes(dir.file("corpus/b"), "world!");
+  stp::testing::write_bytes(dir.file("corpus/a"), "hello ");
+  stp::testing::write_bytes(dir.file("corpus/sub/c"), "SKIPPED");
   std::filesystem::create_symlink(dir.file("corpus/a"), dir.file("corpus/a.link"));
   TokenDataset ds(opts(dir.file("corpus"), "text", "sequential", 4));
   std::string got;
@@ -119,11 +119,11 @@ TEST(Data, TextFolderConcatenatesRegularFilesByName) {
 TEST(Data, U16AndLlmcFormats) {
   ScratchDir dir;
   std::vector<std::uint16_t> toks = {5, 50000, 7, 65535, 0, 1, 2, 3};
-  stp::iotest::write_bytes(dir.file("t.u16"), stp::iotest::as_bytes(toks));
+  stp::testing::write_bytes(dir.file("t.u16"), stp::testing::as_bytes(toks));
   TokenDataset u(opts(dir.file("t.u16"), "u16", "sequential", 3, 65536));
   ASSERT_EQ(u.num_tokens(), toks.size());
   for (std::size_t i = 0; i < toks.size(); ++i) EXPECT_EQ(u.token(i), toks[i]);
-  stp::iotest::write_bytes(dir.file("t.bin"), llmc_file(20240520, 1, 8, toks));
+  stp::testing::write_bytes(dir.file("t.bin"), llmc_file(20240520, 1, 8, toks));
   TokenDataset l(opts(dir.file("t.bin"), "llmc", "sequential", 3, 65536));
   ASSERT_EQ(l.num_tokens(), toks.size());
   std::vector<std::int32_t> in(3), tg(3);
@@ -137,28 +137,28 @@ TEST(Data, BadInputsAreClearErrors) {
   std::vector<std::uint16_t> toks = {1, 2, 3, 300, 4, 5};
   expect_error([&] { TokenDataset(opts(dir.file("missing.txt"), "text", "random", 4)); },
                {"missing.txt", "does not exist"});
-  stp::iotest::write_bytes(dir.file("short.txt"), "abcd");
+  stp::testing::write_bytes(dir.file("short.txt"), "abcd");
   expect_error([&] { TokenDataset(opts(dir.file("short.txt"), "text", "random", 4)); },
                {"short.txt", "4 tokens", "seq_len + 1 = 5"});
   EXPECT_NO_THROW(TokenDataset(opts(dir.file("short.txt"), "text", "random", 3)));  // N = T + 1 is enough
   std::filesystem::create_directories(dir.path() / "empty");
   expect_error([&] { TokenDataset(opts(dir.file("empty"), "text", "random", 4)); }, {"empty", "no regular files"});
   expect_error([&] { TokenDataset(opts(dir.file("empty"), "u16", "random", 4)); }, {"folder", "u16"});
-  stp::iotest::write_bytes(dir.file("odd.u16"), "abc");
+  stp::testing::write_bytes(dir.file("odd.u16"), "abc");
   expect_error([&] { TokenDataset(opts(dir.file("odd.u16"), "u16", "random", 1, 65536)); },
                {"odd.u16", "3 bytes", "uint16"});
-  stp::iotest::write_bytes(dir.file("big.u16"), stp::iotest::as_bytes(toks));
+  stp::testing::write_bytes(dir.file("big.u16"), stp::testing::as_bytes(toks));
   expect_error([&] { TokenDataset(opts(dir.file("big.u16"), "u16", "random", 2, 256)); },
                {"token 300", "position 3", "big.u16", "vocab_size 256"});
-  stp::iotest::write_bytes(dir.file("magic.bin"), llmc_file(1234, 1, 6, toks));
+  stp::testing::write_bytes(dir.file("magic.bin"), llmc_file(1234, 1, 6, toks));
   expect_error([&] { TokenDataset(opts(dir.file("magic.bin"), "llmc", "random", 2, 1000)); },
                {"magic.bin", "magic 1234", "20240520"});
-  stp::iotest::write_bytes(dir.file("version.bin"), llmc_file(20240520, 2, 6, toks));
+  stp::testing::write_bytes(dir.file("version.bin"), llmc_file(20240520, 2, 6, toks));
   expect_error([&] { TokenDataset(opts(dir.file("version.bin"), "llmc", "random", 2, 1000)); }, {"version 2"});
-  stp::iotest::write_bytes(dir.file("count.bin"), llmc_file(20240520, 1, 7, toks));
+  stp::testing::write_bytes(dir.file("count.bin"), llmc_file(20240520, 1, 7, toks));
   expect_error([&] { TokenDataset(opts(dir.file("count.bin"), "llmc", "random", 2, 1000)); },
                {"count.bin", "says 7 tokens", "1038 bytes", "1036 bytes"});
-  stp::iotest::write_bytes(dir.file("tiny.bin"), "xyz");
+  stp::testing::write_bytes(dir.file("tiny.bin"), "xyz");
   expect_error([&] { TokenDataset(opts(dir.file("tiny.bin"), "llmc", "random", 2, 1000)); },
                {"shorter than the llm.c header"});
 }

@@ -5,8 +5,8 @@
 #include "tests/support/files.h"
 
 using namespace stp;
-using stp::iotest::expect_error;
-using stp::iotest::ScratchDir;
+using stp::testing::expect_error;
+using stp::testing::ScratchDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -88,10 +88,10 @@ TEST(Checkpoint, HalfWrittenCheckpointsAreNeverPickedUp) {
   EXPECT_EQ(find_latest_checkpoint(run), checkpoint_path(run, 20));
   // A crash while writing step 30 leaves only the temporary folder.
   fs::create_directories(fs::path(run) / ".checkpoint-30.tmp");
-  stp::iotest::write_bytes(run + "/.checkpoint-30.tmp/model.safetensors", "partial");
+  stp::testing::write_bytes(run + "/.checkpoint-30.tmp/model.safetensors", "partial");
   // A foreign or incomplete folder with a checkpoint name.
   fs::create_directories(fs::path(run) / "checkpoint-40");
-  stp::iotest::write_bytes(run + "/checkpoint-40/model.safetensors", "x");
+  stp::testing::write_bytes(run + "/checkpoint-40/model.safetensors", "x");
   fs::create_directories(fs::path(run) / "checkpoint-x50");
   EXPECT_EQ(find_latest_checkpoint(run), checkpoint_path(run, 20));
   // A write that fails half way (a bad tensor) leaves the earlier checkpoints untouched.

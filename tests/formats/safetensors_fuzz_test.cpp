@@ -15,7 +15,7 @@
 #include "tests/support/files.h"
 
 using namespace stp;
-using stp::iotest::ScratchDir;
+using stp::testing::ScratchDir;
 
 namespace {
 
@@ -23,7 +23,7 @@ enum class Outcome { Read, Error };
 
 // Reads `bytes` as a file and checks the invariants of a successful read against the header.
 Outcome read_case(const std::string& path, const std::string& bytes) {
-  stp::iotest::write_bytes(path, bytes);
+  stp::testing::write_bytes(path, bytes);
   try {
     SafetensorsFile f = read_safetensors_file(path);
     std::uint64_t n = 0;
@@ -133,7 +133,7 @@ TEST(SafetensorsFuzz, MutatedFilesReadOrFailCleanly) {
   HostTensor e{{0, 7}, {}};
   std::string good_path = dir.file("good.safetensors");
   write_safetensors(good_path, {{"a", &a}, {"b", &b}, {"e", &e}}, {{"m", "v"}});
-  const std::string good = stp::iotest::read_bytes(good_path);
+  const std::string good = stp::testing::read_bytes(good_path);
   std::uint64_t header_bytes = 0;
   std::memcpy(&header_bytes, good.data(), 8);
   const std::string header = good.substr(8, header_bytes), data = good.substr(8 + header_bytes);

@@ -7,8 +7,8 @@
 #include "tests/support/files.h"
 
 using namespace stp;
-using stp::iotest::expect_error;
-using stp::iotest::ScratchDir;
+using stp::testing::expect_error;
+using stp::testing::ScratchDir;
 
 namespace {
 
@@ -18,7 +18,7 @@ std::string raw_file(const std::string& header, const std::string& data) {
   return std::string(reinterpret_cast<const char*>(&n), 8) + header + data;
 }
 
-std::string f32_bytes(std::vector<float> v) { return stp::iotest::as_bytes(v); }
+std::string f32_bytes(std::vector<float> v) { return stp::testing::as_bytes(v); }
 
 }  // namespace
 
@@ -44,7 +44,7 @@ TEST(Safetensors, RoundTripKeepsNamesShapesValuesAndMetadata) {
   EXPECT_EQ(f.metadata["step"], "7");
   EXPECT_EQ(f.metadata["k"], "x\ny");
   // The data section starts 8-byte aligned, as the reference writer does.
-  std::string bytes = stp::iotest::read_bytes(path);
+  std::string bytes = stp::testing::read_bytes(path);
   std::uint64_t n;
   std::memcpy(&n, bytes.data(), 8);
   EXPECT_EQ((8 + n) % 8, 0u);
@@ -68,7 +68,7 @@ TEST(Safetensors, LoadsBF16AndF16AsF32) {
   std::string header = R"({"b":{"dtype":"BF16","shape":[5],"data_offsets":[0,10]},)"
                        R"("h":{"dtype":"F16","shape":[7],"data_offsets":[10,24]}})";
   std::string path = dir.file("half.safetensors");
-  stp::iotest::write_bytes(path, raw_file(header, stp::iotest::as_bytes(bf16) + stp::iotest::as_bytes(f16)));
+  stp::testing::write_bytes(path, raw_file(header, stp::testing::as_bytes(bf16) + stp::testing::as_bytes(f16)));
   auto t = read_safetensors(path);
   EXPECT_EQ(t["b"].data, (std::vector<float>{1.0f, -3.0f, 3.140625f, 0.0f, -0.0f}));
   EXPECT_TRUE(std::signbit(t["b"].data[4]));
@@ -196,7 +196,7 @@ TEST(Safetensors, EachCorruptionIsAClearError) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.what);
     std::string path = dir.file("c.safetensors");
-    stp::iotest::write_bytes(path, c.file);
+    stp::testing::write_bytes(path, c.file);
     try {
       read_safetensors(path);
       ADD_FAILURE() << "no error";
@@ -215,7 +215,7 @@ TEST(Safetensors, AbsurdHeaderLengthIsRefusedBeforeAllocation) {
   ScratchDir dir;
   std::string path = dir.file("big.safetensors");
   std::uint64_t n = 200ull << 20;
-  stp::iotest::write_bytes(path, std::string(reinterpret_cast<const char*>(&n), 8) + "{}");
+  stp::testing::write_bytes(path, std::string(reinterpret_cast<const char*>(&n), 8) + "{}");
   std::filesystem::resize_file(path, 8 + n + 16);
   expect_error([&] { read_safetensors(path); }, {path, "header length 209715200", "exceeds the limit"});
 }
@@ -242,7 +242,7 @@ TEST(Safetensors, WrittenHeaderHasTheReferenceLayout) {
   HostTensor a{{1}, {3}};
   std::string path = dir.file("h.safetensors");
   write_safetensors(path, {{"z", &z}, {"a\"\n", &a}}, {{"step", "3"}});
-  std::string bytes = stp::iotest::read_bytes(path);
+  std::string bytes = stp::testing::read_bytes(path);
   std::uint64_t n;
   std::memcpy(&n, bytes.data(), 8);
   std::string want = R"({"__metadata__":{"step":"3"},"z":{"dtype":"F32","shape":[2,1],"data_offsets":[0,8]},)"
@@ -260,10 +260,10 @@ TEST(Safetensors, FuzzTruncatedAndGarbledFiles) {
   HostTensor b{{5}, std::vector<float>(5, -2.0f)};
   std::string good_path = dir.file("good.safetensors");
   write_safetensors(good_path, {{"a", &a}, {"b", &b}}, {{"m", "v"}});
-  std::string good = stp::iotest::read_bytes(good_path);
+  std::string good = stp::testing::read_bytes(good_path);
   std::string path = dir.file("fuzz.safetensors");
   for (std::size_t len = 0; len < good.size(); ++len) {
-    stp::iotest::write_bytes(path, good.substr(0, len));
+    stp::testing::write_bytes(path, good.substr(0, len));
     EXPECT_THROW(read_safetensors(path), Error) << "truncated to " << len;
   }
   std::mt19937 rng(7);
@@ -275,7 +275,7 @@ TEST(Safetensors, FuzzTruncatedAndGarbledFiles) {
       std::size_t pos = rng() % std::min<std::size_t>(g.size(), 8 + 160);  // mostly the length and header
       g[pos] = static_cast<char>(rng() & 0xFF);
     }
-    stp::iotest::write_bytes(path, g);
+    stp::testing::write_bytes(path, g);
     try {
       read_safetensors(path);
       ++reads;

@@ -232,7 +232,7 @@ TEST(ArchArithmetic, FinalNormParamsAreTheLastStagesVectors) {
 // leaves off the device (ParamInfo::sharded_master), and a stage with host masters moves to the host.
 TEST(ArchArithmetic, StageParamsCountTheTableAndTheBuiltStage) {
   for (ModelSpec m : models()) {
-    m.precision = DType::BF16;
+    m.precision = DType::Bf16;
     for (StageSpec s : splits()) {
       SCOPED_TRACE(label(m) + ", " + label(s));
       const StageParamCount count = find_architecture(m.arch).stage_params(m, s);

@@ -17,7 +17,7 @@
 #include "models/gpt2_units.h"
 #include "tests/models/gpt2_test_util.h"
 
-namespace stp::test {
+namespace stp::testing {
 namespace {
 
 constexpr double kTol = 2e-4;
@@ -213,4 +213,4 @@ TEST_F(UnitFd, HeadUnit) {
 }
 
 }  // namespace
-}  // namespace stp::test
+}  // namespace stp::testing

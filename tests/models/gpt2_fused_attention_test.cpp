@@ -11,7 +11,7 @@
 
 #include "tests/models/gpt2_test_util.h"
 
-namespace stp::test {
+namespace stp::testing {
 namespace {
 
 ModelSpec fused_config(DType precision = DType::F32) {
@@ -23,13 +23,13 @@ ModelSpec fused_config(DType precision = DType::F32) {
 
 void expect_fused_matches_torch(DType precision, double loss_rel, double grad_scaled) {
   expect_matches_torch(fused_config(precision), loss_rel, grad_scaled,
-                       precision == DType::BF16 ? "fused bf16" : "fused f32");
+                       precision == DType::Bf16 ? "fused bf16" : "fused f32");
 }
 
 TEST(GPT2FusedAttention, LossAndGradientsMatchTorch) { expect_fused_matches_torch(DType::F32, 1e-5, 1e-5); }
 
 TEST(GPT2FusedAttention, Bf16LossAndGradientsMatchTorchWithinBf16Rounding) {
-  expect_fused_matches_torch(DType::BF16, 2e-3, 2e-2);
+  expect_fused_matches_torch(DType::Bf16, 2e-3, 2e-2);
 }
 
 // The attention unit's records after F: no (B, H, T, T) tensor; "lse" (B, H, T) f32 read by B;
@@ -67,4 +67,4 @@ TEST(GPT2FusedAttention, RecordsAreLinearInTheSequenceLength) {
 }
 
 }  // namespace
-}  // namespace stp::test
+}  // namespace stp::testing

@@ -14,7 +14,7 @@
 
 #include "tests/models/gpt2_test_util.h"
 
-namespace stp::test {
+namespace stp::testing {
 namespace {
 
 bool is_branch(const Stage& st, int u) {
@@ -289,4 +289,4 @@ TEST(GPT2Recompute, CostAndSavingOfTheReferenceConfig) {
 }
 
 }  // namespace
-}  // namespace stp::test
+}  // namespace stp::testing

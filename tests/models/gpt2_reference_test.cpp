@@ -8,7 +8,7 @@
 #include "core/kernels/optim_kernels.h"
 #include "tests/models/gpt2_test_util.h"
 
-namespace stp::test {
+namespace stp::testing {
 namespace {
 
 constexpr double kTol = 1e-5;
@@ -74,7 +74,7 @@ INSTANTIATE_TEST_SUITE_P(Splits, GPT2ReferenceTp,
 // O(1).
 TEST(GPT2Reference, Bf16LossAndGradientsMatchTorchWithinBf16Rounding) {
   ModelSpec cfg = reference_config();
-  cfg.precision = DType::BF16;
+  cfg.precision = DType::Bf16;
   expect_matches_torch(cfg, 2e-3, 2e-2, "bf16");
 }
 
@@ -111,4 +111,4 @@ TEST(GPT2Reference, TenAdamWStepsMatchTorch) {
 }
 
 }  // namespace
-}  // namespace stp::test
+}  // namespace stp::testing

@@ -11,7 +11,7 @@
 
 #include "tests/models/gpt2_test_util.h"
 
-namespace stp::test {
+namespace stp::testing {
 namespace {
 
 std::map<std::string, std::vector<float>> grads_of(TpStage& ts) {
@@ -126,7 +126,7 @@ TEST(GPT2Split, RecordsAreTheOnlyStateAndAreReleased) {
     ADD_FAILURE() << "no record " << name;
     return RecordReader::B;
   };
-  EXPECT_EQ(reader(1, "h.0.attn.ln.x"), RecordReader::B_PREV);
+  EXPECT_EQ(reader(1, "h.0.attn.ln.x"), RecordReader::BPrev);
   EXPECT_EQ(reader(1, "h.0.attn.att"), RecordReader::B);
   EXPECT_EQ(reader(1, "h.0.attn.ln.out"), RecordReader::W);
 
@@ -135,7 +135,7 @@ TEST(GPT2Split, RecordsAreTheOnlyStateAndAreReleased) {
   ts.backward_input(U - 1, 0);
   ts.backward_input(U - 2, 0);
   for (const ActivationRecord& r : st.activation_records(U - 2, 0))
-    EXPECT_TRUE(r.reader == RecordReader::W || r.reader == RecordReader::B_PREV) << r.name;
+    EXPECT_TRUE(r.reader == RecordReader::W || r.reader == RecordReader::BPrev) << r.name;
   for (int u = U - 3; u >= 0; --u) ts.backward_input(u, 0);
   for (int u = 0; u < U; ++u) ts.backward_weight(u, 0);
   EXPECT_EQ(st.live_record_bytes(), 0u);
@@ -155,4 +155,4 @@ TEST(GPT2Split, OutOfOrderPassesAreRejected) {
 }
 
 }  // namespace
-}  // namespace stp::test
+}  // namespace stp::testing

@@ -14,7 +14,7 @@
 #include "models/gpt2_stage.h"
 #include "tests/models/model_test_util.h"
 
-namespace stp::test {
+namespace stp::testing {
 
 inline const std::map<std::string, RefTensor>& reference() {
   static const auto ref = read_reference(std::string(STP_SOURCE_DIR) + "/tests/models/data/gpt2_tiny_ref.bin");
@@ -96,4 +96,4 @@ inline void expect_matches_torch(const ModelSpec& cfg, double loss_rel, double g
   }
 }
 
-}  // namespace stp::test
+}  // namespace stp::testing

@@ -10,7 +10,7 @@
 
 #include "tests/models/gpt2_test_util.h"
 
-namespace stp::test {
+namespace stp::testing {
 namespace {
 
 constexpr double kTol = 1e-5;
@@ -106,4 +106,4 @@ TEST(GPT2TensorParallel, RejectsTpNotDividingHeads) {
 }
 
 }  // namespace
-}  // namespace stp::test
+}  // namespace stp::testing

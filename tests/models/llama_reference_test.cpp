@@ -9,7 +9,7 @@
 
 #include "tests/models/llama_test_util.h"
 
-namespace stp::test {
+namespace stp::testing {
 namespace {
 
 constexpr double kTol = 1e-5;
@@ -95,7 +95,7 @@ TEST(LlamaReferenceBf16, LossAndGradientsMatchTorchWithinBf16Rounding) {
                      (attention == AttentionKernel::Fused ? " fused" : " naive"));
         const RefFile& ref = llama_reference(variant);
         ModelSpec model = llama_reference_model(ref, attention);
-        model.precision = DType::BF16;
+        model.precision = DType::Bf16;
         const double tol = 2e-2 * (model.n_layer / 2);
         TpGroup g(model, StageSpec{0, model.n_layer, 0, tp, llama_reference_batch(ref)}, tp);
         g.load(ref);
@@ -131,4 +131,4 @@ TEST(LlamaConfig, TpNotDividingKvHeadsIsAClearError) {
 }
 
 }  // namespace
-}  // namespace stp::test
+}  // namespace stp::testing

@@ -9,7 +9,7 @@
 
 #include "tests/models/llama_test_util.h"
 
-namespace stp::test {
+namespace stp::testing {
 namespace {
 
 struct PassResult {
@@ -82,4 +82,4 @@ TEST(LlamaSplit, DeferredWeightGradientsAndRecomputeAreBitwiseNeutral) {
 }
 
 }  // namespace
-}  // namespace stp::test
+}  // namespace stp::testing

@@ -11,7 +11,7 @@
 #include "models/registry.h"
 #include "tests/models/model_test_util.h"
 
-namespace stp::test {
+namespace stp::testing {
 
 // tests/models/data/llama_<variant>_ref without the extension (.bin, .safetensors).
 inline std::string llama_reference_path(const std::string& variant) {
@@ -53,4 +53,4 @@ class TpGroup : public TpStages<Stage> {
       : TpStages(spec, tp, [model](const StageSpec& s, Allocator& a) { return make_stage(model, s, a); }) {}
 };
 
-}  // namespace stp::test
+}  // namespace stp::testing

@@ -21,7 +21,7 @@
 #include "core/cpu/cpu_device.h"
 #include "models/stage.h"
 
-namespace stp::test {
+namespace stp::testing {
 
 struct RefTensor {
   Shape shape;
@@ -226,4 +226,4 @@ class TpStages {
   std::vector<std::unique_ptr<S>> stages_;
 };
 
-}  // namespace stp::test
+}  // namespace stp::testing

@@ -96,7 +96,7 @@ TEST(HostUpdate, HostMasterUploadsItsBf16RoundingAndEarlyCopiesTakeTheClip) {
   r.host.set_early(0, true);
   const std::vector<float> p0 = ramp(kN, 0.5f, 1.0f), g0 = ramp(kN, -2.0f, 4.0f);
   stp::Tensor master = stp::Tensor::empty(r.host.allocator(), {static_cast<std::int64_t>(kN)});
-  stp::Tensor copy = stp::Tensor::empty(r.device_alloc, {static_cast<std::int64_t>(kN)}, stp::DType::BF16);
+  stp::Tensor copy = stp::Tensor::empty(r.device_alloc, {static_cast<std::int64_t>(kN)}, stp::DType::Bf16);
   stp::Tensor g = stp::Tensor::empty(r.device_alloc, {static_cast<std::int64_t>(kN)});
   stp::Tensor m = stp::Tensor::empty(r.host.allocator(), {static_cast<std::int64_t>(kN)});
   stp::Tensor v = stp::Tensor::empty(r.host.allocator(), {static_cast<std::int64_t>(kN)});

@@ -50,7 +50,7 @@ TEST(Overlap, NoOverlapEverythingExposed) {
   EXPECT_DOUBLE_EQ(m.issue_gap_ms, 5);
   EXPECT_DOUBLE_EQ(lane(m, Lane::Compute), 20);
   EXPECT_DOUBLE_EQ(lane(m, Lane::TpComm), 10);
-  EXPECT_DOUBLE_EQ(lane(m, Lane::P2P), 5);
+  EXPECT_DOUBLE_EQ(lane(m, Lane::P2p), 5);
 }
 
 TEST(Overlap, FullOverlapNothingExposed) {

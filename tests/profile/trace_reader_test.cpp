@@ -48,7 +48,7 @@ TEST(TraceReader, ReadsSpansArgsCountersAndLanesFromMetadataThatComesLast) {
   EXPECT_DOUBLE_EQ(f.bytes, -1);
   EXPECT_EQ(t.spans[1].lane, Lane::TpComm);
   EXPECT_DOUBLE_EQ(t.spans[1].bytes, 4096);
-  EXPECT_EQ(t.spans[2].lane, Lane::D2H);
+  EXPECT_EQ(t.spans[2].lane, Lane::D2h);
   EXPECT_DOUBLE_EQ(t.spans[2].bytes, 1e6);
   EXPECT_EQ(t.spans[3].lane, Lane::Other);
   ASSERT_EQ(t.counters.size(), 1u);
@@ -62,7 +62,7 @@ TEST(TraceReader, AcceptsTheArrayFormStringTidsAndEscapes) {
                          {"ph":"B","pid":0,"tid":1,"ts":3}, {"ph":"i","pid":0,"ts":4,"s":"g"}])";
   auto t = parse_trace(json, "t.json");
   ASSERT_EQ(t.spans.size(), 1u);
-  EXPECT_EQ(t.spans[0].lane, Lane::P2P);
+  EXPECT_EQ(t.spans[0].lane, Lane::P2p);
   EXPECT_EQ(t.str(t.spans[0].name), "send \"a\"\xc3\xa9\n");
   EXPECT_DOUBLE_EQ(t.spans[0].end, 3.5);
 }
@@ -74,7 +74,7 @@ TEST(TraceReader, RoundTripsTheRecorder) {
   rec.add_counter({1, "pinned memory", 11, {{"activations", 512}}});
   auto t = stp::profile::from_recorder(rec);
   ASSERT_EQ(t.spans.size(), 2u);
-  EXPECT_EQ(t.spans[0].lane, Lane::H2D);
+  EXPECT_EQ(t.spans[0].lane, Lane::H2d);
   EXPECT_DOUBLE_EQ(t.spans[0].bytes, 512);
   EXPECT_EQ(t.spans[1].kind, Kind::B);
   ASSERT_EQ(t.counters.size(), 1u);

@@ -13,7 +13,7 @@ using namespace stp::sched;
 namespace {
 
 // The validator's message for s, or "" if it passes.
-std::string error_of(const Schedule& s, ChannelModel model = ChannelModel::LANES) {
+std::string error_of(const Schedule& s, ChannelModel model = ChannelModel::Lanes) {
   try {
     validate(s, model);
   } catch (const stp::Error& e) {
@@ -70,7 +70,7 @@ TEST(Validator, RejectsStageOnTwoRanks) {
 TEST(Validator, RejectsCycle) {
   // rank 0: F0.1 B0.1 F0.2 B0.2 and rank 1: F0.1 F0.2 B0.1 B0.2 — counts and channels fine, but rank 0's
   // B0.1 waits for rank 1's B0.1, which runs after rank 1's F0.2, which waits for rank 0's F0.2.
-  Schedule s = make_schedule("broken", 2, 2, 1, Placement::INTERLEAVED);
+  Schedule s = make_schedule("broken", 2, 2, 1, Placement::Interleaved);
   s.ranks[0] = parse_ops("F0.1 B0.1 F0.2 B0.2");
   s.ranks[1] = parse_ops("F0.1 F0.2 B0.1 B0.2");
   EXPECT_EQ(error_of(s),
@@ -97,12 +97,12 @@ TEST(Validator, RejectsOutOfRangeMicrobatch) {
 TEST(Validator, ZbvNeedsChannelLanes) {
   // Note [Channel lanes]: the other schedules also agree on one shared FIFO per rank pair (the sweep below
   // checks exactly which (schedule, p, m) need lanes).
-  EXPECT_NE(error_of(generate("zb-v", 4, 8), ChannelModel::SHARED_FIFO)
+  EXPECT_NE(error_of(generate("zb-v", 4, 8), ChannelModel::SharedFifo)
                 .find("rank 1 op 8 'B1.1*' expects the "
                       "gradient"),
             std::string::npos);
   for (const char* name : {"gpipe", "1f1b", "1f1b-i", "zb-h1", "stp"})
-    EXPECT_EQ(error_of(generate(name, 4, 16), ChannelModel::SHARED_FIFO), "") << name;
+    EXPECT_EQ(error_of(generate(name, 4, 16), ChannelModel::SharedFifo), "") << name;
 }
 
 TEST(Validator, GeneratorsRejectTooFewMicrobatches) {
@@ -133,8 +133,8 @@ TEST(Sweep, EveryScheduleValidatesAndSimulates) {
         Schedule s = generate(name, p, m);
         ASSERT_EQ(error_of(s), "") << name << " p=" << p << " m=" << m;
         bool may_need_lanes = name == "zb-v" || (name == "1f1b-i" && p == 2 && m % 2 == 1);
-        EXPECT_TRUE(may_need_lanes || error_of(s, ChannelModel::SHARED_FIFO).empty())
-            << name << " p=" << p << " m=" << m << ": " << error_of(s, ChannelModel::SHARED_FIFO);
+        EXPECT_TRUE(may_need_lanes || error_of(s, ChannelModel::SharedFifo).empty())
+            << name << " p=" << p << " m=" << m << ": " << error_of(s, ChannelModel::SharedFifo);
         Costs c;
         c.tf = cost(rng), c.tb = cost(rng), c.tw = cost(rng), c.tar = comm(rng), c.tp2p = comm(rng);
         SimResult r = simulate(s, c);

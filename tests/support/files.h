@@ -13,7 +13,7 @@
 
 #include "base/error.h"
 
-namespace stp::iotest {
+namespace stp::testing {
 
 // A fresh, empty folder for the current test, removed again at the end of the test.
 class ScratchDir {
@@ -63,4 +63,4 @@ void expect_error(Fn&& fn, std::initializer_list<std::string> needles) {
   }
 }
 
-}  // namespace stp::iotest
+}  // namespace stp::testing

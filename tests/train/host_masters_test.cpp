@@ -65,7 +65,7 @@ std::vector<Masters> expected_masters(const stp::Config& cfg) {
         std::size_t all = 0, moved = 0;
         for (const stp::ParamInfo& p : stage->params()) {
           all += p.param.bytes();
-          if (p.compute.dtype() == stp::DType::BF16 && !(stage->is_first() && p.name == "wte.weight"))
+          if (p.compute.dtype() == stp::DType::Bf16 && !(stage->is_first() && p.name == "wte.weight"))
             moved += p.param.bytes();
         }
         EXPECT_GT(moved, 0u) << "pp rank " << r << " chunk " << ch;

@@ -33,7 +33,7 @@ stp::Config reference_config(const std::vector<std::string>& extra) {
 }
 
 TEST(InitFrom, HuggingFaceLayoutLoadsBitwiseIntoAnyLayout) {
-  const auto& ref = stp::test::reference();
+  const auto& ref = stp::testing::reference();
   for (auto layout : std::vector<std::vector<std::string>>{{}, {"parallel.tp=2", "parallel.pp=2"}, {"parallel.tp=4"}}) {
     stp::Trainer t(reference_config(layout));
     auto params = t.full_parameters();

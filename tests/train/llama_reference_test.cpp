@@ -21,8 +21,8 @@ namespace {
 std::string token_file() { return stp::testing::tokens64_file(); }
 
 stp::Config llama_config(const std::string& variant, const std::vector<std::string>& extra) {
-  const auto& ref = stp::test::llama_reference(variant);
-  const stp::ModelSpec m = stp::test::llama_reference_model(ref);
+  const auto& ref = stp::testing::llama_reference(variant);
+  const stp::ModelSpec m = stp::testing::llama_reference_model(ref);
   const auto& h = ref.at("adamw.hyper").data;
   const auto& c = ref.at("config").data;
   auto num = [](double v) {
@@ -44,7 +44,7 @@ stp::Config llama_config(const std::string& variant, const std::vector<std::stri
                                    std::string("model.qkv_bias=") + (m.qkv_bias ? "true" : "false"),
                                    std::string("model.tie_embeddings=") + (m.tie_embeddings ? "true" : "false"),
                                    "model.attention=naive",
-                                   "model.init_from=" + stp::test::llama_reference_path(variant) + ".safetensors",
+                                   "model.init_from=" + stp::testing::llama_reference_path(variant) + ".safetensors",
                                    "data.format=u16",
                                    "data.path=" + token_file(),
                                    "data.sampling=sequential",
@@ -75,7 +75,7 @@ class LlamaTraining : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(LlamaTraining, FiveAdamWStepLossesMatchTorch) {
   const Layout l = GetParam();
-  const auto& want = stp::test::llama_reference(l.variant).at("adamw.losses").data;
+  const auto& want = stp::testing::llama_reference(l.variant).at("adamw.losses").data;
   stp::testing::TrainRun run = stp::testing::run_training(
       llama_config(l.variant, {std::string("parallel.schedule=") + l.schedule, "parallel.tp=" + std::to_string(l.tp),
                                "parallel.pp=" + std::to_string(l.pp), std::string("model.attention=") + l.attention,
