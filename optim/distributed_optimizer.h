@@ -47,7 +47,8 @@
 #include "core/device.h"
 #include "core/tensor.h"
 #include "optim/host_update.h"
-#include "optim/optimizer.h"
+#include "optim/adamw.h"
+#include "optim/grad_clipper.h"
 #include "optim/rank_optimizer.h"
 #include "optim/rank_optimizer_parts.h"
 

@@ -11,7 +11,8 @@
 #include "core/tensor.h"
 #include "models/stage.h"
 #include "optim/host_update.h"
-#include "optim/optimizer.h"
+#include "optim/adamw.h"
+#include "optim/grad_clipper.h"
 #include "optim/rank_optimizer.h"
 
 namespace stp {

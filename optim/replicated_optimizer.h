@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "optim/dp_grad_sync.h"
-#include "optim/optimizer.h"
+#include "optim/adamw.h"
+#include "optim/grad_clipper.h"
 #include "optim/rank_optimizer.h"
 #include "optim/rank_optimizer_parts.h"
 

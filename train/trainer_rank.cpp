@@ -7,7 +7,7 @@
 #include "base/trace_names.h"
 #include "memory/numa.h"
 #include "models/registry.h"
-#include "optim/optimizer.h"
+#include "optim/adamw.h"
 #include "train/memory_settings.h"
 #include "train/stage_layout.h"
 #include "train/trainer_impl.h"

@@ -9,7 +9,8 @@
 #include "core/comm.h"
 #include "config/config.h"
 #include "core/cpu/cpu_device.h"
-#include "optim/optimizer.h"
+#include "optim/adamw.h"
+#include "optim/grad_clipper.h"
 #include "tests/support/files.h"
 
 using namespace stp;
