@@ -71,6 +71,9 @@ std::string write_checkpoint(const std::string& output_dir, const CheckpointData
 // Reads and validates a checkpoint folder.
 Checkpoint read_checkpoint(const std::string& dir);
 
+// Reads and validates only the state.json of a checkpoint folder (its step, without the tensors).
+CheckpointState read_checkpoint_state(const std::string& dir);
+
 // The complete checkpoint-N folder of output_dir with the largest N; "" when there is none.
 std::string find_latest_checkpoint(const std::string& output_dir);
 
