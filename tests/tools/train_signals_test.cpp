@@ -283,9 +283,9 @@ TEST(TrainSignals, SighupAtARandomStepResumesBitwise) { signal_and_resume(SIGHUP
 // (SIGSTOP) as soon as the checkpoint's temporary folder appears, signalled, and let go. It exits
 // at once with 143; the earlier checkpoint (the one it resumed from) is byte for byte what it was
 // and still the latest complete one, and no checkpoint of the interrupted write carries a
-// checkpoint name. The write is what the test must catch: a model of 1.6 M parameters (19 MiB of
-// checkpoint files, each synced) keeps it open for tens of milliseconds, and a run where the write
-// still wins the race is tried again (up to 3 times).
+// checkpoint name. The write is what the test must catch: a model of 0.83 M parameters (9.5 MiB of
+// checkpoint files, each synced) keeps it open for milliseconds, and a run where the write still
+// wins the race is tried again (up to 3 times).
 TEST(TrainSignals, SecondSignalDuringTheCheckpointWriteExitsAtOnce) {
   if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
   Job job("second_signal", 128);
@@ -298,7 +298,8 @@ TEST(TrainSignals, SecondSignalDuringTheCheckpointWriteExitsAtOnce) {
 
   bool caught = false;
   for (int attempt = 1; attempt <= 3 && !caught; ++attempt) {
-    std::ofstream(job.out / "metrics.jsonl") << metrics;  // steps 1 and 2: wait for this attempt's step 3
+    // Steps 1 and 2 only: the wait below is for this attempt's step 3.
+    std::ofstream(job.out / "metrics.jsonl") << metrics;
     Child c = spawn_stp(job, {"train.resume=" + earlier.string()});
     ASSERT_TRUE(wait_for_step(job, c.pid, 3)) << c.stderr_text();
     ::kill(c.pid, SIGTERM);

@@ -199,8 +199,8 @@ int run(const stp::tools::ConfigArgs& args) {
   // The checkpoint on disk that holds the current state, if any: the run does not write it again.
   std::string saved = resuming ? cfg.train.resume : std::string();
   std::int64_t saved_step = resuming ? first : -1;
-  // Every process must stop after the same step: they agree, before each step, on the stop signal,
-  // which may have reached only some of them (the largest number wins: SIGTERM over SIGINT over SIGHUP).
+  // Every process must stop after the same step: before each step they agree on the stop signal,
+  // which may have reached only some of them (the largest number wins: SIGTERM, SIGINT, SIGHUP).
   auto stop_signal = [&] { return procs ? procs->max(signals.received()) : signals.received(); };
   int stop = 0;
   const double flops_per_token = stp::model_flops_per_token(cfg);
