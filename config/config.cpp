@@ -74,7 +74,7 @@ static const std::vector<Knob> kKnobs = {
   {"memory.copy_engine_cpus", KnobType::Int,   "0",              "", "CPU backend: the last N CPUs run only the D2H/H2D copy streams (an emulated copy engine, as a GPU's DMA engines do not take compute); 0 = copies share every CPU", STP_FIELD(memory.copy_engine_cpus)},
   {"output.dir",             KnobType::String, "runs/tiny",      "", "run folder: metrics.jsonl, config.yaml, checkpoints, trace.json", STP_FIELD(output.dir)},
   {"output.log_every",       KnobType::Int,    "1",              "", "write a metrics.jsonl line every N steps", STP_FIELD(output.log_every)},
-  {"output.checkpoint_every", KnobType::Int,   "0",              "", "write output.dir/checkpoint-STEP every N steps; 0 = only at the end", STP_FIELD(output.checkpoint_every)},
+  {"output.checkpoint_every", KnobType::Int,   "0",              "", "write output.dir/checkpoint-STEP every N steps; 0 = only at the end (a run stopped by SIGINT, SIGTERM or SIGHUP writes one too)", STP_FIELD(output.checkpoint_every)},
   {"output.trace",           KnobType::Bool,   "false",          "", "write output.dir/trace.json for `stp profile`", STP_FIELD(output.trace)},
 };
 // clang-format on

@@ -186,6 +186,14 @@ std::string write_checkpoint(const std::string& output_dir, const CheckpointData
   }
 }
 
+CheckpointState read_checkpoint_state(const std::string& dir) {
+  std::error_code ec;
+  STP_CHECK(fs::is_directory(dir, ec), "checkpoint: '", dir, "' is not a folder");
+  STP_CHECK(fs::is_regular_file(fs::path(dir) / kStateFile, ec), "checkpoint: '", dir, "' is incomplete: ", kStateFile,
+            " is missing");
+  return read_state(fs::path(dir) / kStateFile);
+}
+
 Checkpoint read_checkpoint(const std::string& dir) {
   std::error_code ec;
   STP_CHECK(fs::is_directory(dir, ec), "checkpoint: '", dir, "' is not a folder");

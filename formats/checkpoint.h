@@ -12,9 +12,12 @@
 //                          (rng values are decimal strings: exact 64-bit integers)
 //
 // Atomicity: everything is written into output.dir/.checkpoint-STEP.tmp/ (synced to disk) and
-// the folder is then renamed to checkpoint-STEP, so a crash never leaves a checkpoint-STEP that
-// is half written; stale .tmp folders are ignored by find_latest_checkpoint() and replaced by
-// the next write of that step.
+// the folder is then renamed to checkpoint-STEP, so a crash (kill -9, or the immediate exit of a
+// second stop signal, tools/cli/stop_signals.h) never leaves a checkpoint-STEP that is half
+// written; stale .tmp folders are ignored by find_latest_checkpoint() and replaced by the next
+// write of that step. An existing checkpoint-STEP being replaced is first renamed to
+// .checkpoint-STEP.old: a crash between the two renames leaves that step without a checkpoint
+// (the old one complete under .old), never with a broken one.
 //
 // Reading validates presence and completeness: a missing or truncated file is an stp::Error
 // naming the file; every model tensor must have both optimizer moments of its shape. Names may
@@ -70,6 +73,9 @@ std::string write_checkpoint(const std::string& output_dir, const CheckpointData
 
 // Reads and validates a checkpoint folder.
 Checkpoint read_checkpoint(const std::string& dir);
+
+// Reads and validates only the state.json of a checkpoint folder (its step, without the tensors).
+CheckpointState read_checkpoint_state(const std::string& dir);
 
 // The complete checkpoint-N folder of output_dir with the largest N; "" when there is none.
 std::string find_latest_checkpoint(const std::string& output_dir);

@@ -52,8 +52,12 @@ class ProcessGroup {
   // communicate. Collective: every process calls it at the same point.
   virtual void check_together(const std::function<void()>& fn) = 0;
 
-  // Logical OR of `flag` over every process (collective), e.g. to agree on stopping early.
-  virtual bool any(bool flag) = 0;
+  // The largest `value` over every process (collective), e.g. to agree on a stop signal that
+  // reached only some of them.
+  virtual int max(int value) = 0;
+
+  // Logical OR of `flag` over every process (collective).
+  bool any(bool flag) { return max(flag ? 1 : 0) != 0; }
 
   // This process's communicator in the group of processes `members` (group rank i = process
   // members[i], no repeats), or nullptr when this process is not a member. `device` is this

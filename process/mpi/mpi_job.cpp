@@ -77,10 +77,10 @@ class MpiJob final : public ProcessGroup {
     throw JobError(mine.empty() ? str("process ", first, " failed: ", text) : mine);
   }
 
-  bool any(bool flag) override {
-    int mine = flag ? 1 : 0, all = 0;
-    mpi::check(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
-    return all != 0;
+  int max(int value) override {
+    int all = 0;
+    mpi::check(MPI_Allreduce(&value, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+    return all;
   }
 
   std::unique_ptr<Communicator> make_comm(const std::vector<int>& members, Device& device,

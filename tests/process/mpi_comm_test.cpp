@@ -6,7 +6,8 @@
 //   * a sub-group in reverse process order: send/recv deliver in order, any size (0 included);
 //   * collectives issued on two streams of one communicator match in host issue order even when
 //     the first stream is held back (the ticket order of mpi_comm.h);
-//   * check_together fails on every process with the failing process's message; any() is an OR.
+//   * check_together fails on every process with the failing process's message; any() is an OR,
+//     max() the largest value.
 #include <algorithm>
 #include <gtest/gtest.h>
 
@@ -214,6 +215,8 @@ TEST(MpiJob, CheckTogetherFailsOnEveryProcessWithTheFailingMessage) {
   EXPECT_NO_THROW(job().check_together([] {}));
   EXPECT_TRUE(job().any(me == 1));
   EXPECT_FALSE(job().any(false));
+  EXPECT_EQ(job().max(me == 2 ? 15 : me == 3 ? 1 : 0), 15) << "the largest value, whichever process holds it";
+  EXPECT_EQ(job().max(0), 0);
   EXPECT_EQ(job().node_rank(), me) << "one node: node rank = world rank";
 }
 

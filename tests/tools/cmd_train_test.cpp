@@ -1,17 +1,25 @@
 // `stp train` end to end: bad input exits non-zero with a message naming the problem and leaves
-// an earlier run's output untouched; Ctrl-C finishes the step, checkpoints and exits with 130.
+// an earlier run's output untouched; Ctrl-C finishes the step, checkpoints and exits with 130
+// (the other signals: train_signals_test.cpp); a resume with nothing left to train is an error; the
+// end-of-run line reports skipped steps in words.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "core/backend.h"
 #include "formats/checkpoint.h"
@@ -231,6 +239,82 @@ TEST(CmdTrain, ValidationMetricsPlotAndGenerate) {
   auto tok = stp::testing::run_stp("generate " + ck + " --prompt x --tokenizer /tmp/tokenizer.json");
   EXPECT_EQ(tok.status, 1);
   EXPECT_NE(tok.err.find("--tokenizer"), std::string::npos) << tok.err;
+}
+
+// A resume from a checkpoint at or past train.steps trains nothing: an error naming both steps and
+// what to set, before anything is written (the checkpoint is not rewritten, metrics.jsonl not
+// appended to).
+TEST(CmdTrain, ResumeWithNothingLeftToTrainIsAnErrorThatWritesNothing) {
+  if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
+  RunDir run("resume_done");
+  auto r = stp::testing::run_stp("train " + run.config.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  const fs::path ck = run.dir / "out" / "checkpoint-3";
+  auto inode = [](const fs::path& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 ? st.st_ino : 0;
+  };
+  const auto model_inode = inode(ck / "model.safetensors");
+  ASSERT_NE(model_inode, 0u);
+  const std::string metrics = run.earlier_metrics();
+  for (int steps : {3, 2}) {
+    auto again = stp::testing::run_stp("train " + run.config.string() + " --set train.resume=" + ck.string() +
+                                       " --set train.steps=" + std::to_string(steps));
+    EXPECT_EQ(again.status, 1) << again.err;
+    for (const std::string& needle : std::vector<std::string>{
+             "stp train: error: train.resume '" + ck.string() + "' holds the state after step 3",
+             "train.steps is " + std::to_string(steps), "nothing is left to train", "set train.steps above 3"})
+      EXPECT_NE(again.err.find(needle), std::string::npos) << needle << " missing in: " << again.err;
+    EXPECT_EQ(std::count(again.err.begin(), again.err.end(), '\n'), 1) << again.err;
+    EXPECT_EQ(inode(ck / "model.safetensors"), model_inode) << "the checkpoint was rewritten";
+    EXPECT_EQ(run.earlier_metrics(), metrics) << "metrics.jsonl changed";
+  }
+}
+
+// The "done" line of a run with skipped steps (a NaN planted in a gradient, train/fault_hook.h):
+// the losses of the first and last steps that trained and the count of skipped ones, or "every
+// step was skipped"; never a placeholder (-1) or nan.
+TEST(CmdTrain, DoneLineReportsSkippedStepsInWords) {
+  if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
+  auto done_line = [](const std::string& err) {
+    auto at = err.find("stp train: done");
+    return at == std::string::npos ? std::string() : err.substr(at, err.find('\n', at) - at);
+  };
+  auto run_with_nan_at = [](RunDir& run, int steps, int nan_step) {
+    ::setenv("STP_FAULT_RANK", "0", 1);
+    ::setenv("STP_FAULT_STEP", std::to_string(nan_step).c_str(), 1);
+    ::setenv("STP_FAULT_KIND", "nan_grad", 1);
+    auto r = stp::testing::run_stp("train " + run.config.string() + " --set train.steps=" + std::to_string(steps));
+    ::unsetenv("STP_FAULT_RANK");
+    ::unsetenv("STP_FAULT_STEP");
+    ::unsetenv("STP_FAULT_KIND");
+    return r;
+  };
+  RunDir all("all_skipped");
+  auto r = run_with_nan_at(all, 1, 1);
+  EXPECT_EQ(r.status, 0) << r.err;
+  std::string line = done_line(r.err);
+  EXPECT_NE(line.find("stp train: done, 1 step; every step was skipped (loss or gradient not finite)"),
+            std::string::npos)
+      << r.err;
+  for (const char* bad : {"-1.0", "nan", "->"}) EXPECT_EQ(line.find(bad), std::string::npos) << bad << ": " << line;
+
+  RunDir last("last_skipped");
+  r = run_with_nan_at(last, 3, 3);
+  EXPECT_EQ(r.status, 0) << r.err;
+  line = done_line(r.err);
+  std::vector<double> losses;
+  std::istringstream metrics(last.earlier_metrics());
+  for (std::string l; std::getline(metrics, l);) losses.push_back(std::stod(l.substr(l.find("\"loss\":") + 7)));
+  ASSERT_EQ(losses.size(), 3u);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(line, m,
+                                std::regex("stp train: done, 3 steps; loss ([0-9.]+) -> ([0-9.]+) \\(step 2\\); 1 step "
+                                           "skipped; checkpoint ")))
+      << r.err;
+  EXPECT_NEAR(std::stod(m[1]), losses[0], 1e-4) << "the first step's loss";
+  EXPECT_NEAR(std::stod(m[2]), losses[1], 1e-4) << "the loss of step 2, the last that trained";
+  EXPECT_EQ(line.find("nan"), std::string::npos) << line;
 }
 
 }  // namespace

@@ -4,17 +4,18 @@
 // Output safety: everything that can fail on bad input (config, data, schedule, model, budget)
 // is checked before output.dir is touched. A fresh run in an output.dir that holds an earlier
 // run first moves that run's files into output.dir/earlier-run-N/, so nothing is overwritten.
-// Ctrl-C (SIGINT) finishes the current step, writes a checkpoint and exits with status 130.
+// A resume with nothing left to train (its checkpoint at or past train.steps) is such an error.
+// SIGINT (Ctrl-C), SIGTERM and SIGHUP finish the current step, write a checkpoint and exit with
+// 128 + the signal's number (130, 143, 129); a second one exits at once (tools/cli/stop_signals.h;
+// docs/design.md, Signals and exit statuses).
 //
 // Under mpirun (docs/scale-out.md) every process runs this: the config and rank-layout checks fail
 // together on every process; process 0 alone prints progress and writes output.dir (metrics,
-// config.yaml, trace of its rank, checkpoints); the processes agree after every step on stopping.
+// config.yaml, trace of its rank, checkpoints); the processes agree before every step on stopping.
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +32,7 @@
 #include "formats/checkpoint.h"
 #include "tools/stp/command.h"
 #include "tools/cli/config_args.h"
+#include "tools/cli/stop_signals.h"
 #include "train/rank_layout.h"
 #include "train/model_flops.h"
 #include "train/trainer.h"
@@ -41,9 +43,6 @@ namespace {
 
 // Exit status of a run stopped by the non-finite guard (docs/design.md, Command line).
 constexpr int kDivergedStatus = 5;
-
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) { g_interrupted = true; }
 
 // Moves the files of an earlier run out of the way (into earlier-run-N/) before a fresh run.
 void archive_earlier_run(const fs::path& dir) {
@@ -126,6 +125,12 @@ void print_progress(const stp::StepResult& r, std::int64_t total, double elapsed
   std::fflush(stderr);
 }
 
+std::string fixed4(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f", x);
+  return buf;
+}
+
 void write_text(const fs::path& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
   f << text;
@@ -140,6 +145,12 @@ int run(const stp::tools::ConfigArgs& args) {
   auto setup = [&] {
     cfg = stp::load_config(args.config_path, args.overrides);
     stp::check_processes(stp::RankLayout::of(cfg), processes);
+    if (!cfg.train.resume.empty()) {
+      const std::int64_t at = stp::read_checkpoint_state(cfg.train.resume).step;
+      STP_CHECK(at < cfg.train.steps, "train.resume '", cfg.train.resume, "' holds the state after step ", at,
+                " and train.steps is ", cfg.train.steps, ": nothing is left to train; set train.steps above ", at,
+                " to train on from it (e.g. --set train.steps=", at + cfg.train.steps, ")");
+    }
   };
   if (procs) procs->check_together(setup);
   else setup();
@@ -175,21 +186,33 @@ int run(const stp::tools::ConfigArgs& args) {
                      g, static_cast<double>(mem[g].communicator_bytes) / (1 << 20));
   }
 
-  std::signal(SIGINT, on_sigint);
+  // From here on SIGINT, SIGTERM and SIGHUP stop the run after the step in progress. Before (the
+  // setup above) they end the process as they normally do: nothing has been trained yet.
+  stp::tools::StopSignals signals("stp train");
   const bool tty = isatty(STDERR_FILENO);
   auto t0 = std::chrono::steady_clock::now();
   std::int64_t first = trainer.steps_done();
   stp::StepResult last;
-  double first_loss = -1;
-  // Every process must stop after the same step: they agree on SIGINT, which may reach only some.
-  auto interrupted = [&] { return procs ? procs->any(g_interrupted) : g_interrupted.load(); };
-  bool stop = false;
+  std::optional<double> first_loss;             // of the first step of this run that updated
+  std::optional<stp::StepResult> last_trained;  // the last step of this run that updated
+  std::int64_t skipped = 0;                     // steps of this run skipped as non-finite
+  // The checkpoint on disk that holds the current state, if any: the run does not write it again.
+  std::string saved = resuming ? cfg.train.resume : std::string();
+  std::int64_t saved_step = resuming ? first : -1;
+  // Every process must stop after the same step: before each step they agree on the stop signal,
+  // which may have reached only some of them (the largest number wins: SIGTERM, SIGINT, SIGHUP).
+  auto stop_signal = [&] { return procs ? procs->max(signals.received()) : signals.received(); };
+  int stop = 0;
   const double flops_per_token = stp::model_flops_per_token(cfg);
   const int devices = cfg.parallel.dp * cfg.parallel.tp * cfg.parallel.pp;
   bool diverged = false;
-  while (trainer.steps_done() < cfg.train.steps && !(stop = interrupted())) {
+  while (trainer.steps_done() < cfg.train.steps && !(stop = stop_signal())) {
     last = trainer.step();
-    if (first_loss < 0 && !last.skipped) first_loss = last.loss;
+    if (last.skipped) ++skipped;
+    else {
+      if (!first_loss) first_loss = last.loss;
+      last_trained = last;
+    }
     if (last.skipped && lead)
       std::fprintf(stderr,
                    "%sstp train: warning: step %lld skipped: loss %g, gradient norm %g (not finite); no update "
@@ -210,12 +233,14 @@ int run(const stp::tools::ConfigArgs& args) {
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (log) print_progress(last, cfg.train.steps, elapsed, last.step - first, tty, val_loss);
     if (diverged) break;
-    if (cfg.output.checkpoint_every > 0 && last.step % cfg.output.checkpoint_every == 0 && last.step < cfg.train.steps)
-      trainer.save_checkpoint();
+    if (cfg.output.checkpoint_every > 0 && last.step % cfg.output.checkpoint_every == 0 &&
+        last.step < cfg.train.steps) {
+      saved = trainer.save_checkpoint();
+      saved_step = last.step;
+    }
   }
-  if (!stop && !diverged) stop = interrupted();  // Ctrl-C during the last step
+  // A signal that came during the last step changes nothing: the run is complete (status 0).
   if (tty && lead) std::fprintf(stderr, "\n");
-  std::signal(SIGINT, SIG_DFL);
   // After a stop on non-finite steps the parameters and optimizer state are still those of the
   // last step that updated (skipped steps change nothing); the checkpoint says so.
   const std::string note = diverged
@@ -224,8 +249,10 @@ int run(const stp::tools::ConfigArgs& args) {
                                           "); parameters and optimizer state are those after step ",
                                           trainer.last_update_step(), ", the last good step")
                                : std::string();
-  std::string ck = trainer.save_checkpoint(note);
-  if (!lead) return diverged ? kDivergedStatus : stop ? 130 : 0;
+  // Every process takes the same branch: saved_step and the note are alike on all of them.
+  const std::string ck = !diverged && saved_step == trainer.steps_done() ? saved : trainer.save_checkpoint(note);
+  const int status = diverged ? kDivergedStatus : stop ? stp::tools::stop_status(stop) : 0;
+  if (!lead) return status;
   if (cfg.output.trace && trainer.trace()) trainer.trace()->write((dir / "trace.json").string());
   if (diverged) {
     std::fprintf(stderr,
@@ -234,17 +261,27 @@ int run(const stp::tools::ConfigArgs& args) {
                  "Lower train.lr, or raise train.warmup_steps or train.grad_clip.\n",
                  static_cast<long long>(last.consecutive_skips), static_cast<long long>(cfg.train.max_skipped_steps),
                  ck.c_str(), static_cast<long long>(trainer.last_update_step()));
-    return kDivergedStatus;
+    return status;
   }
   if (stop) {
     std::fprintf(stderr,
-                 "stp train: interrupted after step %lld; checkpoint %s (continue with --set train.resume=%s)\n",
-                 static_cast<long long>(trainer.steps_done()), ck.c_str(), ck.c_str());
-    return 130;
+                 "stp train: %s: stopped after step %lld; checkpoint %s (continue with --set train.resume=%s); exit "
+                 "status %d\n",
+                 stp::tools::stop_signal_name(stop), static_cast<long long>(trainer.steps_done()), ck.c_str(),
+                 ck.c_str(), status);
+    return status;
   }
-  std::fprintf(stderr, "stp train: done, %lld steps; loss %.4f -> %.4f; checkpoint %s; metrics %s\n",
-               static_cast<long long>(trainer.steps_done()), first_loss, last.loss, ck.c_str(),
-               (dir / "metrics.jsonl").c_str());
+  const std::int64_t steps = trainer.steps_done();
+  std::string losses;
+  if (trainer.steps_done() == first) losses = "no step was trained";
+  else if (!last_trained) losses = "every step was skipped (loss or gradient not finite)";
+  else {
+    losses = stp::str("loss ", fixed4(*first_loss), " -> ", fixed4(last_trained->loss));
+    if (last_trained->step != steps) losses += stp::str(" (step ", last_trained->step, ")");
+    if (skipped > 0) losses += stp::str("; ", skipped, skipped == 1 ? " step" : " steps", " skipped");
+  }
+  std::fprintf(stderr, "stp train: done, %lld step%s; %s; checkpoint %s; metrics %s\n", static_cast<long long>(steps),
+               steps == 1 ? "" : "s", losses.c_str(), ck.c_str(), (dir / "metrics.jsonl").c_str());
   return 0;
 }
 
@@ -252,9 +289,10 @@ stp::tools::Run define(CLI::App& app) {
   auto args = std::make_shared<stp::tools::ConfigArgs>();
   stp::tools::add_config_args(app, *args);
   app.footer(
-      "Writes output.dir/metrics.jsonl, config.yaml, checkpoints and (output.trace) trace.json. Ctrl-C "
-      "finishes the step, writes a checkpoint and exits with status 130. After train.max_skipped_steps "
-      "consecutive non-finite steps it writes the last good state and exits with status 5.");
+      "Writes output.dir/metrics.jsonl, config.yaml, checkpoints and (output.trace) trace.json. SIGINT "
+      "(Ctrl-C), SIGTERM and SIGHUP finish the step, write a checkpoint and exit with status 130, 143 and "
+      "129; a second signal exits at once. After train.max_skipped_steps consecutive non-finite steps it "
+      "writes the last good state and exits with status 5.");
   return [args] { return run(*args); };
 }
 
