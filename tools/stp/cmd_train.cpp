@@ -2,8 +2,11 @@
 // output.dir/metrics.jsonl, checkpoints, the resolved config and (output.trace) trace.json.
 //
 // Output safety: everything that can fail on bad input (config, data, schedule, model, budget)
-// is checked before output.dir is touched. A fresh run in an output.dir that holds an earlier
-// run first moves that run's files into output.dir/earlier-run-N/, so nothing is overwritten.
+// is checked before output.dir is touched. output.dir may not be, lie inside or hold what the run
+// reads (data.path, data.val_path, model.init_from, the config file; tools/cli/output_guard.h); a
+// resumed run continues in the output.dir that holds its checkpoint. A fresh run in an output.dir
+// that holds an earlier run first moves that run's files into output.dir/earlier-run-N/, so
+// nothing is overwritten.
 // Ctrl-C (SIGINT) finishes the current step, writes a checkpoint and exits with status 130.
 //
 // Under mpirun (docs/scale-out.md) every process runs this: the config and rank-layout checks fail
@@ -26,11 +29,13 @@
 
 #include "config/config.h"
 #include "base/error.h"
+#include "base/file_io.h"
 #include "base/json_number.h"
 #include "process/process.h"
 #include "formats/checkpoint.h"
 #include "tools/stp/command.h"
 #include "tools/cli/config_args.h"
+#include "tools/cli/output_guard.h"
 #include "train/rank_layout.h"
 #include "train/model_flops.h"
 #include "train/trainer.h"
@@ -126,10 +131,15 @@ void print_progress(const stp::StepResult& r, std::int64_t total, double elapsed
   std::fflush(stderr);
 }
 
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  STP_CHECK(f.good(), "cannot write '", path.string(), "'");
+// Outputs never overwrite inputs: output.dir is none of what the run reads, nor inside it, nor
+// holding it, except that a resumed run continues in the output.dir of its checkpoint.
+void check_outputs(const stp::Config& cfg, const std::string& config_path) {
+  stp::tools::check_output_dir(cfg.output.dir, "output.dir",
+                               {{cfg.data.path, "data.path"},
+                                {cfg.data.val_path, "data.val_path"},
+                                {cfg.model.init_from, "model.init_from"},
+                                {cfg.train.resume, "train.resume", true},
+                                {config_path, "the config file"}});
 }
 
 int run(const stp::tools::ConfigArgs& args) {
@@ -140,6 +150,7 @@ int run(const stp::tools::ConfigArgs& args) {
   auto setup = [&] {
     cfg = stp::load_config(args.config_path, args.overrides);
     stp::check_processes(stp::RankLayout::of(cfg), processes);
+    check_outputs(cfg, args.config_path);
   };
   if (procs) procs->check_together(setup);
   else setup();
@@ -157,7 +168,7 @@ int run(const stp::tools::ConfigArgs& args) {
   if (lead) {
     fs::create_directories(dir);
     if (!resuming) archive_earlier_run(dir);
-    write_text(dir / "config.yaml", cfg.to_yaml());
+    stp::write_file_atomic((dir / "config.yaml").string(), cfg.to_yaml());
     metrics.open(dir / "metrics.jsonl", resuming ? std::ios::app : std::ios::trunc);
     STP_CHECK(metrics.good(), "cannot write '", (dir / "metrics.jsonl").string(), "'");
     std::fprintf(stderr,
