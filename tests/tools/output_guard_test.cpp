@@ -44,6 +44,7 @@ TEST(OutputGuard, AFileInsideAnInputFolderIsRefused) {
   expect_error([&] { check_output_file(dir.file("alias/new.bin"), "OUTPUT", inputs); }, {"inside"});
   EXPECT_NO_THROW(check_output_file(dir.file("texts.bin"), "OUTPUT", inputs));  // a sibling, not inside
   expect_error([&] { check_output_file(dir.file("texts"), "OUTPUT", {}); }, {"is a folder"});
+  expect_error([&] { check_output_file(dir.file("no/such/x.bin"), "OUTPUT", {}); }, {"no/such' does not exist"});
 }
 
 TEST(OutputGuard, ExistingFilesThatStpReadsAreRefused) {
@@ -55,6 +56,7 @@ TEST(OutputGuard, ExistingFilesThatStpReadsAreRefused) {
     write_bytes(dir.file(f), "x");
     expect_error([&] { check_output_file(dir.file(f), "--svg", {}); }, {"--svg", f});
   }
+  fs::create_directories(dir.path() / "new");
   EXPECT_NO_THROW(check_output_file(dir.file("new/tokenizer.json"), "--svg", {}));  // nothing to overwrite
   EXPECT_NO_THROW(check_output_file(dir.file("plot.svg"), "--svg", {}));
 }

@@ -69,6 +69,9 @@ void check_output_file(const std::string& output, const std::string& name, const
               in.name, " '", in.path, "', which the command reads; write it outside that folder");
   }
   std::error_code ec;
+  const fs::path folder = fs::path(output).parent_path();
+  STP_CHECK(folder.empty() || is_folder(folder.string()), name, " '", output, "': the folder '", folder.string(),
+            "' does not exist; create it first");
   if (!fs::is_regular_file(output, ec)) return;  // nothing to replace, or a device written into
   const std::string kind = read_by_stp(out);
   STP_CHECK(kind.empty(), name, " '", output, "' exists and is ", kind,

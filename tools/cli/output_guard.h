@@ -24,7 +24,7 @@ struct Input {
 
 // An output file (`name`: "OUTPUT", "--svg", ...) is refused when
 //   * it is one of `inputs`, or lies inside an input folder (at any depth);
-//   * it is an existing folder;
+//   * it is an existing folder, or its folder does not exist;
 //   * it is an existing file that stp reads as an input, whatever command wrote it: a
 //     tokenizer's (tokenizer.json, vocab.json, merges.txt, encoder.json, vocab.bpe), a run's
 //     (metrics.jsonl, config.yaml, trace.json), any file in a checkpoint folder (one that holds
