@@ -1,10 +1,10 @@
 #include "data/bpe_files.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/file_io.h"
 #include "data/byte_unicode.h"
 
 namespace stp {
@@ -16,12 +16,15 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string read_text(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  STP_CHECK(f.good(), "tokenizer: cannot open '", path.string(), "'");
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  STP_CHECK(!f.bad(), "tokenizer: cannot read '", path.string(), "'");
-  return s;
+std::string read_text(const fs::path& path) { return read_regular_file(path.string(), "tokenizer:"); }
+
+// A token id from the file: an integer in [0, kMaxVocabSize), checked before anything is sized by it.
+std::int32_t token_id(const json& id, const std::string& where, const std::string& token) {
+  STP_CHECK(id.is_number_integer() && id.get<std::int64_t>() >= 0 && id.get<std::int64_t>() < kMaxVocabSize,
+            "tokenizer: ", where, ": token '", token, "' has id ", id.dump(),
+            ", not an integer in [0, 2^22 = ", kMaxVocabSize,
+            ") (stp's limit on token ids: docs/config.md, Token files)");
+  return id.get<std::int32_t>();
 }
 
 json parse_json(const fs::path& path) {
@@ -48,13 +51,8 @@ std::string merge_part(const std::string& s, const std::string& where) {
 void read_vocab(const json& v, const std::string& where, BpeSpec& spec) {
   STP_CHECK(v.is_object(), "tokenizer: ", where, ": the vocabulary is not a JSON object of token: id");
   spec.vocab.reserve(v.size());
-  for (auto it = v.begin(); it != v.end(); ++it) {
-    STP_CHECK(it.value().is_number_integer() && it.value().get<std::int64_t>() >= 0 &&
-                  it.value().get<std::int64_t>() < (std::int64_t(1) << 31),
-              "tokenizer: ", where, ": token '", it.key(), "' has id ", it.value().dump(),
-              ", not an integer in [0, 2^31)");
-    spec.vocab.push_back({token_bytes(it.key()), it.value().get<std::int32_t>()});
-  }
+  for (auto it = v.begin(); it != v.end(); ++it)
+    spec.vocab.push_back({token_bytes(it.key()), token_id(it.value(), where, it.key())});
 }
 
 void add_merge_line(const std::string& line, const std::string& where, BpeSpec& spec) {
@@ -170,12 +168,11 @@ BpeSpec read_tokenizer_json(const fs::path& path) {
   spec.pattern = read_pre_tokenizer(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json(), where);
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const json& a : j["added_tokens"]) {
-      STP_CHECK(a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") &&
-                    a["content"].is_string() && !a["content"].get<std::string>().empty(),
+      STP_CHECK(a.is_object() && a.contains("id") && a.contains("content") && a["content"].is_string() &&
+                    !a["content"].get<std::string>().empty(),
                 "tokenizer: ", where, ": added token ", a.dump(), " needs an integer id and a non-empty content");
-      STP_CHECK(a["id"].get<std::int64_t>() >= 0 && a["id"].get<std::int64_t>() < (std::int64_t(1) << 31),
-                "tokenizer: ", where, ": added token id ", a["id"].dump(), " is out of range");
-      spec.specials.push_back({a["content"].get<std::string>(), a["id"].get<std::int32_t>()});
+      const std::string content = a["content"].get<std::string>();
+      spec.specials.push_back({content, token_id(a["id"], where, "added token " + content)});
     }
   }
   return spec;

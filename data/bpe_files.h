@@ -9,6 +9,11 @@
 //   * a folder holding tokenizer.json, or vocab.json + merges.txt, or encoder.json + vocab.bpe
 //     (the GPT-2 release's names), tried in that order. The two vocab + merges forms split with
 //     GPT-2's pattern and treat "<|endoftext|>", when in the vocabulary, as a special token.
+// Token ids are integers in [0, kMaxVocabSize): a tokenizer holds one entry per id up to its
+// largest, so the cap bounds what a file can make it allocate (2^22 ids, about 130 MB), 16 times
+// the largest vocabularies in use (Gemma's 262144). A larger id is an error naming the file, the
+// token and the id, raised while the file is read. Tokenizer files must be regular files
+// (base/file_io.h): a device or FIFO is refused before it is read.
 // Errors (stp::Error) name the file and what is wrong in it.
 #pragma once
 
@@ -18,6 +23,9 @@
 #include <vector>
 
 namespace stp {
+
+// Token ids are below this: 2^22 (docs/config.md, Token files).
+inline constexpr std::int32_t kMaxVocabSize = std::int32_t(1) << 22;
 
 // GPT-2's pre-split pattern (PCRE2 syntax, compiled with UTF and UCP).
 extern const char* const kGpt2Pattern;

@@ -291,9 +291,15 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) { return BpeTokenizer(r
 
 BpeTokenizer::BpeTokenizer(const BpeSpec& spec) : impl_(std::make_shared<Impl>()) {
   Impl& m = *impl_;
+  // The ids size the tables below: each is checked first, so that no id can overflow the size or
+  // make it allocate beyond the cap (read_bpe_files() checks them too, naming the file's token).
   std::int32_t size = 0;
-  for (const auto& t : spec.vocab) size = std::max(size, t.id + 1);
-  for (const auto& t : spec.specials) size = std::max(size, t.id + 1);
+  for (const auto* tokens : {&spec.vocab, &spec.specials})
+    for (const auto& t : *tokens) {
+      STP_CHECK(t.id >= 0 && t.id < kMaxVocabSize, "tokenizer: ", spec.source, ": id ", t.id,
+                " is not in [0, 2^22 = ", kMaxVocabSize, ") (stp's limit on token ids)");
+      size = std::max(size, t.id + 1);
+    }
   STP_CHECK(size > 0, "tokenizer: ", spec.source, " has an empty vocabulary");
   m.id_bytes.resize(std::size_t(size));
   m.used.assign(std::size_t(size), false);

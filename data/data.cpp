@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "config/config.h"
 #include "base/error.h"
+#include "base/file_io.h"
 #include "data/token_file.h"
 
 namespace stp {
@@ -17,19 +17,17 @@ namespace fs = std::filesystem;
 constexpr std::int32_t kLlmcMagic = 20240520;
 constexpr std::size_t kLlmcHeaderInts = 256;
 
-std::string read_file(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  STP_CHECK(f.good(), "data: cannot open '", path.string(), "'");
-  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  STP_CHECK(!f.bad(), "data: cannot read '", path.string(), "'");
-  return bytes;
-}
+std::string read_file(const fs::path& path) { return read_regular_file(path.string(), "data:"); }
 
 // The files of data.path: the file itself, or (text) a folder's regular files sorted by name.
+// Anything else (a device, a FIFO) is refused before it is opened: /dev/zero would never end.
 std::vector<fs::path> list_files(const DataOptions& o) {
   std::error_code ec;
   STP_CHECK(fs::exists(o.path, ec), "data: data.path '", o.path, "' does not exist");
-  if (!fs::is_directory(o.path, ec)) return {fs::path(o.path)};
+  if (!fs::is_directory(o.path, ec)) {
+    check_regular_file(o.path, "data: data.path");
+    return {fs::path(o.path)};
+  }
   STP_CHECK(o.format == "text", "data: data.path '", o.path, "' is a folder; only data.format text reads folders (",
             o.format, " needs one file)");
   std::vector<fs::path> files;

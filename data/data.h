@@ -17,10 +17,15 @@
 // (N tokens, T = seq_len); inputs are the first T, targets the last T. Both offsets are pure
 // functions of b (and the seed), so resuming from a checkpoint needs only the step number.
 //
-// Errors (stp::Error): missing path, empty folder, N < T + 1, odd u16 size, a bad llm.c header
-// (magic, version, or a token count that disagrees with the file size), a bad tok32 header
-// (data/token_file.h), a token >= vocab_size
-// (naming the token, its position and vocab_size).
+// data.path is a regular file (symlinks followed) or, for text, a folder: a device (/dev/zero
+// never ends) or a FIFO (no size) is refused by kind before it is read (base/file_io.h). A file
+// whose size is not a whole number of tokens is an error in every format: an odd u16 size, an
+// llm.c or tok32 size other than the header's count says.
+//
+// Errors (stp::Error): missing path, not a regular file, empty folder, N < T + 1, odd u16 size,
+// a bad llm.c header (magic, version, or a token count that disagrees with the file size), a bad
+// tok32 header (data/token_file.h), a token >= vocab_size (naming the token, its position and
+// vocab_size).
 #pragma once
 
 #include <cstdint>

@@ -1,9 +1,9 @@
 #include "data/token_file.h"
 
 #include <cstring>
-#include <fstream>
 
 #include "base/error.h"
+#include "base/file_io.h"
 
 namespace stp {
 namespace {
@@ -52,11 +52,7 @@ std::string write_token_file(const std::string& path, const std::vector<std::int
     out.reserve(out.size() + 4 * ids.size());
     for (std::int32_t id : ids) put(out, static_cast<std::uint32_t>(id));
   }
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  STP_CHECK(f.good(), "tokenize: cannot create '", path, "'");
-  f.write(out.data(), static_cast<std::streamsize>(out.size()));
-  f.close();
-  STP_CHECK(f.good(), "tokenize: cannot write '", path, "' (disk full?)");
+  write_file_atomic(path, out);
   return format;
 }
 

@@ -20,7 +20,8 @@
 
 namespace stp {
 
-// Writes ids as llmc when vocab_size <= 65536, else tok32; returns the format written.
+// Writes ids as llmc when vocab_size <= 65536, else tok32; returns the format written. The file
+// appears whole or not at all (base/file_io.h, write_file_atomic).
 std::string write_token_file(const std::string& path, const std::vector<std::int32_t>& ids, std::int32_t vocab_size);
 
 // The ids of a tok32 file whose bytes are `bytes` (path for messages).

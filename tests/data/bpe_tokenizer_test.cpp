@@ -218,6 +218,46 @@ TEST(BpeTokenizer, LoadErrorsNameTheProblem) {
   expect_error([&] { BpeTokenizer::load(dir.file("merge.json")); }, {"merge 0", "not all in the vocabulary"});
 }
 
+// Token ids are below 2^22 (data/bpe_files.h): a larger id is an error naming the file and the id,
+// raised while the file is read, before anything is allocated per id. 2^31 - 1 used to overflow
+// the vocabulary size (an out-of-bounds write), 2e9 to allocate a string per id up to it.
+TEST(BpeTokenizer, IdsAtOrAboveTheCapAreRefusedBeforeAllocation) {
+  ScratchDir dir;
+  const std::pair<const char*, const char*> ids[] = {
+      {"2147483647", "2147483647"},
+      {"2000000000", "2000000000"},
+      {"4194304", "4194304"},
+      {"2e9", "2000000000.0"},  // a JSON number with an exponent is not an integer
+      {"-1", "-1"}};
+  for (const auto& [id_json, id] : ids) {
+    nlohmann::json j = nlohmann::json::parse(tiny_tokenizer_json(false));
+    j["model"]["vocab"]["ab"] = nlohmann::json::parse(id_json);
+    write_bytes(dir.file("vocab.json"), j.dump());
+    expect_error([&] { BpeTokenizer::load(dir.file("vocab.json")); }, {"vocab.json", "'ab'", id, "2^22"});
+    j = nlohmann::json::parse(tiny_tokenizer_json(false));
+    j["added_tokens"] = {{{"id", nlohmann::json::parse(id_json)}, {"content", "<|s|>"}}};
+    write_bytes(dir.file("added.json"), j.dump());
+    expect_error([&] { BpeTokenizer::load(dir.file("added.json")); }, {"added.json", "<|s|>", id, "2^22"});
+  }
+  // A spec built in code is held to the same cap.
+  BpeSpec spec;
+  spec.source = "'in code'";
+  for (int b = 0; b < 256; ++b) spec.vocab.push_back({std::string(1, char(b)), b});
+  spec.specials.push_back({"<|s|>", 2147483647});
+  expect_error([&] { BpeTokenizer tok(spec); }, {"in code", "2147483647", "2^22"});
+  // The largest id allowed loads: a vocabulary of 2^22 ids.
+  nlohmann::json j = nlohmann::json::parse(tiny_tokenizer_json(false));
+  j["model"]["vocab"]["ab"] = (1 << 22) - 1;
+  write_bytes(dir.file("largest.json"), j.dump());
+  EXPECT_EQ(BpeTokenizer::load(dir.file("largest.json")).vocab_size(), 1 << 22);
+}
+
+// Tokenizer files are regular files: a device such as /dev/zero never ends, so it is refused
+// before it is read.
+TEST(BpeTokenizer, ADeviceIsRefusedBeforeItIsRead) {
+  expect_error([&] { BpeTokenizer::load("/dev/zero"); }, {"/dev/zero", "character device"});
+}
+
 // Llama-3's and Qwen2's pre-split patterns (as their tokenizer.json files give them) compile with
 // PCRE2 and cut as Unicode properties say: case-insensitive contractions, digits in runs of at
 // most 3 (Llama-3) or 1 (Qwen2), punctuation keeping its newlines, letters of any script.

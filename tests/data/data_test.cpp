@@ -1,3 +1,5 @@
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <set>
 
@@ -161,6 +163,20 @@ TEST(Data, BadInputsAreClearErrors) {
   stp::testing::write_bytes(dir.file("tiny.bin"), "xyz");
   expect_error([&] { TokenDataset(opts(dir.file("tiny.bin"), "llmc", "random", 2, 1000)); },
                {"shorter than the llm.c header"});
+}
+
+// data.path is a regular file or a folder: a character device such as /dev/zero never ends and a
+// FIFO has no size, so either is refused by name before a byte is read; a link to a file is read.
+TEST(Data, DevicesAndFifosAreRefusedBeforeTheyAreRead) {
+  ScratchDir dir;
+  for (const char* format : {"text", "u16", "llmc", "tok32"})
+    expect_error([&] { TokenDataset(opts("/dev/zero", format, "random", 4, 65536)); },
+                 {"data.path '/dev/zero' is a character device", "regular file"});
+  ASSERT_EQ(::mkfifo(dir.file("pipe").c_str(), 0600), 0);
+  expect_error([&] { TokenDataset(opts(dir.file("pipe"), "text", "random", 4)); }, {"pipe", "is a FIFO"});
+  stp::testing::write_bytes(dir.file("text.txt"), "abcdefgh");
+  std::filesystem::create_symlink(dir.file("text.txt"), dir.file("link.txt"));
+  EXPECT_EQ(TokenDataset(opts(dir.file("link.txt"), "text", "random", 4)).num_tokens(), 8u);
 }
 
 TEST(Data, DefaultConfigReadsTheFortunes) {

@@ -127,6 +127,76 @@ TEST(CmdTrain, TruncatedCheckpoint) {
                        "model.safetensors");
 }
 
+// Outputs never overwrite inputs: an output.dir that is an input, lies inside an input folder or
+// holds an input (data.path, data.val_path, model.init_from, the config file) is refused before
+// anything is written: no config.yaml, no earlier run moved aside, the input as it was.
+TEST(CmdTrain, OutputDirHoldingAnInputIsRefused) {
+  if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
+  struct Case {
+    const char* name;
+    std::string input;  // written under out/ before the run, a copy of the tiny text
+    std::string sets;   // with OUT for the output folder
+    const char* key;    // the input the message names
+  };
+  const std::vector<Case> cases = {
+      {"out_holds_data", "corpus.txt", "--set data.path=OUT/corpus.txt", "data.path"},
+      {"out_is_data", "corpus.txt", "--set data.path=OUT", "data.path"},
+      {"out_in_data", "corpus.txt", "--set data.path=OUT --set output.dir=OUT/run", "data.path"},
+      {"out_holds_val", "val.txt", "--set data.val_path=OUT/val.txt --set train.eval_every=1", "data.val_path"},
+      {"out_holds_init", "init.safetensors", "--set model.init_from=OUT/init.safetensors", "model.init_from"},
+  };
+  for (const Case& c : cases) {
+    RunDir run(c.name);
+    const fs::path out = run.dir / "out", input = out / c.input;
+    fs::copy_file(stp::testing::tiny_text_file(), input);
+    const std::string before = stp::testing::slurp(input.string());
+    std::string sets = c.sets;
+    for (std::size_t at; (at = sets.find("OUT")) != std::string::npos;) sets.replace(at, 3, out.string());
+    auto r = stp::testing::run_stp("train " + run.config.string() + " " + sets);
+    EXPECT_EQ(r.status, 1) << c.name << ": " << r.err;
+    EXPECT_NE(r.err.find("output.dir"), std::string::npos) << c.name << ": " << r.err;
+    EXPECT_NE(r.err.find(c.key), std::string::npos) << c.name << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.name << ": one line: " << r.err;
+    EXPECT_EQ(stp::testing::slurp(input.string()), before) << c.name << ": the input changed";
+    EXPECT_EQ(run.earlier_metrics(), "{\"step\":1,\"loss\":9.0} earlier run\n") << c.name;
+    EXPECT_FALSE(fs::exists(out / "earlier-run-1")) << c.name << ": an earlier run was moved";
+    EXPECT_FALSE(fs::exists(out / "config.yaml")) << c.name << ": config.yaml was written";
+    EXPECT_FALSE(fs::exists(out / "run")) << c.name << ": the output folder was created";
+  }
+  // The config file itself inside output.dir (here where the run would write its config.yaml).
+  RunDir run("out_holds_config");
+  const fs::path config = run.dir / "out" / "config.yaml";
+  fs::copy_file(run.config, config);
+  const std::string before = stp::testing::slurp(config.string());
+  auto r = stp::testing::run_stp("train " + config.string());
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("config"), std::string::npos) << r.err;
+  EXPECT_EQ(stp::testing::slurp(config.string()), before) << "the config file was replaced";
+  EXPECT_FALSE(fs::exists(run.dir / "out" / "earlier-run-1"));
+}
+
+// data.path and data.val_path are regular files (or a folder): /dev/zero never ends, so it is
+// refused before it is read, at once, instead of growing memory without a message. (Under an
+// address-space limit and a timeout, so that a regression fails here rather than exhausting the
+// machine.)
+TEST(CmdTrain, DataPathThatNeverEndsIsRefusedPromptly) {
+  if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
+  for (const std::string key : {"data.path", "data.val_path"}) {
+    RunDir run("dev_zero");
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = stp::testing::run_command("ulimit -v 16777216; timeout 60 " + std::string(STP_BINARY_DIR) + "/stp train " +
+                                       run.config.string() + " --set " + key + "=/dev/zero" +
+                                       (key == "data.val_path" ? " --set train.eval_every=1" : ""));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.status, 1) << key << ": " << r.err;
+    EXPECT_NE(r.err.find(key), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("'/dev/zero' is a character device"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+    EXPECT_LT(s, 30.0) << key;
+    EXPECT_EQ(run.earlier_metrics(), "{\"step\":1,\"loss\":9.0} earlier run\n") << key;
+  }
+}
+
 TEST(CmdTrain, FreshRunKeepsTheEarlierRunAndWritesMetrics) {
   if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
   RunDir run("fresh_run");

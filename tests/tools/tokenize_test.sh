@@ -7,6 +7,9 @@
 #   * invalid UTF-8 is an error naming the file and offset (status 1), and --invalid-utf8 replace
 #     gives the reference ids of the text after U+FFFD substitution;
 #   * missing tokenizer / input, and an empty input folder, are one-line errors with status 1;
+#   * OUTPUT naming INPUT, a tokenizer file, a file inside an input folder or a run's file is an
+#     error that leaves it as it was; an earlier output is replaced whole; /dev/zero as INPUT or
+#     TOKENIZER is refused; a tokenizer.json id at or above 2^22 is an error naming it;
 #   * a BPE model end to end: a small GPT-2 trained for 2 steps on tokenized text, then
 #     `stp generate --tokenizer` prints the prompt and a continuation, the same for the same seed;
 #     without --tokenizer it is a one-line error;
@@ -60,6 +63,63 @@ expect_error 1 "does not exist" "$stp" tokenize "$data/gpt2" "$tmp/nope.txt" "$t
 mkdir "$tmp/empty"
 expect_error 1 "no regular files" "$stp" tokenize "$data/gpt2" "$tmp/empty" "$tmp/x.bin"
 expect_error 1 "OUTPUT" "$stp" tokenize "$data/gpt2" "$data/adversarial.txt"
+
+# Outputs never overwrite inputs: OUTPUT naming INPUT, a tokenizer file or a file inside an input
+# folder is a one-line error before anything is written, and the input keeps its bytes.
+cp "$data/adversarial.txt" "$tmp/same.txt"
+expect_error 1 "INPUT" "$stp" tokenize "$data/gpt2" "$tmp/same.txt" "$tmp/same.txt"
+cmp -s "$tmp/same.txt" "$data/adversarial.txt" || fail "OUTPUT = INPUT changed the input"
+expect_error 1 "INPUT" "$stp" tokenize "$data/gpt2" "$tmp/same.txt" "$tmp/./same.txt"
+ln "$tmp/same.txt" "$tmp/hardlink.txt"
+expect_error 1 "INPUT" "$stp" tokenize "$data/gpt2" "$tmp/same.txt" "$tmp/hardlink.txt"
+cmp -s "$tmp/same.txt" "$data/adversarial.txt" || fail "OUTPUT = a hard link of INPUT changed the input"
+cp -r "$data/gpt2" "$tmp/tok"
+expect_error 1 "TOKENIZER" "$stp" tokenize "$tmp/tok" "$data/adversarial.txt" "$tmp/tok/encoder.json"
+cmp -s "$tmp/tok/encoder.json" "$data/gpt2/encoder.json" || fail "OUTPUT = encoder.json changed the tokenizer"
+expect_error 1 "TOKENIZER" "$stp" tokenize "$tmp/tok" "$data/adversarial.txt" "$tmp/tok/new.bin"
+[ -e "$tmp/tok/new.bin" ] && fail "an output was written into the tokenizer folder"
+python3 -c '
+import json, sys
+vocab = json.load(open(sys.argv[1]))
+merges = [l for l in open(sys.argv[2], encoding="utf-8").read().split("\n")[1:] if l]
+json.dump({"model": {"type": "BPE", "vocab": vocab, "merges": merges}}, open(sys.argv[3], "w"))
+' "$data/gpt2/encoder.json" "$data/gpt2/vocab.bpe" "$tmp/tokenizer.json"
+cp "$tmp/tokenizer.json" "$tmp/tokenizer.want"
+expect_error 1 "TOKENIZER" "$stp" tokenize "$tmp/tokenizer.json" "$data/adversarial.txt" "$tmp/tokenizer.json"
+cmp -s "$tmp/tokenizer.json" "$tmp/tokenizer.want" || fail "OUTPUT = tokenizer.json changed the tokenizer"
+mkdir "$tmp/texts"
+cp "$data/adversarial.txt" "$tmp/texts/a.txt"
+expect_error 1 "inside" "$stp" tokenize "$data/gpt2" "$tmp/texts" "$tmp/texts/out.bin"
+[ -e "$tmp/texts/out.bin" ] && fail "an output was written into the INPUT folder"
+expect_error 1 "INPUT" "$stp" tokenize "$data/gpt2" "$tmp/texts" "$tmp/texts/a.txt"
+cmp -s "$tmp/texts/a.txt" "$data/adversarial.txt" || fail "OUTPUT = a file of the INPUT folder changed it"
+# A file another stp command reads (here a run's metrics.jsonl) is not replaced either.
+mkdir "$tmp/run" && echo '{"step":1,"loss":2.5}' >"$tmp/run/metrics.jsonl"
+expect_error 1 "metrics.jsonl" "$stp" tokenize "$data/gpt2" "$data/adversarial.txt" "$tmp/run/metrics.jsonl"
+grep -q '"loss":2.5' "$tmp/run/metrics.jsonl" || fail "OUTPUT = a run's metrics.jsonl replaced it"
+# The output is written whole or not at all: it appears under its name only once complete, and
+# an earlier file of that name is replaced, not truncated in place.
+echo "earlier" >"$tmp/replaced.bin"
+"$stp" tokenize "$data/gpt2" "$data/adversarial.txt" "$tmp/replaced.bin" >/dev/null 2>"$tmp/err" ||
+  fail "writing over an earlier output: $(cat "$tmp/err")"
+cmp -s "$tmp/replaced.bin" "$tmp/adv.want" || fail "the earlier output was not replaced by the token file"
+ls -a "$tmp" | grep -q 'tmp' && fail "a temporary file was left behind: $(ls -a "$tmp")"
+# Input that is not a regular file: /dev/zero never ends, so it is refused before it is read.
+expect_error 1 "character device" timeout 20 "$stp" tokenize "$data/gpt2" /dev/zero "$tmp/zero.bin"
+expect_error 1 "character device" timeout 20 "$stp" tokenize /dev/zero "$data/adversarial.txt" "$tmp/zero.bin"
+
+# Token ids are below 2^22 (docs/config.md, Token files): a larger id in tokenizer.json is an error
+# naming the file and the id, raised before the vocabulary is allocated: 2^31 - 1 overflowed an
+# int32, 2e9 allocated one string per id. Under a 4 GiB address-space limit, so that a reader
+# that allocates for the id fails here instead of exhausting the machine.
+for id in 2147483647 2000000000 4194304; do
+  printf '{"model": {"type": "BPE", "vocab": {"b": 1, "a": %s}, "merges": []}}' "$id" >"$tmp/big.json"
+  expect_error 1 "$id" bash -c 'ulimit -v 4194304; exec timeout 20 "$@"' _ "$stp" tokenize "$tmp/big.json" "$data/adversarial.txt" "$tmp/x.bin"
+  printf '{"model": {"type": "BPE", "vocab": {"b": 1}, "merges": []}, "added_tokens": [{"id": %s, "content": "<s>"}]}' \
+    "$id" >"$tmp/big.json"
+  expect_error 1 "$id" bash -c 'ulimit -v 4194304; exec timeout 20 "$@"' _ "$stp" tokenize "$tmp/big.json" "$data/adversarial.txt" "$tmp/x.bin"
+done
+grep -q "big.json" "$tmp/err" || fail "the id error does not name the file: $(cat "$tmp/err")"
 
 # The whole fortunes text.
 fortunes=/usr/share/games/fortunes

@@ -1,5 +1,6 @@
 // `stp plot RUN_DIR --svg FILE`: draws RUN_DIR/metrics.jsonl (loss, val_loss, lr, throughput, peak
-// device memory against the step) into one self-contained SVG (profile/metrics_plot.h).
+// device memory against the step) into one self-contained SVG (profile/metrics_plot.h). FILE may not
+// be the metrics it reads nor another file stp reads (tools/cli/output_guard.h).
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -7,9 +8,10 @@
 #include <CLI/CLI.hpp>
 
 #include "base/error.h"
+#include "base/file_io.h"
 #include "profile/metrics_plot.h"
+#include "tools/cli/output_guard.h"
 #include "tools/stp/command.h"
-#include "tools/stp/write_file.h"
 
 namespace {
 
@@ -21,10 +23,11 @@ int run(const PlotArgs& a) {
   const std::string metrics = (std::filesystem::path(a.dir) / "metrics.jsonl").string();
   STP_CHECK(std::filesystem::is_regular_file(metrics), "'", a.dir,
             "' has no metrics.jsonl (give the output.dir of a `stp train` run)");
+  stp::tools::check_output_file(a.svg, "--svg", {{metrics, "RUN_DIR's metrics.jsonl"}});
   auto series = stp::profile::read_plot_series(metrics);
   std::size_t points = 0;
   for (const auto& s : series) points += s.points.size();
-  stp::tools::write_file(a.svg, stp::profile::render_metrics_svg(series, "stp run " + a.dir));
+  stp::write_file_atomic(a.svg, stp::profile::render_metrics_svg(series, "stp run " + a.dir));
   std::fprintf(stderr, "stp plot: %s (%zu points from %s)\n", a.svg.c_str(), points, metrics.c_str());
   return 0;
 }

@@ -6,7 +6,8 @@
 // high-water moments, and the simulator's prediction with costs calibrated from the trace next to
 // the measurement (docs/profile.md). RUN_DIR/config.yaml (written by stp train) names the
 // schedule; without it the prediction is skipped with a note. --svg draws one step (the last one
-// analysed). By default step 1 (warm-up) is left out when the trace has more steps.
+// analysed; FILE may not be a file the command or another stp command reads:
+// tools/cli/output_guard.h). By default step 1 (warm-up) is left out when the trace has more steps.
 // `stp profile --help` lists the options.
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 
 #include "config/config.h"
 #include "base/error.h"
+#include "base/file_io.h"
 #include "profile/predict.h"
 #include "profile/render_svg.h"
 #include "profile/report.h"
@@ -23,13 +25,11 @@
 #include "profile/trace_reader.h"
 #include "schedule/schedule.h"
 #include "tools/cli/cli.h"
+#include "tools/cli/output_guard.h"
 #include "tools/stp/command.h"
-#include "tools/stp/write_file.h"
 #include "train/memory_planning.h"
 
 namespace {
-
-using stp::tools::write_file;
 
 namespace fs = std::filesystem;
 using stp::str;
@@ -96,6 +96,11 @@ void add_prediction(stp::profile::Report& report, const stp::profile::Trace& tra
 int run(ProfileArgs& a) {
   check(a);
   const fs::path dir(a.dir);
+  if (!a.svg.empty())
+    stp::tools::check_output_file(a.svg, "--svg",
+                                  {{(dir / "trace.json").string(), "RUN_DIR's trace.json"},
+                                   {(dir / "metrics.jsonl").string(), "RUN_DIR's metrics.jsonl"},
+                                   {(dir / "config.yaml").string(), "RUN_DIR's config.yaml"}});
   stp::profile::Trace trace = stp::profile::read_trace_file((dir / "trace.json").string());
   auto ranks = stp::profile::timelines(trace);
   STP_CHECK(!ranks.empty(), "trace '", (dir / "trace.json").string(), "' has no spans or counters");
@@ -124,7 +129,8 @@ int run(ProfileArgs& a) {
                                                     ", m = ", report.microbatches, " — measured step ",
                                                     report.steps.back(), " of ", a.dir)
                                               : str("measured step ", report.steps.back(), " of ", a.dir);
-    write_file(a.svg, stp::profile::render_timeline_svg(trace, ranks, report.steps.back(), title, report.tp));
+    stp::write_file_atomic(a.svg,
+                           stp::profile::render_timeline_svg(trace, ranks, report.steps.back(), title, report.tp));
     if (!a.json) out += str("wrote ", a.svg, " (step ", report.steps.back(), ")\n");
   }
   std::fwrite(out.data(), 1, out.size(), stdout);

@@ -16,18 +16,17 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/file_io.h"
 #include "schedule/compare.h"
 #include "schedule/deadlock.h"
 #include "schedule/render.h"
 #include "schedule/simulator.h"
 #include "schedule/validator.h"
 #include "tools/cli/cli.h"
+#include "tools/cli/output_guard.h"
 #include "tools/stp/command.h"
-#include "tools/stp/write_file.h"
 
 namespace {
-
-using stp::tools::write_file;
 
 using stp::str;
 
@@ -101,6 +100,8 @@ int check_deadlock(const SimArgs& a, const stp::sched::Schedule& s) {
 
 int run(SimArgs& a) {
   check(a);
+  if (!a.svg.empty()) stp::tools::check_output_file(a.svg, "--svg", {});
+  if (!a.trace.empty()) stp::tools::check_output_file(a.trace, "--trace", {});
   std::string out;
   if (a.check_deadlock) {
     STP_CHECK(!a.compare, "--check-deadlock needs --schedule, not --compare");
@@ -118,7 +119,8 @@ int run(SimArgs& a) {
       out = stp::sched::render_json(s, r);
     } else if (!a.svg.empty() || !a.trace.empty()) {
       const std::string& path = a.svg.empty() ? a.trace : a.svg;
-      write_file(path, a.svg.empty() ? stp::sched::render_trace(s, r, a.costs) : stp::sched::render_svg(s, r, a.costs));
+      stp::write_file_atomic(
+          path, a.svg.empty() ? stp::sched::render_trace(s, r, a.costs) : stp::sched::render_svg(s, r, a.costs));
       out = str("wrote ", path, " (", a.schedule, ", pp ", a.pp, ", microbatches ", a.microbatches, ", makespan ",
                 stp::sched::format_number(r.makespan), ")\n");
     } else {

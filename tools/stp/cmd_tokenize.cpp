@@ -6,24 +6,27 @@
 // a folder (data/bpe_files.h). INPUT is a text file or a folder: a folder's regular files
 // (symlinks and subfolders skipped), in name order, each encoded on its own, their ids
 // concatenated. Invalid UTF-8 is an error naming the file and offset, or with --invalid-utf8
-// replace, each ill-formed subsequence becomes U+FFFD (data/utf8.h). Progress goes to stderr,
-// the tokenizer and the summary to stdout.
+// replace, each ill-formed subsequence becomes U+FFFD (data/utf8.h). INPUT's files are regular
+// files (a device or FIFO is refused: base/file_io.h). OUTPUT may not be INPUT, lie inside an
+// input folder or be a file stp reads (tools/cli/output_guard.h), and appears whole or not at
+// all. Progress goes to stderr, the tokenizer and the summary to stdout.
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
+#include "base/file_io.h"
 #include "data/bpe_tokenizer.h"
 #include "data/token_file.h"
 #include "data/utf8.h"
 #include "tools/cli/cli.h"
+#include "tools/cli/output_guard.h"
 #include "tools/stp/command.h"
 
 namespace {
@@ -40,7 +43,10 @@ struct TokenizeArgs {
 std::vector<fs::path> input_files(const std::string& input) {
   std::error_code ec;
   STP_CHECK(fs::exists(input, ec), "input '", input, "' does not exist");
-  if (!fs::is_directory(input, ec)) return {fs::path(input)};
+  if (!fs::is_directory(input, ec)) {
+    stp::check_regular_file(input, "INPUT");
+    return {fs::path(input)};
+  }
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(input))
     if (e.symlink_status().type() == fs::file_type::regular) files.push_back(e.path());
@@ -50,18 +56,11 @@ std::vector<fs::path> input_files(const std::string& input) {
   return files;
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  STP_CHECK(f.good(), "cannot open '", path.string(), "'");
-  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  STP_CHECK(!f.bad(), "cannot read '", path.string(), "'");
-  return bytes;
-}
-
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 int run(const TokenizeArgs& a) {
   const auto t0 = Clock::now();
+  stp::tools::check_output_file(a.output, "OUTPUT", {{a.input, "INPUT"}, {a.tokenizer, "TOKENIZER"}});
   stp::BpeTokenizer tok = stp::BpeTokenizer::load(a.tokenizer);
   const std::vector<fs::path> files = input_files(a.input);
   std::uintmax_t total = 0;
@@ -86,7 +85,7 @@ int run(const TokenizeArgs& a) {
   std::fflush(stdout);
   std::vector<std::int32_t> ids;
   for (const auto& f : files) {
-    std::string text = read_file(f);
+    std::string text = stp::read_regular_file(f.string(), "INPUT");
     const std::size_t bad = stp::utf8::first_invalid(text);
     if (bad != std::string::npos) {
       char hex[8];

@@ -2,9 +2,12 @@
 // output.dir/metrics.jsonl, checkpoints, the resolved config and (output.trace) trace.json.
 //
 // Output safety: everything that can fail on bad input (config, data, schedule, model, budget)
-// is checked before output.dir is touched. A fresh run in an output.dir that holds an earlier
-// run first moves that run's files into output.dir/earlier-run-N/, so nothing is overwritten.
-// A resume with nothing left to train (its checkpoint at or past train.steps) is such an error.
+// is checked before output.dir is touched. output.dir may not be, lie inside or hold what the run
+// reads (data.path, data.val_path, model.init_from, the config file; tools/cli/output_guard.h); a
+// resumed run continues in the output.dir that holds its checkpoint. A fresh run in an output.dir
+// that holds an earlier run first moves that run's files into output.dir/earlier-run-N/, so
+// nothing is overwritten. A resume with nothing left to train (its checkpoint at or past
+// train.steps) is such an error.
 // SIGINT (Ctrl-C), SIGTERM and SIGHUP finish the current step, write a checkpoint and exit with
 // 128 + the signal's number (130, 143, 129); a second one exits at once (tools/cli/stop_signals.h;
 // docs/design.md, Signals and exit statuses).
@@ -27,11 +30,13 @@
 
 #include "config/config.h"
 #include "base/error.h"
+#include "base/file_io.h"
 #include "base/json_number.h"
 #include "process/process.h"
 #include "formats/checkpoint.h"
 #include "tools/stp/command.h"
 #include "tools/cli/config_args.h"
+#include "tools/cli/output_guard.h"
 #include "tools/cli/stop_signals.h"
 #include "train/rank_layout.h"
 #include "train/model_flops.h"
@@ -131,10 +136,15 @@ std::string fixed4(double x) {
   return buf;
 }
 
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  STP_CHECK(f.good(), "cannot write '", path.string(), "'");
+// Outputs never overwrite inputs: output.dir is none of what the run reads, nor inside it, nor
+// holding it, except that a resumed run continues in the output.dir of its checkpoint.
+void check_outputs(const stp::Config& cfg, const std::string& config_path) {
+  stp::tools::check_output_dir(cfg.output.dir, "output.dir",
+                               {{cfg.data.path, "data.path"},
+                                {cfg.data.val_path, "data.val_path"},
+                                {cfg.model.init_from, "model.init_from"},
+                                {cfg.train.resume, "train.resume", true},
+                                {config_path, "the config file"}});
 }
 
 int run(const stp::tools::ConfigArgs& args) {
@@ -145,6 +155,7 @@ int run(const stp::tools::ConfigArgs& args) {
   auto setup = [&] {
     cfg = stp::load_config(args.config_path, args.overrides);
     stp::check_processes(stp::RankLayout::of(cfg), processes);
+    check_outputs(cfg, args.config_path);
     if (!cfg.train.resume.empty()) {
       const std::int64_t at = stp::read_checkpoint_state(cfg.train.resume).step;
       STP_CHECK(at < cfg.train.steps, "train.resume '", cfg.train.resume, "' holds the state after step ", at,
@@ -168,7 +179,7 @@ int run(const stp::tools::ConfigArgs& args) {
   if (lead) {
     fs::create_directories(dir);
     if (!resuming) archive_earlier_run(dir);
-    write_text(dir / "config.yaml", cfg.to_yaml());
+    stp::write_file_atomic((dir / "config.yaml").string(), cfg.to_yaml());
     metrics.open(dir / "metrics.jsonl", resuming ? std::ios::app : std::ios::trunc);
     STP_CHECK(metrics.good(), "cannot write '", (dir / "metrics.jsonl").string(), "'");
     std::fprintf(stderr,
