@@ -190,6 +190,11 @@ TEST(CmdTrain, DivergingRunStopsWithStatus5AndAFiniteCheckpoint) {
     for (float v : t.data) ASSERT_TRUE(std::isfinite(v)) << name;
 }
 
+// A learning rate whose AdamW update overflows float32 is refused before anything is written.
+TEST(CmdTrain, LearningRateWhoseUpdateOverflowsIsRefused) {
+  expect_clean_failure("bad_lr", "--set train.lr=1e38", "train.lr (1e+38) must be at most 1.70141e+37");
+}
+
 // Validation and health metrics in metrics.jsonl and on the progress line; then `stp plot` and
 // `stp generate` on the run.
 TEST(CmdTrain, ValidationMetricsPlotAndGenerate) {
