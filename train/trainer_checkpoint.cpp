@@ -164,8 +164,10 @@ void Trainer::Impl::resume(const std::string& dir) {
             ", this config ", want, ")");
   const auto rules = hf_tensor_rules(model_spec_of(config));
   load_full_tensors(from_hf(rules, ck.model, dir + "/model.safetensors"), dir + "/model.safetensors");
-  load_optimizer_state(from_hf(rules, ck.exp_avg, dir + "/optimizer.safetensors (exp_avg)"),
-                       from_hf(rules, ck.exp_avg_sq, dir + "/optimizer.safetensors (exp_avg_sq)"), ck.optimizer_step);
+  load_optimizer_state(
+      from_hf(rules, ck.exp_avg, dir + "/optimizer.safetensors (exp_avg)"),
+      from_hf(rules, ck.exp_avg_sq, dir + "/optimizer.safetensors (exp_avg_sq)", ValueRule::FiniteNonNegative),
+      ck.optimizer_step);
   steps_done = ck.state.step;
 }
 
