@@ -5,6 +5,8 @@
 // is checked before output.dir is touched. A fresh run in an output.dir that holds an earlier
 // run first moves that run's files into output.dir/earlier-run-N/, so nothing is overwritten.
 // Ctrl-C (SIGINT) finishes the current step, writes a checkpoint and exits with status 130.
+// Every checkpoint is written only if its state is finite (Trainer::try_save_checkpoint); one that
+// is not ends the run at once with status 5, naming the last good state.
 //
 // Under mpirun (docs/scale-out.md) every process runs this: the config and rank-layout checks fail
 // together on every process; process 0 alone prints progress and writes output.dir (metrics,
@@ -187,6 +189,7 @@ int run(const stp::tools::ConfigArgs& args) {
   const double flops_per_token = stp::model_flops_per_token(cfg);
   const int devices = cfg.parallel.dp * cfg.parallel.tp * cfg.parallel.pp;
   bool diverged = false;
+  std::optional<stp::CheckpointSave> refused;  // a checkpoint whose state was not finite
   while (trainer.steps_done() < cfg.train.steps && !(stop = interrupted())) {
     last = trainer.step();
     if (first_loss < 0 && !last.skipped) first_loss = last.loss;
@@ -210,8 +213,14 @@ int run(const stp::tools::ConfigArgs& args) {
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (log) print_progress(last, cfg.train.steps, elapsed, last.step - first, tty, val_loss);
     if (diverged) break;
-    if (cfg.output.checkpoint_every > 0 && last.step % cfg.output.checkpoint_every == 0 && last.step < cfg.train.steps)
-      trainer.save_checkpoint();
+    if (cfg.output.checkpoint_every > 0 && last.step % cfg.output.checkpoint_every == 0 &&
+        last.step < cfg.train.steps) {
+      stp::CheckpointSave s = trainer.try_save_checkpoint();
+      if (!s.written) {  // no later step can make the parameters finite again
+        refused = s;
+        break;
+      }
+    }
   }
   if (!stop && !diverged) stop = interrupted();  // Ctrl-C during the last step
   if (tty && lead) std::fprintf(stderr, "\n");
@@ -224,9 +233,26 @@ int run(const stp::tools::ConfigArgs& args) {
                                           "); parameters and optimizer state are those after step ",
                                           trainer.last_update_step(), ", the last good step")
                                : std::string();
-  std::string ck = trainer.save_checkpoint(note);
-  if (!lead) return diverged ? kDivergedStatus : stop ? 130 : 0;
+  std::string ck;
+  if (!refused) {
+    stp::CheckpointSave s = trainer.try_save_checkpoint(note);
+    if (s.written) ck = s.path;
+    else refused = s;
+  }
+  if (!lead) return diverged || refused ? kDivergedStatus : stop ? 130 : 0;
   if (cfg.output.trace && trainer.trace()) trainer.trace()->write((dir / "trace.json").string());
+  if (refused) {
+    const std::string why =
+        diverged ? stp::str("training diverged: ", last.consecutive_skips,
+                            " consecutive steps had a non-finite loss or gradient norm (train.max_skipped_steps = ",
+                            cfg.train.max_skipped_steps, "), and ")
+                 : std::string();
+    std::fprintf(stderr,
+                 "stp train: error: %s%s. Lower train.lr or optim.weight_decay, or raise train.warmup_steps or "
+                 "train.grad_clip.\n",
+                 why.c_str(), refused->problem.c_str());
+    return kDivergedStatus;
+  }
   if (diverged) {
     std::fprintf(stderr,
                  "stp train: error: training diverged: %lld consecutive steps had a non-finite loss or gradient norm "
@@ -254,7 +280,8 @@ stp::tools::Run define(CLI::App& app) {
   app.footer(
       "Writes output.dir/metrics.jsonl, config.yaml, checkpoints and (output.trace) trace.json. Ctrl-C "
       "finishes the step, writes a checkpoint and exits with status 130. After train.max_skipped_steps "
-      "consecutive non-finite steps it writes the last good state and exits with status 5.");
+      "consecutive non-finite steps it writes the last good state and exits with status 5; a state that is "
+      "not finite is never written: the run stops with status 5 and names the last good checkpoint.");
   return [args] { return run(*args); };
 }
 
