@@ -172,4 +172,19 @@ TEST(Generate, NonFiniteWeightsAreAnErrorNamingTheTensor) {
   stp::testing::expect_error([&] { stp::Generator g(ck); }, {ck, "'h.0.mlp.c_fc.weight'", "not finite"});
 }
 
+// Finite weights whose forward overflows (a final norm scaled to 3e38) give logits that are not
+// finite: sampling refuses them before drawing a token from them.
+TEST(Generate, LogitsThatAreNotFiniteAreRefused) {
+  const std::string ck = edited_checkpoint("huge_norm", "ln_f.weight", [](auto& d) {
+    for (float& x : d) x = 3e38f;
+  });
+  stp::Generator g(ck);
+  std::vector<std::int32_t> drawn;
+  stp::SampleOptions o;
+  o.tokens = 4;
+  stp::testing::expect_error([&] { g.sample(bytes("the "), o, [&](std::int32_t t) { drawn.push_back(t); }); },
+                             {ck, "logits", "not finite"});
+  EXPECT_TRUE(drawn.empty()) << drawn.size() << " tokens drawn from logits that are not finite";
+}
+
 }  // namespace
