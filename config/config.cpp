@@ -38,7 +38,7 @@ static const std::vector<Knob> kKnobs = {
   {"train.steps",            KnobType::Int,    "200",            "", "optimizer steps", STP_FIELD(train.steps)},
   {"train.micro_batch_size", KnobType::Int,    "4",              "", "sequences per microbatch", STP_FIELD(train.micro_batch_size)},
   {"train.microbatches",     KnobType::Int,    "8",              "", "microbatches per step on each data-parallel replica (global batch = micro_batch_size x microbatches x dp)", STP_FIELD(train.microbatches)},
-  {"train.lr",               KnobType::Float,  "3.0e-4",         "", "peak learning rate", STP_FIELD(train.lr)},
+  {"train.lr",               KnobType::Float,  "3.0e-4",         "", "peak learning rate; at most FLT_MAX / (2 max(1 / (1 - beta1), R, weight_decay)), the largest whose AdamW update stays finite in float32 (1.7e37 with the default optim keys; docs/config.md, Non-finite steps and health metrics)", STP_FIELD(train.lr)},
   {"train.lr_schedule",      KnobType::Choice, "cosine",         "cosine|constant", "after linear warm-up: cosine decay to min_lr at the last step, or constant", STP_FIELD(train.lr_schedule)},
   {"train.warmup_steps",     KnobType::Int,    "10",             "", "linear warm-up steps (lr * s / warmup_steps for step s <= warmup_steps)", STP_FIELD(train.warmup_steps)},
   {"train.min_lr",           KnobType::Float,  "3.0e-5",         "", "final learning rate of the cosine schedule", STP_FIELD(train.min_lr)},

@@ -175,6 +175,17 @@ void apply_override(Config& cfg, const std::string& assignment);
 // Whether the schedule can place model.n_layer on parallel.pp ranks is checked by schedule/.
 void validate_config(const Config& cfg);
 
+// The largest train.lr whose AdamW update is finite in f32 for every finite gradient history
+// from zero moments (the derivation is at its definition, config/config_validate.cpp, and in
+// docs/config.md, Non-finite steps and health metrics): FLT_MAX / (2 · max(1 / (1 − beta1), R,
+// weight_decay)), R = adamw_update_bound(optim). validate_config refuses a larger train.lr.
+double max_finite_lr(const OptimConfig& optim);
+
+// R: the bound on |m̂ / (sqrt(v̂) + eps)| of every AdamW step from zero moments with finite
+// gradients, (1 − beta1) / sqrt((1 − beta2) · (1 − beta1² / beta2)), when beta1² < beta2; 0 when
+// there is none (beta1² >= beta2: the ratio grows without bound with the steps).
+double adamw_update_bound(const OptimConfig& optim);
+
 // "256MiB" -> 268435456, "4GB" -> 4000000000, "1024" -> 1024. Throws stp::Error naming `key`.
 std::uint64_t parse_byte_size(const std::string& text, const std::string& key);
 // "12GB/s" -> 12e9 (bytes per second); "0" -> 0.

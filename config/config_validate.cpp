@@ -1,5 +1,9 @@
 // Consistency checks of a Config that need nothing but the Config. Each message names the
 // key(s), the value(s) and what to change.
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+
 #include "config/config.h"
 #include "base/error.h"
 
@@ -59,6 +63,11 @@ void validate_train(const Config& c) {
   STP_CHECK(o.beta2 >= 0 && o.beta2 < 1, "config: optim.beta2 must be in [0, 1), got ", o.beta2);
   STP_CHECK(o.eps > 0, "config: optim.eps must be > 0, got ", o.eps);
   check_at_least("optim.weight_decay", o.weight_decay, 0.0);
+  const double limit = max_finite_lr(o);
+  STP_CHECK(t.lr <= limit, "config: train.lr (", t.lr, ") must be at most ", limit,
+            ", the largest learning rate whose AdamW update stays finite in float32 with optim.beta1 ", o.beta1,
+            ", optim.beta2 ", o.beta2, " and optim.weight_decay ", o.weight_decay,
+            " (docs/config.md, Non-finite steps and health metrics); lower train.lr");
 }
 
 void validate_parallel(const Config& c) {
@@ -93,6 +102,37 @@ void validate_memory_output(const Config& c) {
 }
 
 }  // namespace
+
+// AdamW's step t (optim_kernels.h, adamw_step) from zero moments, in exact arithmetic:
+//   m_t = (1 − β1) Σ_{k<t} β1^k g_{t−k},   v_t = (1 − β2) Σ_{k<t} β2^k g_{t−k}²,
+//   p ← p · (1 − lr · wd) − lr · m̂ / (sqrt(v̂) + eps),   m̂ = m_t / (1 − β1^t), v̂ = v_t / (1 − β2^t).
+// Write β1^k = (β1 / sqrt(β2))^k · sqrt(β2)^k. Cauchy–Schwarz over k, with γ = β1² / β2:
+//   |m_t| <= (1 − β1) · sqrt(Σ_{k<t} γ^k) · sqrt(Σ_{k<t} β2^k g²)
+//          = (1 − β1) · sqrt((1 − γ^t) / (1 − γ)) · sqrt(v_t / (1 − β2)),
+// so, as eps > 0 only shrinks the ratio,
+//   |m̂ / (sqrt(v̂) + eps)| <= (1 − β1) / (1 − β1^t) · sqrt((1 − γ^t)(1 − β2^t) / ((1 − γ)(1 − β2))).
+// With a = β2^t, b = γ^t (ab = β1^2t): (1 − a)(1 − b) <= (1 − sqrt(ab))² = (1 − β1^t)², since
+// a + b >= 2 sqrt(ab). So for every t the ratio is at most
+//   R = (1 − β1) / sqrt((1 − β2)(1 − γ)),
+// reached as t grows by the gradients |g_{t−k}| ∝ (β1 / β2)^k (R = 1 at β1 = 0, β2 = 0). It
+// needs γ < 1, i.e. β1 < sqrt(β2): otherwise an old large gradient leaves m decaying slower than
+// sqrt(v) and the ratio has no bound but the step count.
+double adamw_update_bound(const OptimConfig& o) {
+  if (o.beta1 * o.beta1 >= o.beta2 && o.beta1 > 0) return 0;
+  const double gamma = o.beta1 > 0 ? o.beta1 * o.beta1 / o.beta2 : 0.0;
+  return (1 - o.beta1) / std::sqrt((1 - o.beta2) * (1 - gamma));
+}
+
+// The f32 values of a step must be finite whatever the gradients: the step size lr / (1 − β1^t)
+// (largest at t = 1), the decay factor 1 − lr · wd, and the update lr · |m̂ / (sqrt(v̂) + eps)| <=
+// lr · R. A factor 2 to spare covers the rounding of the few f32 operations between them. What
+// the parameters themselves then do (p · (1 − lr · wd) near FLT_MAX, R absent for β1 >= sqrt(β2))
+// depends on their values, not on lr alone: the non-finite guard and the check of every state
+// called good catch it (docs/config.md, Non-finite steps and health metrics).
+double max_finite_lr(const OptimConfig& o) {
+  const double worst = std::max({1 / (1 - o.beta1), adamw_update_bound(o), o.weight_decay});
+  return static_cast<double>(FLT_MAX) / (2 * worst);
+}
 
 void validate_config(const Config& cfg) {
   validate_model(cfg);

@@ -11,6 +11,7 @@
 #include "core/cpu/cpu_device.h"
 #include "core/tensor.h"
 #include "formats/checkpoint.h"
+#include "formats/tensor_values.h"
 #include "models/registry.h"
 #include "train/hf_convert.h"
 #include "train/stage_layout.h"
@@ -38,6 +39,7 @@ Config stored_config(const std::string& dir, const CheckpointState& state) {
 }  // namespace
 
 struct Generator::Impl {
+  std::string dir;  // the checkpoint, for messages
   Config config;
   std::unique_ptr<CpuDevice> device;  // before the stage, which frees into it
   std::unique_ptr<Stream> compute;
@@ -49,6 +51,7 @@ Generator::Generator(const std::string& dir) : impl_(std::make_unique<Impl>()) {
   STP_CHECK(fs::is_directory(dir), "checkpoint '", dir, "' is not a folder (give output.dir/checkpoint-STEP)");
   Checkpoint ck = read_checkpoint(dir);
   Impl& m = *impl_;
+  m.dir = dir;
   m.config = stored_config(dir, ck.state);
   Config one = m.config;  // one device, one sequence, f32
   one.parallel.tp = one.parallel.pp = one.parallel.dp = 1;
@@ -142,6 +145,12 @@ std::vector<std::int32_t> Generator::sample(const std::vector<std::int32_t>& pro
     std::vector<float> row(all.begin() + static_cast<std::ptrdiff_t>((len - 1) * V),
                            all.begin() + static_cast<std::ptrdiff_t>(len * V));
     st.zero_grads(*m.compute);  // drops the records and the microbatch
+    // Finite weights can still overflow in the forward; a token drawn from NaNs would be noise.
+    const std::string problem = value_problem(row, ValueRule::Finite);
+    STP_CHECK(problem.empty(), "checkpoint '", m.dir, "': the logits for new token ", n + 1,
+              " are not finite: their row over the vocabulary ", problem,
+              ". The model's forward overflows float32 with these parameters, so it cannot be sampled; use an "
+              "earlier checkpoint");
     std::int32_t next = sample_token(row, o.temperature, o.top_k, rng());
     context.push_back(next);
     out.push_back(next);

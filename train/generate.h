@@ -18,8 +18,10 @@
 // whose cumulative probability (in id order over the kept ids) exceeds u · total. Same checkpoint,
 // prompt and options: the same tokens (the CPU kernels are deterministic).
 //
-// Errors (stp::Error): unreadable checkpoint, missing or mismatched config, an empty prompt, a
-// prompt longer than T, a token id >= vocab_size, tokens < 1, temperature < 0, top_k < 0.
+// Errors (stp::Error): unreadable checkpoint, missing or mismatched config, a parameter that is not
+// finite (naming the tensor), an empty prompt, a prompt longer than T, a token id >= vocab_size,
+// tokens < 1, temperature < 0, top_k < 0; and logits that are not finite (parameters that overflow
+// in the forward), before a token is drawn from them.
 #pragma once
 
 #include <cstdint>

@@ -16,6 +16,13 @@ Shape part_shape(const Shape& full, const HfPart& part) {
 
 i64 rows_of(const Shape& s) { return s.size() == 1 ? 1 : s[0]; }
 
+void check_values(const std::string& source, const std::string& name, const HostTensor& t, ValueRule rule) {
+  const std::string problem = value_problem(t.data, rule);
+  STP_CHECK(problem.empty(), source, ": tensor '", name, "' ", problem,
+            "; stp imports only finite parameters and optimizer moments (exp_avg_sq also >= 0): use another "
+            "checkpoint or model file");
+}
+
 }  // namespace
 
 std::map<std::string, HostTensor> to_hf(const std::vector<HfTensorRule>& rules,
@@ -44,7 +51,8 @@ std::map<std::string, HostTensor> to_hf(const std::vector<HfTensorRule>& rules,
 }
 
 std::map<std::string, HostTensor> from_hf(const std::vector<HfTensorRule>& rules,
-                                          const std::map<std::string, HostTensor>& hf, const std::string& source) {
+                                          const std::map<std::string, HostTensor>& hf, const std::string& source,
+                                          ValueRule rule) {
   // stp's own names (o_proj and down_proj keep their names in both conventions, so the fused
   // names decide for the whole file): every tensor is then taken as it is.
   bool stp_names = false;
@@ -56,6 +64,7 @@ std::map<std::string, HostTensor> from_hf(const std::vector<HfTensorRule>& rules
       STP_CHECK(same != hf.end(), source, ": tensor '", r.name, "' is missing");
       STP_CHECK(same->second.shape == r.shape, source, ": tensor '", r.name, "' has shape ",
                 to_string(same->second.shape), ", the model needs ", to_string(r.shape));
+      check_values(source, r.name, same->second, rule);
       out.emplace(r.name, same->second);
       continue;
     }
@@ -67,6 +76,7 @@ std::map<std::string, HostTensor> from_hf(const std::vector<HfTensorRule>& rules
       const Shape want = part_shape(r.shape, p);
       STP_CHECK(it->second.shape == want, source, ": tensor '", p.name, "' has shape ", to_string(it->second.shape),
                 ", the model needs ", to_string(want));
+      check_values(source, p.name, it->second, rule);
       const i64 w = p.end - p.begin;
       const float* src = it->second.data.data();
       for (i64 i = 0; i < rows; ++i)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "formats/safetensors.h"
+#include "formats/tensor_values.h"
 #include "models/hf_names.h"
 
 namespace stp {
@@ -23,8 +24,12 @@ namespace stp {
 std::map<std::string, HostTensor> to_hf(const std::vector<HfTensorRule>& rules,
                                         const std::map<std::string, HostTensor>& full);
 
-// Errors name `source`, the HF tensor, the expected and the found shape.
+// Errors name `source`, the HF tensor, the expected and the found shape. Every value taken must
+// obey `rule` (formats/tensor_values.h: finite; a second moment also >= 0): an import never
+// brings in a parameter or a moment that would make the first update non-finite, and the error
+// names `source` and the tensor.
 std::map<std::string, HostTensor> from_hf(const std::vector<HfTensorRule>& rules,
-                                          const std::map<std::string, HostTensor>& hf, const std::string& source);
+                                          const std::map<std::string, HostTensor>& hf, const std::string& source,
+                                          ValueRule rule = ValueRule::Finite);
 
 }  // namespace stp

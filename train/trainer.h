@@ -63,6 +63,19 @@ struct StepResult {
   std::vector<Offload> offload;
 };
 
+// What Trainer::try_save_checkpoint did. A state is written only when it is good: every parameter
+// and both AdamW moments finite, every exp_avg_sq >= 0, checked on the tensors as gathered for the
+// files (docs/config.md, Non-finite steps and health metrics). Every process of the job agrees.
+struct CheckpointSave {
+  bool written = false;  // false: the state was not good and nothing was written
+  std::string path;      // the folder written (process 0; "" on the other processes)
+  // When not written (process 0): which step's state, which file and tensor hold what, and where
+  // the last good state is, e.g. "the state after step 2 is not finite: model.safetensors: tensor
+  // 'wte.weight' holds 5 values that are not finite (the first, at index 3, is inf); it was not
+  // written. The last good state is checkpoint runs/x/checkpoint-1 (after step 1)".
+  std::string problem;
+};
+
 struct TrainerOptions {
   // Dry run (core/cpu/dry_stream.h): devices that count allocations and run nothing, no data
   // read, no initialisation — how the planner predicts a real run's memory exactly.
@@ -110,10 +123,13 @@ class Trainer {
   // only: the distributed optimizer's sharded bf16 masters are gathered through the gradient
   // buffers (dead between steps).
   std::map<std::string, HostTensor> full_parameters(int replica = 0);
-  // Writes output.dir/checkpoint-STEP (model, optimizer, state); returns its path. Multi-process:
-  // collective, written once by process 0 (the others return "").
+  // Writes output.dir/checkpoint-STEP (model, optimizer, state) if the state is good (CheckpointSave);
+  // returns what it did. Multi-process: collective, written once by process 0.
   // A checkpoint does not depend on dp: it loads with any dp × pp × tp.
   // `note`: written into state.json (e.g. why the run stopped and what state this is).
+  CheckpointSave try_save_checkpoint(const std::string& note = {});
+  // The same, returning the path (process 0; "" on the others); a state that is not good is an
+  // stp::Error with CheckpointSave::problem's text.
   std::string save_checkpoint(const std::string& note = {});
   // Trace of everything recorded so far (output.trace: true), or nullptr.
   const TraceRecorder* trace() const;

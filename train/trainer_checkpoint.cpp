@@ -7,6 +7,7 @@
 #include "config/hf_config.h"
 #include "formats/checkpoint.h"
 #include "formats/hf_folder.h"
+#include "formats/tensor_values.h"
 #include "train/hf_convert.h"
 #include "models/registry.h"
 #include "train/stage_layout.h"
@@ -24,6 +25,27 @@ void place(const ParamInfo& p, const std::vector<float>& shard, std::map<std::st
   }
   // Tied / replicated copies hold identical values: writing them again is harmless.
   p.layout.gather(shard.data(), full.data.data());
+}
+
+// The first tensor of a state about to be written that is not good, named as in its file, and how
+// many are; "" when every value is good (formats/tensor_values.h).
+std::string state_problem(const std::map<std::string, HostTensor>& model,
+                          const std::map<std::string, HostTensor>& exp_avg,
+                          const std::map<std::string, HostTensor>& exp_avg_sq) {
+  std::string first;
+  int bad = 0;
+  auto scan = [&](const std::map<std::string, HostTensor>& tensors, const char* file, const char* suffix,
+                  ValueRule rule) {
+    for (const auto& [name, t] : tensors) {
+      const std::string problem = value_problem(t.data, rule);
+      if (!problem.empty() && bad++ == 0) first = str(file, ": tensor '", name, suffix, "' ", problem);
+    }
+  };
+  scan(model, "model.safetensors", "", ValueRule::Finite);
+  scan(exp_avg, "optimizer.safetensors", ".exp_avg", ValueRule::Finite);
+  scan(exp_avg_sq, "optimizer.safetensors", ".exp_avg_sq", ValueRule::FiniteNonNegative);
+  if (bad > 1) first += str(", and ", bad - 1, " more tensor", bad == 2 ? "" : "s", " of the state hold such values");
+  return first;
 }
 
 }  // namespace
@@ -86,19 +108,34 @@ std::map<std::string, HostTensor> Trainer::full_parameters(int replica) {
   return impl_->gather_views([](RankOptimizer& o) { return o.full_parameters(); }, replica);
 }
 
-std::string Trainer::save_checkpoint(const std::string& note) {
+// The state is checked where it is called good, on the tensors about to be written: nothing is
+// kept to undo a step, no step pays for a check, and what is checked is exactly what a resume or
+// `stp generate` would read (docs/memory.md, What is called good).
+CheckpointSave Trainer::try_save_checkpoint(const std::string& note) {
   Impl& m = *impl_;
   auto model = full_parameters();
   // Each moment in turn: the gradient buffers, dead between steps, hold one moment at a time.
   auto moment = [&m](int w) { return m.gather_views([w](RankOptimizer& o) { return o.full_moments(w); }); };
   auto exp_avg = moment(0);
   auto exp_avg_sq = moment(1);
-  if (m.multi_process() && m.options.processes->rank() != 0) return "";  // process 0 writes it
-  // HF names and layouts (a permutation of the values: resume converts back bit for bit).
-  const auto rules = hf_tensor_rules(model_spec_of(m.config));
-  model = to_hf(rules, model);
-  exp_avg = to_hf(rules, exp_avg);
-  exp_avg_sq = to_hf(rules, exp_avg_sq);
+  const bool writer = !m.multi_process() || m.options.processes->rank() == 0;  // process 0 holds the tensors
+  CheckpointSave out;
+  if (writer) {
+    // HF names and layouts (a permutation of the values: resume converts back bit for bit).
+    const auto rules = hf_tensor_rules(model_spec_of(m.config));
+    model = to_hf(rules, model);
+    exp_avg = to_hf(rules, exp_avg);
+    exp_avg_sq = to_hf(rules, exp_avg_sq);
+    if (std::string problem = state_problem(model, exp_avg, exp_avg_sq); !problem.empty())
+      out.problem = str("the state after step ", last_update_step(), " is not finite: ", problem,
+                        "; it was not written. ", m.last_good_state());
+  }
+  const bool bad = m.multi_process() ? m.options.processes->any(!out.problem.empty()) : !out.problem.empty();
+  if (bad) return out;
+  out.written = true;
+  m.last_good_step = m.steps_done;
+  m.last_good_resumed = false;
+  if (!writer) return out;
   CheckpointData data;
   data.hf_config = hf_config_json(m.config);
   for (auto& [name, t] : model) {
@@ -113,7 +150,28 @@ std::string Trainer::save_checkpoint(const std::string& note) {
   data.state.rng_seed = m.config.train.seed;
   data.state.config_fingerprint = config_fingerprint(m.config);
   data.state.note = note;
-  return write_checkpoint(m.config.output.dir, data);
+  out.path = write_checkpoint(m.config.output.dir, data);
+  m.last_good_path = out.path;
+  return out;
+}
+
+std::string Trainer::save_checkpoint(const std::string& note) {
+  CheckpointSave s = try_save_checkpoint(note);
+  if (!s.written)
+    throw Error(s.problem.empty() ? str("the state after step ", last_update_step(),
+                                        " is not finite (process 0 names the tensor); it was not written")
+                                  : s.problem);
+  return s.path;
+}
+
+std::string Trainer::Impl::last_good_state() const {
+  if (!last_good_path.empty())
+    return str("The last good state is ", last_good_resumed ? "the train.resume checkpoint " : "checkpoint ",
+               last_good_path, " (after step ", last_good_step, ")");
+  return str("No checkpoint holds a good state of this run: it started from ",
+             config.model.init_from.empty() ? std::string("its seeded initialization")
+                                            : str("model.init_from '", config.model.init_from, "'"),
+             " and wrote none before (output.checkpoint_every sets how often it writes one)");
 }
 
 // model.init_from: a .safetensors file or an HF model folder, in HF or stp names.
@@ -164,9 +222,14 @@ void Trainer::Impl::resume(const std::string& dir) {
             ", this config ", want, ")");
   const auto rules = hf_tensor_rules(model_spec_of(config));
   load_full_tensors(from_hf(rules, ck.model, dir + "/model.safetensors"), dir + "/model.safetensors");
-  load_optimizer_state(from_hf(rules, ck.exp_avg, dir + "/optimizer.safetensors (exp_avg)"),
-                       from_hf(rules, ck.exp_avg_sq, dir + "/optimizer.safetensors (exp_avg_sq)"), ck.optimizer_step);
+  load_optimizer_state(
+      from_hf(rules, ck.exp_avg, dir + "/optimizer.safetensors (exp_avg)"),
+      from_hf(rules, ck.exp_avg_sq, dir + "/optimizer.safetensors (exp_avg_sq)", ValueRule::FiniteNonNegative),
+      ck.optimizer_step);
   steps_done = ck.state.step;
+  last_good_path = dir;
+  last_good_step = ck.state.step;
+  last_good_resumed = true;
 }
 
 }  // namespace stp

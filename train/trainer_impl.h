@@ -75,6 +75,8 @@ struct Trainer::Impl {
   void load_optimizer_state(const std::map<std::string, HostTensor>& exp_avg,
                             const std::map<std::string, HostTensor>& exp_avg_sq, std::int64_t step);
   void resume(const std::string& dir);
+  // Where the last good state is, a sentence for messages (CheckpointSave::problem).
+  std::string last_good_state() const;
 
   Config config;
   TrainerOptions options;
@@ -94,6 +96,11 @@ struct Trainer::Impl {
   std::unique_ptr<TokenDataset> val_dataset;  // data.val_path (null: no validation, or a dry run)
   std::int64_t skipped_steps = 0, consecutive_skips = 0;
   std::vector<Health> health;
+  // The newest state known good: the last checkpoint written (its state was checked first), else
+  // the train.resume checkpoint (its values were checked on import); path "" while there is none.
+  std::string last_good_path;
+  std::int64_t last_good_step = 0;
+  bool last_good_resumed = false;
   std::vector<std::string> warnings;  // Trainer::warnings
 };
 

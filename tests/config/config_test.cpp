@@ -196,6 +196,28 @@ TEST(Config, ConsistencyChecksNameTheKeys) {
   EXPECT_FALSE(load("", {"parallel.dp_bucket=null"}).parallel.dp_bucket.has_value());
 }
 
+// A learning rate whose AdamW step overflows float32 is refused, naming the limit: with the default
+// optim keys FLT_MAX / 20 (the step size lr / (1 - beta1) of step 1; docs/config.md, Non-finite
+// steps and health metrics). 1e38, 1e39 and 1e300 are finite doubles, so the type check passes them.
+TEST(Config, LearningRateWhoseUpdateOverflowsIsRefused) {
+  for (const char* lr : {"1e38", "1e39", "1e300", "1.71e37"})
+    expect_error([&] { load("", {std::string("train.lr=") + lr}); },
+                 {"train.lr", "must be at most 1.70141e+37", "finite in float32", "optim.beta1 0.9"});
+  EXPECT_EQ(load("", {"train.lr=1.7e37"}).train.lr, 1.7e37);
+  // beta1 = 0: the step size is lr itself, and the update is bounded by lr / sqrt(1 - beta2).
+  expect_error(
+      [] {
+        load("", {"optim.beta1=0", "optim.beta2=0.9999", "train.lr=1e37"});
+      },
+      {"train.lr", "must be at most 1.70141e+36"});
+  // A weight decay beyond 1 / (1 - beta1) bounds it by the decay factor 1 - lr * weight_decay.
+  expect_error(
+      [] {
+        load("", {"optim.weight_decay=1e20", "train.lr=1e19"});
+      },
+      {"train.lr", "must be at most 1.70141e+18"});
+}
+
 TEST(Config, SetOverridesByDottedPath) {
   Config c =
       load("parallel:\n  tp: 2\n", {"parallel.tp=4", "train.lr=1e-3", "memory.device_budget=1.5GiB",

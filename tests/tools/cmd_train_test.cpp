@@ -24,6 +24,7 @@
 #include "core/backend.h"
 #include "formats/checkpoint.h"
 #include "tests/support/run_command.h"
+#include "tests/train/guard_overflow.h"
 #include "tests/train/train_fixture.h"
 
 namespace fs = std::filesystem;
@@ -266,6 +267,43 @@ TEST(CmdTrain, DivergingRunStopsWithStatus5AndAFiniteCheckpoint) {
   EXPECT_NE(state.find("the last good step"), std::string::npos) << state;
   for (const auto& [name, t] : stp::read_model_tensors((ck / "model.safetensors").string()))
     for (float v : t.data) ASSERT_TRUE(std::isfinite(v)) << name;
+}
+
+// A learning rate whose AdamW update overflows float32 is refused before anything is written.
+TEST(CmdTrain, LearningRateWhoseUpdateOverflowsIsRefused) {
+  expect_clean_failure("bad_lr", "--set train.lr=1e38", "train.lr (1e+38) must be at most 1.70141e+37");
+}
+
+// Every value of every checkpoint folder under `dir` is finite.
+void expect_finite_checkpoints(const fs::path& dir) {
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind("checkpoint-", 0) != 0) continue;
+    for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+      for (const auto& [name, t] : stp::read_safetensors((e.path() / file).string()))
+        for (float v : t.data) ASSERT_TRUE(std::isfinite(v)) << e.path() << " " << file << " " << name;
+  }
+}
+
+// An update that overflows although train.lr passed validation (tests/train/guard_overflow.h):
+// step 2 makes a parameter infinite while its loss stays finite. The checkpoint of step 2 checks
+// the state first and finds it: nothing of it is written, the run stops with status 5 and names
+// checkpoint-1 as the last good state, and every checkpoint on disk is finite.
+TEST(CmdTrain, AStateThatOverflowedStopsTheRunAndNamesTheLastGoodCheckpoint) {
+  if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
+  RunDir run("overflow");
+  std::string sets = " --set output.checkpoint_every=1 --set model.init_from=" + stp::testing::overflow_init_file();
+  for (const std::string& s : stp::testing::overflow_overrides()) sets += " --set " + s;
+  auto r = stp::testing::run_stp("train " + run.config.string() + sets);
+  EXPECT_EQ(r.status, 5) << r.err;
+  const fs::path out = run.dir / "out";
+  for (const std::string& needle :
+       {std::string("stp train: error: "), std::string("after step 2"), std::string("model.embed_tokens.weight"),
+        std::string("not finite"), (out / "checkpoint-1").string() + " (after step 1)"})
+    EXPECT_NE(r.err.find(needle), std::string::npos) << needle << " in: " << r.err;
+  EXPECT_TRUE(fs::exists(out / "checkpoint-1" / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(out / "checkpoint-2")) << "the state that overflowed was written";
+  EXPECT_FALSE(fs::exists(out / "checkpoint-3")) << "the run went on after its state overflowed";
+  expect_finite_checkpoints(out);
 }
 
 // Validation and health metrics in metrics.jsonl and on the progress line; then `stp plot` and

@@ -8,7 +8,9 @@
 //     message;
 //   * dp × pp × tp ≠ processes: every process reports the layout error, the job exits non-zero;
 //   * a dp = 2 checkpoint (written under mpirun) resumes at dp = 1 in one process: the next
-//     step's loss is identical and the parameters agree to 1e-5.
+//     step's loss is identical and the parameters agree to 1e-5;
+//   * a state that overflowed (tests/train/guard_overflow.h) is written by no process: every
+//     process stops after the same step with status 5, and process 0 names the last good checkpoint.
 // Skipped when the build has no MPI (tests/CMakeLists.txt passes the launcher and its flags).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -24,6 +26,7 @@
 
 #include "formats/checkpoint.h"
 #include "tests/support/run_command.h"
+#include "tests/train/guard_overflow.h"
 #include "tests/train/train_fixture.h"
 #include "train/trainer.h"
 
@@ -303,6 +306,24 @@ TEST(Mpirun, Dp2CheckpointResumesAtDp1WithTheIdenticalNextLoss) {
   auto dp1_final = stp::read_model_tensors(
       (fs::path(resumed).parent_path() / "out" / "checkpoint-3" / "model.safetensors").string());
   EXPECT_LT(stp::testing::max_rel_diff(dp1_final, dp2_final), 1e-5);
+}
+
+TEST(Mpirun, AStateThatOverflowedStopsEveryProcessWithStatus5) {
+  if (!have_mpi()) GTEST_SKIP() << "built without MPI";
+  std::string config = prepare("overflow");
+  std::string args = "train " + config + " " + sets({1, 2, 2, "stp"}) +
+                     " --set output.checkpoint_every=1 --set model.init_from=" + stp::testing::overflow_init_file();
+  for (const std::string& s : stp::testing::overflow_overrides()) args += " --set " + s;
+  Launch launch = run(4, args);
+  EXPECT_EQ(launch.result.status, 5) << launch.result.err;
+  const fs::path out = fs::path(config).parent_path() / "out";
+  const std::string good = "The last good state is checkpoint " + (out / "checkpoint-1").string() + " (after step 1)";
+  EXPECT_NE(launch.result.err.find(good), std::string::npos) << launch.result.err;
+  EXPECT_EQ(launch.result.err.find("model.embed_tokens.weight"), launch.result.err.rfind("model.embed_tokens.weight"))
+      << "one message, from process 0: " << launch.result.err;
+  EXPECT_TRUE(fs::exists(out / "checkpoint-1" / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(out / "checkpoint-2"));
+  EXPECT_FALSE(fs::exists(out / "checkpoint-3"));
 }
 
 }  // namespace

@@ -2,10 +2,14 @@
 // rebuilt from the stored config whatever layout trained it, the sampling rule, and clear errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "base/error.h"
+#include "formats/safetensors.h"
+#include "tests/support/files.h"
 #include "tests/train/train_fixture.h"
 #include "train/generate.h"
 #include "train/trainer.h"
@@ -142,6 +146,45 @@ TEST(Generate, ClearErrors) {
   } catch (const stp::Error& e) {
     EXPECT_NE(std::string(e.what()).find("another model"), std::string::npos) << e.what();
   }
+}
+
+// A copy of trained_checkpoint() (with the run's config.yaml inside it) whose model tensor `name`
+// is changed by `edit`.
+std::string edited_checkpoint(const std::string& tag, const std::string& name,
+                              const std::function<void(std::vector<float>&)>& edit) {
+  std::filesystem::path dir = std::filesystem::path(stp::testing::fresh_dir("generate_" + tag)) / "checkpoint-4";
+  std::filesystem::create_directories(dir.parent_path());
+  std::filesystem::copy(trained_checkpoint(), dir, std::filesystem::copy_options::recursive);
+  std::filesystem::copy_file(std::filesystem::path(trained_checkpoint()).parent_path() / "config.yaml",
+                             dir / "config.yaml");
+  const std::string path = (dir / "model.safetensors").string();
+  stp::SafetensorsFile file = stp::read_safetensors_file(path);
+  edit(file.tensors.at(name).data);
+  std::vector<std::pair<std::string, const stp::HostTensor*>> list;
+  for (const auto& [n, t] : file.tensors) list.emplace_back(n, &t);
+  stp::write_safetensors(path, list, file.metadata);
+  return dir.string();
+}
+
+// A weight that is not finite is refused when the checkpoint is loaded, naming the tensor.
+TEST(Generate, NonFiniteWeightsAreAnErrorNamingTheTensor) {
+  const std::string ck = edited_checkpoint("nan_weight", "h.0.mlp.c_fc.weight", [](auto& d) { d.at(7) = NAN; });
+  stp::testing::expect_error([&] { stp::Generator g(ck); }, {ck, "'h.0.mlp.c_fc.weight'", "not finite"});
+}
+
+// Finite weights whose forward overflows (a final norm scaled to 3e38) give logits that are not
+// finite: sampling refuses them before drawing a token from them.
+TEST(Generate, LogitsThatAreNotFiniteAreRefused) {
+  const std::string ck = edited_checkpoint("huge_norm", "ln_f.weight", [](auto& d) {
+    for (float& x : d) x = 3e38f;
+  });
+  stp::Generator g(ck);
+  std::vector<std::int32_t> drawn;
+  stp::SampleOptions o;
+  o.tokens = 4;
+  stp::testing::expect_error([&] { g.sample(bytes("the "), o, [&](std::int32_t t) { drawn.push_back(t); }); },
+                             {ck, "logits", "not finite"});
+  EXPECT_TRUE(drawn.empty()) << drawn.size() << " tokens drawn from logits that are not finite";
 }
 
 }  // namespace

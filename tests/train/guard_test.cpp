@@ -9,7 +9,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
+#include "formats/checkpoint.h"
 #include "tests/support/run_command.h"
+#include "tests/train/guard_overflow.h"
 #include "tests/train/train_fixture.h"
 #include "train/trainer.h"
 
@@ -116,5 +119,91 @@ TEST(NonFiniteGuard, GradNormAndClipCoefficient) {
   EXPECT_EQ(q.clip_coef, 1.0);
   EXPECT_DOUBLE_EQ(q.grad_norm, r.grad_norm) << "the same first step, with or without clipping";
 }
+
+// An update that overflows although train.lr passed validation (tests/train/guard_overflow.h: an
+// embedding row near FLT_MAX that no batch reads, a decay factor 1 - lr * weight_decay of -1 in
+// step 1 and -3 in step 2): step 2's loss and gradient norm are finite, so the guard updates, and
+// the row becomes infinite. That state is never written as a checkpoint: saving it is an error
+// naming the tensor, and the last good state stays the checkpoint of step 1. For every mechanism
+// that updates the parameters: on the device, the CPU update of offloaded state (still in flight
+// when step() returns), and the distributed optimizer's shards.
+class NonFiniteState : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(NonFiniteState, AStateThatOverflowedIsNeverCalledGood) {
+  const std::string dir = fresh_dir("guard_overflow");
+  stp::Config cfg = stp::testing::overflow_config(GetParam(), dir);
+  stp::Trainer t(cfg);
+  EXPECT_FALSE(t.step().skipped);
+  const std::string good = t.save_checkpoint();
+  for (const auto& [name, tensor] : stp::read_model_tensors(good + "/model.safetensors"))
+    for (float v : tensor.data) ASSERT_TRUE(std::isfinite(v)) << name;
+  const stp::StepResult r = t.step();
+  EXPECT_FALSE(r.skipped) << "the overflowing row is read by no batch: loss and gradient stay finite";
+  EXPECT_TRUE(std::isfinite(r.loss));
+  try {
+    t.save_checkpoint();
+    ADD_FAILURE() << "a state holding an infinite parameter was written as a checkpoint";
+  } catch (const stp::Error& e) {
+    const std::string what = e.what();
+    for (const char* needle : {"after step 2", "model.embed_tokens.weight", "not finite", "checkpoint-1"})
+      EXPECT_NE(what.find(needle), std::string::npos) << needle << " in: " << what;
+  }
+  EXPECT_FALSE(std::filesystem::exists(stp::checkpoint_path(dir, 2))) << "the bad state reached the disk";
+  EXPECT_EQ(stp::find_latest_checkpoint(dir), good);
+  // No later step makes it good again (the row's gradient is zero: it stays infinite), and the
+  // last good state stays step 1's.
+  EXPECT_FALSE(t.step().skipped);
+  const stp::CheckpointSave s = t.try_save_checkpoint();
+  EXPECT_FALSE(s.written);
+  EXPECT_EQ(s.path, "");
+  for (const std::string& needle : {std::string("the state after step 3 is not finite"),
+                                    std::string("model.safetensors: tensor 'model.embed_tokens.weight' holds 1 value"),
+                                    "The last good state is checkpoint " + good + " (after step 1)"})
+    EXPECT_NE(s.problem.find(needle), std::string::npos) << needle << " in: " << s.problem;
+  EXPECT_EQ(stp::find_latest_checkpoint(dir), good);
+}
+
+// Where no checkpoint was written yet, the message says so and names where the run started; a
+// resumed run names its train.resume checkpoint, whose values were checked on import.
+TEST(NonFiniteGuard, TheLastGoodStateIsTheResumeCheckpointOrNone) {
+  const std::string dir = fresh_dir("guard_overflow_start");
+  std::string good;
+  {
+    stp::Trainer t(stp::testing::overflow_config({}, dir));
+    t.step();
+    t.step();
+    const stp::CheckpointSave s = t.try_save_checkpoint();
+    EXPECT_FALSE(s.written);
+    EXPECT_NE(s.problem.find("No checkpoint holds a good state of this run: it started from model.init_from '"),
+              std::string::npos)
+        << s.problem;
+  }
+  {
+    stp::Trainer t(stp::testing::overflow_config({"train.steps=1"}, dir));
+    t.step();
+    good = t.save_checkpoint();
+  }
+  stp::Config cfg = stp::testing::overflow_config({}, dir);
+  cfg.train.resume = good;
+  stp::Trainer t(cfg);
+  t.step();
+  const stp::CheckpointSave s = t.try_save_checkpoint();
+  EXPECT_FALSE(s.written);
+  EXPECT_NE(s.problem.find("The last good state is the train.resume checkpoint " + good + " (after step 1)"),
+            std::string::npos)
+      << s.problem;
+}
+
+const std::vector<std::vector<std::string>> kMechanisms = {
+    {"parallel.tp=2", "parallel.pp=2", "parallel.schedule=stp"},
+    {"parallel.tp=2", "parallel.pp=2", "parallel.schedule=stp", "memory.optimizer_offload=all"},
+    {"parallel.dp=2", "parallel.distributed_optimizer=true"}};
+
+std::string mechanism_name(const ::testing::TestParamInfo<std::vector<std::string>>& info) {
+  static const char* const names[] = {"device", "offloaded", "distributed"};
+  return names[info.index];
+}
+
+INSTANTIATE_TEST_SUITE_P(Mechanisms, NonFiniteState, ::testing::ValuesIn(kMechanisms), mechanism_name);
 
 }  // namespace

@@ -3,12 +3,15 @@
 // tp x pp layout with bitwise the reference values, and save -> load round-trips bitwise.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "formats/checkpoint.h"
 #include "tests/models/gpt2_test_util.h"
+#include "tests/support/files.h"
 #include "tests/train/train_fixture.h"
 #include "train/trainer.h"
 
@@ -70,6 +73,23 @@ TEST(InitFrom, WrongShapeIsAClearError) {
     FAIL() << "loaded a 32-wide checkpoint into a 64-wide model";
   } catch (const stp::Error& e) {
     EXPECT_NE(std::string(e.what()).find("has shape"), std::string::npos) << e.what();
+  }
+}
+
+// An infinity or a NaN among the parameters is refused on import, naming the file and the tensor
+// (in the names the file uses, less the "transformer." prefix).
+TEST(InitFrom, NonFiniteValuesAreAnErrorNamingTheTensorAndTheFile) {
+  for (float bad : {INFINITY, -INFINITY, NAN}) {
+    stp::SafetensorsFile file = stp::read_safetensors_file(kRefWeights);
+    file.tensors.at("transformer.h.1.mlp.c_fc.weight").data.at(5) = bad;
+    const std::string path =
+        std::string(STP_BINARY_DIR) + "/tests/init_from_nonfinite_" + std::to_string(::getpid()) + ".safetensors";
+    std::vector<std::pair<std::string, const stp::HostTensor*>> list;
+    for (const auto& [name, t] : file.tensors) list.emplace_back(name, &t);
+    stp::write_safetensors(path, list);
+    stp::testing::expect_error([&] { stp::Trainer t(reference_config({"model.init_from=" + path})); },
+                               {path, "'h.1.mlp.c_fc.weight'", "not finite", "index 5"});
+    std::filesystem::remove(path);
   }
 }
 

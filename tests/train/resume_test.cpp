@@ -3,9 +3,11 @@
 // data position is a pure function of the step (docs/design.md, Sampling).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "base/error.h"
+#include "formats/safetensors.h"
 #include "tests/train/train_fixture.h"
 #include "train/trainer.h"
 
@@ -89,6 +91,61 @@ TEST(Resume, TruncatedCheckpointIsAClearError) {
     FAIL() << "a truncated checkpoint was accepted";
   } catch (const stp::Error& e) {
     EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
+  }
+}
+
+// A checkpoint holding a value that is not finite, or a negative exp_avg_sq (a running mean of
+// squares never is: its square root would be NaN in the first update), is refused on resume,
+// naming the file and the tensor.
+TEST(Resume, NonFiniteOrNegativeStateIsAnErrorNamingTheTensorAndTheFile) {
+  std::string ckpt;
+  {
+    auto cfg = stp::testing::tiny_config({});
+    cfg.output.dir = fresh_dir("resume_bad_values");
+    stp::Trainer t(cfg);
+    t.step();
+    ckpt = t.save_checkpoint();
+  }
+  struct Case {
+    std::string file, tensor;
+    float value;
+    std::vector<std::string> needles;
+  };
+  const std::vector<Case> cases = {
+      {"optimizer.safetensors",
+       "h.0.attn.c_attn.weight.exp_avg_sq",
+       -1.0f,
+       {"(exp_avg_sq)", "'h.0.attn.c_attn.weight'", "negative"}},
+      {"optimizer.safetensors",
+       "h.1.mlp.c_proj.weight.exp_avg",
+       INFINITY,
+       {"(exp_avg)", "'h.1.mlp.c_proj.weight'", "not finite"}},
+      {"optimizer.safetensors", "ln_f.bias.exp_avg_sq", NAN, {"(exp_avg_sq)", "'ln_f.bias'", "not finite"}},
+      {"model.safetensors", "wte.weight", NAN, {"'wte.weight'", "not finite"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.tensor);
+    const std::string bad = ckpt + "-bad";
+    std::filesystem::remove_all(bad);
+    std::filesystem::copy(ckpt, bad, std::filesystem::copy_options::recursive);
+    const std::string path = bad + "/" + c.file;
+    stp::SafetensorsFile file = stp::read_safetensors_file(path);
+    file.tensors.at(c.tensor).data.at(3) = c.value;
+    std::vector<std::pair<std::string, const stp::HostTensor*>> list;
+    for (const auto& [name, t] : file.tensors) list.emplace_back(name, &t);
+    stp::write_safetensors(path, list, file.metadata);
+    auto cfg = stp::testing::tiny_config({});
+    cfg.output.dir = std::filesystem::path(ckpt).parent_path().string();
+    cfg.train.resume = bad;
+    std::vector<std::string> needles = c.needles;
+    needles.push_back(path);
+    try {
+      stp::Trainer t(cfg);
+      ADD_FAILURE() << "resumed from a checkpoint with " << c.value << " in " << c.tensor;
+    } catch (const stp::Error& e) {
+      for (const std::string& n : needles)
+        EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << n << " in: " << e.what();
+    }
   }
 }
 

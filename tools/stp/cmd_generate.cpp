@@ -49,10 +49,13 @@ int run(const GenerateArgs& a) {
   } else {
     for (unsigned char c : a.prompt) prompt.push_back(c);
   }
-  std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
-  // Each token's bytes are written as it is drawn (a token may end inside a UTF-8 character; the
-  // concatenation is the decoded text).
+  // The prompt is echoed with the first new token, so an error before it (bad options, logits that
+  // are not finite) leaves stdout empty. Each token's bytes are written as it is drawn (a token may
+  // end inside a UTF-8 character; the concatenation is the decoded text).
+  bool echoed = false;
   gen.sample(prompt, a.sample, [&](std::int32_t t) {
+    if (!echoed) std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
+    echoed = true;
     if (tok) {
       const std::string piece = tok->decode({t});
       std::fwrite(piece.data(), 1, piece.size(), stdout);

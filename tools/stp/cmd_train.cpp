@@ -11,6 +11,8 @@
 // SIGINT (Ctrl-C), SIGTERM and SIGHUP finish the current step, write a checkpoint and exit with
 // 128 + the signal's number (130, 143, 129); a second one exits at once (tools/cli/stop_signals.h;
 // docs/design.md, Signals and exit statuses).
+// Every checkpoint is written only if its state is finite (Trainer::try_save_checkpoint); one that
+// is not ends the run at once with status 5, naming the last good state.
 //
 // Under mpirun (docs/scale-out.md) every process runs this: the config and rank-layout checks fail
 // together on every process; process 0 alone prints progress and writes output.dir (metrics,
@@ -217,6 +219,7 @@ int run(const stp::tools::ConfigArgs& args) {
   const double flops_per_token = stp::model_flops_per_token(cfg);
   const int devices = cfg.parallel.dp * cfg.parallel.tp * cfg.parallel.pp;
   bool diverged = false;
+  std::optional<stp::CheckpointSave> refused;  // a checkpoint whose state was not finite
   while (trainer.steps_done() < cfg.train.steps && !(stop = stop_signal())) {
     last = trainer.step();
     if (last.skipped) ++skipped;
@@ -246,7 +249,12 @@ int run(const stp::tools::ConfigArgs& args) {
     if (diverged) break;
     if (cfg.output.checkpoint_every > 0 && last.step % cfg.output.checkpoint_every == 0 &&
         last.step < cfg.train.steps) {
-      saved = trainer.save_checkpoint();
+      stp::CheckpointSave s = trainer.try_save_checkpoint();
+      if (!s.written) {  // no later step can make the parameters finite again
+        refused = s;
+        break;
+      }
+      saved = s.path;
       saved_step = last.step;
     }
   }
@@ -260,11 +268,31 @@ int run(const stp::tools::ConfigArgs& args) {
                                           "); parameters and optimizer state are those after step ",
                                           trainer.last_update_step(), ", the last good step")
                                : std::string();
-  // Every process takes the same branch: saved_step and the note are alike on all of them.
-  const std::string ck = !diverged && saved_step == trainer.steps_done() ? saved : trainer.save_checkpoint(note);
-  const int status = diverged ? kDivergedStatus : stop ? stp::tools::stop_status(stop) : 0;
+  // Every process takes the same branch: saved_step, the note and the finiteness check (agreed
+  // over the job) are alike on all of them.
+  std::string ck;
+  if (!refused && !diverged && saved_step == trainer.steps_done()) {
+    ck = saved;
+  } else if (!refused) {
+    stp::CheckpointSave s = trainer.try_save_checkpoint(note);
+    if (s.written) ck = s.path;
+    else refused = s;
+  }
+  const int status = diverged || refused ? kDivergedStatus : stop ? stp::tools::stop_status(stop) : 0;
   if (!lead) return status;
   if (cfg.output.trace && trainer.trace()) trainer.trace()->write((dir / "trace.json").string());
+  if (refused) {
+    const std::string why =
+        diverged ? stp::str("training diverged: ", last.consecutive_skips,
+                            " consecutive steps had a non-finite loss or gradient norm (train.max_skipped_steps = ",
+                            cfg.train.max_skipped_steps, "), and ")
+                 : std::string();
+    std::fprintf(stderr,
+                 "stp train: error: %s%s. Lower train.lr or optim.weight_decay, or raise train.warmup_steps or "
+                 "train.grad_clip.\n",
+                 why.c_str(), refused->problem.c_str());
+    return kDivergedStatus;
+  }
   if (diverged) {
     std::fprintf(stderr,
                  "stp train: error: training diverged: %lld consecutive steps had a non-finite loss or gradient norm "
@@ -303,7 +331,8 @@ stp::tools::Run define(CLI::App& app) {
       "Writes output.dir/metrics.jsonl, config.yaml, checkpoints and (output.trace) trace.json. SIGINT "
       "(Ctrl-C), SIGTERM and SIGHUP finish the step, write a checkpoint and exit with status 130, 143 and "
       "129; a second signal exits at once. After train.max_skipped_steps consecutive non-finite steps it "
-      "writes the last good state and exits with status 5.");
+      "writes the last good state and exits with status 5; a state that is not finite is never written: the "
+      "run stops with status 5 and names the last good checkpoint.");
   return [args] { return run(*args); };
 }
 
