@@ -50,9 +50,9 @@ void read_vocab(const json& v, const std::string& where, BpeSpec& spec) {
   spec.vocab.reserve(v.size());
   for (auto it = v.begin(); it != v.end(); ++it) {
     STP_CHECK(it.value().is_number_integer() && it.value().get<std::int64_t>() >= 0 &&
-                  it.value().get<std::int64_t>() < (std::int64_t(1) << 31),
+                  it.value().get<std::int64_t>() < kMaxVocabSize,
               "tokenizer: ", where, ": token '", it.key(), "' has id ", it.value().dump(),
-              ", not an integer in [0, 2^31)");
+              ", not an integer in [0, 2^22 = ", kMaxVocabSize, ") (stp's limit on token ids)");
     spec.vocab.push_back({token_bytes(it.key()), it.value().get<std::int32_t>()});
   }
 }
@@ -173,8 +173,9 @@ BpeSpec read_tokenizer_json(const fs::path& path) {
       STP_CHECK(a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") &&
                     a["content"].is_string() && !a["content"].get<std::string>().empty(),
                 "tokenizer: ", where, ": added token ", a.dump(), " needs an integer id and a non-empty content");
-      STP_CHECK(a["id"].get<std::int64_t>() >= 0 && a["id"].get<std::int64_t>() < (std::int64_t(1) << 31),
-                "tokenizer: ", where, ": added token id ", a["id"].dump(), " is out of range");
+      STP_CHECK(a["id"].get<std::int64_t>() >= 0 && a["id"].get<std::int64_t>() < kMaxVocabSize, "tokenizer: ", where,
+                ": added token id ", a["id"].dump(), " is not in [0, 2^22 = ", kMaxVocabSize,
+                ") (stp's limit on token ids)");
       spec.specials.push_back({a["content"].get<std::string>(), a["id"].get<std::int32_t>()});
     }
   }
