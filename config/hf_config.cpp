@@ -218,7 +218,10 @@ void merge_llama(Merger& m, Config& c, const Source& s, bool qwen2) {
                 "llama's attention projections have no biases (Qwen2: model_type qwen2)");
   if (get_bool(s, "mlp_bias").value_or(false)) unsupported(s, "\"mlp_bias\": true", "MLP projections have no biases");
   if (!qwen2 && present(s.j, "sliding_window")) unsupported(s, "\"sliding_window\"", "attention is full causal");
-  if (auto hd = get_int(s, {"head_dim"}, &k); hd && heads && hidden && *hd * *heads != *hidden)
+  // No heads: validation refuses model.n_head 0. Compared by division, not head_dim * heads, which
+  // can overflow.
+  if (auto hd = get_int(s, {"head_dim"}, &k);
+      hd && heads && hidden && *heads > 0 && (*hidden % *heads != 0 || *hd != *hidden / *heads))
     unsupported(s, str("\"head_dim\": ", *hd, " (hidden_size / num_attention_heads = ", *hidden / *heads, ")"),
                 "the head dimension is hidden_size / num_attention_heads");
 }

@@ -24,7 +24,10 @@
 
 namespace stp {
 
-// Token ids are below this: 2^22 (docs/config.md, Token files).
+// Token ids, of the vocabulary and of the added tokens, are below this: 2^22, 16 times the largest
+// vocabularies in use (Gemma's 262144), and a bound on what the tokenizer allocates per id (a string
+// each, about 130 MB in all). A larger id is an stp::Error naming it, raised while the file is read
+// (docs/config.md, Token files).
 inline constexpr std::int32_t kMaxVocabSize = std::int32_t(1) << 22;
 
 // GPT-2's pre-split pattern (PCRE2 syntax, compiled with UTF and UCP).

@@ -16,7 +16,8 @@ namespace stp {
 
 void cpu_adamw_update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWScalars& c, CpuIsa isa,
                       bool parallel) {
-  STP_CHECK(cpu_has_isa(isa), "cpu_adamw_update: this CPU does not run ", to_string(isa));
+  STP_CHECK(cpu_has_isa(isa), "cpu_adamw_update: ", to_string(isa),
+            " is not allowed here: this CPU and STP_CPU_ISA allow ", to_string(best_cpu_isa()), " at most");
   if (n == 0) return;
   if (!parallel) return adamw_range(isa, p, g, m, v, 0, n, c);
   for_cpu_blocks(n, [&](std::size_t begin, std::size_t end) { adamw_range(isa, p, g, m, v, begin, end, c); });

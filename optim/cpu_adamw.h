@@ -8,8 +8,8 @@
 //     sqrt and divide are IEEE correctly rounded in every instruction set used). Whatever the
 //     instruction set, thread count or split, every element gets the same bits.
 //   * Parallel over oneTBB's workers (the calling thread's arena), in blocks of kCpuAdamWGrain
-//     elements; vectorized with AVX-512F or AVX2 when the CPU has them (chosen at run time),
-//     a scalar loop otherwise and for the tails.
+//     elements; vectorized with AVX-512F or AVX2 when the CPU has them (chosen at run time, capped
+//     by STP_CPU_ISA: core/kernels/cpu_isa.h), a scalar loop otherwise and for the tails.
 //   * Synchronous: returns when every element is updated. Any contiguous range may be updated
 //     on its own (a chunk of a larger flat buffer, e.g. while other chunks are still in flight).
 //

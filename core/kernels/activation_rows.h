@@ -56,7 +56,7 @@ STP_HD inline float gelu_grad(float v, float d) {
 
 #if defined(STP_ACTIVATION_ROWS_SIMD_BUILT)
 // The f32 vector forms (activation_rows_avx2.cpp), host code; used where simd_available().
-bool simd_available();  // this CPU has AVX2 and FMA
+bool simd_available();  // cpu_has_isa(CpuIsa::Avx2) (core/kernels/cpu_isa.h): AVX2 + FMA, allowed
 void simd_gelu_run(float* y, const float* x, i64 n);
 void simd_gelu_backward_run(float* dx, const float* dy, const float* x, i64 n);
 void simd_swiglu_run(float* o, const float* g, const float* u, i64 n);

@@ -7,6 +7,7 @@
 
 #if defined(STP_ACTIVATION_ROWS_SIMD_BUILT)
 
+#include "core/kernels/cpu_isa.h"
 #include "core/kernels/simd_v8.h"
 
 namespace stp::activation_rows {
@@ -29,7 +30,7 @@ STP_V8_INLINE v8 gelu_s_v(v8 v) { return sigmoid_v(2.0f * (kGeluC * (v + kGeluA 
 
 }  // namespace
 
-bool simd_available() { return cpu_has_avx2_fma(); }
+bool simd_available() { return cpu_has_isa(CpuIsa::Avx2); }
 
 __attribute__((target("avx2,fma"), flatten)) void simd_gelu_run(float* y, const float* x, i64 n) {
   i64 i = 0;

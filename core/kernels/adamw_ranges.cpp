@@ -70,31 +70,4 @@ void adamw_range(CpuIsa isa, float* p, const float* g, float* m, float* v, std::
   }
 }
 
-std::string to_string(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::Avx512: return "avx512";
-    case CpuIsa::Avx2: return "avx2";
-    case CpuIsa::Scalar: break;
-  }
-  return "scalar";
-}
-
-bool cpu_has_isa(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::Scalar: return true;
-#if STP_X86
-    case CpuIsa::Avx2: return __builtin_cpu_supports("avx2");
-    case CpuIsa::Avx512: return __builtin_cpu_supports("avx512f");
-#endif
-    default: return false;
-  }
-}
-
-CpuIsa best_cpu_isa() {
-  static const CpuIsa best = cpu_has_isa(CpuIsa::Avx512) ? CpuIsa::Avx512
-                             : cpu_has_isa(CpuIsa::Avx2) ? CpuIsa::Avx2
-                                                         : CpuIsa::Scalar;
-  return best;
-}
-
 }  // namespace stp

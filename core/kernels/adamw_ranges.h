@@ -1,8 +1,8 @@
 // AdamW's element formula, single source (adamw_element: the device kernel of
 // core/kernels/optim_kernels.cpp runs it per GPU thread), and the host loop over a range of it with
-// the widest vector instruction set the CPU has (adamw_range, defined in adamw_ranges.cpp, compiled
-// by the host compiler only), shared by the CPU backend's adamw_step on its streams and the CPU
-// optimizer of host-resident state (optim/cpu_adamw.h).
+// a vector instruction set (adamw_range, defined in adamw_ranges.cpp, compiled by the host compiler
+// only; the set is the caller's choice, best_cpu_isa() of core/kernels/cpu_isa.h), shared by the CPU backend's
+// adamw_step on its streams and the CPU optimizer of host-resident state (optim/cpu_adamw.h).
 //
 // Every form runs adamw_element's operations in its order, each rounded on its own: separate
 // multiply, add, divide and square-root instructions (IEEE correctly rounded in every instruction
@@ -12,9 +12,9 @@
 
 #include <cmath>
 #include <cstddef>
-#include <string>
 
 #include "core/dtype.h"
+#include "core/kernels/cpu_isa.h"
 #include "core/kernels/optim_kernels.h"
 
 namespace stp {
@@ -30,16 +30,6 @@ STP_HD inline void adamw_element(float* p, const float* g, float* m, float* v, s
   m[i] = mi;
   v[i] = vi;
 }
-
-enum class CpuIsa { Scalar, Avx2, Avx512 };
-
-std::string to_string(CpuIsa isa);
-
-// The widest instruction set this CPU runs (AVX-512F, else AVX2, else scalar).
-CpuIsa best_cpu_isa();
-
-// Whether this CPU runs `isa` (Scalar: always).
-bool cpu_has_isa(CpuIsa isa);
 
 // adamw_element for every i in [begin, end), 16 or 8 lanes at a time with `isa` (one cpu_has_isa
 // accepts; the caller checks), the scalar formula for the tail.

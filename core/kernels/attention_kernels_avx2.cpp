@@ -16,6 +16,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/kernels/cpu_isa.h"
 #include "core/kernels/simd_v8.h"
 #include "core/launch.h"
 
@@ -24,17 +25,14 @@ namespace {
 
 using namespace simd_v8;  // NOLINT(google-build-using-namespace): the vector vocabulary of this file
 
-// The 16-wide form of tile_product (below it), taken when the CPU has AVX-512F and the tests allow it
-// (simd_attention_allow_avx512).
+// The 16-wide form of tile_product (below it), taken where cpu_has_isa(CpuIsa::Avx512) and the tests
+// allow it (simd_attention_allow_avx512).
 void tile_product_avx512(float* c, i64 ldc, i64 nrows, i64 ncols, bool acc, const float* alpha, const float* w, i64 wr,
                          i64 wk, const float* x, i64 ldx, i64 nk);
 
 std::atomic<bool> g_allow_avx512{true};
 
-inline bool avx512_available() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-  return yes && g_allow_avx512.load(std::memory_order_relaxed);
-}
+inline bool avx512_available() { return cpu_has_isa(CpuIsa::Avx512) && g_allow_avx512.load(std::memory_order_relaxed); }
 
 // Unaligned load and store of one vector V, and V with every lane f: the vocabulary of tile_block,
 // at either width. (A byte copy: an aligned(4) typedef of V would lose its attribute as a template
@@ -320,7 +318,7 @@ struct Avx2Task {
 
 void simd_attention_allow_avx512(bool allow) { g_allow_avx512.store(allow, std::memory_order_relaxed); }
 
-bool simd_attention_available() { return cpu_has_avx2_fma(); }
+bool simd_attention_available() { return cpu_has_isa(CpuIsa::Avx2); }
 
 template <typename T>
 void simd_attention_forward(Stream& s, const AttentionLayout& L, T* o, float* lse, const T* q, const T* k, const T* v,

@@ -130,7 +130,7 @@ STP_HD inline void write_group_dq(const AttentionLayout& L, const float* acc, T*
 // a CPU stream of an nvcc build takes the vector path as well.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define STP_ATTENTION_SIMD_BUILT 1
-// True when this CPU has AVX2 and FMA.
+// cpu_has_isa(CpuIsa::Avx2) (core/kernels/cpu_isa.h): the CPU has AVX2 and FMA, and STP_CPU_ISA allows them.
 bool simd_attention_available();
 // Whether the vector path's tile products may take their 16-wide AVX-512 form on CPUs that have
 // AVX-512F (default true). The results are bitwise those of the 8-wide form either way; tests turn

@@ -25,12 +25,6 @@
 
 namespace stp::simd_v8 {
 
-// Whether this CPU runs the vector paths: AVX2 and FMA (checked once).
-inline bool cpu_has_avx2_fma() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
-
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4)));  // unaligned loads and stores
 typedef std::int32_t i8 __attribute__((vector_size(32)));

@@ -35,7 +35,7 @@ constexpr i64 kLanes = 8;
 
 #if defined(STP_SOFTMAX_ROWS_SIMD_BUILT)
 // The f32 vector forms (softmax_rows_avx2.cpp), host code; used where simd_available().
-bool simd_available();  // this CPU has AVX2 and FMA
+bool simd_available();  // cpu_has_isa(CpuIsa::Avx2) (core/kernels/cpu_isa.h): AVX2 + FMA, allowed
 float simd_row_max(const float* l, i64 n);
 float simd_row_sum_exp(const float* l, i64 n, float shift);
 void simd_row_exp_scaled(float* l, i64 n, float shift, float scale);

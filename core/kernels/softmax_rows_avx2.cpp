@@ -7,6 +7,7 @@
 
 #if defined(STP_SOFTMAX_ROWS_SIMD_BUILT)
 
+#include "core/kernels/cpu_isa.h"
 #include "core/kernels/simd_v8.h"
 
 namespace stp::softmax_rows {
@@ -15,7 +16,7 @@ using namespace simd_v8;  // NOLINT(google-build-using-namespace): the vector vo
 
 static_assert(kLanes == 8, "one lane per element of a v8");
 
-bool simd_available() { return cpu_has_avx2_fma(); }
+bool simd_available() { return cpu_has_isa(CpuIsa::Avx2); }
 
 __attribute__((target("avx2,fma"), flatten)) float simd_row_max(const float* l, i64 n) {
   v8 m = vsplat(-INFINITY);

@@ -97,6 +97,19 @@ TEST(HfConfig, ContradictionNamesBothValuesAndSources) {
   EXPECT_NE(e.find("exceeds"), std::string::npos) << e;
 }
 
+// head_dim against hidden_size / num_attention_heads: no heads is validation's error (model.n_head),
+// not a division by zero; a head_dim whose product with the heads overflows is refused as any other
+// (found by HfConfigFuzz).
+TEST(HfConfig, HeadDimWithNoHeadsOrAHugeValueIsAnError) {
+  std::string e = error_of(folder_with("no_heads", R"({"model_type": "llama", "num_hidden_layers": 2,
+    "num_attention_heads": 0, "hidden_size": 32, "head_dim": 8, "intermediate_size": 64, "vocab_size": 300})"),
+                           {});
+  EXPECT_NE(e.find("model.n_head"), std::string::npos) << e;
+  e = error_of(folder_with("huge_head_dim", qwen2_with("head_dim", "4611686018427387904")), {});
+  EXPECT_NE(e.find("\"head_dim\": 4611686018427387904"), std::string::npos) << e;
+  EXPECT_NE(e.find("is not supported by stp"), std::string::npos) << e;
+}
+
 TEST(HfConfig, UnsupportedFeaturesAreNamed) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"rope_scaling", R"({"type": "linear", "factor": 2.0})"},

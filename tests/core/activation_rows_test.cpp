@@ -115,7 +115,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(ActivationRows, VectorFormsAreBitwiseThePlainOnes) {
 #if defined(STP_ACTIVATION_ROWS_SIMD_BUILT)
-  if (!simd_available()) GTEST_SKIP() << "this CPU has no AVX2 + FMA";
+  if (!simd_available()) GTEST_SKIP() << "this CPU has no AVX2 + FMA, or STP_CPU_ISA=scalar";
   for (std::int64_t n : {1, 7, 8, 9, 15, 257, 1024, 4099}) {
     const std::vector<float> x = inputs(n, -12.0f, 12.0f, 10 + static_cast<std::uint32_t>(n)),
                              u = inputs(n, -3.0f, 3.0f, 20), d = inputs(n, -2.0f, 2.0f, 30);

@@ -44,6 +44,7 @@
 #include "core/cpu/cpu_device.h"
 #include "core/kernels/attention_kernels.h"
 #include "core/kernels/attention_tiles.h"
+#include "core/kernels/cpu_isa.h"
 
 using namespace stp;
 
@@ -312,8 +313,8 @@ void expect_avx512_same_as_avx2(const Case& c) {
 
 TEST(FusedAttention, Avx512TileProductsAreBitwiseTheAvx2Ones) {
 #if defined(STP_ATTENTION_SIMD_BUILT)
-  if (!attention_detail::simd_attention_available() || !__builtin_cpu_supports("avx512f"))
-    GTEST_SKIP() << "this CPU runs one of the two forms only";
+  if (!attention_detail::simd_attention_available() || !cpu_has_isa(CpuIsa::Avx512))
+    GTEST_SKIP() << "this CPU (or STP_CPU_ISA) allows one of the two forms only";
   for (const Case& c : {Case{2, 300, 4, 2, 32}, Case{1, 129, 2, 2, 16}, Case{1, 45, 2, 2, 12}}) {
     SCOPED_TRACE("T " + std::to_string(c.T) + " D " + std::to_string(c.D));
     expect_avx512_same_as_avx2<float>(c);

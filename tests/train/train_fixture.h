@@ -175,6 +175,7 @@ inline bool bitwise_equal(const std::map<std::string, HostTensor>& a, const std:
 // last step (per device, global rank order) next to the plan it ran.
 struct TrainRun {
   std::vector<double> losses;
+  std::vector<double> grad_norms;  // StepResult::grad_norm of each step
   std::map<std::string, HostTensor> params;
   std::vector<std::uint64_t> peaks;      // StepResult::peak_device_bytes (live bytes; what the planner predicts)
   std::vector<std::uint64_t> reserved;   // StepResult::peak_device_reserved_bytes (taken from the device)
@@ -189,6 +190,7 @@ inline TrainRun run_training(const Config& config, int steps) {
   for (int i = 0; i < steps; ++i) {
     StepResult r = t.step();
     out.losses.push_back(r.loss);
+    out.grad_norms.push_back(r.grad_norm);
     out.peaks = r.peak_device_bytes;
     out.reserved = r.peak_device_reserved_bytes;
     out.pinned = r.peak_host_pinned_bytes;

@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/kernels/adamw_ranges.h"
+#include "core/kernels/cpu_isa.h"
 
 namespace stp::tools {
 namespace {
