@@ -20,11 +20,13 @@ namespace {
 using stp::testing::run_stp;
 using stp::testing::slurp;
 
-// One traced 2-step run, trained once for every test of this file.
+// A traced 2-step run of the test's own (ctest runs the tests of this file as parallel processes,
+// so a folder shared between them would be removed under another's feet).
 const fs::path& traced_run() {
   static const fs::path out =
       [] {
-        const fs::path dir = fs::path(STP_BINARY_DIR) / "tests" / "cmd_outputs";
+        const fs::path dir = fs::path(STP_BINARY_DIR) / "tests" / "cmd_outputs" /
+                             ::testing::UnitTest::GetInstance()->current_test_info()->name();
         fs::remove_all(dir);
         fs::create_directories(dir);
         std::ofstream(dir / "config.yaml")
