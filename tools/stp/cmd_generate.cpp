@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "data/bpe_tokenizer.h"
+#include "tools/cli/cli.h"
 #include "tools/stp/command.h"
 #include "train/generate.h"
 
@@ -49,10 +50,13 @@ int run(const GenerateArgs& a) {
   } else {
     for (unsigned char c : a.prompt) prompt.push_back(c);
   }
-  std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
   // Each token's bytes are written as it is drawn (a token may end inside a UTF-8 character; the
-  // concatenation is the decoded text).
+  // concatenation is the decoded text). The prompt goes first, with the first token: sample()
+  // checks the prompt and the options before it draws, so an error leaves stdout empty.
+  bool echoed = false;
   gen.sample(prompt, a.sample, [&](std::int32_t t) {
+    if (!echoed) std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
+    echoed = true;
     if (tok) {
       const std::string piece = tok->decode({t});
       std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -73,7 +77,9 @@ stp::tools::Run define(CLI::App& app) {
   app.add_option("--temperature", args->sample.temperature, "softmax temperature; 0 = always the likeliest token")
       ->capture_default_str();
   app.add_option("--top-k", args->sample.top_k, "sample among the K likeliest tokens; 0 = all")->capture_default_str();
-  app.add_option("--seed", args->sample.seed, "seed of the sampler (same seed, same text)")->capture_default_str();
+  app.add_option("--seed", args->sample.seed, "seed of the sampler (same seed, same text)")
+      ->capture_default_str()
+      ->check(stp::tools::kUnsigned64);
   app.add_option(
       "--tokenizer", args->tokenizer,
       "the BPE tokenizer of a model trained on token ids: a tokenizer.json or a folder, as for stp tokenize");
