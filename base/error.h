@@ -23,6 +23,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace stp {
 
@@ -67,6 +68,19 @@ enum class ByteStyle : std::uint8_t { Human, Exact };
 // How a Human size is rounded: to the nearest last digit, or up for a minimum ("raise the budget
 // to at least X"), so that a budget set to the printed value is never below the number.
 enum class Rounding : std::uint8_t { Nearest, Up };
+
+// A name read from a file (a tensor, shard or token name, a JSON key) as a message writes it:
+// between `quote`s, with the quote and backslash escaped, control characters as \n, \t, \r or
+// \u00XX (C0, DEL and the C1 range U+0080..U+009F) and bytes that are not UTF-8 as \xNN. The
+// message stays one line of plain text whatever the file holds (no escape sequence reaches the
+// terminal); UTF-8 text is kept as is.
+//   quoted_text("a\nb") == "\"a\\nb\""     quoted_text("x.bin", '\'') == "'x.bin'"
+// (Not named quoted(): for a std::string argument, argument-dependent lookup would pick
+// std::quoted, which escapes no control character.)
+std::string quoted_text(std::string_view text, char quote = '"');
+
+// The same escapes without the quotes, for a name that a message writes bare.
+std::string escaped_text(std::string_view text);
 
 // The one byte formatter for messages and reports, e.g. "256 MiB".
 std::string format_bytes(std::size_t bytes, ByteStyle style = ByteStyle::Human, Rounding rounding = Rounding::Nearest);

@@ -9,10 +9,14 @@
 //   cfg.model.n_layer; cfg.memory.device_budget.value_or(capacity); cfg.to_yaml();
 //
 // Errors (stp::Error, one line each):
-//   * missing / unparsable file: the path, and yaml-cpp's line:column and message;
+//   * missing / unparsable file: the path, and yaml-cpp's line:column and message; a second YAML
+//     document in the text (after a `---` line), which would otherwise be ignored;
 //   * unknown key at any level (file or --set): the key and the valid keys of its section;
 //   * wrong type: the key, the value and the expected type; bad choice: the valid choices;
-//   * inconsistent values (validate_config): the keys involved and what to change.
+//   * an empty value: `--set KEY=` (an unset shell variable) for any key, `key: ""` for a path;
+//     none is written null;
+//   * inconsistent values (validate_config): the keys involved and what to change, and which of
+//     them model.init_from's config.json gave (with_init_from_sources, config/hf_config.h).
 //
 // Byte sizes (memory.device_budget, memory.host_budget): an integer number of bytes, or a
 // number with a unit: B; KiB, MiB, GiB, TiB (powers of 1024); KB (also kB), MB, GB, TB (powers
@@ -22,6 +26,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -48,6 +53,9 @@ struct ModelConfig {
   // ("" = absent), written back into exported config.json files (config/hf_config.h).
   std::string hf_bos_token_id;
   std::string hf_eos_token_id;
+  // Not YAML keys: the model keys whose values model.init_from's config.json gave (the YAML and
+  // --set left them out), named as the source in messages about them (config/hf_config.h).
+  std::set<std::string> init_from_keys;
 };
 
 struct DataConfig {
@@ -132,7 +140,7 @@ enum class KnobType {
   Bool,    // true | false
   String,  // any string
   Choice,  // one of Knob::choices
-  Path,    // a string or null ("")
+  Path,    // a non-empty string, or null (""): none
   Bytes,   // byte size or null (see above)
   Rate,    // bytes per second; 0 or null = unlimited
 };

@@ -131,7 +131,14 @@ void set_knob(Config& cfg, const Knob& k, const YAML::Node& node, const std::str
       *std::get<std::string*>(f) = text;
       return;
     case KnobType::Choice: *std::get<std::string*>(f) = parse_choice(k, text, where); return;
-    case KnobType::Path: *std::get<std::string*>(f) = null ? "" : text; return;
+    case KnobType::Path:
+      // "" is not a way to say none: it is what a template or a script fills in for an unset
+      // variable, and reading it as null would start a run from random weights or without
+      // validation unasked.
+      if (!null && text.empty())
+        throw Error(str("config: ", k.key, " is empty (", where, "); write null, or leave the key out, for none"));
+      *std::get<std::string*>(f) = null ? "" : text;
+      return;
     case KnobType::Bytes: {
       auto* b = std::get<std::optional<std::uint64_t>*>(f);
       if (null) b->reset();
@@ -146,13 +153,21 @@ void set_knob(Config& cfg, const Knob& k, const YAML::Node& node, const std::str
 
 // ---- Documents -----------------------------------------------------------------------------
 
+// A section or key name: a plain scalar (yaml-cpp would only say "bad conversion" of a list or
+// map used as a key).
+std::string key_name(const YAML::Node& key, const std::string& source) {
+  STP_CHECK(!key.IsMap() && !key.IsSequence(), "config: ", where_of(key, source),
+            ": a key must be a plain name, not a ", key.IsMap() ? "map" : "list");
+  return key.as<std::string>();
+}
+
 void apply_document(Config& cfg, const YAML::Node& root, const std::string& source) {
   if (root.IsNull()) return;  // an empty file: all defaults
   STP_CHECK(root.IsMap(), "config: ", where_of(root, source), ": the top level must be a map of sections (",
             all_sections(), ")");
   std::set<std::string> seen;
   for (const auto& sec : root) {
-    const std::string name = sec.first.as<std::string>();
+    const std::string name = key_name(sec.first, source);
     const std::string where = where_of(sec.first, source);
     if (!is_section(name))
       throw Error(str("config: unknown section '", name, "' (", where, "); valid sections: ", all_sections()));
@@ -162,7 +177,7 @@ void apply_document(Config& cfg, const YAML::Node& root, const std::string& sour
     STP_CHECK(body.IsMap(), "config: section '", name, "' must be a map of keys (", where,
               "); valid keys: ", section_keys(name));
     for (const auto& kv : body) {
-      const std::string key = name + "." + kv.first.as<std::string>();
+      const std::string key = name + "." + key_name(kv.first, source);
       const std::string kwhere = where_of(kv.first, source);
       const Knob* k = find_knob(key);
       if (!k) unknown_key(key, kwhere);
@@ -194,7 +209,11 @@ Config load_parsed(const YAML::Node& root, const std::string& source, const std:
     merge_hf_config(cfg, given_keys(root, overrides), cfg.model.init_from);
   if (cfg.parallel.cpu_threads == 0)
     cfg.parallel.cpu_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  validate_config(cfg);
+  try {
+    validate_config(cfg);
+  } catch (const Error& e) {
+    throw Error(with_init_from_sources(cfg, e.what()));
+  }
   return cfg;
 }
 
@@ -250,6 +269,14 @@ void apply_override(Config& cfg, const std::string& assignment) {
   const std::string where = str("--set ", assignment);
   const Knob* k = find_knob(key);
   if (!k) unknown_key(key, where);
+  // `--set train.resume=$CKPT` with CKPT unset: refused rather than read as null, which would
+  // quietly undo what the user meant (start fresh, train without validation).
+  if (value.find_first_not_of(" \t") == std::string::npos) {
+    const bool nullable = k->type == KnobType::Path || k->type == KnobType::Bytes || k->type == KnobType::Rate;
+    throw Error(str("config: ", key, " is empty (", where,
+                    "), as an unset shell variable leaves it: remove the --set to keep the config file's value",
+                    nullable ? str(", or write ", key, "=null to clear it") : std::string(", or give a value")));
+  }
   YAML::Node node;
   try {
     node = YAML::Load(value);
@@ -263,7 +290,13 @@ Config load_config_from_string(const std::string& yaml, const std::string& sourc
                                const std::vector<std::string>& overrides) {
   YAML::Node root;
   try {
-    root = YAML::Load(yaml);
+    // Every document of the text, so that a second one is refused rather than ignored.
+    std::vector<YAML::Node> docs = YAML::LoadAll(yaml);
+    if (!docs.empty()) root = docs.front();
+    for (std::size_t i = 1; i < docs.size(); ++i)
+      STP_CHECK(docs[i].IsNull(), "config: ", where_of(docs[i], source),
+                ": a second YAML document (after a '---' line); a config file is one document (every section in "
+                "one map): merge the documents, or remove the '---' line");
   } catch (const YAML::Exception& e) {
     throw Error(str("config: ", source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": YAML error: ", e.msg));
   }

@@ -1,5 +1,6 @@
 #include "config/hf_config.h"
 
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/json_fields.h"
 
 namespace stp {
 namespace {
@@ -64,23 +66,29 @@ class Merger {
 
   void integer(const char* key, int* field, std::int64_t value, const std::string& hf_key) {
     STP_CHECK(value >= 0 && value <= INT32_MAX, s_.file, ": \"", hf_key, "\" ", value, " is out of range for ", key);
-    if (!given(key)) *field = static_cast<int>(value);
+    if (!given(key)) take(key, field, static_cast<int>(value));
     else if (*field != value) contradiction(key, std::to_string(*field), hf_key, std::to_string(value));
   }
   void number(const char* key, double* field, double value, const std::string& hf_key) {
-    if (!given(key)) *field = value;
+    if (!given(key)) take(key, field, value);
     else if (*field != value) contradiction(key, num(*field), hf_key, num(value));
   }
   void boolean(const char* key, bool* field, bool value, const std::string& hf_key) {
-    if (!given(key)) *field = value;
+    if (!given(key)) take(key, field, value);
     else if (*field != value) contradiction(key, *field ? "true" : "false", hf_key, value ? "true" : "false");
   }
   // tie_embeddings: "auto" given counts as not given.
   void choice(const char* key, std::string* field, const std::string& value, const std::string& hf_key) {
-    if (!given(key) || *field == "auto") *field = value;
+    if (!given(key) || *field == "auto") take(key, field, value);
     else if (*field != value) contradiction(key, *field, hf_key, value);
   }
   bool given(const char* key) const { return given_.count(key) != 0; }
+  // Sets `key` from config.json and records it as the key's source.
+  template <typename T>
+  void take(const char* key, T* field, const T& value) {
+    *field = value;
+    cfg_.model.init_from_keys.insert(key);
+  }
 
   [[noreturn]] void contradiction(const char* key, const std::string& yaml, const std::string& hf_key,
                                   const std::string& hf) const {
@@ -206,7 +214,7 @@ void merge_llama(Merger& m, Config& c, const Source& s, bool qwen2) {
            get_bool(s, "tie_word_embeddings").value_or(false) ? "true" : "false", "tie_word_embeddings");
   m.boolean("model.qkv_bias", &c.model.qkv_bias, qwen2, "model_type");
   if (auto v = get_int(s, {"max_position_embeddings"}, &k)) {
-    if (!m.given("model.seq_len")) c.model.seq_len = static_cast<int>(*v);
+    if (!m.given("model.seq_len")) m.take("model.seq_len", &c.model.seq_len, static_cast<int>(*v));
     else
       STP_CHECK(c.model.seq_len <= *v, "config: model.seq_len ", c.model.seq_len, " exceeds ", s.file,
                 "'s \"max_position_embeddings\": ", *v);
@@ -239,10 +247,13 @@ void merge_hf_config(Config& cfg, const std::set<std::string>& given, const std:
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    throw Error(str(file, " is not valid JSON: ", e.what()));
+    throw Error(str(file, " is not valid JSON: ", json_error_text(e)));
   }
   STP_CHECK(j.is_object(), file, " must hold a JSON object");
   Source s{j, file};
+  STP_CHECK(present(j, "model_type"), file,
+            " has no \"model_type\": stp reads the other keys by it; add the one the model is (supported: gpt2, "
+            "llama, qwen2)");
   const std::string type = get_string(s, "model_type");
   STP_CHECK(type == "gpt2" || type == "llama" || type == "qwen2", file, ": model_type \"", type,
             "\" is not supported by stp (supported: gpt2, llama, qwen2)");
@@ -253,6 +264,31 @@ void merge_hf_config(Config& cfg, const std::set<std::string>& given, const std:
   keep_special_tokens(cfg, s);
   if (type == "gpt2") merge_gpt2(m, cfg, s);
   else merge_llama(m, cfg, s, type == "qwen2");
+}
+
+std::string with_init_from_sources(const Config& cfg, const std::string& message) {
+  // A key is named when it stands in the message as a whole word ("model.n_head", not a part of
+  // a longer name).
+  auto names = [&](const std::string& key) {
+    auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; };
+    for (std::size_t at = message.find(key); at != std::string::npos; at = message.find(key, at + 1)) {
+      const std::size_t end = at + key.size();
+      if ((at == 0 || !word(message[at - 1])) &&
+          (end == message.size() || !word(message[end]) ||
+           (message[end] == '.' && (end + 1 == message.size() || !word(message[end + 1])))))
+        return true;
+    }
+    return false;
+  };
+  std::vector<std::string> named;
+  for (const std::string& key : cfg.model.init_from_keys)
+    if (names(key)) named.push_back(key);
+  if (named.empty()) return message;
+  std::string list;
+  for (std::size_t i = 0; i < named.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == named.size() ? " and " : ", ") + named[i];
+  return str(message, "; ", list, named.size() == 1 ? " comes" : " come", " from ",
+             (std::filesystem::path(cfg.model.init_from) / "config.json").string(), " (model.init_from)");
 }
 
 std::string hf_config_json(const Config& cfg) {

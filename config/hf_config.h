@@ -16,7 +16,8 @@
 //   qwen2                            -> model.qkv_bias true; llama -> false
 //   gpt2: n_positions (or n_ctx)     -> model.seq_len (GPT-2 learns seq_len positions)
 //   llama: max_position_embeddings   -> model.seq_len when not given; a larger given seq_len is an error
-// A feature stp does not implement is an error naming it, never ignored: rope_scaling (non-null),
+// A config.json without "model_type" is an error naming the file and the key. A feature stp does
+// not implement is an error naming it, never ignored: rope_scaling (non-null),
 // a rope_parameters rope_type other than "default" (or another key in it), sliding-window
 // attention (also as a layer_types entry other than "full_attention"), attention_bias on llama,
 // mlp_bias, another hidden_act than silu (llama) or the tanh GELU (gpt2), head_dim !=
@@ -39,8 +40,15 @@
 
 namespace stp {
 
-// Merges FOLDER/config.json into `cfg`; `given` holds the keys the YAML or --set set.
+// Merges FOLDER/config.json into `cfg`; `given` holds the keys the YAML or --set set. The keys it
+// fills are listed in cfg.model.init_from_keys.
 void merge_hf_config(Config& cfg, const std::set<std::string>& given, const std::string& folder);
+
+// `message` (about cfg's values), followed by the source of each key it names that
+// model.init_from's config.json gave, which the user may never have read:
+//   "config: model.n_embd (32) must be divisible by model.n_head (3); model.n_embd and
+//    model.n_head come from hf/config.json (model.init_from)"
+std::string with_init_from_sources(const Config& cfg, const std::string& message);
 
 // config.json text for the model of `cfg` (resolved defaults).
 std::string hf_config_json(const Config& cfg);

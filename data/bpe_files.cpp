@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "base/file_io.h"
+#include "base/json_fields.h"
 #include "data/byte_unicode.h"
 
 namespace stp {
@@ -31,7 +32,7 @@ json parse_json(const fs::path& path) {
   try {
     return json::parse(read_text(path));
   } catch (const json::exception& e) {
-    throw Error(str("tokenizer: '", path.string(), "' is not valid JSON: ", e.what()));
+    throw Error(str("tokenizer: '", path.string(), "' is not valid JSON: ", json_error_text(e)));
   }
 }
 

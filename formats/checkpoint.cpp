@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/fs_error.h"
 #include "base/json_fields.h"
 
 namespace stp {
@@ -87,7 +90,7 @@ CheckpointState read_state(const fs::path& path) {
   } catch (const Error& e) {
     throw Error(str("checkpoint: ", path.string(), " is invalid or truncated: ", e.what()));
   } catch (const json::exception& e) {
-    throw Error(str("checkpoint: ", path.string(), " is invalid or truncated: ", e.what()));
+    throw Error(str("checkpoint: ", path.string(), " is invalid or truncated: ", json_error_text(e)));
   }
   return s;
 }
@@ -182,7 +185,8 @@ std::string write_checkpoint(const std::string& output_dir, const CheckpointData
   try {
     return write_checkpoint_files(output_dir, data);
   } catch (const fs::filesystem_error& e) {
-    throw Error(str("checkpoint: writing step ", data.state.step, " into '", output_dir, "' failed: ", e.what()));
+    throw Error(
+        str("checkpoint: writing step ", data.state.step, " into '", output_dir, "' failed: ", filesystem_reason(e)));
   }
 }
 
@@ -209,7 +213,10 @@ Checkpoint read_checkpoint(const std::string& dir) {
   STP_CHECK(step != opt.metadata.end() && !step->second.empty() &&
                 step->second.find_first_not_of("0123456789") == std::string::npos,
             "checkpoint: ", opt_path, " lacks a numeric \"step\" in its metadata");
-  ck.optimizer_step = std::stoll(step->second);
+  const std::string& digits = step->second;
+  const auto read = std::from_chars(digits.data(), digits.data() + digits.size(), ck.optimizer_step);
+  STP_CHECK(read.ec == std::errc(), "checkpoint: ", opt_path, ": the \"step\" of its metadata, ", digits,
+            ", is out of range (at most ", INT64_MAX, ")");
   split_moments(strip_all(std::move(opt.tensors), opt_path), ck, opt_path);
   return ck;
 }

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "base/error.h"
+#include "base/json_fields.h"
 #include "formats/checkpoint.h"
 
 namespace stp {
@@ -22,19 +23,19 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index) {
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    throw Error(str("HF model: ", index.string(), " is not valid JSON: ", e.what()));
+    throw Error(str("HF model: ", index.string(), " is not valid JSON: ", json_error_text(e)));
   }
   STP_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), "HF model: ", index.string(),
             " lacks a \"weight_map\" object");
   std::map<std::string, std::string> out;
   for (const auto& [name, shard] : j["weight_map"].items()) {
-    STP_CHECK(shard.is_string(), "HF model: ", index.string(), ": the shard of tensor '", name,
-              "' must be a string, not ", shard.dump());
+    STP_CHECK(shard.is_string(), "HF model: ", index.string(), ": the shard of tensor ", quoted_text(name, '\''),
+              " must be a string, not ", shard.dump());
     const std::string s = shard.get<std::string>();
     STP_CHECK(
         !s.empty() && s.find('/') == std::string::npos && s.find('\\') == std::string::npos && s != "." && s != "..",
-        "HF model: ", index.string(), ": tensor '", name, "' names shard '", s,
-        "', which is not a plain file name in the folder");
+        "HF model: ", index.string(), ": tensor ", quoted_text(name, '\''), " names shard ", quoted_text(s, '\''),
+        ", which is not a plain file name in the folder");
     out.emplace(name, s);
   }
   STP_CHECK(!out.empty(), "HF model: ", index.string(), " has an empty weight_map");
@@ -51,20 +52,21 @@ std::map<std::string, HostTensor> read_sharded(const fs::path& dir) {
   for (const std::string& shard : shards) {
     const fs::path p = dir / shard;
     std::error_code ec;
-    STP_CHECK(fs::is_regular_file(p, ec), "HF model: ", index.string(), " names shard '", shard,
-              "', which is missing from ", dir.string());
+    STP_CHECK(fs::is_regular_file(p, ec), "HF model: ", index.string(), " names shard ", quoted_text(shard, '\''),
+              ", which is missing from ", dir.string());
     for (auto& [name, t] : read_safetensors(p.string())) {
       auto [it, fresh] = found_in.emplace(name, shard);
-      STP_CHECK(fresh, "HF model: tensor '", name, "' is in both ", it->second, " and ", shard);
+      STP_CHECK(fresh, "HF model: tensor ", quoted_text(name, '\''), " is in both ", escaped_text(it->second), " and ",
+                escaped_text(shard));
       out.emplace(name, std::move(t));
     }
   }
   for (const auto& [name, shard] : weight_map) {
     auto it = found_in.find(name);
-    STP_CHECK(it != found_in.end(), "HF model: ", index.string(), " puts tensor '", name, "' in ", shard,
-              ", which does not hold it");
-    STP_CHECK(it->second == shard, "HF model: ", index.string(), " puts tensor '", name, "' in ", shard,
-              " but it is in ", it->second);
+    STP_CHECK(it != found_in.end(), "HF model: ", index.string(), " puts tensor ", quoted_text(name, '\''), " in ",
+              escaped_text(shard), ", which does not hold it");
+    STP_CHECK(it->second == shard, "HF model: ", index.string(), " puts tensor ", quoted_text(name, '\''), " in ",
+              escaped_text(shard), " but it is in ", escaped_text(it->second));
   }
   return out;
 }
@@ -89,8 +91,8 @@ std::map<std::string, HostTensor> read_model_source(const std::string& path) {
   for (auto& [name, t] : tensors) {
     static const std::string prefix = "transformer.";
     std::string n = name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
-    STP_CHECK(out.emplace(n, std::move(t)).second, "HF model: '", path, "': tensors '", name, "' and '", n,
-              "' are the same tensor once the \"transformer.\" prefix is dropped");
+    STP_CHECK(out.emplace(n, std::move(t)).second, "HF model: '", path, "': tensors ", quoted_text(name, '\''), " and ",
+              quoted_text(n, '\''), " are the same tensor once the \"transformer.\" prefix is dropped");
   }
   return out;
 }

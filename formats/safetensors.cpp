@@ -17,6 +17,7 @@
 #include <set>
 
 #include "base/error.h"
+#include "base/json_fields.h"
 
 static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
 
@@ -58,7 +59,7 @@ const json* member(const json& obj, const char* key) {
 }
 
 SafetensorsEntry parse_entry(const std::string& path, const std::string& name, const json& v) {
-  std::string where = str(path, ": tensor \"", name, "\"");
+  std::string where = str(path, ": tensor ", quoted_text(name));
   STP_CHECK(v.is_object(), where, ": header entry is not an object but a ", type_name(v));
   const json* dtype = member(v, "dtype");
   const json* shape = member(v, "shape");
@@ -68,7 +69,8 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
   SafetensorsEntry e;
   e.name = name;
   e.dtype = dtype->get<std::string>();
-  STP_CHECK(dtype_size(e.dtype) != 0, where, ": unsupported dtype \"", e.dtype, "\" (supported: F32, BF16, F16)");
+  STP_CHECK(dtype_size(e.dtype) != 0, where, ": unsupported dtype ", quoted_text(e.dtype),
+            " (supported: F32, BF16, F16)");
   STP_CHECK(shape->is_array(), where, ": shape is not a list but a ", type_name(*shape));
   std::uint64_t count = 1;
   for (const json& d : *shape) {
@@ -96,11 +98,12 @@ void check_ranges(const std::string& path, std::vector<SafetensorsEntry>& entrie
   });
   const SafetensorsEntry* furthest = nullptr;  // the non-empty range seen so far that ends last
   for (const SafetensorsEntry& e : entries) {
-    STP_CHECK(e.end <= data_bytes, path, ": tensor \"", e.name, "\" data_offsets [", e.begin, ", ", e.end,
+    STP_CHECK(e.end <= data_bytes, path, ": tensor ", quoted_text(e.name), " data_offsets [", e.begin, ", ", e.end,
               "] exceed the data section (", data_bytes, " bytes): the file is truncated or corrupt");
     if (e.begin == e.end) continue;  // empty tensors occupy no bytes
     if (furthest && e.begin < furthest->end)
-      throw Error(str(path, ": tensors \"", furthest->name, "\" and \"", e.name, "\" overlap in the data section"));
+      throw Error(str(path, ": tensors ", quoted_text(furthest->name), " and ", quoted_text(e.name),
+                      " overlap in the data section"));
     if (!furthest || e.end > furthest->end) furthest = &e;
   }
 }
@@ -120,8 +123,8 @@ json parse_json(std::string_view text, const std::string& path) {
       case json::parse_event_t::key: {
         const auto& k = parsed.get_ref<const std::string&>();
         if (!keys.back().insert(k).second)
-          throw Error(str(path, ": bad safetensors header: ",
-                          depth == 1 ? "duplicate tensor name \"" : "duplicate key \"", k, "\""));
+          throw Error(str(path, ": bad safetensors header: ", depth == 1 ? "duplicate tensor name " : "duplicate key ",
+                          quoted_text(k)));
         break;
       }
       default: break;
@@ -131,7 +134,7 @@ json parse_json(std::string_view text, const std::string& path) {
   try {
     return json::parse(text.begin(), text.end(), guard);
   } catch (const json::exception& e) {
-    throw Error(str(path, ": bad safetensors header: not valid JSON: ", e.what()));
+    throw Error(str(path, ": bad safetensors header: not valid JSON: ", json_error_text(e)));
   }
 }
 
@@ -206,7 +209,8 @@ SafetensorsHeader parse_safetensors_header(std::string_view text, std::uint64_t 
     STP_CHECK(v.is_object() || v.is_null(), path, ": __metadata__ is not an object but a ", type_name(v));
     if (v.is_null()) continue;
     for (const auto& [k, mv] : v.items()) {
-      STP_CHECK(mv.is_string(), path, ": __metadata__ value of \"", k, "\" is not a string but a ", type_name(mv));
+      STP_CHECK(mv.is_string(), path, ": __metadata__ value of ", quoted_text(k), " is not a string but a ",
+                type_name(mv));
       out.metadata[k] = mv.get<std::string>();
     }
   }
@@ -254,12 +258,13 @@ std::string build_header(const std::vector<std::pair<std::string, const HostTens
   std::uint64_t offset = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const auto& [name, t] = tensors[i];
-    STP_CHECK(!name.empty() && name != "__metadata__", path, ": invalid tensor name \"", name, "\"");
-    STP_CHECK(t != nullptr, path, ": tensor \"", name, "\" is null");
-    for (auto d : t->shape) STP_CHECK(d >= 0, path, ": tensor \"", name, "\" has negative shape ", to_string(t->shape));
-    STP_CHECK(static_cast<std::int64_t>(t->data.size()) == numel(t->shape), path, ": tensor \"", name, "\" has ",
-              t->data.size(), " values but shape ", to_string(t->shape));
-    STP_CHECK(!h.contains(name), path, ": duplicate tensor name \"", name, "\"");
+    STP_CHECK(!name.empty() && name != "__metadata__", path, ": invalid tensor name ", quoted_text(name));
+    STP_CHECK(t != nullptr, path, ": tensor ", quoted_text(name), " is null");
+    for (auto d : t->shape)
+      STP_CHECK(d >= 0, path, ": tensor ", quoted_text(name), " has negative shape ", to_string(t->shape));
+    STP_CHECK(static_cast<std::int64_t>(t->data.size()) == numel(t->shape), path, ": tensor ", quoted_text(name),
+              " has ", t->data.size(), " values but shape ", to_string(t->shape));
+    STP_CHECK(!h.contains(name), path, ": duplicate tensor name ", quoted_text(name));
     std::uint64_t end = offset + t->data.size() * 4;
     h[name] = {{"dtype", "F32"}, {"shape", t->shape}, {"data_offsets", {offset, end}}};
     offset = end;
@@ -268,7 +273,7 @@ std::string build_header(const std::vector<std::pair<std::string, const HostTens
   try {
     text = h.dump();
   } catch (const nlohmann::json::exception& e) {  // a name or metadata string that is not UTF-8
-    throw Error(str(path, ": cannot write the header: ", e.what()));
+    throw Error(str(path, ": cannot write the header: ", json_error_text(e)));
   }
   while ((8 + text.size()) % 8 != 0) text += ' ';  // align the data section to 8 bytes
   return text;

@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "base/json_fields.h"
+#include "profile/metrics_lines.h"
 #include "schedule/svg_style.h"
 
 namespace stp::profile {
@@ -39,34 +40,49 @@ std::string escape(const std::string& s) {
   return out;
 }
 
-// A value label: 4 significant digits, plain or exponent form.
-std::string label(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, std::fabs(v) != 0 && (std::fabs(v) < 1e-2 || std::fabs(v) >= 1e6) ? "%.3e" : "%.4g",
-                v);
+// A value label: `digits` significant digits, plain or exponent form.
+std::string label(double v, int digits) {
+  char buf[48];
+  const bool exponent = std::fabs(v) != 0 && (std::fabs(v) < 1e-2 || std::fabs(v) >= 1e6);
+  std::snprintf(buf, sizeof buf, exponent ? "%.*e" : "%.*g", exponent ? digits - 1 : digits, v);
   return buf;
+}
+
+// The labels of an axis's values: 4 significant digits, or as many more as it takes to tell every
+// value apart (a loss that moves in its fifth digit), so that no label repeats.
+std::vector<std::string> value_labels(const std::vector<double>& values) {
+  std::vector<std::string> out;
+  for (int digits = 4; digits <= 17; ++digits) {
+    out.clear();
+    for (double v : values) out.push_back(label(v, digits));
+    if (std::set<std::string>(out.begin(), out.end()).size() == out.size()) break;
+  }
+  return out;
+}
+
+// The step ticks of [lo, hi]: whole steps 1, 2 or 5 times a power of ten apart, at most six, so
+// that no two ticks round to the same step.
+std::vector<double> step_ticks(double lo, double hi) {
+  double unit = 1;
+  for (double decade = 1; (hi - lo) / unit > 5; decade *= 10)
+    for (double m : {1.0, 2.0, 5.0})
+      if ((hi - lo) / (unit = m * decade) <= 5) break;
+  std::vector<double> out;
+  for (double t = std::ceil(lo / unit) * unit; t <= hi; t += unit) out.push_back(t);
+  return out;
 }
 
 }  // namespace
 
-std::vector<PlotSeries> read_plot_series(const std::string& path) {
-  std::ifstream f(path);
-  STP_CHECK(f.good(), "cannot open '", path, "' (the run's metrics.jsonl)");
+std::vector<PlotSeries> read_plot_series(const std::string& path, int* cut_line) {
   std::map<std::int64_t, json> by_step;  // the last line of each step
-  std::string line;
-  for (int n = 1; std::getline(f, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    try {
-      json j = json::parse(line);
-      const std::int64_t step = json_int(j, "step");
-      by_step[step] = std::move(j);
-    } catch (const Error& e) {
-      throw Error(str("'", path, "' line ", n, ": ", e.what()));
-    } catch (const json::exception& e) {
-      throw Error(str("'", path, "' line ", n, ": ", e.what()));
-    }
-  }
-  STP_CHECK(!by_step.empty(), "'", path, "' has no logged step");
+  const int cut = read_metrics_lines(path, [&](json& j) {
+    const std::int64_t step = json_int(j, "step");
+    by_step[step] = std::move(j);
+  });
+  if (cut_line) *cut_line = cut;
+  STP_CHECK(!by_step.empty(), "'", path, "' has no logged step",
+            cut ? str(" (its only line, line ", cut, ", is cut: the run stopped while writing it)") : std::string());
   std::vector<PlotSeries> out;
   for (const char* name : kNames) out.push_back({name, {}});
   for (const auto& [step, j] : by_step) {
@@ -112,8 +128,8 @@ std::string render_metrics_svg(const std::vector<PlotSeries>& series, const std:
       x_min = std::min(x_min, x);
       x_max = std::max(x_max, x);
     }
-  if (x_min > x_max) x_min = x_max = 0;
-  if (x_max == x_min) x_max = x_min + 1;
+  if (x_min > x_max) x_min = x_max = 1;
+  if (x_max == x_min) x_min -= 0.5, x_max += 0.5;  // one step: in the middle, its own tick
 
   const double W = 1000, left = 90, right = 30, top = 50, panel_h = 170, gap = 50;
   const double plot_w = W - left - right;
@@ -145,17 +161,21 @@ std::string render_metrics_svg(const std::vector<PlotSeries>& series, const std:
          "</text>\n";
     o += "<rect x=\"" + num(left) + "\" y=\"" + num(y0) + "\" width=\"" + num(plot_w) + "\" height=\"" + num(panel_h) +
          "\" fill=\"#fafafa\" stroke=\"#999\"/>\n";
-    for (int k = 0; k <= 4; ++k) {  // horizontal grid with value labels
-      double v = lo + (hi - lo) * k / 4.0;
+    std::vector<double> values;
+    for (int k = 0; k <= 4; ++k) values.push_back(lo + (hi - lo) * k / 4.0);
+    const std::vector<std::string> labels = value_labels(values);
+    for (std::size_t k = 0; k < values.size(); ++k) {  // horizontal grid with value labels
+      const double v = values[k];
       o += "<line x1=\"" + num(left) + "\" x2=\"" + num(left + plot_w) + "\" y1=\"" + num(py(v)) + "\" y2=\"" +
            num(py(v)) + "\" stroke=\"#e3e3e3\"/>\n";
       o += "<text x=\"" + num(left - 6) + "\" y=\"" + num(py(v) + 4) + "\" font-size=\"11\" text-anchor=\"end\">" +
-           label(v) + "</text>\n";
+           labels[k] + "</text>\n";
     }
-    for (int k = 0; k <= 5; ++k) {  // step ticks
-      double x = x_min + (x_max - x_min) * k / 5.0;
+    for (double x : step_ticks(x_min, x_max)) {
+      char step[32];
+      std::snprintf(step, sizeof step, "%.0f", x);
       o += "<text x=\"" + num(px(x)) + "\" y=\"" + num(y0 + panel_h + 15) +
-           "\" font-size=\"11\" text-anchor=\"middle\">" + label(std::round(x)) + "</text>\n";
+           "\" font-size=\"11\" text-anchor=\"middle\">" + step + "</text>\n";
     }
     o += "<text x=\"" + num(left + plot_w) + "\" y=\"" + num(y0 + panel_h + 30) +
          "\" font-size=\"11\" text-anchor=\"end\">step</text>\n";
@@ -166,6 +186,9 @@ std::string render_metrics_svg(const std::vector<PlotSeries>& series, const std:
       for (auto [x, y] : s->points) pts += (pts.empty() ? "" : " ") + num(px(x)) + "," + num(py(y));
       o += "<polyline class=\"series " + s->name + "\" fill=\"none\" stroke=\"" + colours[i % 2] +
            "\" stroke-width=\"1.5\" points=\"" + pts + "\"/>\n";
+      if (s->points.size() == 1)  // a polyline of one point draws nothing
+        o += "<circle class=\"point " + s->name + "\" cx=\"" + num(px(s->points[0].first)) + "\" cy=\"" +
+             num(py(s->points[0].second)) + "\" r=\"3\" fill=\"" + colours[i % 2] + "\"/>\n";
     }
     o += "</g>\n";
   }

@@ -15,9 +15,11 @@ struct RunMetrics {
   std::vector<double> peak_device_bytes;  // per device, at the last line
   double peak_host_pinned_bytes = 0;      // at the last line
   std::vector<double> step_ms;            // per line, in file order
+  int cut_line = 0;                       // the number of a cut last line, left out (profile/metrics_lines.h); 0 = none
 };
 
-// Throws stp::Error naming the file and line on a missing file, malformed JSON or missing keys.
+// Reads the file as profile/metrics_lines.h says. Throws stp::Error naming the file and line on a
+// missing file, malformed JSON or missing keys.
 RunMetrics read_run_metrics(const std::string& path);
 
 }  // namespace stp::profile

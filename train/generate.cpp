@@ -23,10 +23,14 @@ namespace stp {
 namespace {
 
 Config stored_config(const std::string& dir, const CheckpointState& state) {
-  fs::path own = fs::path(dir) / "config.yaml";
-  fs::path run = fs::path(dir).parent_path() / "config.yaml";
-  fs::path path = fs::is_regular_file(own) ? own : run;
-  STP_CHECK(fs::is_regular_file(path), "checkpoint '", dir, "': no config.yaml in it or in its run folder (",
+  // "RUN/checkpoint-3/" as a shell completes it: its parent is RUN, not the folder itself.
+  fs::path folder(dir);
+  while (!folder.has_filename() && folder.has_relative_path()) folder = folder.parent_path();
+  fs::path own = folder / "config.yaml";
+  fs::path run = folder.parent_path() / "config.yaml";
+  std::error_code ec;
+  fs::path path = fs::is_regular_file(own, ec) ? own : run;
+  STP_CHECK(fs::is_regular_file(path, ec), "checkpoint '", dir, "': no config.yaml in it or in its run folder (",
             run.string(), "); the model's shape comes from the run's config");
   Config cfg = load_config(path.string());
   std::string fp = config_fingerprint(cfg);
@@ -48,7 +52,8 @@ struct Generator::Impl {
 };
 
 Generator::Generator(const std::string& dir) : impl_(std::make_unique<Impl>()) {
-  STP_CHECK(fs::is_directory(dir), "checkpoint '", dir, "' is not a folder (give output.dir/checkpoint-STEP)");
+  std::error_code ec;
+  STP_CHECK(fs::is_directory(dir, ec), "checkpoint '", dir, "' is not a folder (give output.dir/checkpoint-STEP)");
   Checkpoint ck = read_checkpoint(dir);
   Impl& m = *impl_;
   m.dir = dir;

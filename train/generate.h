@@ -5,6 +5,7 @@
 //
 // The stored config: CHECKPOINT/config.yaml, else the run's RUN_DIR/config.yaml next to the
 // checkpoint (what `stp train` writes); its config_fingerprint must equal the checkpoint's.
+// CHECKPOINT may end in '/' (as a shell completes a folder).
 // Precision is f32 (the checkpoint holds the f32 masters) whatever the run trained in.
 //
 // No KV cache: each new token runs one forward over the window of the last min(n, T) tokens (T =

@@ -78,7 +78,9 @@ struct CheckpointSave {
 
 struct TrainerOptions {
   // Dry run (core/cpu/dry_stream.h): devices that count allocations and run nothing, no data
-  // read, no initialisation — how the planner predicts a real run's memory exactly.
+  // read, no initialisation — how the planner predicts a real run's memory exactly. The checks
+  // that need no data still run (the schedule's placement, memory.copy_engine_cpus against this
+  // machine's CPUs), so that `stp plan` refuses what `stp train` would.
   bool dry_run = false;
   // Use this plan instead of planning (dry runs of the planner; tests).
   const MemoryPlan* plan = nullptr;
@@ -134,8 +136,9 @@ class Trainer {
   // Trace of everything recorded so far (output.trace: true), or nullptr.
   const TraceRecorder* trace() const;
   int world_size() const;  // ranks of the job (dp × pp × tp)
-  // Settings that were accepted but do nothing here, one line each (e.g. the distributed
-  // optimizer with dp = 1); the command line prints them as warnings.
+  // Settings that were accepted but do nothing here or less than asked, one line each (the
+  // distributed optimizer with dp = 1; a data.val_path shorter than train.eval_batches global
+  // batches, read again from its start); the command line prints them as warnings.
   const std::vector<std::string>& warnings() const;
   // Bytes sent so far by each rank this process drives (global order).
   std::vector<CommBytes> comm_bytes() const;

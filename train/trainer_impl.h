@@ -35,6 +35,10 @@ struct Trainer::Impl {
 
   // Setup (trainer_setup.cpp, trainer_comms.cpp, trainer_rank.cpp).
   void check_config() const;
+  // data.path or data.val_path (`key`) read; a filesystem error names the key.
+  static std::unique_ptr<TokenDataset> load_dataset(const char* key, const DataOptions& o);
+  // Warns when train.eval_batches reads more sequences than data.val_path holds.
+  void check_validation_size();
   void build_devices();
   std::vector<CommGroup> comm_groups() const;
   void build_communicators();

@@ -5,11 +5,14 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 
 #include "core/backend.h"
 #include "core/gpu_logic.h"
 #include "base/error.h"
+#include "base/fs_error.h"
+#include "config/hf_config.h"
 #include "formats/checkpoint.h"
 #include "memory/numa.h"
 #include "models/registry.h"
@@ -30,6 +33,12 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
   }
   fault = FaultHook::from_env();
   check_config();
+  // Checked before the data is read, and in a dry run too, so that `stp plan` refuses what
+  // `stp train` would.
+  if (config.memory.copy_engine_cpus > 0) {
+    CpuSplit split = split_cpus_for_copies(config.memory.copy_engine_cpus);
+    if (!options.dry_run) cpus = std::move(split);
+  }
   if (config.parallel.distributed_optimizer && config.parallel.dp == 1)
     warnings.push_back(
         "parallel.distributed_optimizer: true does nothing with parallel.dp = 1 (one replica holds the whole "
@@ -45,23 +54,25 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
   // (4 ranks x 2 threads on 2 cores) costs about 4x on the CPU backend.
   int ranks_in_process = multi_process() ? 1 : layout.size();
   openblas_set_num_threads(std::max(1, config.parallel.cpu_threads / ranks_in_process));
-  if (!options.dry_run) dataset = std::make_unique<TokenDataset>(DataOptions::from_config(config));
+  if (!options.dry_run) dataset = load_dataset("data.path", DataOptions::from_config(config));
   if (!options.dry_run && !config.data.val_path.empty()) {
     DataOptions val = DataOptions::from_config(config);
     val.path = config.data.val_path;
     val.sampling = "sequential";  // the held-out set is its first sequences, in order
     try {
       val_dataset = std::make_unique<TokenDataset>(val);
+    } catch (const std::filesystem::filesystem_error& e) {
+      throw Error(str("data.val_path '", val.path, "': cannot read it: ", filesystem_reason(e, val.path)));
     } catch (const Error& e) {
       throw Error(str("data.val_path: ", e.what()));
     }
+    check_validation_size();
   }
   lr_schedule = LrSchedule::from_config(config.train);
   if (config.output.trace) trace = std::make_unique<TraceRecorder>();
-  if (config.memory.copy_engine_cpus > 0 && !options.dry_run) {
+  if (!cpus.compute.empty()) {
     // Every thread made from here on (stream workers, oneTBB and OpenBLAS workers, the per-step
     // rank threads) inherits the compute CPUs; build_offload moves the copy streams off them.
-    cpus = split_cpus_for_copies(config.memory.copy_engine_cpus);
     bind_current_thread_to_cpus(cpus.compute);
   }
   build_devices();
@@ -78,6 +89,40 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
   initialize_parameters();
 }
 
+std::unique_ptr<TokenDataset> Trainer::Impl::load_dataset(const char* key, const DataOptions& o) {
+  try {
+    return std::make_unique<TokenDataset>(o);
+  } catch (const std::filesystem::filesystem_error& e) {  // e.g. a folder that may not be listed
+    throw Error(str(key, " '", o.path, "': cannot read it: ", filesystem_reason(e, o.path)));
+  }
+}
+
+// The evaluation reads train.eval_batches global batches of data.val_path in order; past its last
+// whole sequence the offsets wrap around (data/data.h, Sampling) and sequences are read again, so
+// the validation loss weighs some of them more than once. Allowed (a small held-out set still
+// tells something), but said.
+void Trainer::Impl::check_validation_size() {
+  const TrainConfig& t = config.train;
+  const std::uint64_t T = static_cast<std::uint64_t>(config.model.seq_len);
+  const std::uint64_t held = (val_dataset->num_tokens() - 1) / T;  // N >= T + 1 (data/data.h)
+  const std::uint64_t per_batch = static_cast<std::uint64_t>(config.parallel.dp) *
+                                  static_cast<std::uint64_t>(t.microbatches) *
+                                  static_cast<std::uint64_t>(t.micro_batch_size);
+  const std::uint64_t need = static_cast<std::uint64_t>(t.eval_batches) * per_batch;
+  if (need <= held) return;
+  const std::string fix =
+      held >= per_batch ? str("use train.eval_batches: at most ", held / per_batch, ", or a longer validation set")
+                        : str("one global batch alone reads ", per_batch, ": use a validation set of at least ",
+                              per_batch * T + 1, " tokens");
+  warnings.push_back(str(
+      "data.val_path '", config.data.val_path, "' holds ", held, " sequences of model.seq_len + 1 = ", T + 1,
+      " tokens, but train.eval_batches = ", t.eval_batches, " global batches read ", need, " sequences (x parallel.dp ",
+      config.parallel.dp, " x train.microbatches ", t.microbatches, " x train.micro_batch_size ", t.micro_batch_size,
+      "): each evaluation reads sequences again, and the validation loss "
+      "weighs them more than once; ",
+      fix));
+}
+
 // Checks that need more than one section of the config (the rest is validate_config's job).
 void Trainer::Impl::check_config() const {
   const Config& c = config;
@@ -90,7 +135,7 @@ void Trainer::Impl::check_config() const {
               " chunk(s) per rank for schedule ", c.parallel.schedule, "); use a multiple of ", stages);
   } catch (const Error& e) {
     std::string what = e.what();
-    if (what.rfind("model.n_layer", 0) == 0) throw;
+    if (what.rfind("model.n_layer", 0) == 0) throw Error(with_init_from_sources(c, what));
     throw Error(str("train.microbatches / parallel.pp: ", what));
   }
 }

@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <system_error>
+
 #include "base/error.h"
+#include "base/fs_error.h"
 
 TEST(Error, CheckThrowsUserErrorWithStreamedMessage) {
   try {
@@ -50,4 +54,32 @@ TEST(Error, FormatBytes) {
   EXPECT_EQ(stp::format_bytes(54814898688, ByteStyle::Exact), "54814898688 B");
   EXPECT_EQ(stp::format_bytes(54814898688, ByteStyle::Exact, Rounding::Up), "54814898688 B");
   EXPECT_EQ(stp::format_bytes(512, ByteStyle::Exact), "512 B");
+}
+
+// Names read from files (tensor, shard, token names) go into messages through quoted_text(): one line
+// of plain text whatever the file holds.
+TEST(Error, QuotedEscapesWhatATerminalWouldInterpret) {
+  EXPECT_EQ(stp::quoted_text("model-00001.safetensors"), "\"model-00001.safetensors\"");
+  EXPECT_EQ(stp::quoted_text("a\nb\tc\rd"), "\"a\\nb\\tc\\rd\"");
+  EXPECT_EQ(stp::quoted_text("\x1b[31mred"), "\"\\u001b[31mred\"");
+  EXPECT_EQ(stp::quoted_text("say \"hi\" \\o/"), "\"say \\\"hi\\\" \\\\o/\"");
+  EXPECT_EQ(stp::quoted_text(std::string("nul\0x", 5)), "\"nul\\u0000x\"");
+  EXPECT_EQ(stp::quoted_text("del\x7f"), "\"del\\u007f\"");
+  EXPECT_EQ(stp::quoted_text("caf\xc3\xa9 \xe2\x82\xac"), "\"caf\xc3\xa9 \xe2\x82\xac\"") << "UTF-8 text is kept";
+  EXPECT_EQ(stp::quoted_text("csi\xc2\x9b"), "\"csi\\u009b\"") << "C1 controls are escaped";
+  EXPECT_EQ(stp::quoted_text("bad\xff\xc3"), "\"bad\\xff\\xc3\"") << "bytes that are not UTF-8";
+  // Called as the library does, unqualified inside namespace stp on a std::string.
+  using namespace stp;
+  const std::string shard = "a\x1b'b";
+  EXPECT_EQ(quoted_text(shard, '\''), "'a\\u001b\\'b'");
+  EXPECT_EQ(escaped_text(shard), "a\\u001b'b");
+}
+
+// A filesystem error in stp's words: the system's reason and the paths, not the library's text.
+TEST(Error, FilesystemReasonKeepsTheReasonAndThePaths) {
+  const std::filesystem::filesystem_error e("cannot create directories", "a/b", "c",
+                                            std::make_error_code(std::errc::not_a_directory));
+  EXPECT_EQ(stp::filesystem_reason(e), "Not a directory ('a/b', 'c')");
+  EXPECT_EQ(stp::filesystem_reason(e, "a/b"), "Not a directory ('c')") << "a path the message names already";
+  EXPECT_EQ(std::string(e.what()).find("filesystem error"), 0u) << "what the library would have said";
 }

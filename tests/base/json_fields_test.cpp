@@ -53,3 +53,37 @@ TEST(JsonNumber, WritesThePrintedPrecision) {
 }
 
 }  // namespace
+
+namespace {
+
+// The text of a nlohmann exception without its id, in a message stp writes.
+std::string error_text_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const nlohmann::json::exception& e) {
+    return stp::json_error_text(e);
+  }
+  return "no exception";
+}
+
+TEST(JsonFields, ErrorTextDropsTheLibraryIdAndKeepsThePosition) {
+  std::string t = error_text_of([] { [[maybe_unused]] auto j = nlohmann::json::parse("{\"a\": 1,\n \"b\": x}"); });
+  EXPECT_EQ(t.find("json.exception"), std::string::npos) << t;
+  EXPECT_EQ(t.find("parse error"), std::string::npos) << t;
+  EXPECT_EQ(t.rfind("line 2, column 7: ", 0), 0u) << t;
+  t = error_text_of([] { [[maybe_unused]] auto j = nlohmann::json::parse("{"); });
+  EXPECT_EQ(t.find("json.exception"), std::string::npos) << t;
+  EXPECT_NE(t.find("unexpected end of input"), std::string::npos) << t;
+  t = error_text_of([] { (void)nlohmann::json(std::string("\xff")).dump(); });
+  EXPECT_EQ(t.rfind("invalid UTF-8 byte", 0), 0u) << t;
+  // One line of a JSON Lines file: the column only, the caller names the line.
+  std::string one = "?";
+  try {
+    [[maybe_unused]] auto j = nlohmann::json::parse("{\"step\": 4, \"lo");
+  } catch (const nlohmann::json::exception& e) {
+    one = stp::json_error_text(e, stp::JsonPosition::Column);
+  }
+  EXPECT_EQ(one.rfind("column 16: ", 0), 0u) << one;
+}
+
+}  // namespace

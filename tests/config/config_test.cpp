@@ -326,3 +326,33 @@ TEST(Config, FingerprintFollowsModelShapeOnly) {
   EXPECT_EQ(config_fingerprint(a), config_fingerprint(load("", {"train.steps=3", "model.init_from=x.safetensors"})));
   EXPECT_NE(config_fingerprint(a), config_fingerprint(load("", {"model.n_layer=5"})));
 }
+
+// An empty value is what an unset shell variable gives (`--set train.resume=$CKPT`): refused with
+// the key named, never read as "none" (which would silently start fresh from random weights).
+TEST(Config, EmptyValuesAreRefusedNotReadAsNull) {
+  expect_error([] { load("", {"train.resume="}); },
+               {"train.resume is empty", "--set train.resume=", "remove the --set", "train.resume=null"});
+  expect_error([] { load("", {"data.val_path="}); }, {"data.val_path is empty"});
+  expect_error([] { load("", {"train.steps="}); }, {"train.steps is empty", "--set train.steps="});
+  expect_error([] { load("train:\n  resume: \"\"\n"); }, {"train.resume is empty", "test.yaml:2", "null"});
+  // null (or ~) is the explicit way to say none, in the file and in --set.
+  EXPECT_EQ(load("train:\n  resume: x\n", {"train.resume=null"}).train.resume, "");
+  EXPECT_EQ(load("train:\n  resume: ~\n").train.resume, "");
+  EXPECT_EQ(load("train:\n  resume:\n").train.resume, "");
+}
+
+// A config file is one YAML document: a second one (after `---`) would be ignored, so it is refused.
+TEST(Config, ASecondYamlDocumentIsRefused) {
+  expect_error([] { load("train:\n  steps: 3\n---\ntrain:\n  steps: 5\n"); },
+               {"test.yaml:4", "second YAML document", "one document"});
+  expect_error([] { load("---\ntrain: {steps: 3}\n---\noptim: {beta1: 0.8}\n"); }, {"second YAML document"});
+  // A leading `---`, or a trailing one with nothing after it, holds no second document.
+  EXPECT_EQ(load("---\ntrain:\n  steps: 3\n").train.steps, 3);
+  EXPECT_EQ(load("train:\n  steps: 3\n---\n# nothing\n").train.steps, 3);
+}
+
+// A list or a map where a section or key name belongs is named with its position, in stp's words.
+TEST(Config, ListOrMapKeysAreNamedWithTheirPosition) {
+  expect_error([] { load("[train]: {steps: 3}\n"); }, {"test.yaml:1:1", "a key must be a plain name, not a list"});
+  expect_error([] { load("train:\n  {steps: 1}: 3\n"); }, {"test.yaml:2:3", "a key must be a plain name, not a map"});
+}

@@ -138,7 +138,7 @@ TEST(HfConfig, UnsupportedFeaturesAreNamed) {
   e = error_of(folder_with("bad_gpt2", R"({"model_type": "gpt2", "activation_function": "relu"})"), {});
   EXPECT_NE(e.find("\"activation_function\": \"relu\""), std::string::npos) << e;
   e = error_of(folder_with("no_config", "{}"), {});
-  EXPECT_NE(e.find("model_type \"\""), std::string::npos) << e;
+  EXPECT_NE(e.find("config.json has no \"model_type\""), std::string::npos) << e;  // not read as ""
   fs::create_directories(std::string(STP_BINARY_DIR) + "/tests/hf_config/empty");
   e = error_of(std::string(STP_BINARY_DIR) + "/tests/hf_config/empty", {});
   EXPECT_NE(e.find("config.json is missing"), std::string::npos) << e;
@@ -219,6 +219,49 @@ TEST(HfConfig, ExportedConfigReadsBackAsTheSameModel) {
     if (a.model.tie_embeddings == "auto" && a.model.arch == "gpt2") b.model.tie_embeddings = "auto";
     EXPECT_EQ(a.to_yaml(), b.to_yaml()) << yaml;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// config.json's problems name the file and the key in stp's words, never the JSON library's.
+TEST(HfConfig, InvalidJsonNamesTheFileAndPositionWithoutTheLibraryId) {
+  const std::string f = folder_with("broken", R"({"model_type": gpt2})");
+  std::string e = error_of(f, {});
+  EXPECT_NE(e.find(f + "/config.json"), std::string::npos) << e;
+  EXPECT_NE(e.find("not valid JSON"), std::string::npos) << e;
+  EXPECT_NE(e.find("line 1, column"), std::string::npos) << e;
+  EXPECT_EQ(e.find("json.exception"), std::string::npos) << e;
+}
+
+TEST(HfConfig, MissingModelTypeNamesTheFileAndTheKey) {
+  const std::string f = folder_with("no_type", R"({"n_layer": 2, "n_head": 2, "n_embd": 32})");
+  std::string e = error_of(f, {});
+  EXPECT_NE(e.find(f + "/config.json has no \"model_type\""), std::string::npos) << e;
+  EXPECT_NE(e.find("gpt2, llama, qwen2"), std::string::npos) << e;
+  EXPECT_EQ(e.find("\"\""), std::string::npos) << "an absent key is not an empty string: " << e;
+}
+
+// A value taken from config.json that fails a check is named with its source: the user did not
+// write it in the YAML, so the message must say where it came from.
+TEST(HfConfig, ChecksOnImportedValuesNameConfigJsonAsTheSource) {
+  const std::string f = folder_with("gpt2_bad_heads", R"({"model_type": "gpt2", "n_layer": 2, "n_head": 3,
+    "n_embd": 32, "vocab_size": 256, "n_positions": 16})");
+  std::string e = error_of(f, {});
+  EXPECT_NE(e.find("model.n_embd (32) must be divisible by model.n_head (3)"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.n_embd and model.n_head come from " + f + "/config.json (model.init_from)"),
+            std::string::npos)
+      << e;
+  // A key the YAML gave is not attributed to config.json.
+  e = error_of(f, {"parallel.tp=2"}, "model: {n_head: 3}");
+  EXPECT_NE(e.find("model.n_head"), std::string::npos) << e;
+  EXPECT_EQ(e.find("model.n_head comes from"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.n_embd comes from " + f + "/config.json"), std::string::npos) << e;
+  // The loaded Config says which keys came from the folder.
+  stp::Config c = load(folder_with("qwen2", kQwen2), {"model.n_layer=4"});
+  EXPECT_EQ(c.model.init_from_keys.count("model.n_head"), 1u);
+  EXPECT_EQ(c.model.init_from_keys.count("model.n_layer"), 0u) << "given by --set";
 }
 
 }  // namespace

@@ -133,3 +133,29 @@ TEST(Checkpoint, TransformerPrefixIsAcceptedOnLoad) {
   write_safetensors(dir.file("dup.safetensors"), {{"transformer.wte.weight", &a}, {"wte.weight", &a}});
   expect_error([&] { read_model_tensors(dir.file("dup.safetensors")); }, {"transformer.wte.weight", "same tensor"});
 }
+
+// Numbers and JSON in a checkpoint's files that do not read are errors naming the file, in stp's
+// words (never std::stoll's "stoll" or a JSON library's exception id).
+TEST(Checkpoint, UnreadableNumbersAndJsonAreNamedErrors) {
+  ScratchDir dir;
+  Sample s;
+  const std::string path = write_checkpoint(dir.file("run"), s.data(3));
+  const std::string opt = (fs::path(path) / "optimizer.safetensors").string();
+  SafetensorsFile file = read_safetensors_file(opt);
+  std::vector<std::pair<std::string, const HostTensor*>> tensors;
+  for (const auto& [name, t] : file.tensors) tensors.emplace_back(name, &t);
+  write_safetensors(opt, tensors, {{"step", "99999999999999999999"}});
+  expect_error([&] { read_checkpoint(path); }, {opt, "\"step\"", "99999999999999999999", "out of range"});
+
+  const std::string state = (fs::path(path) / "state.json").string();
+  stp::testing::write_bytes(state, "{\"format\": \"stp-checkpoint-v1\", \"step\": 3,,}");
+  try {
+    read_checkpoint(path);
+    ADD_FAILURE() << "no error";
+  } catch (const stp::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(state), std::string::npos) << what;
+    EXPECT_NE(what.find("line 1, column"), std::string::npos) << what;
+    EXPECT_EQ(what.find("json.exception"), std::string::npos) << what;
+  }
+}

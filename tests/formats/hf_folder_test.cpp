@@ -112,4 +112,37 @@ TEST(HfFolder, BrokenFoldersAreClearErrors) {
   }
 }
 
+// Names read from the folder's files go into messages escaped: a control character in a shard or
+// tensor name (an escape sequence, a newline) never reaches the terminal as is.
+TEST(HfFolder, ControlCharactersInNamesAreEscaped) {
+  auto expect_clean = [](const std::string& dir, const std::string& needle) {
+    try {
+      stp::read_model_source(dir);
+      ADD_FAILURE() << "no error for " << dir;
+    } catch (const stp::Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(needle), std::string::npos) << what;
+      for (char c : what) EXPECT_TRUE(static_cast<unsigned char>(c) >= 0x20 && c != 0x7f) << what;
+    }
+  };
+  {
+    const std::string dir = fresh_dir("control_shard");
+    std::ofstream(dir + "/model.safetensors.index.json")
+        << R"({"weight_map": {"a.weight": "sh\u001b[31mard\n2.safetensors"}})";
+    expect_clean(dir, "names shard 'sh\\u001b[31mard\\n2.safetensors', which is missing");
+  }
+  {
+    const std::string dir = fresh_dir("control_tensor");
+    stp::testing::write_sharded_folder(dir, sample(), 2, "BF16");
+    std::ofstream(dir + "/model.safetensors.index.json")
+        << R"({"weight_map": {"a.weight\r\u0007": "model-00002-of-00002.safetensors"}})";
+    expect_clean(dir, "puts tensor 'a.weight\\r\\u0007' in model-00002-of-00002.safetensors");
+  }
+  {
+    const std::string dir = fresh_dir("control_in_file");
+    stp::testing::write_raw_safetensors(dir + "/model.safetensors", {{"x\ny", HostTensor{{2}, {1, 2}}}}, "I32");
+    expect_clean(dir, "tensor \"x\\ny\"");
+  }
+}
+
 }  // namespace

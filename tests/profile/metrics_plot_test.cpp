@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,83 @@ TEST(MetricsPlot, ClearErrors) {
   }
   EXPECT_THROW(stp::profile::read_plot_series(write_metrics("plot_empty", "\n")), stp::Error);
   EXPECT_THROW(stp::profile::read_plot_series(write_metrics("plot_str", "{\"step\":1,\"loss\":\"x\"}\n")), stp::Error);
+}
+
+// A run killed while writing (kill -9, a full disk) leaves its last line cut: no newline and not a
+// whole JSON object. The lines before it are read; the cut line is left out and reported.
+TEST(MetricsPlot, ACutLastLineIsLeftOutAndReported) {
+  const std::string whole = "{\"step\":1,\"loss\":3}\n{\"step\":2,\"loss\":2.5}\n{\"step\":3,\"loss\":2}\n";
+  int cut = -1;
+  auto series = stp::profile::read_plot_series(write_metrics("plot_cut", whole + "{\"step\":4,\"lo"), &cut);
+  EXPECT_EQ(cut, 4);
+  EXPECT_EQ(series[0].points.size(), 3u);
+  series = stp::profile::read_plot_series(write_metrics("plot_whole", whole), &cut);
+  EXPECT_EQ(cut, 0);
+  EXPECT_EQ(series[0].points.size(), 3u);
+  // A whole last object without its newline is read.
+  series = stp::profile::read_plot_series(write_metrics("plot_no_newline", whole + "{\"step\":4,\"loss\":1}"), &cut);
+  EXPECT_EQ(cut, 0);
+  EXPECT_EQ(series[0].points.size(), 4u);
+  // A bad line that is not the cut end of the file is still an error, in stp's words.
+  try {
+    stp::profile::read_plot_series(write_metrics("plot_mid", "{\"step\":1,\"lo\n" + whole));
+    FAIL();
+  } catch (const stp::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("line 1, column"), std::string::npos) << what;
+    EXPECT_EQ(what.find("json.exception"), std::string::npos) << what;
+  }
+  // Nothing but a cut line: no logged step, and the message says the only line was cut.
+  try {
+    stp::profile::read_plot_series(write_metrics("plot_only_cut", "{\"step\":1,\"lo"));
+    FAIL();
+  } catch (const stp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cut"), std::string::npos) << e.what();
+  }
+}
+
+// The tick labels of each panel's axes (value labels: text-anchor end; step labels: middle).
+std::vector<std::vector<std::string>> panel_labels(const std::string& svg, const std::string& anchor) {
+  std::vector<std::vector<std::string>> out;
+  std::regex text_re("<text [^>]*font-size=\"11\" text-anchor=\"" + anchor + "\">([^<]*)</text>");
+  for (std::size_t at = svg.find("<g class=\"panel\">"); at != std::string::npos;
+       at = svg.find("<g class=\"panel\">", at + 1)) {
+    const std::string panel = svg.substr(at, svg.find("</g>", at) - at);
+    out.emplace_back();
+    for (auto it = std::sregex_iterator(panel.begin(), panel.end(), text_re); it != std::sregex_iterator(); ++it)
+      if ((*it)[1] != "step") out.back().push_back((*it)[1]);
+  }
+  return out;
+}
+
+// A one-point series (a run of one logged step, one evaluation) is visible, and no axis repeats a
+// tick label (a step range of one or two steps, values that differ in the fifth digit).
+TEST(MetricsPlot, OnePointSeriesAreVisibleAndTickLabelsAreDistinct) {
+  for (const std::string& text :
+       {std::string("{\"step\":1,\"loss\":5,\"val_loss\":5.1,\"lr\":0.001,\"tokens_per_s\":100,"
+                    "\"peak_device_bytes\":[1048576]}\n"),
+        std::string("{\"step\":1,\"loss\":10.0001,\"lr\":0.001,\"tokens_per_s\":100}\n"
+                    "{\"step\":2,\"loss\":10.0002,\"val_loss\":9,\"lr\":0.001,\"tokens_per_s\":100.5}\n"
+                    "{\"step\":3,\"loss\":10.0003,\"lr\":0.001,\"tokens_per_s\":101}\n")}) {
+    SCOPED_TRACE(text);
+    auto series = stp::profile::read_plot_series(write_metrics("plot_small", text));
+    const std::string svg = stp::profile::render_metrics_svg(series, "small");
+    EXPECT_TRUE(well_formed(svg));
+    for (const auto& s : series) {
+      const bool marker = svg.find("<circle class=\"point " + s.name + "\"") != std::string::npos;
+      EXPECT_EQ(marker, s.points.size() == 1) << s.name << ": a marker exactly when the series has one point";
+    }
+    for (const char* anchor : {"end", "middle"})
+      for (const auto& labels : panel_labels(svg, anchor)) {
+        EXPECT_GE(labels.size(), 1u) << anchor;
+        std::set<std::string> distinct(labels.begin(), labels.end());
+        EXPECT_EQ(distinct.size(), labels.size()) << anchor << " labels repeat: " << ::testing::PrintToString(labels);
+      }
+  }
+  // One logged step: its step is the one step label.
+  auto one = stp::profile::read_plot_series(write_metrics("plot_one", "{\"step\":7,\"loss\":5}\n"));
+  for (const auto& labels : panel_labels(stp::profile::render_metrics_svg(one, "one"), "middle"))
+    EXPECT_EQ(labels, std::vector<std::string>{"7"});
 }
 
 }  // namespace

@@ -221,3 +221,18 @@ TEST(CmdPlan, JsonAndBytesAreExclusive) {
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err.rfind("stp plan: error: ", 0), 0u) << r.err;
 }
+
+namespace {
+
+// A config `stp train` refuses before its first step, for a reason that needs no data, is not
+// called feasible by `stp plan`: the plan refuses it with the same message.
+TEST(CmdPlan, RefusesWhatTrainRefusesBeforeTheFirstStep) {
+  if (!have_stp()) GTEST_SKIP() << "stp not built";
+  Result r = run_plan("--set memory.copy_engine_cpus=100000");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.err.find("stp plan: error: memory.copy_engine_cpus = 100000 leaves no CPU for compute"),
+            std::string::npos)
+      << r.err;
+}
+
+}  // namespace

@@ -4,7 +4,8 @@
 # in BINARY_DIR (found by globbing, so a new benchmark is covered without editing this file):
 #   * --help exits 0 and names the documented options: for `stp`, the commands of README.md
 #     "Commands"; for a benchmark, every --option the header comment of tools/bench/NAME.cpp names;
-#   * --version exits 0 and prints "NAME VERSION", VERSION being project(VERSION) of CMakeLists.txt;
+#   * --version exits 0 and prints "NAME VERSION", VERSION being project(VERSION) of CMakeLists.txt
+#     (NAME "stp CMD" for each subcommand);
 #   * an unknown option exits 1 with one line on stderr that names it, and nothing on stdout.
 # Skipped (77) when none of them is built.
 set -uo pipefail
@@ -31,7 +32,9 @@ check_help() {
 # check_version NAME "CMD": --version exits 0 and prints "NAME VERSION".
 check_version() {
   local name="$1" cmd="$2"
-  if ! $cmd --version >"$tmp/out" 2>"$tmp/err"; then fail "$name --version exited $?"; return; fi
+  $cmd --version >"$tmp/out" 2>"$tmp/err"
+  local status=$?
+  if [ "$status" -ne 0 ]; then fail "$name --version exited $status ($(head -c 200 "$tmp/err"))"; return; fi
   grep -qE "^$name $version( |\$)" "$tmp/out" || fail "$name --version printed '$(cat "$tmp/out")', expected '$name $version ...'"
 }
 
@@ -59,7 +62,10 @@ if [ -x "$bin/stp" ]; then
   check_help "stp profile" "$stp profile" RUN_DIR --json --svg --steps
   check_help "stp plot" "$stp plot" RUN_DIR --svg
   check_help "stp generate" "$stp generate" CHECKPOINT --prompt --tokens --temperature --top-k --seed --tokenizer
-  for cmd in train plan sim profile plot generate; do check_unknown "stp $cmd" "$stp $cmd"; done
+  for cmd in train plan sim profile plot generate; do
+    check_unknown "stp $cmd" "$stp $cmd"
+    check_version "stp $cmd" "$stp $cmd"  # README.md: every command answers --version
+  done
   # Usage errors that are not options: one line too.
   $stp >"$tmp/out" 2>"$tmp/err" && fail "stp without a command exited 0"
   [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "stp without a command: stderr is not one line: $(cat "$tmp/err")"

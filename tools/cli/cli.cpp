@@ -2,6 +2,8 @@
 // tools/CMakeLists.txt, on this file only.
 #include "tools/cli/cli.h"
 
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <vector>
 
@@ -18,6 +20,15 @@ void init_cli(CLI::App& app) {
   // options that collect (--set) say TakeAll themselves. Subcommands inherit this.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }
+
+const CLI::Validator kUnsigned64(
+    [](std::string& text) -> std::string {
+      std::uint64_t v = 0;
+      const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (!text.empty() && r.ec == std::errc() && r.ptr == text.data() + text.size()) return "";
+      return "must be an integer from 0 to 18446744073709551615, not '" + text + "'";
+    },
+    "UINT64");
 
 int usage_error(const std::string& prog, const std::string& what) {
   std::string line = what;

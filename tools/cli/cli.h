@@ -33,6 +33,11 @@ void init_cli(CLI::App& app);
 // status to exit with, after printing: 0 after --help or --version (stdout), 1 after a usage error.
 std::optional<int> parse_cli(CLI::App& app, int argc, const char* const* argv);
 
+// For an option read into a std::uint64_t: decimal digits, 0 to 2^64 - 1. CLI11 reads unsigned
+// options with strtoull, which takes "-1" as 2^64 - 1, "010" as octal and clamps an overflow to
+// 2^64 - 1, silently; this check refuses each with a usage error naming the option.
+extern const CLI::Validator kUnsigned64;
+
 // Prints the usage error line for `prog` ("stp sim", "bench_x") and returns 1.
 int usage_error(const std::string& prog, const std::string& what);
 

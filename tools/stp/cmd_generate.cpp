@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "data/bpe_tokenizer.h"
+#include "tools/cli/cli.h"
 #include "tools/stp/command.h"
 #include "train/generate.h"
 
@@ -76,7 +77,9 @@ stp::tools::Run define(CLI::App& app) {
   app.add_option("--temperature", args->sample.temperature, "softmax temperature; 0 = always the likeliest token")
       ->capture_default_str();
   app.add_option("--top-k", args->sample.top_k, "sample among the K likeliest tokens; 0 = all")->capture_default_str();
-  app.add_option("--seed", args->sample.seed, "seed of the sampler (same seed, same text)")->capture_default_str();
+  app.add_option("--seed", args->sample.seed, "seed of the sampler (same seed, same text)")
+      ->capture_default_str()
+      ->check(stp::tools::kUnsigned64);
   app.add_option(
       "--tokenizer", args->tokenizer,
       "the BPE tokenizer of a model trained on token ids: a tokenizer.json or a folder, as for stp tokenize");

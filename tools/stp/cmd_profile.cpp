@@ -59,7 +59,9 @@ void check(ProfileArgs& a) {
     a.steps.last = dash == std::string::npos ? a.steps.first : parse_step(v.substr(dash + 1));
     STP_CHECK(a.steps.first <= a.steps.last, "--steps ", v, ": the first step is after the last");
   }
-  STP_CHECK(fs::is_directory(a.dir), "'", a.dir, "' is not a folder (expected a run folder: output.dir of stp train)");
+  std::error_code ec;  // a path that cannot be looked at is "not a folder", never a filesystem_error
+  STP_CHECK(fs::is_directory(a.dir, ec), "'", a.dir,
+            "' is not a folder (expected a run folder: output.dir of stp train)");
 }
 
 // The prediction needs the run's schedule; the memory comparison the planner's dry run.
@@ -67,7 +69,8 @@ void add_prediction(stp::profile::Report& report, const stp::profile::Trace& tra
                     const std::vector<stp::profile::RankTimeline>& ranks, const stp::profile::StepFilter& steps,
                     const fs::path& dir) {
   fs::path config_path = dir / "config.yaml";
-  if (!fs::exists(config_path)) {
+  std::error_code ec;
+  if (!fs::exists(config_path, ec)) {
     report.notes.push_back(str("no prediction: ", config_path.string(), " is missing (stp train writes it)"));
     return;
   }
@@ -115,9 +118,13 @@ int run(ProfileArgs& a) {
   STP_CHECK(!report.steps.empty(), "no step of the trace is in --steps (the trace has steps ", first, " to ", last,
             ")");
   fs::path metrics = dir / "metrics.jsonl";
-  if (fs::exists(metrics)) {
+  std::error_code ec;
+  if (fs::exists(metrics, ec)) {
     report.metrics = stp::profile::read_run_metrics(metrics.string());
     report.has_metrics = true;
+    if (report.metrics.cut_line)
+      report.notes.push_back(str(metrics.string(), ": line ", report.metrics.cut_line,
+                                 " is cut (the run stopped while writing it); it is ignored"));
   } else {
     report.notes.push_back(str(metrics.string(), " is missing: no peaks from the run's own log"));
   }

@@ -33,6 +33,7 @@
 #include "config/config.h"
 #include "base/error.h"
 #include "base/file_io.h"
+#include "base/fs_error.h"
 #include "base/json_number.h"
 #include "process/process.h"
 #include "formats/checkpoint.h"
@@ -66,6 +67,21 @@ void archive_earlier_run(const fs::path& dir) {
   fs::create_directory(dest);
   for (const auto& p : items) fs::rename(p, dest / p.filename());
   std::fprintf(stderr, "stp train: %s held an earlier run; moved its files to %s\n", dir.c_str(), dest.c_str());
+}
+
+// A run killed while it wrote metrics.jsonl leaves the last line cut (no newline). The resumed run
+// logs that step again, so the cut text is dropped before it appends: it would otherwise join the
+// first new line into one that no reader can parse.
+void drop_cut_line(const fs::path& metrics) {
+  std::error_code ec;
+  if (!fs::is_regular_file(metrics, ec)) return;
+  std::ifstream in(metrics, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.empty() || text.back() == '\n') return;
+  const std::size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+  fs::resize_file(metrics, keep);
+  std::fprintf(stderr, "stp train: %s ended in a cut line (the run stopped while writing it); dropped it\n",
+               metrics.c_str());
 }
 
 // A number for metrics.jsonl: JSON has no NaN or infinity, so a non-finite value is null.
@@ -115,6 +131,15 @@ std::string format_duration(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
   return buf;
+}
+
+// " | from FOLDER/config.json: model.n_layer, ..." when model.init_from's config.json gave model
+// keys, so that the values printed before it are not mistaken for the YAML's.
+std::string init_from_sources(const stp::Config& cfg) {
+  if (cfg.model.init_from_keys.empty()) return "";
+  std::string keys;
+  for (const std::string& k : cfg.model.init_from_keys) keys += (keys.empty() ? "" : ", ") + k;
+  return stp::str(" | from ", (fs::path(cfg.model.init_from) / "config.json").string(), ": ", keys);
 }
 
 void print_progress(const stp::StepResult& r, std::int64_t total, double elapsed_s, std::int64_t done_this_run,
@@ -179,19 +204,26 @@ int run(const stp::tools::ConfigArgs& args) {
   fs::path dir = cfg.output.dir;
   std::ofstream metrics;
   if (lead) {
-    fs::create_directories(dir);
-    if (!resuming) archive_earlier_run(dir);
+    try {
+      fs::create_directories(dir);
+      if (!resuming) archive_earlier_run(dir);
+      if (resuming) drop_cut_line(dir / "metrics.jsonl");
+    } catch (const fs::filesystem_error& e) {
+      throw stp::Error(stp::str("output.dir '", cfg.output.dir, "': ", stp::filesystem_reason(e, dir),
+                                "; choose another output.dir, or make this one a folder you may write"));
+    }
     stp::write_file_atomic((dir / "config.yaml").string(), cfg.to_yaml());
     metrics.open(dir / "metrics.jsonl", resuming ? std::ios::app : std::ios::trunc);
     STP_CHECK(metrics.good(), "cannot write '", (dir / "metrics.jsonl").string(), "'");
     std::fprintf(stderr,
                  "stp train: %s | %s %d layers, %d heads, %d embd, vocab %d, T %d | %s dp=%d tp=%d pp=%d m=%d B=%d | "
-                 "%s backend, %d ranks in %d process%s%s\n",
+                 "%s backend, %d ranks in %d process%s%s%s\n",
                  args.config_path.c_str(), cfg.model.arch.c_str(), cfg.model.n_layer, cfg.model.n_head,
                  cfg.model.n_embd, cfg.model.vocab_size, cfg.model.seq_len, cfg.parallel.schedule.c_str(),
                  cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp, cfg.train.microbatches, cfg.train.micro_batch_size,
                  cfg.parallel.backend.c_str(), trainer.world_size(), processes, processes == 1 ? "" : "es",
-                 resuming ? stp::str(" | resuming after step ", trainer.steps_done()).c_str() : "");
+                 resuming ? stp::str(" | resuming after step ", trainer.steps_done()).c_str() : "",
+                 init_from_sources(cfg).c_str());
     std::vector<stp::Trainer::DeviceMemory> mem = trainer.device_memory();
     for (std::size_t g = 0; g < mem.size(); ++g)
       if (mem[g].communicator_bytes > 0)

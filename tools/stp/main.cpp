@@ -1,6 +1,9 @@
 // `stp` entry point: parses the command line with the subcommands registered by tools/stp/cmd_*.cpp
 // (tools/cli/cli.h: --help, --version, usage errors as one line and status 1), runs the chosen one and
-// turns exceptions into one clear line and a non-zero exit status. The only place that exits.
+// turns exceptions into one clear line and a non-zero exit status. The only place that exits. Each
+// subcommand answers --version too ("stp train 0.1.0 (git ...)"). A std::filesystem or JSON
+// library exception that a layer did not translate is still printed in stp's words (the system's
+// reason and the path; the JSON reason without the library's exception id).
 //
 // Under an MPI launcher main() starts MPI before the command runs (process/process.h). An error on one process of a
 // multi-process job is printed (prefixed with the process) and ends the whole job at once
@@ -11,10 +14,14 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <memory>
+#include <new>
 #include <string>
 
 #include "base/error.h"
+#include "base/fs_error.h"
+#include "base/json_fields.h"
 #include "process/process.h"
 #include "tools/cli/blas_env.h"
 #include "tools/cli/cli.h"
@@ -71,6 +78,7 @@ int main(int argc, char** argv) {
   std::vector<std::pair<const CLI::App*, stp::tools::Run>> runs;
   for (const auto* c : cmds) {
     CLI::App* sub = app.add_subcommand(c->name, c->summary);
+    sub->set_version_flag("--version", stp::str("stp ", c->name, " ", stp::tools::version()));
     runs.emplace_back(sub, c->define(*sub));
     names += stp::str(names.empty() ? "" : ", ", c->name);
   }
@@ -102,6 +110,17 @@ int main(int argc, char** argv) {
   } catch (const stp::InternalError& e) {
     std::fprintf(stderr, "%s%s\n(this is a bug in stp; please report it)\n", prefix(name).c_str(), e.what());
     return fail(3, false);
+  } catch (const std::filesystem::filesystem_error& e) {
+    // Layers that know the config key or file translate these themselves; this is the last
+    // resort, still without the library's own text.
+    std::fprintf(stderr, "%serror: %s\n", prefix(name).c_str(), stp::filesystem_reason(e).c_str());
+    return fail(1, false);
+  } catch (const nlohmann::json::exception& e) {
+    std::fprintf(stderr, "%serror: JSON: %s\n", prefix(name).c_str(), stp::json_error_text(e).c_str());
+    return fail(1, false);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "%serror: out of host memory\n", prefix(name).c_str());
+    return fail(1, false);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%serror: %s\n", prefix(name).c_str(), e.what());
     return fail(1, false);
