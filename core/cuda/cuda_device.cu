@@ -564,6 +564,12 @@ int cuda_visible_gpus() {
   return count;
 }
 
+std::string cuda_device_name(int ordinal) {
+  cudaDeviceProp prop{};
+  STP_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal));
+  return prop.name;
+}
+
 bool cuda_devices_usable(int needed, std::string* why) {
   force_eager_module_loading();
   int count = 0;
