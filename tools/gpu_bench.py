@@ -122,12 +122,14 @@ def stp_version(stp):
 
 
 def commit_of(version):
-    # `stp --version` names the commit the build was configured at: "stp 0.1.0 (abc1234)"
-    m = re.search(r"\(([0-9a-f]{7,40})", version or "")
-    if m:
-        return m.group(1)
+    """The checkout's commit (the scripts and configs that ran), else the one `stp --version` names
+    (the commit the build was configured at: "stp 0.1.0 (git abc1234)"), e.g. where .git did not
+    travel with the tree."""
     rc, out = capture(["git", "rev-parse", "--short", "HEAD"])
-    return out.strip() if rc == 0 and out.strip() else None
+    if rc == 0 and out.strip():
+        return out.strip()
+    m = re.search(r"\((?:git )?([0-9a-f]{7,40})", version or "")
+    return m.group(1) if m else None
 
 
 # ---- rows ---------------------------------------------------------------------------------------

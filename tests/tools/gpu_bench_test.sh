@@ -93,6 +93,39 @@ else
   bad "budget 4 s: no result.json"
 fi
 
+# The GPU path with a fake nvidia-smi, one stp row at tiny shapes (so a machine with a real GPU
+# and a CUDA build runs it in seconds too; without one the row fails with stp's own line): the
+# device fields come from nvidia-smi, the JSON is whole, and a row that did not measure is status 1.
+cat >"$tmp/nvidia-smi" <<'SMI'
+#!/usr/bin/env bash
+if [ $# -eq 0 ]; then echo "| NVIDIA-SMI 580.159.04   Driver Version: 580.159.04   CUDA Version: 13.0 |"; exit 0; fi
+echo "NVIDIA H100 80GB HBM3, 81559, 580.159.04"
+SMI
+rc=0
+STP_NVIDIA_SMI="$tmp/nvidia-smi" STP_GPU_BENCH_DIR="$tmp/gpu" STP_GPU_BENCH_ROWS=stp-qwen2 STP_GPU_BENCH_STEPS=2 \
+  STP_GPU_BENCH_WARMUP=1 STP_GPU_BENCH_SET="model.n_layer=2 model.n_embd=64 model.n_head=4 model.n_kv_head=2
+  model.intermediate_size=128 model.vocab_size=512 model.seq_len=64 train.microbatches=2 memory.device_budget=1GiB" \
+  "$bench" >"$tmp/gpu.out" 2>&1 || rc=$?
+if [ -f "$tmp/gpu/result.json" ]; then
+  python3 "$helper" check-schema "$tmp/gpu/result.json" || bad "fake GPU: result.json breaks the schema"
+  python3 - "$tmp/gpu/result.json" "$rc" <<'EOF' || bad "fake GPU: $(tail -n 3 "$tmp/gpu.out")"
+import json, sys
+r, rc = json.load(open(sys.argv[1])), int(sys.argv[2])
+d = r["device"]
+assert r["dry_run"] is False
+assert (d["name"], d["memory_mib"], d["driver"], d["cuda_driver"]) == ("NVIDIA H100 80GB HBM3", 81559, "580.159.04", "13.0"), d
+rows = {x["name"]: x for x in r["rows"]}
+assert rows["torch-eager"]["reason"] == "not in STP_GPU_BENCH_ROWS", rows["torch-eager"]
+q = rows["stp-qwen2"]
+assert "parallel.backend=cuda" in q["settings"] and "memory.device_budget=1GiB" in q["settings"], q["settings"]
+assert (q["status"] == "ok") == (rc == 0), (q["status"], rc)
+if q["status"] != "ok":
+    assert q["reason"].startswith("exit status 1: stp train: error: "), q["reason"]
+EOF
+else
+  bad "fake GPU: no result.json: $(tail -n 3 "$tmp/gpu.out")"
+fi
+
 # The schema check refuses a result with a row missing a key.
 python3 - "$json" "$tmp/broken.json" <<'EOF'
 import json, sys
