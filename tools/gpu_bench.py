@@ -363,7 +363,8 @@ def cmd_run(argv):
     steps = env_int("STP_GPU_BENCH_STEPS", 3 if dry_run else 6, lo=2)
     warmup = env_int("STP_GPU_BENCH_WARMUP", 1 if dry_run else 2, lo=0)
     if warmup >= steps:
-        raise SystemExit(f"gpu-bench: error: STP_GPU_BENCH_WARMUP ({warmup}) must be below STP_GPU_BENCH_STEPS ({steps})")
+        raise SystemExit(f"gpu-bench: error: STP_GPU_BENCH_WARMUP ({warmup}) must be below "
+                         f"STP_GPU_BENCH_STEPS ({steps})")
     wanted = [r.strip() for r in os.environ.get("STP_GPU_BENCH_ROWS", ",".join(ROW_NAMES)).split(",") if r.strip()]
     for r in wanted:
         if r not in ROW_NAMES:
@@ -467,7 +468,8 @@ def print_table(result):
         mg = r["mfu_vs_gemm"] * 100 if r["mfu_vs_gemm"] is not None else None
         mr = r["mfu_vs_989"] * 100 if r["mfu_vs_989"] is not None else None
         print(f"{r['name']:<15} {r['status']:<8} {fmt(r['tokens_per_s'], ',.0f'):>10} {fmt(r['step_ms'], '.1f'):>9} "
-              f"{fmt(mg, '.2f'):>8}% {fmt(mr, '.2f'):>7}% {fmt(peak, ',.1f'):>9} {fmt(r['launches_per_step'], '.0f'):>9}")
+              f"{fmt(mg, '.2f'):>8}% {fmt(mr, '.2f'):>7}% {fmt(peak, ',.1f'):>9} "
+              f"{fmt(r['launches_per_step'], '.0f'):>9}")
     print(f"stp/eager {fmt(ratios['stp_over_eager'], '.3f')}   stp/compile {fmt(ratios['stp_over_compile'], '.3f')}")
 
 

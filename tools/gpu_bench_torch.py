@@ -86,7 +86,8 @@ def train(args, torch, transformers):
     V = cfg.vocab_size
     opt = torch.optim.AdamW(model.parameters(), lr=float(shape.get("train.lr", 3e-4)),
                             betas=(float(shape.get("optim.beta1", 0.9)), float(shape.get("optim.beta2", 0.95))),
-                            eps=float(shape.get("optim.eps", 1e-8)), weight_decay=float(shape.get("optim.weight_decay", 0.1)),
+                            eps=float(shape.get("optim.eps", 1e-8)),
+                            weight_decay=float(shape.get("optim.weight_decay", 0.1)),
                             **({"fused": True} if cuda else {"foreach": True}))
     clip = float(shape.get("train.grad_clip", 1.0))
     fwd = model
