@@ -30,6 +30,15 @@ bool cuda_usable(int needed, std::string* why) {
 #endif
 }
 
+std::string cuda_gpu_name() {
+#if defined(STP_HAVE_CUDA)
+  static const std::string name = cuda_usable(1, nullptr) ? cuda_device_name(0) : std::string();
+  return name;
+#else
+  return {};
+#endif
+}
+
 std::vector<std::unique_ptr<Device>> make_devices(const BackendOptions& o) {
   STP_CHECK(o.count >= 1, "need at least one device, got ", o.count);
   std::vector<std::unique_ptr<Device>> out;

@@ -85,5 +85,8 @@ class CommunicatorList {
 // Whether this build has the CUDA backend, and whether a GPU is usable; `why` says why not.
 bool cuda_built();
 bool cuda_usable(int needed, std::string* why);
+// The first visible GPU's name as the CUDA runtime reports it ("NVIDIA H100 80GB HBM3"), asked
+// once per process; "" without the CUDA backend or a usable GPU.
+std::string cuda_gpu_name();
 
 }  // namespace stp

@@ -18,6 +18,7 @@
 //     next Stream::synchronize().
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -153,6 +154,17 @@ class Device {
   // An event that also records when it was reached, for Event::elapsed_ms (CUDA: without
   // cudaEventDisableTiming, so slightly more expensive to record and wait on than create_event's).
   virtual std::unique_ptr<Event> create_timing_event() = 0;
+
+  // Kernel launches enqueued on this device's streams since it was made: index launches and
+  // launch shapes (core/launch.h), GEMMs (Stream::gemm: at least one cuBLAS kernel) and zero
+  // fills (a memset kernel on CUDA). Copies, event records and host tasks are not launches.
+  // The same work counts the same on every backend, so the CPU backend's count is the GPU's;
+  // the trainer reports the difference over a step (StepResult::launches).
+  std::uint64_t launch_count() const { return launches_.load(std::memory_order_relaxed); }
+  void count_launch() { launches_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::uint64_t> launches_{0};
 };
 
 }  // namespace stp

@@ -43,7 +43,9 @@ void cuda_check_launch(const char* kernel_name);
 template <typename F>
 void launch(Stream& stream, std::size_t n, F f, std::size_t grain = 4096) {
   if (n == 0) return;
-  if (stream.device().kind() == DeviceKind::Cpu) {
+  Device& device = stream.device();
+  device.count_launch();
+  if (device.kind() == DeviceKind::Cpu) {
     cpu_parallel_for(stream, n, grain, [f](std::size_t begin, std::size_t end) {
       for (std::size_t i = begin; i < end; ++i) f(i);
     });

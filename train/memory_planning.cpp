@@ -12,28 +12,16 @@
 #include "models/registry.h"
 #include "schedule/schedule.h"
 #include "train/memory_settings.h"
+#include "train/planner_rates.h"
 #include "train/stage_layout.h"
 #include "train/trainer.h"
 
 namespace stp {
 namespace {
 
-// Nominal rates (documented in docs/memory.md). Plans must not depend on a timing probe: `stp
-// plan` and `stp train` of one config must choose the same plan and report the same minimum
-// budget, run to run, on a loaded machine or an idle one.
-constexpr double kCpuLinkBytesPerS = 8e9;     // memcpy between host buffers
-constexpr double kCudaLinkBytesPerS = 25e9;   // PCIe 4.0 x16, one direction
-constexpr double kCpuFlopsPerThread = 100e9;  // FP32 GEMM of one AVX-512 core (120 measured on the dev host)
-constexpr double kCudaFlops = 20e12;          // FP32 GEMM class throughput of a datacenter GPU
-constexpr double kCpuAdamWBytesPerS = 20e9;   // the CPU AdamW's streaming rate (host memory bandwidth class)
-
-// GEMM throughput one rank gets: on the CPU backend every rank's stream runs its GEMMs at once,
-// so a rank gets its share of parallel.cpu_threads (which may be a fraction of a core).
-double rank_flops(const Config& c) {
-  if (c.parallel.backend == "cuda") return kCudaFlops;
-  const double threads = std::max(1, c.parallel.cpu_threads);
-  return kCpuFlopsPerThread * threads / (c.parallel.tp * c.parallel.pp);
-}
+// The CPU AdamW's streaming rate (host memory bandwidth class); the GEMM and link rates are
+// train/planner_rates.h's (documented in docs/memory.md).
+constexpr double kCpuAdamWBytesPerS = 20e9;
 
 struct ModelLayout {
   sched::Schedule schedule;
@@ -162,9 +150,9 @@ ModelStateBytes chunk_state_bytes(Stage& st) {
 
 Measured measure(const Config& config, const ModelLayout& shape) {
   const int pp = config.parallel.pp, m = config.train.microbatches;
-  const double flops = rank_flops(config);
-  double link = config.memory.link_bandwidth;
-  if (link <= 0) link = config.parallel.backend == "cuda" ? kCudaLinkBytesPerS : kCpuLinkBytesPerS;
+  const PlannerRates rates = planner_rates(config);
+  const double flops = rates.flops_per_s;
+  const double link = rates.link_bytes_per_s;
 
   const MemorySettings settings = memory_settings(config);
   const ModelSpec model = model_spec_of(config);

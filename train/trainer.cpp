@@ -312,6 +312,8 @@ StepResult Trainer::step() {
   Impl& m = *impl_;
   std::int64_t step = m.steps_done + 1;
   float lr = static_cast<float>(m.lr_schedule.at(step));
+  std::vector<std::uint64_t> launches_before;
+  for (auto& r : m.ranks) launches_before.push_back(r->device->launch_count());
   auto t0 = std::chrono::steady_clock::now();
   m.health.assign(m.ranks.size(), {});
   m.run_on_ranks([&](Rank& r) { m.rank_step(r, step, lr); });
@@ -348,6 +350,8 @@ StepResult Trainer::step() {
     out.peak_device_reserved_bytes.push_back(a.peak_reserved);
   }
   for (auto& d : m.devices) out.peak_host_pinned_bytes += d->pinned_host_stats().peak;
+  for (std::size_t i = 0; i < m.ranks.size(); ++i)
+    out.launches.push_back(m.ranks[i]->device->launch_count() - launches_before[i]);
   // Per device this step's offload (empty when no device offloads): the step synchronized the copy
   // streams, so the counters' times are complete.
   if (std::any_of(m.ranks.begin(), m.ranks.end(), [](auto& r) { return r->offload != nullptr; })) {

@@ -54,6 +54,10 @@ struct StepResult {
   std::vector<std::uint64_t> peak_device_bytes;
   std::vector<std::uint64_t> peak_device_reserved_bytes;
   std::uint64_t peak_host_pinned_bytes = 0;
+  // Kernel launches this step enqueued, per device of this process (global rank order):
+  // Device::launch_count's difference over the step (index launches, launch shapes, GEMMs, zero
+  // fills). The same on every backend for the same config.
+  std::vector<std::uint64_t> launches;
   // This step's activation offload per device (global rank order; empty when nothing offloads).
   struct Offload {
     std::uint64_t d2h_bytes = 0, h2d_bytes = 0;

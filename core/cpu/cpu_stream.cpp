@@ -141,12 +141,14 @@ void CpuStream::copy(void* dst, const void* src, std::size_t bytes) {
 
 void CpuStream::zero(void* dst, std::size_t bytes) {
   if (bytes == 0) return;
+  device().count_launch();
   enqueue([dst, bytes] { std::memset(dst, 0, bytes); }, false);
 }
 
 void CpuStream::gemm(const GemmArgs& g) {
   STP_ASSERT(g.m >= 0 && g.n >= 0 && g.k >= 0, "negative GEMM dimension");
   if (g.m == 0 || g.n == 0) return;
+  device().count_launch();
   enqueue([g] { cpu_gemm(g); }, false);
 }
 

@@ -19,6 +19,9 @@ bool cuda_devices_usable(int needed, std::string* why);
 // GPUs this process sees (CUDA_VISIBLE_DEVICES applied); 0 when the runtime cannot tell.
 int cuda_visible_gpus();
 
+// The name of visible GPU `ordinal` (cudaGetDeviceProperties), without making a context current.
+std::string cuda_device_name(int ordinal);
+
 // GPUs first..first+count-1, each with a memory limit of min(capacity, free memory at start-up).
 std::vector<std::unique_ptr<Device>> make_cuda_devices(int count, std::size_t capacity, int first = 0);
 

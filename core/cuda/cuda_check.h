@@ -146,3 +146,33 @@ template <typename Status>
     auto _stp_status = (expr);                                                                    \
     if (!::stp::cuda::ok(_stp_status)) ::stp::cuda::fail(_stp_status, #expr, __FILE__, __LINE__); \
   } while (0)
+
+namespace stp::cuda {
+
+// The calling thread's current GPU as stp last made it (-1: not known). CUDA's current device is
+// per host thread and every enqueue must run with the stream's GPU current, but cudaSetDevice is
+// a runtime call per launch even when nothing changes; so stp makes a GPU current only through
+// set_device, which skips the call when this thread's cache already names the GPU. A library
+// call that may change the device behind stp's back (NCCL's group calls that create
+// communicators) is followed by forget_current_device().
+inline thread_local int current_device = -1;
+
+// Makes `ordinal` the calling thread's current GPU; throws as STP_CUDA_CHECK does.
+inline void set_device(int ordinal) {
+  if (current_device == ordinal) return;
+  current_device = -1;  // unknown until the call succeeds
+  STP_CUDA_CHECK(cudaSetDevice(ordinal));
+  current_device = ordinal;
+}
+
+// Release paths (destructors): the same, ignoring a failure (the first error was thrown where
+// it happened) and leaving the cache unknown after one.
+inline void set_device_quietly(int ordinal) noexcept {
+  if (current_device == ordinal) return;
+  current_device = cudaSetDevice(ordinal) == cudaSuccess ? ordinal : -1;
+  if (current_device < 0) (void)cudaGetLastError();
+}
+
+inline void forget_current_device() noexcept { current_device = -1; }
+
+}  // namespace stp::cuda

@@ -11,7 +11,9 @@
 //   * every call that enqueues work first makes the stream's GPU current on the calling thread
 //     (CudaStream::bind): CUDA's current device is per host thread, the trainer drives each rank
 //     from a fresh thread every step, and kernel launches, cuBLAS calls and event records on a
-//     stream of another device fail (CUDA Programming Guide, "Stream and Event Behavior").
+//     stream of another device fail (CUDA Programming Guide, "Stream and Event Behavior");
+//     the call is skipped when the thread's cached current GPU is already the stream's
+//     (cuda::set_device, core/cuda/cuda_check.h), so a launch costs no cudaSetDevice;
 //   * queries (cudaEventQuery, cudaStreamQuery) that answer cudaErrorNotReady also leave it as the
 //     thread's last error: gpu::after_query takes it, and the launch check drops a stale NotReady
 //     and never blames an earlier error on a launch (finding 1, docs/gpu-readiness.md section 8);
@@ -48,7 +50,7 @@ class CudaEvent final : public Event {
  public:
   CudaEvent(int ordinal, bool timing) : ordinal_(ordinal) {
     if (gpu::device_health().poisoned()) return;  // a fence made while tearing down: a null event
-    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+    cuda::set_device(ordinal_);
     STP_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
   }
   ~CudaEvent() override {
@@ -127,6 +129,7 @@ class CudaStream final : public Stream {
     if (!bytes) return;
     gpu::device_health().check_usable();
     bind();
+    device().count_launch();
     STP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
   }
   void gemm(const GemmArgs& g) override;
@@ -167,8 +170,8 @@ class CudaStream final : public Stream {
     }
     if (host_error) std::rethrow_exception(host_error);
   }
-  // Makes this stream's GPU the calling thread's current device (cheap when it already is).
-  void bind() const { STP_CUDA_CHECK(cudaSetDevice(ordinal_)); }
+  // Makes this stream's GPU the calling thread's current device (no CUDA call when it already is).
+  void bind() const { cuda::set_device(ordinal_); }
   void trace_begin(std::string span_name, std::string category, TraceArgs args) override;
   void trace_end() override;
   void set_trace(TraceRecorder* recorder, int pid, std::string tid) override;
@@ -223,7 +226,7 @@ class CudaStream final : public Stream {
 class CudaDevice final : public Device {
  public:
   CudaDevice(int ordinal, std::size_t capacity) : ordinal_(ordinal), budget_(capacity) {
-    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+    cuda::set_device(ordinal_);
     std::size_t free_bytes = 0, total = 0;
     STP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     device_.capacity = capacity < free_bytes ? capacity : free_bytes;
@@ -244,13 +247,13 @@ class CudaDevice final : public Device {
   }
   int numa_node_hint() const override { return numa_node_; }
   std::optional<std::size_t> physical_free_bytes() const override {
-    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+    cuda::set_device(ordinal_);
     std::size_t free_bytes = 0, total = 0;
     STP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     return free_bytes;
   }
   ~CudaDevice() override {
-    (void)cudaSetDevice(ordinal_);
+    cuda::set_device_quietly(ordinal_);
     for (auto& [p, b] : live_) (void)cudaFree(p);
     for (auto& [p, b] : pinned_live_) (void)(registered_.count(p) ? cudaHostUnregister(p) : cudaFreeHost(p));
   }
@@ -261,7 +264,7 @@ class CudaDevice final : public Device {
 
   void* allocate(std::size_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
-    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+    cuda::set_device(ordinal_);
     // Capacity is measured at every allocation, not only when the device was made: the CUDA
     // context, the streams' cuBLAS handles and workspaces and NCCL's buffers are allocated in
     // between, outside memory.device_budget (docs/gpu-readiness.md, Memory). The arena's first allocation (the whole
@@ -286,7 +289,7 @@ class CudaDevice final : public Device {
     std::lock_guard<std::mutex> lock(mu_);
     unaccount(device_, live_, p);
     gpu::device_health().release([&] {
-      STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+      cuda::set_device(ordinal_);
       STP_CUDA_CHECK(cudaFree(p));
     });
   }
@@ -302,7 +305,7 @@ class CudaDevice final : public Device {
   void* allocate_pinned_host(std::size_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
     void* p = nullptr;
-    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+    cuda::set_device(ordinal_);
     // Never silently pageable: a failure to pin is an error with CUDA's message.
     STP_CUDA_CHECK(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable));
     account(pinned_, pinned_live_, p, bytes);
@@ -321,7 +324,7 @@ class CudaDevice final : public Device {
   void register_pinned_host(void* p, std::size_t bytes) override {
     STP_ASSERT(p && bytes > 0, "registering an empty host range");
     std::lock_guard<std::mutex> lock(mu_);
-    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+    cuda::set_device(ordinal_);
     STP_CUDA_CHECK(cudaHostRegister(p, bytes, cudaHostRegisterPortable));
     account(pinned_, pinned_live_, p, bytes);
     registered_.insert(p);
@@ -347,7 +350,7 @@ class CudaDevice final : public Device {
   // can say what lies outside the budget, and before the arena takes the budget.
   void* allocate_cublas_workspace(std::size_t* bytes) {
     std::lock_guard<std::mutex> lock(mu_);
-    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+    cuda::set_device(ordinal_);
     void* p = nullptr;
     cudaError_t e = cudaMalloc(&p, cublas_workspace_bytes_);
     if (e == cudaErrorMemoryAllocation) {
@@ -369,7 +372,7 @@ class CudaDevice final : public Device {
   }
   void free_cublas_workspace(void* p) {
     std::lock_guard<std::mutex> lock(mu_);
-    (void)cudaSetDevice(ordinal_);
+    cuda::set_device_quietly(ordinal_);
     (void)cudaFree(p);
     --cublas_handles_;
   }
@@ -421,7 +424,7 @@ class CudaDevice final : public Device {
 
 CudaStream::CudaStream(CudaDevice& device, int ordinal, std::string name)
     : device_(device), ordinal_(ordinal), name_(std::move(name)) {
-  STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+  cuda::set_device(ordinal_);
   STP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   STP_CUDA_CHECK(cublasCreate(&cublas_));
   STP_CUDA_CHECK(cublasSetStream(cublas_, stream_));  // resets the workspace: set it after
@@ -444,7 +447,7 @@ CudaStream::CudaStream(CudaDevice& device, int ordinal, std::string name)
 }
 
 CudaStream::~CudaStream() {
-  (void)cudaSetDevice(ordinal_);
+  cuda::set_device_quietly(ordinal_);
   (void)cudaStreamSynchronize(stream_);
   for (auto& [e, o] : retained_) (void)cudaEventDestroy(e);
   retained_.clear();
@@ -472,6 +475,7 @@ void CudaStream::gemm(const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return;
   gpu::device_health().check_usable();
   bind();  // a cuBLAS handle belongs to the device that was current at cublasCreate
+  device().count_launch();
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
   cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -558,6 +562,12 @@ int cuda_visible_gpus() {
     return 0;
   }
   return count;
+}
+
+std::string cuda_device_name(int ordinal) {
+  cudaDeviceProp prop{};
+  STP_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal));
+  return prop.name;
 }
 
 bool cuda_devices_usable(int needed, std::string* why) {

@@ -117,7 +117,7 @@ class NcclComm final : public Communicator {
  public:
   NcclComm(ncclComm_t comm, int rank, int size, int ordinal)
       : comm_(comm), rank_(rank), size_(size), ordinal_(ordinal), gate_([this] { (void)ncclCommAbort(comm_); }) {
-    STP_CUDA_CHECK(cudaSetDevice(ordinal_));
+    cuda::set_device(ordinal_);
     STP_CUDA_CHECK(cudaMalloc(&scratch_, sizeof(float)));
     std::lock_guard<std::mutex> lock(registry_mu);
     registry().insert(this);
@@ -127,7 +127,7 @@ class NcclComm final : public Communicator {
       std::lock_guard<std::mutex> lock(registry_mu);
       registry().erase(this);
     }
-    (void)cudaSetDevice(ordinal_);
+    cuda::set_device_quietly(ordinal_);
     (void)cudaFree(scratch_);
     if (gate_.requested()) {
       // Aborted: ncclCommAbort has run, or runs now if a thread died with this communicator in
@@ -345,7 +345,7 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Dev
   // ncclCommInitAll takes no config: the equivalent, one ncclCommInitRankConfig per device in a group.
   STP_CUDA_CHECK(ncclGroupStart());
   for (int r = 0; r < n; ++r) {
-    STP_CUDA_CHECK(cudaSetDevice(ordinals[static_cast<std::size_t>(r)]));
+    cuda::set_device(ordinals[static_cast<std::size_t>(r)]);
     ncclResult_t res = ncclCommInitRankConfig(&comms[static_cast<std::size_t>(r)], n, id, r, &config);
     if (res != ncclSuccess && res != ncclInProgress) {
       (void)ncclGroupEnd();
@@ -353,6 +353,7 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Dev
     }
   }
   ncclResult_t end = ncclGroupEnd();
+  cuda::forget_current_device();  // the group may leave another GPU current
   if (end != ncclSuccess && end != ncclInProgress) ::stp::cuda::fail(end, "ncclGroupEnd() (init)", __FILE__, __LINE__);
   for (ncclComm_t c : comms) wait_ready(c, nullptr, "ncclCommInitRankConfig(...)");
   std::vector<std::unique_ptr<Communicator>> out;
@@ -380,10 +381,11 @@ std::unique_ptr<Communicator> make_nccl_comm_rank(Device& device, int size, int 
   require_nccl_version();
   ncclUniqueId id;
   std::memcpy(&id, unique_id.data(), sizeof id);
-  STP_CUDA_CHECK(cudaSetDevice(device.index()));
+  cuda::set_device(device.index());
   ncclComm_t comm;
   ncclConfig_t config = nonblocking_config(split_parent);
   ncclResult_t res = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  cuda::forget_current_device();  // NCCL may leave another GPU current
   if (res != ncclSuccess && res != ncclInProgress)
     ::stp::cuda::fail(res, "ncclCommInitRankConfig(...)", __FILE__, __LINE__);
   wait_ready(comm, nullptr, "ncclCommInitRankConfig(...)");
@@ -421,7 +423,7 @@ std::vector<std::unique_ptr<Communicator>> split_nccl_comms(const std::vector<Co
   ncclConfig_t config = nonblocking_config(share);
   STP_CUDA_CHECK(ncclGroupStart());
   for (std::size_t i = 0; i < n; ++i) {
-    STP_CUDA_CHECK(cudaSetDevice(ps[i]->ordinal()));
+    cuda::set_device(ps[i]->ordinal());
     const int color = colors[i] < 0 ? NCCL_SPLIT_NOCOLOR : colors[i];
     ncclResult_t res = ncclCommSplit(ps[i]->handle(), color, colors[i] < 0 ? 0 : keys[i], &children[i], &config);
     if (res != ncclSuccess && res != ncclInProgress) {
@@ -430,6 +432,7 @@ std::vector<std::unique_ptr<Communicator>> split_nccl_comms(const std::vector<Co
     }
   }
   ncclResult_t end = ncclGroupEnd();
+  cuda::forget_current_device();  // the group may leave another GPU current
   if (end != ncclSuccess && end != ncclInProgress) ::stp::cuda::fail(end, "ncclGroupEnd() (split)", __FILE__, __LINE__);
   for (NcclComm* p : ps) wait_ready(p->handle(), nullptr, "ncclCommSplit(...) (the parent's state)");
   std::vector<std::unique_ptr<Communicator>> out(n);

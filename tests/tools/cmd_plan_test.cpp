@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "config/config.h"
 #include "tests/support/run_command.h"
 
 namespace {
@@ -172,6 +174,26 @@ TEST(CmdPlan, EachSizeOnceAndOneRowPerDevice) {
   // Device 0 of the exact prediction the training tests measure: 22,398,208 B.
   EXPECT_EQ(f.json["ranks"][0]["peak_device_bytes"], 22398208u);
   EXPECT_NE(table_rows(f.bytes, "device memory at the predicted peak")[0].find(" 22398208 B "), std::string::npos);
+}
+
+// What benchmarks read besides the plan: the model FLOPs per token stp train's MFU uses, the
+// tokens per step, and the cost model's rates with their source (train/planner_rates.h).
+TEST(CmdPlan, JsonNamesTheModelFlopsAndTheCostModelsRates) {
+  if (!have_stp()) GTEST_SKIP() << "stp not built";
+  Result r = run_plan("--json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["model_flops_per_token"].get<double>(), 0);
+  stp::Config c = stp::load_config(std::string(STP_SOURCE_DIR) + "/configs/tiny.yaml");
+  EXPECT_EQ(j["tokens_per_step"].get<std::int64_t>(),
+            std::int64_t{c.train.micro_batch_size} * c.train.microbatches * c.model.seq_len * c.parallel.dp);
+  EXPECT_EQ(j["cost_model"]["source"], "CPU backend nominal");
+  EXPECT_DOUBLE_EQ(j["cost_model"]["link_bytes_per_s"].get<double>(), 8e9);
+  Result linked = run_plan("--json --set memory.link_bandwidth=3GB/s");
+  ASSERT_EQ(linked.status, 0) << linked.err;
+  nlohmann::json l = nlohmann::json::parse(linked.out);
+  EXPECT_DOUBLE_EQ(l["cost_model"]["link_bytes_per_s"].get<double>(), 3e9);
+  EXPECT_NE(l["cost_model"]["source"].get<std::string>().find("memory.link_bandwidth"), std::string::npos);
 }
 
 // Optimizer state in pinned host memory: the pinned host table, one row per device.

@@ -9,10 +9,12 @@
 // compute, and the CPU optimizer); then the pinned host total against memory.host_budget, the
 // optimizer placement and the keep / offload / recompute decisions. Every size is printed once:
 // in a human unit (base/error.h, format_bytes), in bytes with --bytes; --json has the same numbers
-// as one object, bytes as integers (docs/design.md).
+// as one object, bytes as integers, plus the model FLOPs per token, the tokens per step and the
+// cost model's rates (docs/design.md).
 // Exit status 0 when the plan fits memory.device_budget and memory.host_budget, 1 otherwise (the
 // plan is printed either way, with the minimum feasible budget).
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -28,6 +30,8 @@
 #include "tools/cli/config_args.h"
 #include "train/memory_planning.h"
 #include "train/memory_settings.h"
+#include "train/model_flops.h"
+#include "train/planner_rates.h"
 #include "train/stage_layout.h"
 
 namespace {
@@ -125,6 +129,14 @@ int run(const PlanArgs& a) {
     out["feasible"] = error.empty();
     out["min_device_budget"] = plan.min_device_budget;
     out["optimizer_offload"] = plan.optimizer_offload;
+    // What benchmarks need to compute MFU the way `stp train` does (tools/gpu-bench), and the
+    // rates the plan's step cost was computed with (train/planner_rates.h).
+    out["model_flops_per_token"] = stp::model_flops_per_token(cfg);
+    out["tokens_per_step"] =
+        std::int64_t{cfg.train.microbatches} * cfg.train.micro_batch_size * cfg.model.seq_len * cfg.parallel.dp;
+    const stp::PlannerRates rates = stp::planner_rates(cfg);
+    out["cost_model"] = {
+        {"flops_per_s", rates.flops_per_s}, {"link_bytes_per_s", rates.link_bytes_per_s}, {"source", rates.source}};
     nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
     for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
       const stp::RankPrediction& p = plan.predicted[g];
@@ -195,7 +207,8 @@ int run(const PlanArgs& a) {
       std::printf("\npinned host memory: none (no activation offloaded, every optimizer on the device)\n");
     }
     std::printf("\npredicted time per step in ms: the compute and what the levers add to it\n");
-    Table time({"device", "compute time", "added", "recompute", "exposed copies", "optimizer offload", "CPU optimizer"});
+    Table time(
+        {"device", "compute time", "added", "recompute", "exposed copies", "optimizer offload", "CPU optimizer"});
     for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
       const stp::RankPrediction& p = plan.predicted[g];
       time.add({std::to_string(g), ms(p.compute_s), "+" + ms(p.step_cost_s()), ms(p.recompute_s), ms(p.exposed_copy_s),

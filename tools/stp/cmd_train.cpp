@@ -107,6 +107,7 @@ std::string metrics_line(const stp::StepResult& r, const std::optional<double>& 
   if (mfu >= 0) j["mfu"] = stp::json_number(mfu, 4);
   j["peak_device_bytes"] = r.peak_device_bytes;
   j["peak_host_pinned_bytes"] = r.peak_host_pinned_bytes;
+  j["launches"] = r.launches;
   if (!r.offload.empty()) {
     auto rate = [](std::uint64_t bytes, double s) {
       return stp::json_fixed(s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0, 3);
