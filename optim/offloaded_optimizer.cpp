@@ -52,7 +52,10 @@ void OffloadedOptimizer::params_needed(int chunk) {
   params_.stages.at(c)->refresh_compute(*o_.compute, !uploaded);
 }
 
-void OffloadedOptimizer::clip(float max_norm) { clip_gradients(*clipper_, *o_.compute, host_.get(), max_norm); }
+void OffloadedOptimizer::clip(float max_norm) {
+  clip_gradients(*clipper_, *o_.compute, host_.get(), max_norm);
+  clipped_ = true;
+}
 
 std::vector<Stream*> OffloadedOptimizer::streams(bool except_in_flight) {
   std::vector<Stream*> out = ReplicatedOptimizer::streams(except_in_flight);

@@ -47,6 +47,11 @@ class ReplicatedOptimizer : public RankOptimizer {
   std::size_t host_state_bytes() const override { return 0; }
   std::size_t host_master_bytes() const override { return 0; }
 
+  // Launches of one clipped update on the compute stream beyond the dp reductions: the sum of
+  // squares (GradClipper::sumsq_launches), the coefficient, and the fused AdamW — a few per chunk
+  // whatever its parameter count (plus the in-place scalings of offloaded gradients).
+  std::size_t update_launches() const;
+
  protected:
   virtual HostUpdate* host_update() { return nullptr; }
 
@@ -56,6 +61,7 @@ class ReplicatedOptimizer : public RankOptimizer {
   std::unique_ptr<AdamW> adamw_;
   std::unique_ptr<GradClipper> clipper_;
   std::unique_ptr<DpGradSync> dp_sync_;  // with a dp communicator
+  bool clipped_ = false;                 // this step's clip() ran: step() reads the coefficient
 };
 
 }  // namespace stp
