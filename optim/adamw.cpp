@@ -28,15 +28,24 @@ AdamW::AdamW(std::vector<ParamInfo>& params, const AdamWHyper& hyper, Allocator&
   // The device parameters' flat runs: a parameter continues the run when it is in the same group
   // and its param and grad start where the previous ones end.
   auto group = [&](std::size_t i) { return param_group.empty() ? 0 : param_group[i]; };
+  // A parameter with a bf16 GEMM copy (ParamInfo::compute) has it written by the update too; the
+  // run's copies must then lie back to back as well.
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (on_host_[i]) continue;
     const ParamInfo& p = params_[i];
-    const bool continues = !runs_.empty() && runs_.back().end == i && group(i - 1) == group(i) &&
-                           params_[i - 1].param.f32() + params_[i - 1].param.numel() == p.param.f32() &&
-                           params_[i - 1].grad.f32() + params_[i - 1].grad.numel() == p.grad.f32();
-    if (!continues) runs_.push_back(Run{i, i, {}, {}, {}});
-    runs_.back().end = i + 1;
-    runs_.back().segments.push_back(FlatSegment{static_cast<std::size_t>(p.param.numel()), p.decay});
+    const bool copy = p.compute.defined() && p.compute.dtype() == DType::Bf16;
+    bool continues = !runs_.empty() && runs_.back().end == i && group(i - 1) == group(i) &&
+                     params_[i - 1].param.f32() + params_[i - 1].param.numel() == p.param.f32() &&
+                     params_[i - 1].grad.f32() + params_[i - 1].grad.numel() == p.grad.f32();
+    if (continues && copy && runs_.back().copies)
+      continues = runs_.back().copies + runs_.back().copied == p.compute.as<bf16>();
+    if (!continues) runs_.push_back(Run{i, i, {}, {}, {}, nullptr, 0});
+    Run& r = runs_.back();
+    r.end = i + 1;
+    r.segments.push_back(FlatSegment{static_cast<std::size_t>(p.param.numel()), p.decay, copy});
+    if (!copy) continue;
+    if (!r.copies) r.copies = p.compute.as<bf16>();
+    r.copied += static_cast<std::size_t>(p.param.numel());
   }
   exp_avg_.resize(params_.size());
   exp_avg_sq_.resize(params_.size());
@@ -80,7 +89,7 @@ void AdamW::step(Stream& s, float lr, const float* coef) {
   ++step_count_;
   for (Run& r : runs_)
     adamw_flat_step(s, params_[r.first].param.f32(), params_[r.first].grad.f32(), r.m.f32(), r.v.f32(), r.segments, lr,
-                    hyper_, static_cast<int>(step_count_), coef);
+                    hyper_, static_cast<int>(step_count_), coef, r.copies);
   if (host_) {
     STP_ASSERT(&s == &host_->compute(), "AdamW: an offloaded update orders the stream it was built with");
     host_->step(lr, hyper_, static_cast<int>(step_count_));

@@ -18,7 +18,10 @@
 // — with one flat exp_avg and exp_avg_sq each, in adamw_flat_step's few launches per run (one for
 // every model stp ships), which read each gradient times the clip coefficient: clip() need not
 // scale those gradients in place (GradClipper::set_scaled with device_updated()). Bitwise the
-// per-tensor scale_by_scalar + adamw_step, and the CPU AdamW of an offloaded group.
+// per-tensor scale_by_scalar + adamw_step, and the CPU AdamW of an offloaded group. The same
+// launch writes the bf16 GEMM copy (ParamInfo::compute, bf16 precision) of every device
+// parameter that has one — the bits the stage's refresh_compute would write — so after a step
+// the device parameters' copies are current and the next step need not refresh them.
 #pragma once
 
 #include <cstdint>
@@ -79,6 +82,8 @@ class AdamW {
     std::size_t first, end;
     std::vector<FlatSegment> segments;
     Tensor m, v;
+    bf16* copies;        // the bf16 copies of its copy segments, back to back (null: none)
+    std::size_t copied;  // their elements
   };
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
   std::vector<Run> runs_;

@@ -49,6 +49,8 @@ void OffloadedOptimizer::params_needed(int chunk) {
   const auto c = static_cast<std::size_t>(chunk);
   const bool uploaded = host_->pending(c);
   host_->params_needed(c);
+  // A device chunk's copies came with its fused update (ReplicatedOptimizer::copies_current_).
+  if (copies_current_ && !RankParams::host_chunks(o_).at(c)) return;
   params_.stages.at(c)->refresh_compute(*o_.compute, !uploaded);
 }
 

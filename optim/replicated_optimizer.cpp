@@ -32,7 +32,11 @@ OptimizerHooks ReplicatedOptimizer::hooks() {
 }
 
 void ReplicatedOptimizer::begin_step() {
-  for (Stage* s : params_.stages) s->zero_grads(*o_.compute);  // refreshes the bf16 GEMM copies too
+  // The last step's fused update wrote the bf16 GEMM copies; otherwise zero_grads refreshes them.
+  for (Stage* s : params_.stages) {
+    if (copies_current_) s->zero_grads_keep_copies(*o_.compute);
+    else s->zero_grads(*o_.compute);
+  }
   if (dp_sync_) dp_sync_->begin_step();
   clipped_ = false;
 }
@@ -62,6 +66,7 @@ void ReplicatedOptimizer::clip(float max_norm) {
 void ReplicatedOptimizer::step(float lr) {
   adamw_->step(*o_.compute, lr, clipped_ ? clipper_->coef() : nullptr);
   clipped_ = false;
+  copies_current_ = true;
 }
 
 std::size_t ReplicatedOptimizer::update_launches() const {

@@ -35,12 +35,14 @@ struct AdamWKernel {
   }
 };
 
-// The runs of equal decay of one adamw_flat_step launch, in its arguments (a GPU kernel's
+// The runs of equal flags of one adamw_flat_step launch, in its arguments (a GPU kernel's
 // parameters live in constant memory: every thread reads its run boundary from there).
-struct DecayRuns {
+struct FlagRuns {
   int count = 0;
   std::uint32_t end[kMaxFlatSegments] = {};    // exclusive end of run k, from the launch's first element
+  std::uint32_t shift[kMaxFlatSegments] = {};  // run k's element i has its copy at copies[i - shift[k]]
   unsigned char decay[kMaxFlatSegments] = {};  // 1: the decay scalars
+  unsigned char copy[kMaxFlatSegments] = {};   // 1: write the bf16 copy
 };
 
 // Elements of one launch (offsets in the tables are 32-bit).
@@ -54,7 +56,8 @@ struct AdamWFlatKernel {
   ElementRuns runs;
   AdamWScalars c[2];  // [no decay, decay]
   const float* coef;  // null: no clipping
-  DecayRuns table;
+  bf16* copies;       // element i of a copy run k: copies[i - table.shift[k]]
+  FlagRuns table;
   STP_HD void operator()(std::size_t r) const {
     const ElementRuns::Part part = runs.part(r);
     auto begin = static_cast<std::size_t>(part.begin);
@@ -69,10 +72,14 @@ struct AdamWFlatKernel {
     for (int k = lo; begin < end; ++k) {
       const std::size_t stop = table.end[k] < end ? table.end[k] : end;
       const AdamWScalars& ck = c[table.decay[k]];
+      const bool copy = table.copy[k] != 0;
+      const std::size_t shift = table.shift[k];
 #if !defined(__CUDA_ARCH__)
       if (runs.run > 1) {
         if (coef) adamw_range_scaled(best_cpu_isa(), p, g, m, v, begin, stop, ck, gscale);
         else adamw_range(best_cpu_isa(), p, g, m, v, begin, stop, ck);
+        if (copy)  // the run is still in cache
+          for (std::size_t i = begin; i < stop; ++i) copies[i - shift] = from_f32<bf16>(p[i]);
         begin = stop;
         continue;
       }
@@ -80,6 +87,7 @@ struct AdamWFlatKernel {
       for (std::size_t i = begin; i < stop; ++i) {
         if (coef) adamw_element_scaled(p, g, m, v, i, ck, gscale);
         else adamw_element(p, g, m, v, i, ck);
+        if (copy) copies[i - shift] = from_f32<bf16>(p[i]);
       }
       begin = stop;
     }
@@ -223,28 +231,31 @@ std::vector<std::pair<std::size_t, std::size_t>> flat_groups(const std::vector<P
   return groups;
 }
 
-struct DecayRun {
+struct FlagRun {
   std::size_t offset, count;
-  bool decay;
+  bool decay, copy;
+  std::size_t copy_at;  // copy elements before the run
 };
-std::size_t run_offset(const DecayRun& r) { return r.offset; }
-std::size_t run_count(const DecayRun& r) { return r.count; }
+std::size_t run_offset(const FlagRun& r) { return r.offset; }
+std::size_t run_count(const FlagRun& r) { return r.count; }
 std::size_t range_offset(const FlatRange& r) { return r.offset; }
 std::size_t range_count(const FlatRange& r) { return r.count; }
 
-// Segments merged into runs of equal decay, each at most kMaxFlatElements long.
-std::vector<DecayRun> decay_runs(const std::vector<FlatSegment>& segments) {
-  std::vector<DecayRun> runs;
-  std::size_t at = 0;
+// Segments merged into runs of equal flags, each at most kMaxFlatElements long.
+std::vector<FlagRun> flag_runs(const std::vector<FlatSegment>& segments) {
+  std::vector<FlagRun> runs;
+  std::size_t at = 0, copied = 0;
   for (const FlatSegment& sg : segments) {
     if (sg.count == 0) continue;
-    if (!runs.empty() && runs.back().decay == sg.decay && runs.back().offset + runs.back().count == at &&
+    if (!runs.empty() && runs.back().decay == sg.decay && runs.back().copy == sg.copy &&
         runs.back().count + sg.count <= kMaxFlatElements)
       runs.back().count += sg.count;
     else
       for (std::size_t done = 0; done < sg.count; done += kMaxFlatElements)
-        runs.push_back(DecayRun{at + done, std::min(kMaxFlatElements, sg.count - done), sg.decay});
+        runs.push_back(FlagRun{at + done, std::min(kMaxFlatElements, sg.count - done), sg.decay, sg.copy,
+                               copied + (sg.copy ? done : 0)});
     at += sg.count;
+    if (sg.copy) copied += sg.count;
   }
   return runs;
 }
@@ -275,24 +286,40 @@ SumSqRanges sumsq_table(const std::vector<FlatRange>& ranges, std::size_t first,
 }  // namespace
 
 std::size_t adamw_flat_launches(const std::vector<FlatSegment>& segments) {
-  return flat_groups(decay_runs(segments), run_offset, run_count).size();
+  return flat_groups(flag_runs(segments), run_offset, run_count).size();
 }
 
 void adamw_flat_step(Stream& s, float* param, const float* grad, float* m, float* v,
                      const std::vector<FlatSegment>& segments, float lr, const AdamWHyper& h, int step,
-                     const float* coef) {
-  const std::vector<DecayRun> runs = decay_runs(segments);
+                     const float* coef, bf16* copies) {
+  const std::vector<FlagRun> runs = flag_runs(segments);
   const AdamWScalars c[2] = {adamw_scalars(lr, h, step, false), adamw_scalars(lr, h, step, true)};
   for (const auto& [first, end] : flat_groups(runs, run_offset, run_count)) {
     const std::size_t base = runs[first].offset;
-    DecayRuns table;
+    FlagRuns table;
     for (std::size_t k = first; k < end; ++k) {
-      table.end[table.count] = static_cast<std::uint32_t>(runs[k].offset + runs[k].count - base);
-      table.decay[table.count++] = runs[k].decay ? 1 : 0;
+      const int i = table.count++;
+      table.end[i] = static_cast<std::uint32_t>(runs[k].offset + runs[k].count - base);
+      table.decay[i] = runs[k].decay ? 1 : 0;
+      table.copy[i] = runs[k].copy ? 1 : 0;
+      STP_ASSERT(!runs[k].copy || copies, "adamw_flat_step: a copy segment and no copies");
+      // Element i (from base) of run k is element base + i of the run, whose copy is at
+      // copy_at + (base + i - offset) of copies: with copies advanced by runs[first]'s copy_at,
+      // i - shift.
+      table.shift[i] = static_cast<std::uint32_t>(runs[k].offset - base - (runs[k].copy_at - runs[first].copy_at));
     }
     const ElementRuns shape =
         element_wise(s, static_cast<std::int64_t>(runs[end - 1].offset + runs[end - 1].count - base), kAdamWRun);
-    launch(s, shape, AdamWFlatKernel{param + base, grad + base, m + base, v + base, shape, {c[0], c[1]}, coef, table},
+    launch(s, shape,
+           AdamWFlatKernel{param + base,
+                           grad + base,
+                           m + base,
+                           v + base,
+                           shape,
+                           {c[0], c[1]},
+                           coef,
+                           copies ? copies + runs[first].copy_at : nullptr,
+                           table},
            shape.grain(32768));
   }
 }

@@ -64,27 +64,34 @@ void adamw_step(Stream& s, float* param, const float* grad, float* m, float* v, 
 // A flat run: parameters laid out back to back in one buffer each for p, g, m and v (a chunk's
 // flat parameter and gradient buffers, ParamStore; the optimizer's flat moments), described by
 // their element counts in order. adamw_flat_step updates the whole run in
-// adamw_flat_launches(segments) launches (one per kMaxFlatSegments runs of equal decay, at most
-// 2^31 elements each): 1 for every model stp ships, instead of one launch per parameter.
+// adamw_flat_launches(segments) launches: one per kMaxFlatSegments runs of adjacent segments
+// with equal flags (decay, copy), at most 2^31 elements each — a GPT-2 layer is 8 such runs, a
+// Llama layer 2 or 3 — instead of one launch per parameter (and one more per bf16 copy).
 //
 // Clipping is fused: with coef (a device scalar, clip_coefficient's), each gradient element is
 // read as g * *coef, one f32 multiply — the bits scale_by_scalar would leave in g — and g itself
 // is not written. So the result is bitwise adamw_step after scale_by_scalar, element by element.
+//
+// The bf16 copy is fused: a segment with `copy` also writes from_f32<bf16>(p) of each updated
+// element into `copies`, the bf16 copies of the copy segments back to back in segment order —
+// the bits convert (nn_kernels.h) would write, so the stage's refresh of them may be skipped.
 struct FlatSegment {
   std::size_t count;  // elements
   bool decay;         // the parameter's weight decay (ParamInfo::decay)
+  bool copy = false;  // write the bf16 copy of the updated elements
 };
 
-// Runs of equal decay per launch (they travel in the kernel's arguments).
+// Runs of equal flags per launch (they travel in the kernel's arguments).
 constexpr int kMaxFlatSegments = 256;
 
 std::size_t adamw_flat_launches(const std::vector<FlatSegment>& segments);
 
 // One AdamW step (adamw_step's element formula) over a flat run, decay per segment; coef:
-// null (no clipping) or a device scalar every gradient is multiplied by as it is read.
+// null (no clipping) or a device scalar every gradient is multiplied by as it is read; copies:
+// the copy segments' bf16 copies (null when no segment has copy).
 void adamw_flat_step(Stream& s, float* param, const float* grad, float* m, float* v,
                      const std::vector<FlatSegment>& segments, float lr, const AdamWHyper& h, int step,
-                     const float* coef);
+                     const float* coef, bf16* copies = nullptr);
 
 // Elements per fixed block of the deterministic sum of squares.
 constexpr std::size_t kSumSqBlock = 2048;

@@ -211,7 +211,28 @@ TEST(OptimKernels, FusedClippedAdamWIsBitwiseThePerTensorSteps) {
       }
       if (clipped) fx.s->copy(g2, g1, n * 4);  // the fused pass leaves its gradients as they were
     }
+    // The fused bf16 copies of the copy segments: every third parameter's (a GEMM weight's).
+    std::vector<FlatSegment> with_copies = segs;
+    std::size_t copied = 0;
+    for (std::size_t k = 0; k < with_copies.size(); ++k) {
+      with_copies[k].copy = k % 3 == 0;
+      if (with_copies[k].copy) copied += with_copies[k].count;
+    }
+    float *p3 = fx.buffer(wave(n, 1, 0)), *m3 = fx.buffer(std::vector<float>(n)),
+          *v3 = fx.buffer(std::vector<float>(n));
+    std::vector<bf16> copies(copied + 1, from_f32<bf16>(7.0f));  // one past the end: not written
+    for (int step = 1; step <= 3; ++step)
+      adamw_flat_step(*fx.s, p3, g1, m3, v3, with_copies, 1e-2f, h, step, clipped ? coef : nullptr, copies.data());
+    EXPECT_EQ(adamw_flat_launches(with_copies), 3u);
     fx.s->synchronize();
+    EXPECT_EQ(std::memcmp(p1, p3, n * 4), 0) << "clipped " << clipped;
+    std::size_t at = 0, c = 0;
+    for (const FlatSegment& sg : with_copies) {
+      for (std::size_t i = 0; sg.copy && i < sg.count; ++i, ++c)
+        ASSERT_EQ(copies[c].bits, from_f32<bf16>(p1[at + i]).bits) << "copy " << c;
+      at += sg.count;
+    }
+    EXPECT_EQ(copies[copied].bits, from_f32<bf16>(7.0f).bits);
     EXPECT_EQ(std::memcmp(p1, p2, n * 4), 0) << "clipped " << clipped;
     EXPECT_EQ(std::memcmp(m1, m2, n * 4), 0) << "clipped " << clipped;
     EXPECT_EQ(std::memcmp(v1, v2, n * 4), 0) << "clipped " << clipped;
