@@ -7,10 +7,21 @@
 //
 //   clipper.local_sumsq(s);                          // sumsq = sum over counted grads of g^2
 //   comm.all_reduce_sum(s, clipper.sumsq(), 1);      // the global sum, identical on every rank
-//   clipper.clip(s, cfg.train.grad_clip);            // g *= min(1, max_norm / (norm + 1e-6))
-//   adamw.step(s, float(schedule.at(step)));         // torch.optim.AdamW update of every shard
+//   clipper.clip(s, cfg.train.grad_clip);            // coef = min(1, max_norm / (norm + 1e-6))
+//   adamw.step(s, float(schedule.at(step)), clipper.coef());   // AdamW of every shard on g * coef
 //
-// With grad_clip 0 skip the clipper (or call local_sumsq + all_reduce only to log the norm).
+// With grad_clip 0 skip the clipper (or call local_sumsq + all_reduce only to log the norm) and
+// pass no coefficient.
+//
+// The fused pass: the device parameters are updated as flat runs — consecutive parameters of one
+// group (list order) whose params and grads lie back to back (a chunk's flat buffers, ParamStore)
+// — with one flat exp_avg and exp_avg_sq each, in adamw_flat_step's few launches per run (one for
+// every model stp ships), which read each gradient times the clip coefficient: clip() need not
+// scale those gradients in place (GradClipper::set_scaled with device_updated()). Bitwise the
+// per-tensor scale_by_scalar + adamw_step, and the CPU AdamW of an offloaded group. The same
+// launch writes the bf16 GEMM copy (ParamInfo::compute, bf16 precision) of every device
+// parameter that has one — the bits the stage's refresh_compute would write — so after a step
+// the device parameters' copies are current and the next step need not refresh them.
 #pragma once
 
 #include <cstdint>
@@ -47,8 +58,14 @@ class AdamW {
   // (the CPU update of early-downloaded groups overlaps the device updates); offloaded: the uploads
   // of the updated parameters are left in flight, and the caller orders its next use of each
   // group's parameters on them (HostUpdate::params_needed, settle).
-  void step(Stream& s, float lr);
+  // coef: null, or the device scalar the device parameters' gradients are multiplied by as they
+  // are read (GradClipper::coef; the host groups' gradients the clipper scaled in place).
+  void step(Stream& s, float lr, const float* coef = nullptr);
   bool offloaded() const { return host_ != nullptr; }
+  // [param]: whether step() updates it on the device (its gradient is read times coef).
+  std::vector<bool> device_updated() const;
+  // Stream operations of one step's device update (launches; the test of the fused pass).
+  std::size_t device_launches() const;
 
   std::int64_t step_count() const { return step_count_; }           // steps taken (0 before the first)
   void set_step_count(std::int64_t steps) { step_count_ = steps; }  // when resuming
@@ -61,7 +78,15 @@ class AdamW {
  private:
   std::vector<ParamInfo>& params_;
   AdamWHyper hyper_;
+  struct Run {  // a flat run: params [first, end), its moments flat
+    std::size_t first, end;
+    std::vector<FlatSegment> segments;
+    Tensor m, v;
+    bf16* copies;        // the bf16 copies of its copy segments, back to back (null: none)
+    std::size_t copied;  // their elements
+  };
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<Run> runs_;
   HostUpdate* host_ = nullptr;
   std::vector<bool> on_host_;  // [param]
   std::int64_t step_count_ = 0;

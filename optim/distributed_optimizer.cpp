@@ -58,6 +58,39 @@ void DistributedOptimizer::attach(const std::vector<Stage*>& stages) {
   clipper_ = std::make_unique<GradClipper>(owned_, *o_.alloc, [base, segment_counted](const ParamInfo& o) {
     return segment_counted[std::size_t(&o - base)];
   });
+  add_runs();
+  // The fused AdamW reads the device chunks' gradients times the coefficient; clip() scales only
+  // the gradients the CPU update downloads.
+  std::vector<bool> scaled;
+  for (const Segment& sg : segments_) scaled.push_back(on_host(sg.chunk));
+  clipper_->set_scaled(std::move(scaled));
+}
+
+// The device chunks' segments as flat runs (adamw_flat_step): in gradient order, a segment
+// continues the run when its gradient, master and state start where the previous one's end.
+void DistributedOptimizer::add_runs() {
+  std::vector<std::size_t> order;
+  for (std::size_t k = 0; k < segments_.size(); ++k)
+    if (!on_host(segments_[k].chunk)) order.push_back(k);
+  auto grad = [&](std::size_t k) { return params_.list[segments_[k].param].grad.f32() + segments_[k].offset; };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return segments_[a].chunk != segments_[b].chunk ? segments_[a].chunk < segments_[b].chunk : grad(a) < grad(b);
+  });
+  for (std::size_t k : order) {
+    const Segment& sg = segments_[k];
+    const ParamInfo& p = params_.list[sg.param];
+    const bool continues = !runs_.empty() && [&] {
+      const Run& r = runs_.back();
+      const Segment& first = segments_[r.first];
+      return first.chunk == sg.chunk && params_.list[first.param].sharded_master == p.sharded_master &&
+             grad(r.first) + r.count == grad(k) && master(first) + r.count == master(sg) &&
+             first.state_at + r.count == sg.state_at && (!p.sharded_master || copy(first) + r.count == copy(sg));
+    }();
+    if (!continues) runs_.push_back(Run{k, 0, {}});
+    Run& r = runs_.back();
+    r.segments.push_back(FlatSegment{sg.count, p.decay});
+    r.count += sg.count;
+  }
 }
 
 // The chunk's buckets, its state (1/dp of every bucket, rounded up) and the owned part of its
@@ -181,6 +214,7 @@ void DistributedOptimizer::begin_step() {
   // (params_needed).
   for (Stage* s : params_.stages) s->zero_grads_keep_copies(*o_.compute);
   for (Chunk& c : chunks_) c.started = false;
+  clipped_ = false;
 }
 
 void DistributedOptimizer::chunk_final(int chunk) {
@@ -234,7 +268,10 @@ float* DistributedOptimizer::grad_sumsq(Communicator& replica) {
   return clipper_->sumsq();
 }
 
-void DistributedOptimizer::clip(float max_norm) { clip_gradients(*clipper_, *o_.compute, host_.get(), max_norm); }
+void DistributedOptimizer::clip(float max_norm) {
+  clip_gradients(*clipper_, *o_.compute, host_.get(), max_norm);
+  clipped_ = true;
+}
 
 void DistributedOptimizer::gather(std::size_t chunk, float* data, bf16* copies, bool head) {
   Chunk& c = chunks_[chunk];
@@ -265,18 +302,20 @@ void DistributedOptimizer::step(float lr) {
   ++step_count_;
   const int step = static_cast<int>(step_count_);
   // The device chunks first: AdamW on compute, each chunk's all-gather after its update.
-  std::size_t next = 0;
+  const float* coef = clipped_ ? clipper_->coef() : nullptr;
+  clipped_ = false;
+  std::size_t next = 0;  // runs are in chunk order
   for (std::size_t ci = 0; ci < chunks_.size(); ++ci) {
     Chunk& c = chunks_[ci];
     const bool host = on_host(ci);
-    for (; next < segments_.size() && segments_[next].chunk == ci; ++next) {
-      if (host) continue;
-      const Segment& s = segments_[next];
+    for (; next < runs_.size() && segments_[runs_[next].first].chunk == ci; ++next) {
+      const Run& r = runs_[next];
+      const Segment& s = segments_[r.first];
       const ParamInfo& p = params_.list[s.param];
-      adamw_step(*o_.compute, master(s), p.grad.f32() + s.offset, c.state[0].f32() + s.state_at,
-                 c.state[1].f32() + s.state_at, s.count, lr, o_.hyper, step, p.decay);
+      adamw_flat_step(*o_.compute, master(s), p.grad.f32() + s.offset, c.state[0].f32() + s.state_at,
+                      c.state[1].f32() + s.state_at, r.segments, lr, o_.hyper, step, coef);
       // The owned part of a copy: the convert kernel's rounding (what refresh_compute gives).
-      if (p.sharded_master) convert(*o_.compute, copy(s), master(s), static_cast<std::int64_t>(s.count));
+      if (p.sharded_master) convert(*o_.compute, copy(s), master(s), static_cast<std::int64_t>(r.count));
     }
     if (host || !comm_) continue;
     o_.compute->record(*c.final);  // this chunk's owned parameters are updated

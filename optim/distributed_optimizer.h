@@ -16,7 +16,9 @@
 //   replicas, exactly what the all-reduce leaves there (HostComm, MPI: the same rank-order sum).
 //   grad_sumsq / clip: global-norm clipping over the owned segments; the sum of squares is summed
 //   over the replica *and* the dp ranks (each owns a disjoint part of every gradient).
-//   step(lr): AdamW on the owned segments (compute stream), then every bucket's parameters are
+//   step(lr): AdamW on the owned segments (compute stream; back-to-back segments of a device
+//   chunk fused into one flat run, adamw_flat_step, which reads the gradients times the clip
+//   coefficient: clip() scales only the host chunks' gradients), then every bucket's parameters are
 //   all-gathered on the dp stream, chunk by chunk (a chunk's all-gather overlaps the next chunk's
 //   update; offloaded (host), it waits for that chunk's upload). The all-gathers are left in
 //   flight: the next step's first use of a chunk waits for that chunk's (params_needed, a stream
@@ -122,6 +124,7 @@ class DistributedOptimizer final : public RankOptimizer {
   };
   void add_chunk(Stage& stage);
   void add_segments(std::size_t param);
+  void add_runs();
   void chunk_final(int chunk);
   void params_needed(int chunk);
   void reduce(std::size_t chunk);
@@ -142,6 +145,15 @@ class DistributedOptimizer final : public RankOptimizer {
   std::vector<Chunk> chunks_;
   std::vector<Segment> segments_;
   std::vector<ParamInfo> owned_;  // one view per segment (param and grad), for the clipper
+  // A flat run of a device chunk's segments (back to back in gradients, masters, state and
+  // copies), updated by one fused AdamW: segments_[first] and those in `segments`' order after it.
+  struct Run {
+    std::size_t first;  // the run's first segment (its pointers are the run's)
+    std::size_t count;  // elements
+    std::vector<FlatSegment> segments;
+  };
+  std::vector<Run> runs_;  // chunk order
+  bool clipped_ = false;   // this step's clip() ran: step() reads the coefficient
   std::unique_ptr<GradClipper> clipper_;
   std::int64_t step_count_ = 0;
   // Declared last, destroyed first: the CPU update waits in its destructor for the work that

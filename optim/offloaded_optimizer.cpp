@@ -49,10 +49,15 @@ void OffloadedOptimizer::params_needed(int chunk) {
   const auto c = static_cast<std::size_t>(chunk);
   const bool uploaded = host_->pending(c);
   host_->params_needed(c);
+  // A device chunk's copies came with its fused update (ReplicatedOptimizer::copies_current_).
+  if (copies_current_ && !RankParams::host_chunks(o_).at(c)) return;
   params_.stages.at(c)->refresh_compute(*o_.compute, !uploaded);
 }
 
-void OffloadedOptimizer::clip(float max_norm) { clip_gradients(*clipper_, *o_.compute, host_.get(), max_norm); }
+void OffloadedOptimizer::clip(float max_norm) {
+  clip_gradients(*clipper_, *o_.compute, host_.get(), max_norm);
+  clipped_ = true;
+}
 
 std::vector<Stream*> OffloadedOptimizer::streams(bool except_in_flight) {
   std::vector<Stream*> out = ReplicatedOptimizer::streams(except_in_flight);

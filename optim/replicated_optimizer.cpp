@@ -15,6 +15,11 @@ void ReplicatedOptimizer::attach(const std::vector<Stage*>& stages) {
   adamw_ = std::make_unique<AdamW>(params_.list, o_.hyper, *o_.alloc, *o_.compute, host, params_.chunk,
                                    host ? RankParams::host_chunks(o_) : std::vector<bool>{});
   clipper_ = std::make_unique<GradClipper>(params_.list, *o_.alloc, params_.counted());
+  // The fused AdamW reads the device parameters' gradients times the coefficient; clip() scales
+  // only the gradients the CPU update downloads.
+  std::vector<bool> scaled = adamw_->device_updated();
+  scaled.flip();
+  clipper_->set_scaled(std::move(scaled));
   if (dp_stream_)
     dp_sync_ = std::make_unique<DpGradSync>(params_.flat_grads(), *o_.dp_comm, *o_.device, *o_.compute, *dp_stream_,
                                             o_.bucket_bytes, o_.trace != nullptr);
@@ -27,8 +32,13 @@ OptimizerHooks ReplicatedOptimizer::hooks() {
 }
 
 void ReplicatedOptimizer::begin_step() {
-  for (Stage* s : params_.stages) s->zero_grads(*o_.compute);  // refreshes the bf16 GEMM copies too
+  // The last step's fused update wrote the bf16 GEMM copies; otherwise zero_grads refreshes them.
+  for (Stage* s : params_.stages) {
+    if (copies_current_) s->zero_grads_keep_copies(*o_.compute);
+    else s->zero_grads(*o_.compute);
+  }
   if (dp_sync_) dp_sync_->begin_step();
+  clipped_ = false;
 }
 
 void ReplicatedOptimizer::finish_gradients(const std::function<void()>& sum_tied) {
@@ -48,9 +58,20 @@ float* ReplicatedOptimizer::grad_sumsq(Communicator& replica) {
   return clipper_->sumsq();
 }
 
-void ReplicatedOptimizer::clip(float max_norm) { clipper_->clip(*o_.compute, max_norm); }
+void ReplicatedOptimizer::clip(float max_norm) {
+  clipper_->clip(*o_.compute, max_norm);
+  clipped_ = true;
+}
 
-void ReplicatedOptimizer::step(float lr) { adamw_->step(*o_.compute, lr); }
+void ReplicatedOptimizer::step(float lr) {
+  adamw_->step(*o_.compute, lr, clipped_ ? clipper_->coef() : nullptr);
+  clipped_ = false;
+  copies_current_ = true;
+}
+
+std::size_t ReplicatedOptimizer::update_launches() const {
+  return clipper_->sumsq_launches() + 1 + adamw_->device_launches();
+}
 
 std::vector<Stream*> ReplicatedOptimizer::streams(bool) {
   if (!dp_stream_) return {};

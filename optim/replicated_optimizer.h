@@ -41,11 +41,16 @@ class ReplicatedOptimizer : public RankOptimizer {
   std::vector<Tensor> full_parameters() override;
   std::vector<Tensor> full_moments(int which) override;
   void load_moments(int which, const std::vector<std::vector<float>>& shards) override;
-  void parameters_loaded() override {}
+  void parameters_loaded() override { copies_current_ = false; }
   std::int64_t step_count() const override { return adamw_->step_count(); }
   void set_step_count(std::int64_t steps) override { adamw_->set_step_count(steps); }
   std::size_t host_state_bytes() const override { return 0; }
   std::size_t host_master_bytes() const override { return 0; }
+
+  // Launches of one clipped update on the compute stream beyond the dp reductions: the sum of
+  // squares (GradClipper::sumsq_launches), the coefficient, and the fused AdamW — a few per chunk
+  // whatever its parameter count (plus the in-place scalings of offloaded gradients).
+  std::size_t update_launches() const;
 
  protected:
   virtual HostUpdate* host_update() { return nullptr; }
@@ -56,6 +61,10 @@ class ReplicatedOptimizer : public RankOptimizer {
   std::unique_ptr<AdamW> adamw_;
   std::unique_ptr<GradClipper> clipper_;
   std::unique_ptr<DpGradSync> dp_sync_;  // with a dp communicator
+  // The device chunks' bf16 GEMM copies are their masters' rounding (written by the last update;
+  // false before the first and after a load): the next step need not refresh them.
+  bool copies_current_ = false;
+  bool clipped_ = false;  // this step's clip() ran: step() reads the coefficient
 };
 
 }  // namespace stp

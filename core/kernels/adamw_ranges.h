@@ -31,9 +31,26 @@ STP_HD inline void adamw_element(float* p, const float* g, float* m, float* v, s
   v[i] = vi;
 }
 
+// adamw_element with the gradient read as g[i] * gscale (the fused clipping of adamw_flat_step,
+// optim_kernels.h): one f32 multiply, the bits an in-place scaling of g would leave.
+STP_HD inline void adamw_element_scaled(float* p, const float* g, float* m, float* v, std::size_t i,
+                                        const AdamWScalars& c, float gscale) {
+  float gi = g[i] * gscale;
+  float pi = p[i] * c.decay_factor;
+  float mi = m[i] * c.beta1 + gi * c.one_minus_beta1;
+  float vi = v[i] * c.beta2 + (gi * gi) * c.one_minus_beta2;
+  float denom = sqrtf(vi) / c.bias2_sqrt + c.eps;
+  p[i] = pi - c.step_size * (mi / denom);
+  m[i] = mi;
+  v[i] = vi;
+}
+
 // adamw_element for every i in [begin, end), 16 or 8 lanes at a time with `isa` (one cpu_has_isa
 // accepts; the caller checks), the scalar formula for the tail.
 void adamw_range(CpuIsa isa, float* p, const float* g, float* m, float* v, std::size_t begin, std::size_t end,
                  const AdamWScalars& c);
+// The same with adamw_element_scaled's gradient scaling.
+void adamw_range_scaled(CpuIsa isa, float* p, const float* g, float* m, float* v, std::size_t begin, std::size_t end,
+                        const AdamWScalars& c, float gscale);
 
 }  // namespace stp

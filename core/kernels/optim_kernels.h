@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "core/device.h"
 
@@ -58,6 +59,40 @@ AdamWScalars adamw_scalars(float lr, const AdamWHyper& h, int step, bool decay);
 void adamw_step(Stream& s, float* param, const float* grad, float* m, float* v, std::size_t n, float lr,
                 const AdamWHyper& h, int step, bool decay);
 
+// ---- The fused pass over flat buffers ---------------------------------------------------------
+//
+// A flat run: parameters laid out back to back in one buffer each for p, g, m and v (a chunk's
+// flat parameter and gradient buffers, ParamStore; the optimizer's flat moments), described by
+// their element counts in order. adamw_flat_step updates the whole run in
+// adamw_flat_launches(segments) launches: one per kMaxFlatSegments runs of adjacent segments
+// with equal flags (decay, copy), at most 2^31 elements each — a GPT-2 layer is 8 such runs, a
+// Llama layer 2 or 3 — instead of one launch per parameter (and one more per bf16 copy).
+//
+// Clipping is fused: with coef (a device scalar, clip_coefficient's), each gradient element is
+// read as g * *coef, one f32 multiply — the bits scale_by_scalar would leave in g — and g itself
+// is not written. So the result is bitwise adamw_step after scale_by_scalar, element by element.
+//
+// The bf16 copy is fused: a segment with `copy` also writes from_f32<bf16>(p) of each updated
+// element into `copies`, the bf16 copies of the copy segments back to back in segment order —
+// the bits convert (nn_kernels.h) would write, so the stage's refresh of them may be skipped.
+struct FlatSegment {
+  std::size_t count;  // elements
+  bool decay;         // the parameter's weight decay (ParamInfo::decay)
+  bool copy = false;  // write the bf16 copy of the updated elements
+};
+
+// Runs of equal flags per launch (they travel in the kernel's arguments).
+constexpr int kMaxFlatSegments = 256;
+
+std::size_t adamw_flat_launches(const std::vector<FlatSegment>& segments);
+
+// One AdamW step (adamw_step's element formula) over a flat run, decay per segment; coef:
+// null (no clipping) or a device scalar every gradient is multiplied by as it is read; copies:
+// the copy segments' bf16 copies (null when no segment has copy).
+void adamw_flat_step(Stream& s, float* param, const float* grad, float* m, float* v,
+                     const std::vector<FlatSegment>& segments, float lr, const AdamWHyper& h, int step,
+                     const float* coef, bf16* copies = nullptr);
+
 // Elements per fixed block of the deterministic sum of squares.
 constexpr std::size_t kSumSqBlock = 2048;
 
@@ -67,6 +102,22 @@ std::size_t sumsq_partials_count(std::size_t n);
 // *acc += sum_i x[i]^2 over x (n,). partials: device workspace of sumsq_partials_count(n) floats
 // (reusable by the next call on the same stream). acc: device scalar (1,).
 void sumsq_accumulate(Stream& s, const float* x, std::size_t n, float* partials, float* acc);
+
+// The same sum over several ranges of one buffer in a few launches (the fused pass's norm
+// partials): ranges (offset, count) of x, in order, added to *acc exactly as one
+// sumsq_accumulate per range in that order would add them — every range cut into its own blocks
+// of kSumSqBlock elements (double sums, each rounded to f32), the block sums of a range added in
+// block order in double, and *acc = f32(*acc + that sum), range after range — so the result is
+// bitwise the per-tensor loop's. Per launch of kMaxFlatSegments ranges (spanning under 2^31
+// elements): one launch computing every block sum, one adding them in that fixed order.
+// partials: device workspace of sumsq_flat_partials_count(ranges) floats.
+struct FlatRange {
+  std::size_t offset, count;  // elements
+};
+std::size_t sumsq_flat_launches(const std::vector<FlatRange>& ranges);  // launches of both kinds
+std::size_t sumsq_flat_partials_count(const std::vector<FlatRange>& ranges);
+void sumsq_flat_accumulate(Stream& s, const float* x, const std::vector<FlatRange>& ranges, float* partials,
+                           float* acc);
 
 // From a (globally reduced) sum of squares, as torch.nn.utils.clip_grad_norm_:
 //   *norm = sqrt(*sumsq);  *coef = min(1, max_norm / (*norm + 1e-6)).

@@ -624,6 +624,40 @@ TEST_P(KernelParity, GradientClipping) {
   expect_match("g2 scaled", g2, Tolerance::exact());
 }
 
+// The fused pass (adamw_flat_step, sumsq_flat_accumulate): exact. Both files' arithmetic is
+// compiled without contraction (nvcc --fmad=false, IEEE divide and sqrt), the norm's sums are
+// double adds in a fixed order, and the clip is one f32 multiply per gradient element.
+TEST_P(KernelParity, FusedClippedAdamW) {
+  std::vector<stp::FlatSegment> segs;
+  std::vector<stp::FlatRange> ranges;
+  std::size_t n = 0;
+  for (std::size_t k = 0; k < 300; ++k) {  // more runs of equal decay than one launch holds
+    segs.push_back(stp::FlatSegment{k % 50 == 0 ? 3 * stp::kSumSqBlock + k : 1 + (k * 37) % 97, k % 3 != 1});
+    if (k % 5 != 2) ranges.push_back(stp::FlatRange{n, segs.back().count});  // some not counted
+    n += segs.back().count;
+  }
+  stp::AdamWHyper h{0.9f, 0.95f, 1e-8f, 0.1f};
+  auto p = upload(uniform(n, -1, 1)), g = upload(uniform(n, -1, 1)), m = upload(uniform(n, -0.3f, 0.3f)),
+       v = upload(uniform(n, 0.01f, 1));
+  auto partials = upload(std::vector<float>(stp::sumsq_flat_partials_count(ranges)));
+  auto sumsq = upload(std::vector<float>{0.25f}), norm = upload(std::vector<float>{-1}),
+       coef = upload(std::vector<float>{-1});
+  run([&](Stream& s, Side at) {
+    stp::sumsq_flat_accumulate(s, at(g), ranges, at(partials), at(sumsq));
+    stp::clip_coefficient(s, at(sumsq), 1.0f, at(norm), at(coef));
+    for (int step = 1; step <= 3; ++step)
+      stp::adamw_flat_step(s, at(p), at(g), at(m), at(v), segs, 0.05f, h, step, at(coef));
+    stp::adamw_flat_step(s, at(p), at(g), at(m), at(v), segs, 0.05f, h, 4, nullptr);
+  });
+  ASSERT_LT(download(coef, 0)[0], 1.0f) << "the test must clip";
+  expect_match("sumsq", sumsq, Tolerance::exact());
+  expect_match("coef", coef, Tolerance::exact());
+  expect_match("p", p, Tolerance::exact());
+  expect_match("m", m, Tolerance::exact());
+  expect_match("v", v, Tolerance::exact());
+  expect_match("g (read, not written)", g, Tolerance::exact());
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, KernelParity, ::testing::ValuesIn(stp::testing::all_kinds()),
                          stp::testing::kind_name);
 

@@ -162,3 +162,111 @@ TEST(OptimKernels, SumOfSquaresIsDeterministicAcrossThreadCounts) {
     }
   }
 }
+
+namespace {
+
+// Parameters of many sizes and both decays, back to back: more runs of equal decay than one
+// fused launch holds, sizes across the CPU's runs of 8192 elements and the vector width.
+std::vector<FlatSegment> many_segments() {
+  std::vector<FlatSegment> out;
+  for (std::size_t k = 0; k < 2 * kMaxFlatSegments + 37; ++k)
+    out.push_back(FlatSegment{k % 5 == 0 ? 9000 + k : 1 + (k * 37) % 300, k % 2 == 0});
+  return out;
+}
+
+std::vector<float> wave(std::size_t n, float scale, float phase) {
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = scale * std::sin(0.37f * float(i) + phase);
+  return x;
+}
+
+}  // namespace
+
+// The fused pass is bitwise the per-tensor one: scale_by_scalar on each gradient, then
+// adamw_step on each parameter with its decay.
+TEST(OptimKernels, FusedClippedAdamWIsBitwiseThePerTensorSteps) {
+  const std::vector<FlatSegment> segs = many_segments();
+  std::size_t n = 0;
+  for (const FlatSegment& sg : segs) n += sg.count;
+  EXPECT_EQ(adamw_flat_launches(segs), 3u);  // > 2 * kMaxFlatSegments runs of equal decay
+  EXPECT_EQ(adamw_flat_launches({{100, true}, {5, true}, {7, false}}), 1u);
+  std::vector<FlatSegment> merged;  // equal decays merge: 2 * kMaxFlatSegments tensors, 2 runs
+  for (int k = 0; k < 2 * kMaxFlatSegments; ++k) merged.push_back({10, k < kMaxFlatSegments});
+  EXPECT_EQ(adamw_flat_launches(merged), 1u);
+  const AdamWHyper h{0.9f, 0.95f, 1e-8f, 0.1f};
+  for (bool clipped : {false, true}) {
+    Fixture fx;
+    float *p1 = fx.buffer(wave(n, 1, 0)), *g1 = fx.buffer(wave(n, 2, 1)), *m1 = fx.buffer(std::vector<float>(n)),
+          *v1 = fx.buffer(std::vector<float>(n));
+    float *p2 = fx.buffer(wave(n, 1, 0)), *g2 = fx.buffer(wave(n, 2, 1)), *m2 = fx.buffer(std::vector<float>(n)),
+          *v2 = fx.buffer(std::vector<float>(n));
+    float* coef = fx.buffer({0.3f});
+    for (int step = 1; step <= 3; ++step) {
+      adamw_flat_step(*fx.s, p1, g1, m1, v1, segs, 1e-2f, h, step, clipped ? coef : nullptr);
+      std::size_t at = 0;
+      for (const FlatSegment& sg : segs) {
+        if (clipped) scale_by_scalar(*fx.s, g2 + at, sg.count, coef);
+        adamw_step(*fx.s, p2 + at, g2 + at, m2 + at, v2 + at, sg.count, 1e-2f, h, step, sg.decay);
+        at += sg.count;
+      }
+      if (clipped) fx.s->copy(g2, g1, n * 4);  // the fused pass leaves its gradients as they were
+    }
+    // The fused bf16 copies of the copy segments: every third parameter's (a GEMM weight's).
+    std::vector<FlatSegment> with_copies = segs;
+    std::size_t copied = 0;
+    for (std::size_t k = 0; k < with_copies.size(); ++k) {
+      with_copies[k].copy = k % 3 == 0;
+      if (with_copies[k].copy) copied += with_copies[k].count;
+    }
+    float *p3 = fx.buffer(wave(n, 1, 0)), *m3 = fx.buffer(std::vector<float>(n)),
+          *v3 = fx.buffer(std::vector<float>(n));
+    std::vector<bf16> copies(copied + 1, from_f32<bf16>(7.0f));  // one past the end: not written
+    for (int step = 1; step <= 3; ++step)
+      adamw_flat_step(*fx.s, p3, g1, m3, v3, with_copies, 1e-2f, h, step, clipped ? coef : nullptr, copies.data());
+    EXPECT_EQ(adamw_flat_launches(with_copies), 3u);
+    fx.s->synchronize();
+    EXPECT_EQ(std::memcmp(p1, p3, n * 4), 0) << "clipped " << clipped;
+    std::size_t at = 0, c = 0;
+    for (const FlatSegment& sg : with_copies) {
+      for (std::size_t i = 0; sg.copy && i < sg.count; ++i, ++c)
+        ASSERT_EQ(copies[c].bits, from_f32<bf16>(p1[at + i]).bits) << "copy " << c;
+      at += sg.count;
+    }
+    EXPECT_EQ(copies[copied].bits, from_f32<bf16>(7.0f).bits);
+    EXPECT_EQ(std::memcmp(p1, p2, n * 4), 0) << "clipped " << clipped;
+    EXPECT_EQ(std::memcmp(m1, m2, n * 4), 0) << "clipped " << clipped;
+    EXPECT_EQ(std::memcmp(v1, v2, n * 4), 0) << "clipped " << clipped;
+    EXPECT_EQ(std::memcmp(g1, wave(n, 2, 1).data(), n * 4), 0);
+  }
+}
+
+// The flat sum of squares is bitwise one sumsq_accumulate per range, in range order (gaps
+// between the ranges are not read), whatever the thread count.
+TEST(OptimKernels, FlatSumOfSquaresIsBitwiseThePerRangeSums) {
+  std::vector<FlatRange> ranges;
+  std::size_t at = 0;
+  for (std::size_t k = 0; k < kMaxFlatSegments + 40; ++k) {
+    const std::size_t count = k % 7 == 0 ? 2 * kSumSqBlock + 5 * k : 1 + (k * 53) % 900;
+    ranges.push_back(FlatRange{at, count});
+    at += count + (k % 4 == 0 ? 13 : 0);  // an uncounted gradient between some ranges
+  }
+  ranges.push_back(FlatRange{at, 0});
+  const std::vector<float> x = wave(at, 3, 0.5f);
+  EXPECT_EQ(sumsq_flat_launches(ranges), 4u);  // two launches per kMaxFlatSegments ranges
+  Fixture ref;
+  float* rx = ref.buffer(x);
+  float* racc = ref.buffer({0.25f});
+  float* rpartials = ref.buffer(std::vector<float>(sumsq_partials_count(at)));
+  for (const FlatRange& r : ranges) sumsq_accumulate(*ref.s, rx + r.offset, r.count, rpartials, racc);
+  ref.s->synchronize();
+  for (int threads : {1, 2}) {
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+    Fixture fx;
+    float* dx = fx.buffer(x);
+    float* acc = fx.buffer({0.25f});
+    float* partials = fx.buffer(std::vector<float>(sumsq_flat_partials_count(ranges)));
+    sumsq_flat_accumulate(*fx.s, dx, ranges, partials, acc);
+    fx.s->synchronize();
+    EXPECT_EQ(std::memcmp(acc, racc, 4), 0) << "threads " << threads << ": " << *acc << " vs " << *racc;
+  }
+}

@@ -12,6 +12,7 @@
 
 #include "core/backend.h"
 #include "core/cpu/cpu_device.h"
+#include "core/cpu/cpu_stream.h"
 #include "core/tensor.h"
 #include "models/registry.h"
 #include "optim/distributed_optimizer.h"
@@ -177,6 +178,49 @@ TEST(RankOptimizer, AnOffloadedStepIsBitwiseTheDeviceStep) {
     EXPECT_EQ(other->exp_avg_sq, device.exp_avg_sq);
   }
   EXPECT_NE(device.exp_avg_sq, std::vector<float>(device.exp_avg_sq.size(), 0.0f));
+}
+
+// The fused pass: the compute stream's operations for the norm, the clip and the update are a
+// few per chunk, not a few per parameter. Four layers in two chunks: 2 + 12 * 2 + 2 = 28
+// parameters in two flat runs.
+TEST(RankOptimizer, AClippedUpdateTakesAFewLaunchesPerChunk) {
+  Rig rig;
+  stp::ModelSpec m;
+  m.n_layer = 4;
+  std::vector<std::unique_ptr<stp::Stage>> stages;
+  std::vector<stp::Stage*> ptrs;
+  for (int c = 0; c < 2; ++c) {
+    stp::StageSpec s;
+    s.layer_begin = 2 * c;
+    s.layer_end = 2 * c + 2;
+    s.micro_batch_size = 1;
+    stages.push_back(stp::make_stage(m, s, rig.alloc));
+    stages.back()->init_random(7, *rig.compute);
+    ptrs.push_back(stages.back().get());
+  }
+  auto opt = stp::make_rank_optimizer(rig.options({OptimizerPlacement::Device, OptimizerPlacement::Device}));
+  opt->attach(ptrs);
+  ASSERT_GE(opt->params().size(), 28u);
+  auto replica = stp::make_self_comm();
+  opt->begin_step();
+  rig.compute->synchronize();
+  auto& cpu = stp::as_cpu_stream(*rig.compute);
+  const std::uint64_t before = cpu.enqueued();
+  opt->grad_sumsq(*replica);
+  const std::uint64_t after_norm = cpu.enqueued();
+  opt->clip(1.0f);
+  const std::uint64_t after_clip = cpu.enqueued();
+  opt->step(1e-3f);
+  const std::uint64_t after_step = cpu.enqueued();
+  rig.compute->synchronize();
+  // The norm: a zero, then per chunk the block sums and their fixed-order sum (the self
+  // communicator adds nothing).
+  EXPECT_LE(after_norm - before, 1u + 2u * 2u + 1u);
+  EXPECT_EQ(after_clip - after_norm, 1u);  // the coefficient; the gradients are scaled as read
+  EXPECT_EQ(after_step - after_clip, 2u);  // one fused AdamW per chunk
+  const auto* replicated = dynamic_cast<const stp::ReplicatedOptimizer*>(opt.get());
+  ASSERT_NE(replicated, nullptr);
+  EXPECT_EQ(replicated->update_launches(), 1u + 2u * 2u + 1u + 2u);
 }
 
 }  // namespace

@@ -113,8 +113,9 @@ std::size_t max_peak(const stp::MemoryPlan& plan) {
 }
 
 // configs/tiny.yaml (stp, tp 2, pp 2, two chunks per rank), activation levers off, optimizer auto.
-// Measured peaks (`stp plan`): devices 0-1 (pp rank 0) 22,398,208 B with every optimizer on the
-// device, 20,410,624 B with both chunks on the host; devices 2-3 (pp rank 1) 22,923,776 B and
+// Measured peaks (`stp plan`): devices 0-1 (pp rank 0) 22,398,464 and 22,398,208 B with every
+// optimizer on the device, 20,410,880 and 20,410,624 B with both chunks on the host (TP rank 0's
+// norm partials count the replicated gradients too); devices 2-3 (pp rank 1) 22,923,776 B and
 // 21,331,456 B. At 22,800,000 B pp rank 1 needs its state moved: the plan puts three of the four
 // chunks on the host, a mixed placement placed with room to spare (budgets closer to the
 // all-on-host peaks fail the placement check on fragmentation and fall back to every chunk on the

@@ -16,6 +16,16 @@
 //          /usr/bin/python3 (tools/bench/bench_optimizer_torch.py); "skipped" without torch.
 //          Target: the CPU AdamW >= 3x torch's parameters per second.
 // Each column is the median over --reps with [min, max] beside it.
+//
+// Then the device optimizer step on the CPU backend (a compute stream of a CPU device), on the
+// parameter list of a GPT-2 shape (--step-layers, --step-width; vocabulary 50257, 1024
+// positions; 0 layers skips it), interleaved repeat by repeat:
+//   per-tensor  the pass before the fused one: per parameter, the sum of squares
+//               (sumsq_accumulate), then the coefficient, per parameter the clip scaling
+//               (scale_by_scalar) and adamw_step: about 4 launches per tensor;
+//   fused       the flat pass (optim_kernels.h): sumsq_flat_accumulate, the coefficient and
+//               adamw_flat_step over the flat buffers, 4 launches in all.
+// Both give the same bits; the columns are milliseconds per step and the launches per step.
 #include <sys/mman.h>
 
 #include <tbb/blocked_range.h>
@@ -32,6 +42,9 @@
 #include <vector>
 
 #include "base/error.h"
+#include "core/cpu/cpu_device.h"
+#include "core/cpu/cpu_stream.h"
+#include "core/kernels/optim_kernels.h"
 #include "optim/cpu_adamw.h"
 #include "tools/cli/cli.h"
 
@@ -172,6 +185,98 @@ int bench(const std::vector<std::size_t>& counts, int reps, const std::string& t
   return 0;
 }
 
+// The parameter sizes of a GPT-2 shape (token and position embeddings, per layer ln_1, c_attn,
+// attn.c_proj, ln_2, c_fc, mlp.c_proj with their biases, ln_f), and their decay.
+std::vector<stp::FlatSegment> gpt2_segments(int layers, std::size_t c) {
+  std::vector<stp::FlatSegment> out = {{50257 * c, true}, {1024 * c, true}};
+  for (int l = 0; l < layers; ++l)
+    for (stp::FlatSegment sg : std::vector<stp::FlatSegment>{{c, false},
+                                                             {c, false},
+                                                             {3 * c * c, true},
+                                                             {3 * c, false},
+                                                             {c * c, true},
+                                                             {c, false},
+                                                             {c, false},
+                                                             {c, false},
+                                                             {4 * c * c, true},
+                                                             {4 * c, false},
+                                                             {4 * c * c, true},
+                                                             {c, false}})
+      out.push_back(sg);
+  out.push_back({c, false});
+  out.push_back({c, false});
+  return out;
+}
+
+int bench_step(int layers, std::size_t width, int reps) {
+  if (layers <= 0) return 0;
+  auto devs = stp::make_cpu_devices(1);
+  std::unique_ptr<stp::Stream> s = devs[0]->create_stream("compute");
+  const std::vector<stp::FlatSegment> segs = gpt2_segments(layers, width);
+  std::vector<stp::FlatRange> ranges;
+  std::size_t n = 0;
+  for (const stp::FlatSegment& sg : segs) {
+    ranges.push_back({n, sg.count});
+    n += sg.count;
+  }
+  Buffer p(n), g(n), m(n), v(n), scalars(4 + stp::sumsq_flat_partials_count(ranges));
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 1 << 16), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t i = r.begin(); i < r.end(); ++i) {
+      p.data[i] = 0.02f * static_cast<float>(static_cast<int>(i % 2001) - 1000) / 1000.0f;
+      g.data[i] = 1e-3f * static_cast<float>(static_cast<int>((i * 7) % 2001) - 1000) / 1000.0f;
+    }
+  });
+  float *sumsq = scalars.data, *norm = sumsq + 1, *coef = sumsq + 2, *partials = sumsq + 4;
+  const stp::AdamWHyper h{0.9f, 0.95f, 1e-8f, 0.1f};
+  int step = 0;
+  auto per_tensor = [&] {
+    s->zero(sumsq, sizeof(float));
+    for (const stp::FlatRange& r : ranges) stp::sumsq_accumulate(*s, g.data + r.offset, r.count, partials, sumsq);
+    stp::clip_coefficient(*s, sumsq, 1e-3f, norm, coef);
+    ++step;
+    for (std::size_t k = 0; k < segs.size(); ++k) {
+      float* gk = g.data + ranges[k].offset;
+      stp::scale_by_scalar(*s, gk, segs[k].count, coef);
+      stp::adamw_step(*s, p.data + ranges[k].offset, gk, m.data + ranges[k].offset, v.data + ranges[k].offset,
+                      segs[k].count, 1e-4f, h, step, segs[k].decay);
+    }
+    s->synchronize();
+  };
+  auto fused = [&] {
+    s->zero(sumsq, sizeof(float));
+    stp::sumsq_flat_accumulate(*s, g.data, ranges, partials, sumsq);
+    stp::clip_coefficient(*s, sumsq, 1e-3f, norm, coef);
+    stp::adamw_flat_step(*s, p.data, g.data, m.data, v.data, segs, 1e-4f, h, ++step, coef);
+    s->synchronize();
+  };
+  auto& cpu = stp::as_cpu_stream(*s);
+  auto launches = [&](auto&& fn) {
+    const std::uint64_t before = cpu.enqueued();
+    fn();
+    return cpu.enqueued() - before;
+  };
+  const std::uint64_t l_tensor = launches(per_tensor), l_fused = launches(fused);  // warm-up
+  std::vector<double> t_tensor, t_fused;
+  for (int r = 0; r < reps; ++r)
+    for (int k = 0; k < 2; ++k) {  // alternate which goes first
+      const bool fused_first = r % 2 == 1;
+      auto t0 = Clock::now();
+      (k == 0) == fused_first ? fused() : per_tensor();
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      ((k == 0) == fused_first ? t_fused : t_tensor).push_back(ms);
+    }
+  const Stats a = stats(t_tensor), b = stats(t_fused);
+  std::printf("\ndevice step on the CPU backend: GPT-2 shape, %d layers, width %zu: %zu tensors, %zu parameters\n",
+              layers, width, segs.size(), n);
+  std::printf("%12s %28s %10s\n", "pass", "ms per step", "launches");
+  std::printf("%12s %10.1f [%7.1f, %7.1f] %10llu\n", "per-tensor", a.median, a.min, a.max,
+              static_cast<unsigned long long>(l_tensor));
+  std::printf("%12s %10.1f [%7.1f, %7.1f] %10llu\n", "fused", b.median, b.min, b.max,
+              static_cast<unsigned long long>(l_fused));
+  std::printf("fused / per-tensor: %.2fx the time\n", b.median / a.median);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,13 +286,19 @@ int main(int argc, char** argv) {
   int reps = 9;
   std::string torch = "tools/bench/bench_optimizer_torch.py";
   bool no_torch = false;
+  int step_layers = 12;
+  std::size_t step_width = 768;
   app.add_option("--params", counts, "parameter counts")->delimiter(',')->capture_default_str();
   app.add_option("--reps", reps, "timed repeats per count")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--torch", torch, "the torch script (run by /usr/bin/python3)")->capture_default_str();
   app.add_flag("--no-torch", no_torch, "skip the torch column");
+  app.add_option("--step-layers", step_layers, "layers of the GPT-2 shape of the device step (0: skip)")
+      ->capture_default_str();
+  app.add_option("--step-width", step_width, "width of the GPT-2 shape of the device step")->capture_default_str();
   if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
   return stp::tools::run_main(app, [&] {
     for (std::size_t n : counts) STP_CHECK(n > 0, "--params: counts must be positive");
-    return bench(counts, reps, no_torch ? std::string() : torch);
+    const int status = bench(counts, reps, no_torch ? std::string() : torch);
+    return status != 0 ? status : bench_step(step_layers, step_width, reps);
   });
 }
