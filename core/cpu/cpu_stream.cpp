@@ -80,7 +80,6 @@ void CpuStream::enqueue(std::function<void()> fn, bool always) {
     STP_ASSERT(!stopping_, "enqueue on a stream that is being destroyed");
     queue_.push_back(Task{std::move(fn), always});
     ++pending_;
-    enqueued_.fetch_add(1, std::memory_order_relaxed);
   }
   work_cv_.notify_one();
 }

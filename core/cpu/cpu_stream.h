@@ -2,7 +2,6 @@
 // CPU kernel launcher. Not for use outside core/.
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -81,9 +80,6 @@ class CpuStream final : public Stream {
   // `always`: run even after an earlier task failed (event records/waits, collectives,
   // trace markers), so other streams and ranks never wait forever on a failed stream.
   void enqueue(std::function<void()> fn, bool always);
-  // Tasks enqueued so far (kernels, copies, zeros, event records and waits): what tests count to
-  // bound the stream operations of a piece of work.
-  std::uint64_t enqueued() const { return enqueued_.load(std::memory_order_relaxed); }
 
  private:
   struct Task {
@@ -103,7 +99,6 @@ class CpuStream final : public Stream {
   std::condition_variable work_cv_, idle_cv_;
   std::deque<Task> queue_;
   std::size_t pending_ = 0;
-  std::atomic<std::uint64_t> enqueued_{0};
   bool stopping_ = false;
   std::exception_ptr error_;
   // Tracing: set before work is enqueued (set_trace); spans are opened/closed on the worker.

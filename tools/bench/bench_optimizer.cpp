@@ -249,11 +249,11 @@ int bench_step(int layers, std::size_t width, int reps) {
     stp::adamw_flat_step(*s, p.data, g.data, m.data, v.data, segs, 1e-4f, h, ++step, coef);
     s->synchronize();
   };
-  auto& cpu = stp::as_cpu_stream(*s);
+  const stp::Device& device = s->device();
   auto launches = [&](auto&& fn) {
-    const std::uint64_t before = cpu.enqueued();
+    const std::uint64_t before = device.launch_count();
     fn();
-    return cpu.enqueued() - before;
+    return device.launch_count() - before;
   };
   const std::uint64_t l_tensor = launches(per_tensor), l_fused = launches(fused);  // warm-up
   std::vector<double> t_tensor, t_fused;
