@@ -55,8 +55,8 @@ struct MemoryStats {
 //   C(M,N) = alpha * op(A) * op(B) + beta * C,  op(X) = X or X^T.
 // A is (M,K) if !trans_a else (K,M), leading dimension lda; same for B (K,N)/(N,K) and C (M,N).
 // Types: A and B are both `ab` (f32 or bf16), C is `c` (f32, or bf16 with bf16 inputs); products
-// and sums are f32 on every backend (cuBLASLt: CUBLAS_COMPUTE_32F, f32 scale type), a bf16 C is
-// rounded once from the f32 sum (docs/gpu-readiness.md, cuBLAS).
+// and sums are f32 on every backend (cuBLASLt: CUBLAS_COMPUTE_32F, f32 scale); a bf16 C with beta 0
+// is rounded once from the f32 sum (beta != 0 may round twice on CUDA: docs/gpu-readiness.md, G1).
 struct GemmArgs {
   bool trans_a = false, trans_b = false;
   int m = 0, n = 0, k = 0;
