@@ -56,7 +56,7 @@ struct MemoryStats {
 // A is (M,K) if !trans_a else (K,M), leading dimension lda; same for B (K,N)/(N,K) and C (M,N).
 // Types: A and B are both `ab` (f32 or bf16), C is `c` (f32, or bf16 with bf16 inputs); products
 // and sums are f32 on every backend (cuBLASLt: CUBLAS_COMPUTE_32F, f32 scale); a bf16 C with beta 0
-// is rounded once from the f32 sum (beta != 0 may round twice on CUDA: docs/gpu-readiness.md, G1).
+// is rounded once from the f32 sum (beta != 0 may round twice on CUDA: docs/gpu-readiness.md, cuBLAS).
 struct GemmArgs {
   bool trans_a = false, trans_b = false;
   int m = 0, n = 0, k = 0;

@@ -115,8 +115,8 @@ LtGemm::Plan LtGemm::choose(const Key& key) const {
       // Split-K reductions that keep the single rounding and a fixed order. NONE: one sequential
       // dot product per output. INPLACE, for f32 outputs only: the parts are added into the f32
       // output one after another, in an order counters in the workspace fix. For a bf16 output
-      // INPLACE and OUTPUT_TYPE would round every partial sum to bf16 (finding G1 of
-      // docs/gpu-readiness.md: a bf16 output is rounded once, from the f32 sum), and COMPUTE_TYPE
+      // INPLACE and OUTPUT_TYPE would round every partial sum to bf16, against stp's rule that a
+      // bf16 output is rounded once, from the f32 sum (docs/gpu-readiness.md, cuBLAS); COMPUTE_TYPE
       // (f32 parts reduced by a separate kernel) stays out until a GPU run shows it bitwise run
       // to run.
       const std::uint32_t schemes = key.c_type == DType::F32

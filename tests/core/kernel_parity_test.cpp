@@ -133,7 +133,7 @@ TEST_P(KernelParity, GemmBf16) {
   gemm_case<bf16, bf16>();
 }
 
-// The single-rounding rule for bf16 outputs (docs/gpu-readiness.md, finding G1) on the shape where
+// The single-rounding rule for bf16 outputs (docs/gpu-readiness.md, cuBLAS) on the shape where
 // a GPU library splits K: a 32 x 32 output (one tile) over K = 2048, whose first half of products is
 // positive and second half negative, so partial sums over runs of K are ~ 500 while C is ~ 5. A
 // split-K reduction that rounded its partial sums to bf16 (cuBLASLt's INPLACE or OUTPUT_TYPE schemes
