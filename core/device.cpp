@@ -15,6 +15,8 @@ int pci_numa_node(const std::string& pci_bus_id, const std::string& sysfs) {
   return node;
 }
 
+std::size_t gemm_workspace_bytes(DeviceKind kind) { return kind == DeviceKind::Cuda ? std::size_t{32} << 20 : 0; }
+
 const char* to_string(DeviceKind kind) {
   switch (kind) {
     case DeviceKind::Cpu: return "cpu";

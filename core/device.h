@@ -56,7 +56,8 @@ struct MemoryStats {
 //   C(M,N) = alpha * op(A) * op(B) + beta * C,  op(X) = X or X^T.
 // A is (M,K) if !trans_a else (K,M), leading dimension lda; same for B (K,N)/(N,K) and C (M,N).
 // Types: A and B are both `ab` (f32 or bf16), C is `c` (f32, or bf16 with bf16 inputs); products
-// and sums are f32 on every backend (cuBLAS: CUBLAS_COMPUTE_32F), a bf16 C is rounded once.
+// and sums are f32 on every backend (cuBLASLt: CUBLAS_COMPUTE_32F, f32 scale); a bf16 C with beta 0
+// is rounded once from the f32 sum (beta != 0 may round twice on CUDA: docs/gpu-readiness.md, cuBLAS).
 struct GemmArgs {
   bool trans_a = false, trans_b = false;
   int m = 0, n = 0, k = 0;
@@ -71,6 +72,13 @@ struct GemmArgs {
   DType ab = DType::F32;
   DType c_type = DType::F32;
 };
+
+// Bytes of GEMM workspace a compute stream of a `kind` device gets (Stream::set_gemm_workspace):
+// 32 MiB on CUDA (cuBLASLt's split-K partials and its recommended size from Hopper on; a fixed size
+// for every GPU, so a plan made on the dry-run devices counts exactly what the GPU run allocates),
+// 0 on the CPU backend, whose GEMM needs none. The trainer takes it from the rank's arena while it
+// is built, so the memory plan and the measured peak both hold it.
+std::size_t gemm_workspace_bytes(DeviceKind kind);
 
 class Event {
  public:
@@ -103,6 +111,19 @@ class Stream {
   // Async memset of device memory to zero bytes.
   virtual void zero(void* dst, std::size_t bytes) = 0;
   virtual void gemm(const GemmArgs& args) = 0;
+  // Device memory this stream's GEMMs may use as scratch, `bytes` of it at `ptr` (CUDA: cuBLASLt's
+  // workspace, which lets it pick split-K algorithms; the CPU backend uses none and ignores it). Set
+  // once, before the stream's first GEMM; the memory must outlive every GEMM enqueued on the
+  // stream. A stream without one still runs every GEMM, with algorithms that need no workspace.
+  virtual void set_gemm_workspace(void* ptr, std::size_t bytes) {
+    (void)ptr;
+    (void)bytes;
+  }
+  // Chooses, now, the algorithm of every later GEMM shaped like `shape` on this stream (CUDA: the
+  // cuBLASLt heuristic, cached per device; the first GEMM of an unprepared shape chooses it
+  // itself). Only the shape fields are read (trans, m, n, k, ld*, types) and the alignment of the
+  // pointers (a null pointer stands for the arena's 256-byte alignment). No-op on the CPU backend.
+  virtual void prepare_gemm(const GemmArgs& shape) { (void)shape; }
 
   virtual void record(Event& event) = 0;
   virtual void wait(Event& event) = 0;

@@ -25,7 +25,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 # Dense (no sparsity) peak TFLOPS per GPU from NVIDIA's data sheets: FP32 on CUDA cores (what stp's
-# f32 GEMMs use: cublasGemmEx with CUBLAS_COMPUTE_32F, no TF32) and BF16 on tensor cores (what the
+# f32 GEMMs use: cublasLtMatmul with CUBLAS_COMPUTE_32F, no TF32) and BF16 on tensor cores (what the
 # bf16 path would use). Matched by substring of the nvidia-smi name, first match wins.
 PEAKS = [
     ("H100 NVL", 60.0, 835.0),

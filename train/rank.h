@@ -36,7 +36,10 @@ struct Rank {
   std::unique_ptr<Stream> compute, tp_comm;
   std::vector<std::unique_ptr<Stream>> p2p;  // one per pipeline channel, in pp_channels' order
   std::unique_ptr<BlockArena> alloc;         // the caching device allocator, capped at memory.device_budget
-  std::unique_ptr<PinnedPool> pool;          // pinned host pool (ranks whose plan offloads)
+  // The compute stream's GEMM scratch (Stream::set_gemm_workspace, gemm_workspace_bytes of the
+  // configured backend), from alloc; none on the CPU backend.
+  std::shared_ptr<Storage> gemm_workspace;
+  std::unique_ptr<PinnedPool> pool;  // pinned host pool (ranks whose plan offloads)
   std::unique_ptr<OffloadEngine> offload;
   OffloadCounters offload_before;              // the engine's counters at the start of this step
   std::vector<std::unique_ptr<Stage>> stages;  // [local chunk]

@@ -42,6 +42,15 @@ void Trainer::Impl::build_memory(Rank& r) {
       "memory.recompute: auto; `stp plan CONFIG` shows what fits), or lower train.micro_batch_size.";
   r.alloc = std::make_unique<BlockArena>(*r.device, *r.compute, std::move(arena));
   if (trace) r.alloc->set_trace(trace.get(), r.global);  // device memory counters
+  // The compute stream's GEMM workspace, from the arena: sized by the configured backend, not by
+  // the device, so the dry run that makes the memory plan (CPU devices) counts the bytes the GPU
+  // run allocates. Only the compute stream runs GEMMs; the others get none.
+  const DeviceKind backend = config.parallel.backend == "cuda" ? DeviceKind::Cuda : DeviceKind::Cpu;
+  if (const std::size_t ws = gemm_workspace_bytes(backend)) {
+    BlockArena::CategoryScope as(*r.alloc, MemoryCategory::Buffers);
+    r.gemm_workspace = r.alloc->allocate(ws);
+    r.compute->set_gemm_workspace(r.gemm_workspace->data, ws);
+  }
   if (plan.ranks.at(static_cast<std::size_t>(r.pp_rank)).offloads()) build_offload(r);
 }
 

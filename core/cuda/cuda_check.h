@@ -1,4 +1,4 @@
-// Error checks for CUDA, cuBLAS and NCCL calls (CUDA-only translation units).
+// Error checks for CUDA, cuBLASLt and NCCL calls (CUDA-only translation units).
 // One generic macro: a failure throws naming the call, its status and message, after clearing
 // CUDA's non-sticky "last error" so later calls report their own failures. What it throws
 // depends on the status (base/error.h, docs/architecture.md "Error model"):
@@ -13,7 +13,7 @@
 //     free memory, since NCCL reports its own failed allocations that way.
 #pragma once
 
-#include <cublas_v2.h>
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -29,7 +29,7 @@ enum class Failure { Device, OutOfMemory, Bug };
 
 inline const char* status_string(cudaError_t e) { return cudaGetErrorString(e); }
 inline const char* status_string(ncclResult_t e) { return ncclGetErrorString(e); }
-inline const char* status_string(cublasStatus_t e) { return cublasGetStatusString(e); }
+inline const char* status_string(cublasStatus_t e) { return cublasLtGetStatusString(e); }
 inline bool ok(cudaError_t e) { return e == cudaSuccess; }
 inline bool ok(ncclResult_t e) { return e == ncclSuccess; }
 inline bool ok(cublasStatus_t e) { return e == CUBLAS_STATUS_SUCCESS; }
@@ -115,7 +115,7 @@ template <typename Status>
     case Failure::OutOfMemory: {
       std::string state = memory_state();
       throw OutOfMemoryError(str("out of device memory: ", what, state.empty() ? "" : "; ", state,
-                                 ". CUDA libraries (the CUDA context, cuBLAS handles, NCCL buffers) allocate "
+                                 ". CUDA libraries (the CUDA context, the cuBLASLt handle, NCCL buffers) allocate "
                                  "outside memory.device_budget: lower memory.device_budget to leave them room, "
                                  "or check nvidia-smi for other processes on this GPU"),
                              0);

@@ -6,8 +6,10 @@
 //   * copies are cudaMemcpyAsync(cudaMemcpyDefault) (unified addressing): asynchronous only
 //     between device memory and pinned host memory, which is why offload buffers come from
 //     allocate_pinned_host (cudaHostAlloc), never from pageable memory;
-//   * each stream owns its cuBLAS handle, bound to that stream once, so GEMMs are ordered with
-//     the stream's other work and streams never share cuBLAS workspace;
+//   * every GEMM is a cublasLtMatmul on the stream's cudaStream_t (one cuBLASLt handle and algorithm
+//     cache per device, core/cuda/lt_gemm.h), so GEMMs are ordered with the stream's other work; a
+//     stream's workspace is its own (set_gemm_workspace: the trainer gives the compute stream one
+//     from its arena), so streams never share one;
 //   * every call that enqueues work first makes the stream's GPU current on the calling thread
 //     (CudaStream::bind): CUDA's current device is per host thread, the trainer drives each rank
 //     from a fresh thread every step, and kernel launches, cuBLAS calls and event records on a
@@ -37,6 +39,7 @@
 
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/lt_gemm.h"
 #include "core/launch.h"
 #include "base/trace.h"
 
@@ -133,6 +136,11 @@ class CudaStream final : public Stream {
     STP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
   }
   void gemm(const GemmArgs& g) override;
+  void set_gemm_workspace(void* ptr, std::size_t bytes) override {
+    gemm_workspace_ = ptr;
+    gemm_workspace_bytes_ = ptr ? bytes : 0;
+  }
+  void prepare_gemm(const GemmArgs& shape) override;
   // Release paths too (the arena records a fence when a buffer is freed, from destructors).
   void record(Event& event) override {
     gpu::device_health().release([&] {
@@ -209,8 +217,8 @@ class CudaStream final : public Stream {
   int ordinal_;
   std::string name_;
   cudaStream_t stream_{};
-  cublasHandle_t cublas_{};
-  void* workspace_ = nullptr;  // cublasSetWorkspace: stp's own, counted and named (below)
+  void* gemm_workspace_ = nullptr;  // cuBLASLt's scratch: the caller's (set_gemm_workspace), or none
+  std::size_t gemm_workspace_bytes_ = 0;
   // Tracing: spans are timed with CUDA events against a reference event whose host time is known.
   TraceRecorder* trace_ = nullptr;
   int trace_pid_ = 0;
@@ -235,9 +243,7 @@ class CudaDevice final : public Device {
     cudaDeviceProp prop{};
     STP_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
     name_ = str("cuda:", ordinal_, " (", prop.name, ")");
-    // cuBLAS's recommended workspace: 32 MiB on Hopper and later, 4 MiB before (cuBLAS guide,
-    // cublasSetWorkspace).
-    cublas_workspace_bytes_ = prop.major >= 9 ? (32u << 20) : (4u << 20);
+    gemm_ = std::make_unique<LtGemm>(ordinal_);
     // The GPU's NUMA node (the pinned pool and the rank's host thread go there): its PCI device's numa_node in sysfs.
     // Unknown (-1) on one-node machines and where sysfs is not visible; memory/numa.h then falls back to a CPU-side
     // answer.
@@ -266,9 +272,9 @@ class CudaDevice final : public Device {
     std::lock_guard<std::mutex> lock(mu_);
     cuda::set_device(ordinal_);
     // Capacity is measured at every allocation, not only when the device was made: the CUDA
-    // context, the streams' cuBLAS handles and workspaces and NCCL's buffers are allocated in
-    // between, outside memory.device_budget (docs/gpu-readiness.md, Memory). The arena's first allocation (the whole
-    // budget, taken while the trainer is built) comes after all of them.
+    // context, the cuBLASLt handle and NCCL's buffers are allocated in between, outside memory.device_budget
+    // (docs/gpu-readiness.md, Memory). The arena's first allocation (the whole budget, taken while the trainer is
+    // built) comes after all of them.
     std::size_t free_bytes = 0, total = 0;
     STP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     device_.capacity = std::min(budget_, device_.in_use + free_bytes);
@@ -346,36 +352,7 @@ class CudaDevice final : public Device {
   std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(ordinal_, false); }
   std::unique_ptr<Event> create_timing_event() override { return std::make_unique<CudaEvent>(ordinal_, true); }
 
-  // cuBLAS workspaces (one per stream): allocated by the device, so the out-of-memory report
-  // can say what lies outside the budget, and before the arena takes the budget.
-  void* allocate_cublas_workspace(std::size_t* bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    cuda::set_device(ordinal_);
-    void* p = nullptr;
-    cudaError_t e = cudaMalloc(&p, cublas_workspace_bytes_);
-    if (e == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      std::size_t free_bytes = 0, total = 0;
-      if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) (void)cudaGetLastError();
-      throw OutOfMemoryError(
-          str(name_, ": out of device memory for a cuBLAS workspace of ", format_bytes(cublas_workspace_bytes_), " (",
-              cublas_handles_, " allocated so far); the GPU has ", format_bytes(free_bytes), " free of ",
-              format_bytes(total_bytes_), ", ", format_bytes(device_.in_use),
-              " of it stp's (memory.device_budget). Free the GPU of other processes "
-              "(nvidia-smi) or lower memory.device_budget"),
-          cublas_workspace_bytes_);
-    }
-    STP_CUDA_CHECK(e);
-    ++cublas_handles_;
-    *bytes = cublas_workspace_bytes_;
-    return p;
-  }
-  void free_cublas_workspace(void* p) {
-    std::lock_guard<std::mutex> lock(mu_);
-    cuda::set_device_quietly(ordinal_);
-    (void)cudaFree(p);
-    --cublas_handles_;
-  }
+  LtGemm& lt_gemm() { return *gemm_; }
 
  private:
   // who: "limit" (memory.device_budget is exhausted) or "GPU" (the GPU itself has no room: the
@@ -386,9 +363,7 @@ class CudaDevice final : public Device {
                            format_bytes(device_.peak));
     if (std::string(who) == "GPU")
       what += str("; the GPU has ", format_bytes(free_bytes), " free of ", format_bytes(total_bytes_),
-                  ". Outside memory.device_budget: the CUDA context, cuBLAS (", cublas_handles_, " handle(s) with ",
-                  format_bytes(cublas_handles_ * cublas_workspace_bytes_),
-                  " of workspace), NCCL's buffers and other "
+                  ". Outside memory.device_budget: the CUDA context, the cuBLASLt handle, NCCL's buffers and other "
                   "processes on this GPU (nvidia-smi). Lower memory.device_budget to at most ",
                   format_bytes(device_.in_use + free_bytes),
                   " less some room for NCCL (connections made at the "
@@ -410,10 +385,9 @@ class CudaDevice final : public Device {
   }
 
   int ordinal_;
-  std::size_t budget_;           // memory.device_budget (SIZE_MAX: none)
-  std::size_t total_bytes_ = 0;  // the GPU's memory
-  std::size_t cublas_workspace_bytes_ = 0;
-  std::size_t cublas_handles_ = 0;  // live workspaces
+  std::size_t budget_;            // memory.device_budget (SIZE_MAX: none)
+  std::size_t total_bytes_ = 0;   // the GPU's memory
+  std::unique_ptr<LtGemm> gemm_;  // every stream's GEMMs: one handle, one algorithm cache
   int numa_node_ = -1;
   std::string name_;
   mutable std::mutex mu_;
@@ -426,24 +400,6 @@ CudaStream::CudaStream(CudaDevice& device, int ordinal, std::string name)
     : device_(device), ordinal_(ordinal), name_(std::move(name)) {
   cuda::set_device(ordinal_);
   STP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  STP_CUDA_CHECK(cublasCreate(&cublas_));
-  STP_CUDA_CHECK(cublasSetStream(cublas_, stream_));  // resets the workspace: set it after
-  // stp's own workspace instead of cuBLAS's default pool: allocated now, while the trainer is
-  // built and before the arena takes the budget, and named in out-of-memory reports.
-  try {
-    // Split-K partial sums in f32, never in a bf16 output type (the CPU backend sums in f32).
-    // TF32 stays off: CUBLAS_DEFAULT_MATH with CUBLAS_COMPUTE_32F is full f32.
-    STP_CUDA_CHECK(cublasSetMathMode(
-        cublas_, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-    std::size_t ws_bytes = 0;
-    workspace_ = device_.allocate_cublas_workspace(&ws_bytes);
-    STP_CUDA_CHECK(cublasSetWorkspace(cublas_, workspace_, ws_bytes));
-  } catch (...) {  // no destructor runs for a constructor that throws
-    if (workspace_) device_.free_cublas_workspace(workspace_);
-    (void)cublasDestroy(cublas_);
-    (void)cudaStreamDestroy(stream_);
-    throw;
-  }
 }
 
 CudaStream::~CudaStream() {
@@ -456,8 +412,6 @@ CudaStream::~CudaStream() {
     (void)cudaEventDestroy(s.end);
   }
   if (reference_) (void)cudaEventDestroy(reference_);
-  (void)cublasDestroy(cublas_);
-  if (workspace_) device_.free_cublas_workspace(workspace_);
   (void)cudaStreamDestroy(stream_);
 }
 
@@ -474,16 +428,15 @@ double CudaEvent::elapsed_ms(Event& start) {
 void CudaStream::gemm(const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return;
   gpu::device_health().check_usable();
-  bind();  // a cuBLAS handle belongs to the device that was current at cublasCreate
+  bind();  // the cuBLASLt handle belongs to this stream's device
   device().count_launch();
-  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
-  cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasOperation_t tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  // f32 x f32 -> f32, bf16 x bf16 -> f32 or bf16; always f32 products and sums (core/device.h).
-  STP_ASSERT(g.ab == DType::Bf16 || g.c_type == DType::F32, "GEMM with f32 inputs writes f32");
-  auto type = [](DType t) { return t == DType::Bf16 ? CUDA_R_16BF : CUDA_R_32F; };
-  STP_CUDA_CHECK(cublasGemmEx(cublas_, tb, ta, g.n, g.m, g.k, &g.alpha, g.b, type(g.ab), g.ldb, g.a, type(g.ab), g.lda,
-                              &g.beta, g.c, type(g.c_type), g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  device_.lt_gemm().run(stream_, g, gemm_workspace_, gemm_workspace_bytes_);
+}
+
+void CudaStream::prepare_gemm(const GemmArgs& shape) {
+  gpu::device_health().check_usable();
+  bind();
+  device_.lt_gemm().prepare(shape, gemm_workspace_bytes_);
 }
 
 cudaEvent_t CudaStream::timing_event() {

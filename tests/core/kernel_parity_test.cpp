@@ -133,6 +133,34 @@ TEST_P(KernelParity, GemmBf16) {
   gemm_case<bf16, bf16>();
 }
 
+// The single-rounding rule for bf16 outputs (docs/gpu-readiness.md, cuBLAS) on the shape where
+// a GPU library splits K: a 32 x 32 output (one tile) over K = 2048, whose first half of products is
+// positive and second half negative, so partial sums over runs of K are ~ 500 while C is ~ 5. A
+// split-K reduction that rounded its partial sums to bf16 (cuBLASLt's INPLACE or OUTPUT_TYPE schemes
+// on a bf16 output) would be off by up to 2^-8 of a partial, ~ 2, per part; the bound allows the
+// summation-order bound (~ 0.6 here) plus one bf16 rounding of C (~ 0.03), so a second rounding of
+// the parts fails it while any f32 order with one final rounding passes.
+TEST_P(KernelParity, GemmBf16RoundsOnceOverLongSums) {
+  constexpr int kM = 32, kN = 32, kK = 2048;
+  stp::GemmArgs g;
+  g.m = kM, g.n = kN, g.k = kK;
+  g.lda = kK, g.ldb = kN, g.ldc = kN;
+  g.ab = stp::DType::Bf16, g.c_type = stp::DType::Bf16;
+  auto a = values<bf16>(static_cast<std::size_t>(kM) * kK, 0.5f, 1.0f);
+  auto b = values<bf16>(static_cast<std::size_t>(kK / 2) * kN, 0.5f, 1.0f);
+  auto negative = values<bf16>(static_cast<std::size_t>(kK / 2) * kN, -1.0f, -0.5f);
+  b.insert(b.end(), negative.begin(), negative.end());  // rows k >= K/2 of B are negative
+  auto c = values<bf16>(static_cast<std::size_t>(kM) * kN, -9, 9);
+  auto da = upload(a), db = upload(b), dc = upload(c);
+  run([&](Stream& s, Side at) {
+    stp::GemmArgs h = g;
+    h.a = at(da), h.b = at(db), h.c = at(dc);
+    s.gemm(h);
+  });
+  expect_match("C", dc,
+               stored_as<bf16>(per_element(gemm_bound(g, widened(a), widened(b), widened(c), accumulation_u<bf16>()))));
+}
+
 // ---- LayerNorm -------------------------------------------------------------------------------------
 
 // f32 input and statistics, output stored as T.

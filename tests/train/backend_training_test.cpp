@@ -101,14 +101,15 @@ TEST_P(BackendTraining, MatchesTheCpuBackend) {
 }
 
 // Offloading moves bytes and nothing else: the same kernels on the same inputs in the same order
-// (copies are exact, and the arena's 256-byte alignment gives cuBLAS the same alignments in both
-// runs; cuBLAS is bit-reproducible run to run on one GPU with one handle per stream,
-// docs/gpu-readiness.md section 6). So losses and parameters are bitwise equal, on CUDA too; every
-// device must have offloaded something, and its peak is the plan's prediction and no higher than
-// without offload. Lower only on the CPU backend: the planner starts each reload early enough to
-// hide its copy (lookahead = copy time / op time), and on a GPU this model's ops take microseconds
-// against a copy's tens of microseconds, so the reloads start right after the forward (measured on
-// an H200: 3.3 MiB with and without offload, docs/gpu-readiness.md, First GPU run).
+// (copies are exact, and the arena's 256-byte alignment gives cuBLASLt the same alignments, hence
+// the same cached algorithms, in both runs; it is bit-reproducible run to run on one GPU with a
+// workspace per stream, docs/gpu-readiness.md section 6). So losses and parameters are bitwise
+// equal, on CUDA too; every device must have offloaded something, and its peak is the plan's
+// prediction and no higher than without offload. Lower only on the CPU backend: the planner starts
+// each reload early enough to hide its copy (lookahead = copy time / op time), and on a GPU this
+// model's ops take microseconds against a copy's tens of microseconds, so the reloads start right
+// after the forward (measured on an H200: 3.3 MiB with and without offload, docs/gpu-readiness.md,
+// First GPU run).
 TEST_P(BackendTraining, OffloadIsBitwiseNeutral) {
   const Case& c = GetParam();
   STP_SKIP_UNLESS_USABLE(c.kind, ranks());
@@ -157,7 +158,7 @@ std::string kind_of(const ::testing::TestParamInfo<Case>& info) { return stp::to
 
 // One GPU; two (pipeline P2P over NCCL, the V's hand-over); four (TP all-reduces braided under
 // the other part's compute, NCCL groups of sends and receives). bf16 on one and on four GPUs
-// (cublasGemmEx with bf16 operands, bf16 activations through NCCL and the offload engine).
+// (cublasLtMatmul with bf16 operands, bf16 activations through NCCL and the offload engine).
 INSTANTIATE_TEST_SUITE_P(tp1_pp1_gpipe, BackendTraining, ::testing::ValuesIn(on_every_backend("gpipe", 1, 1)), kind_of);
 INSTANTIATE_TEST_SUITE_P(tp1_pp2_stp, BackendTraining, ::testing::ValuesIn(on_every_backend("stp", 1, 2)), kind_of);
 INSTANTIATE_TEST_SUITE_P(tp2_pp2_stp, BackendTraining, ::testing::ValuesIn(on_every_backend("stp", 2, 2)), kind_of);

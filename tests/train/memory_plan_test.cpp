@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "core/device.h"
 #include "tests/train/train_fixture.h"
 #include "train/memory_planning.h"
 #include "train/trainer.h"
@@ -85,6 +86,29 @@ TEST(MemoryPlanner, HostBudgetExceededIsAClearError) {
   } catch (const stp::Error& e) {
     EXPECT_NE(std::string(e.what()).find("memory.host_budget"), std::string::npos) << e.what();
   }
+}
+
+// A CUDA run gives its compute stream a GEMM workspace from the arena (cuBLASLt's); the plan, made
+// on dry-run CPU devices, counts it from the configured backend: the same plan plus exactly
+// gemm_workspace_bytes of buffers on every device, and a minimum budget that holds them. The CPU
+// backend's GEMM takes none, so its plans (and every CPU peak) are unchanged.
+TEST(MemoryPlanner, CountsTheGemmWorkspaceOfTheConfiguredBackend) {
+  ASSERT_EQ(stp::gemm_workspace_bytes(stp::DeviceKind::Cpu), 0u);
+  const std::size_t ws = stp::gemm_workspace_bytes(stp::DeviceKind::Cuda);
+  ASSERT_GT(ws, 0u);
+  const std::vector<std::string> base = {"parallel.tp=2", "parallel.pp=2", "model.n_layer=4"};
+  std::vector<std::string> on_cuda = base;
+  on_cuda.push_back("parallel.backend=cuda");
+  const stp::MemoryPlan cpu = stp::make_memory_plan(tiny_config(base));
+  const stp::MemoryPlan cuda = stp::make_memory_plan(tiny_config(on_cuda));
+  ASSERT_EQ(cpu.predicted.size(), cuda.predicted.size());
+  const auto buffers = static_cast<std::size_t>(stp::MemoryCategory::Buffers);
+  for (std::size_t g = 0; g < cpu.predicted.size(); ++g) {
+    SCOPED_TRACE(g);
+    EXPECT_EQ(cuda.predicted[g].peak_device_bytes, cpu.predicted[g].peak_device_bytes + ws);
+    EXPECT_EQ(cuda.predicted[g].peak_by_category[buffers], cpu.predicted[g].peak_by_category[buffers] + ws);
+  }
+  EXPECT_GE(cuda.min_device_budget, cpu.min_device_budget + ws);
 }
 
 // After the first step the allocators never go back to the backend: no new segments, and the

@@ -1,0 +1,180 @@
+// LtGemm (core/cuda/lt_gemm.h). Row-major GemmArgs become cuBLASLt's column-major problem as in
+// cublasGemmEx before: row-major C = op(A) op(B) is column-major Cᵀ = op(B)ᵀ op(A)ᵀ, so cuBLASLt's
+// A is stp's B, its B is stp's A, and m and n swap; leading dimensions stay.
+#include "core/cuda/lt_gemm.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "core/cuda/cuda_check.h"
+#include "core/launch.h"
+
+namespace stp {
+
+namespace {
+
+cudaDataType_t cuda_type(DType t) { return t == DType::Bf16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+// The largest power of two (up to 256, cuBLASLt's default assumption) dividing the address; a null
+// pointer (a shape prepared without buffers) stands for the arena's 256-byte alignment.
+std::uint32_t alignment(const void* p) {
+  auto a = reinterpret_cast<std::uintptr_t>(p);
+  if (a == 0) return 256;
+  return static_cast<std::uint32_t>(std::min<std::uintptr_t>(a & (~a + 1), 256));
+}
+
+template <typename T>
+void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& value) {
+  STP_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &value, sizeof value));
+}
+template <typename T>
+void set(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr, const T& value) {
+  STP_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(p, attr, &value, sizeof value));
+}
+
+// C = beta·C over an (m, n) row-major C: a GEMM with k == 0, which cuBLASLt's layouts cannot
+// describe (cublasGemmEx computed it). beta == 0 writes zeros without reading C, as BLAS does.
+template <typename T>
+__global__ void scale_rows(T* c, int m, int n, int ldc, float beta) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < static_cast<long long>(m) * n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    T& v = c[(i / n) * ldc + i % n];
+    v = from_f32<T>(beta == 0.0f ? 0.0f : beta * to_f32(v));
+  }
+}
+
+void scale_c(cudaStream_t stream, const GemmArgs& g) {
+  const long long count = static_cast<long long>(g.m) * g.n;
+  const int blocks = static_cast<int>(std::min<long long>((count + 255) / 256, 4096));
+  cuda_check_before_launch("scale_rows");
+  if (g.c_type == DType::Bf16) scale_rows<<<blocks, 256, 0, stream>>>(static_cast<bf16*>(g.c), g.m, g.n, g.ldc, g.beta);
+  else scale_rows<<<blocks, 256, 0, stream>>>(static_cast<float*>(g.c), g.m, g.n, g.ldc, g.beta);
+  cuda_check_launch("scale_rows");
+}
+
+}  // namespace
+
+LtGemm::LtGemm(int ordinal) : ordinal_(ordinal) { STP_CUDA_CHECK(cublasLtCreate(&handle_)); }
+
+LtGemm::~LtGemm() {
+  for (auto& [key, p] : plans_) destroy(p);
+  (void)cublasLtDestroy(handle_);
+}
+
+void LtGemm::destroy(Plan& p) {
+  if (p.a) (void)cublasLtMatrixLayoutDestroy(p.a);
+  if (p.b) (void)cublasLtMatrixLayoutDestroy(p.b);
+  if (p.c) (void)cublasLtMatrixLayoutDestroy(p.c);
+  if (p.desc) (void)cublasLtMatmulDescDestroy(p.desc);
+  p = Plan{};
+}
+
+LtGemm::Key LtGemm::key_of(const GemmArgs& g, std::size_t workspace_bytes) {
+  // f32 x f32 -> f32, bf16 x bf16 -> f32 or bf16; always f32 products and sums (core/device.h).
+  STP_ASSERT(g.ab == DType::Bf16 || g.c_type == DType::F32, "GEMM with f32 inputs writes f32");
+  return Key{g.trans_a,
+             g.trans_b,
+             g.m,
+             g.n,
+             g.k,
+             g.lda,
+             g.ldb,
+             g.ldc,
+             g.ab,
+             g.c_type,
+             alignment(g.a),
+             alignment(g.b),
+             alignment(g.c),
+             workspace_bytes};
+}
+
+LtGemm::Plan LtGemm::choose(const Key& key) const {
+  Plan p;
+  try {
+    // CUBLAS_COMPUTE_32F (not ..._FAST_TF32 or ..._FAST_16BF): f32 products and sums, as the CPU
+    // backend's sgemm; scale type f32, so alpha and beta are f32 for bf16 outputs too.
+    STP_CUDA_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is stp's B
+    cublasOperation_t tb = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    set(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, ta);
+    set(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, tb);
+    // Stored (not transposed) shapes, column-major: A' = op⁻¹ of an (n, k) matrix, B' of a (k, m).
+    const cudaDataType_t ab = cuda_type(key.ab);
+    STP_CUDA_CHECK(
+        cublasLtMatrixLayoutCreate(&p.a, ab, key.trans_b ? key.k : key.n, key.trans_b ? key.n : key.k, key.ldb));
+    STP_CUDA_CHECK(
+        cublasLtMatrixLayoutCreate(&p.b, ab, key.trans_a ? key.m : key.k, key.trans_a ? key.k : key.m, key.lda));
+    STP_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p.c, cuda_type(key.c_type), key.n, key.m, key.ldc));
+
+    cublasLtMatmulPreference_t pref{};
+    STP_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    cublasStatus_t status = [&] {
+      set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<std::uint64_t>(key.workspace_bytes));
+      // Split-K reductions that keep the single rounding and a fixed order. NONE: one sequential
+      // dot product per output. INPLACE, for f32 outputs only: the parts are added into the f32
+      // output one after another, in an order counters in the workspace fix. For a bf16 output
+      // INPLACE and OUTPUT_TYPE would round every partial sum to bf16, against stp's rule that a
+      // bf16 output is rounded once, from the f32 sum (docs/gpu-readiness.md, cuBLAS); COMPUTE_TYPE
+      // (f32 parts reduced by a separate kernel) stays out until a GPU run shows it bitwise run
+      // to run.
+      const std::uint32_t schemes = key.c_type == DType::F32
+                                        ? CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_INPLACE
+                                        : CUBLASLT_REDUCTION_SCHEME_NONE;
+      set(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, schemes);
+      set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);
+      set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
+      set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
+      set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
+      return cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    }();
+    (void)cublasLtMatmulPreferenceDestroy(pref);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0))
+      throw InternalError(str("cuBLASLt has no algorithm for the GEMM m ", key.m, " n ", key.n, " k ", key.k, " lda ",
+                              key.lda, " ldb ", key.ldb, " ldc ", key.ldc, " trans ", key.trans_a, key.trans_b, " (",
+                              to_string(key.ab), " -> ", to_string(key.c_type), ") on GPU ", ordinal_,
+                              " with alignments ", key.align_a, "/", key.align_b, "/", key.align_c, " bytes and ",
+                              key.workspace_bytes, " bytes of workspace"));
+    STP_CUDA_CHECK(status);
+    p.algo = result.algo;
+    p.workspace_bytes = result.workspaceSize;
+  } catch (...) {
+    destroy(p);
+    throw;
+  }
+  return p;
+}
+
+const LtGemm::Plan& LtGemm::plan(const Key& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  return plans_.emplace(key, choose(key)).first->second;
+}
+
+void LtGemm::prepare(const GemmArgs& g, std::size_t workspace_bytes) {
+  if (g.m == 0 || g.n == 0 || g.k == 0) return;
+  (void)plan(key_of(g, workspace_bytes));
+}
+
+std::size_t LtGemm::cached_shapes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return plans_.size();
+}
+
+void LtGemm::run(cudaStream_t stream, const GemmArgs& g, void* workspace, std::size_t workspace_bytes) {
+  if (g.m == 0 || g.n == 0) return;
+  if (g.k == 0) {
+    (void)key_of(g, workspace_bytes);  // the type check
+    scale_c(stream, g);
+    return;
+  }
+  const Plan& p = plan(key_of(g, workspace_bytes));
+  STP_ASSERT(p.workspace_bytes <= workspace_bytes, "cuBLASLt algorithm needs ", p.workspace_bytes,
+             " bytes of workspace, the stream has ", workspace_bytes);
+  STP_CUDA_CHECK(cublasLtMatmul(handle_, p.desc, &g.alpha, g.b, p.a, g.a, p.b, &g.beta, g.c, p.c, g.c, p.c, &p.algo,
+                                workspace, workspace_bytes, stream));
+}
+
+}  // namespace stp
