@@ -49,6 +49,15 @@ struct Generator::Impl {
   std::unique_ptr<Stream> compute;
   std::unique_ptr<DeviceAllocator> alloc;
   std::unique_ptr<Stage> stage;
+  // Work still queued on the stream (sample() leaving by an error right after it enqueued a
+  // zeroing of the records) must finish before the stage frees what it writes into.
+  ~Impl() {
+    if (!compute) return;
+    try {
+      compute->synchronize();
+    } catch (...) {  // a destructor cannot throw; the caller sees the error that ended sample()
+    }
+  }
 };
 
 Generator::Generator(const std::string& dir) : impl_(std::make_unique<Impl>()) {
