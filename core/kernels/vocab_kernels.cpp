@@ -1,6 +1,7 @@
 // Vocab-parallel kernels (contract in vocab_kernels.h). Each functor does one row (or one
-// vocabulary entry), or one segment of it where its elements are independent; reductions loop in
-// index order inside that one index.
+// vocabulary entry), one segment of it where its elements are independent, or its lane's share of
+// a row through the row-reduction shape (core/launch_shape.h: RowReduce, in the canonical row order
+// of core/reduce_order.h).
 #include "core/kernels/vocab_kernels.h"
 
 #include <cmath>
@@ -93,7 +94,12 @@ struct VocabCeMax {
   float* max;
   const T* logits;
   i64 Vs, Vl;
-  STP_HD void operator()(usize n) const { max[n] = softmax_rows::row_max(logits + n * Vs, Vl); }
+  RowReduce rows;
+  STP_HD void operator()(usize task) const {
+    const RowReduce::Part p = rows.part(task);
+    const float m = softmax_rows::row_max(rows, p, logits + p.row * Vs, Vl);
+    if (rows.leader(p)) max[p.row] = m;
+  }
 };
 
 template <typename T>
@@ -103,14 +109,21 @@ struct VocabCePartials {
   const float* max;
   const std::int32_t* targets;
   i64 N, Vs, Vl, v0;
-  STP_HD void operator()(usize n) const {
+  RowReduce rows;
+  STP_HD void operator()(usize task) const {
+    const RowReduce::Part p = rows.part(task);
+    const i64 n = p.row;
     const T* l = logits + n * Vs;
     const i64 t = static_cast<i64>(targets[n]) - v0;
-    partials[n] = softmax_rows::row_sum_exp(l, Vl, max[n]);
-    partials[N + static_cast<i64>(n)] = t >= 0 && t < Vl ? to_f32(l[t]) : 0.0f;
+    const float sum = softmax_rows::row_sum_exp(rows, p, l, Vl, max[n]);
+    if (rows.leader(p)) {
+      partials[n] = sum;
+      partials[N + n] = t >= 0 && t < Vl ? to_f32(l[t]) : 0.0f;
+    }
   }
 };
 
+// The rows' lse and losses, and their mean: one row of N, the mean in the canonical row order.
 struct VocabCeFinish {
   float* loss;
   float* losses;
@@ -118,15 +131,16 @@ struct VocabCeFinish {
   const float* max;
   const float* partials;
   i64 N;
-  STP_HD void operator()(usize) const {
-    float acc = 0.0f;
-    for (i64 n = 0; n < N; ++n) {
+  RowReduce rows;  // one row
+  STP_HD void operator()(usize task) const {
+    const RowReduce::Part p = rows.part(task);
+    const float acc = rows.sum(p, N, [&](i64 n) {
       const float z = max[n] + logf(partials[n]);
       lse[n] = z;
       losses[n] = z - partials[N + n];
-      acc += losses[n];
-    }
-    loss[0] = acc / static_cast<float>(N);
+      return losses[n];
+    });
+    if (rows.leader(p)) loss[0] = acc / static_cast<float>(N);
   }
 };
 
@@ -178,18 +192,21 @@ void vocab_embedding_backward_accumulate(Stream& s, float* dwte_shard, float* dw
 
 template <typename T>
 void vocab_ce_max(Stream& s, float* max, const T* logits, i64 N, i64 Vs, i64 Vl) {
-  launch(s, static_cast<usize>(N), VocabCeMax<T>{max, logits, Vs, Vl}, row_grain(Vs));
+  const RowReduce rows = row_reduce(s, N);
+  launch(s, rows, VocabCeMax<T>{max, logits, Vs, Vl, rows}, row_grain(Vs));
 }
 
 template <typename T>
 void vocab_ce_partials(Stream& s, float* partials, const T* logits, const float* max, const std::int32_t* targets,
                        i64 N, i64 Vs, i64 Vl, i64 v0) {
-  launch(s, static_cast<usize>(N), VocabCePartials<T>{partials, logits, max, targets, N, Vs, Vl, v0}, row_grain(Vs));
+  const RowReduce rows = row_reduce(s, N);
+  launch(s, rows, VocabCePartials<T>{partials, logits, max, targets, N, Vs, Vl, v0, rows}, row_grain(Vs));
 }
 
 void vocab_ce_finish(Stream& s, float* loss, float* losses, float* lse, const float* max, const float* partials,
                      i64 N) {
-  launch(s, 1, VocabCeFinish{loss, losses, lse, max, partials, N}, 1);
+  const RowReduce one = row_reduce(s, 1);
+  launch(s, one, VocabCeFinish{loss, losses, lse, max, partials, N, one}, 1);
 }
 
 template <typename T>
