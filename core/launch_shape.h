@@ -251,8 +251,8 @@ struct ColumnSlices {
   template <int K, typename Term, typename Store>
   STP_HD void reduce(std::size_t task, Term&& term, Store&& store) const {
     static_assert(K >= 1 && K <= kMaxTerms, "ColumnSlices: 1 to kMaxTerms sums per column");
-    constexpr int kSlices = reduce_order::kPartials;
 #if defined(__CUDA_ARCH__)
+    constexpr int kSlices = reduce_order::kPartials;
     __shared__ float partial[kSlices][kGpuWidth][kMaxTerms];
     constexpr int kWarps = static_cast<int>(kGpuBlockThreads / kGpuWidth);
     const auto t = static_cast<std::int64_t>(task);
@@ -283,28 +283,40 @@ struct ColumnSlices {
 #else
     const std::int64_t c0 = static_cast<std::int64_t>(task) * kCpuWidth;
     const std::int64_t w = columns - c0 < kCpuWidth ? columns - c0 : kCpuWidth;
-    float partial[kSlices][kCpuWidth][K];
+    if (w == kCpuWidth) host_block<K, kCpuWidth>(c0, w, term, store);
+    else host_block<K, 0>(c0, w, term, store);
+#endif
+  }
+
+ private:
+  // A CPU task's block of w columns from c0: the rows once, slice by slice, then the tree per
+  // column. W > 0: w == W, a trip count the compiler knows (the full blocks), so it vectorises
+  // across the columns.
+  template <int K, std::int64_t W, typename Term, typename Store>
+  STP_HD void host_block(std::int64_t c0, std::int64_t w, Term& term, Store& store) const {
+    constexpr int kSlices = reduce_order::kPartials;
+    const std::int64_t width = W > 0 ? W : w;
+    float partial[K][kSlices][kCpuWidth];
     for (int s = 0; s < kSlices; ++s) {
-      float acc[kCpuWidth][K] = {};
+      float acc[K][kCpuWidth] = {};
       for (std::int64_t n = reduce_order::slice_begin(s, height); n < reduce_order::slice_begin(s + 1, height); ++n)
-        for (std::int64_t k = 0; k < w; ++k) {
+        for (std::int64_t k = 0; k < width; ++k) {
           float v[K];
           term(n, c0 + k, v);
-          for (int q = 0; q < K; ++q) acc[k][q] += v[q];
+          for (int q = 0; q < K; ++q) acc[q][k] += v[q];
         }
-      for (std::int64_t k = 0; k < w; ++k)
-        for (int q = 0; q < K; ++q) partial[s][k][q] = acc[k][q];
+      for (int q = 0; q < K; ++q)
+        for (std::int64_t k = 0; k < width; ++k) partial[q][s][k] = acc[q][k];
     }
-    for (std::int64_t k = 0; k < w; ++k) {
+    for (std::int64_t k = 0; k < width; ++k) {
       float total[K];
       for (int q = 0; q < K; ++q) {
         float p[kSlices];
-        for (int s = 0; s < kSlices; ++s) p[s] = partial[s][k][q];
+        for (int s = 0; s < kSlices; ++s) p[s] = partial[q][s][k];
         total[q] = reduce_order::tree32(p);
       }
       store(c0 + k, total);
     }
-#endif
   }
 };
 
