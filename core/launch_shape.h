@@ -54,7 +54,7 @@
 // Extending. A shape's layout on each backend is decided here, in its factory, its launch() and
 // (for the reduction shapes) its reduction members, and nowhere else; the call sites, which only
 // name the shape, stay as they are. A GPU layout may change only within its shape's canonical
-// order (a block per row, more warps per column group), never the order itself. A new
+// order (more warps per column group, up to one per slice), never the order itself. A new
 // iteration is a new shape here, with its layout on every backend and a case in
 // tests/core/launch_shape_kernels.cpp.
 #pragma once
