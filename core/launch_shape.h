@@ -17,6 +17,9 @@
 //       and norm-weight gradients); the functor calls reduce<K>(task, term, store)
 //   row_tiles<CpuRows>(s, body) -> RowTile: rows worked on in tiles of a compile-time height (the
 //       fused attention); body launches its functors for the tile height it is handed
+//   stable_buckets(s, rows, buckets) -> StableBuckets: rows listed stably by an integer bucket (the
+//       embedding gradient's token buckets); not walked by a functor of the kernel's but run whole
+//       by bucket_rows(s, shape, key, offsets, order), with the kernel's bucket key
 //
 // What one task covers on each backend:
 //
@@ -30,6 +33,9 @@
 //                                                              warp w = slices w, w + 8, ...; shared
 //                                                              memory, then tree32 in warp 0
 //   RowTile        CpuRows rows (or the kernel's host form)    one row per thread
+//   StableBuckets  one task: a stable counting sort over the   a warp per row counting the rows
+//                  rows and the buckets                        before it (RowReduce), then a binary
+//                                                              search per bucket for its start
 //
 // The reduction shapes have one canonical summation order each, whatever the backend, the thread
 // count or the grain (core/reduce_order.h spells it out; tests/core/launch_shape_kernels.cpp checks
@@ -338,6 +344,116 @@ concept LaunchShape = requires(const S& shape) {
 template <LaunchShape S, typename F>
 void launch(Stream& stream, const S& shape, F f, std::size_t grain) {
   launch(stream, shape.tasks(), f, grain);
+}
+
+// ---- Stable buckets -------------------------------------------------------------------------------
+
+// `rows` rows, each in one of `buckets` buckets or in none, listed stably by bucket (the embedding
+// gradient's token buckets). key.bucket(n), an STP_HD member returning std::int64_t in
+// [0, buckets], is row n's bucket (buckets itself: none). bucket_rows(s, shape, key, offsets, order)
+// writes
+//   order[0, rows)        the rows by (bucket, row): each bucket's rows in ascending order, then the
+//                         rows of no bucket in ascending order;
+//   offsets[0, buckets]   offsets[k] = where bucket k starts in order, the number of rows whose
+//                         bucket is below k (offsets[buckets]: the rows in some bucket).
+// Both are integers fixed by the keys alone, so they are the same whatever the layout:
+//   CPU stream: one task, a stable counting sort: one pass over the rows, one over the buckets,
+//       one more over the rows (O(rows + buckets));
+//   CUDA stream: row n's place in order is a row reduction (RowReduce, one warp per row) counting
+//       the rows before it by (bucket, row) (0/1 terms, so the f32 sum is the exact count below
+//       kMaxRows rows), then every bucket's start is a binary search of order, one task per
+//       bucket: rows^2 comparisons, but no thread walks the rows or the buckets alone.
+struct StableBuckets {
+  static constexpr std::int64_t kMaxRows = std::int64_t{1} << 24;
+  std::int64_t rows = 0, buckets = 0;
+  bool gpu = false;  // the CUDA layout
+  RowReduce ranks;   // the CUDA layout's rank rows, one per row
+};
+
+inline StableBuckets stable_buckets(Stream& s, std::int64_t rows, std::int64_t buckets) {
+  STP_ASSERT(rows >= 0 && rows < StableBuckets::kMaxRows && buckets >= 0 && buckets < (std::int64_t{1} << 31),
+             "stable_buckets: rows ", rows, ", buckets ", buckets);
+  return {rows, buckets, !launch_detail::host_tasks(s), row_reduce(s, rows)};
+}
+
+namespace launch_detail {
+
+// The CPU layout: the stable counting sort, in one task.
+template <typename Key>
+struct BucketCountingSort {
+  Key key;
+  std::int32_t* offsets;
+  std::int32_t* order;
+  std::int64_t rows, buckets;
+  STP_HD void operator()(std::size_t) const {
+    for (std::int64_t k = 0; k <= buckets; ++k) offsets[k] = 0;
+    for (std::int64_t n = 0; n < rows; ++n) {
+      const std::int64_t k = key.bucket(n);
+      if (k < buckets) ++offsets[k + 1];
+    }
+    for (std::int64_t k = 0; k < buckets; ++k) offsets[k + 1] += offsets[k];
+    std::int32_t none = offsets[buckets];  // offsets[k]: the next place in bucket k
+    for (std::int64_t n = 0; n < rows; ++n) {
+      const std::int64_t k = key.bucket(n);
+      order[k < buckets ? offsets[k]++ : none++] = static_cast<std::int32_t>(n);
+    }
+    for (std::int64_t k = buckets; k > 0; --k) offsets[k] = offsets[k - 1];  // ends back to starts
+    offsets[0] = 0;
+  }
+};
+
+// The CUDA layout, first launch: row n's place is the number of rows before it by (bucket, row).
+template <typename Key>
+struct BucketRanks {
+  Key key;
+  std::int32_t* order;
+  std::int64_t rows;
+  RowReduce rr;
+  STP_HD void operator()(std::size_t task) const {
+    const RowReduce::Part p = rr.part(task);
+    const std::int64_t n = p.row, kn = key.bucket(n);
+    const float before = rr.sum(p, rows, [&](std::int64_t m) {
+      const std::int64_t km = key.bucket(m);
+      return km < kn || (km == kn && m < n) ? 1.0f : 0.0f;
+    });
+    if (rr.leader(p)) order[static_cast<std::int64_t>(before)] = static_cast<std::int32_t>(n);
+  }
+};
+
+// The CUDA layout, second launch: offsets[k] = the rows whose bucket is below k, by a binary search
+// of order (sorted by bucket), one task per k in [0, buckets].
+template <typename Key>
+struct BucketStarts {
+  Key key;
+  std::int32_t* offsets;
+  const std::int32_t* order;
+  std::int64_t rows;
+  STP_HD void operator()(std::size_t k) const {
+    std::int64_t lo = 0, hi = rows;
+    while (lo < hi) {
+      const std::int64_t mid = lo + (hi - lo) / 2;
+      if (key.bucket(order[mid]) < static_cast<std::int64_t>(k)) lo = mid + 1;
+      else hi = mid;
+    }
+    offsets[k] = static_cast<std::int32_t>(lo);
+  }
+};
+
+}  // namespace launch_detail
+
+// Fills offsets (buckets + 1 of them) and order (rows) as StableBuckets says, in stream order.
+template <typename Key>
+void bucket_rows(Stream& s, const StableBuckets& shape, Key key, std::int32_t* offsets, std::int32_t* order) {
+  if (!shape.gpu) {
+    launch(s, 1, launch_detail::BucketCountingSort<Key>{key, offsets, order, shape.rows, shape.buckets}, 1);
+    return;
+  }
+  // ~16K comparisons per CPU chunk where this layout runs on a CPU stream (a test).
+  const std::int64_t per_chunk = shape.rows >= 16384 ? 1 : 16384 / (shape.rows > 0 ? shape.rows : 1);
+  launch(s, shape.ranks, launch_detail::BucketRanks<Key>{key, order, shape.rows, shape.ranks},
+         static_cast<std::size_t>(per_chunk));
+  launch(s, static_cast<std::size_t>(shape.buckets + 1),
+         launch_detail::BucketStarts<Key>{key, offsets, order, shape.rows}, 4096);
 }
 
 // ---- Row tiles ------------------------------------------------------------------------------------

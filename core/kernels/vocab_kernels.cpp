@@ -34,49 +34,15 @@ struct VocabEmbeddingForward {
   }
 };
 
-// The token buckets: row n's bucket key is its token's entry in this shard, or Vs for a token of
-// another shard (those sort after every bucket and are never read). rows lists the BT rows by
-// (key, n), so each bucket holds its rows in ascending order; offsets[v] (Vs + 1 of them) is where
-// bucket v starts. (The replicated table is the shard v0 = 0, Vs = V.)
-STP_HD inline i64 bucket_key(const std::int32_t* tokens, i64 n, i64 v0, i64 Vs) {
-  const i64 r = static_cast<i64>(tokens[n]) - v0;
-  return r >= 0 && r < Vs ? r : Vs;
-}
-
-// Row n's place in rows: how many rows come before it by (key, index), counted by a row reduction
-// over the BT rows (one warp per row on a GPU). The terms are 0 and 1 and BT < 2^24, so the f32 sum
-// is the exact count in any order.
-struct VocabTokenRanks {
-  std::int32_t* rows;
+// The token buckets (core/launch_shape.h: StableBuckets): row n's bucket is its token's entry in
+// this shard, or Vs for a token of another shard (those sort after every bucket and are never
+// read). (The replicated table is the shard v0 = 0, Vs = V.)
+struct VocabBucketKey {
   const std::int32_t* tokens;
-  i64 v0, Vs, BT;
-  RowReduce rr;
-  STP_HD void operator()(usize task) const {
-    const RowReduce::Part p = rr.part(task);
-    const i64 n = p.row, kn = bucket_key(tokens, n, v0, Vs);
-    const float before = rr.sum(p, BT, [&](i64 m) {
-      const i64 km = bucket_key(tokens, m, v0, Vs);
-      return km < kn || (km == kn && m < n) ? 1.0f : 0.0f;
-    });
-    if (rr.leader(p)) rows[static_cast<i64>(before)] = static_cast<std::int32_t>(n);
-  }
-};
-
-// offsets[v] = the number of rows whose key is below v: a binary search of the sorted keys, one
-// task per entry v in [0, Vs].
-struct VocabTokenOffsets {
-  std::int32_t* offsets;
-  const std::int32_t* rows;
-  const std::int32_t* tokens;
-  i64 v0, Vs, BT;
-  STP_HD void operator()(usize v) const {
-    i64 lo = 0, hi = BT;
-    while (lo < hi) {
-      const i64 mid = lo + (hi - lo) / 2;
-      if (bucket_key(tokens, rows[mid], v0, Vs) < static_cast<i64>(v)) lo = mid + 1;
-      else hi = mid;
-    }
-    offsets[v] = static_cast<std::int32_t>(lo);
+  i64 v0, Vs;
+  STP_HD i64 bucket(i64 n) const {
+    const i64 r = static_cast<i64>(tokens[n]) - v0;
+    return r >= 0 && r < Vs ? r : Vs;
   }
 };
 
@@ -205,11 +171,7 @@ void vocab_embedding_backward_accumulate(Stream& s, float* dwte_shard, float* dw
                                          i64 v0, i64 Vs) {
   std::int32_t* offsets = workspace;
   std::int32_t* rows = workspace + Vs + 1;
-  const i64 BT = B * T;
-  STP_ASSERT(BT < (i64{1} << 24), "vocab_embedding_backward_accumulate: ", BT, " rows, the ranks count to 2^24");
-  const RowReduce rr = row_reduce(s, BT);
-  launch(s, rr, VocabTokenRanks{rows, tokens, v0, Vs, BT, rr}, row_grain(3 * BT));
-  launch(s, static_cast<usize>(Vs + 1), VocabTokenOffsets{offsets, rows, tokens, v0, Vs, BT}, 4096);
+  bucket_rows(s, stable_buckets(s, B * T, Vs), VocabBucketKey{tokens, v0, Vs}, offsets, rows);
   // Most vocabulary entries are absent from a batch and cost one comparison each.
   const RowSegments seg = row_wise(s, Vs, C);
   launch(s, seg, VocabEmbeddingBackwardWte{dwte_shard, dout, offsets, rows, seg}, 256);

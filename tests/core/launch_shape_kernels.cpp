@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <tbb/global_control.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -350,6 +351,76 @@ TEST_P(LaunchShape, RowTilesHandTheBodyOneTileOfCpuRowsOnACpuStreamAndOneRowOnAG
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(rows, GetParam() == DeviceKind::Cpu ? 8 : 1);
   EXPECT_EQ(host, GetParam() == DeviceKind::Cpu);
+}
+
+// A row's bucket as the embedding gradient keys it: its token's entry in the shard [v0, v0 + buckets),
+// or buckets (none) for a token of another shard.
+struct ShardBucket {
+  const std::int32_t* tokens;
+  i64 v0, buckets;
+  STP_HD i64 bucket(i64 n) const {
+    const i64 r = static_cast<i64>(tokens[n]) - v0;
+    return r >= 0 && r < buckets ? r : buckets;
+  }
+};
+
+// Both layouts of StableBuckets (the CPU's counting sort and the GPU's rank rows and binary search,
+// each run on this stream whatever its backend) and the factory's give the buckets of a stable sort
+// by bucket, integer for integer.
+TEST_P(LaunchShape, StableBucketsAreAStableSortByBucketInEitherLayout) {
+  STP_DEVICES_OR_SKIP(devs, GetParam(), 1);
+  auto& d = *devs[0];
+  struct Case {
+    const char* what;
+    i64 rows, buckets, v0, token_lo, token_hi;  // tokens uniform in [token_lo, token_hi]
+  };
+  for (const Case& c : std::vector<Case>{{"many repeats", 1000, 7, 0, 0, 6},
+                                         {"one key", 513, 50, 0, 17, 17},
+                                         {"half of another shard", 700, 40, 100, 60, 180},
+                                         {"all of another shard", 65, 10, 10, 20, 30},
+                                         {"more buckets than rows", 300, 5000, 0, 0, 4999},
+                                         {"one row", 1, 3, 0, 0, 2},
+                                         {"no rows", 0, 4, 0, 0, 3},
+                                         {"no buckets", 33, 0, 0, 0, 5}}) {
+    SCOPED_TRACE(::testing::Message() << c.what << ": " << c.rows << " rows, " << c.buckets << " buckets");
+    std::mt19937 rng(static_cast<std::uint32_t>(c.rows * 31 + c.buckets));
+    std::uniform_int_distribution<std::int32_t> pick(static_cast<std::int32_t>(c.token_lo),
+                                                     static_cast<std::int32_t>(c.token_hi));
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(c.rows));
+    for (std::int32_t& t : tokens) t = pick(rng);
+    // The reference: a stable sort of the rows by bucket, and each bucket's start.
+    const ShardBucket host_key{tokens.data(), c.v0, c.buckets};
+    std::vector<std::int32_t> want_order(tokens.size());
+    for (std::size_t n = 0; n < want_order.size(); ++n) want_order[n] = static_cast<std::int32_t>(n);
+    std::stable_sort(want_order.begin(), want_order.end(),
+                     [&](std::int32_t a, std::int32_t b) { return host_key.bucket(a) < host_key.bucket(b); });
+    std::vector<std::int32_t> want_offsets(static_cast<std::size_t>(c.buckets + 1), 0);
+    for (std::int32_t n = 0; n < static_cast<std::int32_t>(c.rows); ++n)
+      for (i64 k = host_key.bucket(n) + 1; k <= c.buckets; ++k) ++want_offsets[static_cast<std::size_t>(k)];
+
+    auto s = d.create_stream("compute");
+    for (const int layout : {0, 1, 2}) {  // the factory's, the CPU's, the GPU's
+      SCOPED_TRACE(layout == 0 ? "the stream's layout" : layout == 1 ? "the CPU layout" : "the GPU layout");
+      stp::StableBuckets shape = stp::stable_buckets(*s, c.rows, c.buckets);
+      EXPECT_EQ(shape.gpu, GetParam() != DeviceKind::Cpu);
+      if (layout > 0) shape.gpu = layout == 2;
+      const std::size_t nbytes = tokens.size() * sizeof(std::int32_t);
+      const std::size_t obytes = want_offsets.size() * sizeof(std::int32_t);
+      auto* dtokens = static_cast<std::int32_t*>(d.allocate(nbytes + 1));
+      auto* dorder = static_cast<std::int32_t*>(d.allocate(nbytes + 1));
+      auto* doffsets = static_cast<std::int32_t*>(d.allocate(obytes));
+      if (nbytes) s->copy(dtokens, tokens.data(), nbytes);
+      stp::bucket_rows(*s, shape, ShardBucket{dtokens, c.v0, c.buckets}, doffsets, dorder);
+      std::vector<std::int32_t> order(tokens.size()), offsets(want_offsets.size());
+      if (nbytes) s->copy(order.data(), dorder, nbytes);
+      s->copy(offsets.data(), doffsets, obytes);
+      s->synchronize();
+      for (void* p : {static_cast<void*>(dtokens), static_cast<void*>(dorder), static_cast<void*>(doffsets)})
+        d.deallocate(p);
+      EXPECT_EQ(order, want_order);
+      EXPECT_EQ(offsets, want_offsets);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, LaunchShape, ::testing::ValuesIn(stp::testing::all_kinds()),
