@@ -39,6 +39,12 @@ void cuda_check_before_launch(const char* kernel_name);  // a stale error is not
 void cuda_check_launch(const char* kernel_name);
 #endif
 
+// Threads per block of a CUDA launch: whole warps, so a launch of a multiple of 32 indices runs
+// whole warps only, and a launch of a multiple of kGpuBlockThreads whole blocks only (the reduction
+// shapes of core/launch_shape.h rely on both).
+constexpr unsigned kGpuBlockThreads = 256;
+static_assert(kGpuBlockThreads % 32 == 0, "a block is whole warps");
+
 // grain: minimum indices per CPU task (pick ~ 16K scalar ops of work per grain).
 template <typename F>
 void launch(Stream& stream, std::size_t n, F f, std::size_t grain = 4096) {
@@ -52,7 +58,7 @@ void launch(Stream& stream, std::size_t n, F f, std::size_t grain = 4096) {
     return;
   }
 #if defined(__CUDACC__)
-  constexpr unsigned threads = 256;
+  constexpr unsigned threads = kGpuBlockThreads;
   unsigned blocks = static_cast<unsigned>((n + threads - 1) / threads);
   cudaStream_t handle = static_cast<cudaStream_t>(cuda_stream_handle(stream));
   cuda_check_before_launch(__PRETTY_FUNCTION__);

@@ -1,5 +1,6 @@
-// Llama-family kernels (contract in llama_kernels.h). Each functor does one row or one channel;
-// reductions loop in index order inside that one index.
+// Llama-family kernels (contract in llama_kernels.h). Each functor does one row or one channel,
+// or its lane's share of one through a reduction shape (core/launch_shape.h: RowReduce,
+// ColumnSlices); reductions add in the shapes' canonical orders (core/reduce_order.h).
 #include "core/kernels/llama_kernels.h"
 
 #include <algorithm>
@@ -28,13 +29,14 @@ struct RmsNormForward {
   const float* w;
   i64 C;
   float eps;
-  STP_HD void operator()(usize n) const {
-    const float* xr = x + n * C;
-    float ss = 0.0f;
-    for (i64 c = 0; c < C; ++c) ss += xr[c] * xr[c];
+  RowReduce rows;
+  STP_HD void operator()(usize task) const {
+    const RowReduce::Part p = rows.part(task);
+    const float* xr = x + p.row * C;
+    const float ss = rows.sum(p, C, [&](i64 c) { return xr[c] * xr[c]; });
     const float rs = 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
-    store_row(out, n, C, [&](i64 c) { return xr[c] * rs * w[c]; });
-    rstd[n] = rs;
+    store_row(rows, p, out, C, [&](i64 c) { return xr[c] * rs * w[c]; });
+    if (rows.leader(p)) rstd[p.row] = rs;
   }
 };
 
@@ -46,36 +48,30 @@ struct RmsNormBackwardInput {
   const float* rstd;
   const float* w;
   i64 C;
-  STP_HD void operator()(usize n) const {
-    const float* d = dout + n * C;
-    const float* xr = x + n * C;
-    const float rs = rstd[n];
-    float dot = 0.0f;  // sum of g * xhat
-    for (i64 c = 0; c < C; ++c) dot += d[c] * w[c] * (xr[c] * rs);
-    dot /= static_cast<float>(C);
-    store_dx_row(dx, resid, n, C, [&](i64 c) { return rs * (d[c] * w[c] - xr[c] * rs * dot); });
+  RowReduce rows;
+  STP_HD void operator()(usize task) const {
+    const RowReduce::Part p = rows.part(task);
+    const float* d = dout + p.row * C;
+    const float* xr = x + p.row * C;
+    const float rs = rstd[p.row];
+    // the mean of g * xhat
+    const float dot = rows.sum(p, C, [&](i64 c) { return d[c] * w[c] * (xr[c] * rs); }) / static_cast<float>(C);
+    store_dx_row(rows, p, dx, resid, C, [&](i64 c) { return rs * (d[c] * w[c] - xr[c] * rs * dot); });
   }
 };
 
-// One task per block of channels [c0, c0 + w) (a column-wise launch over C channels of N rows).
+// dw[c] += sum_n dout * xhat: a column-sum launch over C channels of N rows.
 struct RmsNormBackwardWeight {
   float* dw;
   const float* dout;
   const float* x;
   const float* rstd;
-  ColumnBlocks cols;
+  ColumnSlices cols;
   STP_HD void operator()(usize task) const {
-    const auto [c0, w] = cols.part(task);
-    const i64 N = cols.height, C = cols.columns;
-    float acc[ColumnBlocks::kMaxWidth];
-    for (i64 k = 0; k < w; ++k) acc[k] = 0.0f;
-    for (i64 n = 0; n < N; ++n) {
-      const float* d = dout + n * C + c0;
-      const float* xr = x + n * C + c0;
-      const float rs = rstd[n];
-      for (i64 k = 0; k < w; ++k) acc[k] += d[k] * (xr[k] * rs);
-    }
-    for (i64 k = 0; k < w; ++k) dw[c0 + k] += acc[k];
+    const i64 C = cols.columns;
+    cols.reduce<1>(
+        task, [&](i64 n, i64 c, float(&v)[1]) { v[0] = dout[n * C + c] * (x[n * C + c] * rstd[n]); },
+        [&](i64 c, const float(&total)[1]) { dw[c] += total[0]; });
   }
 };
 
@@ -217,18 +213,20 @@ usize rope_grain(i64 N, i64 Tn, i64 heads) {
 
 template <typename T>
 void rmsnorm_forward(Stream& s, T* out, float* rstd, const float* x, const float* w, i64 N, i64 C, float eps) {
-  launch(s, static_cast<usize>(N), RmsNormForward<T>{out, rstd, x, w, C, eps}, row_grain(C));
+  const RowReduce rows = row_reduce(s, N);
+  launch(s, rows, RmsNormForward<T>{out, rstd, x, w, C, eps, rows}, row_grain(C));
 }
 
 void rmsnorm_backward_input(Stream& s, float* dx, const float* resid, const float* dout, const float* x,
                             const float* rstd, const float* w, i64 N, i64 C) {
-  launch(s, static_cast<usize>(N), RmsNormBackwardInput{dx, resid, dout, x, rstd, w, C}, row_grain(C));
+  const RowReduce rows = row_reduce(s, N);
+  launch(s, rows, RmsNormBackwardInput{dx, resid, dout, x, rstd, w, C, rows}, row_grain(C));
 }
 
 void rmsnorm_backward_weight_accumulate(Stream& s, float* dw, const float* dout, const float* x, const float* rstd,
                                         i64 N, i64 C) {
-  const ColumnBlocks cols = column_wise(s, C, N);
-  launch(s, cols, RmsNormBackwardWeight{dw, dout, x, rstd, cols}, row_grain(N * cols.width));
+  const ColumnSlices cols = column_sums(s, C, N);
+  launch(s, cols, RmsNormBackwardWeight{dw, dout, x, rstd, cols}, row_grain(N * ColumnSlices::kCpuWidth));
 }
 
 template <typename T>

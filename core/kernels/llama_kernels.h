@@ -1,7 +1,7 @@
 // Kernels of Llama-family blocks (models/llama_units.h), written once for both backends
 // (core/launch.h), under the rules of nn_kernels.h: device memory only, never waits, every
-// reduction in a fixed index order inside one index of the launch (bitwise reproducible on one
-// backend), activations T = float or bf16 loaded into f32 and rounded once when stored, weights,
+// reduction in a fixed order (RMSNorm rows and weight-gradient columns in the canonical orders of
+// core/reduce_order.h; bitwise reproducible on one backend), activations T = float or bf16 loaded into f32 and rounded once when stored, weights,
 // statistics and weight gradients f32. N = rows (B*T tokens).
 #pragma once
 

@@ -1,6 +1,7 @@
 // Transformer kernels (contract in nn_kernels.h). Each functor does one row, one channel or one
-// element; reductions loop in index order inside that one index, which makes every result
-// independent of the launch's split (see the header's determinism note).
+// element, or its lane's share of one through a reduction shape (core/launch_shape.h: RowReduce,
+// ColumnSlices); reductions add in the shapes' canonical orders (core/reduce_order.h), which makes
+// every result independent of the launch's split (see the header's determinism note).
 #include "core/kernels/nn_kernels.h"
 
 #include <cmath>
@@ -33,18 +34,18 @@ struct LayerNormForward {
   const float* b;
   i64 C;
   float eps;
-  STP_HD void operator()(usize n) const {
-    const float* xr = x + n * C;
-    float m = 0.0f;
-    for (i64 c = 0; c < C; ++c) m += xr[c];
-    m /= static_cast<float>(C);
-    float v = 0.0f;
-    for (i64 c = 0; c < C; ++c) v += (xr[c] - m) * (xr[c] - m);
-    v /= static_cast<float>(C);
-    float rs = 1.0f / sqrtf(v + eps);
-    store_row(out, n, C, [&](i64 c) { return (xr[c] - m) * rs * w[c] + b[c]; });
-    mean[n] = m;
-    rstd[n] = rs;
+  RowReduce rows;
+  STP_HD void operator()(usize task) const {
+    const RowReduce::Part p = rows.part(task);
+    const float* xr = x + p.row * C;
+    const float m = rows.sum(p, C, [&](i64 c) { return xr[c]; }) / static_cast<float>(C);
+    const float v = rows.sum(p, C, [&](i64 c) { return (xr[c] - m) * (xr[c] - m); }) / static_cast<float>(C);
+    const float rs = 1.0f / sqrtf(v + eps);
+    store_row(rows, p, out, C, [&](i64 c) { return (xr[c] - m) * rs * w[c] + b[c]; });
+    if (rows.leader(p)) {
+      mean[p.row] = m;
+      rstd[p.row] = rs;
+    }
   }
 };
 
@@ -58,23 +59,20 @@ struct LayerNormBackwardInput {
   const float* rstd;
   const float* w;
   i64 C;
-  STP_HD void operator()(usize n) const {
-    const float* d = dout + n * C;
-    const float* xr = x + n * C;
-    float m = mean[n], rs = rstd[n];
-    float g_mean = 0.0f, gx_mean = 0.0f;
-    for (i64 c = 0; c < C; ++c) {
-      float g = d[c] * w[c];
-      g_mean += g;
-      gx_mean += g * (xr[c] - m) * rs;
-    }
-    g_mean /= static_cast<float>(C);
-    gx_mean /= static_cast<float>(C);
-    store_dx_row(dx, resid, n, C, [&](i64 c) { return rs * (d[c] * w[c] - g_mean - (xr[c] - m) * rs * gx_mean); });
+  RowReduce rows;
+  STP_HD void operator()(usize task) const {
+    const RowReduce::Part p = rows.part(task);
+    const float* d = dout + p.row * C;
+    const float* xr = x + p.row * C;
+    const float m = mean[p.row], rs = rstd[p.row];
+    const float g_mean = rows.sum(p, C, [&](i64 c) { return d[c] * w[c]; }) / static_cast<float>(C);
+    const float gx_mean = rows.sum(p, C, [&](i64 c) { return d[c] * w[c] * (xr[c] - m) * rs; }) / static_cast<float>(C);
+    store_dx_row(rows, p, dx, resid, C,
+                 [&](i64 c) { return rs * (d[c] * w[c] - g_mean - (xr[c] - m) * rs * gx_mean); });
   }
 };
 
-// One task per block of channels [c0, c0 + w) (a column-wise launch over C channels of N rows).
+// dw[c] += sum_n dout * xhat, db[c] += sum_n dout: a column-sum launch over C channels of N rows.
 struct LayerNormBackwardWeight {
   float* dw;
   float* db;
@@ -82,25 +80,20 @@ struct LayerNormBackwardWeight {
   const float* x;
   const float* mean;
   const float* rstd;
-  ColumnBlocks cols;
+  ColumnSlices cols;
   STP_HD void operator()(usize task) const {
-    const auto [c0, w] = cols.part(task);
-    const i64 N = cols.height, C = cols.columns;
-    float sw[ColumnBlocks::kMaxWidth], sb[ColumnBlocks::kMaxWidth];
-    for (i64 k = 0; k < w; ++k) sw[k] = sb[k] = 0.0f;
-    for (i64 n = 0; n < N; ++n) {
-      const float* d = dout + n * C + c0;
-      const float* xr = x + n * C + c0;
-      const float m = mean[n], rs = rstd[n];
-      for (i64 k = 0; k < w; ++k) {
-        sw[k] += d[k] * (xr[k] - m) * rs;
-        sb[k] += d[k];
-      }
-    }
-    for (i64 k = 0; k < w; ++k) {
-      dw[c0 + k] += sw[k];
-      db[c0 + k] += sb[k];
-    }
+    const i64 C = cols.columns;
+    cols.reduce<2>(
+        task,
+        [&](i64 n, i64 c, float(&v)[2]) {
+          const float d = dout[n * C + c];
+          v[0] = d * (x[n * C + c] - mean[n]) * rstd[n];
+          v[1] = d;
+        },
+        [&](i64 c, const float(&total)[2]) {
+          dw[c] += total[0];
+          db[c] += total[1];
+        });
   }
 };
 
@@ -134,22 +127,17 @@ struct RowsAdd {
   }
 };
 
-// One task per block of columns [j0, j0 + w) (a column-wise launch over M columns of N rows).
+// db[j] += sum_n dy[n, j]: a column-sum launch over M columns of N rows.
 template <typename T>
 struct ColumnSum {
   float* db;
   const T* dy;
-  ColumnBlocks cols;
+  ColumnSlices cols;
   STP_HD void operator()(usize task) const {
-    const auto [j0, w] = cols.part(task);
-    const i64 N = cols.height, M = cols.columns;
-    float acc[ColumnBlocks::kMaxWidth];
-    for (i64 k = 0; k < w; ++k) acc[k] = 0.0f;
-    for (i64 n = 0; n < N; ++n) {
-      const T* r = dy + n * M + j0;
-      for (i64 k = 0; k < w; ++k) acc[k] += to_f32(r[k]);
-    }
-    for (i64 k = 0; k < w; ++k) db[j0 + k] += acc[k];
+    const i64 M = cols.columns;
+    cols.reduce<1>(
+        task, [&](i64 n, i64 j, float(&v)[1]) { v[0] = to_f32(dy[n * M + j]); },
+        [&](i64 j, const float(&total)[1]) { db[j] += total[0]; });
   }
 };
 
@@ -226,25 +214,25 @@ template <typename T>
 struct CausalSoftmax {
   T* att;
   i64 T_;
-  STP_HD void operator()(usize r) const {
-    i64 t = static_cast<i64>(r) % T_;
-    T* a = att + r * T_;
-    float mx = to_f32(a[0]);
-    for (i64 j = 1; j <= t; ++j) mx = to_f32(a[j]) > mx ? to_f32(a[j]) : mx;
-    float sum = 0.0f;
+  RowReduce rows;
+  STP_HD void operator()(usize task) const {
+    const RowReduce::Part p = rows.part(task);
+    const i64 t = p.row % T_;
+    T* a = att + p.row * T_;
+    const float mx = rows.max(p, t + 1, [&](i64 j) { return to_f32(a[j]); });
     if constexpr (dtype_of<T>() == DType::F32) {
-      for (i64 j = 0; j <= t; ++j) {
+      const float sum = rows.sum(p, t + 1, [&](i64 j) {
         a[j] = expf(a[j] - mx);
-        sum += a[j];
-      }
-      float inv = 1.0f / sum;
-      for (i64 j = 0; j <= t; ++j) a[j] *= inv;
+        return a[j];
+      });
+      const float inv = 1.0f / sum;
+      rows.each(p, t + 1, [&](i64 j) { a[j] *= inv; });
     } else {
-      for (i64 j = 0; j <= t; ++j) sum += expf(to_f32(a[j]) - mx);
-      float inv = 1.0f / sum;
-      for (i64 j = 0; j <= t; ++j) a[j] = from_f32<T>(expf(to_f32(a[j]) - mx) * inv);
+      const float sum = rows.sum(p, t + 1, [&](i64 j) { return expf(to_f32(a[j]) - mx); });
+      const float inv = 1.0f / sum;
+      rows.each(p, t + 1, [&](i64 j) { a[j] = from_f32<T>(expf(to_f32(a[j]) - mx) * inv); });
     }
-    for (i64 j = t + 1; j < T_; ++j) a[j] = from_f32<T>(0.0f);
+    rows.each(p, T_ - t - 1, [&](i64 j) { a[t + 1 + j] = from_f32<T>(0.0f); });
   }
 };
 
@@ -255,14 +243,15 @@ struct CausalSoftmaxBackward {
   const T* att;
   i64 T_;
   float scale;
-  STP_HD void operator()(usize r) const {
-    i64 t = static_cast<i64>(r) % T_;
-    T* d = datt + r * T_;
-    const T* a = att + r * T_;
-    float dot = 0.0f;
-    for (i64 j = 0; j <= t; ++j) dot += to_f32(a[j]) * to_f32(d[j]);
-    for (i64 j = 0; j <= t; ++j) d[j] = from_f32<T>(to_f32(a[j]) * (to_f32(d[j]) - dot) * scale);
-    for (i64 j = t + 1; j < T_; ++j) d[j] = from_f32<T>(0.0f);
+  RowReduce rows;
+  STP_HD void operator()(usize task) const {
+    const RowReduce::Part p = rows.part(task);
+    const i64 t = p.row % T_;
+    T* d = datt + p.row * T_;
+    const T* a = att + p.row * T_;
+    const float dot = rows.sum(p, t + 1, [&](i64 j) { return to_f32(a[j]) * to_f32(d[j]); });
+    rows.each(p, t + 1, [&](i64 j) { d[j] = from_f32<T>(to_f32(a[j]) * (to_f32(d[j]) - dot) * scale); });
+    rows.each(p, T_ - t - 1, [&](i64 j) { d[t + 1 + j] = from_f32<T>(0.0f); });
   }
 };
 
@@ -275,23 +264,29 @@ struct CrossEntropyRows {
   const T* logits;
   const std::int32_t* targets;
   i64 V;
-  STP_HD void operator()(usize n) const {
-    const T* l = logits + n * V;
-    const float mx = softmax_rows::row_max(l, V);
-    const float z = mx + logf(softmax_rows::row_sum_exp(l, V, mx));
-    lse[n] = z;
-    losses[n] = z - to_f32(l[targets[n]]);
+  RowReduce rows;
+  STP_HD void operator()(usize task) const {
+    const RowReduce::Part p = rows.part(task);
+    const T* l = logits + p.row * V;
+    const float mx = softmax_rows::row_max(rows, p, l, V);
+    const float z = mx + logf(softmax_rows::row_sum_exp(rows, p, l, V, mx));
+    if (rows.leader(p)) {
+      lse[p.row] = z;
+      losses[p.row] = z - to_f32(l[targets[p.row]]);
+    }
   }
 };
 
+// loss = mean of the N row losses: one row of N, reduced in the canonical row order.
 struct MeanOfRows {
   float* loss;
   const float* losses;
   i64 N;
-  STP_HD void operator()(usize) const {
-    float acc = 0.0f;
-    for (i64 n = 0; n < N; ++n) acc += losses[n];
-    loss[0] = acc / static_cast<float>(N);
+  RowReduce rows;  // one row
+  STP_HD void operator()(usize task) const {
+    const RowReduce::Part p = rows.part(task);
+    const float acc = rows.sum(p, N, [&](i64 n) { return losses[n]; });
+    if (rows.leader(p)) loss[0] = acc / static_cast<float>(N);
   }
 };
 
@@ -307,18 +302,21 @@ void convert(Stream& s, TO* y, const TI* x, i64 n) {
 template <typename T>
 void layernorm_forward(Stream& s, T* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
                        i64 N, i64 C, float eps) {
-  launch(s, static_cast<usize>(N), LayerNormForward<T>{out, mean, rstd, x, w, b, C, eps}, row_grain(3 * C));
+  const RowReduce rows = row_reduce(s, N);
+  launch(s, rows, LayerNormForward<T>{out, mean, rstd, x, w, b, C, eps, rows}, row_grain(3 * C));
 }
 
 void layernorm_backward_input(Stream& s, float* dx, const float* resid, const float* dout, const float* x,
                               const float* mean, const float* rstd, const float* w, i64 N, i64 C) {
-  launch(s, static_cast<usize>(N), LayerNormBackwardInput{dx, resid, dout, x, mean, rstd, w, C}, row_grain(4 * C));
+  const RowReduce rows = row_reduce(s, N);
+  launch(s, rows, LayerNormBackwardInput{dx, resid, dout, x, mean, rstd, w, C, rows}, row_grain(4 * C));
 }
 
 void layernorm_backward_weight_accumulate(Stream& s, float* dw, float* db, const float* dout, const float* x,
                                           const float* mean, const float* rstd, i64 N, i64 C) {
-  const ColumnBlocks cols = column_wise(s, C, N);
-  launch(s, cols, LayerNormBackwardWeight{dw, db, dout, x, mean, rstd, cols}, row_grain(2 * N * cols.width));
+  const ColumnSlices cols = column_sums(s, C, N);
+  launch(s, cols, LayerNormBackwardWeight{dw, db, dout, x, mean, rstd, cols},
+         row_grain(2 * N * ColumnSlices::kCpuWidth));
 }
 
 template <typename TA, typename TC>
@@ -351,8 +349,8 @@ void linear_backward_weight_accumulate(Stream& s, float* dW, float* dbias, const
 
 template <typename T>
 void column_sum_accumulate(Stream& s, float* db, const T* dy, i64 N, i64 M) {
-  const ColumnBlocks cols = column_wise(s, M, N);
-  launch(s, cols, ColumnSum<T>{db, dy, cols}, row_grain(N * cols.width));
+  const ColumnSlices cols = column_sums(s, M, N);
+  launch(s, cols, ColumnSum<T>{db, dy, cols}, row_grain(N * ColumnSlices::kCpuWidth));
 }
 
 template <typename T>
@@ -395,7 +393,8 @@ void attention_forward(Stream& s, T* y, T* att, const T* qkv, i64 B, i64 Tn, i64
       const T* q = qkv + b * Tn * 3 * W + h * D;
       gemm(s, false, true, Tn, Tn, D, q, 3 * W, q + W /*k*/, 3 * W, att + (b * NH + h) * Tn * Tn, Tn, scale);
     }
-  launch(s, static_cast<usize>(B * NH * Tn), CausalSoftmax<T>{att, Tn}, row_grain(3 * Tn));
+  const RowReduce rows = row_reduce(s, B * NH * Tn);
+  launch(s, rows, CausalSoftmax<T>{att, Tn, rows}, row_grain(3 * Tn));
   for (i64 b = 0; b < B; ++b)
     for (i64 h = 0; h < NH; ++h) {
       const T* v = qkv + b * Tn * 3 * W + 2 * W + h * D;
@@ -418,7 +417,8 @@ void attention_backward(Stream& s, T* dqkv, T* datt, const T* dy, const T* qkv, 
       gemm(s, false, true, Tn, Tn, D, dyh, W, vh, 3 * W, datt + (b * NH + h) * Tn * Tn, Tn);
       gemm(s, true, false, Tn, D, Tn, ah, Tn, dyh, W, dqkv + b * Tn * 3 * W + 2 * W + h * D, 3 * W);
     }
-  launch(s, static_cast<usize>(B * NH * Tn), CausalSoftmaxBackward<T>{datt, att, Tn, scale}, row_grain(3 * Tn));
+  const RowReduce rows = row_reduce(s, B * NH * Tn);
+  launch(s, rows, CausalSoftmaxBackward<T>{datt, att, Tn, scale, rows}, row_grain(3 * Tn));
   for (i64 b = 0; b < B; ++b)
     for (i64 h = 0; h < NH; ++h) {
       const T* ds = datt + (b * NH + h) * Tn * Tn;
@@ -432,8 +432,10 @@ void attention_backward(Stream& s, T* dqkv, T* datt, const T* dy, const T* qkv, 
 template <typename T>
 void cross_entropy_forward(Stream& s, float* loss, float* losses, float* lse, const T* logits,
                            const std::int32_t* targets, i64 N, i64 V) {
-  launch(s, static_cast<usize>(N), CrossEntropyRows<T>{losses, lse, logits, targets, V}, row_grain(2 * V));
-  launch(s, 1, MeanOfRows{loss, losses, N}, 1);
+  const RowReduce rows = row_reduce(s, N);
+  launch(s, rows, CrossEntropyRows<T>{losses, lse, logits, targets, V, rows}, row_grain(2 * V));
+  const RowReduce one = row_reduce(s, 1);
+  launch(s, one, MeanOfRows{loss, losses, N, one}, 1);
 }
 
 template <typename T>

@@ -3,11 +3,13 @@
 // memory only, and never waits. Pointers carry their shape in a comment; all tensors are
 // contiguous row-major f32 unless stated. N = rows (B*T tokens).
 //
-// Determinism: every reduction runs in a fixed index order inside one index of the launch
-// (a row, a channel or a vocabulary entry), so results do not depend on the thread count, the
-// grain or the backend's scheduling. Runs are bitwise reproducible on one backend. The
-// cross-entropy rows sum their exponentials in the 8-lane order of softmax_rows.h (vector-shaped,
-// still fixed); the exponential there is exp_nonpositive, not libm's expf.
+// Determinism: every reduction runs in a fixed order: a row's (norm statistics, softmax and
+// cross-entropy rows, the loss mean) and a column's (bias and norm-weight gradients) in the
+// canonical orders of their launch shapes (core/reduce_order.h: 32 partials, then a fixed tree),
+// the others in index order inside one index of the launch. So results do not depend on the
+// thread count, the grain or the backend's layout (one warp per row, one block per column group
+// on a GPU). Runs are bitwise reproducible on one backend. The cross-entropy's exponential is
+// exp_nonpositive (softmax_rows.h), not libm's expf.
 //
 // Accumulation: functions named *_accumulate add into their output (gradients accumulate over
 // microbatches); the others overwrite.
@@ -151,7 +153,7 @@ void attention_backward(Stream& s, T* dqkv /*(B,T,3*NH*D)*/, T* datt /*(B,NH,T,T
 // ---- Cross-entropy (mean over tokens) -----------------------------------------------------------
 
 // losses[n] = logsumexp(logits[n]) - logits[n, targets[n]]; lse[n] saved for the backward;
-// *loss = mean of losses (summed in row order by one thread).
+// *loss = mean of losses (summed in the canonical row order of core/reduce_order.h).
 template <typename T>
 void cross_entropy_forward(Stream& s, float* loss /*(1,)*/, float* losses /*(N,)*/, float* lse /*(N,)*/,
                            const T* logits /*(N,V)*/, const std::int32_t* targets /*(N,)*/, std::int64_t N,

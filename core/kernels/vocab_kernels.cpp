@@ -1,6 +1,7 @@
 // Vocab-parallel kernels (contract in vocab_kernels.h). Each functor does one row (or one
-// vocabulary entry), or one segment of it where its elements are independent; reductions loop in
-// index order inside that one index.
+// vocabulary entry), one segment of it where its elements are independent, or its lane's share of
+// a row through the row-reduction shape (core/launch_shape.h: RowReduce, in the canonical row order
+// of core/reduce_order.h).
 #include "core/kernels/vocab_kernels.h"
 
 #include <cmath>
@@ -33,27 +34,15 @@ struct VocabEmbeddingForward {
   }
 };
 
-// Stable counting sort of the rows whose token is one of this rank's: offsets (Vs+1,), rows in
-// ascending order inside each bucket. One thread: BT is small next to the work it organises. (The
-// replicated table is the shard v0 = 0, Vs = V.)
-struct VocabTokenBuckets {
-  std::int32_t* offsets;
-  std::int32_t* rows;
+// The token buckets (core/launch_shape.h: StableBuckets): row n's bucket is its token's entry in
+// this shard, or Vs for a token of another shard (those sort after every bucket and are never
+// read). (The replicated table is the shard v0 = 0, Vs = V.)
+struct VocabBucketKey {
   const std::int32_t* tokens;
-  i64 v0, Vs, BT;
-  STP_HD void operator()(usize) const {
-    for (i64 v = 0; v <= Vs; ++v) offsets[v] = 0;
-    for (i64 n = 0; n < BT; ++n) {
-      const i64 r = static_cast<i64>(tokens[n]) - v0;
-      if (r >= 0 && r < Vs) ++offsets[r + 1];
-    }
-    for (i64 v = 0; v < Vs; ++v) offsets[v + 1] += offsets[v];
-    for (i64 n = 0; n < BT; ++n) {
-      const i64 r = static_cast<i64>(tokens[n]) - v0;
-      if (r >= 0 && r < Vs) rows[offsets[r]++] = static_cast<std::int32_t>(n);
-    }
-    for (i64 v = Vs; v > 0; --v) offsets[v] = offsets[v - 1];
-    offsets[0] = 0;
+  i64 v0, Vs;
+  STP_HD i64 bucket(i64 n) const {
+    const i64 r = static_cast<i64>(tokens[n]) - v0;
+    return r >= 0 && r < Vs ? r : Vs;
   }
 };
 
@@ -93,7 +82,12 @@ struct VocabCeMax {
   float* max;
   const T* logits;
   i64 Vs, Vl;
-  STP_HD void operator()(usize n) const { max[n] = softmax_rows::row_max(logits + n * Vs, Vl); }
+  RowReduce rows;
+  STP_HD void operator()(usize task) const {
+    const RowReduce::Part p = rows.part(task);
+    const float m = softmax_rows::row_max(rows, p, logits + p.row * Vs, Vl);
+    if (rows.leader(p)) max[p.row] = m;
+  }
 };
 
 template <typename T>
@@ -103,14 +97,21 @@ struct VocabCePartials {
   const float* max;
   const std::int32_t* targets;
   i64 N, Vs, Vl, v0;
-  STP_HD void operator()(usize n) const {
+  RowReduce rows;
+  STP_HD void operator()(usize task) const {
+    const RowReduce::Part p = rows.part(task);
+    const i64 n = p.row;
     const T* l = logits + n * Vs;
     const i64 t = static_cast<i64>(targets[n]) - v0;
-    partials[n] = softmax_rows::row_sum_exp(l, Vl, max[n]);
-    partials[N + static_cast<i64>(n)] = t >= 0 && t < Vl ? to_f32(l[t]) : 0.0f;
+    const float sum = softmax_rows::row_sum_exp(rows, p, l, Vl, max[n]);
+    if (rows.leader(p)) {
+      partials[n] = sum;
+      partials[N + n] = t >= 0 && t < Vl ? to_f32(l[t]) : 0.0f;
+    }
   }
 };
 
+// The rows' lse and losses, and their mean: one row of N, the mean in the canonical row order.
 struct VocabCeFinish {
   float* loss;
   float* losses;
@@ -118,15 +119,16 @@ struct VocabCeFinish {
   const float* max;
   const float* partials;
   i64 N;
-  STP_HD void operator()(usize) const {
-    float acc = 0.0f;
-    for (i64 n = 0; n < N; ++n) {
+  RowReduce rows;  // one row
+  STP_HD void operator()(usize task) const {
+    const RowReduce::Part p = rows.part(task);
+    const float acc = rows.sum(p, N, [&](i64 n) {
       const float z = max[n] + logf(partials[n]);
       lse[n] = z;
       losses[n] = z - partials[N + n];
-      acc += losses[n];
-    }
-    loss[0] = acc / static_cast<float>(N);
+      return losses[n];
+    });
+    if (rows.leader(p)) loss[0] = acc / static_cast<float>(N);
   }
 };
 
@@ -169,7 +171,7 @@ void vocab_embedding_backward_accumulate(Stream& s, float* dwte_shard, float* dw
                                          i64 v0, i64 Vs) {
   std::int32_t* offsets = workspace;
   std::int32_t* rows = workspace + Vs + 1;
-  launch(s, 1, VocabTokenBuckets{offsets, rows, tokens, v0, Vs, B * T}, 1);
+  bucket_rows(s, stable_buckets(s, B * T, Vs), VocabBucketKey{tokens, v0, Vs}, offsets, rows);
   // Most vocabulary entries are absent from a batch and cost one comparison each.
   const RowSegments seg = row_wise(s, Vs, C);
   launch(s, seg, VocabEmbeddingBackwardWte{dwte_shard, dout, offsets, rows, seg}, 256);
@@ -178,18 +180,21 @@ void vocab_embedding_backward_accumulate(Stream& s, float* dwte_shard, float* dw
 
 template <typename T>
 void vocab_ce_max(Stream& s, float* max, const T* logits, i64 N, i64 Vs, i64 Vl) {
-  launch(s, static_cast<usize>(N), VocabCeMax<T>{max, logits, Vs, Vl}, row_grain(Vs));
+  const RowReduce rows = row_reduce(s, N);
+  launch(s, rows, VocabCeMax<T>{max, logits, Vs, Vl, rows}, row_grain(Vs));
 }
 
 template <typename T>
 void vocab_ce_partials(Stream& s, float* partials, const T* logits, const float* max, const std::int32_t* targets,
                        i64 N, i64 Vs, i64 Vl, i64 v0) {
-  launch(s, static_cast<usize>(N), VocabCePartials<T>{partials, logits, max, targets, N, Vs, Vl, v0}, row_grain(Vs));
+  const RowReduce rows = row_reduce(s, N);
+  launch(s, rows, VocabCePartials<T>{partials, logits, max, targets, N, Vs, Vl, v0, rows}, row_grain(Vs));
 }
 
 void vocab_ce_finish(Stream& s, float* loss, float* losses, float* lse, const float* max, const float* partials,
                      i64 N) {
-  launch(s, 1, VocabCeFinish{loss, losses, lse, max, partials, N}, 1);
+  const RowReduce one = row_reduce(s, 1);
+  launch(s, one, VocabCeFinish{loss, losses, lse, max, partials, N, one}, 1);
 }
 
 template <typename T>

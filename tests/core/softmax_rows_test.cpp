@@ -6,9 +6,9 @@
 //   exp_nonpositive(x), x in [-87, 0]: the Cephes polynomial (relative error below 2^-23 on the
 //     reduced range), the reduction r = x - n ln2 (two exact products and two roundings) and the
 //     final product: 4 u relative. Measured here over 2^20 arguments.
-//   row_sum_exp over n terms: each lane adds n / 8 positive terms in order (gamma_{n/8} relative,
-//     Higham 3.1), lanes_total adds 3 levels: (n / 8 + 3) u, plus 4 u per term: (n / 8 + 8) u of the
-//     sum.
+//   row_sum_exp over n terms: each of the 32 partials adds about n / 32 positive terms in order
+//     (gamma_{n/32} relative, Higham 3.1), tree32 adds 5 levels: (n / 32 + 6) u, plus 4 u per term;
+//     (n / 8 + 8) u of the sum, the bound of the former 8-lane order, still holds.
 //   row_exp_scaled: the exponential's 4 u and the product by scale: 5 u relative per entry.
 //   Plain against vector form: the same terms in the same order; they differ only where the vector
 //     form fuses a multiply and an add, at most 3 ulp per exponential (measured), so the sums are
@@ -25,11 +25,16 @@
 #include "core/dtype.h"
 #include "core/kernels/exp_nonpositive.h"
 #include "core/kernels/softmax_rows.h"
+#include "core/launch_shape.h"
 
 namespace stp {
 namespace {
 
 constexpr double kU = 1.0 / (1 << 24);
+
+// One row as a CPU stream lays it out: one task computes the row's 32 partials.
+constexpr RowReduce kRows{1, 1};
+constexpr RowReduce::Part kRow{0, 0};
 
 std::vector<float> logits(std::int64_t n, std::uint32_t seed) {
   std::mt19937 rng(seed);
@@ -72,10 +77,10 @@ TEST(SoftmaxRows, PassesMatchFloat64) {
   for (std::int64_t n : kLengths) {
     SCOPED_TRACE(n);
     std::vector<float> l = logits(n, static_cast<std::uint32_t>(n));
-    const float mx = softmax_rows::row_max(l.data(), n);
+    const float mx = softmax_rows::row_max(kRows, kRow, l.data(), n);
     EXPECT_EQ(static_cast<double>(mx), max_of(l));
     const double want = sum_exp(l, mx);
-    EXPECT_NEAR(softmax_rows::row_sum_exp(l.data(), n, mx), want, (n / 8.0 + 8) * kU * want);
+    EXPECT_NEAR(softmax_rows::row_sum_exp(kRows, kRow, l.data(), n, mx), want, (n / 8.0 + 8) * kU * want);
     const float shift = mx + 1.5f, scale = 0.25f;
     std::vector<float> p = l;
     softmax_rows::row_exp_scaled(p.data(), n, shift, scale);
@@ -94,10 +99,10 @@ TEST(SoftmaxRows, Bf16RowsReadTheirStoredValues) {
     b[v] = from_f32<bf16>(l[v]);
     l[v] = to_f32(b[v]);  // the values the bf16 row holds
   }
-  const float mx = softmax_rows::row_max(b.data(), n);
+  const float mx = softmax_rows::row_max(kRows, kRow, b.data(), n);
   EXPECT_EQ(static_cast<double>(mx), max_of(l));
   const double want = sum_exp(l, mx);
-  EXPECT_NEAR(softmax_rows::row_sum_exp(b.data(), n, mx), want, (n / 8.0 + 8) * kU * want);
+  EXPECT_NEAR(softmax_rows::row_sum_exp(kRows, kRow, b.data(), n, mx), want, (n / 8.0 + 8) * kU * want);
 }
 
 #if defined(STP_SOFTMAX_ROWS_SIMD_BUILT)
@@ -115,8 +120,8 @@ TEST(SoftmaxRows, VectorFormsMatchThePlainOnes) {
       l[v] = to_f32(b[v]);
     }
     const float mx = softmax_rows::simd_row_max(l.data(), n);
-    EXPECT_EQ(mx, softmax_rows::row_max(b.data(), n));
-    const float plain = softmax_rows::row_sum_exp(b.data(), n, mx);
+    EXPECT_EQ(mx, softmax_rows::row_max(kRows, kRow, b.data(), n));
+    const float plain = softmax_rows::row_sum_exp(kRows, kRow, b.data(), n, mx);
     const float vec = softmax_rows::simd_row_sum_exp(l.data(), n, mx);
     EXPECT_NEAR(vec, plain, (n / 8.0 + 8) * kU * plain);
     for (std::int64_t v = 0; v < n; ++v) {

@@ -135,8 +135,12 @@ class UnitFd : public ::testing::Test {
     EXPECT_TRUE(rec.empty());
     std::uint32_t seed = 200;
     check("x", x, host(dx), loss, seed++);
+    // The LayerNorm parameters' derivatives are small next to L (|D| ~ 1 against |L| ~ 13), so the
+    // rounding term ~u |L| / (eps |D|) is ten times the others': their step is the head's (measured,
+    // attention unit: ln_1.weight 0.8e-4 to 2.5e-4 at eps 1e-2 depending on the forward's rounding
+    // order, 2e-5 at 5e-2; the analytic value agrees with the eps -> larger limit to 2e-5).
     for (ParamInfo* p : {bp.ln.w, bp.ln.b, bp.in_w, bp.in_b, bp.out_w, bp.out_b})
-      check(p->name, p->param, host(p->grad), loss, seed++);
+      check(p->name, p->param, host(p->grad), loss, seed++, p == bp.ln.w || p == bp.ln.b ? kHeadEps : 1e-2);
   }
 
   ModelSpec cfg_;

@@ -38,6 +38,8 @@ EXCEPTIONS = {
     "core/launch.h": "defines launch() and the one generic CUDA kernel",
     "core/launch_shape.h": "the launch shapes: their STP_HD part() and launch(stream, shape, f), included by the "
                            "*_kernels.cpp files (compiled there)",
+    "core/reduce_order.h": "the reduction shapes' canonical order (STP_HD helpers, no functor), included by "
+                           "core/launch_shape.h (compiled in the *_kernels.cpp files)",
     "core/dtype.h": "defines STP_HD and the bf16 load/store functions the functors call (no functor)",
     "core/cpu/cpu_launch.cpp": "the CPU backend's entry point behind launch() (no functor)",
     "tools/bench/bench_runtime.cpp": "CPU-only benchmark: its Noop functor is launched on a CpuDevice only",
