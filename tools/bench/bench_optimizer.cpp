@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "base/trace_names.h"
 #include "base/error.h"
 #include "core/cpu/cpu_device.h"
 #include "core/cpu/cpu_stream.h"
@@ -211,7 +212,7 @@ std::vector<stp::FlatSegment> gpt2_segments(int layers, std::size_t c) {
 int bench_step(int layers, std::size_t width, int reps) {
   if (layers <= 0) return 0;
   auto devs = stp::make_cpu_devices(1);
-  std::unique_ptr<stp::Stream> s = devs[0]->create_stream("compute");
+  std::unique_ptr<stp::Stream> s = devs[0]->create_stream(stp::trace::stream::kCompute);
   const std::vector<stp::FlatSegment> segs = gpt2_segments(layers, width);
   std::vector<stp::FlatRange> ranges;
   std::size_t n = 0;
