@@ -19,9 +19,12 @@
 #include "config/config.h"
 #include "config/hf_config.h"
 #include "tests/support/files.h"
+#include "tests/support/fuzz_text.h"
 
 using namespace stp;
 using nlohmann::json;
+using stp::testing::mutate_bytes;
+using stp::testing::random_fragments;
 using stp::testing::ScratchDir;
 using stp::testing::write_bytes;
 
@@ -163,21 +166,6 @@ json mutate(json j, std::mt19937& rng) {
   return j;
 }
 
-std::string mutate_bytes(std::string s, std::mt19937& rng) {
-  if (s.empty()) return s;
-  switch (rng() % 3) {
-    case 0:
-      for (int k = 1 + static_cast<int>(rng() % 4); k > 0; --k) s[rng() % s.size()] = static_cast<char>(rng());
-      return s;
-    case 1: return s.substr(0, rng() % s.size());
-    default: {
-      const std::size_t from = rng() % s.size(), len = rng() % 32, to = rng() % s.size();
-      s.insert(to, s.substr(from, len));
-      return s;
-    }
-  }
-}
-
 std::string random_text(std::mt19937& rng) {
   static const char* const kTokens[] = {"{",
                                         "}",
@@ -203,9 +191,7 @@ std::string random_text(std::mt19937& rng) {
                                         "\"\\u0000\"",
                                         "\"x",
                                         "\xff"};
-  std::string t;
-  for (int n = 1 + static_cast<int>(rng() % 40); n > 0; --n) t += kTokens[rng() % (sizeof kTokens / sizeof *kTokens)];
-  return t;
+  return random_fragments(kTokens, rng);
 }
 
 // Sometimes a key the YAML gives next to config.json (they must agree).

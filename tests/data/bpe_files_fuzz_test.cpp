@@ -21,9 +21,12 @@
 #include "data/bpe_tokenizer.h"
 #include "data/byte_unicode.h"
 #include "tests/support/files.h"
+#include "tests/support/fuzz_text.h"
 
 using namespace stp;
 using nlohmann::json;
+using stp::testing::mutate_bytes;
+using stp::testing::random_fragments;
 using stp::testing::ScratchDir;
 using stp::testing::write_bytes;
 
@@ -178,22 +181,6 @@ json mutate(json j, std::mt19937& rng) {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// Byte-level edits of text: flips, a truncation, or a slice spliced elsewhere.
-std::string mutate_bytes(std::string s, std::mt19937& rng) {
-  if (s.empty()) return s;
-  switch (rng() % 3) {
-    case 0:
-      for (int k = 1 + static_cast<int>(rng() % 4); k > 0; --k) s[rng() % s.size()] = static_cast<char>(rng());
-      return s;
-    case 1: return s.substr(0, rng() % s.size());
-    default: {
-      const std::size_t from = rng() % s.size(), len = rng() % 32, to = rng() % s.size();
-      s.insert(to, s.substr(from, len));
-      return s;
-    }
-  }
-}
-
 // Random JSON-ish text from the fragments a tokenizer.json is made of.
 std::string random_text(std::mt19937& rng) {
   static const char* const kTokens[] = {"{",
@@ -228,9 +215,7 @@ std::string random_text(std::mt19937& rng) {
                                         "\"\\ud800\"",
                                         "\"x",
                                         "\xff"};
-  std::string t;
-  for (int n = 1 + static_cast<int>(rng() % 40); n > 0; --n) t += kTokens[rng() % (sizeof kTokens / sizeof *kTokens)];
-  return t;
+  return random_fragments(kTokens, rng);
 }
 
 // Loads path (a file or a folder) and checks what a loaded tokenizer promises on kText.

@@ -13,8 +13,10 @@
 #include "base/error.h"
 #include "formats/safetensors.h"
 #include "tests/support/files.h"
+#include "tests/support/fuzz_text.h"
 
 using namespace stp;
+using stp::testing::random_fragments;
 using stp::testing::ScratchDir;
 
 namespace {
@@ -87,10 +89,7 @@ std::string random_header(std::mt19937& rng) {
                                         "\" \"",
                                         "\xff",
                                         "\"x"};
-  std::string h;
-  int n = 1 + static_cast<int>(rng() % 40);
-  for (int i = 0; i < n; ++i) h += kTokens[rng() % (sizeof kTokens / sizeof *kTokens)];
-  return h;
+  return random_fragments(kTokens, rng);
 }
 
 // A plausible header: one to three entries with random dtype, shape and offsets.

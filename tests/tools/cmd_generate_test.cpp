@@ -46,22 +46,13 @@ TEST(CmdGenerate, LogitsThatAreNotFiniteAreAnErrorAndNothingIsPrinted) {
 // A one-step run of a small byte-level model; its checkpoint folder. One folder per test, since
 // ctest runs the tests of this file as processes side by side.
 const std::string& checkpoint() {
-  static const std::string ck =
-      [] {
-        const fs::path dir = fs::path(STP_BINARY_DIR) / "tests" / "cmd_generate" /
-                             ::testing::UnitTest::GetInstance()->current_test_info()->name();
-        fs::remove_all(dir);
-        fs::create_directories(dir);
-        std::ofstream(dir / "config.yaml")
-            << "model: {arch: gpt2, n_layer: 1, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 16}\n"
-            << "data: {path: " << stp::testing::tiny_text_file() << ", format: text}\n"
-            << "train: {steps: 1, micro_batch_size: 1, microbatches: 1}\n"
-            << "parallel: {backend: cpu, tp: 1, pp: 1, schedule: gpipe, cpu_threads: 1}\n"
-            << "output: {dir: " << (dir / "out").string() << "}\n";
-        auto r = stp::testing::run_stp("train " + (dir / "config.yaml").string());
-        EXPECT_EQ(r.status, 0) << r.err;
-        return (dir / "out" / "checkpoint-1").string();
-      }();
+  static const std::string ck = [] {
+    const fs::path dir = fs::path(STP_BINARY_DIR) / "tests" / "cmd_generate" /
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    auto r = stp::testing::run_stp("train " + stp::testing::fresh_tiny_run_config(dir).string());
+    EXPECT_EQ(r.status, 0) << r.err;
+    return (dir / "out" / "checkpoint-1").string();
+  }();
   return ck;
 }
 

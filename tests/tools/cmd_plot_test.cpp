@@ -39,20 +39,12 @@ TEST(CmdPlot, ACutLastLineIsIgnoredAndSaidSo) {
 TEST(CmdPlot, AResumedRunDropsTheCutLineBeforeItAppends) {
   if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
   const fs::path dir = fs::path(STP_BINARY_DIR) / "tests" / "cmd_plot_resume";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::ofstream(dir / "config.yaml")
-      << "model: {arch: gpt2, n_layer: 1, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 16}\n"
-      << "data: {path: " << stp::testing::tiny_text_file() << ", format: text}\n"
-      << "train: {steps: 1, micro_batch_size: 1, microbatches: 1}\n"
-      << "parallel: {backend: cpu, tp: 1, pp: 1, schedule: gpipe, cpu_threads: 1}\n"
-      << "output: {dir: " << (dir / "out").string() << "}\n";
-  auto first = stp::testing::run_stp("train " + (dir / "config.yaml").string());
+  const fs::path config = stp::testing::fresh_tiny_run_config(dir);
+  auto first = stp::testing::run_stp("train " + config.string());
   ASSERT_EQ(first.status, 0) << first.err;
   std::ofstream(dir / "out" / "metrics.jsonl", std::ios::app) << "{\"step\":2,\"loss\":5.4";
-  auto resumed =
-      stp::testing::run_stp("train " + (dir / "config.yaml").string() +
-                            " --set train.steps=2 --set train.resume=" + (dir / "out" / "checkpoint-1").string());
+  auto resumed = stp::testing::run_stp("train " + config.string() + " --set train.steps=2 --set train.resume=" +
+                                       (dir / "out" / "checkpoint-1").string());
   ASSERT_EQ(resumed.status, 0) << resumed.err;
   EXPECT_NE(resumed.err.find("ended in a cut line"), std::string::npos) << resumed.err;
   const std::string metrics = stp::testing::slurp((dir / "out" / "metrics.jsonl").string());

@@ -73,6 +73,20 @@ inline std::string tiny_text_file() {
   return path;
 }
 
+// A fresh folder `dir` holding config.yaml for `stp train`: one step of a one-layer byte-level
+// GPT-2 on tiny_text_file() at tp 1, pp 1, writing into dir/out. Returns the config's path.
+inline std::filesystem::path fresh_tiny_run_config(const std::filesystem::path& dir) {
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.yaml")
+      << "model: {arch: gpt2, n_layer: 1, n_head: 2, n_embd: 16, vocab_size: 256, seq_len: 16}\n"
+      << "data: {path: " << tiny_text_file() << ", format: text}\n"
+      << "train: {steps: 1, micro_batch_size: 1, microbatches: 1}\n"
+      << "parallel: {backend: cpu, tp: 1, pp: 1, schedule: gpipe, cpu_threads: 1}\n"
+      << "output: {dir: " << (dir / "out").string() << "}\n";
+  return dir / "config.yaml";
+}
+
 // A u16 token file of 4000 tokens, token i = (i * 37 + 11) mod 64 (the reference models' vocab
 // of 64). Written under a temporary name and renamed, so test processes running in parallel never
 // read it half written.

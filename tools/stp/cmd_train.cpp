@@ -75,8 +75,7 @@ void archive_earlier_run(const fs::path& dir) {
 void drop_cut_line(const fs::path& metrics) {
   std::error_code ec;
   if (!fs::is_regular_file(metrics, ec)) return;
-  std::ifstream in(metrics, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = stp::read_regular_file(metrics.string(), "output.dir's metrics.jsonl");
   if (text.empty() || text.back() == '\n') return;
   const std::size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
   fs::resize_file(metrics, keep);
