@@ -7,6 +7,7 @@
 
 #include "core/cpu/cpu_device.h"
 #include "core/cpu/cpu_gemm.h"
+#include "core/kernels/gemm_kernels.h"
 #include "base/error.h"
 #include "base/trace.h"
 
@@ -148,6 +149,10 @@ void CpuStream::zero(void* dst, std::size_t bytes) {
 void CpuStream::gemm(const GemmArgs& g) {
   STP_ASSERT(g.m >= 0 && g.n >= 0 && g.k >= 0, "negative GEMM dimension");
   if (g.m == 0 || g.n == 0) return;
+  if (g.k == 0) {  // C = beta·C, the code the CUDA backend runs for it too
+    gemm_scale_output(*this, g);
+    return;
+  }
   device().count_launch();
   enqueue([g] { cpu_gemm(g); }, false);
 }

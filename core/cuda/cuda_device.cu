@@ -40,6 +40,7 @@
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/lt_gemm.h"
+#include "core/kernels/gemm_kernels.h"
 #include "core/launch.h"
 #include "base/trace.h"
 
@@ -429,6 +430,10 @@ void CudaStream::gemm(const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return;
   gpu::device_health().check_usable();
   bind();  // the cuBLASLt handle belongs to this stream's device
+  if (g.k == 0) {  // C = beta·C: no product for cuBLASLt to run
+    gemm_scale_output(*this, g);
+    return;
+  }
   device().count_launch();
   device_.lt_gemm().run(stream_, g, gemm_workspace_, gemm_workspace_bytes_);
 }

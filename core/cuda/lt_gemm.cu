@@ -7,7 +7,6 @@
 
 #include "base/error.h"
 #include "core/cuda/cuda_check.h"
-#include "core/launch.h"
 
 namespace stp {
 
@@ -30,26 +29,6 @@ void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v
 template <typename T>
 void set(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr, const T& value) {
   STP_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(p, attr, &value, sizeof value));
-}
-
-// C = beta·C over an (m, n) row-major C: a GEMM with k == 0, which cuBLASLt's layouts cannot
-// describe (cublasGemmEx computed it). beta == 0 writes zeros without reading C, as BLAS does.
-template <typename T>
-__global__ void scale_rows(T* c, int m, int n, int ldc, float beta) {
-  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < static_cast<long long>(m) * n;
-       i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    T& v = c[(i / n) * ldc + i % n];
-    v = from_f32<T>(beta == 0.0f ? 0.0f : beta * to_f32(v));
-  }
-}
-
-void scale_c(cudaStream_t stream, const GemmArgs& g) {
-  const long long count = static_cast<long long>(g.m) * g.n;
-  const int blocks = static_cast<int>(std::min<long long>((count + 255) / 256, 4096));
-  cuda_check_before_launch("scale_rows");
-  if (g.c_type == DType::Bf16) scale_rows<<<blocks, 256, 0, stream>>>(static_cast<bf16*>(g.c), g.m, g.n, g.ldc, g.beta);
-  else scale_rows<<<blocks, 256, 0, stream>>>(static_cast<float*>(g.c), g.m, g.n, g.ldc, g.beta);
-  cuda_check_launch("scale_rows");
 }
 
 }  // namespace
@@ -165,11 +144,7 @@ std::size_t LtGemm::cached_shapes() const {
 
 void LtGemm::run(cudaStream_t stream, const GemmArgs& g, void* workspace, std::size_t workspace_bytes) {
   if (g.m == 0 || g.n == 0) return;
-  if (g.k == 0) {
-    (void)key_of(g, workspace_bytes);  // the type check
-    scale_c(stream, g);
-    return;
-  }
+  STP_ASSERT(g.k > 0, "a GEMM with k == 0 is gemm_scale_output's (core/kernels/gemm_kernels.h)");
   const Plan& p = plan(key_of(g, workspace_bytes));
   STP_ASSERT(p.workspace_bytes <= workspace_bytes, "cuBLASLt algorithm needs ", p.workspace_bytes,
              " bytes of workspace, the stream has ", workspace_bytes);

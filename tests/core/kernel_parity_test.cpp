@@ -1,7 +1,8 @@
-// Kernel parity: every kernel of core/kernels/ (nn_kernels.h, llama_kernels.h, optim_kernels.h) and Stream::gemm
-// run on a CpuDevice, the oracle, and on the device under test with the same inputs; the device's
-// outputs must match the oracle's within a tolerance stated, and derived, next to each test. Kernels
-// templated on the storage type run for f32 (NAME) and bf16 (NAMEBf16).
+// Kernel parity: every kernel of core/kernels/ (nn_kernels.h, llama_kernels.h, optim_kernels.h,
+// gemm_kernels.h) and Stream::gemm run on a CpuDevice, the oracle, and on the device under test with
+// the same inputs; the device's outputs must match the oracle's within a tolerance stated, and
+// derived, next to each test. Kernels templated on the storage type run for f32 (NAME) and bf16
+// (NAMEBf16).
 // The fixture is tests/support/kernel_parity.h; the fused attention's cases (attention_kernels.h)
 // are in kernel_parity_attention_test.cpp and the Llama kernels' in kernel_parity_llama_test.cpp.
 //
@@ -159,6 +160,45 @@ TEST_P(KernelParity, GemmBf16RoundsOnceOverLongSums) {
   });
   expect_match("C", dc,
                stored_as<bf16>(per_element(gemm_bound(g, widened(a), widened(b), widened(c), accumulation_u<bf16>()))));
+}
+
+// K = 0: C = beta·C, with no product (core/kernels/gemm_kernels.h, which both backends' gemm run).
+// beta = 0 writes zeros over a C of NaN without reading it; beta = -1.5 scales every element (one
+// f32 product of values with short significands: exact, then one rounding for a bf16 C); the
+// columns past n in rows of ldc > n are untouched. Asserted exactly on both sides.
+TEST_P(KernelParity, GemmWithoutProduct) {
+  constexpr int kM = 7, kN = 5, kLdc = 8;
+  for (stp::DType c_type : {stp::DType::F32, stp::DType::Bf16})
+    for (float beta : {0.0f, -1.5f}) {
+      SCOPED_TRACE(::testing::Message() << (c_type == stp::DType::Bf16 ? "bf16" : "f32") << " C, beta=" << beta);
+      const bool bf = c_type == stp::DType::Bf16;
+      std::vector<float> c(static_cast<std::size_t>(kM) * kLdc);
+      for (std::size_t i = 0; i < c.size(); ++i)
+        c[i] = beta == 0.0f && i % kLdc < kN ? std::nanf("") : static_cast<float>(i % 13) - 6.0f;
+      std::vector<float> want = c;
+      for (int r = 0; r < kM; ++r)
+        for (int j = 0; j < kN; ++j) {
+          float& w = want[static_cast<std::size_t>(r) * kLdc + j];
+          w = beta == 0.0f ? 0.0f : beta * w;
+        }
+      stp::GemmArgs g;
+      g.m = kM, g.n = kN, g.k = 0, g.lda = 1, g.ldb = kN, g.ldc = kLdc, g.beta = beta, g.alpha = 2.0f;
+      g.ab = stp::DType::Bf16, g.c_type = c_type;
+      std::vector<bf16> cb(c.size());
+      for (std::size_t i = 0; i < c.size(); ++i) cb[i] = stp::from_f32<bf16>(c[i]);
+      auto df = upload(c);
+      auto db = upload(cb);
+      run([&](Stream& s, Side at) {
+        stp::GemmArgs h = g;
+        h.c = bf ? static_cast<void*>(at(db)) : static_cast<void*>(at(df));
+        s.gemm(h);
+      });
+      for (int side = 0; side < 2; ++side) {
+        std::vector<float> got = bf ? widened(download(db, side)) : download(df, side);
+        for (std::size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(got[i], want[i]) << "side " << side << " element " << i;  // NaN != anything: fails
+      }
+    }
 }
 
 // ---- LayerNorm -------------------------------------------------------------------------------------
