@@ -2,7 +2,8 @@
 // of about chunk_bytes, each cut at a safe cut (BpeTokenizer::stream_cut) and encoded on its own
 // (in parallel over the cores, as BpeTokenizer::encode does), so the ids are exactly those of
 // encode(the whole file). Memory is a few chunks' worth whatever the file's size; a stretch of
-// text without a safe cut (no newline between two printable ASCII characters) is read whole.
+// text without a safe cut (no newline between two printable ASCII characters) is read whole, and
+// so is the whole file for a tokenizer without safe cuts (BpeTokenizer::stream_cuts()).
 //
 // The file must be a regular file (base/file_io.h) and valid UTF-8: an invalid byte is an
 // stp::Error naming the file, the byte and its offset in the file (and `invalid_hint`), unless

@@ -16,7 +16,7 @@
 //   bytes 24..31  uint64 reserved, 0
 //   bytes 32..    N bytes, one per token of X, each 0 or 1
 // little-endian. Byte j = 1: token j counts as a target (the loss of predicting token j from the
-// tokens before it is counted); 0: it does not (docs/config.md, Loss masks).
+// tokens before it is counted); 0: it does not (docs/config.md, Fine-tuning data and loss masks).
 //
 // Every file is written into a temporary in its folder and renamed onto its name by finish(),
 // all of them at the end, so a failure (a bad input line, a full disk) leaves no new output and

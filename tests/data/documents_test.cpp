@@ -146,8 +146,11 @@ TEST(Documents, BadRecordsNameTheFileAndLine) {
   pc.prompt_field = "prompt";
   pc.completion_field = "completion";
   pc.eot = 50256;
-  const std::string ok = R"({"prompt": "a", "completion": "b"})";
+  // Two good lines, the bad one, then a worse one: the first bad line is named.
   auto bad = [&](const JsonlSchema& s, const std::string& line, std::initializer_list<std::string> needles) {
+    const std::string ok = s.kind == JsonlKind::PromptCompletion ? R"({"prompt": "a", "completion": "b"})"
+                           : s.kind == JsonlKind::Messages       ? R"({"messages": [{"role": "user", "content": "a"}]})"
+                                                                 : R"({"text": "a"})";
     expect_error([&] { encode_lines(gpt2(), s, {ok, ok, line, "{broken"}); }, needles);
   };
   bad(pc, R"({"prompt": "a", "completion": )", {"'data.jsonl' line 3", "invalid JSON", "column"});

@@ -1,5 +1,5 @@
 // Streaming the encoding of a text file (data/text_stream.h): cut at BpeTokenizer::stream_cut,
-// the ids are those of encoding the whole file, for GPT-2's and Qwen2's pre-split patterns, at
+// the ids are those of encoding the whole file, for GPT-2's, Llama-3's and Qwen2's patterns, at
 // chunk sizes down to one byte, on the adversarial text and on random texts built from the
 // characters around which the patterns' pieces change.
 #include <random>
@@ -25,17 +25,13 @@ const BpeTokenizer& gpt2() {
   return t;
 }
 
-// GPT-2's vocabulary and merges with Qwen2's pre-split pattern and added tokens of its kind.
-const BpeTokenizer& qwen2_like() {
-  static const BpeTokenizer t = [] {
-    BpeSpec spec = read_bpe_files(kDir + "/gpt2");
-    spec.pattern =
-        R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-    spec.specials.push_back({"<|im_start|>", 50257});
-    spec.specials.push_back({"<|im_end|>", 50258});
-    return BpeTokenizer(spec);
-  }();
-  return t;
+// GPT-2's vocabulary and merges with another pre-split pattern and added tokens of ChatML.
+BpeTokenizer with_pattern(const std::string& pattern) {
+  BpeSpec spec = read_bpe_files(kDir + "/gpt2");
+  spec.pattern = pattern;
+  spec.specials.push_back({"<|im_start|>", 50257});
+  spec.specials.push_back({"<|im_end|>", 50258});
+  return BpeTokenizer(spec);
 }
 
 std::vector<std::int32_t> stream(const BpeTokenizer& tok, const std::string& path, std::size_t chunk,
@@ -107,7 +103,11 @@ TEST(TextStream, TinyChunksGiveTheIdsOfTheWholeText) {
   std::vector<Case> cases = {{"adversarial", read_bytes(kDir + "/adversarial.txt")}};
   for (std::uint32_t seed = 1; seed <= 6; ++seed)
     cases.push_back({"random" + std::to_string(seed), random_text(seed, 3000)});
-  for (const BpeTokenizer* tok : {&gpt2(), &qwen2_like()}) {
+  const BpeTokenizer llama3 = with_pattern(kLlama3Pattern), qwen2 = with_pattern(kQwen2Pattern);
+  const std::pair<const BpeTokenizer*, const char*> tokenizers[] = {
+      {&gpt2(), "GPT-2"}, {&llama3, "Llama-3"}, {&qwen2, "Qwen2"}};
+  for (const auto& [tok, pattern] : tokenizers) {
+    ASSERT_TRUE(tok->stream_cuts()) << pattern;
     for (const Case& c : cases) {
       write_bytes(dir.file("in.txt"), c.text);
       const std::vector<std::int32_t> whole = tok->encode(c.text);
@@ -115,9 +115,9 @@ TEST(TextStream, TinyChunksGiveTheIdsOfTheWholeText) {
            {std::size_t(1), std::size_t(2), std::size_t(5), std::size_t(64), std::size_t(1000), std::size_t(1) << 24}) {
         std::size_t chunks = 0;
         EXPECT_EQ(stream(*tok, dir.file("in.txt"), chunk, &chunks), whole)
-            << c.name << ", chunk " << chunk << ", " << (tok == &gpt2() ? "GPT-2" : "Qwen2") << " pattern";
+            << c.name << ", chunk " << chunk << ", " << pattern << " pattern";
         if (chunk <= 64) {
-          EXPECT_GT(chunks, 10u) << c.name << ": the text was not cut";
+          EXPECT_GT(chunks, c.name == "adversarial" ? 4u : 50u) << c.name << ": the text was not cut";
         }
       }
     }
@@ -138,6 +138,21 @@ TEST(TextStream, CutsAreNewlinesBetweenPrintableCharacters) {
   spec.specials.push_back({"x\ny", 50257});
   const BpeTokenizer s(spec);
   EXPECT_EQ(s.stream_cut("ax\nyb\nc" + std::string(20, 'z'), 0), 6u);  // not inside "x\ny"
+}
+
+// A tokenizer with another pre-split pattern, or none, is not cut: the file is encoded whole.
+TEST(TextStream, OtherPatternsAreNotCut) {
+  ScratchDir dir;
+  const std::string text = random_text(7, 2000);
+  write_bytes(dir.file("in.txt"), text);
+  for (const std::string& pattern : {std::string(), std::string(R"(\p{L}+|\s+|.)")}) {
+    const BpeTokenizer t = with_pattern(pattern);
+    EXPECT_FALSE(t.stream_cuts());
+    EXPECT_EQ(t.stream_cut("ab\ncd" + std::string(20, 'x'), 0), std::string::npos);
+    std::size_t chunks = 0;
+    EXPECT_EQ(stream(t, dir.file("in.txt"), 16, &chunks), t.encode(text));
+    EXPECT_EQ(chunks, 1u);
+  }
 }
 
 // Invalid UTF-8: the error names the file and the offset in the file, not in the chunk; with

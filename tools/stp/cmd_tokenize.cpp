@@ -149,6 +149,10 @@ int run(const TokenizeArgs& a) {
   std::printf("tokenizer %s: vocabulary of %d ids (pre-split %s); %zu input file(s), %.1f MB\n", a.tokenizer.c_str(),
               tok.vocab_size(), tok.pre_split_jit() ? "PCRE2 JIT" : "PCRE2 interpreter", files.size(),
               double(total) / 1e6);
+  if (!a.jsonl && !tok.stream_cuts())
+    std::printf(
+        "note: the pre-split pattern is not GPT-2's, Llama-3's or Qwen2's, whose safe cuts stp knows: each "
+        "input file is read whole\n");
   if (schema.kind == stp::JsonlKind::Messages)
     std::printf("chat template: %s\n",
                 schema.im_start >= 0 ? "ChatML (<|im_start|>role\\n...<|im_end|>\\n)" : "plain (role: content)");
@@ -293,7 +297,8 @@ stp::tools::Run define(CLI::App& app) {
   app.footer(
       "Writes data.format llmc when the vocabulary has at most 65536 ids, else tok32 (docs/config.md, Token "
       "files). Train on it with data.path: OUTPUT (or the shards' glob) and model.vocab_size >= the vocabulary. "
-      "Fine-tuning fields also write a loss mask beside each token file, X.mask (docs/config.md, Loss masks): a "
+      "Fine-tuning fields also write a loss mask beside each token file, X.mask (docs/config.md, Fine-tuning data and "
+      "loss masks): a "
       "32-byte header (\"STPMASK1\", uint32 version 1, uint32 0, uint64 token count, uint64 0) and one byte per "
       "token, 1 when the token counts as a target; use it with data.mask_path.");
   return [args] { return run(*args); };
