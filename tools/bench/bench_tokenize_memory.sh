@@ -47,7 +47,7 @@ echo "input: $(du -m "$work/big.txt" | cut -f1) MiB of text ($work/big.txt)"
 /usr/bin/time -v "$stp" tokenize "$tokenizer" "$work/big.txt" "$work/big.bin" "${extra[@]}" >"$work/out" 2>"$work/time"
 cat "$work/out"
 rss_kb="$(awk -F': *' '/Maximum resident set size/ {print $2}' "$work/time")"
-wall="$(awk -F': *' '/Elapsed \(wall clock\)/ {print $2}' "$work/time")"
+wall="$(awk '/Elapsed \(wall clock\)/ {print $NF}' "$work/time")"
 rss_mib=$((rss_kb / 1024))
 status=ok
 [ "$rss_mib" -lt "$limit" ] || status=MISSED
