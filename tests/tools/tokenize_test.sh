@@ -204,6 +204,14 @@ want = b"STPMASK1" + struct.pack("<IIQQ", 1, 0, 6, 0) + bytes([0, 1, 1, 0, 1, 1]
 sys.exit(0 if open(sys.argv[1], "rb").read() == want else 1)
 ' "$tmp/pc.bin.mask" || fail "the mask file's bytes: $(od -An -tx1 "$tmp/pc.bin.mask" | tr -s ' \n' ' ')"
 grep -q "4 of 6 tokens counted" "$tmp/out" || fail "the summary does not count the targets: $(cat "$tmp/out")"
+# A chat with GPT-2's tokenizer (no ChatML tokens): the plain template; the assistant's one-token
+# content and the end-of-text token after it are the 2 targets.
+printf '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}\n' >"$tmp/chat.jsonl"
+"$stp" tokenize --jsonl --messages-field messages "$data/gpt2" "$tmp/chat.jsonl" "$tmp/chat.bin" >"$tmp/out" 2>"$tmp/err" ||
+  fail "--messages-field: $(cat "$tmp/err")"
+grep -q "chat template: plain" "$tmp/out" || fail "the chat template is not named: $(cat "$tmp/out")"
+grep -q " 2 of [0-9]* tokens counted" "$tmp/out" || fail "--messages-field: the targets: $(cat "$tmp/out")"
+[ -f "$tmp/chat.bin.mask" ] || fail "--messages-field wrote no mask"
 expect_error 1 "--eot none" "$stp" tokenize --eot none --jsonl --prompt-field prompt --completion-field completion \
   "$data/gpt2" "$tmp/pc.jsonl" "$tmp/x.bin"
 expect_error 1 "line 1: no field \"answer\"" "$stp" tokenize --jsonl --prompt-field prompt --completion-field answer \

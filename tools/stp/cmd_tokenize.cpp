@@ -123,9 +123,8 @@ int run(const TokenizeArgs& a) {
   // unless --eot none.
   auto need_eot = [&](const char* why, bool fine_tuning) -> std::int32_t {
     if (eot) return *eot;
-    STP_CHECK(a.eot != "none" || !fine_tuning, "--eot none: ", why,
-              " needs an end-of-text token; name one with "
-              "--eot ID_OR_TOKEN");
+    STP_CHECK(a.eot != "none" || !fine_tuning, "--eot none: ", why, " needs an end-of-text token; name one with --eot",
+              " ID_OR_TOKEN");
     STP_CHECK(a.eot == "none", "the tokenizer has no end-of-text token (<|endoftext|>, <|end_of_text|> or </s>) for ",
               why, "; name one with --eot ID_OR_TOKEN", fine_tuning ? "" : ", or --eot none");
     return -1;
