@@ -297,7 +297,7 @@ TokenWriter::Result TokenWriter::finish() {
     r.files.push_back(s.tokens->dest());
   }
   for (const std::string& f : stale) {
-    STP_CHECK(fs::remove(f, ec), "cannot remove the stale shard '", f, "': ", ec ? ec.message() : "it is gone");
+    STP_CHECK(fs::remove(f, ec), "cannot remove '", f, "', left by an earlier run: ", ec ? ec.message() : "it is gone");
     r.removed.push_back(f);
   }
   m.shards.clear();

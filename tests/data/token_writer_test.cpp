@@ -118,6 +118,11 @@ TEST(TokenWriter, StaleShardsOfAnEarlierRunAreRemoved) {
                                                  dir.file("s_000004.bin"), dir.file("s_000004.bin.mask")}));
   EXPECT_FALSE(std::filesystem::exists(dir.file("s_000003.bin")));
   EXPECT_TRUE(std::filesystem::exists(dir.file("s_000007.bin")));
+  // A file written without a mask loses the mask an earlier run wrote beside it.
+  TokenWriter plain(options(dir.file("s_000000.bin"), 50257, 0, false));
+  plain.append(ids);
+  EXPECT_EQ(plain.finish().removed, (std::vector<std::string>{dir.file("s_000000.bin.mask")}));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("s_000000.bin.mask")));
 }
 
 // Nothing appears before finish(): an abandoned writer leaves no file, not even a temporary, and

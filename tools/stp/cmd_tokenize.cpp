@@ -231,7 +231,7 @@ int run(const TokenizeArgs& a) {
   const stp::TokenWriter::Result r = writer.finish();
   if (seconds_since(t0) >= every_s) report(total, true);
   const double s = seconds_since(t0);
-  for (const std::string& f : r.removed) std::printf("removed %s, a shard of an earlier run\n", f.c_str());
+  for (const std::string& f : r.removed) std::printf("removed %s, left by an earlier run\n", f.c_str());
   const std::string what = a.shard_tokens == 0 ? a.output
                                                : str(r.files.size(), " shard(s) ", r.files.front(),
                                                      r.files.size() > 1 ? " ... " + r.files.back() : "");
