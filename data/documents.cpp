@@ -1,17 +1,10 @@
 #include "data/documents.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <tbb/parallel_for.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
-#include "base/file_io.h"
 #include "base/json_fields.h"
 
 namespace stp {
@@ -142,39 +135,11 @@ void encode_documents(const BpeTokenizer& tok, const std::vector<Document>& docs
   }
 }
 
-LineReader::LineReader(const std::string& path, const std::string& what) : path_(path) {
-  check_regular_file(path, what);
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  STP_CHECK(fd_ >= 0, what, " '", path, "' cannot be opened: ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd_, &st) != 0) {
-    const int err = errno;
-    ::close(fd_);
-    throw Error(str(what, " '", path, "' cannot be read: ", std::strerror(err)));
-  }
-  size_ = left_ = std::uint64_t(st.st_size);
-}
-
-LineReader::~LineReader() { ::close(fd_); }
-
 bool LineReader::fill() {  // appends a block; false at the end of the file
-  if (left_ == 0) return false;
+  if (file_.done()) return false;
   buf_.erase(0, pos_);
   pos_ = 0;
-  const std::size_t n = std::size_t(std::min<std::uint64_t>(kBlockBytes, left_));
-  const std::size_t at = buf_.size();
-  buf_.resize(at + n);
-  std::size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::read(fd_, buf_.data() + at + got, n - got);
-    if (r < 0 && errno == EINTR) continue;
-    STP_CHECK(r >= 0, "cannot read '", path_, "': ", std::strerror(errno));
-    if (r == 0) break;
-    got += std::size_t(r);
-  }
-  buf_.resize(at + got);
-  left_ = got < n ? 0 : left_ - n;
-  return got > 0;
+  return file_.read(buf_, kBlockBytes) > 0;
 }
 
 bool LineReader::next(std::string& line) {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "data/bpe_tokenizer.h"
+#include "data/file_reader.h"
 
 namespace stp {
 
@@ -62,22 +63,19 @@ void encode_documents(const BpeTokenizer& tok, const std::vector<Document>& docs
 // in blocks, so memory is one block and the longest line. A regular file (base/file_io.h).
 class LineReader {
  public:
-  LineReader(const std::string& path, const std::string& what);
-  ~LineReader();
-  LineReader(const LineReader&) = delete;
-  LineReader& operator=(const LineReader&) = delete;
+  LineReader(const std::string& path, const std::string& what) : file_(path, what) {}
   // The next line (without its '\n'); false at the end of the file.
   bool next(std::string& line);
   std::uint64_t line_no() const { return line_no_; }  // of the line last returned, 1-based
   std::uint64_t offset() const { return consumed_; }  // bytes of the file returned so far
-  std::uint64_t size() const { return size_; }
+  std::uint64_t size() const { return file_.size(); }
 
  private:
   bool fill();
-  std::string path_, buf_;
+  FileReader file_;
+  std::string buf_;
   std::size_t pos_ = 0;
-  int fd_ = -1;
-  std::uint64_t size_ = 0, left_ = 0, line_no_ = 0, consumed_ = 0;
+  std::uint64_t line_no_ = 0, consumed_ = 0;
 };
 
 }  // namespace stp

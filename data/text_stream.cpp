@@ -1,74 +1,19 @@
 #include "data/text_stream.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 
 #include "base/error.h"
-#include "base/file_io.h"
+#include "data/file_reader.h"
 #include "data/utf8.h"
 
 namespace stp {
-namespace {
-
-// An open file read from its start, no further than the size it had when opened.
-class Reader {
- public:
-  Reader(const std::string& path, const std::string& what) : path_(path) {
-    check_regular_file(path, what);
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    STP_CHECK(fd_ >= 0, what, " '", path, "' cannot be opened: ", std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) {
-      const int err = errno;
-      ::close(fd_);
-      throw Error(str(what, " '", path, "' cannot be read: ", std::strerror(err)));
-    }
-    left_ = std::uint64_t(st.st_size);
-    size_ = left_;
-  }
-  ~Reader() { ::close(fd_); }
-  Reader(const Reader&) = delete;
-  Reader& operator=(const Reader&) = delete;
-
-  std::uint64_t size() const { return size_; }
-  bool done() const { return left_ == 0; }
-  // Appends up to n bytes to buf; stops early only at the end of the file.
-  void read(std::string& buf, std::size_t n) {
-    n = std::size_t(std::min<std::uint64_t>(n, left_));
-    const std::size_t at = buf.size();
-    buf.resize(at + n);
-    std::size_t got = 0;
-    while (got < n) {
-      const ssize_t r = ::read(fd_, buf.data() + at + got, n - got);
-      if (r < 0 && errno == EINTR) continue;
-      STP_CHECK(r >= 0, "cannot read '", path_, "': ", std::strerror(errno));
-      if (r == 0) break;  // the file shrank meanwhile
-      got += std::size_t(r);
-    }
-    buf.resize(at + got);
-    left_ = got < n ? 0 : left_ - n;
-  }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  std::uint64_t size_ = 0, left_ = 0;
-};
-
-}  // namespace
-
 std::uint64_t encode_text_file(const BpeTokenizer& tok, const std::string& path, const std::string& what,
                                const TextStreamOptions& o,
                                const std::function<void(const std::vector<std::int32_t>&)>& emit,
                                const std::function<void(std::uint64_t)>& progress) {
   STP_ASSERT(o.chunk_bytes > 0, "encode_text_file: chunk_bytes 0");
-  Reader in(path, what);
+  FileReader in(path, what);
   std::string buf;                     // text from file offset `base` on
   std::uint64_t base = 0;              // file offset of buf[0]
   std::size_t target = o.chunk_bytes;  // bytes to hold before looking for a cut

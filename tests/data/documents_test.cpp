@@ -1,8 +1,8 @@
 // JSONL records as documents (data/documents.h): the parts and mask bytes of text,
 // prompt/completion and chat records on GPT-2's vocabulary, errors naming the file and the line,
 // and reading lines across blocks.
-#include "data/bpe_files.h"
 #include "data/documents.h"
+#include "tests/data/tokenizer_fixture.h"
 #include "tests/support/files.h"
 
 using namespace stp;
@@ -12,21 +12,10 @@ using stp::testing::write_bytes;
 
 namespace {
 
-const std::string kDir = std::string(STP_SOURCE_DIR) + "/tests/data/tokenizer";
+const BpeTokenizer& gpt2() { return stp::testing::gpt2_tokenizer(); }
 
-const BpeTokenizer& gpt2() {
-  static const BpeTokenizer t = BpeTokenizer::load(kDir + "/gpt2");
-  return t;
-}
-
-// GPT-2's files with ChatML's added tokens.
 const BpeTokenizer& chatml() {
-  static const BpeTokenizer t = [] {
-    BpeSpec spec = read_bpe_files(kDir + "/gpt2");
-    spec.specials.push_back({"<|im_start|>", 50257});
-    spec.specials.push_back({"<|im_end|>", 50258});
-    return BpeTokenizer(spec);
-  }();
+  static const BpeTokenizer t = stp::testing::gpt2_with_chatml();
   return t;
 }
 

@@ -5,9 +5,9 @@
 #include <random>
 
 #include "data/bpe_files.h"
-#include "data/bpe_tokenizer.h"
 #include "data/text_stream.h"
 #include "data/utf8.h"
+#include "tests/data/tokenizer_fixture.h"
 #include "tests/support/files.h"
 
 using namespace stp;
@@ -18,21 +18,9 @@ using stp::testing::write_bytes;
 
 namespace {
 
-const std::string kDir = std::string(STP_SOURCE_DIR) + "/tests/data/tokenizer";
-
-const BpeTokenizer& gpt2() {
-  static const BpeTokenizer t = BpeTokenizer::load(kDir + "/gpt2");
-  return t;
-}
-
-// GPT-2's vocabulary and merges with another pre-split pattern and added tokens of ChatML.
-BpeTokenizer with_pattern(const std::string& pattern) {
-  BpeSpec spec = read_bpe_files(kDir + "/gpt2");
-  spec.pattern = pattern;
-  spec.specials.push_back({"<|im_start|>", 50257});
-  spec.specials.push_back({"<|im_end|>", 50258});
-  return BpeTokenizer(spec);
-}
+const std::string& kDir = stp::testing::kTokenizerDir;
+const BpeTokenizer& gpt2() { return stp::testing::gpt2_tokenizer(); }
+BpeTokenizer with_pattern(const std::string& pattern) { return stp::testing::gpt2_with_chatml(pattern); }
 
 std::vector<std::int32_t> stream(const BpeTokenizer& tok, const std::string& path, std::size_t chunk,
                                  std::size_t* chunks = nullptr, bool replace = false) {
