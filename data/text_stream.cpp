@@ -8,6 +8,7 @@
 #include "data/utf8.h"
 
 namespace stp {
+
 std::uint64_t encode_text_file(const BpeTokenizer& tok, const std::string& path, const std::string& what,
                                const TextStreamOptions& o,
                                const std::function<void(const std::vector<std::int32_t>&)>& emit,
