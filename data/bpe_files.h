@@ -30,8 +30,12 @@ namespace stp {
 // (docs/config.md, Token files).
 inline constexpr std::int32_t kMaxVocabSize = std::int32_t(1) << 22;
 
-// GPT-2's pre-split pattern (PCRE2 syntax, compiled with UTF and UCP).
+// GPT-2's pre-split pattern (PCRE2 syntax, compiled with UTF and UCP), and Llama-3's (also
+// OpenAI's cl100k) and Qwen2's as their tokenizer.json files give them. A tokenizer with one of
+// these patterns encodes a stream in chunks (BpeTokenizer::stream_cut).
 extern const char* const kGpt2Pattern;
+extern const char* const kLlama3Pattern;
+extern const char* const kQwen2Pattern;
 
 struct BpeSpec {
   struct Token {

@@ -179,6 +179,7 @@ struct BpeTokenizer::Impl {
   std::vector<Special> specials;  // longest first
   std::array<bool, 256> special_first{};
   bool ignore_merges = false;
+  bool streams = false;  // the pattern has safe cuts (stream_cut)
   std::unique_ptr<RegexSplitter> splitter;
   tbb::enumerable_thread_specific<WordCache> caches;
 
@@ -333,11 +334,36 @@ BpeTokenizer::BpeTokenizer(const BpeSpec& spec) : impl_(std::make_shared<Impl>()
                    [](const Special& x, const Special& y) { return x.bytes.size() > y.bytes.size(); });
   m.ignore_merges = spec.ignore_merges;
   m.splitter = std::make_unique<RegexSplitter>(spec.pattern);
+  for (const char* known : {kGpt2Pattern, kLlama3Pattern, kQwen2Pattern}) m.streams |= spec.pattern == known;
 }
 
 std::int32_t BpeTokenizer::vocab_size() const { return static_cast<std::int32_t>(impl_->id_bytes.size()); }
 
 bool BpeTokenizer::pre_split_jit() const { return impl_->splitter->jit(); }
+
+bool BpeTokenizer::stream_cuts() const { return impl_->streams; }
+
+std::size_t BpeTokenizer::stream_cut(std::string_view text, std::size_t from) const {
+  const Impl& m = *impl_;
+  if (!m.streams) return std::string_view::npos;
+  const std::size_t longest = m.specials.empty() ? 0 : m.specials.front().bytes.size();
+  auto graphic = [](char c) { return c > ' ' && c < 0x7F; };  // printable ASCII, not space
+  if (text.size() < longest + 2) return std::string_view::npos;
+  const std::size_t last = text.size() - 1 - longest;  // text[p + longest - 1] must exist
+  for (std::size_t p = std::max<std::size_t>(from, 2); p <= last; ++p) {
+    const void* nl = std::memchr(text.data() + p - 1, '\n', last - p + 1);
+    if (!nl) break;
+    p = std::size_t(static_cast<const char*>(nl) - text.data()) + 1;
+    if (p > last) break;
+    if (!graphic(text[p - 2]) || !graphic(text[p])) continue;
+    bool straddled = false;
+    for (const Special& s : m.specials)
+      for (std::size_t k = 1; k < s.bytes.size() && k <= p && !straddled; ++k)
+        straddled = text.compare(p - k, s.bytes.size(), s.bytes) == 0;
+    if (!straddled) return p;
+  }
+  return std::string_view::npos;
+}
 
 std::optional<std::int32_t> BpeTokenizer::token_id(std::string_view bytes) const {
   for (const Special& s : impl_->specials)

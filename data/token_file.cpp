@@ -3,18 +3,13 @@
 #include <cstring>
 
 #include "base/error.h"
-#include "base/file_io.h"
+#include "data/token_writer.h"
 
 namespace stp {
 namespace {
 
 constexpr char kTok32Magic[8] = {'S', 'T', 'P', 'T', 'O', 'K', '3', '2'};
 constexpr std::size_t kTok32Header = 32;
-
-template <class T>
-void put(std::string& out, T v) {  // little-endian host
-  out.append(reinterpret_cast<const char*>(&v), sizeof v);
-}
 
 template <class T>
 T get(const std::string& bytes, std::size_t offset) {
@@ -27,33 +22,12 @@ T get(const std::string& bytes, std::size_t offset) {
 
 std::string write_token_file(const std::string& path, const std::vector<std::int32_t>& ids, std::int32_t vocab_size) {
   STP_ASSERT(vocab_size > 0, "write_token_file: vocab_size ", vocab_size);
-  for (std::size_t i = 0; i < ids.size(); ++i)
-    STP_ASSERT(ids[i] >= 0 && ids[i] < vocab_size, "write_token_file: id ", ids[i], " at ", i);
-  std::string out;
-  std::string format;
-  if (vocab_size <= 65536) {
-    format = "llmc";
-    STP_CHECK(ids.size() <= 0x7fffffffu, "tokenize: ", ids.size(),
-              " tokens do not fit an llm.c file (at most 2^31 - 1); split the input");
-    std::int32_t header[256] = {};
-    header[0] = 20240520;
-    header[1] = 1;
-    header[2] = static_cast<std::int32_t>(ids.size());
-    out.append(reinterpret_cast<const char*>(header), sizeof header);
-    out.reserve(out.size() + 2 * ids.size());
-    for (std::int32_t id : ids) put(out, static_cast<std::uint16_t>(id));
-  } else {
-    format = "tok32";
-    out.append(kTok32Magic, sizeof kTok32Magic);
-    put(out, std::uint32_t(1));
-    put(out, static_cast<std::uint32_t>(vocab_size));
-    put(out, static_cast<std::uint64_t>(ids.size()));
-    put(out, std::uint64_t(0));
-    out.reserve(out.size() + 4 * ids.size());
-    for (std::int32_t id : ids) put(out, static_cast<std::uint32_t>(id));
-  }
-  write_file_atomic(path, out);
-  return format;
+  TokenWriter::Options o;
+  o.path = path;
+  o.vocab_size = vocab_size;
+  TokenWriter w(o);
+  w.append(ids);
+  return w.finish().format;
 }
 
 std::vector<std::uint32_t> parse_tok32(const std::string& bytes, const std::string& path) {

@@ -21,7 +21,7 @@
 namespace stp {
 
 // Writes ids as llmc when vocab_size <= 65536, else tok32; returns the format written. The file
-// appears whole or not at all (base/file_io.h, write_file_atomic).
+// appears whole or not at all (data/token_writer.h, which writes them as the ids arrive).
 std::string write_token_file(const std::string& path, const std::vector<std::int32_t>& ids, std::int32_t vocab_size);
 
 // The ids of a tok32 file whose bytes are `bytes` (path for messages).

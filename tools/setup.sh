@@ -33,6 +33,7 @@ packages=(
   libsimdjson-dev
   libpcre2-dev
   fortunes
+  time
   libopenmpi-dev
   openmpi-bin
 )

@@ -62,6 +62,8 @@ if [ -x "$bin/stp" ]; then
   check_help "stp profile" "$stp profile" RUN_DIR --json --svg --steps
   check_help "stp plot" "$stp plot" RUN_DIR --svg
   check_help "stp generate" "$stp generate" CHECKPOINT --prompt --tokens --temperature --top-k --seed --tokenizer
+  check_help "stp tokenize" "$stp tokenize" TOKENIZER INPUT OUTPUT --invalid-utf8 --shard-tokens --eot --jsonl \
+    --text-field --prompt-field --completion-field --messages-field --chunk-bytes STPMASK1
   for cmd in train plan sim profile plot generate; do
     check_unknown "stp $cmd" "$stp $cmd"
     check_version "stp $cmd" "$stp $cmd"  # README.md: every command answers --version

