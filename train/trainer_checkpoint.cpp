@@ -221,9 +221,10 @@ void Trainer::Impl::load_optimizer_state(const std::map<std::string, HostTensor>
 }
 
 // A shuffled order continues mid-epoch only if the resumed run reads the same windows in the same
-// places: the same data (so the same W) and the same global batch (so the same next sequence after
-// the checkpoint's step). The order itself is recomputed from b (data/window_shuffle.h); what the
-// checkpoint recorded is checked against it, so a changed dataset is an error, not another order.
+// places: the same data (so the same W), the same seed (so the same order) and the same global
+// batch (so the same next sequence after the checkpoint's step). The order itself is recomputed from b
+// (data/window_shuffle.h); what the checkpoint recorded is checked against it, so a changed dataset is an error, not
+// another order.
 void Trainer::Impl::check_shuffle_position(const std::string& dir, const CheckpointState& state) const {
   const TrainConfig& t = config.train;
   const std::uint64_t next =
@@ -248,6 +249,12 @@ void Trainer::Impl::check_shuffle_position(const std::string& dir, const Checkpo
       " windows of model.seq_len ", config.model.seq_len,
       ": the data changed, so the epoch cannot be continued; resume with the data the checkpoint was "
       "trained on, or start a fresh run (model.init_from the checkpoint) on the new data");
+  STP_CHECK(state.rng_seed == config.train.seed, "train.resume '", dir,
+            "': the checkpoint's shuffle is seeded by train.seed ", state.rng_seed, " but this run's train.seed is ",
+            config.train.seed,
+            ": another seed orders the epoch otherwise, reading some windows again and others never; resume with "
+            "train.seed ",
+            state.rng_seed);
 }
 
 void Trainer::Impl::resume(const std::string& dir) {

@@ -177,9 +177,9 @@ nlohmann::json state_of(const std::string& checkpoint) {
 }  // namespace
 
 // data.sampling shuffle, stopped mid-epoch: 6 steps straight equal 3 steps + checkpoint + resume
-// + 3 steps, bitwise, and the checkpoint records where in the epoch the run stopped. A resumed
-// run in another order (another seed: after a resume the seed only orders the data) differs, so
-// the equality is the order's, not an accident of the data.
+// + 3 steps, bitwise, and the checkpoint records where in the epoch the run stopped. The same
+// checkpoint resumed under another order (data.sampling random) differs, so the equality is the
+// order's, not an accident of the data.
 TEST(Resume, ShuffleStoppedMidEpochResumesTheSameOrderBitwise) {
   const std::string data = twenty_windows_file(fresh_dir("resume_shuffle_data"));
   const std::vector<std::string> base = {"data.sampling=shuffle", "data.path=" + data, "train.steps=6",
@@ -217,13 +217,13 @@ TEST(Resume, ShuffleStoppedMidEpochResumesTheSameOrderBitwise) {
     for (int i = 0; i < 3; ++i) resumed.push_back(t.step().loss);
     EXPECT_EQ(resumed, straight);
   }
-  stp::Trainer other(resume({"train.seed=8"}));
+  stp::Trainer other(resume({"data.sampling=random"}));
   EXPECT_NE(other.step().loss, straight[3]);
 }
 
 // What the checkpoint recorded is checked against what this run would read: data with another
-// token count (so another set of windows), or another global batch (so another next sequence),
-// is an error naming both, not a silently different order.
+// token count (so another set of windows), another seed (another order) or another global batch
+// (another next sequence) is an error naming both, not a silently different order.
 TEST(Resume, ShuffleResumeOnChangedDataOrBatchIsAClearError) {
   const std::string dir = fresh_dir("resume_shuffle_changed");
   const std::string data = twenty_windows_file(dir);
@@ -251,6 +251,7 @@ TEST(Resume, ShuffleResumeOnChangedDataOrBatchIsAClearError) {
     }
   };
   expect_refused({"train.micro_batch_size=1"}, {ckpt, "data_position", "train.micro_batch_size 1", "sequence 8"});
+  expect_refused({"train.seed=8"}, {ckpt, "train.seed 7", "train.seed is 8"});
   std::ofstream(data, std::ios::app) << std::string(40, 'x');  // 361 tokens: 22 windows
   expect_refused({}, {ckpt, "20 windows", "321 tokens", "361 tokens", "22 windows", data});
 }
