@@ -115,7 +115,16 @@ void Trainer::Impl::load_tokenizer() {
   }
   if (tokenizer_source.empty()) return;
   tokenizer_files = read_tokenizer_files(tokenizer_source, key);
-  const std::int32_t ids = BpeTokenizer::load(tokenizer_source).vocab_size();
+  // A tokenizer stp's BPE reader does not support (a SentencePiece-style tokenizer.json of an HF
+  // model, say) still travels: transformers reads it. Only its size cannot be checked.
+  std::int32_t ids = 0;
+  try {
+    ids = BpeTokenizer::load(tokenizer_source).vocab_size();
+  } catch (const Error& e) {
+    warnings.push_back(str(key, " '", tokenizer_source, "': stp cannot read it (", e.what(),
+                           "); the checkpoints carry its files for other tools, but stp generate cannot use them"));
+    return;
+  }
   STP_CHECK(ids <= config.model.vocab_size, key, " '", tokenizer_source, "' has ", ids, " ids but model.vocab_size is ",
             config.model.vocab_size,
             ": it is not the tokenizer of this model's data; name the one the data was made with");

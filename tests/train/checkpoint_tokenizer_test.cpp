@@ -1,7 +1,8 @@
 // The tokenizer travels with the model (data/tokenizer_files.h, Trainer::tokenizer_source): a
 // checkpoint carries the files of the run's tokenizer byte for byte (data.tokenizer, else
 // model.init_from's folder, else train.resume's checkpoint), so the folder is a tokenizer folder
-// itself; byte-level runs carry none; a tokenizer with more ids than the model is refused.
+// itself; byte-level runs carry none; a tokenizer with more ids than the model is refused, one stp
+// cannot read travels with a warning.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -110,6 +111,23 @@ TEST(CheckpointTokenizer, InitFromAnHfFolderPicksUpItsTokenizer) {
   cfg.output.dir = fresh_dir("init_tok_bytes");
   stp::Trainer bytes(cfg);
   EXPECT_EQ(bytes.tokenizer_source(), "") << "a byte-level run has no tokenizer";
+}
+
+// A tokenizer stp cannot read (here a Unigram model) still travels, with a warning: transformers
+// reads what stp's byte-level BPE reader does not.
+TEST(CheckpointTokenizer, TokenizerStpCannotReadTravelsWithAWarning) {
+  const std::string tok = fresh_dir("unigram_tok_source");
+  fs::create_directories(tok);
+  std::ofstream(tok + "/tokenizer.json") << R"({"model": {"type": "Unigram", "vocab": [["a", 0.0]]}})";
+  auto cfg = stp::testing::tiny_config({"data.path=" + stp::testing::tokens64_file(), "data.format=u16",
+                                        "model.n_layer=1", "train.microbatches=2", "data.tokenizer=" + tok});
+  cfg.output.dir = fresh_dir("unigram_tok_run");
+  stp::Trainer t(cfg);
+  ASSERT_EQ(t.warnings().size(), 1u);
+  EXPECT_NE(t.warnings()[0].find("stp cannot read it"), std::string::npos) << t.warnings()[0];
+  EXPECT_NE(t.warnings()[0].find("Unigram"), std::string::npos) << t.warnings()[0];
+  t.step();
+  EXPECT_EQ(read_bytes(t.save_checkpoint() + "/tokenizer.json"), read_bytes(tok + "/tokenizer.json"));
 }
 
 TEST(CheckpointTokenizer, TokenizerLargerThanTheModelIsAnErrorBeforeTraining) {
