@@ -60,9 +60,10 @@ struct ModelConfig {
 
 struct DataConfig {
   std::string path;
-  std::string format;    // text | u16 | llmc | tok32
-  std::string sampling;  // random | sequential
-  std::string val_path;  // "" = null: no validation
+  std::string format;     // text | u16 | llmc | tok32
+  std::string sampling;   // random | sequential | shuffle
+  std::string val_path;   // "" = null: no validation
+  std::string tokenizer;  // "" = null: model.init_from's, or none (data/tokenizer_files.h)
 };
 
 struct TrainConfig {

@@ -39,6 +39,9 @@ void validate_model(const Config& c) {
   }
   STP_CHECK(c.data.format != "text" || c.model.vocab_size >= 256, "config: model.vocab_size (", c.model.vocab_size,
             ") must be >= 256 with data.format text (every byte is a token)");
+  STP_CHECK(c.data.format != "text" || c.data.tokenizer.empty(), "config: data.tokenizer '", c.data.tokenizer,
+            "' is set but data.format text trains on bytes, which need no tokenizer; remove data.tokenizer, or "
+            "tokenize the text with it (stp tokenize) and train on the token file (data.format llmc or tok32)");
 }
 
 void validate_train(const Config& c) {

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/file_io.h"
 #include "data/token_file.h"
+#include "data/window_shuffle.h"
 
 namespace stp {
 namespace {
@@ -94,7 +95,8 @@ TokenDataset::TokenDataset(const DataOptions& options) : options_(options) {
   STP_ASSERT(o.seq_len >= 1 && o.vocab_size >= 1, "data: bad seq_len/vocab_size");
   STP_CHECK(o.format == "text" || o.format == "u16" || o.format == "llmc" || o.format == "tok32",
             "data: unknown data.format '", o.format, "'");
-  STP_CHECK(o.sampling == "random" || o.sampling == "sequential", "data: unknown data.sampling '", o.sampling, "'");
+  STP_CHECK(o.sampling == "random" || o.sampling == "sequential" || o.sampling == "shuffle",
+            "data: unknown data.sampling '", o.sampling, "'");
   std::vector<fs::path> files = list_files(o);
   if (o.format == "text") tokens_ = load_text(files);
   else if (o.format == "u16") tokens_ = load_u16(o.path);
@@ -117,9 +119,13 @@ std::uint64_t splitmix64(std::uint64_t z) {
   return z ^ (z >> 31);
 }
 
+std::uint64_t TokenDataset::windows() const { return shuffle_windows(num_tokens(), std::uint64_t(options_.seq_len)); }
+
 std::uint64_t TokenDataset::sequence_offset(std::uint64_t b) const {
-  const std::uint64_t span = tokens_.size() - std::uint64_t(options_.seq_len);  // N - T >= 1
+  const std::uint64_t span = num_tokens() - std::uint64_t(options_.seq_len);  // N - T >= 1
   if (options_.sampling == "random") return splitmix64(splitmix64(options_.seed) ^ b) % span;
+  if (options_.sampling == "shuffle")
+    return shuffle_window(options_.seed, b, windows()) * std::uint64_t(options_.seq_len);
   __extension__ typedef unsigned __int128 u128;  // b * T must not wrap before the modulo
   return static_cast<std::uint64_t>((u128(b) * u128(options_.seq_len)) % span);
 }

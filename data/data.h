@@ -14,8 +14,11 @@
 // replica, microbatch, row (sequence_index()). Sequence b reads the T + 1 tokens at offset
 //   sequential:  (b * T) mod (N - T)
 //   random:      splitmix64(splitmix64(seed) ^ b) mod (N - T)
-// (N tokens, T = seq_len); inputs are the first T, targets the last T. Both offsets are pure
-// functions of b (and the seed), so resuming from a checkpoint needs only the step number.
+//   shuffle:     shuffle_window(seed, b, W) * T, W = floor((N - 1) / T) windows: every window once
+//                per epoch of W sequences, in a seeded permutation of its own per epoch
+//                (data/window_shuffle.h)
+// (N tokens, T = seq_len); inputs are the first T, targets the last T. Every offset is a pure
+// function of b (and the seed), so resuming from a checkpoint needs only the step number.
 //
 // data.path is a regular file (symlinks followed) or, for text, a folder: a device (/dev/zero
 // never ends) or a FIFO (no size) is refused by kind before it is read (base/file_io.h). A file
@@ -39,7 +42,7 @@ struct Config;
 struct DataOptions {
   std::string path;
   std::string format = "text";      // text | u16 | llmc | tok32
-  std::string sampling = "random";  // random | sequential
+  std::string sampling = "random";  // random | sequential | shuffle
   int seq_len = 128;                // T
   int vocab_size = 256;
   std::uint64_t seed = 0;
@@ -57,6 +60,10 @@ class TokenDataset {
 
   // Offset of sequence b's first token (the formulas above); < N - T.
   std::uint64_t sequence_offset(std::uint64_t b) const;
+
+  // W = floor((N - 1) / T): the sequence-aligned windows of the data, the sequences of a shuffle
+  // epoch.
+  std::uint64_t windows() const;
 
   // Rows r = 0..rows-1 are sequences b0 + r: inputs (rows, T), targets (rows, T), host memory.
   void fill_batch(std::uint64_t b0, int rows, std::int32_t* inputs, std::int32_t* targets) const;

@@ -39,11 +39,18 @@ void fsync_path(const fs::path& p, bool directory) {
 // state.json, indented by two, keys in this order. The rng numbers are decimal strings: JSON
 // readers in other languages lose integers above 2^53.
 std::string state_json(const CheckpointState& s) {
-  nlohmann::ordered_json j = {{"format", kFormat},
-                              {"step", s.step},
-                              {"data_position", s.data_position},
-                              {"rng", {{"seed", std::to_string(s.rng_seed)}, {"offset", std::to_string(s.rng_offset)}}},
-                              {"config_fingerprint", s.config_fingerprint}};
+  nlohmann::ordered_json j;
+  j["format"] = kFormat;
+  j["step"] = s.step;
+  j["data_position"] = s.data_position;
+  if (s.shuffle)
+    j["shuffle"] = {{"tokens", s.shuffle->tokens},
+                    {"seq_len", s.shuffle->seq_len},
+                    {"windows", s.shuffle->windows},
+                    {"epoch", s.shuffle->epoch},
+                    {"index", s.shuffle->index}};
+  j["rng"] = {{"seed", std::to_string(s.rng_seed)}, {"offset", std::to_string(s.rng_offset)}};
+  j["config_fingerprint"] = s.config_fingerprint;
   if (!s.note.empty()) j["note"] = s.note;
   return j.dump(2) + "\n";
 }
@@ -82,6 +89,15 @@ CheckpointState read_state(const fs::path& path) {
     std::int64_t pos = json_int(j, "data_position");
     STP_CHECK(pos >= 0, "negative data_position ", pos);
     s.data_position = static_cast<std::uint64_t>(pos);
+    if (j.contains("shuffle")) {
+      const json& sh = json_field(j, "shuffle");
+      auto count = [&](const char* key) {
+        const std::int64_t v = json_int(sh, key);
+        STP_CHECK(v >= 0, "negative shuffle.", key, " ", v);
+        return static_cast<std::uint64_t>(v);
+      };
+      s.shuffle = ShufflePosition{count("tokens"), count("seq_len"), count("windows"), count("epoch"), count("index")};
+    }
     const json& rng = json_field(j, "rng");
     s.rng_seed = parse_u64_string(rng, "seed", "rng.seed", path.string());
     s.rng_offset = parse_u64_string(rng, "offset", "rng.offset", path.string());
@@ -167,6 +183,12 @@ std::string write_checkpoint_files(const std::string& output_dir, const Checkpoi
   write_safetensors((tmp / kModelFile).string(), data.model, {{"format", "pt"}});
   write_safetensors((tmp / kOptimizerFile).string(), moments, {{"step", std::to_string(data.optimizer_step)}});
   if (!data.hf_config.empty()) write_text_file(tmp / "config.json", data.hf_config);
+  for (const auto& [name, bytes] : data.files) {
+    STP_ASSERT(!name.empty() && name.find('/') == std::string::npos && name != "." && name != ".." &&
+                   name != kModelFile && name != kOptimizerFile && name != kStateFile && name != "config.json",
+               "checkpoint: extra file name '", name, "'");
+    write_text_file(tmp / name, bytes);
+  }
   write_text_file(tmp / kStateFile, state_json(data.state));
   fsync_path(tmp, true);
 

@@ -7,9 +7,15 @@
 //   optimizer.safetensors  "NAME.exp_avg" and "NAME.exp_avg_sq" per model tensor (the same names and layouts),
 //                          metadata {"step": optimizer steps taken}
 //   state.json             {"format": "stp-checkpoint-1", "step": S, "data_position": B,
+//                           "shuffle": {"tokens": N, "seq_len": T, "windows": W, "epoch": E,
+//                                       "index": I} (only under data.sampling: shuffle),
 //                           "rng": {"seed": "...", "offset": "..."}, "config_fingerprint": "...",
 //                           "note": "..." (optional: e.g. the state after a stop on non-finite steps)}
 //                          (rng values are decimal strings: exact 64-bit integers)
+//   tokenizer files        the tokenizer the run was trained with, when it had one
+//                          (data/tokenizer_files.h: tokenizer.json, or vocab.json + merges.txt,
+//                          with tokenizer_config.json ...), so the folder is complete for
+//                          transformers and `stp generate` needs no --tokenizer
 //
 // Atomicity: everything is written into output.dir/.checkpoint-STEP.tmp/ (synced to disk) and
 // the folder is then renamed to checkpoint-STEP, so a crash (kill -9, or the immediate exit of a
@@ -26,6 +32,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,13 +41,25 @@
 
 namespace stp {
 
+// Where a shuffled data order stands (data.sampling: shuffle, data/window_shuffle.h): the next
+// sequence, data_position = epoch * windows + index, is position `index` of epoch `epoch`, a
+// permutation of the `windows` windows of `seq_len` tokens in data of `tokens` tokens.
+struct ShufflePosition {
+  std::uint64_t tokens = 0;
+  std::uint64_t seq_len = 0;
+  std::uint64_t windows = 0;
+  std::uint64_t epoch = 0;
+  std::uint64_t index = 0;
+};
+
 struct CheckpointState {
-  std::int64_t step = 0;            // optimizer steps completed
-  std::uint64_t data_position = 0;  // sequence index b of the next sequence to read
-  std::uint64_t rng_seed = 0;       // train.seed
-  std::uint64_t rng_offset = 0;     // draws consumed from seeded streams (0 if none)
-  std::string config_fingerprint;   // config_fingerprint() of the run (model shape)
-  std::string note;                 // optional "note": why the run wrote it, when not a normal save
+  std::int64_t step = 0;                   // optimizer steps completed
+  std::uint64_t data_position = 0;         // sequence index b of the next sequence to read
+  std::uint64_t rng_seed = 0;              // train.seed
+  std::uint64_t rng_offset = 0;            // draws consumed from seeded streams (0 if none)
+  std::string config_fingerprint;          // config_fingerprint() of the run (model shape)
+  std::string note;                        // optional "note": why the run wrote it, when not a normal save
+  std::optional<ShufflePosition> shuffle;  // present when the run sampled with data.sampling: shuffle
 };
 
 struct OptimizerMoments {
@@ -54,6 +73,9 @@ struct CheckpointData {
   std::int64_t optimizer_step = 0;
   CheckpointState state;
   std::string hf_config;  // config.json text; "" = none written
+  // More files of the folder (the tokenizer's): plain file names other than the files above, and
+  // their bytes, written into the folder with the rest (so atomically with it).
+  std::vector<std::pair<std::string, std::string>> files;
 };
 
 struct Checkpoint {

@@ -108,6 +108,7 @@ std::vector<CommBytes> Trainer::comm_bytes() const {
   return out;
 }
 const TraceRecorder* Trainer::trace() const { return impl_->trace.get(); }
+const std::string& Trainer::tokenizer_source() const { return impl_->tokenizer_source; }
 
 void Trainer::Impl::run_on_ranks(const std::function<void(Rank&)>& fn) {
   std::vector<std::exception_ptr> errors(ranks.size());

@@ -137,6 +137,10 @@ class Trainer {
   // The same, returning the path (process 0; "" on the others); a state that is not good is an
   // stp::Error with CheckpointSave::problem's text.
   std::string save_checkpoint(const std::string& note = {});
+  // The tokenizer every checkpoint carries (data/tokenizer_files.h): data.tokenizer, else
+  // model.init_from when it is a folder holding a tokenizer, else train.resume's checkpoint when it
+  // carries one; "" when there is none (always with data.format text, and in a dry run).
+  const std::string& tokenizer_source() const;
   // Trace of everything recorded so far (output.trace: true), or nullptr.
   const TraceRecorder* trace() const;
   int world_size() const;  // ranks of the job (dp × pp × tp)

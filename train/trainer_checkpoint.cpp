@@ -138,6 +138,7 @@ CheckpointSave Trainer::try_save_checkpoint(const std::string& note) {
   if (!writer) return out;
   CheckpointData data;
   data.hf_config = hf_config_json(m.config);
+  for (const TokenizerFile& f : m.tokenizer_files) data.files.emplace_back(f.name, f.bytes);
   for (auto& [name, t] : model) {
     data.model.emplace_back(name, &t);
     data.optimizer.emplace_back(name, OptimizerMoments{&exp_avg.at(name), &exp_avg_sq.at(name)});
@@ -147,6 +148,11 @@ CheckpointSave Trainer::try_save_checkpoint(const std::string& note) {
   data.state.step = m.steps_done;
   data.state.data_position = sequence_index(m.steps_done + 1, 0, 0, m.config.parallel.dp, m.config.train.microbatches,
                                             m.config.train.micro_batch_size);
+  if (m.config.data.sampling == "shuffle" && m.dataset) {
+    const std::uint64_t windows = m.dataset->windows();
+    data.state.shuffle = ShufflePosition{m.dataset->num_tokens(), std::uint64_t(m.config.model.seq_len), windows,
+                                         data.state.data_position / windows, data.state.data_position % windows};
+  }
   data.state.rng_seed = m.config.train.seed;
   data.state.config_fingerprint = config_fingerprint(m.config);
   data.state.note = note;
@@ -214,12 +220,50 @@ void Trainer::Impl::load_optimizer_state(const std::map<std::string, HostTensor>
   });
 }
 
+// A shuffled order continues mid-epoch only if the resumed run reads the same windows in the same
+// places: the same data (so the same W), the same seed (so the same order) and the same global
+// batch (so the same next sequence after the checkpoint's step). The order itself is recomputed from b
+// (data/window_shuffle.h); what the checkpoint recorded is checked against it, so a changed dataset is an error, not
+// another order.
+void Trainer::Impl::check_shuffle_position(const std::string& dir, const CheckpointState& state) const {
+  const TrainConfig& t = config.train;
+  const std::uint64_t next =
+      sequence_index(state.step + 1, 0, 0, config.parallel.dp, t.microbatches, t.micro_batch_size);
+  STP_CHECK(state.data_position == next, "train.resume '", dir, "': the checkpoint's next sequence is ",
+            state.data_position, " (data_position), but step ", state.step + 1, " of this config starts at sequence ",
+            next, " (global batch parallel.dp ", config.parallel.dp, " x train.microbatches ", t.microbatches,
+            " x train.micro_batch_size ", t.micro_batch_size,
+            "): data.sampling shuffle continues its epoch only with the global batch the checkpoint was trained with");
+  if (!state.shuffle || !dataset) return;  // written under another data.sampling: the shuffle starts at b
+  const ShufflePosition& s = *state.shuffle;
+  const std::uint64_t windows = dataset->windows();
+  STP_CHECK(s.windows >= 1 && s.epoch * s.windows + s.index == state.data_position && s.index < s.windows,
+            "train.resume '", dir, "': state.json's shuffle position (epoch ", s.epoch, ", index ", s.index, " of ",
+            s.windows, " windows) does not give its data_position ", state.data_position,
+            "; the file was edited or damaged");
+  STP_CHECK(
+      s.tokens == dataset->num_tokens() && s.seq_len == std::uint64_t(config.model.seq_len) && s.windows == windows,
+      "train.resume '", dir, "': the checkpoint stopped at window ", s.index, " of epoch ", s.epoch,
+      " of a shuffle of ", s.windows, " windows (", s.tokens, " tokens, model.seq_len ", s.seq_len,
+      "), but data.path '", config.data.path, "' now holds ", dataset->num_tokens(), " tokens, ", windows,
+      " windows of model.seq_len ", config.model.seq_len,
+      ": the data changed, so the epoch cannot be continued; resume with the data the checkpoint was "
+      "trained on, or start a fresh run (model.init_from the checkpoint) on the new data");
+  STP_CHECK(state.rng_seed == config.train.seed, "train.resume '", dir,
+            "': the checkpoint's shuffle is seeded by train.seed ", state.rng_seed, " but this run's train.seed is ",
+            config.train.seed,
+            ": another seed orders the epoch otherwise, reading some windows again and others never; resume with "
+            "train.seed ",
+            state.rng_seed);
+}
+
 void Trainer::Impl::resume(const std::string& dir) {
   Checkpoint ck = read_checkpoint(dir);
   std::string want = config_fingerprint(config);
   STP_CHECK(ck.state.config_fingerprint.empty() || ck.state.config_fingerprint == want, "train.resume '", dir,
             "': the checkpoint was written for a different model shape (fingerprint ", ck.state.config_fingerprint,
             ", this config ", want, ")");
+  if (config.data.sampling == "shuffle") check_shuffle_position(dir, ck.state);
   const auto rules = hf_tensor_rules(model_spec_of(config));
   load_full_tensors(from_hf(rules, ck.model, dir + "/model.safetensors"), dir + "/model.safetensors");
   load_optimizer_state(

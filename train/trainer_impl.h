@@ -13,6 +13,7 @@
 #include "base/trace.h"
 #include "memory/numa.h"
 #include "data/data.h"
+#include "data/tokenizer_files.h"
 #include "optim/lr_schedule.h"
 #include "schedule/schedule.h"
 #include "train/fault_hook.h"
@@ -22,6 +23,7 @@
 
 namespace stp {
 
+struct CheckpointState;
 struct CommGroup;  // one communicator group while the trainer is built (train/trainer_setup.cpp)
 
 struct Trainer::Impl {
@@ -37,6 +39,8 @@ struct Trainer::Impl {
   void check_config() const;
   // data.path or data.val_path (`key`) read; a filesystem error names the key.
   static std::unique_ptr<TokenDataset> load_dataset(const char* key, const DataOptions& o);
+  // The tokenizer the run's checkpoints carry (Trainer::tokenizer_source), read once.
+  void load_tokenizer();
   // Warns when train.eval_batches reads more sequences than data.val_path holds.
   void check_validation_size();
   void build_devices();
@@ -78,6 +82,8 @@ struct Trainer::Impl {
   void load_full_tensors(const std::map<std::string, HostTensor>& full, const std::string& source);
   void load_optimizer_state(const std::map<std::string, HostTensor>& exp_avg,
                             const std::map<std::string, HostTensor>& exp_avg_sq, std::int64_t step);
+  // data.sampling shuffle: the checkpoint's data position is the one this run continues from.
+  void check_shuffle_position(const std::string& dir, const CheckpointState& state) const;
   void resume(const std::string& dir);
   // Where the last good state is, a sentence for messages (CheckpointSave::problem).
   std::string last_good_state() const;
@@ -97,7 +103,9 @@ struct Trainer::Impl {
   CommunicatorList comms;                    // every communicator (owned here; children destroyed before their parents)
   std::vector<std::unique_ptr<Rank>> ranks;  // the ranks this process drives, global order
   std::int64_t steps_done = 0;
-  std::unique_ptr<TokenDataset> val_dataset;  // data.val_path (null: no validation, or a dry run)
+  std::unique_ptr<TokenDataset> val_dataset;   // data.val_path (null: no validation, or a dry run)
+  std::string tokenizer_source;                // Trainer::tokenizer_source
+  std::vector<TokenizerFile> tokenizer_files;  // its files, as every checkpoint carries them
   std::int64_t skipped_steps = 0, consecutive_skips = 0;
   std::vector<Health> health;
   // The newest state known good: the last checkpoint written (its state was checked first), else

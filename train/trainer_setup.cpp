@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "base/fs_error.h"
 #include "config/hf_config.h"
+#include "data/bpe_tokenizer.h"
 #include "formats/checkpoint.h"
 #include "memory/numa.h"
 #include "models/registry.h"
@@ -68,6 +69,7 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
     }
     check_validation_size();
   }
+  if (!options.dry_run) load_tokenizer();
   lr_schedule = LrSchedule::from_config(config.train);
   if (config.output.trace) trace = std::make_unique<TraceRecorder>();
   if (!cpus.compute.empty()) {
@@ -95,6 +97,37 @@ std::unique_ptr<TokenDataset> Trainer::Impl::load_dataset(const char* key, const
   } catch (const std::filesystem::filesystem_error& e) {  // e.g. a folder that may not be listed
     throw Error(str(key, " '", o.path, "': cannot read it: ", filesystem_reason(e, o.path)));
   }
+}
+
+// The tokenizer travels with the model: its files are read now, so that every checkpoint carries
+// the tokenizer as it was when the run started, and a wrong one is an error before the first step.
+void Trainer::Impl::load_tokenizer() {
+  if (config.data.format == "text") return;  // bytes: no tokenizer (validate_config refuses data.tokenizer)
+  std::string key = "data.tokenizer";
+  tokenizer_source = config.data.tokenizer;
+  if (tokenizer_source.empty() && holds_tokenizer(config.model.init_from)) {
+    key = "model.init_from's tokenizer";
+    tokenizer_source = config.model.init_from;
+  }
+  if (tokenizer_source.empty() && holds_tokenizer(config.train.resume)) {
+    key = "train.resume's tokenizer";
+    tokenizer_source = config.train.resume;
+  }
+  if (tokenizer_source.empty()) return;
+  tokenizer_files = read_tokenizer_files(tokenizer_source, key);
+  // A tokenizer stp's BPE reader does not support (a SentencePiece-style tokenizer.json of an HF
+  // model, say) still travels: transformers reads it. Only its size cannot be checked.
+  std::int32_t ids = 0;
+  try {
+    ids = BpeTokenizer::load(tokenizer_source).vocab_size();
+  } catch (const Error& e) {
+    warnings.push_back(str(key, " '", tokenizer_source, "': stp cannot read it (", e.what(),
+                           "); the checkpoints carry its files for other tools, but stp generate cannot use them"));
+    return;
+  }
+  STP_CHECK(ids <= config.model.vocab_size, key, " '", tokenizer_source, "' has ", ids, " ids but model.vocab_size is ",
+            config.model.vocab_size,
+            ": it is not the tokenizer of this model's data; name the one the data was made with");
 }
 
 // The evaluation reads train.eval_batches global batches of data.val_path in order; past its last

@@ -26,7 +26,8 @@ model:
 data:
   path: /usr/share/games/fortunes   # a file or a folder of files
   format: text            # text (bytes, vocab 256) | u16 (raw little-endian uint16) | llmc (llm.c header + uint16)
-  sampling: random        # random (seeded) | sequential
+  sampling: random        # random (seeded) | sequential | shuffle (every window once per epoch)
+  tokenizer: null         # the tokenizer of the token data; every checkpoint carries its files
 train:
   steps: 200
   micro_batch_size: 4     # sequences per microbatch
@@ -127,7 +128,7 @@ TEST(Config, RegistryCoversEveryFieldOnceAndDefaultsAreValid) {
     EXPECT_NE(std::string(k.doc), "") << k.key;
     EXPECT_EQ(find_knob(k.key), &k);
   }
-  EXPECT_EQ(keys.size(), 59u);  // 36 keys of docs/design.md's example + precision, link_bandwidth, tp_link_bandwidth,
+  EXPECT_EQ(keys.size(), 60u);  // 37 keys of docs/design.md's example + precision, link_bandwidth, tp_link_bandwidth,
                                 // cpu_threads, copy_engine_cpus, dp_bucket, distributed_optimizer, ..., val_path,
                                 // eval_every, eval_batches, max_skipped_steps, peak_flops, the six llama model keys,
                                 // vocab_parallel, optimizer_offload (update on purpose)
@@ -185,6 +186,9 @@ TEST(Config, ConsistencyChecksNameTheKeys) {
   EXPECT_EQ(load("train:\n  precision: bf16\nparallel:\n  backend: cuda\n").train.precision, "bf16");
   expect_error([] { load("model:\n  vocab_size: 100\n"); }, {"model.vocab_size (100)", ">= 256", "text"});
   EXPECT_EQ(load("model:\n  vocab_size: 100\ndata:\n  format: u16\n").model.vocab_size, 100);
+  // Bytes need no tokenizer: data.tokenizer is for token files.
+  expect_error([] { load("data:\n  tokenizer: gpt2/\n"); }, {"data.tokenizer 'gpt2/'", "data.format text"});
+  EXPECT_EQ(load("data:\n  format: llmc\n  tokenizer: gpt2/\n").data.tokenizer, "gpt2/");
   expect_error([] { load("model:\n  vocab_size: 1\ndata:\n  format: u16\n"); }, {"model.vocab_size must be >= 2"});
   for (const char* key : {"parallel.tp", "parallel.pp", "parallel.dp", "train.micro_batch_size", "train.microbatches",
                           "train.steps", "model.seq_len", "model.n_layer"})

@@ -24,7 +24,7 @@ struct Sample {
     d.model = {{"wte.weight", &wte}, {"ln_f.weight", &ln}};
     d.optimizer = {{"wte.weight", {&m_wte, &v_wte}}, {"ln_f.weight", {&m_ln, &v_ln}}};
     d.optimizer_step = step;
-    d.state = CheckpointState{step, 4096 + std::uint64_t(step), 18446744073709551615ull, 77, "0123456789abcdef", ""};
+    d.state = CheckpointState{step, 4096 + std::uint64_t(step), 18446744073709551615ull, 77, "0123456789abcdef", "", std::nullopt};
     return d;
   }
 };
@@ -61,6 +61,29 @@ TEST(Checkpoint, RoundTrip) {
   // Rewriting the same step replaces it; nothing temporary is left behind.
   write_checkpoint(dir.file("run"), s.data(12));
   for (const auto& e : fs::directory_iterator(dir.file("run"))) EXPECT_EQ(e.path().filename(), "checkpoint-12");
+}
+
+// The shuffle position (data.sampling shuffle) reads back as written; a checkpoint without one
+// reads back without one. The folder's extra files (the tokenizer's) are written byte for byte
+// with the rest of it.
+TEST(Checkpoint, ShufflePositionAndExtraFilesRoundTrip) {
+  ScratchDir dir;
+  Sample s;
+  CheckpointData d = s.data(5);
+  EXPECT_FALSE(read_checkpoint(write_checkpoint(dir.file("plain"), d)).state.shuffle.has_value());
+  d.state.shuffle = ShufflePosition{1ull << 40, 1024, (1ull << 40) / 1024, 3, 17};
+  const std::string binary("{\"a\": 1}\0\xff\n", 11);
+  d.files = {{"tokenizer.json", binary}, {"tokenizer_config.json", "{}"}};
+  const std::string path = write_checkpoint(dir.file("run"), d);
+  const CheckpointState st = read_checkpoint(path).state;
+  ASSERT_TRUE(st.shuffle.has_value());
+  EXPECT_EQ(st.shuffle->tokens, 1ull << 40);
+  EXPECT_EQ(st.shuffle->seq_len, 1024u);
+  EXPECT_EQ(st.shuffle->windows, (1ull << 40) / 1024);
+  EXPECT_EQ(st.shuffle->epoch, 3u);
+  EXPECT_EQ(st.shuffle->index, 17u);
+  EXPECT_EQ(stp::testing::read_bytes(path + "/tokenizer.json"), binary);
+  EXPECT_EQ(stp::testing::read_bytes(path + "/tokenizer_config.json"), "{}");
 }
 
 TEST(Checkpoint, TruncatedOrMissingFilesAreNamedErrors) {

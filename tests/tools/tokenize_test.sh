@@ -18,6 +18,9 @@
 #   * a BPE model end to end: a small GPT-2 trained for 2 steps on tokenized text, then
 #     `stp generate --tokenizer` prints the prompt and a continuation, the same for the same seed;
 #     without --tokenizer it is a one-line error;
+#   * the tokenizer travels with the model: trained with data.tokenizer, the checkpoint carries the
+#     GPT-2 files as vocab.json + merges.txt (byte for byte), and `stp generate CHECKPOINT` without
+#     --tokenizer prints what it prints with --tokenizer;
 # Skipped (77) when stp is not built.
 set -uo pipefail
 src="$1" bin="$2"
@@ -261,6 +264,20 @@ if "$stp" train "$tmp/bpe.yaml" >/dev/null 2>"$tmp/err"; then
   grep -q "^Hello world" "$tmp/gen1" || fail "stp generate --tokenizer: no prompt echo: $(cat "$tmp/gen1")"
   [ "$(wc -c <"$tmp/gen1")" -gt 13 ] || fail "stp generate --tokenizer: no continuation: $(cat "$tmp/gen1")"
   expect_error 1 "--tokenizer" "$stp" generate "$ck" --prompt "Hello"
+  # The same run with data.tokenizer: its checkpoint carries the tokenizer.
+  if "$stp" train "$tmp/bpe.yaml" --set data.tokenizer="$data/gpt2" --set output.dir="$tmp/bpe-tok" \
+    >/dev/null 2>"$tmp/err"; then
+    ck="$tmp/bpe-tok/checkpoint-2"
+    cmp -s "$ck/vocab.json" "$data/gpt2/encoder.json" || fail "the checkpoint's vocab.json is not encoder.json"
+    cmp -s "$ck/merges.txt" "$data/gpt2/vocab.bpe" || fail "the checkpoint's merges.txt is not vocab.bpe"
+    "$stp" generate "$ck" --prompt "Hello world" --tokens 8 --seed 7 >"$tmp/gen3" 2>"$tmp/err" ||
+      fail "stp generate with the checkpoint's tokenizer: $(cat "$tmp/err")"
+    "$stp" generate "$ck" --prompt "Hello world" --tokens 8 --seed 7 --tokenizer "$data/gpt2" >"$tmp/gen4" 2>/dev/null
+    cmp -s "$tmp/gen3" "$tmp/gen4" || fail "stp generate: the checkpoint's tokenizer and --tokenizer differ"
+    grep -q "^Hello world" "$tmp/gen3" || fail "stp generate without --tokenizer: no prompt echo: $(cat "$tmp/gen3")"
+  else
+    fail "stp train with data.tokenizer: $(cat "$tmp/err")"
+  fi
 else
   fail "stp train on the tokenized text: $(cat "$tmp/err")"
 fi

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "formats/safetensors.h"
@@ -150,3 +152,106 @@ TEST(Resume, NonFiniteOrNegativeStateIsAnErrorNamingTheTensorAndTheFile) {
 }
 
 }  // namespace
+
+namespace {
+
+// A text file of 20 windows of seq_len 16 (321 bytes): the tiny config's 16 sequences a step make
+// an epoch 1.25 steps long, so step 3 ends inside epoch 2 (sequence 48 = epoch 2, window index 8).
+std::string twenty_windows_file(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/twenty_windows.txt";
+  std::ofstream f(path, std::ios::binary);
+  const char* words[] = {"shuffle ", "every ", "window ", "once ", "per ", "epoch; "};
+  std::string text;
+  for (unsigned i = 0; text.size() < 321; ++i) text += words[(i * 7 + i / 5) % 6];
+  text.resize(321);
+  f << text;
+  return path;
+}
+
+nlohmann::json state_of(const std::string& checkpoint) {
+  std::ifstream f(std::filesystem::path(checkpoint) / "state.json");
+  return nlohmann::json::parse(f);
+}
+
+}  // namespace
+
+// data.sampling shuffle, stopped mid-epoch: 6 steps straight equal 3 steps + checkpoint + resume
+// + 3 steps, bitwise, and the checkpoint records where in the epoch the run stopped. The same
+// checkpoint resumed under another order (data.sampling random) differs, so the equality is the
+// order's, not an accident of the data.
+TEST(Resume, ShuffleStoppedMidEpochResumesTheSameOrderBitwise) {
+  const std::string data = twenty_windows_file(fresh_dir("resume_shuffle_data"));
+  const std::vector<std::string> base = {"data.sampling=shuffle", "data.path=" + data, "train.steps=6",
+                                         "model.n_layer=2"};
+  std::vector<double> straight;
+  {
+    auto cfg = stp::testing::tiny_config(base);
+    cfg.output.dir = fresh_dir("resume_shuffle_straight");
+    stp::Trainer t(cfg);
+    for (int i = 0; i < 6; ++i) straight.push_back(t.step().loss);
+  }
+  std::string ckpt;
+  std::vector<double> resumed;
+  {
+    auto cfg = stp::testing::tiny_config(base);
+    cfg.output.dir = fresh_dir("resume_shuffle_split");
+    stp::Trainer t(cfg);
+    for (int i = 0; i < 3; ++i) resumed.push_back(t.step().loss);
+    ckpt = t.save_checkpoint();
+  }
+  const nlohmann::json state = state_of(ckpt);
+  EXPECT_EQ(state["data_position"], 48);
+  EXPECT_EQ(state["shuffle"],
+            nlohmann::json({{"tokens", 321}, {"seq_len", 16}, {"windows", 20}, {"epoch", 2}, {"index", 8}}));
+  auto resume = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> set = base;
+    set.insert(set.end(), extra.begin(), extra.end());
+    auto cfg = stp::testing::tiny_config(set);
+    cfg.output.dir = std::filesystem::path(ckpt).parent_path().string();
+    cfg.train.resume = ckpt;
+    return cfg;
+  };
+  {
+    stp::Trainer t(resume({}));
+    for (int i = 0; i < 3; ++i) resumed.push_back(t.step().loss);
+    EXPECT_EQ(resumed, straight);
+  }
+  stp::Trainer other(resume({"data.sampling=random"}));
+  EXPECT_NE(other.step().loss, straight[3]);
+}
+
+// What the checkpoint recorded is checked against what this run would read: data with another
+// token count (so another set of windows), another seed (another order) or another global batch
+// (another next sequence) is an error naming both, not a silently different order.
+TEST(Resume, ShuffleResumeOnChangedDataOrBatchIsAClearError) {
+  const std::string dir = fresh_dir("resume_shuffle_changed");
+  const std::string data = twenty_windows_file(dir);
+  const std::vector<std::string> base = {"data.sampling=shuffle", "data.path=" + data, "model.n_layer=2"};
+  std::string ckpt;
+  {
+    auto cfg = stp::testing::tiny_config(base);
+    cfg.output.dir = dir + "/out";
+    stp::Trainer t(cfg);
+    t.step();
+    ckpt = t.save_checkpoint();
+  }
+  auto expect_refused = [&](const std::vector<std::string>& extra, const std::vector<std::string>& needles) {
+    std::vector<std::string> set = base;
+    set.insert(set.end(), extra.begin(), extra.end());
+    auto cfg = stp::testing::tiny_config(set);
+    cfg.output.dir = dir + "/out";
+    cfg.train.resume = ckpt;
+    try {
+      stp::Trainer t(cfg);
+      ADD_FAILURE() << "resumed a shuffle with " << (extra.empty() ? "longer data" : extra.front());
+    } catch (const stp::Error& e) {
+      for (const std::string& n : needles)
+        EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << n << " in: " << e.what();
+    }
+  };
+  expect_refused({"train.micro_batch_size=1"}, {ckpt, "data_position", "train.micro_batch_size 1", "sequence 8"});
+  expect_refused({"train.seed=8"}, {ckpt, "train.seed 7", "train.seed is 8"});
+  std::ofstream(data, std::ios::app) << std::string(40, 'x');  // 361 tokens: 22 windows
+  expect_refused({}, {ckpt, "20 windows", "321 tokens", "361 tokens", "22 windows", data});
+}

@@ -18,6 +18,9 @@ it:
      model.safetensors.index.json, its own config.json), imports that folder into stp
      (model.init_from) and compares stp's validation loss with transformers' float64 loss of the
      bf16 weights, relative difference < 2e-6.
+Then, for the tokenizer a checkpoint carries: a gpt2 trained on text tokenized with GPT-2's
+vocabulary (tests/data/tokenizer/gpt2, data.tokenizer) writes a checkpoint that transformers'
+AutoTokenizer loads alone, with GPT-2's 50257 ids and GPT-2's ids for a known text.
 
 Prints one line per check and "ALL OK" or "FAILED"; exit status 0 only when every check passed.
 
@@ -159,6 +162,25 @@ def main():
         rel = abs(loss16 - s16) / abs(s16)
         check(rel < REL_TOL, "transformers' bf16 shards imported by stp: loss stp %.6f, transformers float64 %.9f, "
               "relative %.1e" % (s16, loss16, rel))
+    print("== gpt2 with its tokenizer")
+    from transformers import AutoTokenizer
+    gpt2_tok = "tests/data/tokenizer/gpt2"
+    sample = os.path.join(args.work, "bpe_sample.txt")
+    open(sample, "wb").write(open(src, "rb").read()[:20000])
+    tokens = os.path.join(args.work, "bpe_sample.bin")
+    stp(args, "tokenize", gpt2_tok, sample, tokens)
+    run = os.path.join(args.work, "gpt2_bpe")
+    shutil.rmtree(run, ignore_errors=True)
+    stp(args, "train", "configs/tiny.yaml", *sets(["parallel.tp=1", "parallel.pp=1", "train.steps=1",
+                                                   "model.vocab_size=50257", "data.format=llmc",
+                                                   "data.path=" + tokens, "data.tokenizer=" + gpt2_tok,
+                                                   "output.dir=" + run]))
+    ckpt = os.path.join(run, "checkpoint-1")
+    tok = AutoTokenizer.from_pretrained(ckpt)
+    check(len(tok) == 50257, "AutoTokenizer loads the checkpoint's tokenizer alone (%s, %d ids)" %
+          (type(tok).__name__, len(tok)))
+    check(tok("Hello world")["input_ids"] == [15496, 995], "it encodes 'Hello world' as GPT-2 does: %s" %
+          tok("Hello world")["input_ids"])
     print("ALL OK" if not failures else "FAILED: %d check(s)" % len(failures))
     return 0 if not failures else 1
 

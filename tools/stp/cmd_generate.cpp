@@ -4,8 +4,9 @@
 //
 // Byte-level models (data.format text, every byte a token): the prompt's bytes are the tokens and
 // the new tokens are written as bytes. Models trained on token files need the BPE tokenizer they
-// were trained with (--tokenizer, data/bpe_tokenizer.h) to turn text into ids and back; without
-// one they are an error naming what is missing.
+// were trained with (data/bpe_tokenizer.h) to turn text into ids and back: the one the checkpoint
+// carries (data.tokenizer, data/tokenizer_files.h), or --tokenizer, which takes precedence; with
+// neither they are an error naming what is missing.
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -15,6 +16,7 @@
 
 #include "base/error.h"
 #include "data/bpe_tokenizer.h"
+#include "data/tokenizer_files.h"
 #include "tools/cli/cli.h"
 #include "tools/stp/command.h"
 #include "train/generate.h"
@@ -33,15 +35,20 @@ int run(const GenerateArgs& a) {
   if (bytes) {
     STP_CHECK(a.tokenizer.empty(), "checkpoint '", a.checkpoint,
               "' is a byte-level model (data.format text): it needs no --tokenizer");
-  } else {
-    STP_CHECK(!a.tokenizer.empty(), "checkpoint '", a.checkpoint, "' was trained on ", cfg.data.format,
-              " token ids (vocabulary ", cfg.model.vocab_size,
-              "), not on bytes: text needs its tokenizer (--tokenizer PATH)");
   }
+  // The checkpoint's own tokenizer unless --tokenizer names another.
+  const bool carried = !bytes && a.tokenizer.empty() && stp::holds_tokenizer(a.checkpoint);
+  const std::string source = carried ? a.checkpoint : a.tokenizer;
+  const std::string name = carried ? stp::str("the tokenizer of checkpoint '", a.checkpoint, "'")
+                                   : stp::str("--tokenizer '", a.tokenizer, "'");
+  STP_CHECK(bytes || !source.empty(), "checkpoint '", a.checkpoint, "' was trained on ", cfg.data.format,
+            " token ids (vocabulary ", cfg.model.vocab_size,
+            "), not on bytes, and carries no tokenizer (its run set no data.tokenizer): text needs its tokenizer "
+            "(--tokenizer PATH)");
   std::optional<stp::BpeTokenizer> tok;
   if (!bytes) {
-    tok = stp::BpeTokenizer::load(a.tokenizer);
-    STP_CHECK(tok->vocab_size() <= cfg.model.vocab_size, "--tokenizer '", a.tokenizer, "' has ", tok->vocab_size(),
+    tok = stp::BpeTokenizer::load(source);
+    STP_CHECK(tok->vocab_size() <= cfg.model.vocab_size, name, " has ", tok->vocab_size(),
               " ids but the model's vocabulary is ", cfg.model.vocab_size, ": not the tokenizer it was trained with");
   }
   std::vector<std::int32_t> prompt;
@@ -82,7 +89,8 @@ stp::tools::Run define(CLI::App& app) {
       ->check(stp::tools::kUnsigned64);
   app.add_option(
       "--tokenizer", args->tokenizer,
-      "the BPE tokenizer of a model trained on token ids: a tokenizer.json or a folder, as for stp tokenize");
+      "the BPE tokenizer of a model trained on token ids: a tokenizer.json or a folder, as for stp tokenize; "
+      "default: the one the checkpoint carries (data.tokenizer)");
   app.footer(
       "Prints the prompt and its continuation on stdout. No KV cache: every new token is one forward over "
       "the last model.seq_len tokens.");

@@ -3,14 +3,15 @@
 //
 // Output safety: everything that can fail on bad input (config, data, schedule, model, budget)
 // is checked before output.dir is touched. output.dir may not be, lie inside or hold what the run
-// reads (data.path, data.val_path, model.init_from, the config file; tools/cli/output_guard.h); a
-// resumed run continues in the output.dir that holds its checkpoint. A fresh run in an output.dir
-// that holds an earlier run first moves that run's files into output.dir/earlier-run-N/, so
-// nothing is overwritten. A resume with nothing left to train (its checkpoint at or past
+// reads (data.path, data.val_path, data.tokenizer, model.init_from, the config file;
+// tools/cli/output_guard.h); a resumed run continues in the output.dir that holds its checkpoint.
+// A fresh run in an output.dir that holds an earlier run first moves that run's files into
+// output.dir/earlier-run-N/, so nothing is overwritten. A resume with nothing left to train (its checkpoint at or past
 // train.steps) is such an error.
 // SIGINT (Ctrl-C), SIGTERM and SIGHUP finish the current step, write a checkpoint and exit with
 // 128 + the signal's number (130, 143, 129); a second one exits at once (tools/cli/stop_signals.h;
 // docs/design.md, Signals and exit statuses).
+// Every checkpoint carries the run's tokenizer (Trainer::tokenizer_source), named on stderr.
 // Every checkpoint is written only if its state is finite (Trainer::try_save_checkpoint); one that
 // is not ends the run at once with status 5, naming the last good state.
 //
@@ -169,6 +170,7 @@ void check_outputs(const stp::Config& cfg, const std::string& config_path) {
   stp::tools::check_output_dir(cfg.output.dir, "output.dir",
                                {{cfg.data.path, "data.path"},
                                 {cfg.data.val_path, "data.val_path"},
+                                {cfg.data.tokenizer, "data.tokenizer"},
                                 {cfg.model.init_from, "model.init_from"},
                                 {cfg.train.resume, "train.resume", true},
                                 {config_path, "the config file"}});
@@ -224,6 +226,8 @@ int run(const stp::tools::ConfigArgs& args) {
                  cfg.parallel.backend.c_str(), trainer.world_size(), processes, processes == 1 ? "" : "es",
                  resuming ? stp::str(" | resuming after step ", trainer.steps_done()).c_str() : "",
                  init_from_sources(cfg).c_str());
+    if (!trainer.tokenizer_source().empty())
+      std::fprintf(stderr, "stp train: checkpoints carry the tokenizer of %s\n", trainer.tokenizer_source().c_str());
     std::vector<stp::Trainer::DeviceMemory> mem = trainer.device_memory();
     for (std::size_t g = 0; g < mem.size(); ++g)
       if (mem[g].communicator_bytes > 0)
