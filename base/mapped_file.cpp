@@ -14,14 +14,6 @@
 #include "base/file_io.h"
 
 namespace stp {
-namespace {
-
-std::uint64_t page_size() {
-  static const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-  return page;
-}
-
-}  // namespace
 
 MappedFile::MappedFile(const std::string& path, const std::string& what) : path_(path) {
   check_regular_file(path, what);  // before open(2): opening a FIFO blocks until a writer comes
@@ -69,11 +61,13 @@ void MappedFile::advise_random() const {
 
 void MappedFile::release(std::uint64_t offset, std::uint64_t size) const {
   if (!data_ || offset >= size_) return;
-  // Every page the range touches: the mapping is read-only, so a page another reader is using at
-  // the same moment is merely read from the page cache again when next touched.
-  const std::uint64_t page = page_size();
-  const std::uint64_t first = offset / page * page;
-  const std::uint64_t last = std::min(size_, offset + size);
+  // The 2 MiB-aligned blocks holding the range: a fault maps more than the page it touched (the
+  // page cache's large folio around it, up to 2 MiB, or fault-around's neighbours), and releasing
+  // only the range read would leave the rest of that mapped. The mapping is read-only, so a page
+  // another reader is using at the same moment is merely read from the page cache again.
+  constexpr std::uint64_t kBlock = std::uint64_t(2) << 20;
+  const std::uint64_t first = offset / kBlock * kBlock;
+  const std::uint64_t last = std::min(size_, (offset + size + kBlock - 1) / kBlock * kBlock);
   ::madvise(static_cast<char*>(data_) + first, last - first,
             MADV_DONTNEED);  // a failure leaves pages resident, nothing more
 }

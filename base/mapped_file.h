@@ -35,10 +35,11 @@ class MappedFile {
   // touched page. A hint only.
   void advise_random() const;
 
-  // Drops the pages that hold bytes [offset, offset + size) from this process's resident set
-  // (madvise MADV_DONTNEED): they stay in the page cache and are read again if touched, so this
-  // never changes what is read. A pass over the whole file releases what it has read, so its
-  // resident memory stays small.
+  // Drops the pages of bytes [offset, offset + size), and the others of the 2 MiB-aligned blocks
+  // that hold them (a fault maps more than the page it touched), from this process's resident
+  // set (madvise MADV_DONTNEED): they stay in the page cache and are read again if touched, so
+  // this never changes what is read. Readers that release what they have read keep their resident
+  // memory small however much of the file they read.
   void release(std::uint64_t offset, std::uint64_t size) const;
 
  private:

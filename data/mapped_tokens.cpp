@@ -46,22 +46,26 @@ MappedTokens::MappedTokens(const std::vector<std::string>& files, const ShardFor
   std::size_t bound_from = 0;  // the shard whose header gave bound_, for messages
   for (const std::string& path : files) {
     MappedFile file(path, what);
-    const ShardLayout layout = format.parse(file.bytes(), path);
-    STP_ASSERT(layout.offset + layout.count * std::uint64_t(width_) == file.size(), "MappedTokens: '", path,
-               "' layout disagrees with its size");
-    if (layout.bound != 0) {
+    const ShardHeader header = format.parse(file.bytes(), path);
+    STP_ASSERT(header.offset + header.count * std::uint64_t(width_) == file.size(), "MappedTokens: '", path,
+               "' header disagrees with its size");
+    if (header.bound != 0) {
       if (bound_ == 0) {
-        bound_ = layout.bound;
+        bound_ = header.bound;
         bound_from = shards_.size();
       }
-      STP_CHECK(layout.bound == bound_, "data: '", path, "' records vocab_size ", layout.bound, " in its ", format.name,
+      STP_CHECK(header.bound == bound_, "data: '", path, "' records vocab_size ", header.bound, " in its ", format.name,
                 " header but '", files[bound_from], "' records ", bound_,
                 ": the shards of one data set share one vocabulary; tokenize them with one tokenizer");
     }
     const auto* base = reinterpret_cast<const unsigned char*>(file.bytes().data());
-    shards_.push_back({std::move(file), base ? base + layout.offset : nullptr, count_, layout.count});
-    count_ += layout.count;
+    shards_.push_back({std::move(file), base ? base + header.offset : nullptr, count_, header.count});
+    count_ += header.count;
   }
+}
+
+std::uint64_t MappedTokens::offset_in_file(const Shard& s, const unsigned char* p) {
+  return static_cast<std::uint64_t>(p - reinterpret_cast<const unsigned char*>(s.file.bytes().data()));
 }
 
 std::size_t MappedTokens::shard_of(std::uint64_t i) const {
@@ -89,6 +93,9 @@ void MappedTokens::read(std::uint64_t i, std::size_t n, std::uint32_t* out) cons
     if (width_ == 1) widen<std::uint8_t>(src, m, out);
     else if (width_ == 2) widen<std::uint16_t>(src, m, out);
     else widen<std::uint32_t>(src, m, out);
+    // A fault maps more than the page it touched (a large folio of the page cache, pages around
+    // it), so a run's random reads would leave the resident set growing with the data's size.
+    s.file.release(offset_in_file(s, src), m * std::uint64_t(width_));
     i += m;
     n -= m;
     out += m;
@@ -119,8 +126,7 @@ std::optional<std::uint64_t> MappedTokens::find_at_least(std::uint64_t limit) co
       const std::size_t j = width_ == 1   ? first_at_least<std::uint8_t>(src, n, limit)
                             : width_ == 2 ? first_at_least<std::uint16_t>(src, n, limit)
                                           : first_at_least<std::uint32_t>(src, n, limit);
-      s.file.release(static_cast<std::uint64_t>(src - reinterpret_cast<const unsigned char*>(s.file.bytes().data())),
-                     part.n * std::uint64_t(width_));
+      s.file.release(offset_in_file(s, src), part.n * std::uint64_t(width_));
       if (j == n) continue;
       std::uint64_t found = s.begin + part.local + j;
       std::uint64_t seen = first.load(std::memory_order_relaxed);

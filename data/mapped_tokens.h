@@ -31,7 +31,8 @@
 
 namespace stp {
 
-struct ShardLayout {
+// What parse() reads from a shard's header.
+struct ShardHeader {
   std::uint64_t offset = 0;  // the first element's byte offset in the file
   std::uint64_t count = 0;   // elements; offset + width * count == the file's size
   std::uint64_t bound = 0;   // every element is < bound, as the header records; 0: none recorded
@@ -40,7 +41,7 @@ struct ShardLayout {
 struct ShardFormat {
   std::string name;  // for messages: "llmc", "tok32", "loss mask"
   int width = 1;     // bytes per element: 1, 2 or 4
-  std::function<ShardLayout(std::string_view bytes, const std::string& path)> parse;
+  std::function<ShardHeader(std::string_view bytes, const std::string& path)> parse;
 };
 
 class MappedTokens {
@@ -51,6 +52,8 @@ class MappedTokens {
   std::uint64_t count() const { return count_; }  // elements in all shards
   std::uint32_t at(std::uint64_t i) const;        // element i < count()
   // Elements i .. i + n - 1 (i + n <= count()), crossing shard boundaries, into out[0 .. n).
+  // Then drops the pages it read from the process's resident set (MappedFile::release): they stay
+  // in the page cache, and the resident set stays small under any pattern of reads.
   void read(std::uint64_t i, std::size_t n, std::uint32_t* out) const;
 
   std::size_t shards() const { return shards_.size(); }
@@ -76,6 +79,8 @@ class MappedTokens {
     std::uint64_t begin = 0;
     std::uint64_t count = 0;
   };
+  static std::uint64_t offset_in_file(const Shard& s, const unsigned char* p);
+
   int width_ = 1;
   std::vector<Shard> shards_;
   std::uint64_t count_ = 0;

@@ -25,9 +25,9 @@ bool whole_llmc(std::string_view bytes) {
          int32_at(bytes, 2) >= 0 && bytes.size() == kLlmcHeaderBytes + 2 * std::uint64_t(int32_at(bytes, 2));
 }
 
-ShardLayout parse_text(std::string_view bytes, const std::string&) { return {0, bytes.size(), 0}; }
+ShardHeader parse_text(std::string_view bytes, const std::string&) { return {0, bytes.size(), 0}; }
 
-ShardLayout parse_u16(std::string_view bytes, const std::string& path) {
+ShardHeader parse_u16(std::string_view bytes, const std::string& path) {
   STP_CHECK(bytes.size() % 2 == 0, "data: '", path, "' has ", bytes.size(),
             " bytes, not a whole number of uint16 tokens (data.format u16)");
   STP_CHECK(!whole_llmc(bytes), "data: '", path,
@@ -36,7 +36,7 @@ ShardLayout parse_u16(std::string_view bytes, const std::string& path) {
   return {0, bytes.size() / 2, 0};
 }
 
-ShardLayout parse_llmc(std::string_view bytes, const std::string& path) {
+ShardHeader parse_llmc(std::string_view bytes, const std::string& path) {
   STP_CHECK(!starts_tok32(bytes), "data: '", path,
             "' is a tok32 token file, not llmc: use data.format tok32, with every shard of the data path in that "
             "format");
@@ -54,7 +54,7 @@ ShardLayout parse_llmc(std::string_view bytes, const std::string& path) {
   return {kLlmcHeaderBytes, std::uint64_t(count), 0};
 }
 
-ShardLayout parse_tok32(std::string_view bytes, const std::string& path) {
+ShardHeader parse_tok32(std::string_view bytes, const std::string& path) {
   STP_CHECK(!(bytes.size() >= 4 && int32_at(bytes, 0) == kLlmcMagic), "data: '", path,
             "' is an llm.c token file (magic 20240520), not tok32: use data.format llmc, with every shard of the "
             "data path in that format");

@@ -18,7 +18,7 @@ TEST(MappedFile, MapsTheBytesAndReleasingPagesKeepsThem) {
   MappedFile f(dir.file("f.bin"), "test:");
   ASSERT_EQ(f.size(), bytes.size());
   EXPECT_EQ(f.bytes(), bytes);
-  f.release(100, 5000);  // pages 0 and 1
+  f.release(100, 5000);  // the first 2 MiB block: the whole file
   f.release(0, f.size());
   f.advise_random();
   EXPECT_EQ(f.bytes(), bytes);

@@ -97,7 +97,7 @@ TEST(MappedTokens, AnyHeaderAndWidthMakeAFormat) {
   ScratchDir dir;
   stp::testing::write_bytes(dir.file("m1"), std::string("HDR") + std::string("\x01\x00\x01", 3));
   stp::testing::write_bytes(dir.file("m2"), std::string("HDR") + std::string("\x00\x02", 2));
-  ShardFormat bytes{"test", 1, [](std::string_view b, const std::string&) { return ShardLayout{3, b.size() - 3, 0}; }};
+  ShardFormat bytes{"test", 1, [](std::string_view b, const std::string&) { return ShardHeader{3, b.size() - 3, 0}; }};
   MappedTokens m({dir.file("m1"), dir.file("m2")}, bytes, "test:");
   std::vector<std::uint32_t> out(5);
   m.read(0, 5, out.data());
