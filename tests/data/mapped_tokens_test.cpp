@@ -2,8 +2,11 @@
 // finds the lowest offender in parallel; headers that record different bounds are refused.
 #include "data/mapped_tokens.h"
 
+#include <cctype>
 #include <cstring>
+#include <fstream>
 
+#include "data/data.h"
 #include "data/token_file.h"
 #include "data/token_formats.h"
 #include "tests/support/files.h"
@@ -103,4 +106,44 @@ TEST(MappedTokens, AnyHeaderAndWidthMakeAFormat) {
   m.read(0, 5, out.data());
   EXPECT_EQ(out, (std::vector<std::uint32_t>{1, 0, 1, 0, 2}));
   EXPECT_EQ(m.find_at_least(2), std::optional<std::uint64_t>(4));
+}
+
+namespace {
+
+// Resident kB of this process's mappings of `path` (/proc/self/smaps), -1 if it is not mapped.
+long resident_kb(const std::string& path) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in = false, seen = false;
+  long kb = 0;
+  while (std::getline(smaps, line)) {
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') < line.find(' ')) {
+      in = line.size() >= path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0;
+      seen = seen || in;
+    } else if (in && line.rfind("Rss:", 0) == 0) {
+      kb += std::stol(line.substr(4));
+    }
+  }
+  return seen ? kb : -1;
+}
+
+}  // namespace
+
+// The bound scan and the reads give back the pages they map, so a pass over the whole stream, and
+// reads all over it, leave almost nothing of it resident (the stream here is 24 MiB).
+TEST(MappedTokens, ScansAndReadsLeaveLittleResident) {
+  ScratchDir dir;
+  const std::vector<std::uint16_t> toks = pattern16(std::size_t(12) << 20, 3);
+  stp::testing::write_bytes(dir.file("big.u16"), stp::testing::as_bytes(toks));
+  MappedTokens m({dir.file("big.u16")}, token_format("u16"), "test:");
+  ASSERT_GE(resident_kb(dir.file("big.u16")), 0) << "the file is mapped";
+  EXPECT_FALSE(m.find_at_least(50000));
+  EXPECT_LE(resident_kb(dir.file("big.u16")), 4096) << "after the scan";
+  std::vector<std::uint32_t> out(129);
+  for (std::uint64_t k = 0; k < 2000; ++k) {
+    const std::uint64_t i = splitmix64(k) % (m.count() - out.size());
+    m.read(i, out.size(), out.data());
+    ASSERT_EQ(out[5], toks[i + 5]);
+  }
+  EXPECT_LE(resident_kb(dir.file("big.u16")), 4096) << "after 2000 reads";
 }
