@@ -29,7 +29,9 @@
 // Vocabulary check: every token must be < model.vocab_size, and a tok32 file's tokens < the
 // vocab_size of its header. One pass over the mappings checks both, in parallel over the cores,
 // releasing pages as it goes; it is skipped when the format's width alone bounds the tokens
-// (text: bytes; u16, llmc: model.vocab_size >= 65536).
+// (text: bytes; u16, llmc: model.vocab_size >= 65536). A tok32 header's vocab_size is checked,
+// not trusted in place of the pass: a file whose ids break it would otherwise hand the model an
+// id past its embedding whenever one exceeds model.vocab_size too.
 //
 // Sampling: number the sequences of a run b = 0, 1, 2, ... in the order step, data-parallel
 // replica, microbatch, row (sequence_index()). Sequence b reads the T + 1 tokens at offset
