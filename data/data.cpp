@@ -1,86 +1,28 @@
 #include "data/data.h"
 
 #include <algorithm>
-#include <cstring>
-#include <filesystem>
+#include <functional>
+#include <vector>
 
-#include "config/config.h"
 #include "base/error.h"
-#include "base/file_io.h"
-#include "data/token_file.h"
+#include "config/config.h"
+#include "data/shard_paths.h"
+#include "data/token_formats.h"
 #include "data/window_shuffle.h"
 
 namespace stp {
 namespace {
 
-namespace fs = std::filesystem;
-
-constexpr std::int32_t kLlmcMagic = 20240520;
-constexpr std::size_t kLlmcHeaderInts = 256;
-
-std::string read_file(const fs::path& path) { return read_regular_file(path.string(), "data:"); }
-
-// The files of data.path: the file itself, or (text) a folder's regular files sorted by name.
-// Anything else (a device, a FIFO) is refused before it is opened: /dev/zero would never end.
-std::vector<fs::path> list_files(const DataOptions& o) {
-  std::error_code ec;
-  STP_CHECK(fs::exists(o.path, ec), "data: data.path '", o.path, "' does not exist");
-  if (!fs::is_directory(o.path, ec)) {
-    check_regular_file(o.path, "data: data.path");
-    return {fs::path(o.path)};
-  }
-  STP_CHECK(o.format == "text", "data: data.path '", o.path, "' is a folder; only data.format text reads folders (",
-            o.format, " needs one file)");
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(o.path))
-    if (e.symlink_status().type() == fs::file_type::regular) files.push_back(e.path());
-  std::sort(files.begin(), files.end(),
-            [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
-  STP_CHECK(!files.empty(), "data: folder '", o.path, "' holds no regular files");
-  return files;
-}
-
-std::vector<std::uint32_t> load_text(const std::vector<fs::path>& files) {
-  std::vector<std::uint32_t> tokens;
-  for (const auto& f : files) {
-    std::string bytes = read_file(f);
-    for (unsigned char c : bytes) tokens.push_back(c);
-  }
-  return tokens;
-}
-
-std::vector<std::uint32_t> u16_tokens(const std::string& bytes, std::size_t offset) {
-  std::vector<std::uint32_t> tokens((bytes.size() - offset) / 2);
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    std::uint16_t t;
-    std::memcpy(&t, bytes.data() + offset + 2 * i, 2);  // little-endian host
-    tokens[i] = t;
-  }
-  return tokens;
-}
-
-std::vector<std::uint32_t> load_u16(const std::string& path) {
-  std::string bytes = read_file(path);
-  STP_CHECK(bytes.size() % 2 == 0, "data: '", path, "' has ", bytes.size(),
-            " bytes, not a whole number of uint16 tokens (data.format u16)");
-  return u16_tokens(bytes, 0);
-}
-
-std::vector<std::uint32_t> load_llmc(const std::string& path) {
-  std::string bytes = read_file(path);
-  const std::size_t header_bytes = kLlmcHeaderInts * 4;
-  STP_CHECK(bytes.size() >= header_bytes, "data: '", path, "' has ", bytes.size(),
-            " bytes, shorter than the llm.c header (", header_bytes, " bytes)");
-  std::int32_t header[kLlmcHeaderInts];
-  std::memcpy(header, bytes.data(), header_bytes);
-  STP_CHECK(header[0] == kLlmcMagic, "data: '", path, "' is not an llm.c token file: magic ", header[0], ", expected ",
-            kLlmcMagic, " (use data.format u16 for raw uint16 files)");
-  STP_CHECK(header[1] == 1, "data: '", path, "' has llm.c version ", header[1], ", expected 1");
-  STP_CHECK(header[2] >= 0, "data: '", path, "' has a negative token count ", header[2]);
-  std::uint64_t expected = header_bytes + 2ull * std::uint64_t(header[2]);
-  STP_CHECK(bytes.size() == expected, "data: '", path, "' header says ", header[2], " tokens (", expected,
-            " bytes with the header) but the file has ", bytes.size(), " bytes");
-  return u16_tokens(bytes, header_bytes);
+MappedTokens map_tokens(const DataOptions& o) {
+  STP_CHECK(o.format == "text" || o.format == "u16" || o.format == "llmc" || o.format == "tok32",
+            "data: unknown data.format '", o.format, "'");
+  // A folder of binary shards may hold their loss masks too (X.bin.mask beside X.bin).
+  std::function<bool(const std::string&)> keep;
+  if (o.format != "text") keep = [](const std::string& name) { return !name.ends_with(".mask"); };
+  const std::vector<std::string> files = shard_paths(
+      o.path, "data: data.path",
+      str("regular files to read as data.format ", o.format, o.format == "text" ? "" : " (besides *.mask)"), keep);
+  return MappedTokens(files, token_format(o.format), "data: data.path");
 }
 
 }  // namespace
@@ -90,26 +32,30 @@ DataOptions DataOptions::from_config(const Config& cfg) {
                      cfg.model.seq_len, cfg.model.vocab_size, cfg.train.seed};
 }
 
-TokenDataset::TokenDataset(const DataOptions& options) : options_(options) {
+TokenDataset::TokenDataset(const DataOptions& options) : options_(options), tokens_(map_tokens(options_)) {
   const DataOptions& o = options_;
   STP_ASSERT(o.seq_len >= 1 && o.vocab_size >= 1, "data: bad seq_len/vocab_size");
-  STP_CHECK(o.format == "text" || o.format == "u16" || o.format == "llmc" || o.format == "tok32",
-            "data: unknown data.format '", o.format, "'");
   STP_CHECK(o.sampling == "random" || o.sampling == "sequential" || o.sampling == "shuffle",
             "data: unknown data.sampling '", o.sampling, "'");
-  std::vector<fs::path> files = list_files(o);
-  if (o.format == "text") tokens_ = load_text(files);
-  else if (o.format == "u16") tokens_ = load_u16(o.path);
-  else if (o.format == "llmc") tokens_ = load_llmc(o.path);
-  else tokens_ = parse_tok32(read_file(o.path), o.path);
 
   const std::uint64_t need = std::uint64_t(o.seq_len) + 1;
-  STP_CHECK(tokens_.size() >= need, "data: '", o.path, "' has ", tokens_.size(),
+  STP_CHECK(num_tokens() >= need, "data: '", o.path, "' has ", num_tokens(),
             " tokens, fewer than model.seq_len + 1 = ", need,
             " needed for one sequence; use more data or a shorter model.seq_len");
-  for (std::size_t i = 0; i < tokens_.size(); ++i)
-    STP_CHECK(tokens_[i] < std::uint32_t(o.vocab_size), "data: token ", tokens_[i], " at position ", i, " of '", o.path,
-              "' is >= model.vocab_size ", o.vocab_size);
+  // One pass for both bounds: the model's vocabulary and a tok32 header's; the first token over
+  // the lower one is the error.
+  const std::uint64_t header = tokens_.bound();
+  const std::uint64_t vocab = std::uint64_t(o.vocab_size);
+  if (const auto i = tokens_.find_at_least(header != 0 ? std::min(header, vocab) : vocab)) {
+    const std::size_t k = tokens_.shard_of(*i);
+    const std::uint64_t at = *i - tokens_.shard_begin(k);
+    const std::uint32_t t = token(*i);
+    STP_CHECK(header == 0 || t < header, "data: '", tokens_.file(k), "': token ", t, " at position ", at,
+              " is >= the vocab_size ", header, " of its tok32 header");
+    throw Error(str("data: token ", t, " at position ", at, " of '", tokens_.file(k), "' is >= model.vocab_size ",
+                    o.vocab_size));
+  }
+  if (o.sampling == "random") tokens_.advise_random();
 }
 
 std::uint64_t splitmix64(std::uint64_t z) {
@@ -132,8 +78,10 @@ std::uint64_t TokenDataset::sequence_offset(std::uint64_t b) const {
 
 void TokenDataset::fill_batch(std::uint64_t b0, int rows, std::int32_t* inputs, std::int32_t* targets) const {
   const std::size_t T = static_cast<std::size_t>(options_.seq_len);
+  std::vector<std::uint32_t> window(T + 1);  // read from the mapping, across shard boundaries
   for (int r = 0; r < rows; ++r) {
-    const std::uint32_t* src = tokens_.data() + sequence_offset(b0 + std::uint64_t(r));
+    tokens_.read(sequence_offset(b0 + std::uint64_t(r)), T + 1, window.data());
+    const std::uint32_t* src = window.data();
     std::int32_t* in = inputs + std::size_t(r) * T;
     std::int32_t* tg = targets + std::size_t(r) * T;
     for (std::size_t t = 0; t < T; ++t) {

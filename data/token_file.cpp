@@ -9,10 +9,9 @@ namespace stp {
 namespace {
 
 constexpr char kTok32Magic[8] = {'S', 'T', 'P', 'T', 'O', 'K', '3', '2'};
-constexpr std::size_t kTok32Header = 32;
 
 template <class T>
-T get(const std::string& bytes, std::size_t offset) {
+T get(std::string_view bytes, std::size_t offset) {
   T v;
   std::memcpy(&v, bytes.data() + offset, sizeof v);
   return v;
@@ -30,9 +29,9 @@ std::string write_token_file(const std::string& path, const std::vector<std::int
   return w.finish().format;
 }
 
-std::vector<std::uint32_t> parse_tok32(const std::string& bytes, const std::string& path) {
-  STP_CHECK(bytes.size() >= kTok32Header, "data: '", path, "' has ", bytes.size(),
-            " bytes, shorter than the tok32 header (", kTok32Header, " bytes)");
+Tok32Header parse_tok32_header(std::string_view bytes, const std::string& path) {
+  STP_CHECK(bytes.size() >= kTok32HeaderBytes, "data: '", path, "' has ", bytes.size(),
+            " bytes, shorter than the tok32 header (", kTok32HeaderBytes, " bytes)");
   STP_CHECK(std::memcmp(bytes.data(), kTok32Magic, sizeof kTok32Magic) == 0, "data: '", path,
             "' is not a tok32 token file (its first 8 bytes are not \"STPTOK32\")");
   const auto version = get<std::uint32_t>(bytes, 8);
@@ -40,15 +39,10 @@ std::vector<std::uint32_t> parse_tok32(const std::string& bytes, const std::stri
   const auto vocab = get<std::uint32_t>(bytes, 12);
   const auto count = get<std::uint64_t>(bytes, 16);
   STP_CHECK(get<std::uint64_t>(bytes, 24) == 0, "data: '", path, "' has a nonzero reserved tok32 header field");
-  const std::uint64_t payload = bytes.size() - kTok32Header;
+  const std::uint64_t payload = bytes.size() - kTok32HeaderBytes;
   STP_CHECK(payload % 4 == 0 && count == payload / 4, "data: '", path, "' header says ", count,
-            " tokens but the file has ", bytes.size(), " bytes (", kTok32Header, " + 4 per token expected)");
-  std::vector<std::uint32_t> ids(count);
-  std::memcpy(ids.data(), bytes.data() + kTok32Header, 4 * count);
-  for (std::size_t i = 0; i < ids.size(); ++i)
-    STP_CHECK(ids[i] < vocab, "data: '", path, "': token ", ids[i], " at position ", i, " is >= the vocab_size ", vocab,
-              " of its tok32 header");
-  return ids;
+            " tokens but the file has ", bytes.size(), " bytes (", kTok32HeaderBytes, " + 4 per token expected)");
+  return {vocab, count};
 }
 
 }  // namespace stp

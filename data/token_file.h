@@ -9,13 +9,14 @@
 //          bytes 16..23  uint64 token count N
 //          bytes 24..31  uint64 reserved, 0
 //          bytes 32..    N uint32 ids
-//        The reader rejects (stp::Error, naming the file and the field) a file shorter than the
-//        header, another magic or version, a nonzero reserved field, a size other than 32 + 4 N,
-//        and an id >= vocab_size.
+//        parse_tok32_header() rejects (stp::Error, naming the file and the field) a file shorter
+//        than the header, another magic or version, a nonzero reserved field and a size other than
+//        32 + 4 N; data/data.h's reader also rejects an id >= vocab_size, naming its position.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace stp {
@@ -24,7 +25,15 @@ namespace stp {
 // appears whole or not at all (data/token_writer.h, which writes them as the ids arrive).
 std::string write_token_file(const std::string& path, const std::vector<std::int32_t>& ids, std::int32_t vocab_size);
 
-// The ids of a tok32 file whose bytes are `bytes` (path for messages).
-std::vector<std::uint32_t> parse_tok32(const std::string& bytes, const std::string& path);
+inline constexpr std::size_t kTok32HeaderBytes = 32;
+
+struct Tok32Header {
+  std::uint32_t vocab_size = 0;
+  std::uint64_t count = 0;  // N: the ids are bytes 32 .. 32 + 4 N
+};
+
+// The header of the tok32 file whose bytes (all of them: the size is checked) are `bytes`; `path`
+// names it in messages.
+Tok32Header parse_tok32_header(std::string_view bytes, const std::string& path);
 
 }  // namespace stp

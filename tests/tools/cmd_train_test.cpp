@@ -429,3 +429,46 @@ TEST(CmdTrain, DoneLineReportsSkippedStepsInWords) {
 }
 
 }  // namespace
+
+// llm.c's layout as it is: train and val shards side by side, read by data.path and data.val_path
+// globs. The shards are one token stream: the losses are bitwise those of the same tokens in one
+// file (sequences span the shard boundaries).
+TEST(CmdTrain, LlmcShardGlobsTrainLikeOneFile) {
+  if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
+  RunDir run("llmc_shards");
+  auto llmc = [](std::uint64_t from, std::uint64_t n) {
+    std::vector<std::int32_t> header(256, 0);
+    header[0] = 20240520;
+    header[1] = 1;
+    header[2] = static_cast<std::int32_t>(n);
+    std::string bytes(reinterpret_cast<const char*>(header.data()), 1024);
+    for (std::uint64_t i = from; i < from + n; ++i) {
+      const auto t = static_cast<std::uint16_t>((i * 2654435761u >> 7) % 256);
+      bytes.append(reinterpret_cast<const char*>(&t), 2);
+    }
+    return bytes;
+  };
+  const fs::path data = run.dir / "data";
+  fs::create_directories(data);
+  std::ofstream(data / "tiny_train_000001.bin", std::ios::binary) << llmc(0, 700);
+  std::ofstream(data / "tiny_train_000002.bin", std::ios::binary) << llmc(700, 45);
+  std::ofstream(data / "tiny_train_000003.bin", std::ios::binary) << llmc(745, 600);
+  std::ofstream(data / "tiny_val_000000.bin", std::ios::binary) << llmc(5000, 400);
+  std::ofstream(data / "all.llmc", std::ios::binary) << llmc(0, 1345);
+  auto losses = [&](const std::string& path, const std::string& out) {
+    auto r = stp::testing::run_stp(
+        "train " + run.config.string() + " --set data.format=llmc --set 'data.path=" + path +
+        "' --set 'data.val_path=" + (data / "tiny_val_*.bin").string() +
+        "' --set train.eval_every=3 --set train.eval_batches=1 --set output.dir=" + (run.dir / out).string());
+    EXPECT_EQ(r.status, 0) << r.err;
+    const std::string metrics = stp::testing::slurp((run.dir / out / "metrics.jsonl").string());
+    std::string found;
+    const std::regex loss("\"(val_)?loss\":[^,]*");
+    for (auto it = std::sregex_iterator(metrics.begin(), metrics.end(), loss); it != std::sregex_iterator(); ++it)
+      found += it->str() + " ";
+    return found;
+  };
+  const std::string sharded = losses((data / "tiny_train_*.bin").string(), "sharded");
+  EXPECT_NE(sharded.find("val_loss"), std::string::npos) << sharded;
+  EXPECT_EQ(sharded, losses((data / "all.llmc").string(), "one_file"));
+}
