@@ -280,7 +280,8 @@ struct CrossEntropyRows {
     const float mx = softmax_rows::row_max(l, V);
     const float z = mx + logf(softmax_rows::row_sum_exp(l, V, mx));
     lse[n] = z;
-    losses[n] = z - to_f32(l[targets[n]]);
+    const std::int32_t target = targets[n];
+    losses[n] = target >= 0 ? z - to_f32(l[target]) : 0.0f;  // an ignored target (-1) counts 0
   }
 };
 
