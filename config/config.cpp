@@ -34,6 +34,8 @@ static const std::vector<Knob> kKnobs = {
   {"data.path",              KnobType::String, "/usr/share/games/fortunes", "", "a token file, or a folder whose regular files are concatenated in name order", STP_FIELD(data.path)},
   {"data.format",            KnobType::Choice, "text",           "text|u16|llmc|tok32", "text: bytes are tokens (vocab 256); u16: raw little-endian uint16; llmc: llm.c header + uint16; tok32: stp header + uint32", STP_FIELD(data.format)},
   {"data.sampling",          KnobType::Choice, "random",         "random|sequential", "sequence b starts at (b*T) mod (N-T) (sequential) or hash(seed, b) mod (N-T) (random)", STP_FIELD(data.sampling)},
+  {"data.mask_path",         KnobType::Path,   "null",           "", "the loss mask of data.path (the .mask file stp tokenize writes beside the tokens: one byte per token, 1 = that token counts as a target): a masked target is left out of the loss and of its mean, which divides by the counted targets of the global batch. docs/config.md, Loss masks; null = every target counts", STP_FIELD(data.mask_path)},
+  {"data.val_mask_path",     KnobType::Path,   "null",           "", "the loss mask of data.val_path, read as data.mask_path; the validation loss is the mean over its counted targets. null = every target counts", STP_FIELD(data.val_mask_path)},
   {"data.val_path",          KnobType::Path,   "null",           "", "held-out tokens for the validation loss, in data.format (a file, or for text a folder); null = no validation", STP_FIELD(data.val_path)},
   {"train.steps",            KnobType::Int,    "200",            "", "optimizer steps", STP_FIELD(train.steps)},
   {"train.micro_batch_size", KnobType::Int,    "4",              "", "sequences per microbatch", STP_FIELD(train.micro_batch_size)},

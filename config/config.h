@@ -63,6 +63,9 @@ struct DataConfig {
   std::string format;    // text | u16 | llmc | tok32
   std::string sampling;  // random | sequential
   std::string val_path;  // "" = null: no validation
+  // The loss masks of data.path and data.val_path (data/loss_mask.h); "" = null: every target counts.
+  std::string mask_path;
+  std::string val_mask_path;
 };
 
 struct TrainConfig {

@@ -85,8 +85,8 @@ std::vector<std::uint32_t> load_llmc(const std::string& path) {
 }  // namespace
 
 DataOptions DataOptions::from_config(const Config& cfg) {
-  return DataOptions{cfg.data.path,     cfg.data.format,      cfg.data.sampling,
-                     cfg.model.seq_len, cfg.model.vocab_size, cfg.train.seed};
+  return DataOptions{cfg.data.path,        cfg.data.format, cfg.data.sampling, cfg.model.seq_len,
+                     cfg.model.vocab_size, cfg.train.seed,  cfg.data.mask_path};
 }
 
 TokenDataset::TokenDataset(const DataOptions& options) : options_(options) {
@@ -108,6 +108,7 @@ TokenDataset::TokenDataset(const DataOptions& options) : options_(options) {
   for (std::size_t i = 0; i < tokens_.size(); ++i)
     STP_CHECK(tokens_[i] < std::uint32_t(o.vocab_size), "data: token ", tokens_[i], " at position ", i, " of '", o.path,
               "' is >= model.vocab_size ", o.vocab_size);
+  if (!o.mask_path.empty()) mask_ = std::make_unique<LossMask>(o.mask_path, o.path, tokens_.size());
 }
 
 std::uint64_t splitmix64(std::uint64_t z) {
@@ -127,14 +128,29 @@ std::uint64_t TokenDataset::sequence_offset(std::uint64_t b) const {
 void TokenDataset::fill_batch(std::uint64_t b0, int rows, std::int32_t* inputs, std::int32_t* targets) const {
   const std::size_t T = static_cast<std::size_t>(options_.seq_len);
   for (int r = 0; r < rows; ++r) {
-    const std::uint32_t* src = tokens_.data() + sequence_offset(b0 + std::uint64_t(r));
+    const std::uint64_t offset = sequence_offset(b0 + std::uint64_t(r));
+    const std::uint32_t* src = tokens_.data() + offset;
     std::int32_t* in = inputs + std::size_t(r) * T;
     std::int32_t* tg = targets + std::size_t(r) * T;
     for (std::size_t t = 0; t < T; ++t) {
       in[t] = static_cast<std::int32_t>(src[t]);
       tg[t] = static_cast<std::int32_t>(src[t + 1]);
     }
+    if (mask_)
+      for (std::size_t t = 0; t < T; ++t)
+        if (!mask_->counts(offset + t + 1)) tg[t] = -1;
   }
+}
+
+std::uint64_t TokenDataset::counted_targets(std::uint64_t b0, std::uint64_t rows) const {
+  const std::uint64_t T = static_cast<std::uint64_t>(options_.seq_len);
+  if (!mask_) return rows * T;
+  std::uint64_t n = 0;
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    const std::uint64_t offset = sequence_offset(b0 + r);
+    for (std::uint64_t t = 1; t <= T; ++t) n += mask_->counts(offset + t) ? 1 : 0;
+  }
+  return n;
 }
 
 std::uint64_t sequence_index(std::int64_t step, int replica, int microbatch, int dp, int microbatches,
