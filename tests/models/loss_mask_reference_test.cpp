@@ -103,8 +103,7 @@ TEST_P(MaskedLossReference, LossAndGradientsMatchTorchIgnoreIndex) {
 
 INSTANTIATE_TEST_SUITE_P(Splits, MaskedLossReference,
                          ::testing::Values(Case{"gpt2", 1, false}, Case{"gpt2", 2, false}, Case{"gpt2", 2, true},
-                                           Case{"llama", 1, false}, Case{"llama", 2, false},
-                                           Case{"llama", 2, true}),
+                                           Case{"llama", 1, false}, Case{"llama", 2, false}, Case{"llama", 2, true}),
                          [](const ::testing::TestParamInfo<Case>& i) {
                            return std::string(i.param.arch) + "_tp" + std::to_string(i.param.tp) +
                                   (i.param.vocab_parallel ? "_vocab" : "");
