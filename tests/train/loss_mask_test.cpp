@@ -12,13 +12,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "tests/models/llama_test_util.h"
 #include "tests/support/files.h"
 #include "tests/support/loss_mask_file.h"
+#include "tests/train/reference_run.h"
 #include "tests/train/train_fixture.h"
 #include "train/trainer.h"
 
@@ -53,58 +53,27 @@ std::string write_mask(const std::string& dir, const std::string& name, const st
   return path;
 }
 
-std::string num(double v) {
-  std::ostringstream os;
-  os.precision(17);
-  os << v;
-  return os.str();
-}
-
 // The trainer config of the reference's model, data and AdamW steps (+ `extra`), writing into `dir`.
 stp::Config reference_config(const std::string& arch, const std::string& dir, const std::vector<std::string>& extra) {
   const RefFile& ref = reference(arch);
   const auto& c = ref.at("config").data;
-  const auto& h = ref.at("adamw.hyper").data;
+  auto i = [](float v) { return std::to_string(static_cast<int>(v)); };
   std::vector<std::string> sets;
   int batch = 0, micro = 0;
   if (arch == "gpt2") {  // [n_layer, n_head, n_embd, vocab, seq, batch, microbatches]
-    sets = {"model.arch=gpt2",           "model.n_layer=" + num(c[0]),    "model.n_head=" + num(c[1]),
-            "model.n_embd=" + num(c[2]), "model.vocab_size=" + num(c[3]), "model.seq_len=" + num(c[4])};
+    sets = {"model.arch=gpt2",         "model.n_layer=" + i(c[0]),    "model.n_head=" + i(c[1]),
+            "model.n_embd=" + i(c[2]), "model.vocab_size=" + i(c[3]), "model.seq_len=" + i(c[4])};
     batch = static_cast<int>(c[5]);
     micro = static_cast<int>(c[6]);
-  } else {  // tools/reference/gen_llama_reference.py, config
-    sets = {"model.arch=llama",
-            "model.n_layer=" + num(c[0]),
-            "model.n_head=" + num(c[1]),
-            "model.n_kv_head=" + num(c[2]),
-            "model.n_embd=" + num(c[3]),
-            "model.intermediate_size=" + num(c[4]),
-            "model.vocab_size=" + num(c[5]),
-            "model.seq_len=" + num(c[6]),
-            "model.rope_theta=" + num(c[9]),
-            "model.norm_eps=" + num(c[10]),
-            std::string("model.qkv_bias=") + (c[11] != 0 ? "true" : "false"),
-            std::string("model.tie_embeddings=") + (c[12] != 0 ? "true" : "false")};
+  } else {
+    sets = stp::testing::llama_reference_model_sets(ref);
     batch = static_cast<int>(c[7]);
     micro = static_cast<int>(c[8]);
   }
-  std::vector<std::string> more = {"model.attention=naive",
-                                   "model.init_from=" + reference_path(arch) + ".safetensors",
-                                   "data.format=u16",
-                                   "data.path=" + stp::testing::tokens64_file(),
-                                   "data.sampling=sequential",
-                                   "train.micro_batch_size=" + std::to_string(batch),
-                                   "train.microbatches=" + std::to_string(micro),
-                                   "train.lr=" + num(h[0]),
-                                   "train.lr_schedule=constant",
-                                   "train.warmup_steps=0",
-                                   "train.grad_clip=0",
-                                   "optim.beta1=" + num(h[1]),
-                                   "optim.beta2=" + num(h[2]),
-                                   "optim.eps=" + num(h[3]),
-                                   "optim.weight_decay=" + num(h[4]),
-                                   "output.dir=" + dir + "/out"};
-  sets.insert(sets.end(), more.begin(), more.end());
+  for (const std::string& s :
+       stp::testing::reference_run_sets(ref, reference_path(arch) + ".safetensors", batch, micro))
+    sets.push_back(s);
+  sets.push_back("output.dir=" + dir + "/out");
   sets.insert(sets.end(), extra.begin(), extra.end());
   return stp::testing::tiny_config(sets);
 }
