@@ -3,10 +3,10 @@
 //
 // Output safety: everything that can fail on bad input (config, data, schedule, model, budget)
 // is checked before output.dir is touched. output.dir may not be, lie inside or hold what the run
-// reads (data.path, data.val_path, model.init_from, the config file; tools/cli/output_guard.h); a
-// resumed run continues in the output.dir that holds its checkpoint. A fresh run in an output.dir
-// that holds an earlier run first moves that run's files into output.dir/earlier-run-N/, so
-// nothing is overwritten. A resume with nothing left to train (its checkpoint at or past
+// reads (data.path, data.val_path, their loss masks, model.init_from, the config file;
+// tools/cli/output_guard.h); a resumed run continues in the output.dir that holds its checkpoint.
+// A fresh run in an output.dir that holds an earlier run first moves that run's files into
+// output.dir/earlier-run-N/, so nothing is overwritten. A resume with nothing left to train (its checkpoint at or past
 // train.steps) is such an error.
 // SIGINT (Ctrl-C), SIGTERM and SIGHUP finish the current step, write a checkpoint and exit with
 // 128 + the signal's number (130, 143, 129); a second one exits at once (tools/cli/stop_signals.h;
@@ -168,6 +168,8 @@ void check_outputs(const stp::Config& cfg, const std::string& config_path) {
   stp::tools::check_output_dir(cfg.output.dir, "output.dir",
                                {{cfg.data.path, "data.path"},
                                 {cfg.data.val_path, "data.val_path"},
+                                {cfg.data.mask_path, "data.mask_path"},
+                                {cfg.data.val_mask_path, "data.val_mask_path"},
                                 {cfg.model.init_from, "model.init_from"},
                                 {cfg.train.resume, "train.resume", true},
                                 {config_path, "the config file"}});
