@@ -64,6 +64,9 @@ struct DataConfig {
   std::string sampling;   // random | sequential | shuffle
   std::string val_path;   // "" = null: no validation
   std::string tokenizer;  // "" = null: model.init_from's, or none (data/tokenizer_files.h)
+  // The loss masks of data.path and data.val_path (data/loss_mask.h); "" = null: every target counts.
+  std::string mask_path;
+  std::string val_mask_path;
 };
 
 struct TrainConfig {

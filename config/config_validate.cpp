@@ -57,6 +57,8 @@ void validate_train(const Config& c) {
   check_at_least("train.eval_batches", t.eval_batches, std::int64_t{1});
   check_at_least("train.max_skipped_steps", t.max_skipped_steps, std::int64_t{1});
   check_at_least("train.peak_flops", t.peak_flops, 0.0);
+  STP_CHECK(c.data.val_mask_path.empty() || !c.data.val_path.empty(), "config: data.val_mask_path ('",
+            c.data.val_mask_path, "') is the loss mask of data.val_path, which is null; set data.val_path or drop it");
   STP_CHECK(t.eval_every == 0 || !c.data.val_path.empty(), "config: train.eval_every (", t.eval_every,
             ") needs data.val_path (held-out tokens); set it, or train.eval_every: 0");
   STP_CHECK(t.lr_schedule != "cosine" || t.min_lr <= t.lr, "config: train.min_lr (", t.min_lr,

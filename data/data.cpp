@@ -28,8 +28,8 @@ MappedTokens map_tokens(const DataOptions& o) {
 }  // namespace
 
 DataOptions DataOptions::from_config(const Config& cfg) {
-  return DataOptions{cfg.data.path,     cfg.data.format,      cfg.data.sampling,
-                     cfg.model.seq_len, cfg.model.vocab_size, cfg.train.seed};
+  return DataOptions{cfg.data.path,        cfg.data.format, cfg.data.sampling, cfg.model.seq_len,
+                     cfg.model.vocab_size, cfg.train.seed,  cfg.data.mask_path};
 }
 
 TokenDataset::TokenDataset(const DataOptions& options) : options_(options), tokens_(map_tokens(options_)) {
@@ -56,6 +56,7 @@ TokenDataset::TokenDataset(const DataOptions& options) : options_(options), toke
                     o.vocab_size));
   }
   if (o.sampling == "random") tokens_.advise_random();
+  if (!o.mask_path.empty()) mask_ = std::make_unique<LossMask>(o.mask_path, o.path, num_tokens());
 }
 
 std::uint64_t splitmix64(std::uint64_t z) {
@@ -80,7 +81,8 @@ void TokenDataset::fill_batch(std::uint64_t b0, int rows, std::int32_t* inputs, 
   const std::size_t T = static_cast<std::size_t>(options_.seq_len);
   std::vector<std::uint32_t> window(T + 1);  // read from the mapping, across shard boundaries
   for (int r = 0; r < rows; ++r) {
-    tokens_.read(sequence_offset(b0 + std::uint64_t(r)), T + 1, window.data());
+    const std::uint64_t offset = sequence_offset(b0 + std::uint64_t(r));
+    tokens_.read(offset, T + 1, window.data());
     const std::uint32_t* src = window.data();
     std::int32_t* in = inputs + std::size_t(r) * T;
     std::int32_t* tg = targets + std::size_t(r) * T;
@@ -88,7 +90,21 @@ void TokenDataset::fill_batch(std::uint64_t b0, int rows, std::int32_t* inputs, 
       in[t] = static_cast<std::int32_t>(src[t]);
       tg[t] = static_cast<std::int32_t>(src[t + 1]);
     }
+    if (mask_)
+      for (std::size_t t = 0; t < T; ++t)
+        if (!mask_->counts(offset + t + 1)) tg[t] = -1;
   }
+}
+
+std::uint64_t TokenDataset::counted_targets(std::uint64_t b0, std::uint64_t rows) const {
+  const std::uint64_t T = static_cast<std::uint64_t>(options_.seq_len);
+  if (!mask_) return rows * T;
+  std::uint64_t n = 0;
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    const std::uint64_t offset = sequence_offset(b0 + r);
+    for (std::uint64_t t = 1; t <= T; ++t) n += mask_->counts(offset + t) ? 1 : 0;
+  }
+  return n;
 }
 
 std::uint64_t sequence_index(std::int64_t step, int replica, int microbatch, int dp, int microbatches,

@@ -48,6 +48,11 @@
 // whole number of tokens is an error in every format: an odd u16 size, an llm.c or tok32 size
 // other than the header's count says (a truncated shard).
 //
+// Loss mask (data.mask_path; data/loss_mask.h): with a mask, fill_batch writes the target -1
+// (ignored: not counted in the loss or its mean) at every target position whose token the mask
+// leaves out: target position t of the sequence at offset o counts iff mask byte o + t + 1 is 1.
+// Without one every target counts.
+//
 // Errors (stp::Error), each naming the file: a missing path, not a regular file, a folder with no
 // token files, a glob matching nothing, N < T + 1, an odd u16 size, a bad llm.c header (magic,
 // version, or a token count that disagrees with the file size), a bad tok32 header
@@ -57,8 +62,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "data/loss_mask.h"
 #include "data/mapped_tokens.h"
 
 namespace stp {
@@ -72,6 +79,7 @@ struct DataOptions {
   int seq_len = 128;                // T
   int vocab_size = 256;
   std::uint64_t seed = 0;
+  std::string mask_path = {};  // "" = none: every target counts (data/loss_mask.h)
 
   static DataOptions from_config(const Config& cfg);
 };
@@ -93,11 +101,17 @@ class TokenDataset {
   std::uint64_t windows() const;
 
   // Rows r = 0..rows-1 are sequences b0 + r: inputs (rows, T), targets (rows, T), host memory.
+  // A target the loss mask leaves out is -1.
   void fill_batch(std::uint64_t b0, int rows, std::int32_t* inputs, std::int32_t* targets) const;
+
+  // How many of the rows · T targets of sequences b0 .. b0 + rows - 1 count (are not -1 in
+  // fill_batch): rows · T without a mask. Reads the mask only, never the tokens.
+  std::uint64_t counted_targets(std::uint64_t b0, std::uint64_t rows) const;
 
  private:
   DataOptions options_;
   MappedTokens tokens_;
+  std::unique_ptr<LossMask> mask_;  // null: every target counts
 };
 
 // b of the first row of (step, replica, microbatch): step is 1-based, replica in [0, dp),

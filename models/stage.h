@@ -40,8 +40,13 @@
 //     before B(U-1) (stages that are not last).
 //   * grad_input(mb): (B,T,C) what the executor sends to the previous stage, valid after B(0)
 //     (stages that are not first). Taken, once, like output_activation.
-//   * loss(mb): (1,) device scalar, the mean token cross-entropy of mb, valid after F(U-1) of the
-//     last stage. The backward seed is scaled by loss_scale() (1/m for m microbatches).
+//   * loss(mb): (1,) device scalar, valid after F(U-1) of the last stage: the sum of mb's token
+//     cross-entropies over its N = B·T target positions, divided by N, where a target of -1 (an
+//     ignored position, data/data.h) adds 0. Without ignored targets that is the mean token
+//     cross-entropy. The backward seed of each counted target is loss_scale() / N, so the
+//     gradient is that of loss_scale() · loss(mb); an ignored target's seed is 0. A caller that
+//     wants the mean over the C counted targets of a batch of microbatches sets loss_scale() =
+//     (its 1/m) · (m·N / C) (train/trainer.cpp: 1/(m·dp) · (dp·m·N / C) for the global batch).
 //   The stage drops its own references to these buffers at release_microbatch(mb) or
 //   zero_grads(); the executor keeps a Tensor copy of anything it still sends/receives
 //   asynchronously (a Tensor holds its storage alive).

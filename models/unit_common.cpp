@@ -36,7 +36,7 @@ void lm_head_forward_vocab(const UnitDims& d, ParamInfo& head_w, const Tensor& l
   comm.all_reduce_max(s, max.f32(), static_cast<std::size_t>(N));
   vocab_ce_partials(s, partials.f32(), logits.as<A>(), max.f32(), as_i32(targets), N, d.Vs, d.Vl, d.v0);
   comm.all_reduce_sum(s, partials.f32(), static_cast<std::size_t>(2 * N));
-  vocab_ce_finish(s, loss.f32(), losses.f32(), lse.f32(), max.f32(), partials.f32(), N);
+  vocab_ce_finish(s, loss.f32(), losses.f32(), lse.f32(), max.f32(), partials.f32(), as_i32(targets), N);
   rec.save("ln.out", ln, kW);
   rec.save("logits", logits, kB);
   rec.save("lse", lse, kB);

@@ -126,12 +126,13 @@ void token_embedding_backward_weight(const UnitDims& d, ParamInfo& embed, ParamI
 // Vocab-parallel: the logits record is (B, T, Vs), this rank's columns; F's loss comes from a max
 // and a [sum-exp | target logit] all-reduce over d.vocab_comm inside the unit, so the loss is whole
 // on every rank when F returns; B's dln is this rank's partial (head_norm_grad_partials below).
-// F from the final norm's output ln (B, T, C) in d.act: logits = ln W^T, the mean token
-// cross-entropy into `loss` (1,) (f32 sums over the vocabulary). Records: "ln.out" (W), "logits",
-// "lse", "targets" (B).
+// F from the final norm's output ln (B, T, C) in d.act: logits = ln W^T, the token cross-entropy
+// summed over the N targets (a target of -1 adds 0) / N into `loss` (1,) (f32 sums over the
+// vocabulary; models/stage.h, loss). Records: "ln.out" (W), "logits", "lse", "targets" (B).
 void lm_head_forward(const UnitDims& d, ParamInfo& head_w, const Tensor& ln, const Tensor& targets, const Tensor& loss,
                      RecordSet& rec, CallScope& cs);
-// B: dlogits in place over the logits (the seed: loss_scale / N per token), kept for W as
+// B: dlogits in place over the logits (the seed: loss_scale / N per counted token, 0 for a
+// target of -1), kept for W as
 // "dlogits"; returns dln = dlogits W (f32, a temporary of the call) for the final norm's backward.
 Tensor lm_head_backward_input(const UnitDims& d, ParamInfo& head_w, float loss_scale, RecordSet& rec, CallScope& cs);
 // W: dW += dlogits^T ln.

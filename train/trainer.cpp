@@ -224,10 +224,15 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
   r.staging.clear();
 }
 
-// The loss scale 1 / (microbatches · dp) makes the sum of the replicas' gradients (the DP
-// all-reduce) the gradient of the mean loss over the global batch.
+// The loss scale 1 / (microbatches · dp) · (P / C), P the global batch's target positions and C
+// its counted targets, makes the sum of the replicas' gradients (the DP all-reduce) the gradient
+// of the mean loss over the counted targets of the global batch: a stage's seed per counted
+// target is scale / (B · T) = 1 / C (models/stage.h, loss). Without a mask C = P and the factor is
+// exactly 1.
 void Trainer::Impl::begin_rank_step(Rank& r, std::int64_t step) {
-  const float scale = 1.0f / static_cast<float>(config.train.microbatches * config.parallel.dp);
+  const float counted =
+      static_cast<float>(static_cast<double>(global_batch_positions()) / static_cast<double>(step_targets));
+  const float scale = 1.0f / static_cast<float>(config.train.microbatches * config.parallel.dp) * counted;
   r.optimizer->begin_step();  // zeroes the gradients
   for (auto& s : r.stages)
     if (s->is_last()) s->set_loss_scale(scale);
@@ -295,16 +300,27 @@ void Trainer::Impl::rank_evaluate(Rank& r) {
   r.staging.clear();
 }
 
+// The validation loss is the mean over the counted targets of every pass, as a step's loss is
+// over its global batch's: each microbatch's loss is its sum over B · T positions / (B · T)
+// (models/stage.h, loss), so their mean times P / C is the sum over the C counted targets / C.
 double Trainer::evaluate() {
   Impl& m = *impl_;
   STP_CHECK(!m.config.data.val_path.empty(), "evaluate: no held-out data (set data.val_path)");
+  const std::uint64_t G = m.global_batch_positions() / static_cast<std::uint64_t>(m.config.model.seq_len);
+  std::uint64_t counted = 0;
+  for (std::int64_t p = 0; p < m.config.train.eval_batches; ++p)
+    counted += m.global_batch_targets(m.val_dataset.get(), static_cast<std::uint64_t>(p) * G,
+                                      str("validation batch ", p + 1, " of ", m.config.train.eval_batches),
+                                      "data.val_mask_path");
   m.run_on_ranks([&](Rank& r) { m.rank_evaluate(r); });
   if (m.options.dry_run) return 0;
   Rank& r = *m.ranks.front();
   std::vector<float> host = download(r.eval_losses, *r.compute);
   double sum = 0;
   for (float x : host) sum += x;
-  return sum / static_cast<double>(host.size());
+  const double positions =
+      static_cast<double>(m.global_batch_positions()) * static_cast<double>(m.config.train.eval_batches);
+  return sum / static_cast<double>(host.size()) * (positions / static_cast<double>(counted));
 }
 
 std::int64_t Trainer::last_update_step() const { return impl_->steps_done - impl_->consecutive_skips; }
@@ -313,6 +329,9 @@ StepResult Trainer::step() {
   Impl& m = *impl_;
   std::int64_t step = m.steps_done + 1;
   float lr = static_cast<float>(m.lr_schedule.at(step));
+  const int mb = m.config.train.microbatches, B = m.config.train.micro_batch_size;
+  m.step_targets = m.global_batch_targets(m.dataset.get(), sequence_index(step, 0, 0, m.config.parallel.dp, mb, B),
+                                          str("step ", step), "data.mask_path");
   std::vector<std::uint64_t> launches_before;
   for (auto& r : m.ranks) launches_before.push_back(r->device->launch_count());
   auto t0 = std::chrono::steady_clock::now();
@@ -326,6 +345,7 @@ StepResult Trainer::step() {
   out.lr = lr;
   out.step_ms = ms;
   out.loss = m.read_step_loss();
+  out.counted_targets = m.step_targets;
   const std::int64_t tokens = std::int64_t{m.config.train.microbatches} * m.config.train.micro_batch_size *
                               m.config.model.seq_len * m.config.parallel.dp;
   out.tokens_per_s = static_cast<double>(tokens) / (ms / 1e3);
@@ -371,13 +391,37 @@ StepResult Trainer::step() {
 }
 
 // The loss of a step: the mean over every replica's microbatches, in replica then microbatch order
-// (the same sum as one replica running all of them). Every rank holds every loss after the step.
+// (the same sum as one replica running all of them), times P / C: the mean over the counted
+// targets (begin_rank_step). Every rank holds every loss after the step.
 double Trainer::Impl::read_step_loss() {
   Rank& r = *ranks.front();
   std::vector<float> host = download(r.losses, *r.compute);
   double sum = 0;
   for (float x : host) sum += x;
-  return sum / static_cast<double>(host.size());
+  return sum / static_cast<double>(host.size()) *
+         (static_cast<double>(global_batch_positions()) / static_cast<double>(step_targets));
+}
+
+std::uint64_t Trainer::Impl::global_batch_positions() const {
+  return static_cast<std::uint64_t>(config.parallel.dp) * static_cast<std::uint64_t>(config.train.microbatches) *
+         static_cast<std::uint64_t>(config.train.micro_batch_size) * static_cast<std::uint64_t>(config.model.seq_len);
+}
+
+// Every process counts from the data itself, without a collective: each holds the same data and
+// mask and computes the same count, before the step starts (the backward seeds need it) and at the
+// cost of reading G · T mask bytes, nothing next to the step.
+std::uint64_t Trainer::Impl::global_batch_targets(const TokenDataset* data, std::uint64_t b0, const std::string& what,
+                                                  const char* mask_key) const {
+  const std::uint64_t T = static_cast<std::uint64_t>(config.model.seq_len);
+  if (!data) return global_batch_positions();  // a dry run reads no data
+  const std::uint64_t n = data->counted_targets(b0, global_batch_positions() / T);
+  const bool train = std::string(mask_key) == "data.mask_path";
+  STP_CHECK(n > 0, what, ": the loss mask ", mask_key, " '", train ? config.data.mask_path : config.data.val_mask_path,
+            "' leaves out every one of the global batch's ", global_batch_positions(), " targets (sequences ", b0,
+            " to ", b0 + global_batch_positions() / T - 1,
+            "), so its mean loss is undefined; mask fewer tokens, or make the global batch larger "
+            "(train.micro_batch_size, train.microbatches)");
+  return n;
 }
 
 }  // namespace stp

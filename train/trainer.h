@@ -35,7 +35,10 @@ class ProcessGroup;
 
 struct StepResult {
   std::int64_t step = 0;  // 1-based step just completed
-  double loss = 0;        // mean over every replica's microbatches of the mean token cross-entropy
+  // The mean token cross-entropy over the counted targets of the global batch (every replica's
+  // microbatches): all of them, or those data.mask_path leaves in (docs/config.md, Loss masks).
+  double loss = 0;
+  std::uint64_t counted_targets = 0;  // how many targets of the global batch counted in loss
   double lr = 0;
   double step_ms = 0;
   double tokens_per_s = 0;  // of the global batch
@@ -115,9 +118,10 @@ class Trainer {
   // The last step that updated the parameters (steps_done() minus the trailing skipped steps).
   std::int64_t last_update_step() const;
 
-  // Validation loss: the mean token cross-entropy over the held-out set (the first
-  // train.eval_batches global batches of data.val_path, read in order), forward only through the
-  // pipeline with no activation records kept (Executor::run_forward). The same sequences every
+  // Validation loss: the mean token cross-entropy over the counted targets (data.val_mask_path)
+  // of the held-out set (the first train.eval_batches global batches of data.val_path, read in
+  // order), forward only through the pipeline with no activation records kept
+  // (Executor::run_forward). The same sequences every
   // time and under every layout with the same global batch; replicas split each batch as in a
   // step; losses are reduced over all ranks. An stp::Error without data.val_path (a dry run
   // evaluates without data).

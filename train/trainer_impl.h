@@ -73,6 +73,12 @@ struct Trainer::Impl {
   // Copies microbatches 1..m of inputs/targets to the stages; mb's rows are sequences b0(mb) + r.
   void upload_rows(Rank& r, const TokenDataset* data, const std::function<std::uint64_t(int mb)>& b0);
   double read_step_loss();
+  // The targets of global batch `what` (G = dp · m · B sequences from b0) that count in the loss:
+  // a loss mask leaves some out (data/data.h); every one without data (a dry run). An stp::Error
+  // naming `what` and `mask_key` when none counts: the mean would be 0/0.
+  std::uint64_t global_batch_targets(const TokenDataset* data, std::uint64_t b0, const std::string& what,
+                                     const char* mask_key) const;
+  std::uint64_t global_batch_positions() const;  // G · T, every target of a global batch
 
   // Full tensors <-> shards (trainer_checkpoint.cpp).
   std::map<std::string, HostTensor> gather(const std::function<Tensor(Rank&, std::size_t)>& pick, int replica = 0);
@@ -103,6 +109,7 @@ struct Trainer::Impl {
   CommunicatorList comms;                    // every communicator (owned here; children destroyed before their parents)
   std::vector<std::unique_ptr<Rank>> ranks;  // the ranks this process drives, global order
   std::int64_t steps_done = 0;
+  std::uint64_t step_targets = 0;             // the counted targets of the step being run (global_batch_targets)
   std::unique_ptr<TokenDataset> val_dataset;   // data.val_path (null: no validation, or a dry run)
   std::string tokenizer_source;                // Trainer::tokenizer_source
   std::vector<TokenizerFile> tokenizer_files;  // its files, as every checkpoint carries them

@@ -59,6 +59,7 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
   if (!options.dry_run && !config.data.val_path.empty()) {
     DataOptions val = DataOptions::from_config(config);
     val.path = config.data.val_path;
+    val.mask_path = config.data.val_mask_path;
     val.sampling = "sequential";  // the held-out set is its first sequences, in order
     try {
       val_dataset = std::make_unique<TokenDataset>(val);

@@ -272,7 +272,8 @@ struct CrossEntropyRows {
     const float z = mx + logf(softmax_rows::row_sum_exp(rows, p, l, V, mx));
     if (rows.leader(p)) {
       lse[p.row] = z;
-      losses[p.row] = z - to_f32(l[targets[p.row]]);
+      const std::int32_t target = targets[p.row];
+      losses[p.row] = target >= 0 ? z - to_f32(l[target]) : 0.0f;  // an ignored target (-1) counts 0
     }
   }
 };

@@ -152,15 +152,17 @@ void attention_backward(Stream& s, T* dqkv /*(B,T,3*NH*D)*/, T* datt /*(B,NH,T,T
 
 // ---- Cross-entropy (mean over tokens) -----------------------------------------------------------
 
-// losses[n] = logsumexp(logits[n]) - logits[n, targets[n]]; lse[n] saved for the backward;
-// *loss = mean of losses (summed in the canonical row order of core/reduce_order.h).
+// losses[n] = logsumexp(logits[n]) - logits[n, targets[n]], or 0 where targets[n] is -1 (an
+// ignored target: not counted in the loss); lse[n] saved for the backward; *loss = the sum of
+// losses over the N rows (in the canonical row order of core/reduce_order.h) / N. The caller that
+// divides by the count of counted targets instead rescales (models/stage.h, Loss).
 template <typename T>
 void cross_entropy_forward(Stream& s, float* loss /*(1,)*/, float* losses /*(N,)*/, float* lse /*(N,)*/,
                            const T* logits /*(N,V)*/, const std::int32_t* targets /*(N,)*/, std::int64_t N,
                            std::int64_t V);
 
 // dlogits = (softmax(logits) - onehot(targets)) * scale, in place over logits; scale =
-// loss_scale / N for a mean loss.
+// loss_scale / N for a mean loss. A row whose target is -1 gets dlogits 0.
 template <typename T>
 void cross_entropy_backward_inplace(Stream& s, T* logits /*(N,V) -> dlogits*/, const float* lse /*(N,)*/,
                                     const std::int32_t* targets /*(N,)*/, float scale, std::int64_t N, std::int64_t V);

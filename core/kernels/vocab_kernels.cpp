@@ -118,6 +118,7 @@ struct VocabCeFinish {
   float* lse;
   const float* max;
   const float* partials;
+  const std::int32_t* targets;
   i64 N;
   RowReduce rows;  // one row
   STP_HD void operator()(usize task) const {
@@ -125,7 +126,7 @@ struct VocabCeFinish {
     const float acc = rows.sum(p, N, [&](i64 n) {
       const float z = max[n] + logf(partials[n]);
       lse[n] = z;
-      losses[n] = z - partials[N + n];
+      losses[n] = targets[n] >= 0 ? z - partials[N + n] : 0.0f;  // an ignored target (-1) counts 0
       return losses[n];
     });
     if (rows.leader(p)) loss[0] = acc / static_cast<float>(N);
@@ -147,6 +148,10 @@ struct VocabCeBackward {
     const i64 c1 = c0 + width;
     const i64 live_end = c1 < Vl ? c1 : Vl;  // [c0, live_end) are logits, [max(c0, Vl), c1) padding
     T* l = logits + n * seg.len;
+    if (targets[n] < 0) {  // an ignored target: the row is not in the loss
+      for (i64 v = c0; v < c1; ++v) l[v] = from_f32<T>(0.0f);
+      return;
+    }
     const float z = lse[n];
     const i64 target = static_cast<i64>(targets[n]) - v0;
     const bool here = target >= c0 && target < live_end;
@@ -192,9 +197,9 @@ void vocab_ce_partials(Stream& s, float* partials, const T* logits, const float*
 }
 
 void vocab_ce_finish(Stream& s, float* loss, float* losses, float* lse, const float* max, const float* partials,
-                     i64 N) {
+                     const std::int32_t* targets, i64 N) {
   const RowReduce one = row_reduce(s, 1);
-  launch(s, one, VocabCeFinish{loss, losses, lse, max, partials, N, one}, 1);
+  launch(s, one, VocabCeFinish{loss, losses, lse, max, partials, targets, N, one}, 1);
 }
 
 template <typename T>

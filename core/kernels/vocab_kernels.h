@@ -10,8 +10,10 @@
 //   2. vocab_ce_partials: s_r = sum exp(l - m) over real columns, t_r = the target's logit if the
 //      target is one of this rank's rows, else 0; stored [s (N) | t (N)];
 //      caller: all_reduce_sum over both -> s, t;
-//   3. vocab_ce_finish:   lse = m + log s, losses = lse - t, loss = mean (rows in order).
-// Every rank then holds the same loss and lse; dlogits of its own columns are local.
+//   3. vocab_ce_finish:   lse = m + log s, losses = lse - t (0 where the target is -1, an
+//      ignored target), loss = the sum of losses / N (rows in order).
+// Every rank then holds the same loss and lse; dlogits of its own columns are local (a row whose
+// target is -1 gets 0: no rank holds the target, so every rank sees the same -1).
 #pragma once
 
 #include <cstdint>
@@ -48,10 +50,11 @@ void vocab_ce_partials(Stream& s, float* partials /*(2N,): [sum exp | target log
                        std::int64_t Vl, std::int64_t v0);
 
 void vocab_ce_finish(Stream& s, float* loss /*(1,)*/, float* losses /*(N,)*/, float* lse /*(N,)*/,
-                     const float* max /*(N,)*/, const float* partials /*(2N,)*/, std::int64_t N);
+                     const float* max /*(N,)*/, const float* partials /*(2N,)*/, const std::int32_t* targets /*(N,)*/,
+                     std::int64_t N);
 
 // dlogits = (softmax - onehot(target)) * scale over this rank's columns, in place; the padding
-// columns (>= Vl) get 0.
+// columns (>= Vl) get 0, and so does every column of a row whose target is -1.
 template <typename T>
 void vocab_ce_backward_inplace(Stream& s, T* logits /*(N,Vs) -> dlogits*/, const float* lse /*(N,)*/,
                                const std::int32_t* targets /*(N,)*/, float scale, std::int64_t N, std::int64_t Vs,

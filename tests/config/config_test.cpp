@@ -128,10 +128,10 @@ TEST(Config, RegistryCoversEveryFieldOnceAndDefaultsAreValid) {
     EXPECT_NE(std::string(k.doc), "") << k.key;
     EXPECT_EQ(find_knob(k.key), &k);
   }
-  EXPECT_EQ(keys.size(), 60u);  // 37 keys of docs/design.md's example + precision, link_bandwidth, tp_link_bandwidth,
+  EXPECT_EQ(keys.size(), 62u);  // 37 keys of docs/design.md's example + precision, link_bandwidth, tp_link_bandwidth,
                                 // cpu_threads, copy_engine_cpus, dp_bucket, distributed_optimizer, ..., val_path,
                                 // eval_every, eval_batches, max_skipped_steps, peak_flops, the six llama model keys,
-                                // vocab_parallel, optimizer_offload (update on purpose)
+                                // vocab_parallel, optimizer_offload, mask_path, val_mask_path (update on purpose)
   EXPECT_NO_THROW(validate_config(default_config()));
 }
 
@@ -343,6 +343,16 @@ TEST(Config, EmptyValuesAreRefusedNotReadAsNull) {
   EXPECT_EQ(load("train:\n  resume: x\n", {"train.resume=null"}).train.resume, "");
   EXPECT_EQ(load("train:\n  resume: ~\n").train.resume, "");
   EXPECT_EQ(load("train:\n  resume:\n").train.resume, "");
+}
+
+// A loss mask of held-out data needs the held-out data; the masks are read as paths (null = none).
+TEST(Config, LossMaskKeys) {
+  expect_error([] { load("", {"data.val_mask_path=v.mask"}); },
+               {"data.val_mask_path ('v.mask')", "data.val_path, which is null"});
+  const Config c = load("", {"data.mask_path=t.mask", "data.val_path=v.bin", "data.val_mask_path=v.mask"});
+  EXPECT_EQ(c.data.mask_path, "t.mask");
+  EXPECT_EQ(c.data.val_mask_path, "v.mask");
+  EXPECT_EQ(load("").data.mask_path, "");
 }
 
 // A config file is one YAML document: a second one (after `---`) would be ignored, so it is refused.

@@ -631,6 +631,61 @@ void KernelParity::cross_entropy_backward_case() {
 TEST_P(KernelParity, CrossEntropyBackward) { cross_entropy_backward_case<float>(); }
 TEST_P(KernelParity, CrossEntropyBackwardBf16) { cross_entropy_backward_case<bf16>(); }
 
+// Targets of -1 (ignored: data/data.h) on every side: the row's loss is 0 and the others' are
+// exactly those of the same rows without the -1s; the loss is their sum in row order over all N
+// rows; the ignored rows' dlogits are 0 (replicated and on a vocab shard) and the others' are
+// exactly as without the -1s. Each side against itself, then the sides against each other.
+TEST_P(KernelParity, CrossEntropySkipsIgnoredTargets) {
+  const i64 v0 = 5, Vl = kCeV, Vs = kCeV + 3;
+  auto logits = values<float>(kCeN * kCeV, -3, 3);
+  std::vector<float> shard(static_cast<std::size_t>(kCeN * Vs), 0.5f);
+  for (i64 n = 0; n < kCeN; ++n) std::copy_n(logits.begin() + n * kCeV, kCeV, shard.begin() + n * Vs);
+  const std::vector<std::int32_t> all = tokens(kCeN, kCeV);
+  std::vector<std::int32_t> some = all;
+  for (i64 n = 0; n < kCeN; n += 3) some[static_cast<std::size_t>(n)] = -1;
+  auto tg_all = upload(all), tg = upload(some);
+  auto dl = upload(logits), loss = upload(std::vector<float>(2)), losses = upload(std::vector<float>(2 * kCeN)),
+       lse = upload(std::vector<float>(2 * kCeN));
+  run([&](Stream& s, Side at) {
+    stp::cross_entropy_forward(s, at(loss), at(losses), at(lse), at(dl), at(tg_all), kCeN, kCeV);
+    stp::cross_entropy_forward(s, at(loss) + 1, at(losses) + kCeN, at(lse) + kCeN, at(dl), at(tg), kCeN, kCeV);
+  });
+  auto d_all = upload(logits), d_some = upload(logits), ds_all = upload(shard), ds_some = upload(shard);
+  const float scale = 1.0f / kCeN;
+  run([&](Stream& s, Side at) {
+    stp::cross_entropy_backward_inplace(s, at(d_all), at(lse), at(tg_all), scale, kCeN, kCeV);
+    stp::cross_entropy_backward_inplace(s, at(d_some), at(lse), at(tg), scale, kCeN, kCeV);
+    stp::vocab_ce_backward_inplace(s, at(ds_all), at(lse), at(tg_all), scale, kCeN, Vs, Vl, v0);
+    stp::vocab_ce_backward_inplace(s, at(ds_some), at(lse), at(tg), scale, kCeN, Vs, Vl, v0);
+  });
+  for (int side = 0; side < 2; ++side) {
+    SCOPED_TRACE(side == 0 ? "oracle" : "device under test");
+    const std::vector<float> ls = download(losses, side), l = download(loss, side), z = download(lse, side);
+    const std::vector<float> a = download(d_all, side), b = download(d_some, side);
+    const std::vector<float> sa = download(ds_all, side), sb = download(ds_some, side);
+    float acc = 0.0f;
+    for (i64 n = 0; n < kCeN; ++n) {
+      const bool ignored = some[static_cast<std::size_t>(n)] < 0;
+      const std::size_t i = static_cast<std::size_t>(n);
+      EXPECT_EQ(z[kCeN + i], z[i]) << "row " << n;
+      EXPECT_EQ(ls[kCeN + i], ignored ? 0.0f : ls[i]) << "row " << n;
+      if (!ignored) acc += ls[i];
+      for (i64 v = 0; v < kCeV; ++v) {
+        const std::size_t k = static_cast<std::size_t>(n * kCeV + v);
+        ASSERT_EQ(b[k], ignored ? 0.0f : a[k]) << "row " << n << " column " << v;
+      }
+      for (i64 v = 0; v < Vs; ++v) {
+        const std::size_t k = static_cast<std::size_t>(n * Vs + v);
+        ASSERT_EQ(sb[k], ignored ? 0.0f : sa[k]) << "shard row " << n << " column " << v;
+      }
+    }
+    EXPECT_EQ(l[1], acc / static_cast<float>(kCeN));
+  }
+  expect_match("losses", losses, within(0, (kCeV + 8) * kU * 10));
+  expect_match("dlogits", d_some, within(8 * kU, 8 * kU * scale));
+  expect_match("dlogits (vocab shard)", ds_some, within(8 * kU, 8 * kU * scale));
+}
+
 // ---- Optimizer ---------------------------------------------------------------------------------------
 
 // m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2, p = p (1 - lr wd) - step_size m / (sqrt(v) / c2 +

@@ -129,9 +129,9 @@ TEST(CmdTrain, TruncatedCheckpoint) {
 }
 
 // Outputs never overwrite inputs: an output.dir that is an input, lies inside an input folder or
-// holds an input (data.path, data.val_path, data.tokenizer, model.init_from, the config file) is
-// refused before anything is written: no config.yaml, no earlier run moved aside, the input as it
-// was.
+// holds an input (data.path, data.val_path, their loss masks, data.tokenizer, model.init_from,
+// the config file) is refused before anything is written: no config.yaml, no earlier run moved
+// aside, the input as it was.
 TEST(CmdTrain, OutputDirHoldingAnInputIsRefused) {
   if (!stp::testing::have_stp()) GTEST_SKIP() << "stp not built";
   struct Case {
@@ -148,6 +148,10 @@ TEST(CmdTrain, OutputDirHoldingAnInputIsRefused) {
       {"out_holds_init", "init.safetensors", "--set model.init_from=OUT/init.safetensors", "model.init_from"},
       {"out_holds_tokenizer", "tokenizer.json", "--set data.format=u16 --set data.tokenizer=OUT/tokenizer.json",
        "data.tokenizer"},
+      {"out_holds_mask", "corpus.mask", "--set data.mask_path=OUT/corpus.mask", "data.mask_path"},
+      {"out_holds_val_mask", "val.mask",
+       "--set data.val_path=" + stp::testing::tiny_text_file() + " --set data.val_mask_path=OUT/val.mask",
+       "data.val_mask_path"},
   };
   for (const Case& c : cases) {
     RunDir run(c.name);

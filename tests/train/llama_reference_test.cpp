@@ -12,53 +12,21 @@
 #include <vector>
 
 #include "tests/models/llama_test_util.h"
+#include "tests/train/reference_run.h"
 #include "tests/train/train_fixture.h"
 #include "train/trainer.h"
 
 namespace {
 
-// The reference's token file (tokens < 64).
-std::string token_file() { return stp::testing::tokens64_file(); }
-
 stp::Config llama_config(const std::string& variant, const std::vector<std::string>& extra) {
   const auto& ref = stp::testing::llama_reference(variant);
-  const stp::ModelSpec m = stp::testing::llama_reference_model(ref);
-  const auto& h = ref.at("adamw.hyper").data;
   const auto& c = ref.at("config").data;
-  auto num = [](double v) {
-    std::ostringstream os;
-    os.precision(17);
-    os << v;
-    return os.str();
-  };
-  std::vector<std::string> sets = {"model.arch=llama",
-                                   "model.n_layer=" + std::to_string(m.n_layer),
-                                   "model.n_head=" + std::to_string(m.n_head),
-                                   "model.n_kv_head=" + std::to_string(m.n_kv_head),
-                                   "model.n_embd=" + std::to_string(m.n_embd),
-                                   "model.intermediate_size=" + std::to_string(m.intermediate_size),
-                                   "model.vocab_size=" + std::to_string(m.vocab_size),
-                                   "model.seq_len=" + std::to_string(m.seq_len),
-                                   "model.rope_theta=" + num(m.rope_theta),
-                                   "model.norm_eps=" + num(m.norm_eps),
-                                   std::string("model.qkv_bias=") + (m.qkv_bias ? "true" : "false"),
-                                   std::string("model.tie_embeddings=") + (m.tie_embeddings ? "true" : "false"),
-                                   "model.attention=naive",
-                                   "model.init_from=" + stp::testing::llama_reference_path(variant) + ".safetensors",
-                                   "data.format=u16",
-                                   "data.path=" + token_file(),
-                                   "data.sampling=sequential",
-                                   "train.micro_batch_size=" + std::to_string(static_cast<int>(c[7])),
-                                   "train.microbatches=" + std::to_string(static_cast<int>(c[8])),
-                                   "train.lr=" + num(h[0]),
-                                   "train.lr_schedule=constant",
-                                   "train.warmup_steps=0",
-                                   "train.grad_clip=0",
-                                   "optim.beta1=" + num(h[1]),
-                                   "optim.beta2=" + num(h[2]),
-                                   "optim.eps=" + num(h[3]),
-                                   "optim.weight_decay=" + num(h[4]),
-                                   "output.dir=" + std::string(STP_BINARY_DIR) + "/tests/llama_reference_run"};
+  std::vector<std::string> sets = stp::testing::llama_reference_model_sets(ref);
+  for (const std::string& s :
+       stp::testing::reference_run_sets(ref, stp::testing::llama_reference_path(variant) + ".safetensors",
+                                        static_cast<int>(c[7]), static_cast<int>(c[8])))
+    sets.push_back(s);
+  sets.push_back("output.dir=" + std::string(STP_BINARY_DIR) + "/tests/llama_reference_run");
   sets.insert(sets.end(), extra.begin(), extra.end());
   return stp::testing::tiny_config(sets);
 }

@@ -23,9 +23,15 @@ Tensors:
   grad.<hf name>       gradient of the loss at the initial parameters
   adamw.losses         (10,) loss of steps 1..10, each measured before that step's AdamW update
                        (torch.optim.AdamW, decay on tensors with >= 2 dims, same batch each step)
+
+It also writes gpt2_masked_ref.bin / .safetensors beside OUT: the masked-loss reference (a loss
+mask leaves some targets out of the loss and its mean; docs/config.md, Loss masks), for a 4-layer
+model trained by the C++ trainer tests (tests/train/loss_mask_test.cpp) on the data those tests
+write, described in masked_reference() below.
 """
 import math
 import json
+import os
 import struct
 import sys
 
@@ -37,12 +43,12 @@ LR, BETA1, BETA2, EPS, WD = 3e-3, 0.9, 0.95, 1e-8, 0.1
 STEPS = 10
 
 
-def make_params(gen):
+def make_params(gen, n_layer=N_LAYER, seq=SEQ):
     C = N_EMBD
     def randn(*shape, std):
         return (torch.randn(*shape, generator=gen, dtype=torch.float64) * std)
-    p = {"wte.weight": randn(VOCAB, C, std=0.02 * 5), "wpe.weight": randn(SEQ, C, std=0.02 * 5)}
-    for i in range(N_LAYER):
+    p = {"wte.weight": randn(VOCAB, C, std=0.02 * 5), "wpe.weight": randn(seq, C, std=0.02 * 5)}
+    for i in range(n_layer):
         h = f"h.{i}."
         # Non-trivial LayerNorm affine and biases so that every gradient path is exercised.
         p[h + "ln_1.weight"] = 1 + randn(C, std=0.1)
@@ -62,13 +68,15 @@ def make_params(gen):
     return p
 
 
-def forward(p, tokens, targets):
+def forward(p, tokens, targets, n_layer=N_LAYER):
+    """Logits and the mean token cross-entropy over the targets that are not -1 (all of them in
+    the unmasked reference)."""
     B, T = tokens.shape
     C, nh = N_EMBD, N_HEAD
     hd = C // nh
     x = p["wte.weight"][tokens] + p["wpe.weight"][:T]
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    for i in range(N_LAYER):
+    for i in range(n_layer):
         h = f"h.{i}."
         a = F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5)
         qkv = a @ p[h + "attn.c_attn.weight"] + p[h + "attn.c_attn.bias"]
@@ -82,7 +90,7 @@ def forward(p, tokens, targets):
         x = x + m @ p[h + "mlp.c_proj.weight"] + p[h + "mlp.c_proj.bias"]
     x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"], 1e-5)
     logits = x @ p["wte.weight"].t()
-    loss = F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+    loss = F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1), ignore_index=-1)
     return logits, loss
 
 
@@ -119,6 +127,89 @@ def write_safetensors(path, named):
             f.write(blob)
 
 
+# ---- The masked-loss reference ---------------------------------------------------------------
+# The data the C++ masked-loss tests write (tests/train/loss_mask_test.cpp): the u16 token file
+# of tests/train/train_fixture.h (token i = (i * 37 + 11) mod 64, N_TOKENS of them), and its loss
+# mask (data/loss_mask.h): documents of 11 tokens whose first 4 (a prompt) are not trained on,
+# byte j = 1 iff j mod 11 >= 4. Sequential sampling: sequence b reads the T + 1 tokens at
+# o = (b * T) mod (N - T), and its target t counts iff mask byte o + t + 1 is 1 (else it is -1).
+# Step s (1-based), microbatch j (0-based) holds sequences ((s - 1) * M + j) * B .. + B - 1.
+N_TOKENS = 4000
+MASKED_STEPS = 5
+
+
+def tokens64():
+    return torch.tensor([(i * 37 + 11) % 64 for i in range(N_TOKENS)], dtype=torch.int64)
+
+
+def loss_mask64():
+    return torch.tensor([j % 11 >= 4 for j in range(N_TOKENS)], dtype=torch.bool)
+
+
+def masked_batch(data, mask, B, T, M, step, micro):
+    """(tokens, targets) of microbatch `micro` of step `step`; targets the mask leaves out are -1."""
+    tokens, targets = [], []
+    for r in range(B):
+        b = ((step - 1) * M + micro) * B + r
+        off = (b * T) % (N_TOKENS - T)
+        tokens.append(data[off:off + T])
+        targets.append(torch.where(mask[off + 1:off + T + 1], data[off + 1:off + T + 1], -1))
+    return torch.stack(tokens), torch.stack(targets)
+
+
+def masked_training(params, batches, steps, forward_fn):
+    """`steps` AdamW steps (the hyperparameters above, decay on tensors with >= 2 dims, constant lr,
+    no clipping) of the masked mean loss: batches(step) gives the step's microbatches, and the
+    loss is cross_entropy(ignore_index=-1, reduction="mean") over all of them flattened, as
+    docs/config.md, Loss masks defines it. Returns each step's loss, measured before its update."""
+    decay = [v for v in params.values() if v.dim() >= 2]
+    no_decay = [v for v in params.values() if v.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=LR, betas=(BETA1, BETA2), eps=EPS)
+    losses = []
+    for step in range(1, steps + 1):
+        opt.zero_grad()
+        mbs = batches(step)
+        # Rows do not interact: one forward over the microbatches stacked is the global batch.
+        _, loss = forward_fn(torch.cat([t for t, _ in mbs]), torch.cat([g for _, g in mbs]))
+        loss.backward()
+        losses.append(loss.item())
+        opt.step()
+    return losses
+
+
+def masked_reference(out_dir):
+    """gpt2_masked_ref: config [n_layer, n_head, n_embd, vocab, seq, batch, microbatches];
+    adamw.hyper; tokens, targets (-1 where masked) of step 1, microbatch 0; param.<hf name>;
+    logits, loss, grad.<hf name> of that microbatch alone (its masked mean); adamw.losses (5,)
+    the step losses of the trainer (M microbatches of B sequences, masked mean over the global
+    batch); final.<hf name> the parameters after the 5 updates."""
+    n_layer, seq, batch, micro = 4, 8, 2, 8
+    gen = torch.Generator().manual_seed(20261127)
+    params = make_params(gen, n_layer=n_layer, seq=seq)
+    params = {k: v.to(torch.float32).to(torch.float64).requires_grad_(True) for k, v in params.items()}
+    data, mask = tokens64(), loss_mask64()
+    tokens, targets = masked_batch(data, mask, batch, seq, micro, 1, 0)
+    tensors = [("config", torch.tensor([n_layer, N_HEAD, N_EMBD, VOCAB, seq, batch, micro], dtype=torch.float64)),
+               ("adamw.hyper", torch.tensor([LR, BETA1, BETA2, EPS, WD], dtype=torch.float64)),
+               ("tokens", tokens.double()), ("targets", targets.double())]
+    tensors += [("param." + k, v.detach().clone()) for k, v in params.items()]
+    base = os.path.join(out_dir, "gpt2_masked_ref")
+    hf = [("transformer." + k, v) for k, v in params.items()] + [("lm_head.weight", params["wte.weight"])]
+    write_safetensors(base + ".safetensors", hf)
+    logits, loss = forward(params, tokens, targets, n_layer)
+    loss.backward()
+    tensors += [("logits", logits), ("loss", loss.reshape(1))]
+    tensors += [("grad." + k, v.grad.detach().clone()) for k, v in params.items()]
+    losses = masked_training(
+        params, lambda s: [masked_batch(data, mask, batch, seq, micro, s, j) for j in range(micro)], MASKED_STEPS,
+        lambda tk, tg: forward(params, tk, tg, n_layer))
+    tensors.append(("adamw.losses", torch.tensor(losses, dtype=torch.float64)))
+    tensors += [("final." + k, v.detach().clone()) for k, v in params.items()]
+    write(base + ".bin", tensors)
+    print(f"wrote {base}.bin: masked loss {loss.item():.6f}, step losses {', '.join(f'{v:.6f}' for v in losses)}")
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/models/data/gpt2_tiny_ref.bin"
     gen = torch.Generator().manual_seed(20250101)
@@ -152,6 +243,7 @@ def main():
     tensors.append(("adamw.losses", torch.tensor(losses, dtype=torch.float64)))
     write(out, tensors)
     print(f"wrote {out}: loss {loss.item():.6f}, after {STEPS} AdamW steps {losses[-1]:.6f}")
+    masked_reference(os.path.dirname(out) or ".")
 
 
 if __name__ == "__main__":

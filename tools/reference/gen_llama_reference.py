@@ -30,6 +30,12 @@ Tensors:
   adamw.losses  (5,) the step losses of 5 trainer steps (M microbatches of B sequences each, mean
                 loss; torch.optim.AdamW, decay on tensors with >= 2 dims, constant lr, no clipping),
                 each measured before that step's update
+
+The variant "masked" (the gqa model) is the masked-loss reference (docs/config.md, Loss masks):
+trained on the same tokens with the loss mask of tools/reference/gen_gpt2_reference.py
+(masked_reference: its data, its loss and its tensors; targets the mask leaves out are -1),
+the losses the masked mean over each step's global batch, plus final.<name> (stp names) the
+parameters after the 5 updates.
 """
 import math
 import os
@@ -39,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_gpt2_reference import write, write_safetensors  # noqa: E402
+from gen_gpt2_reference import loss_mask64, masked_batch, masked_training, write, write_safetensors  # noqa: E402
 
 LR, BETA1, BETA2, EPS, WD = 3e-3, 0.9, 0.95, 1e-8, 0.1
 STEPS = 5
@@ -55,6 +61,9 @@ VARIANTS = {
     # Multi-head attention (n_kv_head = n_head), untied, with biases.
     "mha": dict(n_layer=2, n_head=4, n_kv_head=4, n_embd=32, intermediate_size=48, vocab=64, seq=8, batch=2,
                 microbatches=8, theta=10000.0, eps=1e-5, qkv_bias=True, tie=False),
+    # The gqa model under a loss mask.
+    "masked": dict(n_layer=8, n_head=8, n_kv_head=4, n_embd=32, intermediate_size=48, vocab=64, seq=8, batch=2,
+                   microbatches=8, theta=10000.0, eps=1e-5, qkv_bias=False, tie=False, mask=True),
 }
 
 
@@ -155,7 +164,7 @@ def forward(cfg, p, tokens, targets):
     x = rms_norm(x, p["model.norm.weight"], eps)
     head = p["model.embed_tokens.weight"] if cfg["tie"] else p["lm_head.weight"]
     logits = x @ head.T
-    loss = F.cross_entropy(logits.reshape(-1, cfg["vocab"]), targets.reshape(-1))
+    loss = F.cross_entropy(logits.reshape(-1, cfg["vocab"]), targets.reshape(-1), ignore_index=-1)
     return logits, loss
 
 
@@ -178,7 +187,15 @@ def generate(name, cfg, out_dir):
     gen = torch.Generator().manual_seed(20250207 + len(name))
     p = hf_params(cfg, gen)
     data = token_file()
-    tokens, targets = batch(cfg, data, 1, 0)
+    masked = cfg.get("mask", False)
+    mask = loss_mask64()
+
+    def step_batch(step, micro):
+        if masked:
+            return masked_batch(data, mask, cfg["batch"], cfg["seq"], cfg["microbatches"], step, micro)
+        return batch(cfg, data, step, micro)
+
+    tokens, targets = step_batch(1, 0)
     config = [cfg["n_layer"], cfg["n_head"], cfg["n_kv_head"], cfg["n_embd"], cfg["intermediate_size"], cfg["vocab"],
               cfg["seq"], cfg["batch"], cfg["microbatches"], cfg["theta"], cfg["eps"], float(cfg["qkv_bias"]),
               float(cfg["tie"])]
@@ -195,6 +212,14 @@ def generate(name, cfg, out_dir):
     grads = to_stp(cfg, {k: v.grad for k, v in p.items()})
     tensors += [("grad." + k, v) for k, v in grads.items()]
 
+    if masked:
+        losses = masked_training(p, lambda s: [step_batch(s, j) for j in range(cfg["microbatches"])], STEPS,
+                                 lambda tk, tg: forward(cfg, p, tk, tg))
+        tensors.append(("adamw.losses", torch.tensor(losses, dtype=torch.float64)))
+        tensors += [("final." + k, v) for k, v in to_stp(cfg, p).items()]
+        write(base + ".bin", tensors)
+        print(f"wrote {base}.bin: masked loss {loss.item():.6f}, step losses {', '.join(f'{v:.6f}' for v in losses)}")
+        return
     decay = [v for v in p.values() if v.dim() >= 2]
     no_decay = [v for v in p.values() if v.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],

@@ -3,7 +3,7 @@
 //
 // Output safety: everything that can fail on bad input (config, data, schedule, model, budget)
 // is checked before output.dir is touched. output.dir may not be, lie inside or hold what the run
-// reads (data.path, data.val_path, data.tokenizer, model.init_from, the config file;
+// reads (data.path, data.val_path, their loss masks, data.tokenizer, model.init_from, the config file;
 // tools/cli/output_guard.h); a resumed run continues in the output.dir that holds its checkpoint.
 // A fresh run in an output.dir that holds an earlier run first moves that run's files into
 // output.dir/earlier-run-N/, so nothing is overwritten. A resume with nothing left to train (its checkpoint at or past
@@ -171,6 +171,8 @@ void check_outputs(const stp::Config& cfg, const std::string& config_path) {
                                {{cfg.data.path, "data.path"},
                                 {cfg.data.val_path, "data.val_path"},
                                 {cfg.data.tokenizer, "data.tokenizer"},
+                                {cfg.data.mask_path, "data.mask_path"},
+                                {cfg.data.val_mask_path, "data.val_mask_path"},
                                 {cfg.model.init_from, "model.init_from"},
                                 {cfg.train.resume, "train.resume", true},
                                 {config_path, "the config file"}});
