@@ -56,7 +56,7 @@ TokenDataset::TokenDataset(const DataOptions& options) : options_(options), toke
                     o.vocab_size));
   }
   if (o.sampling == "random") tokens_.advise_random();
-  if (!o.mask_path.empty()) mask_ = std::make_unique<LossMask>(o.mask_path, o.path, num_tokens());
+  if (!o.mask_path.empty()) mask_ = std::make_unique<LossMask>(o.mask_path, tokens_, "data.mask_path");
 }
 
 std::uint64_t splitmix64(std::uint64_t z) {
@@ -90,19 +90,22 @@ void TokenDataset::fill_batch(std::uint64_t b0, int rows, std::int32_t* inputs, 
       in[t] = static_cast<std::int32_t>(src[t]);
       tg[t] = static_cast<std::int32_t>(src[t + 1]);
     }
-    if (mask_)
+    if (mask_) {
+      mask_->read(offset + 1, T, window.data());  // the targets' mask bytes
       for (std::size_t t = 0; t < T; ++t)
-        if (!mask_->counts(offset + t + 1)) tg[t] = -1;
+        if (window[t] == 0) tg[t] = -1;
+    }
   }
 }
 
 std::uint64_t TokenDataset::counted_targets(std::uint64_t b0, std::uint64_t rows) const {
   const std::uint64_t T = static_cast<std::uint64_t>(options_.seq_len);
   if (!mask_) return rows * T;
+  std::vector<std::uint32_t> bytes(T);
   std::uint64_t n = 0;
   for (std::uint64_t r = 0; r < rows; ++r) {
-    const std::uint64_t offset = sequence_offset(b0 + r);
-    for (std::uint64_t t = 1; t <= T; ++t) n += mask_->counts(offset + t) ? 1 : 0;
+    mask_->read(sequence_offset(b0 + r) + 1, T, bytes.data());
+    for (std::uint32_t b : bytes) n += b;
   }
   return n;
 }

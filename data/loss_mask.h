@@ -1,4 +1,4 @@
-// The loss mask of a token file (data.mask_path, data.val_mask_path): which targets count in the
+// The loss mask of token data (data.mask_path, data.val_mask_path): which targets count in the
 // loss. `stp tokenize` writes it next to the tokens for fine-tuning data (a prompt's tokens are
 // not trained on); the trainer reads it through TokenDataset (data/data.h).
 //
@@ -14,38 +14,40 @@
 // A sequence at offset o reads tokens o..o+T (inputs o..o+T-1, targets o+1..o+T); its target
 // position t counts iff byte o+t+1 is 1.
 //
-// The file is memory-mapped, not read whole: resident memory stays independent of its size. The
-// constructor checks every byte once. Errors (stp::Error, naming the mask file and the token
-// file): a path that is not a regular file, a file shorter than the header, another magic or
-// version, a nonzero reserved field, N other than the token file's count, a size other than
-// 32 + N, a byte other than 0 or 1 (naming its offset in the file).
+// Pairing: the mask path has the shape of the token path (data/shard_paths.h): one file for one
+// token file; a folder (its *.mask files) or a glob of masks for shards, paired one to one in name
+// order, mask k holding the N of token shard k (`stp tokenize` names the mask of X `X.mask`, so
+// the name orders agree). The masks are one stream of bytes indexed like the tokens.
+//
+// The files are memory-mapped (data/mapped_tokens.h), not read whole: resident memory stays
+// independent of their size. The constructor checks every byte once, in parallel. Errors
+// (stp::Error, naming the mask file and its token file): a path that is not a regular file, a
+// folder or glob with no mask, a number of masks other than the number of token shards, a file
+// shorter than the header, another magic or version, a nonzero reserved field, N other than its
+// token file's count, a size other than 32 + N, a byte other than 0 or 1 (naming its offset).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "data/mapped_tokens.h"
+
 namespace stp {
 
 class LossMask {
  public:
-  // Maps `path`, the mask of `tokens_path`, which holds num_tokens tokens.
-  LossMask(const std::string& path, const std::string& tokens_path, std::uint64_t num_tokens);
-  ~LossMask();
-  LossMask(const LossMask&) = delete;
-  LossMask& operator=(const LossMask&) = delete;
+  // Maps the masks `path` names (`key`: the config key, for messages), paired with `tokens`'s shards.
+  LossMask(const std::string& path, const MappedTokens& tokens, const std::string& key);
 
-  std::uint64_t size() const { return n_; }  // N
+  std::uint64_t size() const { return bytes_.count(); }  // N, as the tokens
   // Whether token j counts as a target; j < N.
-  bool counts(std::uint64_t j) const { return bits_[j] != 0; }
+  bool counts(std::uint64_t j) const { return bytes_.at(j) != 0; }
+  // out[k] = 1 when token j + k counts, else 0, for k < n (j + n <= N); releases the pages read.
+  void read(std::uint64_t j, std::size_t n, std::uint32_t* out) const { bytes_.read(j, n, out); }
 
  private:
-  void check(const std::string& which);  // the header and every byte of the mapped file
-
-  void* map_ = nullptr;
-  std::size_t map_bytes_ = 0;
-  const unsigned char* bits_ = nullptr;  // the N bytes after the header
-  std::uint64_t n_ = 0;
+  MappedTokens bytes_;
 };
 
 }  // namespace stp

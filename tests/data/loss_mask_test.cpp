@@ -99,5 +99,55 @@ TEST(LossMask, BadMaskFilesAreErrorsNamingBothFilesAndThePlace) {
   reserved[24] = 1;
   expect_error([&] { load("reserved.mask", reserved); }, {"reserved.mask", "reserved"});
   expect_error([&] { TokenDataset(opts(tokens, dir.file("missing.mask"), "random", 8)); }, {"missing.mask"});
-  expect_error([&] { TokenDataset(opts(tokens, dir.path().string(), "random", 8)); }, {"loss mask", "folder"});
+  // A folder of masks pairs its *.mask files with the token shards: here nine masks, one token file.
+  expect_error([&] { TokenDataset(opts(tokens, dir.path().string(), "random", 8)); },
+               {"data.mask_path", "loss mask file(s)", "1 shard(s)", "d.txt"});
+}
+
+// Shards: a folder (or glob) of masks pairs its *.mask files one to one, in name order, with the
+// token shards, and the masks read as one stream indexed like the tokens, across shard boundaries.
+// data.path and data.mask_path may name the same folder: the tokens skip *.mask, the masks keep it.
+TEST(LossMask, ShardsPairWithTheirMasksInNameOrder) {
+  ScratchDir dir;
+  const std::size_t sizes[] = {23, 5, 31};  // tokens per shard; windows of T = 6 cross both boundaries
+  std::vector<std::uint8_t> all_bits;
+  for (std::size_t k = 0; k < 3; ++k) {
+    std::vector<std::uint16_t> toks(sizes[k]);
+    for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<std::uint16_t>(100 * k + i);
+    std::vector<std::uint8_t> bits(sizes[k]);
+    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = (i + k) % 3 == 0 ? 0 : 1;
+    const std::string name = "x_00000" + std::to_string(k) + ".bin";
+    write_bytes(dir.file(name), stp::testing::as_bytes(toks));
+    write_bytes(dir.file(name + ".mask"), loss_mask_bytes(bits));
+    all_bits.insert(all_bits.end(), bits.begin(), bits.end());
+  }
+  const int T = 6, rows = 9;
+  for (const std::string& mask : {dir.path().string(), dir.file("x_*.bin.mask")}) {
+    SCOPED_TRACE(mask);
+    DataOptions o{dir.path().string(), "u16", "sequential", T, 65536, 7};
+    o.mask_path = mask;
+    TokenDataset ds(o);
+    ASSERT_EQ(ds.num_tokens(), all_bits.size());
+    std::vector<std::int32_t> in(rows * T), tg(in.size());
+    ds.fill_batch(0, rows, in.data(), tg.data());
+    std::uint64_t counted = 0;
+    for (int r = 0; r < rows; ++r) {
+      const std::uint64_t o0 = ds.sequence_offset(r);
+      for (int t = 0; t < T; ++t) {
+        const std::int32_t want = all_bits[o0 + t + 1] ? static_cast<std::int32_t>(ds.token(o0 + t + 1)) : -1;
+        EXPECT_EQ(tg[static_cast<std::size_t>(r * T + t)], want) << "row " << r << " position " << t;
+        counted += all_bits[o0 + t + 1];
+      }
+    }
+    EXPECT_EQ(ds.counted_targets(0, rows), counted);
+  }
+  // Mask k is checked against token shard k, and names both.
+  std::vector<std::uint8_t> short_bits(sizes[1] - 1, 1);
+  write_bytes(dir.file("x_000001.bin.mask"), loss_mask_bytes(short_bits));
+  DataOptions o{dir.path().string(), "u16", "sequential", T, 65536, 7};
+  o.mask_path = dir.path().string();
+  expect_error([&] { TokenDataset{o}; }, {"x_000001.bin.mask", "x_000001.bin'", "for 4 tokens", "holds 5"});
+  // One mask fewer than shards.
+  std::filesystem::remove(dir.file("x_000001.bin.mask"));
+  expect_error([&] { TokenDataset{o}; }, {"2 loss mask file(s)", "3 shard(s)"});
 }
