@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <chrono>
 #include <deque>
@@ -366,12 +367,19 @@ class CudaDevice final : public Device {
 
   LtGemm& lt_gemm() { return *gemm_; }
   // The device's cuDNN attention (made on first use, the device current), or null when the
-  // process's cuDNN is unusable (cudnn_status() has printed why, once).
+  // process's cuDNN is unusable (cudnn_status() has printed why, once) or its handle could not be
+  // made on this GPU (one line, here).
   CudnnAttention* cudnn_attention() {
     std::lock_guard<std::mutex> lock(attention_mu_);
-    if (!attention_ && cudnn_status().usable) {
+    if (!attention_ && !attention_failed_ && cudnn_status().usable) {
       cuda::set_device(ordinal_);
-      attention_ = std::make_unique<CudnnAttention>(ordinal_);
+      try {
+        attention_ = std::make_unique<CudnnAttention>(ordinal_);
+      } catch (const InternalError& e) {
+        attention_failed_ = true;
+        std::fprintf(stderr, "stp: cuDNN not usable on %s (%s); fused attention runs stp's own CUDA kernel\n",
+                     name_.c_str(), e.what());
+      }
     }
     return attention_.get();
   }
@@ -384,12 +392,13 @@ class CudaDevice final : public Device {
                            format_bytes(device_.in_use), ", capacity ", format_bytes(device_.capacity), ", peak ",
                            format_bytes(device_.peak));
     if (std::string(who) == "GPU")
-      what += str("; the GPU has ", format_bytes(free_bytes), " free of ", format_bytes(total_bytes_),
-                  ". Outside memory.device_budget: the CUDA context, the cuBLASLt handle, NCCL's buffers and other "
-                  "processes on this GPU (nvidia-smi). Lower memory.device_budget to at most ",
-                  format_bytes(device_.in_use + free_bytes),
-                  " less some room for NCCL (connections made at the "
-                  "first transfer allocate more)");
+      what += str(
+          "; the GPU has ", format_bytes(free_bytes), " free of ", format_bytes(total_bytes_),
+          ". Outside memory.device_budget: the CUDA context, the cuBLASLt and cuDNN handles, NCCL's buffers and other "
+          "processes on this GPU (nvidia-smi). Lower memory.device_budget to at most ",
+          format_bytes(device_.in_use + free_bytes),
+          " less some room for NCCL (connections made at the "
+          "first transfer allocate more)");
     return OutOfMemoryError(what, bytes);
   }
   static void account(MemoryStats& s, std::map<void*, std::size_t>& live, void* p, std::size_t bytes) {
@@ -411,6 +420,7 @@ class CudaDevice final : public Device {
   std::size_t total_bytes_ = 0;   // the GPU's memory
   std::unique_ptr<LtGemm> gemm_;  // every stream's GEMMs: one handle, one algorithm cache
   std::mutex attention_mu_;
+  bool attention_failed_ = false;              // cudnnCreate failed on this GPU: stp's own kernel runs
   std::unique_ptr<CudnnAttention> attention_;  // every stream's library attention: one handle, one plan cache
   int numa_node_ = -1;
   std::string name_;
