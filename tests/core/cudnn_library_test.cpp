@@ -10,6 +10,7 @@
 
 #include <string>
 
+#include "base/error.h"
 #include "core/cuda/cudnn_library.h"
 
 namespace {
@@ -82,6 +83,20 @@ TEST(CudnnAttentionGraph, BackwardDescriptorsOfAGqaShapeFinalize) {
   const stp::CudnnGraphCounts m = stp::check_cudnn_attention_descriptors(mha, /*backward=*/true);
   EXPECT_EQ(m.tensors, 13 + 17);
   EXPECT_EQ(m.operations, 21);
+}
+
+// The checks are cuDNN's own: a graph whose products do not fit (3 k/v heads for 4 query heads, which
+// no broadcast covers) is refused when its first matmul operation is finalized.
+TEST(CudnnAttentionGraph, AGraphWhoseProductsDoNotFitIsRefusedAtFinalize) {
+  if (!toolkit_cudnn().usable) GTEST_SKIP() << "no usable cuDNN: " << toolkit_cudnn().why;
+  AttentionShape bad = kGqa;
+  bad.NKV = 3;
+  try {
+    (void)stp::check_cudnn_attention_descriptors(bad, /*backward=*/false);
+    FAIL() << "cuDNN finalized a Q K^T product of 4 query heads over 3 k/v heads";
+  } catch (const stp::InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("finalizing bmm1"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
