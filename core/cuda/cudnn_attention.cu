@@ -329,37 +329,39 @@ std::string choose_engine(Pass& p, cudnnHandle_t handle, std::size_t workspace_c
                   "reading the heuristics' engine configurations");
     for (i64 i = 0; i < got; ++i) {
       CudnnDesc& cfg = configs[static_cast<std::size_t>(i)];
-      CudnnDesc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine");
-      cudnnBackendDescriptor_t e = engine.get();
-      i64 n = 0;
-      cudnn_check(cudnn_api().BackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                                  1, &n, &e),
-                  "reading an engine configuration's engine");
-      const i64 index = get_int(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX);
-      if (!tried.insert(index).second) continue;
-      if (nondeterministic(engine)) {
-        skipped += str("; engine ", index, " nondeterministic");
-        continue;
-      }
-      CudnnDesc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, str("execution plan of engine ", index));
+      i64 index = -1;
+      // Any step cuDNN refuses for one engine (its notes, its plan) only rules that engine out;
+      // the reason goes into the line that says why a shape was refused.
       try {
+        CudnnDesc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine");
+        cudnnBackendDescriptor_t e = engine.get();
+        i64 n = 0;
+        cudnn_check(cudnn_api().BackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+                                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e),
+                    "reading an engine configuration's engine");
+        index = get_int(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX);
+        if (!tried.insert(index).second) continue;
+        if (nondeterministic(engine)) {
+          skipped += str("; engine ", index, " nondeterministic");
+          continue;
+        }
+        CudnnDesc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, str("execution plan of engine ", index));
         plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
             .set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg)
             .finalize();
-      } catch (const InternalError& e2) {
-        skipped += str("; engine ", index, " does not finalize");
-        continue;
+        const i64 ws = get_int(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
+        if (ws < 0 || static_cast<std::size_t>(ws) > workspace_cap) {
+          skipped += str("; engine ", index, " needs ", ws, " bytes of workspace, ", workspace_cap, " offered");
+          continue;
+        }
+        p.config = std::move(cfg);
+        p.plan = std::move(plan);
+        p.engine = index;
+        p.workspace = ws;
+        return {};
+      } catch (const InternalError& err) {
+        skipped += str("; engine ", index, ": ", std::string(err.what()).substr(0, 240));
       }
-      const i64 ws = get_int(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
-      if (ws < 0 || static_cast<std::size_t>(ws) > workspace_cap) {
-        skipped += str("; engine ", index, " needs ", ws, " bytes of workspace, ", workspace_cap, " offered");
-        continue;
-      }
-      p.config = std::move(cfg);
-      p.plan = std::move(plan);
-      p.engine = index;
-      p.workspace = ws;
-      return {};
     }
   }
   return skipped.empty() ? std::string("no engine") : skipped.substr(2);
