@@ -17,9 +17,9 @@
 namespace stp {
 
 // The oldest cuDNN whose fused flash attention stp uses: 9.10.2. The composite SDPA graph with a
-// causal mask, GQA and the softmax statistics runs on the fused engines from 9.0, -inf as the mask
-// value from 9.1; 9.10.0 and 9.10.1 have known defects in the bf16 forward (cudnn-frontend refuses
-// both), so the floor is the first release after them.
+// causal mask, GQA and the softmax statistics is what cudnn-frontend builds for every cuDNN 9
+// release, with -inf as the mask value from 9.1; 9.10.0 and 9.10.1 have known defects in the bf16
+// forward (cudnn-frontend refuses both), so the floor is the first release after them.
 inline constexpr std::size_t kMinCudnnVersion = 91002;
 
 // The library that cudnn_status() opens.
