@@ -59,6 +59,10 @@ Loaded open_library(const std::string& library) {
                        cudnn_version_string(kMinCudnnVersion));
     return l;
   }
+  if (std::string defect = cudnn_version_defect(l.status.version); !defect.empty()) {
+    l.status.why = str(library, " is version ", cudnn_version_string(l.status.version), ", which ", defect);
+    return l;
+  }
   l.status.usable = true;
   return l;
 }
@@ -77,6 +81,11 @@ Loaded& process_library() {
 std::string cudnn_version_string(std::size_t v) {
   // cuDNN 9: major * 10000 + minor * 100 + patch.
   return str(v / 10000, ".", v % 10000 / 100, ".", v % 100);
+}
+
+std::string cudnn_version_defect(std::size_t v) {
+  if (v == 91000 || v == 91001) return "has known defects in the bf16 fused-attention forward (use 9.10.2 or later)";
+  return {};
 }
 
 CudnnStatus probe_cudnn(const std::string& library) { return open_library(library).status; }

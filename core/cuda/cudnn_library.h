@@ -3,10 +3,10 @@
 //
 // Loading: the library is opened with dlopen (libcudnn.so.9 by default), never linked, so a binary
 // built with the CUDA backend starts where cuDNN is missing. Its run-time version
-// (cudnnGetVersion) must be at least kMinCudnnVersion. A missing library, a missing symbol or a
-// too-old version makes cuDNN unusable: cudnn_status() then prints one line to stderr, once per
-// process, naming what was found and that the fused attention runs stp's own CUDA kernel; nothing
-// fails and nothing aborts.
+// (cudnnGetVersion) must be at least kMinCudnnVersion and not a release with a known defect
+// (cudnn_version_defect). A missing library, a missing symbol or such a version makes cuDNN unusable: cudnn_status()
+// then prints one line to stderr, once per process, naming what was found and that the fused attention runs stp's own
+// CUDA kernel; nothing fails and nothing aborts.
 #pragma once
 
 #include <cstddef>
@@ -16,11 +16,14 @@
 
 namespace stp {
 
-// The oldest cuDNN whose fused flash attention stp uses: 9.10.2. The composite SDPA graph with a
+// The oldest cuDNN whose fused flash attention stp uses: 9.1.0. The composite SDPA graph with a
 // causal mask, GQA and the softmax statistics is what cudnn-frontend builds for every cuDNN 9
-// release, with -inf as the mask value from 9.1; 9.10.0 and 9.10.1 have known defects in the bf16
-// forward (cudnn-frontend refuses both), so the floor is the first release after them.
-inline constexpr std::size_t kMinCudnnVersion = 91002;
+// release, with -inf as the mask value from 9.1 (older releases wanted the lowest float).
+inline constexpr std::size_t kMinCudnnVersion = 90100;
+
+// Why cuDNN `version` must not run the fused attention although it is new enough, or "": 9.10.0
+// and 9.10.1 have known defects in the bf16 forward (cudnn-frontend refuses both).
+std::string cudnn_version_defect(std::size_t version);
 
 // The library that cudnn_status() opens.
 inline constexpr const char* kCudnnLibrary = "libcudnn.so.9";
@@ -30,7 +33,7 @@ struct CudnnStatus {
   bool usable = false;
   std::size_t version = 0;  // cudnnGetVersion(), e.g. 91900; 0 when not loaded
   std::string library;      // the name given to dlopen
-  std::string why;          // empty when usable: "dlopen libcudnn.so.9: <dlerror>", "version 9.8.0 < 9.10.2"
+  std::string why;          // empty when usable: "dlopen libcudnn.so.9: <dlerror>", "... older than 9.1.0"
 };
 
 // "9.19.0" for 91900.

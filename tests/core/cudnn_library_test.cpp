@@ -26,6 +26,7 @@ TEST(CudnnLibrary, OpensTheToolkitsCudnnAndChecksItsVersion) {
   if (s.version == 0) GTEST_SKIP() << "no cuDNN on this machine: " << s.why;
   EXPECT_TRUE(s.usable) << s.why;
   EXPECT_GE(s.version, stp::kMinCudnnVersion) << stp::cudnn_version_string(s.version);
+  EXPECT_EQ(stp::cudnn_version_defect(s.version), "");
   EXPECT_TRUE(s.why.empty()) << s.why;
   // The process's own load agrees (and prints nothing when usable).
   EXPECT_EQ(stp::cudnn_status().usable, s.usable);
@@ -42,16 +43,22 @@ TEST(CudnnLibrary, AMissingLibraryIsOneLineNamingItAndTheFallback) {
   EXPECT_EQ(line.find('\n'), std::string::npos) << line;
 }
 
-TEST(CudnnLibrary, ATooOldVersionIsOneLineNamingBothVersions) {
+TEST(CudnnLibrary, ATooOldOrDefectiveVersionIsOneLineNamingIt) {
   EXPECT_EQ(stp::cudnn_version_string(91900), "9.19.0");
-  EXPECT_EQ(stp::cudnn_version_string(stp::kMinCudnnVersion), "9.10.2");
+  EXPECT_EQ(stp::cudnn_version_string(stp::kMinCudnnVersion), "9.1.0");
   CudnnStatus old;
   old.library = "libcudnn.so.9";
-  old.version = 90800;
-  old.why = "libcudnn.so.9 is version 9.8.0, older than 9.10.2";
+  old.version = 90002;
+  old.why = "libcudnn.so.9 is version 9.0.2, older than 9.1.0";
   EXPECT_EQ(stp::cudnn_fallback_line(old),
-            "stp: cuDNN not usable (libcudnn.so.9 is version 9.8.0, older than 9.10.2); fused attention runs "
+            "stp: cuDNN not usable (libcudnn.so.9 is version 9.0.2, older than 9.1.0); fused attention runs "
             "stp's own CUDA kernel");
+  // Releases with known defects are refused although new enough; their neighbours are not.
+  EXPECT_NE(stp::cudnn_version_defect(91000), "");
+  EXPECT_NE(stp::cudnn_version_defect(91001), "");
+  EXPECT_EQ(stp::cudnn_version_defect(91002), "");
+  EXPECT_EQ(stp::cudnn_version_defect(90800), "");
+  EXPECT_EQ(stp::cudnn_version_defect(91900), "");
 }
 
 // A GQA shape in GPT-2-style packed rows [q | k | v]: 4 query heads over 2 k/v heads of 64 values.
