@@ -17,6 +17,8 @@ int pci_numa_node(const std::string& pci_bus_id, const std::string& sysfs) {
 
 std::size_t gemm_workspace_bytes(DeviceKind kind) { return kind == DeviceKind::Cuda ? std::size_t{32} << 20 : 0; }
 
+std::size_t attention_workspace_bytes(DeviceKind kind) { return kind == DeviceKind::Cuda ? std::size_t{512} << 20 : 0; }
+
 const char* to_string(DeviceKind kind) {
   switch (kind) {
     case DeviceKind::Cpu: return "cpu";

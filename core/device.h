@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "base/trace.h"
 #include "core/dtype.h"
@@ -80,6 +81,45 @@ struct GemmArgs {
 // is built, so the memory plan and the measured peak both hold it.
 std::size_t gemm_workspace_bytes(DeviceKind kind);
 
+// Causal self-attention run by a library kernel (CUDA: cuDNN's fused flash attention), the same
+// problem as core/kernels/attention_kernels.h's fused kernel: element (b, t, head, d) of q at
+// q[(b*T + t)*ldq + head*D + d], k and v with ldkv and NKV heads (NKV divides NH; query head h
+// reads k/v head h / (NH / NKV)), o and do with ldo, dq/dk/dv laid out like q/k/v; scores scaled by
+// 1/sqrt(D) and masked to keys j <= i; lse (B, NH, T) f32, row (b, h, t) at (b*NH + h)*T + t, the
+// natural log-sum-exp of each query row's scaled, masked scores. f32 products, sums and softmax;
+// each bf16 output rounded once.
+struct AttentionShape {
+  std::int64_t B = 0, T = 0, NH = 0, NKV = 0, D = 0;
+  std::int64_t ldq = 0, ldkv = 0, ldo = 0;  // row strides in elements
+  DType type = DType::F32;                  // q, k, v, o and their gradients
+  auto tie() const { return std::tie(B, T, NH, NKV, D, ldq, ldkv, ldo, type); }
+  bool operator<(const AttentionShape& o) const { return tie() < o.tie(); }
+  bool operator==(const AttentionShape& o) const { return tie() == o.tie(); }
+};
+
+struct AttentionForwardArgs {
+  AttentionShape shape;
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+};
+
+// row_dot: B*NH*T f32 of device scratch the call may overwrite (do . o per query row).
+struct AttentionBackwardArgs {
+  AttentionShape shape;
+  const void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *dout = nullptr;
+  const float* lse = nullptr;
+  void *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  float* row_dot = nullptr;
+};
+
+// Bytes of attention-library workspace a compute stream of a `kind` device gets when the run uses
+// the fused attention in bf16 (Stream::set_attention_workspace): 512 MiB on CUDA (cuDNN's fused
+// flash attention, whose deterministic backward keeps a dP tile set per (batch, head): 2 B H T^2
+// bytes; a fixed size so a plan made on the dry-run devices counts exactly what the GPU run
+// allocates; engines that need more are not used), 0 on the CPU backend, which has no library path.
+std::size_t attention_workspace_bytes(DeviceKind kind);
+
 class Event {
  public:
   virtual ~Event() = default;
@@ -124,6 +164,32 @@ class Stream {
   // itself). Only the shape fields are read (trans, m, n, k, ld*, types) and the alignment of the
   // pointers (a null pointer stands for the arena's 256-byte alignment). No-op on the CPU backend.
   virtual void prepare_gemm(const GemmArgs& shape) { (void)shape; }
+
+  // Attention through a library kernel (AttentionShape above), an optional capability: a stream
+  // that has none (the CPU backend, f32, a GPU without a usable cuDNN, a shape the library
+  // refuses) answers false and enqueues nothing, and the caller runs stp's own kernel
+  // (core/kernels/attention_kernels.h). prepare_attention chooses, now, the plans of `shape`
+  // (CUDA: builds cuDNN's forward and backward graphs and picks deterministic engines whose
+  // workspace fits the stream's) and says whether the library runs it; the first call of an
+  // unprepared shape prepares it itself. The answer for a shape never changes afterwards.
+  virtual bool prepare_attention(const AttentionShape& shape) {
+    (void)shape;
+    return false;
+  }
+  virtual bool library_attention_forward(const AttentionForwardArgs& args) {
+    (void)args;
+    return false;
+  }
+  virtual bool library_attention_backward(const AttentionBackwardArgs& args) {
+    (void)args;
+    return false;
+  }
+  // Device memory the stream's library attention may use as scratch (as set_gemm_workspace; one
+  // buffer serves forward and backward, which run in stream order). Set before prepare_attention.
+  virtual void set_attention_workspace(void* ptr, std::size_t bytes) {
+    (void)ptr;
+    (void)bytes;
+  }
 
   virtual void record(Event& event) = 0;
   virtual void wait(Event& event) = 0;

@@ -5,6 +5,12 @@
 // policy drops of them and re-runs, as templates on A, the activation storage type (float or bf16,
 // UnitDims::act). The naive kernel's path stays each architecture's own (GPT-2 runs it on the
 // packed rows, Llama first repeats grouped key/value heads).
+// The fused core runs on the stream's attention library where it offers one for the shape
+// (Stream::library_attention_forward / _backward, core/device.h: cuDNN's flash attention on CUDA
+// in bf16), on stp's own kernel otherwise; both compute the same problem and leave the same
+// records (lse is the log-sum-exp either way), so a forward on one and a backward on the other
+// agree. The backward's f32 workspace is taken on both paths, so the memory plan made on the CPU
+// equals the GPU's peak whichever path runs.
 #pragma once
 
 #include <cstdint>
@@ -26,12 +32,26 @@ struct AttentionOut {
 inline std::int64_t packed_k(const AttentionLayout& L) { return L.NH * L.D; }
 inline std::int64_t packed_v(const AttentionLayout& L) { return (L.NH + L.NKV) * L.D; }
 
+// The library's name for L with elements of type A.
+template <typename A>
+AttentionShape attention_shape(const AttentionLayout& L) {
+  return AttentionShape{L.B, L.T, L.NH, L.NKV, L.D, L.ldq, L.ldkv, L.ldo, dtype_of<A>()};
+}
+
+// Chooses, at setup, the stream's library plans for the fused core of L (Stream::prepare_attention).
+template <typename A>
+void prepare_fused_attention(Stream& s, const AttentionLayout& L) {
+  (void)s.prepare_attention(attention_shape<A>(L));
+}
+
 // F of the fused core on qkv (B, T, L.ldq) in d.act.
 template <typename A>
 AttentionOut fused_attention_step(const UnitDims& d, const AttentionLayout& L, const Tensor& qkv, CallScope& cs) {
   AttentionOut r{cs.keep({d.B, L.NH, d.T}), cs.keep({d.B, d.T, L.NH * L.D}, d.act)};
   const A* q = qkv.as<A>();
-  fused_attention_forward<A>(cs.stream(), L, r.y.as<A>(), r.core.f32(), q, q + packed_k(L), q + packed_v(L));
+  AttentionForwardArgs lib{attention_shape<A>(L), q, q + packed_k(L), q + packed_v(L), r.y.as<A>(), r.core.f32()};
+  if (!cs.stream().library_attention_forward(lib))
+    fused_attention_forward<A>(cs.stream(), L, r.y.as<A>(), r.core.f32(), q, q + packed_k(L), q + packed_v(L));
   return r;
 }
 
@@ -44,6 +64,18 @@ void fused_attention_backward_step(const AttentionLayout& L, const Tensor& dqkv,
   Tensor ws = cs.tmp({fused_attention_backward_workspace(L)});
   const A* q = qkv.as<A>();
   A* dq = dqkv.as<A>();
+  AttentionBackwardArgs lib{attention_shape<A>(L),
+                            q,
+                            q + packed_k(L),
+                            q + packed_v(L),
+                            y.as<A>(),
+                            dyatt.as<A>(),
+                            lse.f32(),
+                            dq,
+                            dq + packed_k(L),
+                            dq + packed_v(L),
+                            ws.f32()};
+  if (cs.stream().library_attention_backward(lib)) return;
   fused_attention_backward<A>(cs.stream(), L, dq, dq + packed_k(L), dq + packed_v(L), ws.f32(), dyatt.as<A>(), q,
                               q + packed_k(L), q + packed_v(L), y.as<A>(), lse.f32());
 }

@@ -19,6 +19,8 @@ class GPT2Stage final : public BranchedStage<GPT2Dims, GPT2Branch> {
   // alloc: the device allocator for parameters, records and temporaries (must outlive the stage).
   GPT2Stage(const ModelSpec& config, const StageSpec& spec, Allocator& alloc);
 
+  void prepare_kernels(Stream& s) override { gpt2_prepare_kernels(dims_, s); }
+
  private:
   Tensor embed_forward(const Tensor& tokens, RecordSet& rec, CallScope& cs) override;
   void embed_backward_weight(RecordSet& rec, CallScope& cs) override;

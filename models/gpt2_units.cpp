@@ -227,6 +227,11 @@ Tensor head_backward_input_t(const GPT2Dims& d, const GPT2LayerNorm& ln_f, Param
 
 }  // namespace
 
+void gpt2_prepare_kernels(const GPT2Dims& d, Stream& s) {
+  if (!fused(d)) return;
+  with_act(d, [&](auto a) { prepare_fused_attention<decltype(a)>(s, attention_layout(d)); });
+}
+
 // ---- public passes: pick the activation type ------------------------------------------------------------
 
 Tensor gpt2_attn_forward(const GPT2Dims& d, const GPT2Branch& p, const Tensor& x, RecordSet& rec, CallScope& cs) {

@@ -66,6 +66,9 @@ struct GPT2Branch {
   ParamInfo* out_b = nullptr;  // replicated, added by rank 0
 };
 
+// Stage::prepare_kernels of a GPT-2 stage: the fused attention's library plans (no-op under naive).
+void gpt2_prepare_kernels(const GPT2Dims& d, Stream& s);
+
 // ---- attention / MLP units (records named "ln.x", "ln.mean", "ln.rstd", "ln.out", ...) ---------
 // F returns this rank's partial of the next residual stream; B returns g_part (see the notes).
 Tensor gpt2_attn_forward(const GPT2Dims& d, const GPT2Branch& p, const Tensor& x, RecordSet& rec, CallScope& cs);

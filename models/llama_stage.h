@@ -20,6 +20,8 @@ class LlamaStage final : public BranchedStage<LlamaDims, LlamaBranch> {
   // alloc: the device allocator for parameters, records and temporaries (must outlive the stage).
   LlamaStage(const ModelSpec& config, const StageSpec& spec, Allocator& alloc);
 
+  void prepare_kernels(Stream& s) override { llama_prepare_kernels(dims_, s); }
+
  private:
   Tensor embed_forward(const Tensor& tokens, RecordSet& rec, CallScope& cs) override;
   void embed_backward_weight(RecordSet& rec, CallScope& cs) override;

@@ -230,6 +230,11 @@ Tensor head_backward_input_t(const LlamaDims& d, ParamInfo& norm, ParamInfo& hea
 
 }  // namespace
 
+void llama_prepare_kernels(const LlamaDims& d, Stream& s) {
+  if (!fused(d)) return;
+  with_act(d, [&](auto a) { prepare_fused_attention<decltype(a)>(s, attention_layout(d)); });
+}
+
 Tensor llama_attn_forward(const LlamaDims& d, const LlamaBranch& p, const Tensor& x, RecordSet& rec, CallScope& cs) {
   return with_act(d, [&](auto a) { return attn_forward_t<decltype(a)>(d, p, x, rec, cs); });
 }

@@ -55,6 +55,9 @@ struct LlamaBranch {
   ParamInfo* out_w = nullptr;  // o_proj / down_proj (row-parallel shard)
 };
 
+// Stage::prepare_kernels of a Llama stage: the fused attention's library plans (no-op under naive).
+void llama_prepare_kernels(const LlamaDims& d, Stream& s);
+
 Tensor llama_attn_forward(const LlamaDims& d, const LlamaBranch& p, const Tensor& x, RecordSet& rec, CallScope& cs);
 Tensor llama_attn_backward_input(const LlamaDims& d, const LlamaBranch& p, const Tensor& dy, RecordSet& rec,
                                  CallScope& cs);

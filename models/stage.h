@@ -181,6 +181,10 @@ class Stage {
   virtual void set_loss_scale(float scale) = 0;  // default 1
   virtual float loss_scale() const = 0;
 
+  // Chooses, at setup, whatever the stage's kernels decide once per shape on stream s (the fused
+  // attention's library plans: Stream::prepare_attention). Nothing runs on s.
+  virtual void prepare_kernels(Stream& s) { (void)s; }
+
   // The three passes. F and B return the tensor to all-reduce before the next unit of the same
   // pass and microbatch, or an undefined Tensor.
   virtual Tensor forward(int u, int mb, Stream& s) = 0;

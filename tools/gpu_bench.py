@@ -30,7 +30,8 @@ ROW_LIMITS = {"gemm-bf16": 45, "stp-qwen2": 150, "torch-eager": 90, "stp-gpt2-35
 ROW_FIELDS = ["name", "kind", "model", "status", "reason", "wall_s", "limit_s", "steps", "timed_steps",
               "tokens_per_step", "step_ms", "tokens_per_s", "model_flops_per_token", "model_tflops_per_s",
               "mfu_vs_gemm", "mfu_vs_989", "peak_device_bytes", "planned_peak_device_bytes",
-              "launches_per_step", "settings", "log"]
+              "launches_per_step", "attention", "attention_log", "settings", "log"]
+ATTENTION_PATHS = ("naive", "cudnn", "stp-kernel", "cudnn+stp-kernel")
 STATUSES = ("ok", "failed", "timeout", "skipped")
 TOP_FIELDS = ["schema", "dry_run", "when", "host", "commit", "stp_version", "device", "budget_s", "elapsed_s",
               "gemm_ceiling_flops", "reference_peak_flops", "rows", "ratios"]
@@ -211,7 +212,7 @@ def stp_settings(kind, dry_run, steps, data, gpu_mib):
         s += ["model.seq_len=2048", "train.micro_batch_size=2", "train.microbatches=16"]
     else:
         s += ["model.seq_len=1024", "train.micro_batch_size=8", "train.microbatches=4"]
-    attention = os.environ.get("STP_GPU_BENCH_ATTENTION", "naive")
+    attention = os.environ.get("STP_GPU_BENCH_ATTENTION", "fused")
     s.append(f"model.attention={attention}")
     if dry_run:
         s += ["parallel.backend=cpu", "memory.device_budget=null", "memory.offload=none", "memory.recompute=none",
@@ -225,6 +226,29 @@ def stp_settings(kind, dry_run, steps, data, gpu_mib):
     s += os.environ.get("STP_GPU_BENCH_SET", "").split()
     last = {kv.split("=", 1)[0]: kv for kv in s}  # a later setting of a key replaces the earlier one
     return [kv for kv in s if last[kv.split("=", 1)[0]] is kv]
+
+
+# The lines stp prints (stderr, in the row's log) when it decides where the fused attention runs
+# (core/cuda/cudnn_library.h and core/cuda/cudnn_attention.h): cuDNN for a shape, or its own kernel.
+CUDNN_RUNS = re.compile(r"^stp: fused attention runs cuDNN ")
+CUDNN_FALLBACK = re.compile(r"^stp: cuDNN (not found|not usable|fused attention refused) ")
+
+
+def attention_path(settings, log):
+    """(path, lines) of an stp row: naive, or for fused what stp's own lines in the log say ran:
+    cudnn, stp-kernel (no cuDNN line: the CPU backend, f32; or a fallback line), or both."""
+    attention = dict(kv.split("=", 1) for kv in settings).get("model.attention", "fused")
+    if attention == "naive":
+        return "naive", []
+    lines = []
+    try:
+        with open(log, errors="replace") as f:
+            lines = [ln.rstrip("\n") for ln in f if CUDNN_RUNS.match(ln) or CUDNN_FALLBACK.match(ln)]
+    except OSError:
+        pass
+    runs = any(CUDNN_RUNS.match(ln) for ln in lines)
+    falls = any(CUDNN_FALLBACK.match(ln) for ln in lines)
+    return ("cudnn+stp-kernel" if runs and falls else "cudnn" if runs else "stp-kernel"), lines
 
 
 def stp_row(name, kind, config, stp, out, dry_run, steps, warmup, limit, gpu_mib):
@@ -258,6 +282,7 @@ def stp_row(name, kind, config, stp, out, dry_run, steps, warmup, limit, gpu_mib
     status, reason = run_logged([stp, "train", config, *sets, "--set", f"output.dir={run_dir}"], log, left,
                                 stp_env())
     row["wall_s"] = round(time.monotonic() - t0, 1)
+    row["attention"], row["attention_log"] = attention_path(settings, log)
     metrics = read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
     row["steps"] = len(metrics)
     timed = [m for m in metrics if m["step"] > warmup]
@@ -457,7 +482,7 @@ def print_table(result):
           f"cuDNN {result['device']['cudnn_torch'] or '-'} (torch) / {result['device']['cudnn_system'] or '-'}, "
           f"commit {result['commit'] or '-'}; GEMM ceiling {fmt(ceiling and ceiling / 1e12, '.0f')} TFLOP/s")
     head = f"{'row':<15} {'status':<8} {'tokens/s':>10} {'step ms':>9} {'MFU/gemm':>9} {'MFU/989':>8} " \
-           f"{'peak MiB':>9} {'launches':>9}"
+           f"{'peak MiB':>9} {'launches':>9}  attention"
     print(head)
     print("-" * len(head))
     for r in result["rows"]:
@@ -469,7 +494,7 @@ def print_table(result):
         mr = r["mfu_vs_989"] * 100 if r["mfu_vs_989"] is not None else None
         print(f"{r['name']:<15} {r['status']:<8} {fmt(r['tokens_per_s'], ',.0f'):>10} {fmt(r['step_ms'], '.1f'):>9} "
               f"{fmt(mg, '.2f'):>8}% {fmt(mr, '.2f'):>7}% {fmt(peak, ',.1f'):>9} "
-              f"{fmt(r['launches_per_step'], '.0f'):>9}")
+              f"{fmt(r['launches_per_step'], '.0f'):>9}  {r['attention'] or '-'}")
     print(f"stp/eager {fmt(ratios['stp_over_eager'], '.3f')}   stp/compile {fmt(ratios['stp_over_compile'], '.3f')}")
 
 
@@ -497,6 +522,8 @@ def check_schema(r):
         extra = set(row) - set(ROW_FIELDS)
         if extra:
             return f"row {row['name']}: unknown keys {sorted(extra)}"
+        if row["kind"] == "stp" and row["status"] == "ok" and row["attention"] not in ATTENTION_PATHS:
+            return f"row {row['name']}: attention is {row['attention']!r}, expected one of {list(ATTENTION_PATHS)}"
         if row["status"] not in STATUSES:
             return f"row {row['name']}: status '{row['status']}'"
         if row["status"] != "ok" and not row["reason"]:
@@ -566,16 +593,41 @@ def cmd_prepare(build, dest):
     return 0
 
 
+# Opened by stp at run time (dlopen), so ldd does not list it: cuDNN (core/cuda/cudnn_library.h).
+# Without it stp's fused attention runs its own CUDA kernel and says so in each row's log.
+DLOPENED = ["libcudnn.so.9"]
+
+
+def loader_finds(name):
+    """Whether dlopen(name) would find it: a folder of LD_LIBRARY_PATH, or the ldconfig cache."""
+    for d in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
+        if d and os.path.exists(os.path.join(d, name)):
+            return True
+    rc, out = capture(["/sbin/ldconfig", "-p"]) if os.path.exists("/sbin/ldconfig") else (1, "")
+    return rc == 0 and re.search(r"^\s*" + re.escape(name) + r"\s", out, re.M) is not None
+
+
 def cmd_libpath(stp):
     _, missing = ldd(stp)  # with the carried libraries on LD_LIBRARY_PATH (tools/gpu-bench)
-    if not missing:
-        print("")
-        return 0
-    roots = glob.glob("/usr/local/cuda*/lib64") + glob.glob("/usr/local/cuda*/targets/*/lib") + \
-        glob.glob("/usr/lib/x86_64-linux-gnu")
+    roots = glob.glob("/usr/local/cuda*/lib64") + glob.glob("/usr/local/cuda*/lib") + \
+        glob.glob("/usr/local/cuda*/targets/*/lib") + glob.glob("/usr/lib/x86_64-linux-gnu")
     for sp in sys.path:
         roots += glob.glob(os.path.join(sp, "nvidia", "*", "lib"))
     dirs = []
+    for name in DLOPENED:
+        if loader_finds(name):
+            continue
+        hit = next((d for d in roots if os.path.exists(os.path.join(d, name))), None)
+        if hit is None:
+            print(f"gpu-bench: {name} is not on this machine: stp's fused attention runs its own CUDA kernel "
+                  "(each stp row's log says so)", file=sys.stderr)
+            continue
+        dirs.append(hit)
+        # A cuDNN from NVIDIA's Python packages opens its CUDA's NVRTC and cuBLASLt from their packages.
+        for sib in ("cuda_nvrtc", "cublas"):
+            d = os.path.join(os.path.dirname(os.path.dirname(hit)), sib, "lib")
+            if os.path.isdir(d) and d not in dirs:
+                dirs.append(d)
     for name in missing:
         hit = next((d for d in roots if os.path.exists(os.path.join(d, name))), None)
         if hit is None:

@@ -30,6 +30,12 @@ MemorySettings memory_settings(const Config& config) {
   return m;
 }
 
+std::size_t attention_library_workspace_bytes(const Config& config) {
+  const bool library =
+      config.parallel.backend == "cuda" && config.model.attention == "fused" && config.train.precision == "bf16";
+  return library ? attention_workspace_bytes(DeviceKind::Cuda) : 0;
+}
+
 ArenaOptions budgeted_arena_options(Device& device, std::size_t device_budget) {
   ArenaOptions arena = device_arena_options(device, device_budget);
   if (device_budget != kNoBudget) arena.segment_bytes = device_budget;

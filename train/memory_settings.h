@@ -50,6 +50,13 @@ struct MemorySettings {
 // internal error (load_config reports bad values to users, naming the knob and its choices).
 MemorySettings memory_settings(const Config& config);
 
+// Bytes of attention-library workspace each rank's compute stream gets (Stream::set_attention_
+// workspace): attention_workspace_bytes(CUDA) where the library can run, model.attention fused with
+// train.precision bf16 on parallel.backend cuda; 0 otherwise (every CPU plan, f32, naive). Decided
+// by the config, not by the device, so the dry run that makes the memory plan counts what the GPU
+// run allocates, whether or not cuDNN turns out to be usable there.
+std::size_t attention_library_workspace_bytes(const Config& config);
+
 // The caching device allocator's options for `device_budget` (bytes; kNoBudget = none): with a
 // budget the arena takes it as one segment — carving one range, with coalescing, leaves far less
 // fragmentation than 32 MiB segments once the budget is tight; without one it grows in 32 MiB

@@ -39,6 +39,9 @@ struct Rank {
   // The compute stream's GEMM scratch (Stream::set_gemm_workspace, gemm_workspace_bytes of the
   // configured backend), from alloc; none on the CPU backend.
   std::shared_ptr<Storage> gemm_workspace;
+  // The compute stream's attention-library scratch (Stream::set_attention_workspace,
+  // attention_library_workspace_bytes of the config), from alloc; none on the CPU backend.
+  std::shared_ptr<Storage> attention_workspace;
   std::unique_ptr<PinnedPool> pool;  // pinned host pool (ranks whose plan offloads)
   std::unique_ptr<OffloadEngine> offload;
   OffloadCounters offload_before;              // the engine's counters at the start of this step

@@ -51,6 +51,13 @@ void Trainer::Impl::build_memory(Rank& r) {
     r.gemm_workspace = r.alloc->allocate(ws);
     r.compute->set_gemm_workspace(r.gemm_workspace->data, ws);
   }
+  // The fused attention's library workspace (cuDNN's, Stream::set_attention_workspace), the same way:
+  // only where the library can run, the fused attention in bf16 on a CUDA backend.
+  if (const std::size_t ws = attention_library_workspace_bytes(config)) {
+    BlockArena::CategoryScope as(*r.alloc, MemoryCategory::Buffers);
+    r.attention_workspace = r.alloc->allocate(ws);
+    r.compute->set_attention_workspace(r.attention_workspace->data, ws);
+  }
   if (plan.ranks.at(static_cast<std::size_t>(r.pp_rank)).offloads()) build_offload(r);
 }
 
@@ -119,6 +126,7 @@ void Trainer::Impl::build_stages(Rank& r) {
     spec.shard_masters = masters.sharded;
     validate_model(model, spec);
     r.stages.push_back(make_stage(model, spec, *r.alloc));
+    r.stages.back()->prepare_kernels(*r.compute);  // library plans per shape, once, before any step
     const auto& decisions = rank_plan.units.at(static_cast<std::size_t>(c));
     for (int u = 0; u < r.stages.back()->num_units(); ++u)
       r.stages.back()->set_recompute(u, decisions.at(static_cast<std::size_t>(u)).recompute);

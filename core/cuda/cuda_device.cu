@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <chrono>
 #include <deque>
@@ -39,6 +40,8 @@
 
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/cudnn_attention.h"
+#include "core/cuda/cudnn_library.h"
 #include "core/cuda/lt_gemm.h"
 #include "core/kernels/gemm_kernels.h"
 #include "core/launch.h"
@@ -142,6 +145,13 @@ class CudaStream final : public Stream {
     gemm_workspace_bytes_ = ptr ? bytes : 0;
   }
   void prepare_gemm(const GemmArgs& shape) override;
+  void set_attention_workspace(void* ptr, std::size_t bytes) override {
+    attention_workspace_ = ptr;
+    attention_workspace_bytes_ = ptr ? bytes : 0;
+  }
+  bool prepare_attention(const AttentionShape& shape) override;
+  bool library_attention_forward(const AttentionForwardArgs& args) override;
+  bool library_attention_backward(const AttentionBackwardArgs& args) override;
   // Release paths too (the arena records a fence when a buffer is freed, from destructors).
   void record(Event& event) override {
     gpu::device_health().release([&] {
@@ -220,6 +230,8 @@ class CudaStream final : public Stream {
   cudaStream_t stream_{};
   void* gemm_workspace_ = nullptr;  // cuBLASLt's scratch: the caller's (set_gemm_workspace), or none
   std::size_t gemm_workspace_bytes_ = 0;
+  void* attention_workspace_ = nullptr;  // cuDNN attention's scratch (set_attention_workspace), or none
+  std::size_t attention_workspace_bytes_ = 0;
   // Tracing: spans are timed with CUDA events against a reference event whose host time is known.
   TraceRecorder* trace_ = nullptr;
   int trace_pid_ = 0;
@@ -354,6 +366,23 @@ class CudaDevice final : public Device {
   std::unique_ptr<Event> create_timing_event() override { return std::make_unique<CudaEvent>(ordinal_, true); }
 
   LtGemm& lt_gemm() { return *gemm_; }
+  // The device's cuDNN attention (made on first use, the device current), or null when the
+  // process's cuDNN is unusable (cudnn_status() has printed why, once) or its handle could not be
+  // made on this GPU (one line, here).
+  CudnnAttention* cudnn_attention() {
+    std::lock_guard<std::mutex> lock(attention_mu_);
+    if (!attention_ && !attention_failed_ && cudnn_status().usable) {
+      cuda::set_device(ordinal_);
+      try {
+        attention_ = std::make_unique<CudnnAttention>(ordinal_);
+      } catch (const InternalError& e) {
+        attention_failed_ = true;
+        std::fprintf(stderr, "stp: cuDNN not usable on %s (%s); fused attention runs stp's own CUDA kernel\n",
+                     name_.c_str(), e.what());
+      }
+    }
+    return attention_.get();
+  }
 
  private:
   // who: "limit" (memory.device_budget is exhausted) or "GPU" (the GPU itself has no room: the
@@ -363,12 +392,13 @@ class CudaDevice final : public Device {
                            format_bytes(device_.in_use), ", capacity ", format_bytes(device_.capacity), ", peak ",
                            format_bytes(device_.peak));
     if (std::string(who) == "GPU")
-      what += str("; the GPU has ", format_bytes(free_bytes), " free of ", format_bytes(total_bytes_),
-                  ". Outside memory.device_budget: the CUDA context, the cuBLASLt handle, NCCL's buffers and other "
-                  "processes on this GPU (nvidia-smi). Lower memory.device_budget to at most ",
-                  format_bytes(device_.in_use + free_bytes),
-                  " less some room for NCCL (connections made at the "
-                  "first transfer allocate more)");
+      what += str(
+          "; the GPU has ", format_bytes(free_bytes), " free of ", format_bytes(total_bytes_),
+          ". Outside memory.device_budget: the CUDA context, the cuBLASLt and cuDNN handles, NCCL's buffers and other "
+          "processes on this GPU (nvidia-smi). Lower memory.device_budget to at most ",
+          format_bytes(device_.in_use + free_bytes),
+          " less some room for NCCL (connections made at the "
+          "first transfer allocate more)");
     return OutOfMemoryError(what, bytes);
   }
   static void account(MemoryStats& s, std::map<void*, std::size_t>& live, void* p, std::size_t bytes) {
@@ -389,6 +419,9 @@ class CudaDevice final : public Device {
   std::size_t budget_;            // memory.device_budget (SIZE_MAX: none)
   std::size_t total_bytes_ = 0;   // the GPU's memory
   std::unique_ptr<LtGemm> gemm_;  // every stream's GEMMs: one handle, one algorithm cache
+  std::mutex attention_mu_;
+  bool attention_failed_ = false;              // cudnnCreate failed on this GPU: stp's own kernel runs
+  std::unique_ptr<CudnnAttention> attention_;  // every stream's library attention: one handle, one plan cache
   int numa_node_ = -1;
   std::string name_;
   mutable std::mutex mu_;
@@ -429,7 +462,7 @@ double CudaEvent::elapsed_ms(Event& start) {
 void CudaStream::gemm(const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return;
   gpu::device_health().check_usable();
-  bind();  // the cuBLASLt handle belongs to this stream's device
+  bind();          // the cuBLASLt handle belongs to this stream's device
   if (g.k == 0) {  // C = beta·C: no product for cuBLASLt to run
     gemm_scale_output(*this, g);
     return;
@@ -442,6 +475,30 @@ void CudaStream::prepare_gemm(const GemmArgs& shape) {
   gpu::device_health().check_usable();
   bind();
   device_.lt_gemm().prepare(shape, gemm_workspace_bytes_);
+}
+
+// The library attention: cuDNN in bf16 where the process loaded a usable cuDNN and the shape's
+// plans exist (core/cuda/cudnn_attention.h); false otherwise, and the caller runs stp's own kernel.
+bool CudaStream::prepare_attention(const AttentionShape& shape) {
+  if (shape.type != DType::Bf16) return false;
+  gpu::device_health().check_usable();
+  bind();
+  CudnnAttention* a = device_.cudnn_attention();
+  return a && a->prepare(shape, attention_workspace_bytes_);
+}
+
+bool CudaStream::library_attention_forward(const AttentionForwardArgs& args) {
+  if (!prepare_attention(args.shape)) return false;
+  device().count_launch();
+  device_.cudnn_attention()->forward(stream_, args, attention_workspace_, attention_workspace_bytes_);
+  return true;
+}
+
+bool CudaStream::library_attention_backward(const AttentionBackwardArgs& args) {
+  if (!prepare_attention(args.shape)) return false;
+  device().count_launch();
+  device_.cudnn_attention()->backward(stream_, args, attention_workspace_, attention_workspace_bytes_);
+  return true;
 }
 
 cudaEvent_t CudaStream::timing_event() {

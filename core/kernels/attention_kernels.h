@@ -34,7 +34,9 @@
 // on 8-wide vectors and the exponentials vectorised; tasks spread by oneTBB (attention_kernels_avx2.cpp).
 // A CPU stream elsewhere (nvcc builds, other compilers or CPUs) runs the plain functors with tiles
 // of kCpuAttentionTile rows. CUDA stream: the same functors with tiles of one row (correctness
-// first; no shared memory or tensor cores yet).
+// first; no shared memory or tensor cores yet). The models call these kernels only where the
+// stream offers no attention library for the shape (Stream::library_attention_forward, core/device.h:
+// cuDNN's flash attention in bf16 on CUDA; models/attention_steps.h).
 // Precision: T is float or bf16 (core/dtype.h). Loads widen exactly, every score, exponential,
 // running max/sum and accumulator is f32, and each output is rounded once on store; lse is f32.
 // Limits: D <= kMaxAttentionHeadDim (stp::Error otherwise).

@@ -151,6 +151,7 @@ class KernelParity : public ::testing::TestWithParam<DeviceKind> {
   void attention_backward_case();
   template <typename T>
   void fused_attention_case();
+  void library_attention_case();
   template <typename T>
   void cross_entropy_forward_case();
   template <typename T>

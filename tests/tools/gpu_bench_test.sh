@@ -50,6 +50,30 @@ cat "$tmp/dry.out"
 [ "$rc" = 0 ] || bad "dry run: status $rc"
 ((SECONDS - start <= 120)) || bad "dry run took $((SECONDS - start)) s"
 json="$tmp/out/result.json"
+# Which attention an stp row ran, from the lines stp prints (core/cuda/cudnn_attention.h): cuDNN's
+# line, the fallback lines, both, none; naive whatever the log says.
+python3 - "$helper" "$tmp" <<'EOF' || bad "attention_path: reading stp's attention lines"
+import importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("gpu_bench", sys.argv[1])
+gb = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gb)
+runs = ("stp: fused attention runs cuDNN 9.19.0 for B 2 T 2048 NH 14 NKV 2 D 64 bf16: forward engine 8 "
+        "(0 bytes of workspace), backward engine 9 (1 bytes)")
+missing = ("stp: cuDNN not found (dlopen libcudnn.so.9: cannot open shared object file); fused attention "
+           "runs stp's own CUDA kernel")
+refused = ("stp: cuDNN fused attention refused B 2 T 2048 NH 14 NKV 2 D 256 bf16 with 0 bytes of workspace "
+           "(x); this shape runs stp's own CUDA kernel")
+def path(lines, attention="fused"):
+    log = os.path.join(sys.argv[2], "attention.log")
+    with open(log, "w") as f:
+        f.write("$ stp train\nstep 1\n" + "".join(l + "\n" for l in lines))
+    return gb.attention_path(["train.precision=bf16", f"model.attention={attention}"], log)
+assert path([runs]) == ("cudnn", [runs]), path([runs])
+assert path([missing]) == ("stp-kernel", [missing]), path([missing])
+assert path([runs, refused]) == ("cudnn+stp-kernel", [runs, refused]), path([runs, refused])
+assert path([]) == ("stp-kernel", []), path([])
+assert path([runs], "naive") == ("naive", []), path([runs], "naive")
+EOF
 if [ -f "$json" ]; then
   python3 "$helper" check-schema "$json" || bad "dry run: result.json breaks the schema"
   python3 - "$json" <<'EOF' || bad "dry run: the rows' numbers"
@@ -67,6 +91,9 @@ for name in ("stp-qwen2", "stp-gpt2-350m"):
     assert x["peak_device_bytes"] == x["planned_peak_device_bytes"] > 0, x  # the CPU backend is exact
     assert x["model_flops_per_token"] > 0 and x["mfu_vs_989"] > 0, x
     assert "parallel.backend=cpu" in x["settings"], x["settings"]
+    # The default is the fused attention; the CPU backend has no library, so stp's own kernel ran.
+    assert "model.attention=fused" in x["settings"], x["settings"]
+    assert x["attention"] == "stp-kernel" and x["attention_log"] == [], (x["attention"], x["attention_log"])
 for name in ("gemm-bf16", "torch-eager", "torch-compile"):
     x = rows[name]
     assert x["status"] in ("ok", "skipped"), (name, x)

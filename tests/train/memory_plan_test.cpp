@@ -12,6 +12,7 @@
 #include "core/device.h"
 #include "tests/train/train_fixture.h"
 #include "train/memory_planning.h"
+#include "train/memory_settings.h"
 #include "train/trainer.h"
 
 namespace {
@@ -109,6 +110,48 @@ TEST(MemoryPlanner, CountsTheGemmWorkspaceOfTheConfiguredBackend) {
     EXPECT_EQ(cuda.predicted[g].peak_by_category[buffers], cpu.predicted[g].peak_by_category[buffers] + ws);
   }
   EXPECT_GE(cuda.min_device_budget, cpu.min_device_budget + ws);
+}
+
+// The fused attention's library workspace (cuDNN's, Stream::set_attention_workspace) is counted the
+// same way, and only where the library can run: fused attention in bf16 on a CUDA backend. Every
+// other plan (the CPU backend, f32, naive) holds only what it held before.
+TEST(MemoryPlanner, CountsTheAttentionWorkspaceOnlyForFusedBf16OnCuda) {
+  ASSERT_EQ(stp::attention_workspace_bytes(stp::DeviceKind::Cpu), 0u);
+  const std::size_t gemm = stp::gemm_workspace_bytes(stp::DeviceKind::Cuda);
+  const std::size_t attention = stp::attention_workspace_bytes(stp::DeviceKind::Cuda);
+  ASSERT_GT(attention, 0u);
+  const std::vector<std::string> base = {"parallel.tp=2", "parallel.pp=2", "model.n_layer=4"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> all = base;
+    all.insert(all.end(), more.begin(), more.end());
+    return tiny_config(all);
+  };
+  struct Case {
+    std::vector<std::string> settings;
+    std::size_t extra;  // over the same config on the CPU backend
+  };
+  const std::vector<Case> cases = {
+      {{"train.precision=bf16", "model.attention=fused"}, gemm + attention},
+      {{"train.precision=bf16", "model.attention=naive"}, gemm},
+      {{"train.precision=f32", "model.attention=fused"}, gemm},
+  };
+  const auto buffers = static_cast<std::size_t>(stp::MemoryCategory::Buffers);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.settings[0] + " " + c.settings[1]);
+    std::vector<std::string> on_cuda = c.settings;
+    on_cuda.push_back("parallel.backend=cuda");
+    EXPECT_EQ(stp::attention_library_workspace_bytes(with(c.settings)), 0u);
+    EXPECT_EQ(stp::attention_library_workspace_bytes(with(on_cuda)), c.extra - gemm);
+    const stp::MemoryPlan cpu = stp::make_memory_plan(with(c.settings));
+    const stp::MemoryPlan cuda = stp::make_memory_plan(with(on_cuda));
+    ASSERT_EQ(cpu.predicted.size(), cuda.predicted.size());
+    for (std::size_t g = 0; g < cpu.predicted.size(); ++g) {
+      SCOPED_TRACE(g);
+      EXPECT_EQ(cuda.predicted[g].peak_device_bytes, cpu.predicted[g].peak_device_bytes + c.extra);
+      EXPECT_EQ(cuda.predicted[g].peak_by_category[buffers], cpu.predicted[g].peak_by_category[buffers] + c.extra);
+    }
+    EXPECT_GE(cuda.min_device_budget, cpu.min_device_budget + c.extra);
+  }
 }
 
 // After the first step the allocators never go back to the backend: no new segments, and the
