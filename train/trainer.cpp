@@ -325,6 +325,51 @@ double Trainer::evaluate() {
 
 std::int64_t Trainer::last_update_step() const { return impl_->steps_done - impl_->consecutive_skips; }
 
+// Every rank took the same skip decision; the run's skip counters follow it.
+void Trainer::Impl::record_health(StepResult& out) {
+  const Health& h = health.front();
+  STP_ASSERT(std::all_of(health.begin(), health.end(), [&](const Health& x) { return x.updated == h.updated; }),
+             "ranks disagree on skipping step ", out.step);
+  out.skipped = !h.updated;
+  if (out.skipped) {
+    ++skipped_steps;
+    ++consecutive_skips;
+  } else {
+    consecutive_skips = 0;
+  }
+  out.skipped_steps = skipped_steps;
+  out.consecutive_skips = consecutive_skips;
+  out.grad_norm = h.grad_norm;
+  out.clip_coef = h.clip_coef;
+}
+
+// Per device: the step's memory peaks, its kernel launches and (when any device offloads) its
+// offload traffic.
+void Trainer::Impl::record_device_stats(StepResult& out, const std::vector<std::uint64_t>& launches_before) {
+  for (auto& r : ranks) {
+    ArenaStats a = r->alloc->stats();
+    out.peak_device_bytes.push_back(a.peak_allocated);
+    out.peak_device_reserved_bytes.push_back(a.peak_reserved);
+  }
+  for (auto& d : devices) out.peak_host_pinned_bytes += d->pinned_host_stats().peak;
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    out.launches.push_back(ranks[i]->device->launch_count() - launches_before[i]);
+  // Per device this step's offload (empty when no device offloads): the step synchronized the copy
+  // streams, so the counters' times are complete.
+  if (std::any_of(ranks.begin(), ranks.end(), [](auto& r) { return r->offload != nullptr; })) {
+    for (auto& r : ranks) {
+      StepResult::Offload o;
+      if (r->offload) {
+        OffloadCounters now = r->offload->counters(), &was = r->offload_before;
+        o = {now.d2h_bytes - was.d2h_bytes, now.h2d_bytes - was.h2d_bytes, now.d2h_busy_s - was.d2h_busy_s,
+             now.h2d_busy_s - was.h2d_busy_s, now.compute_stall_s - was.compute_stall_s};
+        was = now;
+      }
+      out.offload.push_back(o);
+    }
+  }
+}
+
 StepResult Trainer::step() {
   Impl& m = *impl_;
   std::int64_t step = m.steps_done + 1;
@@ -349,44 +394,9 @@ StepResult Trainer::step() {
   const std::int64_t tokens = std::int64_t{m.config.train.microbatches} * m.config.train.micro_batch_size *
                               m.config.model.seq_len * m.config.parallel.dp;
   out.tokens_per_s = static_cast<double>(tokens) / (ms / 1e3);
-  const Impl::Health& h = m.health.front();  // every rank took the same decision
-  STP_ASSERT(
-      std::all_of(m.health.begin(), m.health.end(), [&](const Impl::Health& x) { return x.updated == h.updated; }),
-      "ranks disagree on skipping step ", step);
-  out.skipped = !h.updated;
-  if (out.skipped) {
-    ++m.skipped_steps;
-    ++m.consecutive_skips;
-  } else {
-    m.consecutive_skips = 0;
-  }
-  out.skipped_steps = m.skipped_steps;
-  out.consecutive_skips = m.consecutive_skips;
-  out.grad_norm = h.grad_norm;
-  out.clip_coef = h.clip_coef;
+  m.record_health(out);
   out.tokens_seen = step * tokens;  // every step has the same global batch
-  for (auto& r : m.ranks) {
-    ArenaStats a = r->alloc->stats();
-    out.peak_device_bytes.push_back(a.peak_allocated);
-    out.peak_device_reserved_bytes.push_back(a.peak_reserved);
-  }
-  for (auto& d : m.devices) out.peak_host_pinned_bytes += d->pinned_host_stats().peak;
-  for (std::size_t i = 0; i < m.ranks.size(); ++i)
-    out.launches.push_back(m.ranks[i]->device->launch_count() - launches_before[i]);
-  // Per device this step's offload (empty when no device offloads): the step synchronized the copy
-  // streams, so the counters' times are complete.
-  if (std::any_of(m.ranks.begin(), m.ranks.end(), [](auto& r) { return r->offload != nullptr; })) {
-    for (auto& r : m.ranks) {
-      StepResult::Offload o;
-      if (r->offload) {
-        OffloadCounters now = r->offload->counters(), &was = r->offload_before;
-        o = {now.d2h_bytes - was.d2h_bytes, now.h2d_bytes - was.h2d_bytes, now.d2h_busy_s - was.d2h_busy_s,
-             now.h2d_busy_s - was.h2d_busy_s, now.compute_stall_s - was.compute_stall_s};
-        was = now;
-      }
-      out.offload.push_back(o);
-    }
-  }
+  m.record_device_stats(out, launches_before);
   return out;
 }
 

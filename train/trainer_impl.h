@@ -39,6 +39,7 @@ struct Trainer::Impl {
   void check_config() const;
   // data.path or data.val_path (`key`) read; a filesystem error names the key.
   static std::unique_ptr<TokenDataset> load_dataset(const char* key, const DataOptions& o);
+  void load_data();  // dataset, val_dataset and the tokenizer files (not in a dry run)
   // The tokenizer the run's checkpoints carry (Trainer::tokenizer_source), read once.
   void load_tokenizer();
   // Warns when train.eval_batches reads more sequences than data.val_path holds.
@@ -91,6 +92,8 @@ struct Trainer::Impl {
   // data.sampling shuffle: the checkpoint's data position is the one this run continues from.
   void check_shuffle_position(const std::string& dir, const CheckpointState& state) const;
   void resume(const std::string& dir);
+  void record_health(StepResult& out);  // the skip decision of the step just run
+  void record_device_stats(StepResult& out, const std::vector<std::uint64_t>& launches_before);
   // Where the last good state is, a sentence for messages (CheckpointSave::problem).
   std::string last_good_state() const;
 
@@ -109,7 +112,7 @@ struct Trainer::Impl {
   CommunicatorList comms;                    // every communicator (owned here; children destroyed before their parents)
   std::vector<std::unique_ptr<Rank>> ranks;  // the ranks this process drives, global order
   std::int64_t steps_done = 0;
-  std::uint64_t step_targets = 0;             // the counted targets of the step being run (global_batch_targets)
+  std::uint64_t step_targets = 0;              // the counted targets of the step being run (global_batch_targets)
   std::unique_ptr<TokenDataset> val_dataset;   // data.val_path (null: no validation, or a dry run)
   std::string tokenizer_source;                // Trainer::tokenizer_source
   std::vector<TokenizerFile> tokenizer_files;  // its files, as every checkpoint carries them

@@ -55,22 +55,7 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
   // (4 ranks x 2 threads on 2 cores) costs about 4x on the CPU backend.
   int ranks_in_process = multi_process() ? 1 : layout.size();
   openblas_set_num_threads(std::max(1, config.parallel.cpu_threads / ranks_in_process));
-  if (!options.dry_run) dataset = load_dataset("data.path", DataOptions::from_config(config));
-  if (!options.dry_run && !config.data.val_path.empty()) {
-    DataOptions val = DataOptions::from_config(config);
-    val.path = config.data.val_path;
-    val.mask_path = config.data.val_mask_path;
-    val.sampling = "sequential";  // the held-out set is its first sequences, in order
-    try {
-      val_dataset = std::make_unique<TokenDataset>(val);
-    } catch (const std::filesystem::filesystem_error& e) {
-      throw Error(str("data.val_path '", val.path, "': cannot read it: ", filesystem_reason(e, val.path)));
-    } catch (const Error& e) {
-      throw Error(str("data.val_path: ", e.what()));
-    }
-    check_validation_size();
-  }
-  if (!options.dry_run) load_tokenizer();
+  if (!options.dry_run) load_data();  // a dry run reads no data
   lr_schedule = LrSchedule::from_config(config.train);
   if (config.output.trace) trace = std::make_unique<TraceRecorder>();
   if (!cpus.compute.empty()) {
@@ -90,6 +75,26 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
   }
   for (int g = 0; g < static_cast<int>(devices.size()); ++g) build_rank(*ranks[static_cast<std::size_t>(g)]);
   initialize_parameters();
+}
+
+// data.path and data.val_path with their loss masks, and the tokenizer the checkpoints carry.
+void Trainer::Impl::load_data() {
+  dataset = load_dataset("data.path", DataOptions::from_config(config));
+  if (!config.data.val_path.empty()) {
+    DataOptions val = DataOptions::from_config(config);
+    val.path = config.data.val_path;
+    val.mask_path = config.data.val_mask_path;
+    val.sampling = "sequential";  // the held-out set is its first sequences, in order
+    try {
+      val_dataset = std::make_unique<TokenDataset>(val);
+    } catch (const std::filesystem::filesystem_error& e) {
+      throw Error(str("data.val_path '", val.path, "': cannot read it: ", filesystem_reason(e, val.path)));
+    } catch (const Error& e) {
+      throw Error(str("data.val_path: ", e.what()));
+    }
+    check_validation_size();
+  }
+  load_tokenizer();
 }
 
 std::unique_ptr<TokenDataset> Trainer::Impl::load_dataset(const char* key, const DataOptions& o) {
