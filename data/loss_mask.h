@@ -41,8 +41,6 @@ class LossMask {
   LossMask(const std::string& path, const MappedTokens& tokens, const std::string& key);
 
   std::uint64_t size() const { return bytes_.count(); }  // N, as the tokens
-  // Whether token j counts as a target; j < N.
-  bool counts(std::uint64_t j) const { return bytes_.at(j) != 0; }
   // out[k] = 1 when token j + k counts, else 0, for k < n (j + n <= N); releases the pages read.
   void read(std::uint64_t j, std::size_t n, std::uint32_t* out) const { bytes_.read(j, n, out); }
 
