@@ -5,20 +5,15 @@
 
 #include "config/config.h"
 #include "data/data.h"
+#include "tests/data/pseudo_text.h"
 #include "tests/support/files.h"
 
 using namespace stp;
 using stp::testing::expect_error;
+using stp::testing::pseudo_text;
 using stp::testing::ScratchDir;
 
 namespace {
-
-std::string pseudo_text(std::size_t n, unsigned seed) {
-  std::string s(n, '\0');
-  std::uint64_t z = seed;
-  for (auto& c : s) c = static_cast<char>(splitmix64(z++) & 0xFF);
-  return s;
-}
 
 DataOptions opts(const std::string& path, const char* format, const char* sampling, int T, int vocab = 256) {
   return DataOptions{path, format, sampling, T, vocab, 42};

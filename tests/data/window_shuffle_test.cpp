@@ -9,19 +9,14 @@
 #include <vector>
 
 #include "data/data.h"
+#include "tests/data/pseudo_text.h"
 #include "tests/support/files.h"
 
 using namespace stp;
+using stp::testing::pseudo_text;
 using stp::testing::ScratchDir;
 
 namespace {
-
-std::string pseudo_text(std::size_t n, unsigned seed) {
-  std::string s(n, '\0');
-  std::uint64_t z = seed;
-  for (auto& c : s) c = static_cast<char>(splitmix64(z++) & 0xFF);
-  return s;
-}
 
 DataOptions shuffle_options(const std::string& path, int T, std::uint64_t seed) {
   return DataOptions{path, "text", "shuffle", T, 256, seed};
