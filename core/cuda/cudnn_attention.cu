@@ -125,6 +125,19 @@ struct Graph {
         .finalize();
   }
 
+  // out (a k/v head gradient, NKV heads) = a b. Under GQA the product has NH heads, one per query
+  // head, and each k/v head's gradient is the sum over its group.
+  void kv_head_matmul(const AttentionShape& s, const CudnnDesc& a, const CudnnDesc& b, const CudnnDesc& out,
+                      const char* matmul_name, const char* reduce_name) {
+    if (s.NKV == s.NH) {
+      matmul(a, b, out, matmul_name);
+      return;
+    }
+    const CudnnDesc& full = virt(CUDNN_DATA_BFLOAT16, full_heads(s));
+    matmul(a, b, full, matmul_name);
+    reduction(CUDNN_REDUCE_TENSOR_ADD, full, out, reduce_name);
+  }
+
   // The causal mask on scores x: keep (row >= column), else -inf. Row and column indices are
   // generated along axes 2 and 3 of x (int32), compared (boolean), and select x or -inf.
   const CudnnDesc& causal_mask(const AttentionShape& s, const CudnnDesc& x, const CudnnDesc& neg_inf) {
@@ -213,17 +226,10 @@ void build_backward(Graph& g, const AttentionShape& s) {
   const CudnnDesc& p = g.virt(kF32, scores(s));
   g.pointwise(CUDNN_POINTWISE_EXP, masked, nullptr, p, "exp_s");
 
-  const bool grouped = s.NKV != s.NH;
   // dV = P^T dO.
   const CudnnDesc& pt = g.virt(kBf16, scores_t(s));
   g.reshape(p, pt, "reshape_p");
-  if (!grouped) {
-    g.matmul(pt, d_o, dv, "matmul_pT_dO");
-  } else {
-    const CudnnDesc& dv_full = g.virt(kBf16, full_heads(s));
-    g.matmul(pt, d_o, dv_full, "matmul_pT_dO");
-    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dv_full, dv, "red_dV_head");
-  }
+  g.kv_head_matmul(s, pt, d_o, dv, "matmul_pT_dO", "red_dV_head");
 
   // dS = P (dO V^T - row_dot) * scale.
   const CudnnDesc& dp = g.virt(kF32, scores(s));
@@ -238,13 +244,7 @@ void build_backward(Graph& g, const AttentionShape& s) {
   // dK = dS^T Q.
   const CudnnDesc& dst = g.virt(kBf16, scores_t(s));
   g.reshape(ds, dst, "reshape_dS");
-  if (!grouped) {
-    g.matmul(dst, q, dk, "matmul_dST_Q");
-  } else {
-    const CudnnDesc& dk_full = g.virt(kBf16, full_heads(s));
-    g.matmul(dst, q, dk_full, "matmul_dST_Q");
-    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dk_full, dk, "red_dK_head");
-  }
+  g.kv_head_matmul(s, dst, q, dk, "matmul_dST_Q", "red_dK_head");
 
   // dQ = dS K, K read back from K^T.
   const CudnnDesc& k = g.virt(kBf16, kv_l);
