@@ -207,13 +207,16 @@ Measured measure(const Config& config, const ModelLayout& shape) {
 // Contract: evaluate() places each rank's prefetches and predicts every device's peaks (exact: the
 // real run's allocation sequence), pinned pool, copy bytes and step-time cost; places() says whether
 // the real allocator can place a plan within a budget; placeable() finds the smallest such budget.
-// Candidate plans run without a budget, so an over-budget plan reports its peak instead of failing.
+// Candidate plans run without a budget, so an over-budget plan reports its peak instead of failing;
+// without a host budget too, so a pinned pool over memory.host_budget is measured (and check_plan
+// names it) instead of failing the dry run as if the device could not place the plan.
 class DryRunCostModel {
  public:
   DryRunCostModel(const Config& config, const ModelLayout& shape, const Measured& measured)
       : shape_(shape), measured_(measured), dry_config_(config) {
     dry_config_.output.trace = false;
     dry_config_.memory.device_budget.reset();
+    dry_config_.memory.host_budget.reset();
   }
 
   std::vector<RankPrediction> evaluate(std::vector<RankPlan>& plans) const {

@@ -295,6 +295,20 @@ TEST(CmdPlan, HostMemoryPinnedPageableAndTheMachine) {
   EXPECT_FALSE(nlohmann::json::parse(big_json.out)["host_fits_machine"].get<bool>());
 }
 
+// A host budget that cannot hold the offloaded optimizer state: the plan is printed (its dry runs
+// measure the pinned bytes without the budget), then the error naming both numbers and the knob.
+TEST(CmdPlan, AHostBudgetTooSmallForTheStatesIsNamedAfterThePlan) {
+  if (!have_stp()) GTEST_SKIP() << "stp not built";
+  Result r = run_plan("--set memory.optimizer_offload=all --set memory.host_budget=64KiB");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.out.find("\nhost memory of this process\n"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("\nnot feasible: memory.host_budget = 64.0 KiB is too small for the model states in pinned "
+                       "host memory: the plan needs "),
+            std::string::npos)
+      << r.out << r.err;
+  EXPECT_NE(r.out.find("raise memory.host_budget to at least that"), std::string::npos) << r.out;
+}
+
 TEST(CmdPlan, JsonAndBytesAreExclusive) {
   if (!have_stp()) GTEST_SKIP() << "stp not built";
   Result r = run_plan("--json --bytes");
