@@ -56,7 +56,8 @@ struct MachineMemory {
   std::string problem;
   // memory.available() / processes; 0 = unknown.
   std::uint64_t share() const;
-  // "23.5 GiB (MemTotal)", "8.00 GiB (cgroup limit, FILE), 1/4 of it for each of 4 processes".
+  // "23.5 GiB (MemTotal)", "8.00 GiB (cgroup limit, FILE), 2.00 GiB for each of its 4 processes of
+  // this job".
   std::string describe(ByteStyle style = ByteStyle::Human) const;
 };
 

@@ -6,8 +6,10 @@
 // the vocabulary tables (embedding + LM head, parallel.vocab_parallel) within the weights; one for
 // its pinned host memory (offloaded activations, host-placed model states) and offload traffic;
 // one for the predicted step-time cost (recompute, exposed copies, optimizer offload over the
-// compute, and the CPU optimizer); then the pinned host total against memory.host_budget, the
-// optimizer placement and the keep / offload / recompute decisions. Every size is printed once:
+// compute, and the CPU optimizer); then the optimizer placement, the host memory of the process
+// (train/host_needs.h: pinned against memory.host_budget; pageable, the CPU backend's devices and
+// the total against what this machine has, a note when it does not hold them) and the keep /
+// offload / recompute decisions. Every size is printed once:
 // in a human unit (base/error.h, format_bytes), in bytes with --bytes; --json has the same numbers
 // as one object, bytes as integers, plus the model FLOPs per token, the tokens per step and the
 // cost model's rates (docs/design.md).
