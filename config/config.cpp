@@ -69,7 +69,7 @@ static const std::vector<Knob> kKnobs = {
   {"parallel.tp_link_bandwidth", KnobType::Rate, "0",           "", "CPU backend: emulated TP all-reduce link rate (a rank's bytes / rate per all-reduce), e.g. 2GB/s; 0 or null = unlimited", STP_FIELD(parallel.tp_link_bandwidth)},
   {"parallel.cpu_threads",   KnobType::Int,    "0",              "", "OpenBLAS / oneTBB threads of the process; 0 = the number of processors", STP_FIELD(parallel.cpu_threads)},
   {"memory.device_budget",   KnobType::Bytes,  "256MiB",         "", "memory per device; null = the device's capacity", STP_FIELD(memory.device_budget)},
-  {"memory.host_budget",     KnobType::Bytes,  "4GiB",           "", "pinned host memory for the whole process; null = unlimited", STP_FIELD(memory.host_budget)},
+  {"memory.host_budget",     KnobType::BytesOrAuto, "auto",      "", "pinned host memory for the whole process (activation pools, host-placed model states); auto = this process's share of what the machine has (the smaller of MemTotal and the cgroup limit, divided among the job's processes on this host) less a reserve of 10% of it, at least 4 GiB and at most half (docs/memory.md, Host memory); a size larger than that share is an error before step 1; null = unlimited", STP_FIELD(memory.host_budget)},
   {"memory.offload",         KnobType::Choice, "auto",           "auto|none|all", "activation offload to pinned host memory", STP_FIELD(memory.offload)},
   {"memory.optimizer_offload", KnobType::Choice, "none",     "auto|none|all", "AdamW state (and, under bf16 without the distributed optimizer, the f32 masters of the GEMM weights) in pinned host memory, updated by the CPU AdamW while the device computes; auto: per (rank, chunk), chosen with the activation levers, only for the chunks the device budget needs moved (docs/memory.md, Optimizer offload)", STP_FIELD(memory.optimizer_offload)},
   {"memory.recompute",       KnobType::Choice, "auto",           "auto|none|selective|full", "activation recomputation", STP_FIELD(memory.recompute)},
@@ -106,6 +106,7 @@ const char* to_string(KnobType type) {
     case KnobType::Choice: return "choice";
     case KnobType::Path: return "path or null";
     case KnobType::Bytes: return "bytes or null";
+    case KnobType::BytesOrAuto: return "bytes, auto or null";
     case KnobType::Rate: return "bytes/s";
   }
   return "?";
@@ -132,9 +133,10 @@ std::string format_bytes_knob(std::uint64_t b) {
 // The knob's current value as YAML scalar text; nullopt = null.
 std::optional<std::string> knob_value_text(const Knob& k, const Config& cfg) {
   KnobField f = k.field(const_cast<Config&>(cfg));
-  if (k.type == KnobType::Bytes) {
+  if (k.type == KnobType::Bytes || k.type == KnobType::BytesOrAuto) {
     auto* b = std::get<std::optional<std::uint64_t>*>(f);
     if (!b->has_value()) return std::nullopt;
+    if (k.type == KnobType::BytesOrAuto && **b == kAutoBytes) return "auto";
     return format_bytes_knob(**b);
   }
   if (k.type == KnobType::Path && std::get<std::string*>(f)->empty()) return std::nullopt;

@@ -20,7 +20,9 @@
 //
 // Byte sizes (memory.device_budget, memory.host_budget): an integer number of bytes, or a
 // number with a unit: B; KiB, MiB, GiB, TiB (powers of 1024); KB (also kB), MB, GB, TB (powers
-// of 1000, SI). Fractions are allowed ("1.5GiB") and rounded to the nearest byte. Rates
+// of 1000, SI). Fractions are allowed ("1.5GiB") and rounded to the nearest byte.
+// memory.host_budget also takes `auto` (kAutoBytes in the Config; train/memory_settings.h turns
+// it into bytes: what this machine has, less a reserve). Rates
 // (memory.link_bandwidth) are the same with an optional "/s": "12GB/s" = 12e9 bytes per second.
 #pragma once
 
@@ -105,9 +107,10 @@ struct ParallelConfig {
 
 struct MemoryConfig {
   // The planner, the trainer and `stp plan` read these four through train/memory_settings.h,
-  // which turns the budgets into bytes and the policies into enums (memory/policy.h).
+  // which turns the budgets into bytes (memory.host_budget: auto too) and the policies into enums
+  // (memory/policy.h).
   std::optional<std::uint64_t> device_budget;  // bytes per device; nullopt = the device's capacity
-  std::optional<std::uint64_t> host_budget;    // pinned host bytes, whole process; nullopt = unlimited
+  std::optional<std::uint64_t> host_budget;    // pinned host bytes per process; nullopt: unlimited; kAutoBytes: auto
   std::string offload;                         // auto | none | all
   std::string recompute;                       // auto | none | selective | full
   std::string optimizer_offload;               // auto | none | all: AdamW state on the host
@@ -139,15 +142,19 @@ struct Config {
 // ---- The knob registry -------------------------------------------------------------------
 
 enum class KnobType {
-  Int,     // integer
-  Float,   // number
-  Bool,    // true | false
-  String,  // any string
-  Choice,  // one of Knob::choices
-  Path,    // a non-empty string, or null (""): none
-  Bytes,   // byte size or null (see above)
-  Rate,    // bytes per second; 0 or null = unlimited
+  Int,          // integer
+  Float,        // number
+  Bool,         // true | false
+  String,       // any string
+  Choice,       // one of Knob::choices
+  Path,         // a non-empty string, or null (""): none
+  Bytes,        // byte size or null (see above)
+  BytesOrAuto,  // byte size, auto (kAutoBytes) or null: memory.host_budget
+  Rate,         // bytes per second; 0 or null = unlimited
 };
+
+// The value of a KnobType::BytesOrAuto knob set to `auto` (no byte size reaches it: 16 EiB).
+inline constexpr std::uint64_t kAutoBytes = UINT64_MAX;
 
 using KnobField =
     std::variant<int*, std::int64_t*, std::uint64_t*, double*, bool*, std::string*, std::optional<std::uint64_t>*>;

@@ -139,10 +139,17 @@ void set_knob(Config& cfg, const Knob& k, const YAML::Node& node, const std::str
         throw Error(str("config: ", k.key, " is empty (", where, "); write null, or leave the key out, for none"));
       *std::get<std::string*>(f) = null ? "" : text;
       return;
-    case KnobType::Bytes: {
+    case KnobType::Bytes:
+    case KnobType::BytesOrAuto: {
       auto* b = std::get<std::optional<std::uint64_t>*>(f);
       if (null) b->reset();
-      else *b = parse_byte_size(text, str(k.key, " (", where, ")"));
+      else if (k.type == KnobType::Bytes) *b = parse_byte_size(text, str(k.key, " (", where, ")"));
+      else if (text == "auto") *b = kAutoBytes;
+      else try {
+          *b = parse_byte_size(text, str(k.key, " (", where, ")"));
+        } catch (const Error& e) {
+          throw Error(str(e.what(), ", or auto"));
+        }
       return;
     }
     case KnobType::Rate:
@@ -272,7 +279,8 @@ void apply_override(Config& cfg, const std::string& assignment) {
   // `--set train.resume=$CKPT` with CKPT unset: refused rather than read as null, which would
   // quietly undo what the user meant (start fresh, train without validation).
   if (value.find_first_not_of(" \t") == std::string::npos) {
-    const bool nullable = k->type == KnobType::Path || k->type == KnobType::Bytes || k->type == KnobType::Rate;
+    const bool nullable = k->type == KnobType::Path || k->type == KnobType::Bytes || k->type == KnobType::BytesOrAuto ||
+                          k->type == KnobType::Rate;
     throw Error(str("config: ", key, " is empty (", where,
                     "), as an unset shell variable leaves it: remove the --set to keep the config file's value",
                     nullable ? str(", or write ", key, "=null to clear it") : std::string(", or give a value")));

@@ -27,6 +27,14 @@ int launcher_world_size() {
 
 bool launched_by_mpi() { return launcher_world_size() > 0; }
 
+int processes_on_this_host() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    const char* v = std::getenv(var);
+    if (v && std::atoi(v) > 0) return std::atoi(v);
+  }
+  return 1;
+}
+
 bool mpi_built() {
 #if defined(STP_HAVE_MPI)
   return true;

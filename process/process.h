@@ -79,6 +79,14 @@ class ProcessGroup {
 // Whether an MPI launcher started this process (Open MPI, PMIx or PMI environment variables).
 bool launched_by_mpi();
 
+// The processes of this job on this host, as the launcher announced them: Open MPI's
+// OMPI_COMM_WORLD_LOCAL_SIZE, MPICH's and Intel MPI's MPI_LOCALNRANKS, or Slurm's
+// SLURM_NTASKS_PER_NODE (the first that is set and positive); 1 when none is (one process, or a
+// launcher that does not say: memory.host_budget: auto then takes the whole machine's share for
+// each process, so such a job sets memory.host_budget itself). Read before MPI starts, so
+// `stp plan` under the same launcher sees the same count.
+int processes_on_this_host();
+
 // Whether this build has MPI support (STP_HAVE_MPI).
 bool mpi_built();
 

@@ -11,6 +11,7 @@
 #include "memory/planner.h"
 #include "models/registry.h"
 #include "schedule/schedule.h"
+#include "train/host_needs.h"
 #include "train/memory_settings.h"
 #include "train/planner_rates.h"
 #include "train/stage_layout.h"
@@ -206,13 +207,16 @@ Measured measure(const Config& config, const ModelLayout& shape) {
 // Contract: evaluate() places each rank's prefetches and predicts every device's peaks (exact: the
 // real run's allocation sequence), pinned pool, copy bytes and step-time cost; places() says whether
 // the real allocator can place a plan within a budget; placeable() finds the smallest such budget.
-// Candidate plans run without a budget, so an over-budget plan reports its peak instead of failing.
+// Candidate plans run without a budget, so an over-budget plan reports its peak instead of failing;
+// without a host budget too, so a pinned pool over memory.host_budget is measured (and check_plan
+// names it) instead of failing the dry run as if the device could not place the plan.
 class DryRunCostModel {
  public:
   DryRunCostModel(const Config& config, const ModelLayout& shape, const Measured& measured)
       : shape_(shape), measured_(measured), dry_config_(config) {
     dry_config_.output.trace = false;
     dry_config_.memory.device_budget.reset();
+    dry_config_.memory.host_budget.reset();
   }
 
   std::vector<RankPrediction> evaluate(std::vector<RankPlan>& plans) const {
@@ -434,7 +438,10 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
 }
 
 void check_plan(const MemoryPlan& plan, const Config& config, ByteStyle style) {
-  const MemorySettings settings = memory_settings(config);
+  check_plan(plan, config, memory_settings(config), style);
+}
+
+void check_plan(const MemoryPlan& plan, const Config& config, const MemorySettings& settings, ByteStyle style) {
   auto bytes = [style](std::size_t b) { return format_bytes(b, style); };
   if (!plan.feasible)
     throw Error(str("memory.device_budget = ", bytes(plan.device_budget), " is too small (memory.offload: ",
@@ -444,19 +451,41 @@ void check_plan(const MemoryPlan& plan, const Config& config, ByteStyle style) {
                         ? ", or set memory.offload / memory.recompute to auto"
                         : "",
                     ", or lower train.micro_batch_size."));
-  std::size_t pinned = 0, optimizer = 0;
-  for (const RankPrediction& p : plan.predicted) pinned += p.host_pinned_bytes, optimizer += p.optimizer_host_bytes;
-  if (optimizer > 0 && pinned + optimizer > settings.host_budget)
-    throw Error(str("memory.host_budget = ", bytes(settings.host_budget),
-                    " is too small for the offloaded optimizer state: it needs ", bytes(optimizer),
+  // What the plan pins: the activation pools, and the model states it places on the host (every
+  // lever that pins reports them in RankPrediction::host_states: train/host_needs.h).
+  const HostNeeds needs = host_needs(plan, config);
+  const std::size_t pinned = needs.pinned(), activations = needs.pinned_activations, states = needs.pinned_states;
+  if (states > 0 && pinned > settings.host_budget)
+    throw Error(str(host_budget_text(settings, style),
+                    " is too small for the model states in pinned host memory: the plan needs ", bytes(states),
                     " (AdamW moments, parameter / gradient staging, f32 masters under bf16",
-                    pinned ? str(", plus ", bytes(pinned), " of offloaded activations") : std::string(), ", ",
-                    format_bytes(pinned + optimizer, style, Rounding::Up),
+                    activations ? str(", plus ", bytes(activations), " of offloaded activations") : std::string(), ", ",
+                    format_bytes(pinned, style, Rounding::Up),
                     " in all); raise memory.host_budget to at least that, or set memory.optimizer_offload: none"));
   if (pinned > settings.host_budget)
-    throw Error(str("the plan offloads ", bytes(pinned),
-                    " of activations to pinned host memory but memory.host_budget = ", bytes(settings.host_budget),
+    throw Error(str("the plan offloads ", bytes(pinned), " of activations to pinned host memory but ",
+                    host_budget_text(settings, style),
                     "; raise memory.host_budget, or set memory.offload: none to recompute instead"));
+}
+
+void check_host_machine(const MemoryPlan& plan, const Config& config, const MemorySettings& settings, ByteStyle style) {
+  const std::uint64_t has = settings.machine.share();
+  if (has == 0) return;  // unknown: nothing to hold the run against
+  auto bytes = [style](std::size_t b) { return format_bytes(b, style); };
+  if (!settings.host_budget_auto && settings.host_budget != kNoBudget && settings.host_budget > has)
+    throw Error(str("memory.host_budget = ", bytes(settings.host_budget), " but this machine has ",
+                    settings.machine.describe(style), "; lower memory.host_budget to at most that, or set it to auto (",
+                    bytes(auto_host_budget(settings.machine)), " here: what it has less the ",
+                    bytes(host_reserve_bytes(has)), " reserve)"));
+  const HostNeeds needs = host_needs(plan, config);
+  if (needs.total() > has)
+    throw Error(str("the run needs ", format_bytes(needs.total(), style, Rounding::Up),
+                    " of host memory: ", bytes(needs.pinned()), " pinned (offloaded activations and model states), ",
+                    bytes(needs.pageable.peak()), " pageable (the checkpoint save, model.init_from or train.resume)",
+                    needs.devices ? str(" and ", bytes(needs.devices), " of the CPU backend's devices") : std::string(),
+                    ", but this machine has ", settings.machine.describe(style),
+                    "; move less to the host (memory.offload, memory.optimizer_offload: none), lower the device "
+                    "memory, or run where more memory is available"));
 }
 
 }  // namespace stp

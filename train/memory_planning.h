@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "config/config.h"
 #include "memory/plan.h"
+#include "train/memory_settings.h"
 
 namespace stp {
 
@@ -25,6 +26,18 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum = false);
 // Throws stp::Error (before any step) when the plan is infeasible — naming the budget, the minimum
 // feasible budget and what consumes it — or when the pinned pools exceed memory.host_budget. Sizes
 // are written once each, in `style` (`stp plan --bytes`: Exact); a minimum is rounded up.
+// The pinned checks use this process's part of the plan (train/host_needs.h). `settings` defaults
+// to memory_settings(config) (tests pass a fake machine's).
 void check_plan(const MemoryPlan& plan, const Config& config, ByteStyle style = ByteStyle::Human);
+void check_plan(const MemoryPlan& plan, const Config& config, const MemorySettings& settings,
+                ByteStyle style = ByteStyle::Human);
+
+// The run against the machine it runs on (settings.machine; nothing when its memory is unknown),
+// each an stp::Error naming both numbers and the knob: an explicit memory.host_budget larger than
+// what the machine has for this process, or the run's host memory (pinned, pageable and the CPU
+// backend's devices: train/host_needs.h) larger than that. `stp train` checks it before any step;
+// `stp plan`, which may plan for another machine, prints it as a note.
+void check_host_machine(const MemoryPlan& plan, const Config& config, const MemorySettings& settings,
+                        ByteStyle style = ByteStyle::Human);
 
 }  // namespace stp

@@ -50,6 +50,8 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
     plan = make_memory_plan(config);
     check_plan(plan, config);
   }
+  // The machine this run is on holds the plan's host memory (`stp plan` only notes it).
+  if (!options.dry_run) check_host_machine(plan, config, memory_settings(config));
   // parallel.cpu_threads is the process's CPU budget. Every rank runs its GEMMs concurrently on
   // its own stream thread, so each OpenBLAS call gets an equal share: oversubscribing the cores
   // (4 ranks x 2 threads on 2 cores) costs about 4x on the CPU backend.

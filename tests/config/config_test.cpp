@@ -54,7 +54,7 @@ parallel:
   schedule: stp
 memory:
   device_budget: 256MiB   # per device: bytes or KiB/MiB/GiB; null = the device's capacity
-  host_budget: 4GiB       # pinned host memory for the whole process
+  host_budget: auto       # pinned host memory per process; auto = the machine less a reserve
   offload: auto           # auto | none | all
   recompute: auto         # auto | none | selective | full
 output:
@@ -111,7 +111,7 @@ TEST(Config, DesignExampleParsesAndEqualsTheDefaults) {
   EXPECT_EQ(c.parallel.schedule, "stp");
   EXPECT_EQ(c.parallel.cpu_threads, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   EXPECT_EQ(c.memory.device_budget, std::optional<std::uint64_t>(256ull << 20));
-  EXPECT_EQ(c.memory.host_budget, std::optional<std::uint64_t>(4ull << 30));
+  EXPECT_EQ(c.memory.host_budget, std::optional<std::uint64_t>(kAutoBytes));
   EXPECT_EQ(c.memory.offload, "auto");
   EXPECT_EQ(c.memory.recompute, "auto");
   EXPECT_EQ(c.memory.link_bandwidth, 0.0);
@@ -310,6 +310,21 @@ TEST(Config, ToYamlRoundTrips) {
   EXPECT_EQ(back.train.seed, 18446744073709551615ull);
   EXPECT_NE(y.find("device_budget: 1000"), std::string::npos) << y;
   EXPECT_NE(load("").to_yaml().find("device_budget: 256MiB"), std::string::npos);
+}
+
+// memory.host_budget takes auto (the default), a size or null; auto reads and writes back as
+// auto, and only this key takes it.
+TEST(Config, HostBudgetTakesAuto) {
+  EXPECT_EQ(load("").memory.host_budget, std::optional<std::uint64_t>(kAutoBytes));
+  EXPECT_EQ(load("memory:\n  host_budget: 2GiB\n").memory.host_budget, std::optional<std::uint64_t>(2ull << 30));
+  Config c = load("memory:\n  host_budget: 2GiB\n", {"memory.host_budget=auto"});
+  EXPECT_EQ(c.memory.host_budget, std::optional<std::uint64_t>(kAutoBytes));
+  const std::string y = c.to_yaml();
+  EXPECT_NE(y.find("host_budget: auto"), std::string::npos) << y;
+  EXPECT_EQ(load(y).memory.host_budget, std::optional<std::uint64_t>(kAutoBytes));
+  expect_error([] { load("memory:\n  host_budget: lots\n"); }, {"memory.host_budget", "byte size", "or auto"});
+  expect_error([] { load("memory:\n  device_budget: auto\n"); }, {"memory.device_budget", "byte size"});
+  EXPECT_STREQ(to_string(find_knob("memory.host_budget")->type), "bytes, auto or null");
 }
 
 TEST(Config, FileErrorsNameThePathAndPosition) {

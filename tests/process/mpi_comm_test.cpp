@@ -220,4 +220,10 @@ TEST(MpiJob, CheckTogetherFailsOnEveryProcessWithTheFailingMessage) {
   EXPECT_EQ(job().node_rank(), me) << "one node: node rank = world rank";
 }
 
+// memory.host_budget: auto divides the machine among the job's processes on this host, as the
+// launcher announces them before MPI starts: all four here (one node).
+TEST(MpiJob, ProcessesOnThisHostAreTheLaunchersLocalCount) {
+  EXPECT_EQ(stp::processes_on_this_host(), job().size());
+}
+
 }  // namespace

@@ -14,6 +14,8 @@
 #include "base/error.h"
 #include "config/config.h"
 #include "tests/support/run_command.h"
+#include "train/host_needs.h"
+#include "train/memory_settings.h"
 
 namespace {
 
@@ -105,6 +107,13 @@ bool uses_host(const nlohmann::json& plan) {
   return false;
 }
 
+// The sizes of the host memory section: pinned, memory.host_budget (and the reserve under auto;
+// none when unlimited), pageable, the CPU backend's devices, the total and what the machine has.
+std::size_t host_section_sizes(const nlohmann::json& plan) {
+  return 1 + (plan.contains("host_budget") ? 1 : 0) + (plan["host_budget_auto"].get<bool>() ? 1 : 0) + 1 +
+         (plan["host_device_bytes"].get<std::size_t>() > 0 ? 1 : 0) + 1 + (plan.contains("host_available") ? 1 : 0);
+}
+
 // `extra`: the sizes of the error line of an infeasible plan.
 void expect_one_size_per_number(const Forms& f, std::size_t extra = 0) {
   const std::size_t devices = f.json["ranks"].size();
@@ -128,9 +137,9 @@ void expect_one_size_per_number(const Forms& f, std::size_t extra = 0) {
     }
   }
   // No number twice: the header's budget and minimum, 7 sizes per device row (5 per pinned host
-  // row), the pinned host total and memory.host_budget, each once (and the error line's); the two
-  // forms print the same numbers.
-  const std::size_t expected = 2 + 7 * devices + (host_table ? 5 * devices : 0) + 2 + extra;
+  // row), the host memory section's, each once (and the error line's); the two forms print the
+  // same numbers.
+  const std::size_t expected = 2 + 7 * devices + (host_table ? 5 * devices : 0) + host_section_sizes(f.json) + extra;
   EXPECT_EQ(sizes_in(f.human).size(), expected) << f.human;
   EXPECT_EQ(sizes_in(f.bytes).size(), expected) << f.bytes;
   EXPECT_EQ(f.human.find("B)"), std::string::npos) << f.human;
@@ -234,6 +243,70 @@ TEST(CmdPlan, InfeasibleNamesTheMinimumOnce) {
   EXPECT_EQ(human.find("bytes"), std::string::npos) << human;
   EXPECT_EQ(human.find(std::to_string(minimum)), std::string::npos) << human;
   expect_one_size_per_number(f, /*extra=*/8);
+}
+
+// Host memory: pinned (the pools and host model states), pageable (the checkpoint save's 16 bytes
+// per parameter for this config) and the CPU backend's devices, against memory.host_budget and
+// what this machine has (train/host_needs.h). A budget above the machine is a note, not a failed
+// plan: a plan may be made for another machine.
+TEST(CmdPlan, HostMemoryPinnedPageableAndTheMachine) {
+  if (!have_stp()) GTEST_SKIP() << "stp not built";
+  Forms f = plan_forms("--set memory.optimizer_offload=all", 0);
+  const nlohmann::json& j = f.json;
+  const stp::Config cfg = stp::load_config(std::string(STP_SOURCE_DIR) + "/configs/tiny.yaml");
+  const auto pageable = static_cast<std::size_t>(16 * stp::full_parameter_count(cfg));
+  EXPECT_EQ(j["host_pageable_bytes"].get<std::size_t>(), pageable);
+  EXPECT_EQ(j["host_pageable"]["checkpoint_save"].get<std::size_t>(), pageable);
+  std::size_t pinned = 0, devices = 0;
+  for (const nlohmann::json& r : j["ranks"]) {
+    const nlohmann::json& h = r["model_states_host"];
+    pinned += r["host_pinned_bytes"].get<std::size_t>() + h["weights"].get<std::size_t>() +
+              h["gradients"].get<std::size_t>() + h["optimizer_state"].get<std::size_t>();
+    devices += r["peak_device_bytes"].get<std::size_t>();
+  }
+  EXPECT_GT(pinned, 0u);
+  EXPECT_EQ(j["host_pinned_total"].get<std::size_t>(), pinned);
+  EXPECT_EQ(j["host_device_bytes"].get<std::size_t>(), devices);
+  EXPECT_EQ(j["host_total_bytes"].get<std::size_t>(), pinned + pageable + devices);
+  EXPECT_EQ(j["host_budget"].get<std::size_t>(), std::size_t{4} << 30);
+  EXPECT_FALSE(j["host_budget_auto"].get<bool>());
+  ASSERT_TRUE(j.contains("host_available"));
+  EXPECT_TRUE(j["host_fits_machine"].get<bool>());
+  EXPECT_NE(f.bytes.find("\nhost memory of this process\npinned "), std::string::npos) << f.bytes;
+  EXPECT_NE(f.bytes.find(exact(pinned) + "  of memory.host_budget 4294967296 B\n"), std::string::npos) << f.bytes;
+  EXPECT_NE(f.bytes.find(exact(pageable) + "  at its peak, the checkpoint save"), std::string::npos) << f.bytes;
+  EXPECT_NE(f.bytes.find(exact(devices) + "  the CPU backend's emulated devices"), std::string::npos) << f.bytes;
+  EXPECT_NE(
+      f.bytes.find(exact(pinned + pageable + devices) + "  of " + exact(j["host_available"].get<std::size_t>()) + " ("),
+      std::string::npos)
+      << f.bytes;
+  // auto: this machine's share less the reserve.
+  Forms a = plan_forms("--set memory.host_budget=auto", 0);
+  EXPECT_TRUE(a.json["host_budget_auto"].get<bool>());
+  const std::size_t has = a.json["host_available"].get<std::size_t>();
+  EXPECT_EQ(a.json["host_budget"].get<std::size_t>(), has - stp::host_reserve_bytes(has));
+  expect_one_size_per_number(a);
+  // More than the machine has: exit 0, the plan and a note naming both numbers.
+  Result big = run_plan("--set memory.host_budget=1000TiB");
+  EXPECT_EQ(big.status, 0) << big.err;
+  EXPECT_NE(big.out.find("\non this machine: memory.host_budget = 1000 TiB but this machine has "), std::string::npos)
+      << big.out;
+  Result big_json = run_plan("--json --set memory.host_budget=1000TiB");
+  EXPECT_FALSE(nlohmann::json::parse(big_json.out)["host_fits_machine"].get<bool>());
+}
+
+// A host budget that cannot hold the offloaded optimizer state: the plan is printed (its dry runs
+// measure the pinned bytes without the budget), then the error naming both numbers and the knob.
+TEST(CmdPlan, AHostBudgetTooSmallForTheStatesIsNamedAfterThePlan) {
+  if (!have_stp()) GTEST_SKIP() << "stp not built";
+  Result r = run_plan("--set memory.optimizer_offload=all --set memory.host_budget=64KiB");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.out.find("\nhost memory of this process\n"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("\nnot feasible: memory.host_budget = 64.0 KiB is too small for the model states in pinned "
+                       "host memory: the plan needs "),
+            std::string::npos)
+      << r.out << r.err;
+  EXPECT_NE(r.out.find("raise memory.host_budget to at least that"), std::string::npos) << r.out;
 }
 
 TEST(CmdPlan, JsonAndBytesAreExclusive) {

@@ -6,8 +6,10 @@
 // the vocabulary tables (embedding + LM head, parallel.vocab_parallel) within the weights; one for
 // its pinned host memory (offloaded activations, host-placed model states) and offload traffic;
 // one for the predicted step-time cost (recompute, exposed copies, optimizer offload over the
-// compute, and the CPU optimizer); then the pinned host total against memory.host_budget, the
-// optimizer placement and the keep / offload / recompute decisions. Every size is printed once:
+// compute, and the CPU optimizer); then the optimizer placement, the host memory of the process
+// (train/host_needs.h: pinned against memory.host_budget; pageable, the CPU backend's devices and
+// the total against what this machine has, a note when it does not hold them) and the keep /
+// offload / recompute decisions. Every size is printed once:
 // in a human unit (base/error.h, format_bytes), in bytes with --bytes; --json has the same numbers
 // as one object, bytes as integers, plus the model FLOPs per token, the tokens per step and the
 // cost model's rates (docs/design.md).
@@ -28,6 +30,7 @@
 #include "memory/planner.h"
 #include "tools/stp/command.h"
 #include "tools/cli/config_args.h"
+#include "train/host_needs.h"
 #include "train/memory_planning.h"
 #include "train/memory_settings.h"
 #include "train/model_flops.h"
@@ -90,6 +93,50 @@ std::string ms(double seconds) {
   return buf;
 }
 
+// The host memory of this process (train/host_needs.h): pinned against memory.host_budget,
+// pinned + pageable (+ the CPU backend's devices) against what the machine has.
+void add_host_json(nlohmann::ordered_json& out, const stp::HostNeeds& host, const stp::MemorySettings& settings,
+                   const std::string& machine_note) {
+  out["host_pinned_total"] = host.pinned();
+  out["host_pageable_bytes"] = host.pageable.peak();
+  out["host_pageable"] = {{"checkpoint_save", host.pageable.checkpoint_save},
+                          {"init_from", host.pageable.init_from},
+                          {"resume", host.pageable.resume}};
+  out["host_device_bytes"] = host.devices;
+  out["host_total_bytes"] = host.total();
+  if (settings.host_budget != stp::kNoBudget) out["host_budget"] = settings.host_budget;
+  out["host_budget_auto"] = settings.host_budget_auto;
+  if (settings.machine.share() > 0) out["host_available"] = settings.machine.share();
+  out["host_fits_machine"] = machine_note.empty();
+}
+
+// Which phase gives the pageable peak (train/host_needs.h).
+const char* pageable_phase(const stp::HostPageable& p) {
+  if (p.peak() == p.resume && p.resume) return "reading train.resume's checkpoint";
+  if (p.peak() == p.init_from && p.init_from) return "reading model.init_from";
+  return "the checkpoint save: full f32 parameters and AdamW moments";
+}
+
+void print_host(const stp::HostNeeds& host, const stp::MemorySettings& settings, stp::ByteStyle style) {
+  auto size = [style](std::size_t b) { return stp::format_bytes(b, style); };
+  const std::string budget = settings.host_budget_auto
+                                 ? stp::str(size(settings.host_budget), " (auto: what this machine has less the ",
+                                            size(stp::host_reserve_bytes(settings.machine.share())), " reserve)")
+                                 : stp::format_budget(settings.host_budget, style);
+  std::vector<std::array<std::string, 3>> rows;
+  rows.push_back({"pinned", size(host.pinned()), "of memory.host_budget " + budget});
+  rows.push_back({"pageable", size(host.pageable.peak()), stp::str("at its peak, ", pageable_phase(host.pageable))});
+  if (host.devices) rows.push_back({"devices", size(host.devices), "the CPU backend's emulated devices"});
+  rows.push_back({"total", size(host.total()),
+                  settings.machine.share() ? "of " + settings.machine.describe(style) + " this machine has"
+                                           : "(this machine's memory is unknown: " + settings.machine.problem + ")"});
+  std::size_t width = 0;
+  for (const auto& r : rows) width = std::max(width, r[1].size());
+  std::printf("\nhost memory of this process\n");
+  for (const auto& r : rows)
+    std::printf("%-8s  %*s  %s\n", r[0].c_str(), static_cast<int>(width), r[1].c_str(), r[2].c_str());
+}
+
 struct PlanArgs {
   stp::tools::ConfigArgs config;
   bool json = false;
@@ -112,8 +159,7 @@ int run(const PlanArgs& a) {
     return stp::vocab_param_bytes(cfg, schedule, static_cast<int>(g / static_cast<std::size_t>(tp)));
   };
   const stp::MemorySettings settings = stp::memory_settings(cfg);
-  std::size_t pinned = 0;  // activation pools plus host-placed optimizer state, all devices
-  for (const stp::RankPrediction& p : plan.predicted) pinned += p.host_pinned_bytes + p.host_states.total();
+  const stp::HostNeeds host_memory = stp::host_needs(plan, cfg);
   std::size_t chunks = 0, host_chunks = 0;
   for (const stp::RankPlan& rp : plan.ranks)
     for (std::size_t c = 0; c < rp.units.size(); ++c, ++chunks)
@@ -123,6 +169,12 @@ int run(const PlanArgs& a) {
     stp::check_plan(plan, cfg, style);
   } catch (const stp::Error& e) {
     error = e.what();
+  }
+  std::string machine_note;  // the run against this machine: a note, since a plan may be for another
+  try {
+    stp::check_host_machine(plan, cfg, settings, style);
+  } catch (const stp::Error& e) {
+    machine_note = e.what();
   }
   if (json) {
     nlohmann::ordered_json out;
@@ -162,8 +214,7 @@ int run(const PlanArgs& a) {
                        {"decisions", decisions_json(plan.ranks[g / static_cast<std::size_t>(tp)])}});
     }
     out["ranks"] = std::move(ranks);
-    out["host_pinned_total"] = pinned;
-    if (settings.host_budget != stp::kNoBudget) out["host_budget"] = settings.host_budget;
+    add_host_json(out, host_memory, settings, machine_note);
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("memory plan for %s (schedule %s, tp %d, pp %d, m %d)\n", path.c_str(), cfg.parallel.schedule.c_str(),
@@ -221,8 +272,9 @@ int run(const PlanArgs& a) {
                                   ? std::string("pinned host memory, every chunk (memory.optimizer_offload)")
                                   : stp::str("pinned host memory for ", host_chunks, " of ", chunks,
                                              " chunks, the device for the rest (memory.optimizer_offload)");
-    std::printf("optimizer state: %s; pinned host total %s of memory.host_budget %s\n", where.c_str(),
-                size(pinned).c_str(), stp::format_budget(settings.host_budget, style).c_str());
+    std::printf("optimizer state: %s\n", where.c_str());
+    print_host(host_memory, settings, style);
+    if (!machine_note.empty()) std::printf("on this machine: %s\n", machine_note.c_str());
     std::printf("decisions:\n%s", plan.summary.c_str());
     if (!error.empty()) std::printf("not feasible: %s\n", error.c_str());
   }

@@ -1,0 +1,62 @@
+// The host memory a training run needs, besides what its plan puts on the devices: what `stp plan`
+// prints as "host memory" and what check_plan (train/memory_planning.h) holds against
+// memory.host_budget and against what the machine has (docs/memory.md, Host memory).
+//
+//   * Pinned: the sum over the plan's devices of what the plan says is pinned (RankPrediction:
+//     the activation pool plus the host-placed model states, host_states). Generic on purpose: a
+//     lever that pins more reports it in those fields and is counted here unchanged.
+//   * Pageable: the process's buffers that scale with the model, outside the plan. Each is full
+//     f32 tensors of the whole model (P = the elements of every distinct parameter, full shapes),
+//     and they never coexist, so the peak is the largest that the config can reach:
+//       - the checkpoint save (process 0, train/trainer_checkpoint.cpp): the gathered parameters
+//         and both AdamW moments (3 x 4P) plus the Hugging Face copy of one of them while it is
+//         made (4P): 16P bytes. Every run saves at its end.
+//       - model.init_from (formats/, train/hf_convert.h): the file's tensors in f32 (4P; a file's
+//         extra tensors, e.g. GPT-2's attention-mask buffers, add their size) and their copy in
+//         stp's names (4P): 8P bytes, freed before step 1.
+//       - train.resume: the checkpoint's three states (12P), the stp-named copies of the parameters
+//         (4P, freed after loading them) and then of both moments (8P), and each rank's shard of
+//         one moment (4P over a replica's ranks, times the replicas this process drives):
+//         (20 + 4 x replicas) P bytes, freed before step 1.
+//     The token and tokenizer files are not counted: they are read through memory maps
+//     (data/data.h), clean page cache the kernel drops under pressure instead of failing.
+//   * Devices: on the CPU backend the emulated devices' memory is host memory too (the plan's
+//     peak of every device); 0 on CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "config/config.h"
+#include "memory/plan.h"
+
+namespace stp {
+
+// The pageable peaks of the three phases above, in bytes (0: the config does not reach it).
+struct HostPageable {
+  std::size_t checkpoint_save = 0;
+  std::size_t init_from = 0;
+  std::size_t resume = 0;
+  std::size_t peak() const;
+};
+
+// This process's part: one process drives every device of every replica (the plan lists one
+// replica's, so dp times those); under an MPI launcher a process drives one device (at most the
+// plan's largest).
+struct HostNeeds {
+  std::size_t pinned_activations = 0;  // the activation pools (RankPrediction::host_pinned_bytes)
+  std::size_t pinned_states = 0;       // the host-placed model states (RankPrediction::host_states)
+  HostPageable pageable;               // this process's peak: pageable.peak()
+  std::size_t devices = 0;             // CPU backend: the emulated devices' peaks
+  std::size_t pinned() const { return pinned_activations + pinned_states; }
+  std::size_t total() const;  // pinned() + pageable.peak() + devices
+};
+
+// P: the elements of every distinct parameter of the model, in full shapes.
+std::int64_t full_parameter_count(const Config& config);
+
+HostPageable pageable_host_bytes(const Config& config);
+
+HostNeeds host_needs(const MemoryPlan& plan, const Config& config);
+
+}  // namespace stp
