@@ -58,9 +58,11 @@ std::vector<RankPrediction> evaluate(const PlannerInput& in, std::vector<RankPla
   for (std::size_t g = 0; g < pred.size(); ++g) {
     const auto r = g / static_cast<std::size_t>(in.tp);
     double s = 0;
-    for (std::size_t ch = 0; r < in.chunk_states.size() && ch < in.chunk_states[r].size(); ++ch)
-      if (plans[r].optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host)
-        s += optimizer_offload_seconds(in, in.chunk_states[r][ch]);
+    for (std::size_t ch = 0; r < in.chunk_states.size() && ch < in.chunk_states[r].size(); ++ch) {
+      if (plans[r].optimizer_placement(static_cast<int>(ch)) != OptimizerPlacement::Host) continue;
+      const double c = optimizer_offload_seconds(in, in.chunk_states[r][ch]);
+      s = in.optimizer_overlap ? std::max(s, c) : s + c;
+    }
     pred[g].optimizer_offload_s = s;
   }
   return pred;

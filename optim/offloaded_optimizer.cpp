@@ -35,8 +35,8 @@ OptimizerHooks OffloadedOptimizer::hooks() {
   return h;
 }
 
-void OffloadedOptimizer::begin_step() {
-  host_->begin_step();
+void OffloadedOptimizer::begin_step(float lr) {
+  host_->begin_step(lr, o_.hyper, static_cast<int>(adamw_->step_count() + 1));
   // The bf16 GEMM copies are refreshed chunk by chunk once the step waits for their uploads
   // (params_needed).
   for (Stage* s : params_.stages) s->zero_grads_keep_copies(*o_.compute);
@@ -76,6 +76,8 @@ std::vector<Tensor> OffloadedOptimizer::full_moments(int which) {
   }
   return out;
 }
+
+RankOptimizer::Speculation OffloadedOptimizer::speculation() const { return speculation_of(host_.get()); }
 
 std::size_t OffloadedOptimizer::host_master_bytes() const {
   std::size_t n = 0;

@@ -29,7 +29,7 @@ class OffloadedOptimizer final : public ReplicatedOptimizer {
   void attach(const std::vector<Stage*>& stages) override;
   OptimizerHooks hooks() override;
 
-  void begin_step() override;
+  void begin_step(float lr) override;
   void order_gradient_writes(Stream& s) override { host_->order_after_downloads(s); }
   void clip(float max_norm) override;
 
@@ -38,6 +38,8 @@ class OffloadedOptimizer final : public ReplicatedOptimizer {
   std::vector<Tensor> full_moments(int which) override;
   std::size_t host_state_bytes() const override { return host_->host_bytes(); }
   std::size_t host_master_bytes() const override;
+  Speculation speculation() const override;
+  std::size_t host_shadow_bytes() const override { return host_->shadow_bytes(); }
 
  private:
   HostUpdate* host_update() override { return host_.get(); }

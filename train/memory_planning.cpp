@@ -109,6 +109,7 @@ void account_model_states(RankPrediction& p, const Trainer::DeviceMemory& d) {
   p.optimizer_device_bytes = d.device.by_category[static_cast<std::size_t>(MemoryCategory::OptimizerState)];
   p.optimizer_host_bytes = d.optimizer_host_bytes;
   p.host_master_bytes = d.host_master_bytes;
+  p.optimizer_shadow_bytes = d.optimizer_shadow_bytes;
 }
 
 MemoryPlan keep_everything(const ModelLayout& s, int pp) {
@@ -168,6 +169,10 @@ Measured measure(const Config& config, const ModelLayout& shape) {
   in.link_bytes_per_s = link;
   in.optimizer_offload = settings.optimizer_offload;
   in.cpu_adamw_bytes_per_s = kCpuAdamWBytesPerS;
+  // Host chunks speculate where their gradients are final before the step's reductions: with one
+  // replica, or with the distributed optimizer (optim/host_update.h, Speculation).
+  in.optimizer_overlap = settings.optimizer_overlap != OffloadPolicy::None &&
+                         (config.parallel.dp == 1 || config.parallel.distributed_optimizer);
   out.compute_s.assign(static_cast<std::size_t>(pp), 0.0);
   for (int r = 0; r < pp; ++r) {
     in.units.emplace_back();
@@ -409,6 +414,25 @@ void report(MemoryPlan& plan, const Measured& measured) {
       if (plan.ranks[r].optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host)
         placement += str("rank ", r, " chunk ", ch, ": optimizer on the host\n");
   plan.summary += placement.empty() ? "every optimizer on the device\n" : placement;
+  if (plan.optimizer_overlap)
+    plan.summary += "optimizer overlap: the host chunks downloaded early update during the backward (speculation)\n";
+}
+
+// memory.optimizer_overlap: the dry runs allocated the shadows unless it is none; auto keeps them
+// when the pinned total (activation pools and optimizer state, shadows included) fits
+// memory.host_budget, and otherwise drops them from the prediction (the run then allocates none).
+void decide_overlap(MemoryPlan& plan, const MemorySettings& settings) {
+  std::size_t pinned = 0, shadows = 0;
+  for (const RankPrediction& p : plan.predicted)
+    pinned += p.host_pinned_bytes + p.optimizer_host_bytes, shadows += p.optimizer_shadow_bytes;
+  plan.optimizer_overlap =
+      shadows > 0 && (settings.optimizer_overlap == OffloadPolicy::All ||
+                      (settings.optimizer_overlap == OffloadPolicy::Auto && pinned <= settings.host_budget));
+  if (plan.optimizer_overlap) return;
+  for (RankPrediction& p : plan.predicted) {
+    p.optimizer_host_bytes -= p.optimizer_shadow_bytes;
+    p.optimizer_shadow_bytes = 0;
+  }
 }
 
 }  // namespace
@@ -429,6 +453,7 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
     for (std::size_t ch = 0; ch < rp.units.size(); ++ch)
       plan.optimizer_offload =
           plan.optimizer_offload || rp.optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host;
+  decide_overlap(plan, memory_settings(config));
   report(plan, measured);
   return plan;
 }
@@ -444,15 +469,19 @@ void check_plan(const MemoryPlan& plan, const Config& config, ByteStyle style) {
                         ? ", or set memory.offload / memory.recompute to auto"
                         : "",
                     ", or lower train.micro_batch_size."));
-  std::size_t pinned = 0, optimizer = 0;
-  for (const RankPrediction& p : plan.predicted) pinned += p.host_pinned_bytes, optimizer += p.optimizer_host_bytes;
+  std::size_t pinned = 0, optimizer = 0, shadows = 0;
+  for (const RankPrediction& p : plan.predicted)
+    pinned += p.host_pinned_bytes, optimizer += p.optimizer_host_bytes, shadows += p.optimizer_shadow_bytes;
   if (optimizer > 0 && pinned + optimizer > settings.host_budget)
-    throw Error(str("memory.host_budget = ", bytes(settings.host_budget),
-                    " is too small for the offloaded optimizer state: it needs ", bytes(optimizer),
-                    " (AdamW moments, parameter / gradient staging, f32 masters under bf16",
-                    pinned ? str(", plus ", bytes(pinned), " of offloaded activations") : std::string(), ", ",
-                    format_bytes(pinned + optimizer, style, Rounding::Up),
-                    " in all); raise memory.host_budget to at least that, or set memory.optimizer_offload: none"));
+    throw Error(str(
+        "memory.host_budget = ", bytes(settings.host_budget),
+        " is too small for the offloaded optimizer state: it needs ", bytes(optimizer),
+        " (AdamW moments, parameter / gradient staging, f32 masters under bf16",
+        shadows ? str(", ", bytes(shadows), " of speculation shadows (memory.optimizer_overlap: all)") : std::string(),
+        pinned ? str(", plus ", bytes(pinned), " of offloaded activations") : std::string(), ", ",
+        format_bytes(pinned + optimizer, style, Rounding::Up),
+        " in all); raise memory.host_budget to at least that, or set memory.optimizer_offload: none",
+        shadows ? " or memory.optimizer_overlap: auto" : ""));
   if (pinned > settings.host_budget)
     throw Error(str("the plan offloads ", bytes(pinned),
                     " of activations to pinned host memory but memory.host_budget = ", bytes(settings.host_budget),

@@ -67,7 +67,7 @@ struct Trainer::Impl {
   void sum_tied_grads(Rank& r);
   void poison_gradient(Rank& r);
   void rank_step(Rank& r, std::int64_t step, float lr);
-  void begin_rank_step(Rank& r, std::int64_t step);  // gradients zeroed, batch uploaded
+  void begin_rank_step(Rank& r, std::int64_t step, float lr);  // gradients zeroed, batch uploaded
   Health rank_health(Rank& r);                       // the step's losses and the non-finite guard
   void apply_update(Rank& r, float lr);              // clipping and the optimizer step
   void rank_evaluate(Rank& r);
