@@ -167,15 +167,17 @@ TEST(OptimizerOffloadOrder, DistributedOptimizerAllGathersAreWaitedForAtEachChun
 }
 
 // memory.optimizer_overlap (optim/host_update.h, Speculation): the CPU update of a chunk whose
-// gradients are final early runs during the backward. zb-v at tp 2 over a slow emulated TP link, so
-// the backward ops after a chunk's last W take far longer than that chunk's CPU update (a few
-// hundred thousand parameters); clipping inactive, so every speculation commits. On some rank,
-// step 1's first speculative update ends before step 1's last op on compute ends (this one timing
-// margin is the link's: every remaining op waits for all-reduces of milliseconds), and each one is
-// followed by its commit.
+// gradients are final early runs during the backward. 1f1b-i at pp 2, tp 2 over a slow emulated TP
+// link: on pp rank 0 the later chunk (stage 2; stage 0 holds the tied embedding and does not
+// speculate) finishes its backward a few B ops before the step ends, and each of those ops waits
+// for all-reduces of milliseconds, far longer than that chunk's CPU update (tens of thousands of
+// parameters; measured: ~0.1 ms against ~28 ms left). Clipping inactive, so every speculation
+// commits. On some rank, a speculative update ends before step 1's last op on compute ends (the
+// one timing margin, the link's), and each is followed by its commit. (zb-v is no case for it:
+// its deferred Ws of both chunks end the step.)
 TEST(OptimizerOffloadOrder, OverlapUpdatesAnEarlyChunkBeforeTheBackwardEnds) {
   stp::Trainer t(stp::testing::tiny_config(
-      {"parallel.schedule=zb-v", "parallel.pp=2", "parallel.tp=2", "parallel.tp_link_bandwidth=2MB/s",
+      {"parallel.schedule=1f1b-i", "parallel.pp=2", "parallel.tp=2", "parallel.tp_link_bandwidth=2MB/s",
        "memory.optimizer_offload=all", "memory.optimizer_overlap=all", "train.grad_clip=1e9", "output.trace=true"}));
   const stp::StepResult r = t.step();
   EXPECT_GT(r.speculation.committed, 0u);

@@ -43,19 +43,19 @@ std::vector<std::string> overrides(const Case& c, bool overlap, double grad_clip
   return o;
 }
 
-struct Run {
+struct OverlapRun {
   CheckpointedRun run;
   std::vector<stp::StepResult> steps;
 };
 
 // `steps` steps, then a checkpoint; with `skip` > 0 a NaN gradient on rank 1 at that step.
-Run train(const std::vector<std::string>& o, const std::string& dir, int steps, int skip) {
+OverlapRun train(const std::vector<std::string>& o, const std::string& dir, int steps, int skip) {
   std::unique_ptr<stp::testing::NanGradHook> hook;
   if (skip > 0) hook = std::make_unique<stp::testing::NanGradHook>(/*rank=*/1, skip);
   stp::Config cfg = tiny_config(o);
   cfg.output.dir = fresh_dir(dir);
   stp::Trainer t(cfg);
-  Run out;
+  OverlapRun out;
   for (int i = 0; i < steps; ++i) {
     out.steps.push_back(t.step());
     out.run.losses.push_back(out.steps.back().loss);
@@ -67,7 +67,7 @@ Run train(const std::vector<std::string>& o, const std::string& dir, int steps, 
   return out;
 }
 
-void expect_same(const Run& overlap, const Run& none) {
+void expect_same(const OverlapRun& overlap, const OverlapRun& none) {
   stp::testing::expect_bitwise_equal(overlap.run, none.run);
   EXPECT_TRUE(overlap.run.model_file == none.run.model_file) << "model.safetensors differs";
   for (const stp::StepResult& r : none.steps)
@@ -78,8 +78,8 @@ class OptimizerOverlap : public ::testing::TestWithParam<Case> {};
 
 TEST_P(OptimizerOverlap, CommitsWhenClippingIsInactiveAndIsBitwise) {
   const Case c = GetParam();
-  const Run none = train(overrides(c, false, 1e9), "ovl_commit_none", 3, 0);
-  const Run all = train(overrides(c, true, 1e9), "ovl_commit_all", 3, 0);
+  const OverlapRun none = train(overrides(c, false, 1e9), "ovl_commit_none", 3, 0);
+  const OverlapRun all = train(overrides(c, true, 1e9), "ovl_commit_all", 3, 0);
   expect_same(all, none);
   for (const stp::StepResult& r : all.steps) {
     EXPECT_EQ(r.clip_coef, 1.0) << "step " << r.step;
@@ -90,8 +90,8 @@ TEST_P(OptimizerOverlap, CommitsWhenClippingIsInactiveAndIsBitwise) {
 
 TEST_P(OptimizerOverlap, DiscardsWhenClippingScalesAndIsBitwise) {
   const Case c = GetParam();
-  const Run none = train(overrides(c, false, 0.05), "ovl_discard_none", 3, 0);
-  const Run all = train(overrides(c, true, 0.05), "ovl_discard_all", 3, 0);
+  const OverlapRun none = train(overrides(c, false, 0.05), "ovl_discard_none", 3, 0);
+  const OverlapRun all = train(overrides(c, true, 0.05), "ovl_discard_all", 3, 0);
   expect_same(all, none);
   for (const stp::StepResult& r : all.steps) {
     EXPECT_LT(r.clip_coef, 1.0) << "step " << r.step;
@@ -104,18 +104,20 @@ TEST_P(OptimizerOverlap, DiscardsWhenClippingScalesAndIsBitwise) {
 // do not; step 2 is skipped.
 TEST_P(OptimizerOverlap, MixedStepsAndASkippedStepAreBitwise) {
   const Case c = GetParam();
-  const Run probe = train(overrides(c, false, 1e9), "ovl_mixed_probe", 5, 0);
+  const OverlapRun probe = train(overrides(c, false, 1e9), "ovl_mixed_probe", 5, 0);
   std::vector<double> norms;
   for (const stp::StepResult& r : probe.steps) norms.push_back(r.grad_norm);
   std::sort(norms.begin(), norms.end());
   const double max_norm = (norms[1] + norms[3]) / 2;
-  const Run none = train(overrides(c, false, max_norm), "ovl_mixed_none", 5, 2);
-  const Run all = train(overrides(c, true, max_norm), "ovl_mixed_all", 5, 2);
+  const OverlapRun none = train(overrides(c, false, max_norm), "ovl_mixed_none", 5, 2);
+  const OverlapRun all = train(overrides(c, true, max_norm), "ovl_mixed_all", 5, 2);
   expect_same(all, none);
   std::uint64_t committed = 0, discarded = 0;
   for (const stp::StepResult& r : all.steps) {
     EXPECT_EQ(r.skipped, r.step == 2) << "step " << r.step;
-    if (r.skipped) EXPECT_EQ(r.speculation.committed + r.speculation.discarded, 0u);
+    if (r.skipped) {
+      EXPECT_EQ(r.speculation.committed + r.speculation.discarded, 0u);
+    }
     committed += r.speculation.committed;
     discarded += r.speculation.discarded;
   }
