@@ -32,6 +32,9 @@ struct ModelStateBytes {
   // Part of `weights`: the f32 masters that leave the device with the chunk's optimizer state (bf16
   // precision without the distributed optimizer: the masters of the GEMM weights, optim/host_update.h).
   std::size_t host_masters = 0;
+  // Holds a tied parameter: its gradients are final only after the tied sum that follows the
+  // backward, so its CPU update cannot start early (memory.optimizer_overlap).
+  bool tied = false;
   std::size_t total() const { return weights + gradients + optimizer; }
 };
 

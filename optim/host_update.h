@@ -5,8 +5,8 @@
 // Host memory (pinned, Device::allocate_pinned_host through a DeviceAllocator): the moments
 // exp_avg / exp_avg_sq of every span (allocated by the optimizer from allocator()), and per group
 // one staging buffer for the parameters (its device-master elements) and one for the gradients
-// (group elements). The device keeps only the parameters and gradients: no optimizer byte is
-// device memory.
+// (group elements); with speculation, the shadows (below). The device keeps only the parameters
+// and gradients: no optimizer byte is device memory.
 //
 // Host masters (bf16 precision, ParamInfo::host_master): a span added with its device bf16 copy
 // has its f32 master in allocator()'s memory, not on the device. Its master is not downloaded
@@ -56,9 +56,8 @@
 //         scaling of an early copy, cpu_adamw_update on every span of g (oneTBB), the bf16
 //         rounding of its host masters; record updated[g] (a committed speculation: a host task
 //         copying the shadows over the live state instead)
-//   h2d:  wait updated[g] (committed: the speculation); copy staging p back to the device (host-master span: its bf16
-//   rounding
-//         into the device copy); record up[g]
+//   h2d:  wait updated[g] (committed: the speculation); copy staging p back to the device
+//         (host-master span: its bf16 rounding into the device copy); record up[g]
 //
 // so the CPU update of group g overlaps the D2H of the groups after it and the H2D of the groups
 // before it, and step() returns before any of it is done: the host thread goes on enqueueing the

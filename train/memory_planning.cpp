@@ -145,6 +145,7 @@ ModelStateBytes chunk_state_bytes(Stage& st) {
     b.gradients += p.grad.bytes();
     b.optimizer += 2 * p.param.bytes();  // AdamW m and v, f32 like the parameter
     if (p.host_master) b.host_masters += p.param.bytes();
+    b.tied = b.tied || p.tied;
   }
   return b;
 }
