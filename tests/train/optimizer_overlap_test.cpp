@@ -8,7 +8,8 @@
 //     redone from the kept state;
 //   * mixed, with a skipped step in the middle (the non-finite guard's NaN hook): some steps
 //     commit, some discard, and the skipped step's speculations are dropped;
-// and the pinned host memory, shadows included, is the plan's to the byte.
+// a checkpoint resumes across the setting bitwise both ways; and the pinned host memory, shadows
+// included, is the plan's to the byte.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -137,6 +138,18 @@ INSTANTIATE_TEST_SUITE_P(Schedules, OptimizerOverlap,
                                            Case{"zb-v", false, false}, Case{"zb-v", true, false},
                                            Case{"stp", true, true}, Case{"zb-v", false, true}),
                          case_name);
+
+// Resume across the setting: 2 steps with it on (off), a checkpoint, 2 more with it off (on) equal
+// the uninterrupted 4 steps bitwise (committing speculations, so the commits are what is saved).
+TEST(OptimizerOverlapResume, CheckpointsCrossTheSettingBothWays) {
+  stp::testing::expect_resume_crosses_the_setting(
+      [](bool on) {
+        return std::vector<std::string>{"parallel.schedule=stp", "parallel.pp=2", "memory.optimizer_offload=all",
+                                        "train.grad_clip=1e9",
+                                        std::string("memory.optimizer_overlap=") + (on ? "all" : "none")};
+      },
+      "ovl_resume");
+}
 
 // The shadows are pinned host memory the plan counts: measured optimizer host bytes == predicted,
 // with them, and they are 8 bytes per speculating element more than without (12 with a host
