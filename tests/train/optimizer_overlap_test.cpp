@@ -151,6 +151,22 @@ TEST(OptimizerOverlapResume, CheckpointsCrossTheSettingBothWays) {
       "ovl_resume");
 }
 
+// all where nothing can speculate (the optimizer on the device) says so; where something does, no
+// warning.
+TEST(OptimizerOverlapWarning, AllWithNothingToSpeculateWarns) {
+  auto warned = [](const std::vector<std::string>& o) {
+    stp::Config cfg = tiny_config(o);
+    cfg.output.dir = fresh_dir("ovl_warning");
+    const stp::Trainer t(cfg);
+    for (const std::string& w : t.warnings())
+      if (w.find("memory.optimizer_overlap: all does nothing") != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(warned({"parallel.pp=2", "memory.optimizer_overlap=all"}));
+  EXPECT_FALSE(warned(
+      {"parallel.pp=2", "parallel.schedule=stp", "memory.optimizer_offload=all", "memory.optimizer_overlap=all"}));
+}
+
 // The shadows are pinned host memory the plan counts: measured optimizer host bytes == predicted,
 // with them, and they are 8 bytes per speculating element more than without (12 with a host
 // master); auto keeps them when the host budget holds them and drops them when it does not.
