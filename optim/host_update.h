@@ -18,7 +18,7 @@
 //
 // Early downloads: a group marked early (set_early: its gradients change no more after the
 // executor reports them final — no data-parallel reduction, no tied-gradient sum follows — or,
-// with the distributed optimizer, once its reduce-scatter has landed) is downloaded by
+// with data parallelism, once its all-reduce or reduce-scatter has landed) is downloaded by
 // grads_final(g), called when the gradients are final on the compute stream (or on the stream
 // the caller names): the d2h stream waits for that point and copies p and the unclipped g while
 // the backward of the other chunks goes on. Without speculation its CPU update still waits for

@@ -7,11 +7,13 @@
 //     the options allow it (RankOptimizerOptions::host_masters).
 //   * Early downloads: with one replica, a host chunk without the tied parameter (whose gradient
 //     the tied sum still changes) downloads its parameters and gradients as soon as the executor
-//     reports them final, while the backward of the other chunks goes on.
+//     reports them final, while the backward of the other chunks goes on; with several replicas,
+//     only when it speculates (memory.optimizer_overlap), once its all-reduce has landed.
 //   * The update is left in flight: the next step's first use of a chunk waits for that chunk's
 //     upload (the params_needed hook, a stream wait), then refreshes its bf16 GEMM copies unless
 //     the upload brought them.
-//   * Clipping scales the early copies on the host by the coefficient it read back.
+//   * Clipping scales the early copies on the host by the coefficient it read back; with
+//     speculation (RankOptimizerOptions::speculate) an early chunk's update runs at its download.
 #pragma once
 
 #include <memory>

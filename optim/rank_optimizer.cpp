@@ -88,10 +88,7 @@ std::unique_ptr<HostUpdate> make_host_update(const RankOptimizerOptions& o) {
   const std::vector<bool> on_host = RankParams::host_chunks(o);
   if (std::find(on_host.begin(), on_host.end(), true) == on_host.end()) return nullptr;
   auto host = std::make_unique<HostUpdate>(*o.device, *o.compute, o.placement.size(), o.dry_run);
-  // Replicated data parallelism all-reduces the gradients after the backward: no chunk is early.
-  // Decided from the options, not from a communicator, so that a dry run of one replica allocates
-  // the shadows the real run does.
-  host->set_speculative(o.speculate && (o.dp == 1 || o.distributed));
+  host->set_speculative(o.speculate);
   // The copy threads run on the emulated copy engine's CPUs, or near the device's NUMA node.
   for (Stream* s : {&host->d2h(), &host->h2d()}) {
     if (!o.copy_cpus.empty()) bind_stream_threads_to_cpus(*s, o.copy_cpus);

@@ -170,10 +170,8 @@ Measured measure(const Config& config, const ModelLayout& shape) {
   in.link_bytes_per_s = link;
   in.optimizer_offload = settings.optimizer_offload;
   in.cpu_adamw_bytes_per_s = kCpuAdamWBytesPerS;
-  // Host chunks speculate where their gradients are final before the step's reductions: with one
-  // replica, or with the distributed optimizer (optim/host_update.h, Speculation).
-  in.optimizer_overlap = settings.optimizer_overlap != OffloadPolicy::None &&
-                         (config.parallel.dp == 1 || config.parallel.distributed_optimizer);
+  // Host chunks without the tied parameter speculate (optim/host_update.h, Speculation).
+  in.optimizer_overlap = settings.optimizer_overlap != OffloadPolicy::None;
   out.compute_s.assign(static_cast<std::size_t>(pp), 0.0);
   for (int r = 0; r < pp; ++r) {
     in.units.emplace_back();

@@ -53,8 +53,7 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
   if (memory_settings(config).optimizer_overlap == OffloadPolicy::All && !plan.optimizer_overlap)
     warnings.push_back(
         "memory.optimizer_overlap: all does nothing here: no chunk's optimizer is on the host with gradients final "
-        "before the step's reductions (it needs memory.optimizer_offload, one replica or the distributed "
-        "optimizer, and a chunk without the tied embedding)");
+        "early (it needs memory.optimizer_offload and a host chunk without the tied embedding)");
   // parallel.cpu_threads is the process's CPU budget. Every rank runs its GEMMs concurrently on
   // its own stream thread, so each OpenBLAS call gets an equal share: oversubscribing the cores
   // (4 ranks x 2 threads on 2 cores) costs about 4x on the CPU backend.

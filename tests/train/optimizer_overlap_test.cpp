@@ -2,7 +2,8 @@
 // an offloaded chunk whose gradients are final early runs during the backward, as a speculation
 // on the clip coefficient being 1 and the step not being skipped. Against memory.optimizer_overlap:
 // none, bitwise (losses, parameters, both checkpoint files), for stp and zb-v at pp 2, f32 and bf16
-// (host masters), and dp 2 with the distributed optimizer:
+// (host masters), and dp 2 with the distributed optimizer and replicated (speculating once a chunk's
+// reduction has landed):
 //   * clipping inactive (the maximum norm far above the norm): every speculation commits;
 //   * clipping active (coefficient < 1 every step): every speculation is discarded and the update
 //     redone from the kept state;
@@ -29,7 +30,7 @@ using stp::testing::tiny_config;
 
 struct Case {
   const char* schedule;
-  bool bf16, distributed;
+  bool bf16, distributed, dp2 = false;  // distributed: dp 2 with the distributed optimizer
 };
 
 std::vector<std::string> overrides(const Case& c, bool overlap, double grad_clip) {
@@ -38,9 +39,8 @@ std::vector<std::string> overrides(const Case& c, bool overlap, double grad_clip
                                 std::string("memory.optimizer_overlap=") + (overlap ? "all" : "none"),
                                 "train.grad_clip=" + std::to_string(grad_clip)};
   if (c.bf16) o.push_back("train.precision=bf16");
-  if (c.distributed)
-    o.insert(o.end(), {"parallel.dp=2", "train.microbatches=4", "parallel.distributed_optimizer=true",
-                       "parallel.dp_bucket=4KiB"});
+  if (c.distributed || c.dp2) o.insert(o.end(), {"parallel.dp=2", "train.microbatches=4", "parallel.dp_bucket=4KiB"});
+  if (c.distributed) o.push_back("parallel.distributed_optimizer=true");
   return o;
 }
 
@@ -130,13 +130,15 @@ std::string case_name(const ::testing::TestParamInfo<Case>& p) {
   std::string s = p.param.schedule;
   for (char& ch : s)
     if (ch == '-') ch = '_';
-  return s + (p.param.bf16 ? "_bf16" : "_f32") + (p.param.distributed ? "_dp2_distributed" : "");
+  return s + (p.param.bf16 ? "_bf16" : "_f32") + (p.param.distributed ? "_dp2_distributed" : "") +
+         (p.param.dp2 ? "_dp2_replicated" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, OptimizerOverlap,
                          ::testing::Values(Case{"stp", false, false}, Case{"stp", true, false},
                                            Case{"zb-v", false, false}, Case{"zb-v", true, false},
-                                           Case{"stp", true, true}, Case{"zb-v", false, true}),
+                                           Case{"stp", true, true}, Case{"zb-v", false, true},
+                                           Case{"stp", false, false, true}),
                          case_name);
 
 // Resume across the setting: 2 steps with it on (off), a checkpoint, 2 more with it off (on) equal
@@ -171,12 +173,15 @@ TEST(OptimizerOverlapWarning, AllWithNothingToSpeculateWarns) {
 // with them, and they are 8 bytes per speculating element more than without (12 with a host
 // master); auto keeps them when the host budget holds them and drops them when it does not.
 TEST(OptimizerOverlapMemory, ShadowsAreInThePlanToTheByte) {
-  for (bool bf16 : {false, true}) {
-    SCOPED_TRACE(bf16 ? "bf16" : "f32");
+  // f32, bf16 (host masters), and f32 at dp 2 (replicated: the dry run plans one replica).
+  for (int variant : {0, 1, 2}) {
+    const bool bf16 = variant == 1;
+    SCOPED_TRACE(variant == 0 ? "f32" : variant == 1 ? "bf16" : "f32, dp 2");
     auto run = [&](const char* overlap, const std::string& host_budget) {
       std::vector<std::string> o = {"parallel.schedule=stp", "parallel.pp=2", "memory.optimizer_offload=all",
                                     std::string("memory.optimizer_overlap=") + overlap};
       if (bf16) o.push_back("train.precision=bf16");
+      if (variant == 2) o.insert(o.end(), {"parallel.dp=2", "train.microbatches=4"});
       if (!host_budget.empty()) o.push_back("memory.host_budget=" + host_budget);
       stp::Config cfg = tiny_config(o);
       cfg.output.dir = fresh_dir("ovl_memory");
@@ -186,7 +191,8 @@ TEST(OptimizerOverlapMemory, ShadowsAreInThePlanToTheByte) {
       const auto mem = t.device_memory();
       std::uint64_t pinned = 0;
       for (std::size_t g = 0; g < mem.size(); ++g) {
-        const stp::RankPrediction& p = t.memory_plan().predicted.at(g);
+        const auto& predicted = t.memory_plan().predicted;  // one replica
+        const stp::RankPrediction& p = predicted.at(g % predicted.size());
         EXPECT_EQ(mem[g].optimizer_host_bytes, p.optimizer_host_bytes) << overlap << " device " << g;
         EXPECT_EQ(mem[g].optimizer_shadow_bytes, p.optimizer_shadow_bytes) << overlap << " device " << g;
         pinned += p.host_pinned_bytes + p.optimizer_host_bytes;
@@ -202,9 +208,10 @@ TEST(OptimizerOverlapMemory, ShadowsAreInThePlanToTheByte) {
     for (std::size_t g = 0; g < none.size(); ++g) {
       EXPECT_EQ(none[g].optimizer_shadow_bytes, 0u);
       EXPECT_EQ(all[g].optimizer_host_bytes - none[g].optimizer_host_bytes, all[g].optimizer_shadow_bytes);
-      none_total += none[g].optimizer_host_bytes;
-      all_total += all[g].optimizer_host_bytes;
     }
+    // The plan's totals (one replica: what check_plan holds against memory.host_budget).
+    for (const stp::RankPrediction& p : none_plan.predicted) none_total += p.optimizer_host_bytes;
+    for (const stp::RankPrediction& p : all_plan.predicted) all_total += p.optimizer_host_bytes;
     EXPECT_GT(all_total, none_total) << "no chunk speculates";
     // auto: all with a roomy host budget, none when the shadows do not fit.
     const auto [roomy, roomy_mem] = run("auto", "");
