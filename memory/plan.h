@@ -32,6 +32,9 @@ struct ModelStateBytes {
   // Part of `weights`: the f32 masters that leave the device with the chunk's optimizer state (bf16
   // precision without the distributed optimizer: the masters of the GEMM weights, optim/host_update.h).
   std::size_t host_masters = 0;
+  // Holds a tied parameter: its gradients are final only after the tied sum that follows the
+  // backward, so its CPU update cannot start early (memory.optimizer_overlap).
+  bool tied = false;
   std::size_t total() const { return weights + gradients + optimizer; }
 };
 
@@ -69,6 +72,7 @@ struct RankPrediction {
   std::size_t optimizer_device_bytes = 0;        // AdamW moments on the device
   std::size_t optimizer_host_bytes = 0;          // moments + staging in pinned host memory
   std::size_t host_master_bytes = 0;             // of those: the f32 masters that moved with them
+  std::size_t optimizer_shadow_bytes = 0;        // of those: the speculation's shadows (optimizer overlap)
   // Model states by where they live, as the report pass shows them: on the device the dry run's
   // bytes of each category at the peak; on the host the pinned optimizer state of the chunks
   // placed there; and the CPU optimizer's time per step.
@@ -87,6 +91,7 @@ struct MemoryPlan {
   bool min_budget_exact = false;          // ... or, when false, a lower bound of it (live bytes)
   std::vector<RankPlan> ranks;            // [pp rank]
   bool optimizer_offload = false;         // some chunk's AdamW state in pinned host memory (RankPlan::optimizer)
+  bool optimizer_overlap = false;         // host chunks' CPU updates speculate (memory.optimizer_overlap)
   std::vector<RankPrediction> predicted;  // [global rank]
   std::string summary;                    // one line per decision group, for people
 };

@@ -57,11 +57,14 @@ std::vector<RankPrediction> evaluate(const PlannerInput& in, std::vector<RankPla
   std::vector<RankPrediction> pred = in.evaluate(plans);
   for (std::size_t g = 0; g < pred.size(); ++g) {
     const auto r = g / static_cast<std::size_t>(in.tp);
-    double s = 0;
-    for (std::size_t ch = 0; r < in.chunk_states.size() && ch < in.chunk_states[r].size(); ++ch)
-      if (plans[r].optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host)
-        s += optimizer_offload_seconds(in, in.chunk_states[r][ch]);
-    pred[g].optimizer_offload_s = s;
+    double after = 0, early = 0;  // the updates after the backward; the dearest early one
+    for (std::size_t ch = 0; r < in.chunk_states.size() && ch < in.chunk_states[r].size(); ++ch) {
+      if (plans[r].optimizer_placement(static_cast<int>(ch)) != OptimizerPlacement::Host) continue;
+      const double c = optimizer_offload_seconds(in, in.chunk_states[r][ch]);
+      if (in.optimizer_overlap && !in.chunk_states[r][ch].tied) early = std::max(early, c);
+      else after += c;
+    }
+    pred[g].optimizer_offload_s = after + early;
   }
   return pred;
 }

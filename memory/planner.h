@@ -30,6 +30,11 @@
 // rank's deficit it covers (bytes capped at peak − budget), so the smallest chunk that covers what is left wins over a
 // larger one. Once every rank fits, the host chunks are tried back on the device, dearest first, and stay there when
 // every rank still fits ("the reverse").
+// With optimizer_overlap a rank's optimizer_offload_s counts, of its host chunks without a tied
+// parameter (ModelStateBytes::tied), only the dearest: each such chunk's update runs as soon as its
+// gradients are on the host, overlapping the backward of the chunks after it, and only the last
+// one's follows the rank's last backward (an upper bound: that chunk is not always the dearest). A
+// chunk with a tied parameter is counted in full, as without overlap.
 //   step cost of a rank = recompute_s + exposed_copy_s + optimizer_offload_s (RankPrediction).
 //
 // Late reloads (RankPlan::late_reloads) are the last activation lever: once a rank over budget has
@@ -75,6 +80,10 @@ struct PlannerInput {
   OffloadPolicy optimizer_offload = OffloadPolicy::None;  // where each chunk's optimizer state may live
   double link_bytes_per_s = 1;                            // D2H / H2D rate (each direction)
   double cpu_adamw_bytes_per_s = 20e9;                    // the CPU AdamW's streaming rate
+  // memory.optimizer_overlap: the host chunks' updates run during the backward; a rank's exposed
+  // optimizer time then counts only the dearest of its chunks without a tied parameter (the last
+  // one's update follows the last backward), not their sum.
+  bool optimizer_overlap = false;
   // Fills each plan's prefetch points and returns predictions [global rank] (RankPlan::optimizer
   // says where each chunk's optimizer lives; the planner adds optimizer_offload_s itself).
   std::function<std::vector<RankPrediction>(std::vector<RankPlan>&)> evaluate;

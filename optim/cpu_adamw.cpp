@@ -23,6 +23,18 @@ void cpu_adamw_update(float* p, const float* g, float* m, float* v, std::size_t 
   for_cpu_blocks(n, [&](std::size_t begin, std::size_t end) { adamw_range(isa, p, g, m, v, begin, end, c); });
 }
 
+void cpu_adamw_update_copy(float* p, const float* p_from, const float* g, float* m, const float* m_from, float* v,
+                           const float* v_from, std::size_t n, const AdamWScalars& c) {
+  const CpuIsa isa = best_cpu_isa();
+  for_cpu_blocks(n, [&](std::size_t begin, std::size_t end) {
+    const std::size_t bytes = (end - begin) * sizeof(float);
+    std::memcpy(m + begin, m_from + begin, bytes);
+    std::memcpy(v + begin, v_from + begin, bytes);
+    if (p_from) std::memcpy(p + begin, p_from + begin, bytes);
+    adamw_range(isa, p, g, m, v, begin, end, c);
+  });
+}
+
 void for_cpu_blocks(std::size_t n, const std::function<void(std::size_t begin, std::size_t end)>& fn) {
   if (n <= kCpuAdamWGrain) return fn(0, n);
 #if defined(STP_TSAN)

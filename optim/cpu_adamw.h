@@ -44,6 +44,14 @@ void for_cpu_blocks(std::size_t n, const std::function<void(std::size_t begin, s
 void cpu_adamw_update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWScalars& c,
                       CpuIsa isa = best_cpu_isa(), bool parallel = true);
 
+// cpu_adamw_update into copies of the state: per block, m_from and v_from (and p_from when given)
+// are copied into m, v (and p) and the block is updated there, while it is in cache; m_from,
+// v_from and p_from are left unchanged, and p is updated in place when p_from is null. The
+// result is bitwise cpu_adamw_update's on the sources (the element formula is applied to the same
+// values; where they sit does not change its bits).
+void cpu_adamw_update_copy(float* p, const float* p_from, const float* g, float* m, const float* m_from, float* v,
+                           const float* v_from, std::size_t n, const AdamWScalars& c);
+
 // Zeroed exp_avg / exp_avg_sq for buffers of the given element counts, on NUMA node `node`
 // (-1: wherever the OS puts them; a node the system cannot bind to is left to the OS as well).
 class CpuAdamWState {

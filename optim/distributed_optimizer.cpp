@@ -64,6 +64,11 @@ void DistributedOptimizer::attach(const std::vector<Stage*>& stages) {
   std::vector<bool> scaled;
   for (const Segment& sg : segments_) scaled.push_back(on_host(sg.chunk));
   clipper_->set_scaled(std::move(scaled));
+  // Speculation: a host chunk's owned gradients are final once its reduce-scatter has landed
+  // (reduce); a chunk holding the tied parameter is reduced only after the backward. Set in dry
+  // runs too (which reduce nothing): the shadows are allocated alike.
+  for (std::size_t c = 0; host_ && o_.speculate && c < chunks_.size(); ++c)
+    host_->set_early(c, on_host(c) && !chunks_[c].delayed);
 }
 
 // The device chunks' segments as flat runs (adamw_flat_step): in gradient order, a segment
@@ -188,6 +193,8 @@ float* DistributedOptimizer::master(const Segment& s) const {
 
 bf16* DistributedOptimizer::copy(const Segment& s) const { return params_.list[s.param].compute.as<bf16>() + s.offset; }
 
+RankOptimizer::Speculation DistributedOptimizer::speculation() const { return speculation_of(host_.get()); }
+
 std::size_t DistributedOptimizer::host_master_bytes() const {
   std::size_t n = master_bytes(/*on_host=*/true);
   for (const ParamInfo& p : params_.list)
@@ -208,8 +215,8 @@ std::size_t DistributedOptimizer::buckets() const {
   return n;
 }
 
-void DistributedOptimizer::begin_step() {
-  if (host_) host_->begin_step();
+void DistributedOptimizer::begin_step(float lr) {
+  if (host_) host_->begin_step(lr, o_.hyper, static_cast<int>(step_count_ + 1));
   // The bf16 GEMM copies are refreshed chunk by chunk once the step waits for their all-gathers
   // (params_needed).
   for (Stage* s : params_.stages) s->zero_grads_keep_copies(*o_.compute);
@@ -240,6 +247,8 @@ void DistributedOptimizer::reduce(std::size_t chunk) {
     comm_->reduce_scatter_sum(*dp_stream_, c.grads.f32() + first, count);
     if (o_.trace) dp_stream_->trace_end();
   }
+  // An early host chunk (speculation) downloads its owned slices once they hold the sums.
+  if (host_ && on_host(chunk)) host_->grads_final(chunk, dp_stream_.get());
 }
 
 void DistributedOptimizer::finish_gradients(const std::function<void()>& sum_tied) {

@@ -8,7 +8,7 @@
 // boundaries into segments, each updated with its parameter's weight decay.
 //
 // Per step (replacing DpGradSync + AdamW + the grad clipper over whole tensors):
-//   begin_step(); the executor reports chunk c's gradients final (the grads_final hook) and that
+//   begin_step(lr); the executor reports chunk c's gradients final (the grads_final hook) and that
 //   chunk's buckets are reduce-scattered on the dp stream, overlapped with the rest of the
 //   backward; chunks holding a tied parameter wait for finish_gradients(sum_tied), which runs the
 //   caller's tied-gradient sum (over whole tensors, before any reduction: the sum is linear) first.
@@ -75,7 +75,7 @@ class DistributedOptimizer final : public RankOptimizer {
   OptimizerHooks hooks() override;
   const std::vector<ParamInfo>& params() const override { return params_.list; }
 
-  void begin_step() override;
+  void begin_step(float lr) override;
   void finish_gradients(const std::function<void()>& sum_tied) override;
   void order_gradient_writes(Stream& s) override;
   float* owned_gradient() override;
@@ -100,6 +100,8 @@ class DistributedOptimizer final : public RankOptimizer {
   void set_step_count(std::int64_t steps) override { step_count_ = steps; }
   std::size_t host_state_bytes() const override { return host_ ? host_->host_bytes() : 0; }
   std::size_t host_master_bytes() const override;
+  Speculation speculation() const override;
+  std::size_t host_shadow_bytes() const override { return host_ ? host_->shadow_bytes() : 0; }
 
   const std::vector<Segment>& segments() const { return segments_; }
   // The chunk's flat moments (0: exp_avg, 1: exp_avg_sq); segment s lives at [state_at, + count).

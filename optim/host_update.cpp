@@ -1,5 +1,8 @@
 #include "optim/host_update.h"
 
+#include <chrono>
+#include <cstring>
+
 #include "base/error.h"
 #include "base/trace_names.h"
 #include "core/dtype.h"
@@ -31,6 +34,7 @@ HostUpdate::HostUpdate(Device& device, Stream& compute, std::size_t groups, bool
     g.down = device.create_event();
     g.updated = device.create_event();
     g.up = device.create_event();
+    g.spec = device.create_event();
   }
 }
 
@@ -62,17 +66,29 @@ void HostUpdate::allocate_staging() {
     g.g_host = Tensor::empty(host_, Shape{static_cast<std::int64_t>(g.elements)});
     if (g.host_masters > 0)
       g.c_host = Tensor::empty(host_, Shape{static_cast<std::int64_t>(g.host_masters)}, DType::Bf16);
+    if (!speculative_ || !g.early) continue;
+    const std::size_t before = host_bytes_;
+    g.m_shadow = Tensor::empty(host_, Shape{static_cast<std::int64_t>(g.elements)});
+    g.v_shadow = Tensor::empty(host_, Shape{static_cast<std::int64_t>(g.elements)});
+    if (g.host_masters > 0) g.p_shadow = Tensor::empty(host_, Shape{static_cast<std::int64_t>(g.host_masters)});
+    shadow_bytes_ += host_bytes_ - before;
   }
   staged_ = true;
 }
 
-void HostUpdate::begin_step() {
+void HostUpdate::begin_step(float lr, const AdamWHyper& hyper, int step) {
   if (!staged_) allocate_staging();
   // A skipped step's early downloads were never waited for: this step's work must not write the
-  // gradients they read before they are done.
+  // gradients they read before they are done. Its speculations are dropped: the live state is
+  // intact, and the next download waits for them before it overwrites the staging they read.
   order_after_downloads(compute_);
-  for (Group& g : groups_) g.downloaded = false;
+  for (Group& g : groups_) g.downloaded = g.speculated = false;
+  last_ = {};
   coef_ = 1.0f;
+  lr_ = lr;
+  hyper_ = hyper;
+  step_ = step;
+  announced_ = true;
 }
 
 // Staging is free to overwrite once the previous step's upload from it is done: compute waited
@@ -80,6 +96,7 @@ void HostUpdate::begin_step() {
 // waits for the upload itself.
 void HostUpdate::download(Group& g) {
   if (g.pending) d2h_->wait(*g.up);
+  if (g.spec_events) d2h_->wait(*g.spec);  // a speculation reads the staging and writes its parameters
   const std::size_t i = static_cast<std::size_t>(&g - groups_.data());
   d2h_->trace_begin(str("download group ", i), trace::cat::kOptimizer, TraceArgs().add(trace::arg::kGroup, i));
   for (const Span& s : g.spans) {
@@ -96,50 +113,118 @@ void HostUpdate::order_after_downloads(Stream& s) {
     if (g.downloaded) s.wait(*g.down);
 }
 
-void HostUpdate::grads_final(std::size_t group) {
+void HostUpdate::grads_final(std::size_t group, Stream* after) {
   Group& g = groups_.at(group);
   if (!g.early || g.downloaded || !staged_) return;
-  compute_.record(*g.final);
+  Stream& s = after ? *after : compute_;
+  s.record(*g.final);
   d2h_->wait(*g.final);
   download(g);
+  if (speculative_ && announced_) speculate(group);
+}
+
+// The update as step() would run it with coefficient 1, into the shadows (see the header): the
+// live moments and masters are only read.
+void HostUpdate::speculate(std::size_t i) {
+  Group& g = groups_[i];
+  cpu_->wait(*g.down);
+  if (!dry_) {
+    cpu_->trace_begin(str("speculative update group ", i), trace::cat::kOptimizer,
+                      TraceArgs().add(trace::arg::kGroup, i));
+    cpu_->enqueue_host([&g, lr = lr_, hyper = hyper_, step = step_] {
+      const auto start = std::chrono::steady_clock::now();
+      for (const Span& s : g.spans) {
+        const AdamWScalars c = adamw_scalars(lr, hyper, step, s.decay);
+        float* p = s.compute ? g.p_shadow.f32() + s.p_at : g.p_host.f32() + s.p_at;
+        cpu_adamw_update_copy(p, s.compute ? s.param : nullptr, g.g_host.f32() + s.at, g.m_shadow.f32() + s.at, s.m,
+                              g.v_shadow.f32() + s.at, s.v, s.n, c);
+        if (s.compute) round_to_bf16(g.c_host.as<bf16>() + s.p_at, p, s.n);
+      }
+      g.spec_ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    });
+    cpu_->trace_end();
+  }
+  cpu_->record(*g.spec);
+  g.speculated = g.spec_events = true;
+}
+
+// The CPU update of group i on the cpu stream once its download is done, while later groups
+// download and earlier ones upload; the host thread only enqueues (the arithmetic may still be
+// running when the next step starts enqueueing). Everything the task reads is either captured by
+// value or stays unchanged until its upload is done (download waits for it before overwriting the
+// staging; settle waits for every upload).
+void HostUpdate::enqueue_update(std::size_t i, bool rescale, float coef, float lr, const AdamWHyper& hyper, int step) {
+  Group& g = groups_[i];
+  cpu_->wait(*g.down);
+  if (!dry_) {
+    cpu_->trace_begin(str("update group ", i), trace::cat::kOptimizer, TraceArgs().add(trace::arg::kGroup, i));
+    cpu_->enqueue_host([&g, rescale, coef, lr, hyper, step] {
+      if (rescale) {
+        float* x = g.g_host.f32();
+        for (std::size_t k = 0; k < g.elements; ++k) x[k] *= coef;
+      }
+      for (const Span& s : g.spans) {
+        float* p = s.compute ? s.param : g.p_host.f32() + s.p_at;
+        cpu_adamw_update(p, g.g_host.f32() + s.at, s.m, s.v, s.n, adamw_scalars(lr, hyper, step, s.decay));
+        if (s.compute) round_to_bf16(g.c_host.as<bf16>() + s.p_at, p, s.n);
+      }
+    });
+    cpu_->trace_end();
+  }
+  cpu_->record(*g.updated);
+  h2d_->wait(*g.updated);
+}
+
+// A committed speculation: the upload needs only the speculative update (its staging holds the
+// new parameters or bf16 copies); the shadows go over the live state behind it on the cpu stream,
+// before any later update reads that state.
+void HostUpdate::enqueue_commit(std::size_t i) {
+  Group& g = groups_[i];
+  h2d_->wait(*g.spec);
+  if (!dry_) {
+    cpu_->trace_begin(str("commit group ", i), trace::cat::kOptimizer, TraceArgs().add(trace::arg::kGroup, i));
+    cpu_->enqueue_host([&g, &hidden = hidden_ns_] {
+      for (const Span& s : g.spans) {
+        for_cpu_blocks(s.n, [&](std::size_t begin, std::size_t end) {
+          const std::size_t bytes = (end - begin) * sizeof(float);
+          std::memcpy(s.m + begin, g.m_shadow.f32() + s.at + begin, bytes);
+          std::memcpy(s.v + begin, g.v_shadow.f32() + s.at + begin, bytes);
+          if (s.compute) std::memcpy(s.param + begin, g.p_shadow.f32() + s.p_at + begin, bytes);
+        });
+      }
+      hidden += g.spec_ns;
+    });
+    cpu_->trace_end();
+  }
+  cpu_->record(*g.updated);
 }
 
 void HostUpdate::step(float lr, const AdamWHyper& hyper, int step) {
   const float coef = coef_;
   if (!staged_) allocate_staging();
-  // The groups not downloaded early: parameters and clipped gradients, after compute's work so far.
+  // The groups not downloaded early (or whose speculation is discarded): parameters and clipped
+  // gradients, after compute's work so far.
   compute_.record(*ready_);
   d2h_->wait(*ready_);
-  std::vector<bool> scale(groups_.size());
-  for (std::size_t i = 0; i < groups_.size(); ++i) {
-    scale[i] = groups_[i].downloaded && coef != 1.0f;  // an early copy holds the unclipped gradient
-    if (!groups_[i].downloaded) download(groups_[i]);
-  }
-  // The CPU update of group g on the cpu stream once its download is done, while later groups
-  // download and earlier ones upload; the host thread only enqueues (the arithmetic may still be
-  // running when the next step starts enqueueing). Everything the task reads is either captured by
-  // value or stays unchanged until its upload is done (download waits for it before overwriting
-  // the staging; settle waits for every upload).
+  const bool as_announced = announced_ && lr == lr_ && step == step_ && hyper.beta1 == hyper_.beta1 &&
+                            hyper.beta2 == hyper_.beta2 && hyper.eps == hyper_.eps &&
+                            hyper.weight_decay == hyper_.weight_decay;
+  std::vector<bool> scale(groups_.size()), commit(groups_.size());
+  last_ = {};
   for (std::size_t i = 0; i < groups_.size(); ++i) {
     Group& g = groups_[i];
-    cpu_->wait(*g.down);
-    if (!dry_) {
-      cpu_->trace_begin(str("update group ", i), trace::cat::kOptimizer, TraceArgs().add(trace::arg::kGroup, i));
-      cpu_->enqueue_host([&g, rescale = static_cast<bool>(scale[i]), coef, lr, hyper, step] {
-        if (rescale) {
-          float* x = g.g_host.f32();
-          for (std::size_t k = 0; k < g.elements; ++k) x[k] *= coef;
-        }
-        for (const Span& s : g.spans) {
-          float* p = s.compute ? s.param : g.p_host.f32() + s.p_at;
-          cpu_adamw_update(p, g.g_host.f32() + s.at, s.m, s.v, s.n, adamw_scalars(lr, hyper, step, s.decay));
-          if (s.compute) round_to_bf16(g.c_host.as<bf16>() + s.p_at, p, s.n);
-        }
-      });
-      cpu_->trace_end();
-    }
-    cpu_->record(*g.updated);
-    h2d_->wait(*g.updated);
+    commit[i] = g.speculated && as_announced && coef == 1.0f;
+    if (g.speculated && !commit[i]) g.downloaded = false;  // discarded: its staging holds its output
+    if (g.speculated) ++(commit[i] ? last_.committed : last_.discarded);
+    g.speculated = false;
+    scale[i] = g.downloaded && coef != 1.0f;  // an early copy holds the unclipped gradient
+    if (!g.downloaded) download(g);
+  }
+  for (std::size_t i = 0; i < groups_.size(); ++i) {
+    Group& g = groups_[i];
+    if (commit[i]) enqueue_commit(i);
+    else enqueue_update(i, scale[i], coef, lr, hyper, step);
     h2d_->trace_begin(str("upload group ", i), trace::cat::kOptimizer, TraceArgs().add(trace::arg::kGroup, i));
     for (const Span& s : g.spans) {
       if (s.compute) h2d_->copy(s.compute, g.c_host.as<bf16>() + s.p_at, s.n * sizeof(bf16));
@@ -149,6 +234,7 @@ void HostUpdate::step(float lr, const AdamWHyper& hyper, int step) {
     h2d_->record(*g.up);
     g.pending = true;
   }
+  announced_ = false;
 }
 
 void HostUpdate::params_needed(std::size_t group) {

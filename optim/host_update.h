@@ -5,8 +5,8 @@
 // Host memory (pinned, Device::allocate_pinned_host through a DeviceAllocator): the moments
 // exp_avg / exp_avg_sq of every span (allocated by the optimizer from allocator()), and per group
 // one staging buffer for the parameters (its device-master elements) and one for the gradients
-// (group elements). The device keeps only the parameters and gradients: no optimizer byte is
-// device memory.
+// (group elements); with speculation, the shadows (below). The device keeps only the parameters
+// and gradients: no optimizer byte is device memory.
 //
 // Host masters (bf16 precision, ParamInfo::host_master): a span added with its device bf16 copy
 // has its f32 master in allocator()'s memory, not on the device. Its master is not downloaded
@@ -17,13 +17,35 @@
 // its master and moments, and no parameter staging.
 //
 // Early downloads: a group marked early (set_early: its gradients change no more after the
-// executor reports them final — no data-parallel reduction, no tied-gradient sum follows) is
-// downloaded by grads_final(g), called when the executor reports the chunk's last backward: the
-// d2h stream waits for that point of the compute stream and copies p and the unclipped g while
-// the backward of the other chunks goes on. Its CPU update still waits for step(): the global
-// gradient norm (clipping) and the non-finite guard need every gradient of every rank first; the
-// update then scales the host copy by the clip coefficient (the device kernel's x *= coef, one f32
-// multiply: the same bits).
+// executor reports them final — no data-parallel reduction, no tied-gradient sum follows — or,
+// with data parallelism, once its all-reduce or reduce-scatter has landed) is downloaded by
+// grads_final(g), called when the gradients are final on the compute stream (or on the stream
+// the caller names): the d2h stream waits for that point and copies p and the unclipped g while
+// the backward of the other chunks goes on. Without speculation its CPU update still waits for
+// step(): the global gradient norm (clipping) and the non-finite guard need every gradient of
+// every rank first; the update then scales the host copy by the clip coefficient (the device
+// kernel's x *= coef, one f32 multiply: the same bits).
+//
+// Speculation (set_speculative; memory.optimizer_overlap): the update of every element depends on
+// the clip coefficient, a norm over every gradient of every rank, and a skipped step (non-finite
+// norm or loss) must leave the state untouched; neither is known before the last backward. So an
+// early group does not wait for them: right after its download the cpu stream runs the whole
+// AdamW update assuming coefficient 1 and no skip, with the step's lr and step number (given to
+// begin_step), writing the new moments (and a host master's new f32 value) into shadow buffers
+// and the new parameters into the staging; the live state stays intact. step() then commits or
+// discards each speculation:
+//   * commit when the coefficient is exactly 1.0f (clipping off, or the norm below the maximum:
+//     min(1, max/(norm+1e-6)) is then 1.0f, and g * 1.0f == g bitwise) and the lr and step are the
+//     ones speculated with: the upload waits for the speculative update, then the cpu stream
+//     copies the shadows over the live moments and masters;
+//   * discard otherwise: the group is downloaded again (after the speculation, which read the
+//     staging) with the device's clipped gradients, and updated from the intact state as without
+//     speculation.
+// Both branches leave exactly the bits of the update without speculation: a committed speculation
+// computed the same formula on the same values. A skipped step never calls step(): begin_step
+// drops its speculations (the shadows are simply overwritten by the next one). Shadows: 8 bytes
+// per element (m, v), 4 more per host-master element (the master); the parameter staging of a
+// device master is the speculation's output already. Allocated with the staging, in dry runs too.
 //
 // One update (step), called on the rank's host thread once the gradients are final and clipped
 // (the compute stream's work so far); it only enqueues, on three streams of the device:
@@ -32,9 +54,10 @@
 //                       staging (g only for a host-master span); record down[g]
 //   cpu:  for each group g in order: wait down[g]; a host task (Stream::enqueue_host): the clip
 //         scaling of an early copy, cpu_adamw_update on every span of g (oneTBB), the bf16
-//         rounding of its host masters; record updated[g]
-//   h2d:  wait updated[g]; copy staging p back to the device (host-master span: its bf16 rounding
-//         into the device copy); record up[g]
+//         rounding of its host masters; record updated[g] (a committed speculation: a host task
+//         copying the shadows over the live state instead)
+//   h2d:  wait updated[g] (committed: the speculation); copy staging p back to the device
+//         (host-master span: its bf16 rounding into the device copy); record up[g]
 //
 // so the CPU update of group g overlaps the D2H of the groups after it and the H2D of the groups
 // before it, and step() returns before any of it is done: the host thread goes on enqueueing the
@@ -53,10 +76,13 @@
 // device update would.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "base/error.h"
 #include "core/device.h"
 #include "core/kernels/optim_kernels.h"
 #include "core/tensor.h"
@@ -84,10 +110,19 @@ class HostUpdate {
            bf16* compute = nullptr);
 
   void set_early(std::size_t group, bool early) { groups_.at(group).early = early; }
-  // Forgets the previous step's early downloads; call at the start of every step.
-  void begin_step();
-  // The group's gradients are final at this point of the compute stream (no-op unless early).
-  void grads_final(std::size_t group);
+  // Early groups speculate (see the header comment); call before the first step.
+  void set_speculative(bool on) {
+    STP_ASSERT(!staged_, "HostUpdate: speculation set after the first step");
+    speculative_ = on;
+  }
+  bool speculative(std::size_t group) const { return speculative_ && groups_.at(group).early; }
+  // Forgets the previous step's early downloads and speculations; call at the start of every step
+  // with the lr, hyperparameters and step number the step's update will use (step() receives them
+  // again: a speculation made with others is discarded).
+  void begin_step(float lr, const AdamWHyper& hyper, int step);
+  // The group's gradients are final at this point of `after` (default: the compute stream); no-op
+  // unless early. An early group of a speculative update starts its speculative update here.
+  void grads_final(std::size_t group, Stream* after = nullptr);
 
   // Orders `s` after this step's early downloads: whatever `s` enqueues next may overwrite the
   // gradients and parameters they read (the clip scaling writes the gradients in place).
@@ -110,7 +145,17 @@ class HostUpdate {
   // loads).
   void settle();
 
-  std::size_t host_bytes() const { return host_bytes_; }  // moments + masters + staging, allocated so far
+  std::size_t host_bytes() const { return host_bytes_; }      // moments + masters + staging, allocated so far
+  std::size_t shadow_bytes() const { return shadow_bytes_; }  // of those: the speculation's shadows
+
+  // The last step()'s speculations: committed and discarded groups. hidden_ns: the CPU time of
+  // every committed speculative update so far (the update time taken off the step's tail; each is
+  // counted once its commit has run on the cpu stream: read it after settle for an exact total).
+  struct Speculation {
+    std::size_t committed = 0, discarded = 0;
+  };
+  Speculation last_speculation() const { return last_; }
+  std::int64_t hidden_ns() const { return hidden_ns_.load(); }
   Stream& compute() { return compute_; }
   Stream& d2h() { return *d2h_; }
   Stream& h2d() { return *h2d_; }
@@ -129,12 +174,19 @@ class HostUpdate {
   struct Group {
     std::vector<Span> spans;
     std::size_t elements = 0, device_masters = 0, host_masters = 0;  // elements in all, by master
-    Tensor p_host, g_host, c_host;  // staging (device_masters,) f32, (elements,) f32, (host_masters,) bf16
-    std::unique_ptr<Event> final, down, updated, up;
+    Tensor p_host, g_host, c_host;        // staging (device_masters,) f32, (elements,) f32, (host_masters,) bf16
+    Tensor m_shadow, v_shadow, p_shadow;  // speculation: (elements,) f32 each, (host_masters,) f32
+    std::unique_ptr<Event> final, down, updated, up, spec;
     bool early = false, downloaded = false;
-    bool pending = false;  // uploaded; compute not ordered after it yet
+    bool pending = false;      // uploaded; compute not ordered after it yet
+    bool speculated = false;   // this step's speculative update is enqueued, not yet committed or dropped
+    bool spec_events = false;  // spec has been recorded (a download waits for it: it reads the staging)
+    std::int64_t spec_ns = 0;  // the last speculative update's CPU time (written by its task)
   };
   void download(Group& g);
+  void speculate(std::size_t group);
+  void enqueue_update(std::size_t group, bool rescale, float coef, float lr, const AdamWHyper& hyper, int step);
+  void enqueue_commit(std::size_t group);
   class CountingAllocator final : public Allocator {
    public:
     CountingAllocator(Device& device, std::size_t& counter) : inner_(device, true), counter_(counter) {}
@@ -156,8 +208,16 @@ class HostUpdate {
   std::vector<Group> groups_;
   std::size_t host_bytes_ = 0;
   CountingAllocator host_;
+  std::size_t shadow_bytes_ = 0;
   float coef_ = 1.0f;
-  bool dry_, staged_ = false;
+  // The update begin_step announced (the speculation's arguments).
+  float lr_ = 0;
+  AdamWHyper hyper_;
+  int step_ = 0;
+  bool announced_ = false;
+  Speculation last_;
+  std::atomic<std::int64_t> hidden_ns_{0};
+  bool dry_, staged_ = false, speculative_ = false;
 };
 
 }  // namespace stp

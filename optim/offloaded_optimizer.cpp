@@ -19,11 +19,16 @@ StageMasters OffloadedOptimizer::masters(int chunk) const {
 
 void OffloadedOptimizer::attach(const std::vector<Stage*>& stages) {
   ReplicatedOptimizer::attach(stages);
-  if (dp_sync_) return;  // the dp all-reduce still changes the gradients after the backward
+  // A chunk without the tied parameter (whose gradient the tied sum still changes) is final at its
+  // last backward with one replica, and once its all-reduce has landed with several: downloaded
+  // then only to speculate (the download after the step's reductions costs nothing more without).
+  // Decided without asking for dp_sync_ where it would differ from a dry run of one replica only in
+  // downloads, never in the shadows (HostUpdate allocates them for speculating early groups).
   const std::vector<bool> on_host = RankParams::host_chunks(o_);
   for (std::size_t c = 0; c < stages.size(); ++c) {
     const auto& ps = stages[c]->params();
-    host_->set_early(c, on_host[c] && std::none_of(ps.begin(), ps.end(), [](const ParamInfo& p) { return p.tied; }));
+    const bool tied = std::any_of(ps.begin(), ps.end(), [](const ParamInfo& p) { return p.tied; });
+    host_->set_early(c, on_host[c] && !tied && (!dp_sync_ || o_.speculate));
   }
 }
 
@@ -31,12 +36,17 @@ OptimizerHooks OffloadedOptimizer::hooks() {
   OptimizerHooks h = ReplicatedOptimizer::hooks();
   if (!dp_sync_)
     h.grads_final = [host = host_.get()](int chunk) { host->grads_final(static_cast<std::size_t>(chunk)); };
+  else  // the chunk's all-reduce first; an early chunk downloads once it has landed
+    h.grads_final = [host = host_.get(), sync = dp_sync_.get(), dp = dp_stream_.get()](int chunk) {
+      sync->chunk_final(chunk);
+      host->grads_final(static_cast<std::size_t>(chunk), dp);
+    };
   h.params_needed = [this](int chunk) { params_needed(chunk); };
   return h;
 }
 
-void OffloadedOptimizer::begin_step() {
-  host_->begin_step();
+void OffloadedOptimizer::begin_step(float lr) {
+  host_->begin_step(lr, o_.hyper, static_cast<int>(adamw_->step_count() + 1));
   // The bf16 GEMM copies are refreshed chunk by chunk once the step waits for their uploads
   // (params_needed).
   for (Stage* s : params_.stages) s->zero_grads_keep_copies(*o_.compute);
@@ -76,6 +86,8 @@ std::vector<Tensor> OffloadedOptimizer::full_moments(int which) {
   }
   return out;
 }
+
+RankOptimizer::Speculation OffloadedOptimizer::speculation() const { return speculation_of(host_.get()); }
 
 std::size_t OffloadedOptimizer::host_master_bytes() const {
   std::size_t n = 0;

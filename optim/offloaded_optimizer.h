@@ -7,11 +7,13 @@
 //     the options allow it (RankOptimizerOptions::host_masters).
 //   * Early downloads: with one replica, a host chunk without the tied parameter (whose gradient
 //     the tied sum still changes) downloads its parameters and gradients as soon as the executor
-//     reports them final, while the backward of the other chunks goes on.
+//     reports them final, while the backward of the other chunks goes on; with several replicas,
+//     only when it speculates (memory.optimizer_overlap), once its all-reduce has landed.
 //   * The update is left in flight: the next step's first use of a chunk waits for that chunk's
 //     upload (the params_needed hook, a stream wait), then refreshes its bf16 GEMM copies unless
 //     the upload brought them.
-//   * Clipping scales the early copies on the host by the coefficient it read back.
+//   * Clipping scales the early copies on the host by the coefficient it read back; with
+//     speculation (RankOptimizerOptions::speculate) an early chunk's update runs at its download.
 #pragma once
 
 #include <memory>
@@ -29,7 +31,7 @@ class OffloadedOptimizer final : public ReplicatedOptimizer {
   void attach(const std::vector<Stage*>& stages) override;
   OptimizerHooks hooks() override;
 
-  void begin_step() override;
+  void begin_step(float lr) override;
   void order_gradient_writes(Stream& s) override { host_->order_after_downloads(s); }
   void clip(float max_norm) override;
 
@@ -38,6 +40,8 @@ class OffloadedOptimizer final : public ReplicatedOptimizer {
   std::vector<Tensor> full_moments(int which) override;
   std::size_t host_state_bytes() const override { return host_->host_bytes(); }
   std::size_t host_master_bytes() const override;
+  Speculation speculation() const override;
+  std::size_t host_shadow_bytes() const override { return host_->shadow_bytes(); }
 
  private:
   HostUpdate* host_update() override { return host_.get(); }

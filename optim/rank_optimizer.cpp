@@ -64,6 +64,12 @@ void clip_gradients(GradClipper& clipper, Stream& compute, HostUpdate* host, flo
   host->set_clip_coefficient(coef);
 }
 
+RankOptimizer::Speculation speculation_of(const HostUpdate* host) {
+  if (!host) return {};
+  const HostUpdate::Speculation s = host->last_speculation();
+  return {s.committed, s.discarded, static_cast<double>(host->hidden_ns()) * 1e-9};
+}
+
 void add_host_streams(HostUpdate& host, bool except_in_flight, std::vector<Stream*>& out) {
   out.push_back(&host.d2h());
   if (except_in_flight) return;
@@ -82,6 +88,7 @@ std::unique_ptr<HostUpdate> make_host_update(const RankOptimizerOptions& o) {
   const std::vector<bool> on_host = RankParams::host_chunks(o);
   if (std::find(on_host.begin(), on_host.end(), true) == on_host.end()) return nullptr;
   auto host = std::make_unique<HostUpdate>(*o.device, *o.compute, o.placement.size(), o.dry_run);
+  host->set_speculative(o.speculate);
   // The copy threads run on the emulated copy engine's CPUs, or near the device's NUMA node.
   for (Stream* s : {&host->d2h(), &host->h2d()}) {
     if (!o.copy_cpus.empty()) bind_stream_threads_to_cpus(*s, o.copy_cpus);

@@ -20,7 +20,7 @@
 //   spec.host_masters / shard_masters = opt->masters(c) for every local chunk c, then build stages
 //   opt->attach(stages);                       // the state, in the allocator's OptimizerState category
 //   executor hooks = opt->hooks();
-//   per step:  opt->begin_step();  executor.run_step();  opt->finish_gradients(sum_tied);
+//   per step:  opt->begin_step(lr);  executor.run_step();  opt->finish_gradients(sum_tied);
 //              float* ss = opt->grad_sumsq(replica);  — the caller decides finite or not —
 //              if finite: [opt->clip(max_norm);]  opt->step(lr);
 //   between steps: settle(), the checkpoint views, loads.
@@ -65,7 +65,10 @@ struct RankOptimizerOptions {
   // builds one replica (dp 1, or a dry run of a larger job: state allocated, nothing sent).
   Communicator* dp_comm = nullptr;
   std::size_t bucket_bytes = 0;  // parallel.dp_bucket (0: one bucket per chunk)
-  int tp_rank = 0;               // TP-replicated gradients enter the norm on TP rank 0 only
+  // The CPU update of a host chunk whose gradients are final early speculates on the clip
+  // coefficient and the guard (memory.optimizer_overlap; optim/host_update.h, Speculation).
+  bool speculate = false;
+  int tp_rank = 0;  // TP-replicated gradients enter the norm on TP rank 0 only
   // The CPU update's streams run on these CPUs (the emulated copy engine's), else near this NUMA
   // node (-1: unbound).
   std::vector<int> copy_cpus;
@@ -101,8 +104,10 @@ class RankOptimizer {
   virtual const std::vector<ParamInfo>& params() const = 0;
 
   // ---- a step
-  // Zeroes every gradient of the rank and forgets the last step's per-step state.
-  virtual void begin_step() = 0;
+  // Zeroes every gradient of the rank and forgets the last step's per-step state. lr: the learning
+  // rate step() will be given if the step is not skipped (a CPU update may start on it early:
+  // memory.optimizer_overlap, optim/host_update.h, Speculation).
+  virtual void begin_step(float lr) = 0;
   // After the executor's step: the gradients are final and reduced over the dp replicas (as far as
   // the mechanism reduces them) once compute reaches this point. sum_tied: the caller's sum of the
   // tied parameter's gradients, run where the reduction needs it (it is linear: before a
@@ -147,6 +152,14 @@ class RankOptimizer {
   // ---- memory outside the device budget
   virtual std::size_t host_state_bytes() const = 0;   // pinned host: moments, masters, staging
   virtual std::size_t host_master_bytes() const = 0;  // of the optimizer's memory: f32 masters
+  virtual std::size_t host_shadow_bytes() const = 0;  // of it: the speculation's shadows (options.speculate)
+
+  // ---- the CPU update's speculation (options.speculate; optim/host_update.h, Speculation)
+  struct Speculation {
+    std::size_t committed = 0, discarded = 0;  // the last step()'s chunks
+    double hidden_s = 0;  // CPU time of committed speculative updates so far (counted as each commit runs)
+  };
+  virtual Speculation speculation() const { return {}; }
 };
 
 // Chooses the mechanism (see the header comment).

@@ -44,6 +44,8 @@ struct RankParams {
 // coefficient read back for the early copies, which hold the gradients before clipping
 // (optim/host_update.h). A host wait when host is given.
 void clip_gradients(GradClipper& clipper, Stream& compute, HostUpdate* host, float max_norm);
+// The speculation counters of a CPU update (null: none).
+RankOptimizer::Speculation speculation_of(const HostUpdate* host);
 // The CPU update's streams to drain (RankOptimizer::streams): the downloads, and unless
 // except_in_flight the updates and uploads too.
 void add_host_streams(HostUpdate& host, bool except_in_flight, std::vector<Stream*>& out);

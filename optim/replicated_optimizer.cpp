@@ -31,7 +31,7 @@ OptimizerHooks ReplicatedOptimizer::hooks() {
   return h;
 }
 
-void ReplicatedOptimizer::begin_step() {
+void ReplicatedOptimizer::begin_step(float) {
   // The last step's fused update wrote the bf16 GEMM copies; otherwise zero_grads refreshes them.
   for (Stage* s : params_.stages) {
     if (copies_current_) s->zero_grads_keep_copies(*o_.compute);

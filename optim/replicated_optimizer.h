@@ -27,7 +27,7 @@ class ReplicatedOptimizer : public RankOptimizer {
   OptimizerHooks hooks() override;
   const std::vector<ParamInfo>& params() const override { return params_.list; }
 
-  void begin_step() override;
+  void begin_step(float lr) override;
   void finish_gradients(const std::function<void()>& sum_tied) override;
   void order_gradient_writes(Stream&) override {}
   float* owned_gradient() override;
@@ -46,6 +46,7 @@ class ReplicatedOptimizer : public RankOptimizer {
   void set_step_count(std::int64_t steps) override { adamw_->set_step_count(steps); }
   std::size_t host_state_bytes() const override { return 0; }
   std::size_t host_master_bytes() const override { return 0; }
+  std::size_t host_shadow_bytes() const override { return 0; }
 
   // Launches of one clipped update on the compute stream beyond the dp reductions: the sum of
   // squares (GradClipper::sumsq_launches), the coefficient, and the fused AdamW — a few per chunk

@@ -110,6 +110,7 @@ void account_model_states(RankPrediction& p, const Trainer::DeviceMemory& d) {
   p.optimizer_device_bytes = d.device.by_category[static_cast<std::size_t>(MemoryCategory::OptimizerState)];
   p.optimizer_host_bytes = d.optimizer_host_bytes;
   p.host_master_bytes = d.host_master_bytes;
+  p.optimizer_shadow_bytes = d.optimizer_shadow_bytes;
 }
 
 MemoryPlan keep_everything(const ModelLayout& s, int pp) {
@@ -145,6 +146,7 @@ ModelStateBytes chunk_state_bytes(Stage& st) {
     b.gradients += p.grad.bytes();
     b.optimizer += 2 * p.param.bytes();  // AdamW m and v, f32 like the parameter
     if (p.host_master) b.host_masters += p.param.bytes();
+    b.tied = b.tied || p.tied;
   }
   return b;
 }
@@ -169,6 +171,8 @@ Measured measure(const Config& config, const ModelLayout& shape) {
   in.link_bytes_per_s = link;
   in.optimizer_offload = settings.optimizer_offload;
   in.cpu_adamw_bytes_per_s = kCpuAdamWBytesPerS;
+  // Host chunks without the tied parameter speculate (optim/host_update.h, Speculation).
+  in.optimizer_overlap = settings.optimizer_overlap != OffloadPolicy::None;
   out.compute_s.assign(static_cast<std::size_t>(pp), 0.0);
   for (int r = 0; r < pp; ++r) {
     in.units.emplace_back();
@@ -413,6 +417,27 @@ void report(MemoryPlan& plan, const Measured& measured) {
       if (plan.ranks[r].optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host)
         placement += str("rank ", r, " chunk ", ch, ": optimizer on the host\n");
   plan.summary += placement.empty() ? "every optimizer on the device\n" : placement;
+  if (plan.optimizer_overlap)
+    plan.summary += "optimizer overlap: the host chunks downloaded early update during the backward (speculation)\n";
+}
+
+// memory.optimizer_overlap: the dry runs allocated the shadows unless it is none; auto keeps them
+// when the process's pinned total (train/host_needs.h: activation pools and model states, shadows
+// included, every replica it drives) fits memory.host_budget, and otherwise drops them from the
+// prediction (the run then allocates none).
+void decide_overlap(MemoryPlan& plan, const Config& config) {
+  const MemorySettings settings = memory_settings(config);
+  std::size_t shadows = 0;
+  for (const RankPrediction& p : plan.predicted) shadows += p.optimizer_shadow_bytes;
+  plan.optimizer_overlap =
+      shadows > 0 &&
+      (settings.optimizer_overlap == OffloadPolicy::All ||
+       (settings.optimizer_overlap == OffloadPolicy::Auto && host_needs(plan, config).pinned() <= settings.host_budget));
+  if (plan.optimizer_overlap) return;
+  for (RankPrediction& p : plan.predicted) {
+    p.optimizer_host_bytes -= p.optimizer_shadow_bytes;
+    p.optimizer_shadow_bytes = 0;
+  }
 }
 
 }  // namespace
@@ -433,6 +458,7 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
     for (std::size_t ch = 0; ch < rp.units.size(); ++ch)
       plan.optimizer_offload =
           plan.optimizer_offload || rp.optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host;
+  decide_overlap(plan, config);
   report(plan, measured);
   return plan;
 }
@@ -452,16 +478,21 @@ void check_plan(const MemoryPlan& plan, const Config& config, const MemorySettin
                         : "",
                     ", or lower train.micro_batch_size."));
   // What the plan pins: the activation pools, and the model states it places on the host (every
-  // lever that pins reports them in RankPrediction::host_states: train/host_needs.h).
+  // lever that pins reports them in RankPrediction::host_states: train/host_needs.h), the
+  // speculation's shadows among them.
   const HostNeeds needs = host_needs(plan, config);
   const std::size_t pinned = needs.pinned(), activations = needs.pinned_activations, states = needs.pinned_states;
+  std::size_t shadows = 0;
+  for (const RankPrediction& p : plan.predicted) shadows += p.optimizer_shadow_bytes;
   if (states > 0 && pinned > settings.host_budget)
-    throw Error(str(host_budget_text(settings, style),
-                    " is too small for the model states in pinned host memory: the plan needs ", bytes(states),
-                    " (AdamW moments, parameter / gradient staging, f32 masters under bf16",
-                    activations ? str(", plus ", bytes(activations), " of offloaded activations") : std::string(), ", ",
-                    format_bytes(pinned, style, Rounding::Up),
-                    " in all); raise memory.host_budget to at least that, or set memory.optimizer_offload: none"));
+    throw Error(str(
+        host_budget_text(settings, style), " is too small for the model states in pinned host memory: the plan needs ",
+        bytes(states), " (AdamW moments, parameter / gradient staging, f32 masters under bf16",
+        shadows ? str(", ", bytes(shadows), " of speculation shadows (memory.optimizer_overlap: all)") : std::string(),
+        activations ? str(", plus ", bytes(activations), " of offloaded activations") : std::string(), ", ",
+        format_bytes(pinned, style, Rounding::Up),
+        " in all); raise memory.host_budget to at least that, or set memory.optimizer_offload: none",
+        shadows ? " or memory.optimizer_overlap: auto" : ""));
   if (pinned > settings.host_budget)
     throw Error(str("the plan offloads ", bytes(pinned), " of activations to pinned host memory but ",
                     host_budget_text(settings, style),

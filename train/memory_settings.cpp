@@ -70,6 +70,7 @@ MemorySettings memory_settings(const Config& config, const MachineMemory& machin
   m.offload = policy_of<OffloadPolicy>(config.memory.offload, "memory.offload");
   m.recompute = policy_of<RecomputePolicy>(config.memory.recompute, "memory.recompute");
   m.optimizer_offload = policy_of<OffloadPolicy>(config.memory.optimizer_offload, "memory.optimizer_offload");
+  m.optimizer_overlap = policy_of<OffloadPolicy>(config.memory.optimizer_overlap, "memory.optimizer_overlap");
   m.host_masters = m.optimizer_offload != OffloadPolicy::None && config.train.precision == "bf16" &&
                    !(config.parallel.distributed_optimizer && config.parallel.dp > 1);
   return m;

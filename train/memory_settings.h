@@ -81,6 +81,9 @@ struct MemorySettings {
   // to keep), and not the distributed optimizer with dp > 1 (its all-gather writes the flat device
   // masters).
   bool host_masters = false;
+  // memory.optimizer_overlap: whether host chunks speculate (optim/host_update.h, Speculation);
+  // auto is decided by the plan (MemoryPlan::optimizer_overlap).
+  OffloadPolicy optimizer_overlap = OffloadPolicy::None;
 };
 
 // The settings of a loaded config. A policy string the registry's choices do not allow is an

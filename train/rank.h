@@ -45,6 +45,7 @@ struct Rank {
   std::unique_ptr<PinnedPool> pool;  // pinned host pool (ranks whose plan offloads)
   std::unique_ptr<OffloadEngine> offload;
   OffloadCounters offload_before;              // the engine's counters at the start of this step
+  double speculation_hidden_before = 0;        // RankOptimizer::Speculation::hidden_s at the last step's end
   std::vector<std::unique_ptr<Stage>> stages;  // [local chunk]
   // Whichever mechanism keeps and updates this rank's optimizer state (optim/rank_optimizer.h);
   // made before the stages (it says where their masters live), destroyed before them.

@@ -86,6 +86,7 @@ std::vector<Trainer::DeviceMemory> Trainer::device_memory() const {
     }
     d.optimizer_host_bytes = r->optimizer->host_state_bytes();
     d.host_master_bytes = r->optimizer->host_master_bytes();
+    d.optimizer_shadow_bytes = r->optimizer->host_shadow_bytes();
     out.push_back(d);
   }
   return out;
@@ -210,7 +211,7 @@ void Trainer::Impl::sum_tied_grads(Rank& r) {
 void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
   if (trace)
     r.compute->trace_begin(trace::step_span(step), trace::cat::kStep);  // the step on this device (stp profile)
-  begin_rank_step(r, step);
+  begin_rank_step(r, step, lr);
   r.executor->run_step();
   r.optimizer->finish_gradients([&] { sum_tied_grads(r); });  // the tied sum where the reduction needs it
   if (fault.poisons(r.global, step)) poison_gradient(r);      // test hook: one NaN gradient on this rank
@@ -229,11 +230,11 @@ void Trainer::Impl::rank_step(Rank& r, std::int64_t step, float lr) {
 // of the mean loss over the counted targets of the global batch: a stage's seed per counted
 // target is scale / (B · T) = 1 / C (models/stage.h, loss). Without a mask C = P and the factor is
 // exactly 1.
-void Trainer::Impl::begin_rank_step(Rank& r, std::int64_t step) {
+void Trainer::Impl::begin_rank_step(Rank& r, std::int64_t step, float lr) {
   const float counted =
       static_cast<float>(static_cast<double>(global_batch_positions()) / static_cast<double>(step_targets));
   const float scale = 1.0f / static_cast<float>(config.train.microbatches * config.parallel.dp) * counted;
-  r.optimizer->begin_step();  // zeroes the gradients
+  r.optimizer->begin_step(lr);  // zeroes the gradients
   for (auto& s : r.stages)
     if (s->is_last()) s->set_loss_scale(scale);
   r.compute->zero(r.losses.raw(), r.losses.bytes());
@@ -352,6 +353,13 @@ void Trainer::Impl::record_device_stats(StepResult& out, const std::vector<std::
     out.peak_device_reserved_bytes.push_back(a.peak_reserved);
   }
   for (auto& d : devices) out.peak_host_pinned_bytes += d->pinned_host_stats().peak;
+  for (auto& r : ranks) {
+    const RankOptimizer::Speculation s = r->optimizer->speculation();
+    out.speculation.committed += s.committed;
+    out.speculation.discarded += s.discarded;
+    out.speculation.hidden_s += s.hidden_s - r->speculation_hidden_before;
+    r->speculation_hidden_before = s.hidden_s;
+  }
   for (std::size_t i = 0; i < ranks.size(); ++i)
     out.launches.push_back(ranks[i]->device->launch_count() - launches_before[i]);
   // Per device this step's offload (empty when no device offloads): the step synchronized the copy

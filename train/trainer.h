@@ -68,6 +68,15 @@ struct StepResult {
     double stall_s = 0;                     // compute waited for reloads
   };
   std::vector<Offload> offload;
+  // memory.optimizer_overlap (docs/memory.md, Optimizer overlap), over the devices of this process:
+  // the host chunks whose speculative CPU update this step committed or discarded, and the CPU
+  // update time the committed ones took off the step's tail (counted as their commits run: a
+  // commit still queued when the step returns counts in the next step).
+  struct Speculation {
+    std::uint64_t committed = 0, discarded = 0;
+    double hidden_s = 0;
+  };
+  Speculation speculation;
 };
 
 // What Trainer::try_save_checkpoint did. A state is written only when it is good: every parameter
@@ -165,8 +174,9 @@ class Trainer {
     // while the trainer was built): the device's free memory before minus after creating them.
     // 0 where the device reports no physical memory (the CPU backend).
     std::uint64_t communicator_bytes = 0;
-    std::size_t optimizer_host_bytes = 0;  // memory.optimizer_offload: moments + staging, pinned host
-    std::size_t host_master_bytes = 0;     // of those: f32 masters (bf16; host or owned sharded masters)
+    std::size_t optimizer_host_bytes = 0;    // memory.optimizer_offload: moments + staging, pinned host
+    std::size_t host_master_bytes = 0;       // of those: f32 masters (bf16; host or owned sharded masters)
+    std::size_t optimizer_shadow_bytes = 0;  // of those: the speculation's shadows (memory.optimizer_overlap)
   };
   std::vector<DeviceMemory> device_memory() const;
 

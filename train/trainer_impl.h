@@ -67,9 +67,9 @@ struct Trainer::Impl {
   void sum_tied_grads(Rank& r);
   void poison_gradient(Rank& r);
   void rank_step(Rank& r, std::int64_t step, float lr);
-  void begin_rank_step(Rank& r, std::int64_t step);  // gradients zeroed, batch uploaded
-  Health rank_health(Rank& r);                       // the step's losses and the non-finite guard
-  void apply_update(Rank& r, float lr);              // clipping and the optimizer step
+  void begin_rank_step(Rank& r, std::int64_t step, float lr);  // gradients zeroed, batch uploaded
+  Health rank_health(Rank& r);                                 // the step's losses and the non-finite guard
+  void apply_update(Rank& r, float lr);                        // clipping and the optimizer step
   void rank_evaluate(Rank& r);
   // Copies microbatches 1..m of inputs/targets to the stages; mb's rows are sequences b0(mb) + r.
   void upload_rows(Rank& r, const TokenDataset* data, const std::function<std::uint64_t(int mb)>& b0);

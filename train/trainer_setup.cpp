@@ -52,6 +52,10 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
   }
   // The machine this run is on holds the plan's host memory (`stp plan` only notes it).
   if (!options.dry_run) check_host_machine(plan, config, memory_settings(config));
+  if (memory_settings(config).optimizer_overlap == OffloadPolicy::All && !plan.optimizer_overlap)
+    warnings.push_back(
+        "memory.optimizer_overlap: all does nothing here: no chunk's optimizer is on the host with gradients final "
+        "early (it needs memory.optimizer_offload and a host chunk without the tied embedding)");
   // parallel.cpu_threads is the process's CPU budget. Every rank runs its GEMMs concurrently on
   // its own stream thread, so each OpenBLAS call gets an equal share: oversubscribing the cores
   // (4 ranks x 2 threads on 2 cores) costs about 4x on the CPU backend.

@@ -380,6 +380,20 @@ TEST(PlannerOptimizerPlacement, AllOnTheHostWhenNeeded) {
   EXPECT_EQ(placement(plan_memory(in)), (std::vector<OptimizerPlacement>{kHost, kHost, kHost}));
 }
 
+// optimizer_overlap: of the host chunks without a tied parameter only the dearest counts (the last
+// one's update follows the backward, the others overlap it); a tied chunk counts in full.
+TEST(PlannerOptimizerPlacement, OverlapCountsOnlyTheDearestEarlyChunk) {
+  PlannerInput in = placement_problem({3000, 1000, 2000});
+  in.optimizer_offload = OffloadPolicy::All;
+  const auto cost = [&](std::size_t ch) { return stp::optimizer_offload_seconds(in, in.chunk_states[0][ch]); };
+  const double sum = cost(0) + cost(1) + cost(2);
+  EXPECT_DOUBLE_EQ(plan_memory(in).predicted[0].optimizer_offload_s, sum);
+  in.optimizer_overlap = true;
+  EXPECT_DOUBLE_EQ(plan_memory(in).predicted[0].optimizer_offload_s, cost(0));
+  in.chunk_states[0][0].tied = true;  // the dearest waits for the tied sum: the next one hides
+  EXPECT_DOUBLE_EQ(plan_memory(in).predicted[0].optimizer_offload_s, cost(0) + cost(2));
+}
+
 // Below what all-on-the-host needs: infeasible, naming that minimum; with the optimizer pinned to
 // the device (none) the minimum is the device placement's.
 TEST(PlannerOptimizerPlacement, InfeasibleNamesTheMinimum) {

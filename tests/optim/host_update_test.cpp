@@ -5,7 +5,11 @@
 //     directly (the device kernel's arithmetic, tests/optim/cpu_adamw_test.cpp);
 //   * a host master (bf16 copy on the device) is updated in place on the host and its copy is
 //     uploaded as its from_f32<bf16> rounding;
-//   * the clip coefficient scales an early download (the unclipped gradient) with one multiply.
+//   * the clip coefficient scales an early download (the unclipped gradient) with one multiply;
+//   * speculation (set_speculative): an early group's update run at its download into shadows is
+//     committed when the coefficient is 1 and discarded (the update redone from the kept state)
+//     when it is not, and dropped by a skipped step; the state is bitwise cpu_adamw_update's in
+//     every case, for a device master and a host master.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -73,7 +77,7 @@ TEST(HostUpdate, StepOnlyEnqueuesAndTheUpdateIsTheKernels) {
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
   r.host.cpu().enqueue_host([released] { released.wait(); });  // holds the CPU updates back
-  r.host.begin_step();
+  r.host.begin_step(1e-3f, kHyper, 1);
   r.host.step(1e-3f, kHyper, 1);  // returns although no update can run yet
   EXPECT_FALSE(stp::testing::completes_within(r.host.uploaded(0), 50ms)) << "the upload ran before the update";
   EXPECT_TRUE(r.host.pending(0));
@@ -107,7 +111,7 @@ TEST(HostUpdate, HostMasterUploadsItsBf16RoundingAndEarlyCopiesTakeTheClip) {
   r.host.add(0, master.f32(), g.f32(), m.f32(), v.f32(), kN, /*decay=*/false, copy.as<bf16>());
 
   const float coef = 0.25f;
-  r.host.begin_step();
+  r.host.begin_step(2e-3f, kHyper, 3);
   r.host.grads_final(0);  // the early download: the unclipped gradient
   r.host.order_after_downloads(*r.compute);
   r.host.set_clip_coefficient(coef);
@@ -126,6 +130,90 @@ TEST(HostUpdate, HostMasterUploadsItsBf16RoundingAndEarlyCopiesTakeTheClip) {
     wrong += std::memcmp(&got[i], &want, sizeof(bf16)) != 0;
   }
   EXPECT_EQ(wrong, 0u);
+}
+
+// Two spans in one early group, a device master and a host master, updated with speculation:
+// step 1 commits (coefficient 1), step 2 discards (coefficient 0.5, the device gradient clipped in
+// place as GradClipper does), step 3 is skipped (its speculation dropped), step 3 again commits.
+TEST(HostUpdate, SpeculationCommitsDiscardsAndDropsBitwise) {
+  Rig r;
+  r.host.set_early(0, true);
+  r.host.set_speculative(true);
+  const std::int64_t n = static_cast<std::int64_t>(kN);
+  const std::vector<float> p0 = ramp(kN, -1.0f, 2.0f), q0 = ramp(kN, 0.5f, 1.0f), g0 = ramp(kN, -0.01f, 0.02f);
+  stp::Tensor p = stp::Tensor::empty(r.device_alloc, {n}), gp = stp::Tensor::empty(r.device_alloc, {n});
+  stp::Tensor master = stp::Tensor::empty(r.host.allocator(), {n}), gq = stp::Tensor::empty(r.device_alloc, {n});
+  stp::Tensor copy = stp::Tensor::empty(r.device_alloc, {n}, stp::DType::Bf16);
+  std::vector<stp::Tensor> mv;
+  for (int i = 0; i < 4; ++i) {
+    mv.push_back(stp::Tensor::empty(r.host.allocator(), {n}));
+    std::memset(mv.back().raw(), 0, mv.back().bytes());
+  }
+  r.put(p, p0.data());
+  std::memcpy(master.raw(), q0.data(), master.bytes());
+  r.host.add(0, p.f32(), gp.f32(), mv[0].f32(), mv[1].f32(), kN, /*decay=*/true);
+  r.host.add(0, master.f32(), gq.f32(), mv[2].f32(), mv[3].f32(), kN, /*decay=*/false, copy.as<bf16>());
+
+  // The expected state, updated by cpu_adamw_update directly.
+  std::vector<float> ep = p0, eq = q0, em(kN, 0.0f), ev(kN, 0.0f), fm(kN, 0.0f), fv(kN, 0.0f);
+  auto expect_state = [&](const char* when) {
+    SCOPED_TRACE(when);
+    const std::vector<float> got = r.get<float>(p);
+    EXPECT_EQ(std::memcmp(got.data(), ep.data(), kN * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(master.f32(), eq.data(), kN * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(mv[0].f32(), em.data(), kN * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(mv[1].f32(), ev.data(), kN * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(mv[2].f32(), fm.data(), kN * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(mv[3].f32(), fv.data(), kN * sizeof(float)), 0);
+    const std::vector<bf16> c = r.get<bf16>(copy);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < kN; ++i) {
+      const bf16 want = stp::from_f32<bf16>(eq[i]);
+      wrong += std::memcmp(&c[i], &want, sizeof(bf16)) != 0;
+    }
+    EXPECT_EQ(wrong, 0u);
+  };
+  // One step: the gradients g0 * (1 + step / 10) on the device, reported final; the clip then
+  // scales them on the device by coef (when below 1) as GradClipper does.
+  auto run_step = [&](int step, float coef, bool skipped) {
+    std::vector<float> g = g0;
+    for (float& x : g) x *= 1.0f + static_cast<float>(step) / 10.0f;
+    r.host.begin_step(1e-3f, kHyper, step);  // orders compute after the last step's downloads
+    r.put(gp, g.data());
+    r.put(gq, g.data());
+    r.host.grads_final(0);
+    if (skipped) return;
+    r.host.order_after_downloads(*r.compute);
+    std::vector<float> clipped = g;
+    for (float& x : clipped) x *= coef;
+    if (coef != 1.0f) {
+      r.put(gp, clipped.data());
+      r.put(gq, clipped.data());
+    }
+    r.host.set_clip_coefficient(coef);
+    r.host.step(1e-3f, kHyper, step);
+    r.host.settle();
+    stp::cpu_adamw_update(ep.data(), clipped.data(), em.data(), ev.data(), kN,
+                          stp::adamw_scalars(1e-3f, kHyper, step, true));
+    stp::cpu_adamw_update(eq.data(), clipped.data(), fm.data(), fv.data(), kN,
+                          stp::adamw_scalars(1e-3f, kHyper, step, false));
+  };
+  run_step(1, 1.0f, false);
+  EXPECT_EQ(r.host.last_speculation().committed, 1u);
+  EXPECT_EQ(r.host.last_speculation().discarded, 0u);
+  expect_state("committed");
+  run_step(2, 0.5f, false);
+  EXPECT_EQ(r.host.last_speculation().committed, 0u);
+  EXPECT_EQ(r.host.last_speculation().discarded, 1u);
+  expect_state("discarded");
+  run_step(3, 1.0f, /*skipped=*/true);
+  r.host.settle();
+  expect_state("skipped");
+  run_step(3, 1.0f, false);
+  EXPECT_EQ(r.host.last_speculation().committed, 1u);
+  expect_state("committed after a skipped step");
+  EXPECT_GT(r.host.hidden_ns(), 0);
+  EXPECT_EQ(r.host.shadow_bytes(), 5 * kN * sizeof(float));  // m, v of both spans and the host master
 }
 
 }  // namespace

@@ -141,7 +141,7 @@ StepResult two_steps(std::vector<OptimizerPlacement> placement) {
   const stp::OptimizerHooks hooks = opt->hooks();
   StepResult r;
   for (int step = 1; step <= 2; ++step) {
-    opt->begin_step();
+    opt->begin_step(1e-3f);
     for (int c = 0; c < 2; ++c) {
       if (hooks.params_needed) hooks.params_needed(c);
       stp::Tensor g = model.stages[static_cast<std::size_t>(c)]->flat_grads();
@@ -202,7 +202,7 @@ TEST(RankOptimizer, AClippedUpdateTakesAFewLaunchesPerChunk) {
   opt->attach(ptrs);
   ASSERT_GE(opt->params().size(), 28u);
   auto replica = stp::make_self_comm();
-  opt->begin_step();
+  opt->begin_step(1e-3f);
   rig.compute->synchronize();
   const stp::Device& device = rig.compute->device();
   const std::uint64_t before = device.launch_count();

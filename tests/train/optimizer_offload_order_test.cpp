@@ -11,7 +11,9 @@
 //   * that upload starts after the CPU update of its group ends ("update group c" on the
 //     optimizer-cpu stream, step 1), and the CPU updates run in group order;
 //   * with the distributed optimizer, the same waits are for each chunk's all-gathers of step 1
-//     ("AG dp chunk c ..." on the dp-comm stream).
+//     ("AG dp chunk c ..." on the dp-comm stream);
+//   * with memory.optimizer_overlap, a chunk's speculative update ("speculative update group c" on
+//     the optimizer-cpu stream) ends before the step's last op on compute, and is committed.
 // Timing-free: the assertions are about stream order (each stream runs its work in order on the
 // CPU backend), not about how long anything took.
 #include <gtest/gtest.h>
@@ -162,6 +164,44 @@ TEST(OptimizerOffloadOrder, DistributedOptimizerAllGathersAreWaitedForAtEachChun
     ASSERT_GE(gathered[1], 0.0);
     expect_waits_at_first_use(step2_spans(spans_of(*t.trace(), g, "compute")), gathered);
   }
+}
+
+// memory.optimizer_overlap (optim/host_update.h, Speculation): the CPU update of a chunk whose
+// gradients are final early runs during the backward. 1f1b-i at pp 2, tp 2 over a slow emulated TP
+// link: on pp rank 0 the later chunk (stage 2; stage 0 holds the tied embedding and does not
+// speculate) finishes its backward a few B ops before the step ends, and each of those ops waits
+// for all-reduces of milliseconds, far longer than that chunk's CPU update (tens of thousands of
+// parameters; measured: ~0.1 ms against ~28 ms left). Clipping inactive, so every speculation
+// commits. On some rank, a speculative update ends before step 1's last op on compute ends (the
+// one timing margin, the link's), and each is followed by its commit. (zb-v is no case for it:
+// its deferred Ws of both chunks end the step.)
+TEST(OptimizerOffloadOrder, OverlapUpdatesAnEarlyChunkBeforeTheBackwardEnds) {
+  stp::Trainer t(stp::testing::tiny_config(
+      {"parallel.schedule=1f1b-i", "parallel.pp=2", "parallel.tp=2", "parallel.tp_link_bandwidth=2MB/s",
+       "memory.optimizer_offload=all", "memory.optimizer_overlap=all", "train.grad_clip=1e9", "output.trace=true"}));
+  const stp::StepResult r = t.step();
+  t.full_parameters();  // settles the step's CPU updates: the commits still in flight reach the trace
+  EXPECT_GT(r.speculation.committed, 0u);
+  EXPECT_EQ(r.speculation.discarded, 0u);
+  bool before_the_end = false;
+  for (int g = 0; g < t.world_size(); ++g) {
+    SCOPED_TRACE("rank " + std::to_string(g));
+    const std::vector<Span> compute = spans_of(*t.trace(), g, "compute");
+    const Span& step1 = named(compute, "step 1");
+    double last_op_end = 0;
+    for (const Span& s : compute)
+      if (s.cat == "op" && s.begin >= step1.begin && s.end <= step1.end) last_op_end = std::max(last_op_end, s.end);
+    const std::vector<Span> cpu = spans_of(*t.trace(), g, "optimizer-cpu");
+    for (std::size_t i = 0; i < cpu.size(); ++i) {
+      if (cpu[i].name.rfind("speculative update group ", 0) != 0) continue;
+      const std::string commit = "commit group " + std::to_string(cpu[i].chunk);
+      EXPECT_TRUE(std::any_of(cpu.begin() + static_cast<std::ptrdiff_t>(i), cpu.end(),
+                              [&](const Span& s) { return s.name == commit; }))
+          << cpu[i].name << " was not committed";
+      before_the_end = before_the_end || cpu[i].end < last_op_end;
+    }
+  }
+  EXPECT_TRUE(before_the_end) << "no speculative update ended before the backward did";
 }
 
 }  // namespace

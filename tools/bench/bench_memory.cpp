@@ -25,10 +25,15 @@
 //     chunks — divided by the unconstrained step time, alternating runs as in part 2 (same copy-
 //     engine CPUs; the optimizer's D2H/H2D streams run on them, the CPU AdamW on the host thread).
 //     Median and spread (min..max) of the per-pair ratios. Target: <= 1.15x.
+//     Then the optimizer overlap (memory.optimizer_overlap, docs/memory.md): every chunk's
+//     optimizer on the host (memory.optimizer_offload: all, activation levers off), runs alternating
+//     overlap none and all; median step time of each, the median and spread of the per-pair ratios,
+//     and how many speculations committed and were discarded (a clip coefficient below 1 discards:
+//     --set train.grad_clip=... moves it).
 //
 // Usage: build/bench_memory [--config PATH] [--budget BYTES] [--link BYTES_PER_S] [--steps N]
 //                           [--pairs N] [--max-layers N] [--copy-cpus N] [--set KEY=VALUE]...
-//                           [--capacity-only | --cost-only | --optimizer-only]
+//                           [--capacity-only | --cost-only | --optimizer-only | --overlap-only]
 // Sizes and rates take the config's units (e.g. 48MiB, 4GB/s); --help lists the defaults.
 #include <algorithm>
 #include <chrono>
@@ -208,12 +213,17 @@ struct StepTimes {
   double copy_ms = 0;   // median over steps of the largest per-device D2H + H2D busy time
 };
 
-StepTimes run_steps(const stp::Config& c, int steps) {
+StepTimes run_steps(const stp::Config& c, int steps, stp::StepResult::Speculation* speculation = nullptr) {
   stp::Trainer t(c);
   t.step();  // warm-up: first-touch of memory, caches
   std::vector<double> ms, stall, copy;
   for (int i = 0; i < steps; ++i) {
     stp::StepResult r = t.step();
+    if (speculation) {
+      speculation->committed += r.speculation.committed;
+      speculation->discarded += r.speculation.discarded;
+      speculation->hidden_s += r.speculation.hidden_s;
+    }
     ms.push_back(r.step_ms);
     double s = 0, cp = 0;
     for (const auto& o : r.offload) s = std::max(s, o.stall_s), cp = std::max(cp, o.d2h_busy_s + o.h2d_busy_s);
@@ -340,6 +350,54 @@ void optimizer_cost(const Options& o) {
       r, o.pairs, *lo, *hi, median(plain_ms), median(offloaded_ms), r <= 1.15 ? "met" : "MISSED");
 }
 
+// Part 3b (see the header): every optimizer on the host, overlap none against all.
+void overlap_cost(const Options& o) {
+  auto with = [&](const char* overlap) {
+    return config_with(o, {"memory.offload=none", "memory.recompute=none", "memory.optimizer_offload=all",
+                           "memory.copy_engine_cpus=" + std::to_string(o.copy_cpus),
+                           std::string("memory.optimizer_overlap=") + overlap});
+  };
+  const stp::Config none = with("none"), all = with("all");
+  stp::MemoryPlan none_plan, all_plan;
+  if (!fits(none, &none_plan) || !fits(all, &all_plan)) {
+    std::printf("\n== optimizer overlap: the job does not fit with every optimizer on the host ==\n");
+    return;
+  }
+  // Per device: the tied embedding's chunks do not speculate, so the devices holding them keep
+  // their exposed time.
+  std::string exposed;
+  std::size_t shadows = 0;
+  for (std::size_t g = 0; g < all_plan.predicted.size(); ++g) {
+    const stp::RankPrediction& p = all_plan.predicted[g];
+    shadows += p.optimizer_shadow_bytes;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%.1f -> %.1f", g ? ", " : "", none_plan.predicted[g].optimizer_offload_s * 1e3,
+                  p.optimizer_offload_s * 1e3);
+    exposed += buf;
+  }
+  std::printf(
+      "\n== optimizer overlap: n_layer %lld, %s tp %d pp %d, every optimizer on the host, copy-engine CPUs %d, "
+      "grad_clip %g; shadows %.2f MiB pinned in all; predicted exposed optimizer time per device, none -> all: "
+      "%s ms ==\n",
+      static_cast<long long>(none.model.n_layer), none.parallel.schedule.c_str(), none.parallel.tp, none.parallel.pp,
+      o.copy_cpus, none.train.grad_clip, mib(shadows), exposed.c_str());
+  std::vector<double> ratios, none_ms, all_ms;
+  stp::StepResult::Speculation spec;
+  for (int i = 0; i < o.pairs; ++i) {
+    StepTimes a = run_steps(none, o.steps), b = run_steps(all, o.steps, &spec);
+    none_ms.push_back(a.step_ms), all_ms.push_back(b.step_ms), ratios.push_back(b.step_ms / a.step_ms);
+    std::printf("pair %d: overlap none %.1f ms/step, overlap all %.1f ms/step, ratio %.3f\n", i + 1, a.step_ms,
+                b.step_ms, b.step_ms / a.step_ms);
+  }
+  const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
+  std::printf(
+      "overlap ratio (all / none): %.3fx (median of %d pairs, spread %.3f..%.3f; none %.1f ms, all %.1f ms); "
+      "speculations: %llu committed, %llu discarded, %.1f ms of CPU update hidden per measured step\n",
+      median(ratios), o.pairs, *lo, *hi, median(none_ms), median(all_ms),
+      static_cast<unsigned long long>(spec.committed), static_cast<unsigned long long>(spec.discarded),
+      spec.hidden_s * 1e3 / std::max(1, o.pairs * o.steps));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -373,17 +431,24 @@ int main(int argc, char** argv) {
       ->type_name("KEY=VALUE")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->allow_extra_args(false);
-  bool optimizer_only = false;
+  bool optimizer_only = false, overlap_only = false;
   auto* capacity_flag = app.add_flag("--capacity-only", capacity_only, "run only part 1, capacity");
   auto* cost_flag = app.add_flag("--cost-only", cost_only, "run only part 2, cost")->excludes(capacity_flag);
-  app.add_flag("--optimizer-only", optimizer_only, "run only part 3, the optimizer-offload cost")
+  auto* optimizer_flag = app.add_flag("--optimizer-only", optimizer_only,
+                                      "run only part 3, the optimizer-offload cost and the optimizer overlap")
+                             ->excludes(capacity_flag)
+                             ->excludes(cost_flag);
+  app.add_flag("--overlap-only", overlap_only, "run only the optimizer overlap of part 3 (none against all)")
       ->excludes(capacity_flag)
-      ->excludes(cost_flag);
+      ->excludes(cost_flag)
+      ->excludes(optimizer_flag);
   if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
   return stp::tools::run_main(app, [&] {
-    if (!cost_only && !optimizer_only) capacity(o);
-    if (!capacity_only && !optimizer_only) cost(o);
-    if (!capacity_only && !cost_only) optimizer_cost(o);
+    const bool all_parts = !capacity_only && !cost_only && !optimizer_only && !overlap_only;
+    if (all_parts || capacity_only) capacity(o);
+    if (all_parts || cost_only) cost(o);
+    if (all_parts || optimizer_only) optimizer_cost(o);
+    if (all_parts || optimizer_only || overlap_only) overlap_cost(o);
     return 0;
   });
 }

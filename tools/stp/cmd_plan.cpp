@@ -181,6 +181,7 @@ int run(const PlanArgs& a) {
     out["feasible"] = error.empty();
     out["min_device_budget"] = plan.min_device_budget;
     out["optimizer_offload"] = plan.optimizer_offload;
+    out["optimizer_overlap"] = plan.optimizer_overlap;
     // What benchmarks need to compute MFU the way `stp train` does (tools/gpu-bench), and the
     // rates the plan's step cost was computed with (train/planner_rates.h).
     out["model_flops_per_token"] = stp::model_flops_per_token(cfg);
@@ -209,6 +210,7 @@ int run(const PlanArgs& a) {
                        {"exposed_copy_s", stp::json_number(p.exposed_copy_s, 6)},
                        {"cpu_optimizer_s", stp::json_number(p.cpu_optimizer_s, 6)},
                        {"optimizer_offload_s", stp::json_number(p.optimizer_offload_s, 6)},
+                       {"optimizer_shadow_bytes", p.optimizer_shadow_bytes},
                        {"optimizer", optimizer_json(plan.ranks[g / static_cast<std::size_t>(tp)])},
                        {"late_reloads", plan.ranks[g / static_cast<std::size_t>(tp)].late_reloads},
                        {"decisions", decisions_json(plan.ranks[g / static_cast<std::size_t>(tp)])}});

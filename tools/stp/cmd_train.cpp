@@ -108,6 +108,10 @@ std::string metrics_line(const stp::StepResult& r, const std::optional<double>& 
   j["peak_device_bytes"] = r.peak_device_bytes;
   j["peak_host_pinned_bytes"] = r.peak_host_pinned_bytes;
   j["launches"] = r.launches;
+  if (r.speculation.committed + r.speculation.discarded > 0)
+    j["optimizer_overlap"] = {{"committed", r.speculation.committed},
+                              {"discarded", r.speculation.discarded},
+                              {"hidden_ms", stp::json_fixed(r.speculation.hidden_s * 1e3, 3)}};
   if (!r.offload.empty()) {
     auto rate = [](std::uint64_t bytes, double s) {
       return stp::json_fixed(s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0, 3);
