@@ -387,6 +387,14 @@ MemoryPlan choose_and_verify(Measured& measured, DryRunCostModel& model, const M
 // Contract: fills what people read and nothing the run depends on: per device the model states on
 // the device (the dry run's category bytes at the peak) and on the host (chunks whose optimizer is
 // placed there), the CPU optimizer time, and the optimizer placement lines of the summary.
+// The dry run's pinned model states: the f32 masters that moved (weights: host masters, or the
+// owned sharded masters of the distributed optimizer), the AdamW moments and the staging of
+// parameters and gradients (optimizer).
+void fill_host_states(RankPrediction& p) {
+  p.host_states.weights = p.host_master_bytes;
+  p.host_states.optimizer = p.optimizer_host_bytes - p.host_master_bytes;
+}
+
 void report(MemoryPlan& plan, const Measured& measured) {
   const PlannerInput& in = measured.input;
   for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
@@ -403,11 +411,7 @@ void report(MemoryPlan& plan, const Measured& measured) {
         continue;
       host_params += chunks[ch].weights / sizeof(float);
     }
-    // The dry run's pinned bytes: the f32 masters that moved (weights: host masters, or the owned
-    // sharded masters of the distributed optimizer), the AdamW moments and the staging of
-    // parameters and gradients (optimizer).
-    p.host_states.weights = p.host_master_bytes;
-    p.host_states.optimizer = p.optimizer_host_bytes - p.host_master_bytes;
+    fill_host_states(p);
     // AdamW streams 28 bytes per parameter (read p, g, m, v; write p, m, v).
     p.cpu_optimizer_s = static_cast<double>(host_params) * 28.0 / kCpuAdamWBytesPerS;
   }
@@ -428,11 +432,11 @@ void report(MemoryPlan& plan, const Measured& measured) {
 void decide_overlap(MemoryPlan& plan, const Config& config) {
   const MemorySettings settings = memory_settings(config);
   std::size_t shadows = 0;
-  for (const RankPrediction& p : plan.predicted) shadows += p.optimizer_shadow_bytes;
-  plan.optimizer_overlap =
-      shadows > 0 &&
-      (settings.optimizer_overlap == OffloadPolicy::All ||
-       (settings.optimizer_overlap == OffloadPolicy::Auto && host_needs(plan, config).pinned() <= settings.host_budget));
+  MemoryPlan with_shadows = plan;  // report() fills host_states; host_needs reads them
+  for (RankPrediction& p : with_shadows.predicted) shadows += p.optimizer_shadow_bytes, fill_host_states(p);
+  plan.optimizer_overlap = shadows > 0 && (settings.optimizer_overlap == OffloadPolicy::All ||
+                                           (settings.optimizer_overlap == OffloadPolicy::Auto &&
+                                            host_needs(with_shadows, config).pinned() <= settings.host_budget));
   if (plan.optimizer_overlap) return;
   for (RankPrediction& p : plan.predicted) {
     p.optimizer_host_bytes -= p.optimizer_shadow_bytes;
