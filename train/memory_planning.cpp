@@ -109,6 +109,8 @@ void account_model_states(RankPrediction& p, const Trainer::DeviceMemory& d) {
   p.optimizer_device_bytes = d.device.by_category[static_cast<std::size_t>(MemoryCategory::OptimizerState)];
   p.optimizer_host_bytes = d.optimizer_host_bytes;
   p.host_master_bytes = d.host_master_bytes;
+  p.streamed_weight_bytes = d.streamed_weight_bytes;
+  p.streamed_grad_bytes = d.streamed_grad_bytes;
 }
 
 MemoryPlan keep_everything(const ModelLayout& s, int pp) {
@@ -132,8 +134,9 @@ MemoryPlan keep_everything(const ModelLayout& s, int pp) {
 // per step. A unit's time is its FLOPs (the architecture's count: Architecture::unit_flops,
 // models/registry.h) at the nominal rate.
 struct Measured {
-  PlannerInput input;             // evaluate and placeable_budget unset
-  std::vector<double> compute_s;  // [pp rank] per step
+  PlannerInput input;                                 // evaluate and placeable_budget unset
+  std::vector<double> compute_s;                      // [pp rank] per step
+  OffloadPolicy param_offload = OffloadPolicy::None;  // memory.param_offload
 };
 
 ModelStateBytes chunk_state_bytes(Stage& st) {
@@ -168,6 +171,7 @@ Measured measure(const Config& config, const ModelLayout& shape) {
   in.link_bytes_per_s = link;
   in.optimizer_offload = settings.optimizer_offload;
   in.cpu_adamw_bytes_per_s = kCpuAdamWBytesPerS;
+  out.param_offload = settings.param_offload;
   out.compute_s.assign(static_cast<std::size_t>(pp), 0.0);
   for (int r = 0; r < pp; ++r) {
     in.units.emplace_back();
@@ -215,7 +219,15 @@ class DryRunCostModel {
     dry_config_.memory.device_budget.reset();
   }
 
+  // Parameter streaming (memory.param_offload) of every chunk, or of none: each plan evaluated,
+  // placed or returned carries it (RankPlan::param_stream).
+  void set_streaming(bool on) { stream_ = on; }
+  void apply_streaming(std::vector<RankPlan>& plans) const {
+    for (RankPlan& rp : plans) rp.param_stream.assign(rp.units.size(), stream_);
+  }
+
   std::vector<RankPrediction> evaluate(std::vector<RankPlan>& plans) const {
+    apply_streaming(plans);
     const PlannerInput& in = measured_.input;
     const int pp = in.pp, tp = in.tp, m = in.microbatches;
     const double link = in.link_bytes_per_s;
@@ -271,6 +283,7 @@ class DryRunCostModel {
   bool places(const std::vector<RankPlan>& plans, std::size_t budget) const {
     MemoryPlan mp;
     mp.ranks = plans;
+    apply_streaming(mp.ranks);
     Config budgeted = dry_config_;
     budgeted.memory.device_budget = budget;
     try {
@@ -288,6 +301,7 @@ class DryRunCostModel {
     min_exact_ = true;
     MemoryPlan mp;
     mp.ranks = plans;
+    apply_streaming(mp.ranks);
     Config budgeted = dry_config_;
     for (std::size_t budget = 2 * std::max<std::size_t>(live_peak, 1 << 20);; budget *= 2) {
       budgeted.memory.device_budget = budget;
@@ -308,6 +322,7 @@ class DryRunCostModel {
   const Measured& measured_;
   Config dry_config_;
   bool min_exact_ = false;
+  bool stream_ = false;
 };
 
 // ---- Pass 2: choose levers ------------------------------------------------------------------------
@@ -375,6 +390,25 @@ MemoryPlan choose_and_verify(Measured& measured, DryRunCostModel& model, const M
   return plan;
 }
 
+// Parameter streaming (memory.param_offload) around pass 2 and 3: none and all as set; auto streams
+// every chunk only when the plan without streaming does not fit the budget. A streamed chunk's
+// optimizer is on the host (its CPU AdamW updates the host copies in place), so streaming forces
+// the optimizer placement to all.
+MemoryPlan choose_streaming(Measured& measured, DryRunCostModel& model, const ModelLayout& shape, bool exact_minimum) {
+  const OffloadPolicy policy = measured.param_offload;
+  const OffloadPolicy optimizer = measured.input.optimizer_offload;
+  auto choose = [&](bool stream) {
+    model.set_streaming(stream);
+    measured.input.optimizer_offload = stream ? OffloadPolicy::All : optimizer;
+    MemoryPlan plan = choose_and_verify(measured, model, shape, exact_minimum);
+    model.apply_streaming(plan.ranks);
+    return plan;
+  };
+  MemoryPlan plan = choose(policy == OffloadPolicy::All);
+  if (policy == OffloadPolicy::Auto && !plan.feasible) plan = choose(true);
+  return plan;
+}
+
 // ---- Pass 4: report -------------------------------------------------------------------------------
 // Contract: fills what people read and nothing the run depends on: per device the model states on
 // the device (the dry run's category bytes at the peak) and on the host (chunks whose optimizer is
@@ -398,7 +432,9 @@ void report(MemoryPlan& plan, const Measured& measured) {
     // The dry run's pinned bytes: the f32 masters that moved (weights: host masters, or the owned
     // sharded masters of the distributed optimizer), the AdamW moments and the staging of
     // parameters and gradients (optimizer).
-    p.host_states.weights = p.host_master_bytes;
+    // Parameter streaming adds the streamed chunks' weights, bf16 copies and gradients.
+    p.host_states.weights = p.host_master_bytes + p.streamed_weight_bytes;
+    p.host_states.gradients = p.streamed_grad_bytes;
     p.host_states.optimizer = p.optimizer_host_bytes - p.host_master_bytes;
     // AdamW streams 28 bytes per parameter (read p, g, m, v; write p, m, v).
     p.cpu_optimizer_s = static_cast<double>(host_params) * 28.0 / kCpuAdamWBytesPerS;
@@ -407,7 +443,9 @@ void report(MemoryPlan& plan, const Measured& measured) {
   for (std::size_t r = 0; r < plan.ranks.size(); ++r)
     for (std::size_t ch = 0; ch < plan.ranks[r].units.size(); ++ch)
       if (plan.ranks[r].optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host)
-        placement += str("rank ", r, " chunk ", ch, ": optimizer on the host\n");
+        placement +=
+            str("rank ", r, " chunk ", ch, ": optimizer on the host",
+                plan.ranks[r].streams_params(static_cast<int>(ch)) ? ", weights and gradients streamed" : "", "\n");
   plan.summary += placement.empty() ? "every optimizer on the device\n" : placement;
 }
 
@@ -423,7 +461,7 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
   const ModelLayout shape = build_shape(config);
   Measured measured = measure(config, shape);
   DryRunCostModel model(config, shape, measured);
-  MemoryPlan plan = choose_and_verify(measured, model, shape, exact_minimum);
+  MemoryPlan plan = choose_streaming(measured, model, shape, exact_minimum);
   plan.optimizer_offload = false;
   for (const RankPlan& rp : plan.ranks)
     for (std::size_t ch = 0; ch < rp.units.size(); ++ch)
@@ -444,8 +482,18 @@ void check_plan(const MemoryPlan& plan, const Config& config, ByteStyle style) {
                         ? ", or set memory.offload / memory.recompute to auto"
                         : "",
                     ", or lower train.micro_batch_size."));
-  std::size_t pinned = 0, optimizer = 0;
-  for (const RankPrediction& p : plan.predicted) pinned += p.host_pinned_bytes, optimizer += p.optimizer_host_bytes;
+  std::size_t pinned = 0, optimizer = 0, streamed = 0;
+  for (const RankPrediction& p : plan.predicted) {
+    pinned += p.host_pinned_bytes, optimizer += p.optimizer_host_bytes;
+    streamed += p.streamed_weight_bytes + p.streamed_grad_bytes;
+  }
+  if (streamed > 0 && pinned + optimizer + streamed > settings.host_budget)
+    throw Error(str("memory.host_budget = ", bytes(settings.host_budget),
+                    " is too small for the streamed weights and gradients (memory.param_offload): they need ",
+                    bytes(streamed), ", plus ", bytes(optimizer), " of offloaded optimizer state",
+                    pinned ? str(" and ", bytes(pinned), " of offloaded activations") : std::string(), " (",
+                    format_bytes(pinned + optimizer + streamed, style, Rounding::Up),
+                    " in all); raise memory.host_budget to at least that, or set memory.param_offload: none"));
   if (optimizer > 0 && pinned + optimizer > settings.host_budget)
     throw Error(str("memory.host_budget = ", bytes(settings.host_budget),
                     " is too small for the offloaded optimizer state: it needs ", bytes(optimizer),

@@ -27,6 +27,7 @@
 #include "config/config.h"
 #include "base/trace.h"
 #include "memory/plan.h"
+#include "offload/param_streamer.h"
 #include "formats/safetensors.h"
 
 namespace stp {
@@ -68,6 +69,9 @@ struct StepResult {
     double stall_s = 0;                     // compute waited for reloads
   };
   std::vector<Offload> offload;
+  // This step's parameter streaming per device (memory.param_offload; global rank order; empty
+  // when nothing streams): weights and gradients up, gradients down.
+  std::vector<ParamStreamCounters> param_stream;
 };
 
 // What Trainer::try_save_checkpoint did. A state is written only when it is good: every parameter
@@ -167,6 +171,8 @@ class Trainer {
     std::uint64_t communicator_bytes = 0;
     std::size_t optimizer_host_bytes = 0;  // memory.optimizer_offload: moments + staging, pinned host
     std::size_t host_master_bytes = 0;     // of those: f32 masters (bf16; host or owned sharded masters)
+    // memory.param_offload: the streamed chunks' weights (with bf16 copies) and gradients, pinned host
+    std::size_t streamed_weight_bytes = 0, streamed_grad_bytes = 0;
   };
   std::vector<DeviceMemory> device_memory() const;
 

@@ -1,0 +1,89 @@
+// ParamStreamer: parameter streaming (memory.param_offload) for one rank. A streamed chunk's stage
+// keeps its flat parameters, bf16 GEMM copies and gradients in pinned host memory
+// (StageSpec::streamed); the device holds a unit's slices only while a pass of that unit runs.
+//
+//   begin_pass(chunk, stage, u, kind)   before F(u, mb), B(u, mb) or W(u, mb) of a streamed chunk.
+//       The copy stream waits on an event recorded on compute (so it is ordered after everything
+//       that wrote the host copies: zeroing, the optimizer's uploads, earlier gradient copies
+//       back), takes device buffers from the rank's arena (first user: the copy stream; the
+//       caching arena makes them a rotating set), copies the pass's parameters (f32 and bf16
+//       copies) and, for B and W, their gradients H2D, and compute waits for the copies (a stream
+//       wait). The pass's ParamInfo::param / compute / grad views are rebound to the device copies.
+//       The parameters of a pass: Stage::unit_params(u); B(u) adds unit u+1's (the norm it
+//       finalizes). A B with its W fused is one pass (kind BackwardWeight).
+//   end_pass()   after the pass is enqueued. B and W: the copy stream waits on compute and copies
+//       the gradients D2H back to the host copy (so gradient accumulation over microbatches is
+//       the same f32 additions in the same order as without streaming: a bitwise round trip).
+//       Every view goes back to its host copy and the device buffers are dropped (the arena's
+//       fences keep them until the copy stream is past them).
+//   host_ready(s)   stream s waits for every gradient copy back so far. The executor calls it
+//       before a chunk's gradients are reported final and at the end of a walk, so the gradient
+//       norm, the data-parallel reduction and the optimizer read the host copies after the last
+//       D2H, and the next step's zeroing cannot overtake one.
+// One copy stream carries both directions in enqueue order, so a slice's next H2D never
+// overtakes its previous D2H (the reload-before-offload ordering bug the offload engine guards
+// against, by construction here).
+//
+// Chunks that do not stream are ignored (begin_pass / end_pass do nothing). Passes do not nest:
+// the executor runs one unit at a time (braided parts alternate whole passes).
+// Counters: bytes and copies each way. With a trace, each batch of copies is a span on the copy
+// stream ("param-copy").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "models/stage.h"
+
+namespace stp {
+
+struct ParamStreamCounters {
+  std::uint64_t h2d_bytes = 0, d2h_bytes = 0;
+  std::uint64_t h2d_copies = 0, d2h_copies = 0;
+};
+
+enum class StreamedPass { Forward, Backward, Weight, BackwardWeight };
+
+class ParamStreamer {
+ public:
+  // streamed: [local chunk] whether the chunk streams (RankPlan::param_stream). arena: the rank's
+  // device allocator; compute: its compute stream (the arena's home stream).
+  ParamStreamer(Device& device, Stream& compute, Allocator& arena, std::vector<bool> streamed);
+  ~ParamStreamer();
+
+  bool streams(int chunk) const;
+  void begin_pass(int chunk, Stage& stage, int u, StreamedPass kind);
+  void end_pass();
+  void host_ready(Stream& s);
+
+  Stream& copy_stream() { return *copy_; }
+  ParamStreamCounters counters() const { return counters_; }
+
+ private:
+  struct Bound {
+    ParamInfo* p = nullptr;
+    Tensor param, compute, grad;  // the host views to restore
+  };
+
+  Stream& compute_;
+  Allocator& arena_;
+  std::vector<bool> streamed_;
+  std::unique_ptr<Stream> copy_;
+  // Re-recorded for every pass: a wait captures the record made before it (core/device.h), and
+  // each is recorded on one stream only.
+  std::unique_ptr<Event> computed_, copied_;
+  std::vector<Bound> bound_;
+  bool grads_ = false;
+  bool active_ = false;
+  bool pending_d2h_ = false;             // gradient copies back since the last host_ready
+  Tensor weights_, copies_, grads_dev_;  // the pass's device buffers
+  ParamStreamCounters counters_;
+
+  void copy_stream_waits_for_compute();
+};
+
+}  // namespace stp

@@ -1,0 +1,179 @@
+// memory.param_offload (offload/param_streamer.h) on the CPU backend:
+//   * with it on (all), losses, parameters and checkpoint files (model and optimizer, byte for
+//     byte) are those of the run without it, for every schedule at tp 2 x pp 2, in f32 and bf16,
+//     for gpt2 and llama, with dp 2 (with and without the distributed optimizer), and with the
+//     activation levers on;
+//   * a checkpoint taken with it on resumes with it off bitwise, and the reverse;
+//   * the measured device peak equals the plan's, and the streamed weights and gradients are in
+//     pinned host memory as planned; the device peak drops;
+//   * it needs the optimizer on the host, and a host budget that holds the streamed states (errors
+//     naming the keys and the numbers, before step 1); auto streams only when the budget needs it.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "tests/train/train_fixture.h"
+#include "train/memory_planning.h"
+#include "train/trainer.h"
+
+namespace {
+
+using stp::testing::CheckpointedRun;
+using stp::testing::fresh_dir;
+using stp::testing::tiny_config;
+using stp::testing::train_and_checkpoint;
+
+struct Case {
+  const char* schedule;
+  bool bf16 = false, llama = false;
+  int dp = 1;
+  bool distributed = false, levers = false;
+};
+
+std::vector<std::string> overrides(const Case& c, bool stream) {
+  std::vector<std::string> o = {std::string("parallel.schedule=") + c.schedule,
+                                "parallel.pp=2",
+                                "parallel.tp=2",
+                                "memory.optimizer_offload=all",
+                                std::string("memory.param_offload=") + (stream ? "all" : "none"),
+                                "train.grad_clip=0.05"};
+  if (c.bf16) o.push_back("train.precision=bf16");
+  if (c.llama)
+    o.insert(o.end(),
+             {"model.arch=llama", "model.n_kv_head=2", "model.intermediate_size=64", "model.tie_embeddings=false"});
+  if (c.dp > 1) o.insert(o.end(), {"parallel.dp=2", "train.microbatches=4", "parallel.dp_bucket=4KiB"});
+  if (c.distributed) o.push_back("parallel.distributed_optimizer=true");
+  if (c.levers) o.insert(o.end(), {"memory.offload=all", "memory.recompute=selective"});
+  return o;
+}
+
+class ParamOffload : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ParamOffload, IsBitwiseTheRunWithoutIt) {
+  const Case c = GetParam();
+  CheckpointedRun off = train_and_checkpoint(overrides(c, false), "pstream_off", 2),
+                  on = train_and_checkpoint(overrides(c, true), "pstream_on", 2);
+  stp::testing::expect_bitwise_equal(on, off);
+  EXPECT_TRUE(on.model_file == off.model_file) << "model.safetensors differs";
+  EXPECT_GT(on.model_file.size(), 1000u);
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& p) {
+  std::string s = p.param.schedule;
+  for (char& ch : s)
+    if (ch == '-') ch = '_';
+  return s + (p.param.llama ? "_llama" : "_gpt2") + (p.param.bf16 ? "_bf16" : "_f32") + (p.param.dp > 1 ? "_dp2" : "") +
+         (p.param.distributed ? "_distributed" : "") + (p.param.levers ? "_levers" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, ParamOffload,
+                         ::testing::Values(Case{"gpipe"}, Case{"1f1b"}, Case{"1f1b-i"}, Case{"zb-h1"}, Case{"zb-v"},
+                                           Case{"stp"}, Case{"stp", true}, Case{"zb-v", true}, Case{"1f1b-i", true},
+                                           Case{"stp", false, true}, Case{"zb-h1", true, true},
+                                           Case{"zb-v", false, true}, Case{"1f1b", false, false, 2},
+                                           Case{"stp", true, false, 2, true}, Case{"zb-v", false, false, 2, true},
+                                           Case{"stp", false, false, 1, false, true},
+                                           Case{"zb-v", true, true, 1, false, true}),
+                         case_name);
+
+TEST(ParamOffloadResume, CheckpointsCrossTheSettingBothWays) {
+  stp::testing::expect_resume_crosses_the_setting(
+      [](bool on) {
+        return std::vector<std::string>{"parallel.schedule=zb-v", "parallel.pp=2", "memory.optimizer_offload=all",
+                                        std::string("memory.param_offload=") + (on ? "all" : "none")};
+      },
+      "pstream_resume");
+}
+
+struct Measured {
+  std::vector<std::uint64_t> peaks;
+  std::vector<stp::Trainer::DeviceMemory> memory;
+  stp::MemoryPlan plan;
+};
+
+Measured measure(std::vector<std::string> o, const std::string& dir) {
+  stp::Config cfg = tiny_config(o);
+  cfg.output.dir = fresh_dir(dir);
+  stp::Trainer t(cfg);
+  Measured out;
+  t.step();
+  out.peaks = t.step().peak_device_bytes;
+  out.memory = t.device_memory();
+  out.plan = t.memory_plan();
+  return out;
+}
+
+// Measured device peak == the plan's; the streamed states are on the host as planned (the plan's
+// pinned host table shows them); the device peak drops.
+TEST(ParamOffloadMemory, PeakEqualsThePlanAndTheStatesAreOnTheHost) {
+  for (const Case& c : {Case{"stp"}, Case{"zb-v", true, true}, Case{"1f1b-i", false, false, 1, false, true}}) {
+    SCOPED_TRACE(c.schedule);
+    const Measured off = measure(overrides(c, false), "pstream_mem_off"),
+                   on = measure(overrides(c, true), "pstream_mem_on");
+    ASSERT_EQ(on.peaks.size(), on.plan.predicted.size());
+    for (std::size_t g = 0; g < on.peaks.size(); ++g) {
+      const stp::RankPrediction& p = on.plan.predicted[g];
+      EXPECT_EQ(on.peaks[g], p.peak_device_bytes) << "device " << g;
+      EXPECT_EQ(off.peaks[g], off.plan.predicted[g].peak_device_bytes) << "device " << g;
+      EXPECT_EQ(on.memory[g].streamed_weight_bytes, p.streamed_weight_bytes) << "device " << g;
+      EXPECT_EQ(on.memory[g].streamed_grad_bytes, p.streamed_grad_bytes) << "device " << g;
+      EXPECT_GT(p.streamed_weight_bytes, 0u);
+      EXPECT_GT(p.streamed_grad_bytes, 0u);
+      EXPECT_EQ(p.host_states.gradients, p.streamed_grad_bytes);
+      EXPECT_EQ(off.plan.predicted[g].streamed_weight_bytes, 0u);
+      EXPECT_LT(on.peaks[g], off.peaks[g]) << "device " << g;
+      EXPECT_LT(p.device_states.weights, off.plan.predicted[g].device_states.weights) << "device " << g;
+    }
+  }
+}
+
+TEST(ParamOffloadConfig, NeedsTheOptimizerOnTheHost) {
+  try {
+    tiny_config({"memory.param_offload=all"});
+    FAIL() << "expected an error";
+  } catch (const stp::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("memory.param_offload = all"), std::string::npos) << what;
+    EXPECT_NE(what.find("memory.optimizer_offload = none"), std::string::npos) << what;
+  }
+}
+
+TEST(ParamOffloadConfig, HostBudgetTooSmallIsAnErrorNamingTheNumbers) {
+  stp::Config cfg =
+      tiny_config({"memory.optimizer_offload=all", "memory.param_offload=all", "memory.host_budget=64KiB"});
+  try {
+    stp::Trainer t(cfg);
+    FAIL() << "expected an error";
+  } catch (const stp::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("memory.host_budget = 64.0 KiB"), std::string::npos) << what;
+    EXPECT_NE(what.find("memory.param_offload"), std::string::npos) << what;
+    EXPECT_NE(what.find("in all"), std::string::npos) << what;
+  }
+}
+
+// auto: nothing streams while the plan fits; everything streams once only that fits.
+TEST(ParamOffloadConfig, AutoStreamsOnlyWhenTheBudgetNeedsIt) {
+  const std::vector<std::string> base = {"parallel.schedule=1f1b", "parallel.pp=2", "memory.optimizer_offload=all"};
+  auto with = [&](const std::string& policy, std::size_t budget) {
+    std::vector<std::string> o = base;
+    o.push_back("memory.param_offload=" + policy);
+    if (budget) o.push_back("memory.device_budget=" + std::to_string(budget));
+    return stp::make_memory_plan(tiny_config(o));
+  };
+  auto peak = [](const stp::MemoryPlan& p) {
+    std::size_t m = 0;
+    for (const auto& r : p.predicted) m = std::max(m, r.peak_device_bytes);
+    return m;
+  };
+  const stp::MemoryPlan none = with("none", 0), all = with("all", 0), roomy = with("auto", 0);
+  ASSERT_LT(peak(all), peak(none));
+  for (const auto& rp : roomy.ranks) EXPECT_FALSE(rp.streams_any());
+  const stp::MemoryPlan tight = with("auto", peak(all) + (peak(none) - peak(all)) / 4);
+  EXPECT_TRUE(tight.feasible);
+  for (const auto& rp : tight.ranks) EXPECT_TRUE(rp.streams_any());
+}
+
+}  // namespace
