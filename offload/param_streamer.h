@@ -16,10 +16,17 @@
 //       the same f32 additions in the same order as without streaming: a bitwise round trip).
 //       Every view goes back to its host copy and the device buffers are dropped (the arena's
 //       fences keep them until the copy stream is past them).
+//   prefetch(chunk, stage, u, kind)   the same weight copies for a pass that comes later (the
+//       executor: the next unit of the same part, while this one computes); its begin_pass then
+//       only binds them. At most two are held (one per part of a braided op; a third drops the
+//       oldest). Weights only: a slice's gradients must come after the previous pass sent them
+//       back. Copied from the host weights as they are when prefetch is called, so only within a
+//       step, after the chunk's params_needed.
 //   host_ready(s)   stream s waits for every gradient copy back so far. The executor calls it
 //       before a chunk's gradients are reported final and at the end of a walk, so the gradient
 //       norm, the data-parallel reduction and the optimizer read the host copies after the last
 //       D2H, and the next step's zeroing cannot overtake one.
+//   walk_done(s)   at the end of a walk: host_ready(s), and prefetched weights not used are dropped.
 // One copy stream carries both directions in enqueue order, so a slice's next H2D never
 // overtakes its previous D2H (the reload-before-offload ordering bug the offload engine guards
 // against, by construction here).
@@ -56,9 +63,11 @@ class ParamStreamer {
   ~ParamStreamer();
 
   bool streams(int chunk) const;
+  void prefetch(int chunk, Stage& stage, int u, StreamedPass kind);
   void begin_pass(int chunk, Stage& stage, int u, StreamedPass kind);
   void end_pass();
   void host_ready(Stream& s);
+  void walk_done(Stream& s);
 
   Stream& copy_stream() { return *copy_; }
   ParamStreamCounters counters() const { return counters_; }
@@ -68,6 +77,24 @@ class ParamStreamer {
     ParamInfo* p = nullptr;
     Tensor param, compute, grad;  // the host views to restore
   };
+  // A pass's weights on the device: per parameter of `params` its f32 and bf16 device views
+  // (undefined: not streamed, the host view stays), slices of `weights` and `copies`.
+  struct Fetched {
+    int chunk = -1;
+    Stage* stage = nullptr;
+    int u = -1;
+    bool backward = false;
+    std::vector<ParamInfo*> params;
+    struct Views {
+      Tensor param, compute;
+    };
+    std::vector<Views> views;
+    Tensor weights, copies;
+  };
+  static constexpr std::size_t kMaxPrefetched = 2;  // one per part of a braided op
+
+  Fetched fetch(int chunk, Stage& stage, int u, bool backward);
+  Tensor up(const Tensor& host, const Tensor& into, std::int64_t& at);
 
   Stream& compute_;
   Allocator& arena_;
@@ -79,8 +106,10 @@ class ParamStreamer {
   std::vector<Bound> bound_;
   bool grads_ = false;
   bool active_ = false;
-  bool pending_d2h_ = false;             // gradient copies back since the last host_ready
-  Tensor weights_, copies_, grads_dev_;  // the pass's device buffers
+  bool pending_d2h_ = false;         // gradient copies back since the last host_ready
+  Fetched current_;                  // the bound pass's weights
+  std::vector<Fetched> prefetched_;  // weights fetched ahead, oldest first
+  Tensor grads_dev_;                 // the bound pass's gradients
   ParamStreamCounters counters_;
 
   void copy_stream_waits_for_compute();

@@ -133,7 +133,7 @@ void Executor::walk(bool forward_only) {
     release_finished(op);
     report_grads_final();
   }
-  if (r_.params) r_.params->host_ready(*r_.compute);
+  if (r_.params) r_.params->walk_done(*r_.compute);
 }
 
 // Chunks whose gradients became final are reported after the op's sends, so the pipeline's
@@ -285,8 +285,10 @@ void Executor::step(Cursor& c) {
     fn();
     trace_unit(c, u, pass, false);
   };
-  auto begin_pass = [&](StreamedPass kind) {
-    if (r_.params) r_.params->begin_pass(c.part.chunk, st, u, kind);
+  auto begin_pass = [&](StreamedPass kind) {  // and the weights of this part's next unit start coming
+    if (!r_.params) return;
+    r_.params->begin_pass(c.part.chunk, st, u, kind);
+    if (!c.done()) r_.params->prefetch(c.part.chunk, st, c.next, kind);
   };
   auto end_pass = [&] {
     if (r_.params) r_.params->end_pass();

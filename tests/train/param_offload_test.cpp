@@ -68,15 +68,20 @@ std::string case_name(const ::testing::TestParamInfo<Case>& p) {
          (p.param.distributed ? "_distributed" : "") + (p.param.levers ? "_levers" : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Schedules, ParamOffload,
-                         ::testing::Values(Case{"gpipe"}, Case{"1f1b"}, Case{"1f1b-i"}, Case{"zb-h1"}, Case{"zb-v"},
-                                           Case{"stp"}, Case{"stp", true}, Case{"zb-v", true}, Case{"1f1b-i", true},
-                                           Case{"stp", false, true}, Case{"zb-h1", true, true},
-                                           Case{"zb-v", false, true}, Case{"1f1b", false, false, 2},
-                                           Case{"stp", true, false, 2, true}, Case{"zb-v", false, false, 2, true},
-                                           Case{"stp", false, false, 1, false, true},
-                                           Case{"zb-v", true, true, 1, false, true}),
-                         case_name);
+// Every schedule in f32 and bf16 for both architectures, then dp 2 (with and without the
+// distributed optimizer) and the activation levers on.
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (const char* s : {"gpipe", "1f1b", "1f1b-i", "zb-h1", "zb-v", "stp"})
+    for (bool llama : {false, true})
+      for (bool bf16 : {false, true}) out.push_back(Case{s, bf16, llama});
+  out.insert(out.end(), {Case{"1f1b", false, false, 2}, Case{"zb-h1", true, true, 2}, Case{"stp", true, false, 2, true},
+                         Case{"zb-v", false, true, 2, true}, Case{"stp", false, false, 1, false, true},
+                         Case{"zb-v", true, true, 1, false, true}});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, ParamOffload, ::testing::ValuesIn(cases()), case_name);
 
 TEST(ParamOffloadResume, CheckpointsCrossTheSettingBothWays) {
   stp::testing::expect_resume_crosses_the_setting(
@@ -126,6 +131,18 @@ TEST(ParamOffloadMemory, PeakEqualsThePlanAndTheStatesAreOnTheHost) {
       EXPECT_LT(on.peaks[g], off.peaks[g]) << "device " << g;
       EXPECT_LT(p.device_states.weights, off.plan.predicted[g].device_states.weights) << "device " << g;
     }
+  }
+}
+
+// The whole pinned host peak (activation pools, optimizer state, streamed states) and every
+// device's peak as planned, with the activation offload on too.
+TEST(ParamOffloadMemory, DeviceAndPinnedPeaksAreAsPlanned) {
+  for (const Case& c : {Case{"stp", true}, Case{"1f1b-i", false, true, 1, false, true}}) {
+    SCOPED_TRACE(case_name(::testing::TestParamInfo<Case>(c, 0)));
+    stp::Config cfg = tiny_config(overrides(c, true));
+    cfg.output.dir = fresh_dir("pstream_planned");
+    const stp::testing::TrainRun r = stp::testing::run_training(cfg, 2);
+    stp::testing::expect_memory_as_planned(r, 256ull << 20);
   }
 }
 
