@@ -397,15 +397,26 @@ MemoryPlan choose_and_verify(Measured& measured, DryRunCostModel& model, const M
 MemoryPlan choose_streaming(Measured& measured, DryRunCostModel& model, const ModelLayout& shape, bool exact_minimum) {
   const OffloadPolicy policy = measured.param_offload;
   const OffloadPolicy optimizer = measured.input.optimizer_offload;
+  const std::size_t budget = measured.input.device_budget;  // a choice leaves its planning budget there
   auto choose = [&](bool stream) {
     model.set_streaming(stream);
+    measured.input.device_budget = budget;
     measured.input.optimizer_offload = stream ? OffloadPolicy::All : optimizer;
     MemoryPlan plan = choose_and_verify(measured, model, shape, exact_minimum);
     model.apply_streaming(plan.ranks);
     return plan;
   };
   MemoryPlan plan = choose(policy == OffloadPolicy::All);
-  if (policy == OffloadPolicy::Auto && !plan.feasible) plan = choose(true);
+  if (policy != OffloadPolicy::Auto) return plan;
+  if (!plan.feasible) return choose(true);
+  // Streaming was not needed; the minimum feasible budget is still the strongest plan's, which
+  // streams (exact for `stp plan`; a run needs only a lower bound).
+  if (exact_minimum) {
+    const MemoryPlan strongest = choose(true);
+    plan.min_device_budget = std::min(plan.min_device_budget, strongest.min_device_budget);
+    model.set_streaming(false);
+    measured.input.optimizer_offload = optimizer;
+  }
   return plan;
 }
 

@@ -95,6 +95,7 @@ TEST(ParamOffloadResume, CheckpointsCrossTheSettingBothWays) {
 struct Measured {
   std::vector<std::uint64_t> peaks;
   std::vector<stp::Trainer::DeviceMemory> memory;
+  std::vector<stp::ParamStreamCounters> streamed;  // the second step's (empty when nothing streams)
   stp::MemoryPlan plan;
 };
 
@@ -104,7 +105,9 @@ Measured measure(std::vector<std::string> o, const std::string& dir) {
   stp::Trainer t(cfg);
   Measured out;
   t.step();
-  out.peaks = t.step().peak_device_bytes;
+  const stp::StepResult r = t.step();
+  out.peaks = r.peak_device_bytes;
+  out.streamed = r.param_stream;
   out.memory = t.device_memory();
   out.plan = t.memory_plan();
   return out;
@@ -130,6 +133,12 @@ TEST(ParamOffloadMemory, PeakEqualsThePlanAndTheStatesAreOnTheHost) {
       EXPECT_EQ(off.plan.predicted[g].streamed_weight_bytes, 0u);
       EXPECT_LT(on.peaks[g], off.peaks[g]) << "device " << g;
       EXPECT_LT(p.device_states.weights, off.plan.predicted[g].device_states.weights) << "device " << g;
+      ASSERT_EQ(on.streamed.size(), on.peaks.size());
+      // Per step every gradient slice goes down at least once; what goes down came up, and every
+      // weight came up at least once besides.
+      EXPECT_GE(on.streamed[g].d2h_bytes, p.streamed_grad_bytes) << "device " << g;
+      EXPECT_GE(on.streamed[g].h2d_bytes, on.streamed[g].d2h_bytes + p.streamed_weight_bytes) << "device " << g;
+      EXPECT_GT(on.streamed[g].h2d_copies, on.streamed[g].d2h_copies) << "device " << g;
     }
   }
 }
@@ -157,6 +166,16 @@ TEST(ParamOffloadConfig, NeedsTheOptimizerOnTheHost) {
   }
 }
 
+TEST(ParamOffloadConfig, DataParallelOnCudaIsAnError) {
+  try {
+    tiny_config({"parallel.backend=cuda", "parallel.dp=2", "memory.optimizer_offload=all", "memory.param_offload=all"});
+    FAIL() << "expected an error";
+  } catch (const stp::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("memory.param_offload = all with parallel.dp = 2"), std::string::npos) << what;
+  }
+}
+
 TEST(ParamOffloadConfig, HostBudgetTooSmallIsAnErrorNamingTheNumbers) {
   stp::Config cfg =
       tiny_config({"memory.optimizer_offload=all", "memory.param_offload=all", "memory.host_budget=64KiB"});
@@ -178,7 +197,7 @@ TEST(ParamOffloadConfig, AutoStreamsOnlyWhenTheBudgetNeedsIt) {
     std::vector<std::string> o = base;
     o.push_back("memory.param_offload=" + policy);
     if (budget) o.push_back("memory.device_budget=" + std::to_string(budget));
-    return stp::make_memory_plan(tiny_config(o));
+    return stp::make_memory_plan(tiny_config(o), /*exact_minimum=*/true);
   };
   auto peak = [](const stp::MemoryPlan& p) {
     std::size_t m = 0;
@@ -188,8 +207,11 @@ TEST(ParamOffloadConfig, AutoStreamsOnlyWhenTheBudgetNeedsIt) {
   const stp::MemoryPlan none = with("none", 0), all = with("all", 0), roomy = with("auto", 0);
   ASSERT_LT(peak(all), peak(none));
   for (const auto& rp : roomy.ranks) EXPECT_FALSE(rp.streams_any());
-  const stp::MemoryPlan tight = with("auto", peak(all) + (peak(none) - peak(all)) / 4);
-  EXPECT_TRUE(tight.feasible);
+  EXPECT_EQ(roomy.min_device_budget, all.min_device_budget);  // the strongest plan streams
+  // The strongest streamed plan's placeable minimum, below what fits without streaming.
+  ASSERT_LT(all.min_device_budget, peak(none));
+  const stp::MemoryPlan tight = with("auto", all.min_device_budget);
+  EXPECT_TRUE(tight.feasible) << tight.summary;
   for (const auto& rp : tight.ranks) EXPECT_TRUE(rp.streams_any());
 }
 
