@@ -69,7 +69,7 @@ ParamStreamer::Fetched ParamStreamer::fetch(int chunk, Stage& stage, int u, bool
     if (n_param > 0) f.weights = Tensor::empty_on(arena_, *copy_, {n_param});
     if (n_copy > 0) f.copies = Tensor::empty_on(arena_, *copy_, {n_copy}, DType::Bf16);
   }
-  copy_->trace_begin(str("weights up ", chunk, " u", u), trace::stream::kParamCopy);
+  copy_->trace_begin(str("weights up ", chunk, " u", u, backward ? " B" : ""), trace::stream::kParamCopy);
   std::int64_t at_param = 0, at_copy = 0;
   for (const ParamInfo* p : f.params) {
     Tensor param, compute;

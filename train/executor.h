@@ -34,7 +34,9 @@
 // optim/host_update.h, optim/distributed_optimizer.h).
 //
 // Parameter streaming (offload/param_streamer.h): each unit pass of a streamed chunk asks
-// RankResources::params for its weights (and gradients) before it and hands them back after it.
+// RankResources::params for its weights (and gradients) before it, has the weights of the same
+// part's next unit prefetched while it computes (a lookahead of one unit), and hands them back
+// after it.
 //
 // Memory plan (memory/plan.h): after each F unit the plan offloads, the unit's records go to host
 // on the D2H stream (offload/offload_engine.h); before op k the sets the plan lists for k start
@@ -89,7 +91,8 @@ struct RankResources {
   const RankPlan* plan = nullptr;
   OffloadEngine* offload = nullptr;  // required when the plan offloads
   // Parameter streaming (RankPlan::param_stream): every F, B and W unit pass is bracketed by
-  // begin_pass / end_pass (a B with its fused W is one pass); the host copies of the gradients
+  // begin_pass / end_pass (a B with its fused W is one pass), and the part's next unit is
+  // prefetched right after begin_pass; the host copies of the gradients
   // are made ready on compute before a chunk's gradients are reported final and at the end of a
   // walk. Required when the plan streams.
   ParamStreamer* params = nullptr;

@@ -9,11 +9,18 @@
 //   * it needs the optimizer on the host, and a host budget that holds the streamed states (errors
 //     naming the keys and the numbers, before step 1); auto streams only when the budget needs it.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <tuple>
 
 #include <string>
 #include <vector>
 
 #include "base/error.h"
+#include "base/trace.h"
 #include "tests/train/train_fixture.h"
 #include "train/memory_planning.h"
 #include "train/trainer.h"
@@ -152,6 +159,41 @@ TEST(ParamOffloadMemory, DeviceAndPinnedPeaksAreAsPlanned) {
     cfg.output.dir = fresh_dir("pstream_planned");
     const stp::testing::TrainRun r = stp::testing::run_training(cfg, 2);
     stp::testing::expect_memory_as_planned(r, 256ull << 20);
+  }
+}
+
+// Read back from the trace of a zb-v run: every unit pass on compute starts after a copy of its
+// weights (a "weights up" span on the param-copy stream) has ended.
+TEST(ParamOffloadTrace, EveryPassStartsAfterItsWeightsCameUp) {
+  stp::Config cfg = tiny_config({"parallel.schedule=zb-v", "parallel.pp=2", "memory.optimizer_offload=all",
+                                 "memory.param_offload=all", "output.trace=true"});
+  cfg.output.dir = fresh_dir("pstream_trace");
+  stp::Trainer t(cfg);
+  t.step();
+  t.step();
+  const std::vector<stp::TraceSpan> spans = t.trace()->spans();
+  for (int g = 0; g < 2; ++g) {
+    SCOPED_TRACE("device " + std::to_string(g));
+    std::map<std::tuple<int, int, bool>, std::vector<double>> up_ends;  // (chunk, unit, B) -> copy ends
+    for (const auto& s : spans) {
+      if (s.pid != g || s.tid != "param-copy" || s.name.rfind("weights up ", 0) != 0) continue;
+      int chunk = -1, unit = -1;
+      ASSERT_EQ(std::sscanf(s.name.c_str(), "weights up %d u%d", &chunk, &unit), 2) << s.name;
+      const bool backward = s.name.size() > 2 && s.name.compare(s.name.size() - 2, 2, " B") == 0;
+      up_ends[{chunk, unit, backward}].push_back(s.ts_us + s.dur_us);
+    }
+    ASSERT_FALSE(up_ends.empty());
+    int passes = 0;
+    for (const auto& s : spans) {
+      if (s.pid != g || s.tid != "compute" || (s.category != "F" && s.category != "B" && s.category != "W")) continue;
+      const auto args = nlohmann::json::parse(s.args.json());
+      const auto it = up_ends.find({args.at("chunk").get<int>(), args.at("unit").get<int>(), s.category == "B"});
+      if (it == up_ends.end()) continue;  // a pass without parameters (F of the input unit)
+      ++passes;
+      EXPECT_TRUE(std::any_of(it->second.begin(), it->second.end(), [&](double end) { return end <= s.ts_us; }))
+          << s.name;
+    }
+    EXPECT_GT(passes, 20);
   }
 }
 
