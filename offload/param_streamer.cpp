@@ -92,6 +92,17 @@ Tensor ParamStreamer::up(const Tensor& host, const Tensor& into, std::int64_t& a
   return dev;
 }
 
+// The device slice of p's gradient for the bound pass: the host copy brought up, or, for the walk's
+// first writer, zeros (the host copy is zero then, so the bits are the same without the copy).
+Tensor ParamStreamer::grads_in(const ParamInfo& p, std::int64_t& at) {
+  if (!written_.insert(&p).second) return up(p.grad, grads_dev_, at);
+  Tensor dev = grads_dev_.view(at, p.grad.shape());
+  at += p.grad.numel();
+  copy_->zero(dev.raw(), dev.bytes());
+  counters_.zeroed_bytes += dev.bytes();
+  return dev;
+}
+
 void ParamStreamer::prefetch(int chunk, Stage& stage, int u, StreamedPass kind) {
   if (!streams(chunk)) return;
   if (prefetched_.size() == kMaxPrefetched) prefetched_.erase(prefetched_.begin());
@@ -129,7 +140,7 @@ void ParamStreamer::begin_pass(int chunk, Stage& stage, int u, StreamedPass kind
     const Fetched::Views& v = current_.views[i];
     if (v.param.defined()) p.param = v.param;
     p.compute = v.compute.defined() ? v.compute : p.param;
-    if (grads_) p.grad = up(p.grad, grads_dev_, at_grad);
+    if (grads_) p.grad = grads_in(p, at_grad);
   }
   if (grads_) {
     copy_->trace_end();
@@ -172,6 +183,7 @@ void ParamStreamer::walk_done(Stream& s) {
   // A weight copy fetched for a pass that did not come (none in a whole walk): the next step's
   // optimizer may change the host weights before it would be used.
   prefetched_.clear();
+  written_.clear();
   host_ready(s);
 }
 

@@ -14,6 +14,9 @@
 //   end_pass()   after the pass is enqueued. B and W: the copy stream waits on compute and copies
 //       the gradients D2H back to the host copy (so gradient accumulation over microbatches is
 //       the same f32 additions in the same order as without streaming: a bitwise round trip).
+//       The first pass of a walk that writes a slice's gradients zeroes its device buffer instead
+//       of copying it up: the caller zeroes the gradients before a step (the trainer does, before
+//       Executor::run_step), so the host copy is zero then and the bits are the same.
 //       Every view goes back to its host copy and the device buffers are dropped (the arena's
 //       fences keep them until the copy stream is past them).
 //   prefetch(chunk, stage, u, kind)   the same weight copies for a pass that comes later (the
@@ -26,7 +29,8 @@
 //       before a chunk's gradients are reported final and at the end of a walk, so the gradient
 //       norm, the data-parallel reduction and the optimizer read the host copies after the last
 //       D2H, and the next step's zeroing cannot overtake one.
-//   walk_done(s)   at the end of a walk: host_ready(s), and prefetched weights not used are dropped.
+//   walk_done(s)   at the end of a walk: host_ready(s); prefetched weights not used are dropped and
+//       every gradient slice counts as unwritten again.
 // One copy stream carries both directions in enqueue order, so a slice's next H2D never
 // overtakes its previous D2H (the reload-before-offload ordering bug the offload engine guards
 // against, by construction here).
@@ -41,6 +45,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "core/device.h"
@@ -52,6 +57,7 @@ namespace stp {
 struct ParamStreamCounters {
   std::uint64_t h2d_bytes = 0, d2h_bytes = 0;
   std::uint64_t h2d_copies = 0, d2h_copies = 0;
+  std::uint64_t zeroed_bytes = 0;  // gradient slices zeroed on the device instead of copied up
 };
 
 enum class StreamedPass { Forward, Backward, Weight, BackwardWeight };
@@ -96,6 +102,7 @@ class ParamStreamer {
 
   Fetched fetch(int chunk, Stage& stage, int u, bool backward);
   Tensor up(const Tensor& host, const Tensor& into, std::int64_t& at);
+  Tensor grads_in(const ParamInfo& p, std::int64_t& at);
 
   Stream& compute_;
   Allocator& arena_;
@@ -107,10 +114,11 @@ class ParamStreamer {
   std::vector<Bound> bound_;
   bool grads_ = false;
   bool active_ = false;
-  bool pending_d2h_ = false;         // gradient copies back since the last host_ready
-  Fetched current_;                  // the bound pass's weights
-  std::vector<Fetched> prefetched_;  // weights fetched ahead, oldest first
-  Tensor grads_dev_;                 // the bound pass's gradients
+  bool pending_d2h_ = false;            // gradient copies back since the last host_ready
+  Fetched current_;                     // the bound pass's weights
+  std::vector<Fetched> prefetched_;     // weights fetched ahead, oldest first
+  Tensor grads_dev_;                    // the bound pass's gradients
+  std::set<const ParamInfo*> written_;  // gradients some pass of this walk has written
   ParamStreamCounters counters_;
 
   void copy_stream_waits_for_compute();

@@ -120,7 +120,9 @@ class Executor {
   void set_loss_output(Tensor losses);
 
   // Enqueues every op of this rank for one step. Returns when everything is enqueued (the streams
-  // may still be running); the caller synchronizes compute, tp-comm and the channel streams.
+  // may still be running); the caller synchronizes compute, tp-comm and the channel streams. The
+  // stages' gradients are zero when it is called (a streamed chunk's first gradient pass of the
+  // step zeroes its device buffer instead of copying the host copy up: ParamStreamer).
   void run_step();
 
   // Forward-only walk (evaluation): the F parts of this rank's op list in their order (B and W

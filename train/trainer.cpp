@@ -386,7 +386,7 @@ void Trainer::Impl::record_param_stream(StepResult& out) {
       const ParamStreamCounters now = r->streamer->counters();
       ParamStreamCounters& was = r->param_stream_before;
       o = {now.h2d_bytes - was.h2d_bytes, now.d2h_bytes - was.d2h_bytes, now.h2d_copies - was.h2d_copies,
-           now.d2h_copies - was.d2h_copies};
+           now.d2h_copies - was.d2h_copies, now.zeroed_bytes - was.zeroed_bytes};
       was = now;
     }
     out.param_stream.push_back(o);
