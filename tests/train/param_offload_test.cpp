@@ -252,6 +252,17 @@ TEST(ParamOffloadConfig, DataParallelOnCudaIsAnError) {
   }
 }
 
+TEST(ParamOffloadConfig, TiedEmbeddingsOverPipelineRanksOnCudaIsAnError) {
+  try {
+    tiny_config({"parallel.backend=cuda", "parallel.pp=2", "memory.optimizer_offload=all", "memory.param_offload=all"});
+    FAIL() << "expected an error";
+  } catch (const stp::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("memory.param_offload = all with parallel.pp = 2 and tied embeddings"), std::string::npos)
+        << what;
+  }
+}
+
 TEST(ParamOffloadConfig, HostBudgetTooSmallIsAnErrorNamingTheNumbers) {
   stp::Config cfg =
       tiny_config({"memory.optimizer_offload=all", "memory.param_offload=all", "memory.host_budget=64KiB"});
