@@ -29,6 +29,7 @@ inline constexpr char kDpComm[] = "dp-comm";              // data-parallel all-r
 inline constexpr char kOptimizerD2h[] = "optimizer-d2h";  // CPU AdamW: gradients down
 inline constexpr char kOptimizerH2d[] = "optimizer-h2d";  // CPU AdamW: parameters up
 inline constexpr char kOptimizerCpu[] = "optimizer-cpu";  // CPU AdamW: the update
+inline constexpr char kParamCopy[] = "param-copy";        // parameter streaming: weights up, gradients both ways
 }  // namespace stream
 
 // The device stream of one pipeline channel, "p2p <channel>" (e.g. "p2p activations 0->1"); its

@@ -115,6 +115,7 @@ struct MemoryConfig {
   std::string recompute;                       // auto | none | selective | full
   std::string optimizer_offload;               // auto | none | all: AdamW state on the host
   std::string optimizer_overlap;               // auto | none | all: the CPU AdamW speculates during the backward
+  std::string param_offload;                   // auto | none | all: weights and gradients streamed from the host
   double link_bandwidth = 0;                   // bytes/s of the D2H/H2D link (CPU: emulated; planner: all backends)
   int copy_engine_cpus = 0;                    // CPU backend: CPUs reserved for the D2H/H2D stream threads; 0 = shared
 };

@@ -14,6 +14,16 @@ OptimizerPlacement RankPlan::optimizer_placement(int chunk) const {
                                                             : OptimizerPlacement::Device;
 }
 
+bool RankPlan::streams_params(int chunk) const {
+  return static_cast<std::size_t>(chunk) < param_stream.size() && param_stream[static_cast<std::size_t>(chunk)];
+}
+
+bool RankPlan::streams_any() const {
+  for (bool s : param_stream)
+    if (s) return true;
+  return false;
+}
+
 const char* to_string(OptimizerPlacement p) { return p == OptimizerPlacement::Host ? "host" : "device"; }
 
 }  // namespace stp

@@ -52,8 +52,15 @@ struct RankPlan {
   // so it does not sit on the device while earlier ops run; its H2D copy is then exposed. The
   // planner's last activation lever (memory/planner.h).
   bool late_reloads = false;
+  // Parameter streaming (memory.param_offload), [local chunk]; empty: none. A streamed chunk keeps
+  // its weights, bf16 copies and gradients in pinned host memory and brings each unit's slices to
+  // the device for the passes that read them (offload/param_streamer.h). Its optimizer is on the
+  // host (the CPU AdamW updates the host copies in place).
+  std::vector<bool> param_stream;
   bool offloads() const;
   OptimizerPlacement optimizer_placement(int chunk) const;
+  bool streams_params(int chunk) const;
+  bool streams_any() const;
 };
 
 // What the planner predicts for one device (global rank).
@@ -73,6 +80,9 @@ struct RankPrediction {
   std::size_t optimizer_host_bytes = 0;          // moments + staging in pinned host memory
   std::size_t host_master_bytes = 0;             // of those: the f32 masters that moved with them
   std::size_t optimizer_shadow_bytes = 0;        // of those: the speculation's shadows (optimizer overlap)
+  // Parameter streaming: the streamed chunks' weights (f32 and bf16 copies) and gradients in pinned
+  // host memory (RankPlan::param_stream).
+  std::size_t streamed_weight_bytes = 0, streamed_grad_bytes = 0;
   // Model states by where they live, as the report pass shows them: on the device the dry run's
   // bytes of each category at the peak; on the host the pinned optimizer state of the chunks
   // placed there; and the CPU optimizer's time per step.

@@ -82,7 +82,7 @@ ParamStore gpt2_param_store(const ModelSpec& config, const StageSpec& spec, Allo
   // The embedding gather reads wte's f32 master on the device.
   auto reads_master = [first = spec.layer_begin == 0](const std::string& n) { return first && n == "wte.weight"; };
   return ParamStore(gpt2_param_table(config, spec), config.precision, gemm_weight, init, alloc, spec.host_masters,
-                    reads_master, spec.shard_masters);
+                    reads_master, spec.shard_masters, spec.streamed);
 }
 
 }  // namespace stp

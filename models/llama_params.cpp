@@ -93,7 +93,7 @@ ParamStore llama_param_store(const ModelSpec& model, const StageSpec& spec, Allo
     return first && n == "model.embed_tokens.weight";
   };
   return ParamStore(llama_param_table(model, spec), model.precision, gemm_weight, init, alloc, spec.host_masters,
-                    reads_master, spec.shard_masters);
+                    reads_master, spec.shard_masters, spec.streamed);
 }
 
 }  // namespace stp

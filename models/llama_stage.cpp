@@ -48,7 +48,13 @@ LlamaStage::LlamaStage(const ModelSpec& config, const StageSpec& spec, Allocator
                           &params_.at(h + "self_attn.o_proj.weight")}
             : LlamaBranch{&params_.at(h + "post_attention_layernorm.weight"),
                           &params_.at(h + "mlp.gate_up_proj.weight"), nullptr, &params_.at(h + "mlp.down_proj.weight")};
+    const LlamaBranch& b = branch(u);
+    std::vector<ParamInfo*> own{b.norm, b.in_w, b.out_w};
+    if (b.in_b) own.push_back(b.in_b);
+    set_unit_params(u, std::move(own));
   }
+  if (is_first()) set_unit_params(0, {&params_.at("model.embed_tokens.weight")});
+  if (is_last()) set_unit_params(num_units() - 1, {&params_.at("model.norm.weight"), &params_.at(head_weight_)});
 }
 
 Tensor LlamaStage::embed_forward(const Tensor& tokens, RecordSet& rec, CallScope& cs) {

@@ -63,6 +63,10 @@ struct StageSpec {
   // f32 master on this rank, only a bf16 copy (ParamInfo::sharded_master); the optimizer keeps the
   // masters of the parts this dp rank owns.
   bool shard_masters = false;
+  // Parameter streaming (memory.param_offload, offload/param_streamer.h): when set, the flat
+  // parameter, gradient and bf16 copy buffers are allocated from it (pinned host memory) instead of
+  // the device; the streamer binds each unit's views to device copies for the passes that read them.
+  Allocator* streamed = nullptr;
 };
 
 // Rows of the embedding and of the LM head per TP rank when vocab-parallel: V padded up to a

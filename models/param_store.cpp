@@ -65,8 +65,10 @@ ParamInfo make_param(std::string name, Shape full, ShardLayout layout, bool repl
 }
 
 ParamStore::ParamStore(std::vector<ParamInfo> table, DType precision, const Predicate& gemm_weight, InitRule init,
-                       Allocator& alloc, Allocator* host_masters, const Predicate& reads_master, bool shard_masters)
+                       Allocator& device_alloc, Allocator* host_masters, const Predicate& reads_master,
+                       bool shard_masters, Allocator* streamed)
     : params_(std::move(table)), init_(std::move(init)) {
+  Allocator& alloc = streamed ? *streamed : device_alloc;
   const bool copies = precision != DType::F32;
   STP_ASSERT(!(host_masters && shard_masters), "ParamStore: masters go to the host or are sharded, not both");
   for (ParamInfo& p : params_) {
@@ -89,6 +91,7 @@ ParamStore::ParamStore(std::vector<ParamInfo> table, DType precision, const Pred
     MaybeCategoryScope as(alloc, MemoryCategory::Gradients);
     flat_grads_ = Tensor::empty(alloc, {total});
   }
+  if (streamed) streamed_ = {flat_params_.bytes(), flat_grads_.bytes()};
   // Gradients: the parameters with a master here in table order, then the sharded ones (the tail
   // the distributed optimizer gathers in bf16); without host masters, a device master sits at its
   // gradient's offset.
@@ -116,6 +119,7 @@ ParamStore::ParamStore(std::vector<ParamInfo> table, DType precision, const Pred
     flat_compute_ = Tensor::empty(alloc, {compute_total}, DType::Bf16);
   }
   flat_copies_ = flat_compute_.view(0, {sharded_total});
+  if (streamed) streamed_.weights += flat_compute_.bytes();
   offset = 0;
   for (bool sharded : {true, false}) {
     for (ParamInfo& p : params_) {

@@ -54,9 +54,11 @@ class ParamStore {
   // parameters get no f32 master here (ParamInfo::sharded_master); their gradients form the tail
   // of flat_grads() and their bf16 copies flat_copies(), in the same order, so that the dp ranks
   // owning parts of the masters (optim/distributed_optimizer.h) all-gather the copies bucket by bucket.
+  // streamed (parameter streaming, StageSpec::streamed): the flat parameter, gradient and copy
+  // buffers come from it (pinned host memory) instead of `alloc`; streamed_bytes() says how many.
   ParamStore(std::vector<ParamInfo> table, DType precision, const Predicate& gemm_weight, InitRule init,
              Allocator& alloc, Allocator* host_masters = nullptr, const Predicate& reads_master = {},
-             bool shard_masters = false);
+             bool shard_masters = false, Allocator* streamed = nullptr);
 
   std::vector<ParamInfo>& list() { return params_; }
   ParamInfo& at(const std::string& name);  // asserts the name exists
@@ -82,6 +84,9 @@ class ParamStore {
   // host_master parameters (their copies were uploaded by the offloaded optimizer); with true their
   // conversion is a device kernel reading pinned host memory (mapped: legal on CUDA too).
   void refresh_compute(Stream& s, bool host_masters = true);
+  // Pinned host bytes of the streamed flat buffers (weights: parameters and bf16 copies); zero
+  // unless the store was built with `streamed`.
+  StreamedBytes streamed_bytes() const { return streamed_; }
 
  private:
   std::vector<ParamInfo> params_;
@@ -91,6 +96,7 @@ class ParamStore {
   Tensor host_params_;   // the host_master parameters' f32 masters (pinned host memory)
   Tensor flat_compute_;  // bf16 copies of the GEMM weights (bf16 precision only)
   Tensor flat_copies_;   // its head: the sharded_master parameters' copies
+  StreamedBytes streamed_;
 };
 
 }  // namespace stp

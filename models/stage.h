@@ -153,6 +153,12 @@ struct ParamInfo {
   ShardLayout layout;
 };
 
+// Pinned host bytes of a stage's streamed model states (StageSpec::streamed): the flat parameters
+// with their bf16 copies (weights) and the flat gradients.
+struct StreamedBytes {
+  std::size_t weights = 0, gradients = 0;
+};
+
 // What a unit computes (its name says the same: Stage::unit_name): the token embedding (first
 // stage) or the hand-over input (the others), a layer's attention or MLP branch, or the head.
 enum class UnitKind { Embed, Input, Attn, Mlp, Head };
@@ -217,6 +223,13 @@ class Stage {
   virtual void set_forward_only(bool on) = 0;
 
   virtual std::vector<ParamInfo>& params() = 0;
+  // The parameters unit u's passes read or accumulate into (the units' own: a branch's norm and
+  // GEMM weights, the embedding's tables, the head's final norm and LM head), pointers into
+  // params(). B(u) also finalizes the norm of unit u+1 (models/stage_base.h), so it touches unit
+  // u+1's parameters too. Parameter streaming (offload/param_streamer.h) moves exactly these.
+  virtual std::vector<ParamInfo*> unit_params(int u) = 0;
+  // Pinned host bytes of the flat buffers when the stage streams its parameters, else zero.
+  virtual StreamedBytes streamed_bytes() const = 0;
   // Every parameter / gradient of params() in one flat buffer, in params() order (the
   // data-parallel buckets, the distributed optimizer's slices); with sharded masters
   // (StageSpec::shard_masters) flat_params() holds only the parameters with a master here, and

@@ -25,6 +25,7 @@ StageBase::StageBase(const StageSpec& spec, int n_layer, const UnitDims& dims, P
   }
   if (is_last()) units_.push_back(Unit{UnitKind::Head, "head"});
   records_.resize(units_.size());
+  unit_params_.resize(units_.size());
 }
 
 std::string StageBase::unit_name(int u) const {

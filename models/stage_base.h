@@ -75,6 +75,8 @@ class StageBase : public Stage {
   void set_forward_only(bool on) override;
 
   std::vector<ParamInfo>& params() override { return params_.list(); }
+  std::vector<ParamInfo*> unit_params(int u) override { return unit_params_.at(static_cast<std::size_t>(u)); }
+  StreamedBytes streamed_bytes() const override { return params_.streamed_bytes(); }
   Tensor flat_params() const override { return params_.flat_params(); }
   Tensor flat_grads() const override { return params_.flat_grads(); }
   Tensor flat_copies() const override { return params_.flat_copies(); }
@@ -124,6 +126,11 @@ class StageBase : public Stage {
   virtual Tensor head_backward_input(float loss_scale, RecordSet& rec, CallScope& cs) = 0;
   virtual void head_backward_weight(RecordSet& rec, CallScope& cs) = 0;
 
+  // The architecture's constructor names each unit's parameters (Stage::unit_params).
+  void set_unit_params(int u, std::vector<ParamInfo*> params) {
+    unit_params_.at(static_cast<std::size_t>(u)) = std::move(params);
+  }
+
   Allocator& alloc_;
   ParamStore params_;
 
@@ -160,7 +167,8 @@ class StageBase : public Stage {
   float loss_scale_ = 1.0f;
   bool forward_only_ = false;
   std::map<int, Microbatch> mbs_;
-  std::vector<std::map<int, RecordSet>> records_;  // [unit][mb]
+  std::vector<std::map<int, RecordSet>> records_;     // [unit][mb]
+  std::vector<std::vector<ParamInfo*>> unit_params_;  // [unit]
 };
 
 }  // namespace stp

@@ -40,6 +40,8 @@ Executor::Executor(RankResources resources) : r_(std::move(resources)) {
   }
   STP_ASSERT(!r_.plan || !r_.plan->offloads() || r_.offload, "the memory plan offloads but rank ", r_.pp_rank,
              " has no offload engine");
+  STP_ASSERT(!r_.plan || !r_.plan->streams_any() || r_.params, "the memory plan streams parameters but rank ",
+             r_.pp_rank, " has no parameter streamer");
   STP_ASSERT(static_cast<int>(r_.stages.size()) == r_.schedule->chunks, "rank ", r_.pp_rank, " has ", r_.stages.size(),
              " stages, the schedule places ", r_.schedule->chunks, " chunks per rank");
   const auto& ops = r_.schedule->ranks[static_cast<std::size_t>(r_.pp_rank)];
@@ -131,11 +133,13 @@ void Executor::walk(bool forward_only) {
     release_finished(op);
     report_grads_final();
   }
+  if (r_.params) r_.params->walk_done(*r_.compute);
 }
 
 // Chunks whose gradients became final are reported after the op's sends, so the pipeline's
 // messages are enqueued before the data-parallel all-reduce the report starts.
 void Executor::report_grads_final() {
+  if (r_.params && !final_pending_.empty()) r_.params->host_ready(*r_.compute);
   for (int c : final_pending_)
     if (r_.grads_final) r_.grads_final(c);
   final_pending_.clear();
@@ -277,25 +281,24 @@ void Executor::step(Cursor& c) {
   const int mb = c.part.mb;
   Stage& st = *c.stage;
   auto traced = [&](Pass pass, auto&& fn) {
-    if (r_.trace) {
-      const char* cat = pass == Pass::F   ? trace::cat::kForward
-                        : pass == Pass::B ? trace::cat::kBackward
-                                          : trace::cat::kWeight;
-      r_.compute->trace_begin(str(c.label, " ", st.unit_name(u)), cat,
-                              TraceArgs()
-                                  .add(trace::arg::kPart, c.label)
-                                  .add(trace::arg::kUnit, u)
-                                  .add(trace::arg::kMb, mb)
-                                  .add(trace::arg::kChunk, c.part.chunk)
-                                  .add(trace::arg::kPass, cat));
-    }
+    trace_unit(c, u, pass, true);
     fn();
-    if (r_.trace) r_.compute->trace_end();
+    trace_unit(c, u, pass, false);
+  };
+  auto begin_pass = [&](StreamedPass kind) {  // and the weights of this part's next unit start coming
+    if (!r_.params) return;
+    r_.params->begin_pass(c.part.chunk, st, u, kind);
+    if (!c.done()) r_.params->prefetch(c.part.chunk, st, c.next, kind);
+  };
+  auto end_pass = [&] {
+    if (r_.params) r_.params->end_pass();
   };
   switch (c.part.pass) {
     case Pass::F: {
       Tensor t;
+      begin_pass(StreamedPass::Forward);
       traced(Pass::F, [&] { t = st.forward(u, mb, *r_.compute); });
+      end_pass();
       if (t.defined()) all_reduce_after(c, t, st.unit_name(u));
       offload_after_forward(c.part.chunk, u, mb);
       break;
@@ -303,10 +306,12 @@ void Executor::step(Cursor& c) {
     case Pass::B: {
       if (r_.offload && u == st.num_units() - 1) r_.offload->make_ready({c.part.chunk, mb}, *r_.compute);
       Tensor t;
+      begin_pass(c.part.defer_w ? StreamedPass::Backward : StreamedPass::BackwardWeight);
       traced(Pass::B, [&] { t = st.backward_input(u, mb, *r_.compute); });
       if (t.defined()) all_reduce_after(c, t, st.unit_name(u));
       if (!c.part.defer_w) traced(Pass::W, [&] { st.backward_weight(u, mb, *r_.compute); });  // hides the AR
       else offload_after_backward(c.part.chunk, u, mb);
+      end_pass();
       break;
     }
     case Pass::W:
@@ -314,9 +319,30 @@ void Executor::step(Cursor& c) {
         r_.offload->make_ready({c.part.chunk, mb, true, u}, *r_.compute);
         if (!c.done()) r_.offload->prefetch({c.part.chunk, mb, true, c.next});
       }
+      begin_pass(StreamedPass::Weight);
       traced(Pass::W, [&] { st.backward_weight(u, mb, *r_.compute); });
+      end_pass();
       break;
   }
+}
+
+// With a trace: opens (begin) or closes the span of one unit pass on compute.
+void Executor::trace_unit(const Cursor& c, int u, Pass pass, bool begin) {
+  if (!r_.trace) return;
+  if (!begin) {
+    r_.compute->trace_end();
+    return;
+  }
+  const char* cat = pass == Pass::F   ? trace::cat::kForward
+                    : pass == Pass::B ? trace::cat::kBackward
+                                      : trace::cat::kWeight;
+  r_.compute->trace_begin(str(c.label, " ", c.stage->unit_name(u)), cat,
+                          TraceArgs()
+                              .add(trace::arg::kPart, c.label)
+                              .add(trace::arg::kUnit, u)
+                              .add(trace::arg::kMb, c.part.mb)
+                              .add(trace::arg::kChunk, c.part.chunk)
+                              .add(trace::arg::kPass, cat));
 }
 
 // The records of (chunk, unit u, mb) when the plan offloads that unit and it holds any; else null.

@@ -33,6 +33,11 @@
 // that chunk and the distributed optimizer's all-gathers are waited for there, a stream wait;
 // optim/host_update.h, optim/distributed_optimizer.h).
 //
+// Parameter streaming (offload/param_streamer.h): each unit pass of a streamed chunk asks
+// RankResources::params for its weights (and gradients) before it, has the weights of the same
+// part's next unit prefetched while it computes (a lookahead of one unit), and hands them back
+// after it.
+//
 // Memory plan (memory/plan.h): after each F unit the plan offloads, the unit's records go to host
 // on the D2H stream (offload/offload_engine.h); before op k the sets the plan lists for k start
 // their prefetch on the H2D stream; the first B unit of a chunk-microbatch waits for its reload
@@ -56,6 +61,7 @@
 #include "memory/plan.h"
 #include "models/stage.h"
 #include "offload/offload_engine.h"
+#include "offload/param_streamer.h"
 #include "schedule/p2p_groups.h"
 #include "schedule/schedule.h"
 
@@ -84,6 +90,12 @@ struct RankResources {
   // Memory plan of this rank (null: keep everything) and the engine that moves offloaded records.
   const RankPlan* plan = nullptr;
   OffloadEngine* offload = nullptr;  // required when the plan offloads
+  // Parameter streaming (RankPlan::param_stream): every F, B and W unit pass is bracketed by
+  // begin_pass / end_pass (a B with its fused W is one pass), and the part's next unit is
+  // prefetched right after begin_pass; the host copies of the gradients
+  // are made ready on compute before a chunk's gradients are reported final and at the end of a
+  // walk. Required when the plan streams.
+  ParamStreamer* params = nullptr;
   // Called once per local chunk and step, after the compute of the last op that runs a backward
   // (B or W) of that chunk has been enqueued, after that op's sends: its gradients are final at that point of the
   // compute stream (data-parallel reduction starts there, optim/dp_grad_sync.h). Optional.
@@ -108,7 +120,9 @@ class Executor {
   void set_loss_output(Tensor losses);
 
   // Enqueues every op of this rank for one step. Returns when everything is enqueued (the streams
-  // may still be running); the caller synchronizes compute, tp-comm and the channel streams.
+  // may still be running); the caller synchronizes compute, tp-comm and the channel streams. The
+  // stages' gradients are zero when it is called (a streamed chunk's first gradient pass of the
+  // step zeroes its device buffer instead of copying the host copy up: ParamStreamer).
   void run_step();
 
   // Forward-only walk (evaluation): the F parts of this rank's op list in their order (B and W
@@ -137,6 +151,7 @@ class Executor {
   void local_handoffs(const sched::Op& op);
   void run_parts(const sched::Op& op);
   void step(Cursor& c);
+  void trace_unit(const Cursor& c, int u, sched::Pass pass, bool begin);
   void all_reduce_after(Cursor& c, const Tensor& t, const std::string& unit);
   RecordSet* offloaded_records(int chunk, int u, int mb);
   void offload_after_forward(int chunk, int u, int mb);

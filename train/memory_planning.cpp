@@ -111,6 +111,8 @@ void account_model_states(RankPrediction& p, const Trainer::DeviceMemory& d) {
   p.optimizer_host_bytes = d.optimizer_host_bytes;
   p.host_master_bytes = d.host_master_bytes;
   p.optimizer_shadow_bytes = d.optimizer_shadow_bytes;
+  p.streamed_weight_bytes = d.streamed_weight_bytes;
+  p.streamed_grad_bytes = d.streamed_grad_bytes;
 }
 
 MemoryPlan keep_everything(const ModelLayout& s, int pp) {
@@ -134,8 +136,9 @@ MemoryPlan keep_everything(const ModelLayout& s, int pp) {
 // per step. A unit's time is its FLOPs (the architecture's count: Architecture::unit_flops,
 // models/registry.h) at the nominal rate.
 struct Measured {
-  PlannerInput input;             // evaluate and placeable_budget unset
-  std::vector<double> compute_s;  // [pp rank] per step
+  PlannerInput input;                                 // evaluate and placeable_budget unset
+  std::vector<double> compute_s;                      // [pp rank] per step
+  OffloadPolicy param_offload = OffloadPolicy::None;  // memory.param_offload
 };
 
 ModelStateBytes chunk_state_bytes(Stage& st) {
@@ -173,6 +176,7 @@ Measured measure(const Config& config, const ModelLayout& shape) {
   in.cpu_adamw_bytes_per_s = kCpuAdamWBytesPerS;
   // Host chunks without the tied parameter speculate (optim/host_update.h, Speculation).
   in.optimizer_overlap = settings.optimizer_overlap != OffloadPolicy::None;
+  out.param_offload = settings.param_offload;
   out.compute_s.assign(static_cast<std::size_t>(pp), 0.0);
   for (int r = 0; r < pp; ++r) {
     in.units.emplace_back();
@@ -223,7 +227,15 @@ class DryRunCostModel {
     dry_config_.memory.host_budget.reset();
   }
 
+  // Parameter streaming (memory.param_offload) of every chunk, or of none: each plan evaluated,
+  // placed or returned carries it (RankPlan::param_stream).
+  void set_streaming(bool on) { stream_ = on; }
+  void apply_streaming(std::vector<RankPlan>& plans) const {
+    for (RankPlan& rp : plans) rp.param_stream.assign(rp.units.size(), stream_);
+  }
+
   std::vector<RankPrediction> evaluate(std::vector<RankPlan>& plans) const {
+    apply_streaming(plans);
     const PlannerInput& in = measured_.input;
     const int pp = in.pp, tp = in.tp, m = in.microbatches;
     const double link = in.link_bytes_per_s;
@@ -279,6 +291,7 @@ class DryRunCostModel {
   bool places(const std::vector<RankPlan>& plans, std::size_t budget) const {
     MemoryPlan mp;
     mp.ranks = plans;
+    apply_streaming(mp.ranks);
     Config budgeted = dry_config_;
     budgeted.memory.device_budget = budget;
     try {
@@ -296,6 +309,7 @@ class DryRunCostModel {
     min_exact_ = true;
     MemoryPlan mp;
     mp.ranks = plans;
+    apply_streaming(mp.ranks);
     Config budgeted = dry_config_;
     for (std::size_t budget = 2 * std::max<std::size_t>(live_peak, 1 << 20);; budget *= 2) {
       budgeted.memory.device_budget = budget;
@@ -316,6 +330,7 @@ class DryRunCostModel {
   const Measured& measured_;
   Config dry_config_;
   bool min_exact_ = false;
+  bool stream_ = false;
 };
 
 // ---- Pass 2: choose levers ------------------------------------------------------------------------
@@ -383,6 +398,36 @@ MemoryPlan choose_and_verify(Measured& measured, DryRunCostModel& model, const M
   return plan;
 }
 
+// Parameter streaming (memory.param_offload) around pass 2 and 3: none and all as set; auto streams
+// every chunk only when the plan without streaming does not fit the budget. A streamed chunk's
+// optimizer is on the host (its CPU AdamW updates the host copies in place), so streaming forces
+// the optimizer placement to all.
+MemoryPlan choose_streaming(Measured& measured, DryRunCostModel& model, const ModelLayout& shape, bool exact_minimum) {
+  const OffloadPolicy policy = measured.param_offload;
+  const OffloadPolicy optimizer = measured.input.optimizer_offload;
+  const std::size_t budget = measured.input.device_budget;  // a choice leaves its planning budget there
+  auto choose = [&](bool stream) {
+    model.set_streaming(stream);
+    measured.input.device_budget = budget;
+    measured.input.optimizer_offload = stream ? OffloadPolicy::All : optimizer;
+    MemoryPlan plan = choose_and_verify(measured, model, shape, exact_minimum);
+    model.apply_streaming(plan.ranks);
+    return plan;
+  };
+  MemoryPlan plan = choose(policy == OffloadPolicy::All);
+  if (policy != OffloadPolicy::Auto) return plan;
+  if (!plan.feasible) return choose(true);
+  // Streaming was not needed; the minimum feasible budget is still the strongest plan's, which
+  // streams (exact for `stp plan`; a run needs only a lower bound).
+  if (exact_minimum) {
+    const MemoryPlan strongest = choose(true);
+    plan.min_device_budget = std::min(plan.min_device_budget, strongest.min_device_budget);
+    model.set_streaming(false);
+    measured.input.optimizer_offload = optimizer;
+  }
+  return plan;
+}
+
 // ---- Pass 4: report -------------------------------------------------------------------------------
 // Contract: fills what people read and nothing the run depends on: per device the model states on
 // the device (the dry run's category bytes at the peak) and on the host (chunks whose optimizer is
@@ -390,8 +435,10 @@ MemoryPlan choose_and_verify(Measured& measured, DryRunCostModel& model, const M
 // The dry run's pinned model states: the f32 masters that moved (weights: host masters, or the
 // owned sharded masters of the distributed optimizer), the AdamW moments and the staging of
 // parameters and gradients (optimizer).
+// Parameter streaming adds the streamed chunks' weights, bf16 copies and gradients.
 void fill_host_states(RankPrediction& p) {
-  p.host_states.weights = p.host_master_bytes;
+  p.host_states.weights = p.host_master_bytes + p.streamed_weight_bytes;
+  p.host_states.gradients = p.streamed_grad_bytes;
   p.host_states.optimizer = p.optimizer_host_bytes - p.host_master_bytes;
 }
 
@@ -419,7 +466,9 @@ void report(MemoryPlan& plan, const Measured& measured) {
   for (std::size_t r = 0; r < plan.ranks.size(); ++r)
     for (std::size_t ch = 0; ch < plan.ranks[r].units.size(); ++ch)
       if (plan.ranks[r].optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host)
-        placement += str("rank ", r, " chunk ", ch, ": optimizer on the host\n");
+        placement +=
+            str("rank ", r, " chunk ", ch, ": optimizer on the host",
+                plan.ranks[r].streams_params(static_cast<int>(ch)) ? ", weights and gradients streamed" : "", "\n");
   plan.summary += placement.empty() ? "every optimizer on the device\n" : placement;
   if (plan.optimizer_overlap)
     plan.summary += "optimizer overlap: the host chunks downloaded early update during the backward (speculation)\n";
@@ -456,7 +505,7 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
   const ModelLayout shape = build_shape(config);
   Measured measured = measure(config, shape);
   DryRunCostModel model(config, shape, measured);
-  MemoryPlan plan = choose_and_verify(measured, model, shape, exact_minimum);
+  MemoryPlan plan = choose_streaming(measured, model, shape, exact_minimum);
   plan.optimizer_offload = false;
   for (const RankPlan& rp : plan.ranks)
     for (std::size_t ch = 0; ch < rp.units.size(); ++ch)
@@ -483,11 +532,19 @@ void check_plan(const MemoryPlan& plan, const Config& config, const MemorySettin
                     ", or lower train.micro_batch_size."));
   // What the plan pins: the activation pools, and the model states it places on the host (every
   // lever that pins reports them in RankPrediction::host_states: train/host_needs.h), the
-  // speculation's shadows among them.
+  // speculation's shadows and the streamed weights and gradients among them.
   const HostNeeds needs = host_needs(plan, config);
   const std::size_t pinned = needs.pinned(), activations = needs.pinned_activations, states = needs.pinned_states;
-  std::size_t shadows = 0;
-  for (const RankPrediction& p : plan.predicted) shadows += p.optimizer_shadow_bytes;
+  std::size_t shadows = 0, streamed = 0;
+  for (const RankPrediction& p : plan.predicted)
+    shadows += p.optimizer_shadow_bytes, streamed += p.streamed_weight_bytes + p.streamed_grad_bytes;
+  if (streamed > 0 && pinned > settings.host_budget)
+    throw Error(str(host_budget_text(settings, style),
+                    " is too small for the streamed weights and gradients (memory.param_offload): they need ",
+                    bytes(streamed), ", plus ", bytes(states - streamed), " of offloaded optimizer state",
+                    activations ? str(" and ", bytes(activations), " of offloaded activations") : std::string(), " (",
+                    format_bytes(pinned, style, Rounding::Up),
+                    " in all); raise memory.host_budget to at least that, or set memory.param_offload: none"));
   if (states > 0 && pinned > settings.host_budget)
     throw Error(str(
         host_budget_text(settings, style), " is too small for the model states in pinned host memory: the plan needs ",

@@ -71,6 +71,7 @@ MemorySettings memory_settings(const Config& config, const MachineMemory& machin
   m.recompute = policy_of<RecomputePolicy>(config.memory.recompute, "memory.recompute");
   m.optimizer_offload = policy_of<OffloadPolicy>(config.memory.optimizer_offload, "memory.optimizer_offload");
   m.optimizer_overlap = policy_of<OffloadPolicy>(config.memory.optimizer_overlap, "memory.optimizer_overlap");
+  m.param_offload = policy_of<OffloadPolicy>(config.memory.param_offload, "memory.param_offload");
   m.host_masters = m.optimizer_offload != OffloadPolicy::None && config.train.precision == "bf16" &&
                    !(config.parallel.distributed_optimizer && config.parallel.dp > 1);
   return m;

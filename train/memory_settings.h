@@ -76,6 +76,7 @@ struct MemorySettings {
   OffloadPolicy offload = OffloadPolicy::Auto;
   RecomputePolicy recompute = RecomputePolicy::Auto;
   OffloadPolicy optimizer_offload = OffloadPolicy::None;  // memory.optimizer_offload
+  OffloadPolicy param_offload = OffloadPolicy::None;      // memory.param_offload
   // A chunk whose optimizer goes to the host takes its f32 masters along (StageSpec::host_masters):
   // optimizer offload enabled, train.precision bf16 (only then are there bf16 copies for the device
   // to keep), and not the distributed optimizer with dp > 1 (its all-gather writes the flat device

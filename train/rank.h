@@ -13,6 +13,7 @@
 #include "memory/block_arena.h"
 #include "memory/pinned_pool.h"
 #include "offload/offload_engine.h"
+#include "offload/param_streamer.h"
 #include "models/stage.h"
 #include "optim/rank_optimizer.h"
 #include "train/executor.h"
@@ -44,8 +45,14 @@ struct Rank {
   std::shared_ptr<Storage> attention_workspace;
   std::unique_ptr<PinnedPool> pool;  // pinned host pool (ranks whose plan offloads)
   std::unique_ptr<OffloadEngine> offload;
-  OffloadCounters offload_before;              // the engine's counters at the start of this step
-  double speculation_hidden_before = 0;        // RankOptimizer::Speculation::hidden_s at the last step's end
+  OffloadCounters offload_before;        // the engine's counters at the start of this step
+  double speculation_hidden_before = 0;  // RankOptimizer::Speculation::hidden_s at the last step's end
+  OffloadCounters offload_before;        // the engine's counters at the start of this step
+  // Parameter streaming (RankPlan::param_stream): the streamed chunks' flat buffers come from
+  // param_host (pinned host memory); the streamer moves each unit's slices through the device.
+  std::unique_ptr<Allocator> param_host;
+  std::unique_ptr<ParamStreamer> streamer;
+  ParamStreamCounters param_stream_before;     // the streamer's counters at the start of this step
   std::vector<std::unique_ptr<Stage>> stages;  // [local chunk]
   // Whichever mechanism keeps and updates this rank's optimizer state (optim/rank_optimizer.h);
   // made before the stages (it says where their masters live), destroyed before them.

@@ -52,6 +52,7 @@ void Rank::synchronize(bool leave_uploads) {
     streams.push_back(&offload->d2h());
     streams.push_back(&offload->h2d());
   }
+  if (streamer) streams.push_back(&streamer->copy_stream());
   if (optimizer)
     for (Stream* s : optimizer->streams(leave_uploads)) streams.push_back(s);
   for (Stream* s : streams) {
@@ -87,6 +88,11 @@ std::vector<Trainer::DeviceMemory> Trainer::device_memory() const {
     d.optimizer_host_bytes = r->optimizer->host_state_bytes();
     d.host_master_bytes = r->optimizer->host_master_bytes();
     d.optimizer_shadow_bytes = r->optimizer->host_shadow_bytes();
+    for (const auto& st : r->stages) {
+      const StreamedBytes b = st->streamed_bytes();
+      d.streamed_weight_bytes += b.weights;
+      d.streamed_grad_bytes += b.gradients;
+    }
     out.push_back(d);
   }
   return out;
@@ -375,6 +381,23 @@ void Trainer::Impl::record_device_stats(StepResult& out, const std::vector<std::
       }
       out.offload.push_back(o);
     }
+  }
+  record_param_stream(out);
+}
+
+// Per device this step's parameter streaming (empty when no device streams).
+void Trainer::Impl::record_param_stream(StepResult& out) {
+  if (std::none_of(ranks.begin(), ranks.end(), [](auto& r) { return r->streamer != nullptr; })) return;
+  for (auto& r : ranks) {
+    ParamStreamCounters o;
+    if (r->streamer) {
+      const ParamStreamCounters now = r->streamer->counters();
+      ParamStreamCounters& was = r->param_stream_before;
+      o = {now.h2d_bytes - was.h2d_bytes, now.d2h_bytes - was.d2h_bytes, now.h2d_copies - was.h2d_copies,
+           now.d2h_copies - was.d2h_copies, now.zeroed_bytes - was.zeroed_bytes};
+      was = now;
+    }
+    out.param_stream.push_back(o);
   }
 }
 

@@ -27,6 +27,7 @@
 #include "config/config.h"
 #include "base/trace.h"
 #include "memory/plan.h"
+#include "offload/param_streamer.h"
 #include "formats/safetensors.h"
 
 namespace stp {
@@ -77,6 +78,9 @@ struct StepResult {
     double hidden_s = 0;
   };
   Speculation speculation;
+  // This step's parameter streaming per device (memory.param_offload; global rank order; empty
+  // when nothing streams): weights and gradients up, gradients down.
+  std::vector<ParamStreamCounters> param_stream;
 };
 
 // What Trainer::try_save_checkpoint did. A state is written only when it is good: every parameter
@@ -177,6 +181,10 @@ class Trainer {
     std::size_t optimizer_host_bytes = 0;    // memory.optimizer_offload: moments + staging, pinned host
     std::size_t host_master_bytes = 0;       // of those: f32 masters (bf16; host or owned sharded masters)
     std::size_t optimizer_shadow_bytes = 0;  // of those: the speculation's shadows (memory.optimizer_overlap)
+    std::size_t optimizer_host_bytes = 0;    // memory.optimizer_offload: moments + staging, pinned host
+    std::size_t host_master_bytes = 0;       // of those: f32 masters (bf16; host or owned sharded masters)
+    // memory.param_offload: the streamed chunks' weights (with bf16 copies) and gradients, pinned host
+    std::size_t streamed_weight_bytes = 0, streamed_grad_bytes = 0;
   };
   std::vector<DeviceMemory> device_memory() const;
 

@@ -54,6 +54,8 @@ struct Trainer::Impl {
   void build_streams(Rank& r);
   void build_memory(Rank& r);
   void build_offload(Rank& r);
+  void build_param_stream(Rank& r, const RankPlan& rank_plan);
+  void record_param_stream(StepResult& out);
   void build_optimizer(Rank& r);
   void build_stages(Rank& r);
   void build_executor(Rank& r);

@@ -58,7 +58,21 @@ void Trainer::Impl::build_memory(Rank& r) {
     r.attention_workspace = r.alloc->allocate(ws);
     r.compute->set_attention_workspace(r.attention_workspace->data, ws);
   }
-  if (plan.ranks.at(static_cast<std::size_t>(r.pp_rank)).offloads()) build_offload(r);
+  const RankPlan& rank_plan = plan.ranks.at(static_cast<std::size_t>(r.pp_rank));
+  if (rank_plan.offloads()) build_offload(r);
+  if (rank_plan.streams_any()) build_param_stream(r, rank_plan);
+}
+
+// Parameter streaming: the streamed chunks' flat buffers in pinned host memory of their own (the
+// stages report the bytes, Stage::streamed_bytes), the copy stream beside the offload engine's.
+void Trainer::Impl::build_param_stream(Rank& r, const RankPlan& rank_plan) {
+  r.param_host = std::make_unique<DeviceAllocator>(*r.device, true);
+  std::vector<bool> streamed;
+  for (int c = 0; c < schedule.chunks; ++c) streamed.push_back(rank_plan.streams_params(c));
+  r.streamer = std::make_unique<ParamStreamer>(*r.device, *r.compute, *r.alloc, std::move(streamed));
+  Stream& s = r.streamer->copy_stream();
+  if (!cpus.copy.empty()) bind_stream_threads_to_cpus(s, cpus.copy);
+  if (trace) s.set_trace(trace.get(), r.global, trace::stream::kParamCopy);
 }
 
 // The pinned pool is sized by the plan (the exact bytes the dry run needed); a dry run itself
@@ -127,6 +141,7 @@ void Trainer::Impl::build_stages(Rank& r) {
     const StageMasters masters = r.optimizer->masters(c);
     spec.host_masters = masters.host;
     spec.shard_masters = masters.sharded;
+    if (rank_plan.streams_params(c)) spec.streamed = r.param_host.get();
     validate_model(model, spec);
     r.stages.push_back(make_stage(model, spec, *r.alloc));
     r.stages.back()->prepare_kernels(*r.compute);  // library plans per shape, once, before any step
@@ -152,6 +167,7 @@ void Trainer::Impl::build_executor(Rank& r) {
   res.trace = trace != nullptr;
   res.plan = &plan.ranks.at(static_cast<std::size_t>(r.pp_rank));
   res.offload = r.offload.get();
+  res.params = r.streamer.get();
   const OptimizerHooks hooks = r.optimizer->hooks();
   res.grads_final = hooks.grads_final;
   res.params_needed = hooks.params_needed;

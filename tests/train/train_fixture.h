@@ -230,8 +230,9 @@ inline void expect_bitwise_equal(const TrainRun& a, const TrainRun& b) {
 
 // The run's measured memory against its plan, per device: the live-byte peak equals the prediction
 // and, like the bytes reserved from the device, stays within `budget`; each device offloads exactly
-// the predicted bytes; the pinned pools (activations, and the optimizer state under
-// memory.optimizer_offload) are as large as predicted.
+// the predicted bytes; the pinned pools (activations, the optimizer state under
+// memory.optimizer_offload, the streamed weights and gradients under memory.param_offload) are as
+// large as predicted.
 inline void expect_memory_as_planned(const TrainRun& r, std::uint64_t budget) {
   ASSERT_EQ(r.peaks.size(), r.plan.predicted.size());
   ASSERT_EQ(r.reserved.size(), r.peaks.size());
@@ -240,7 +241,8 @@ inline void expect_memory_as_planned(const TrainRun& r, std::uint64_t budget) {
     EXPECT_EQ(r.peaks[g], r.plan.predicted[g].peak_device_bytes) << "device " << g;
     EXPECT_LE(r.peaks[g], budget) << "device " << g;
     EXPECT_LE(r.reserved[g], budget) << "device " << g;
-    pinned += r.plan.predicted[g].host_pinned_bytes + r.plan.predicted[g].optimizer_host_bytes;
+    pinned += r.plan.predicted[g].host_pinned_bytes + r.plan.predicted[g].optimizer_host_bytes +
+              r.plan.predicted[g].streamed_weight_bytes + r.plan.predicted[g].streamed_grad_bytes;
     std::uint64_t offloaded = r.offloaded.empty() ? 0 : r.offloaded[g];
     EXPECT_EQ(offloaded, r.plan.predicted[g].offload_bytes_per_step) << "device " << g;
   }

@@ -60,6 +60,13 @@ nlohmann::ordered_json optimizer_json(const stp::RankPlan& plan) {
   return out;
 }
 
+// Per local chunk: whether its weights and gradients stream from the host (memory.param_offload).
+nlohmann::ordered_json param_stream_json(const stp::RankPlan& plan) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (std::size_t c = 0; c < plan.units.size(); ++c) out.push_back(plan.streams_params(static_cast<int>(c)));
+  return out;
+}
+
 nlohmann::ordered_json states_json(const stp::ModelStateBytes& b) {
   return {{"weights", b.weights}, {"gradients", b.gradients}, {"optimizer_state", b.optimizer}};
 }
@@ -212,6 +219,7 @@ int run(const PlanArgs& a) {
                        {"optimizer_offload_s", stp::json_number(p.optimizer_offload_s, 6)},
                        {"optimizer_shadow_bytes", p.optimizer_shadow_bytes},
                        {"optimizer", optimizer_json(plan.ranks[g / static_cast<std::size_t>(tp)])},
+                       {"param_stream", param_stream_json(plan.ranks[g / static_cast<std::size_t>(tp)])},
                        {"late_reloads", plan.ranks[g / static_cast<std::size_t>(tp)].late_reloads},
                        {"decisions", decisions_json(plan.ranks[g / static_cast<std::size_t>(tp)])}});
     }

@@ -128,6 +128,22 @@ std::string metrics_line(const stp::StepResult& r, const std::optional<double>& 
     j["offload"] = {
         {"d2h_bytes", d2h}, {"h2d_bytes", h2d}, {"d2h_GBps", d2h_rate}, {"h2d_GBps", h2d_rate}, {"stall_ms", stall}};
   }
+  if (!r.param_stream.empty()) {
+    nlohmann::ordered_json h2d = nlohmann::ordered_json::array(), d2h = h2d, h2d_copies = h2d, d2h_copies = h2d,
+                           zeroed = h2d;
+    for (const auto& p : r.param_stream) {
+      zeroed.push_back(p.zeroed_bytes);
+      h2d.push_back(p.h2d_bytes);
+      d2h.push_back(p.d2h_bytes);
+      h2d_copies.push_back(p.h2d_copies);
+      d2h_copies.push_back(p.d2h_copies);
+    }
+    j["param_stream"] = {{"h2d_bytes", h2d},
+                         {"d2h_bytes", d2h},
+                         {"h2d_copies", h2d_copies},
+                         {"d2h_copies", d2h_copies},
+                         {"zeroed_bytes", zeroed}};
+  }
   return j.dump() + "\n";
 }
 

@@ -1,0 +1,305 @@
+// memory.param_offload (offload/param_streamer.h) on the CPU backend:
+//   * with it on (all), losses, parameters and checkpoint files (model and optimizer, byte for
+//     byte) are those of the run without it, for every schedule at tp 2 x pp 2, in f32 and bf16,
+//     for gpt2 and llama, with dp 2 (with and without the distributed optimizer), and with the
+//     activation levers on;
+//   * a checkpoint taken with it on resumes with it off bitwise, and the reverse;
+//   * the measured device peak equals the plan's, and the streamed weights and gradients are in
+//     pinned host memory as planned; the device peak drops;
+//   * it needs the optimizer on the host, and a host budget that holds the streamed states (errors
+//     naming the keys and the numbers, before step 1); auto streams only when the budget needs it.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <tuple>
+
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/trace.h"
+#include "tests/train/train_fixture.h"
+#include "train/memory_planning.h"
+#include "train/trainer.h"
+
+namespace {
+
+using stp::testing::CheckpointedRun;
+using stp::testing::fresh_dir;
+using stp::testing::tiny_config;
+using stp::testing::train_and_checkpoint;
+
+struct Case {
+  const char* schedule;
+  bool bf16 = false, llama = false;
+  int dp = 1;
+  bool distributed = false, levers = false;
+};
+
+std::vector<std::string> overrides(const Case& c, bool stream) {
+  std::vector<std::string> o = {std::string("parallel.schedule=") + c.schedule,
+                                "parallel.pp=2",
+                                "parallel.tp=2",
+                                "memory.optimizer_offload=all",
+                                std::string("memory.param_offload=") + (stream ? "all" : "none"),
+                                "train.grad_clip=0.05"};
+  if (c.bf16) o.push_back("train.precision=bf16");
+  if (c.llama)
+    o.insert(o.end(),
+             {"model.arch=llama", "model.n_kv_head=2", "model.intermediate_size=64", "model.tie_embeddings=false"});
+  if (c.dp > 1) o.insert(o.end(), {"parallel.dp=2", "train.microbatches=4", "parallel.dp_bucket=4KiB"});
+  if (c.distributed) o.push_back("parallel.distributed_optimizer=true");
+  if (c.levers) o.insert(o.end(), {"memory.offload=all", "memory.recompute=selective"});
+  return o;
+}
+
+class ParamOffload : public ::testing::TestWithParam<Case> {};
+
+// train_and_checkpoint, checking each step's measured peaks against the plan: every device's, and
+// the pinned host total (activation pools, optimizer state, streamed states). With dp = 1 only: the
+// plan is one replica's.
+CheckpointedRun train_checked(const std::vector<std::string>& o, const std::string& dir, bool check_peaks) {
+  stp::Config cfg = tiny_config(o);
+  cfg.output.dir = fresh_dir(dir);
+  stp::Trainer t(cfg);
+  CheckpointedRun out;
+  for (int i = 0; i < 2; ++i) {
+    const stp::StepResult r = t.step();
+    out.losses.push_back(r.loss);
+    if (!check_peaks) continue;
+    const auto& predicted = t.memory_plan().predicted;
+    EXPECT_EQ(r.peak_device_bytes.size(), predicted.size());
+    if (r.peak_device_bytes.size() != predicted.size()) continue;
+    std::uint64_t pinned = 0;
+    for (std::size_t g = 0; g < predicted.size(); ++g) {
+      EXPECT_EQ(r.peak_device_bytes[g], predicted[g].peak_device_bytes) << "device " << g << " step " << i + 1;
+      pinned += predicted[g].host_pinned_bytes + predicted[g].optimizer_host_bytes +
+                predicted[g].streamed_weight_bytes + predicted[g].streamed_grad_bytes;
+    }
+    EXPECT_EQ(r.peak_host_pinned_bytes, pinned) << "step " << i + 1;
+  }
+  out.params = t.full_parameters();
+  const std::filesystem::path ck = t.save_checkpoint();
+  out.model_file = stp::testing::slurp((ck / "model.safetensors").string());
+  out.optimizer_file = stp::testing::slurp((ck / "optimizer.safetensors").string());
+  return out;
+}
+
+TEST_P(ParamOffload, IsBitwiseTheRunWithoutIt) {
+  const Case c = GetParam();
+  CheckpointedRun off = train_checked(overrides(c, false), "pstream_off", c.dp == 1),
+                  on = train_checked(overrides(c, true), "pstream_on", c.dp == 1);
+  stp::testing::expect_bitwise_equal(on, off);
+  EXPECT_TRUE(on.model_file == off.model_file) << "model.safetensors differs";
+  EXPECT_GT(on.model_file.size(), 1000u);
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& p) {
+  std::string s = p.param.schedule;
+  for (char& ch : s)
+    if (ch == '-') ch = '_';
+  return s + (p.param.llama ? "_llama" : "_gpt2") + (p.param.bf16 ? "_bf16" : "_f32") + (p.param.dp > 1 ? "_dp2" : "") +
+         (p.param.distributed ? "_distributed" : "") + (p.param.levers ? "_levers" : "");
+}
+
+// Every schedule in f32 and bf16 for both architectures, then dp 2 (with and without the
+// distributed optimizer) and the activation levers on.
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (const char* s : {"gpipe", "1f1b", "1f1b-i", "zb-h1", "zb-v", "stp"})
+    for (bool llama : {false, true})
+      for (bool bf16 : {false, true}) out.push_back(Case{s, bf16, llama});
+  out.insert(out.end(), {Case{"1f1b", false, false, 2}, Case{"zb-h1", true, true, 2}, Case{"stp", true, false, 2, true},
+                         Case{"zb-v", false, true, 2, true}, Case{"stp", false, false, 1, false, true},
+                         Case{"zb-v", true, true, 1, false, true}});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, ParamOffload, ::testing::ValuesIn(cases()), case_name);
+
+TEST(ParamOffloadResume, CheckpointsCrossTheSettingBothWays) {
+  stp::testing::expect_resume_crosses_the_setting(
+      [](bool on) {
+        return std::vector<std::string>{"parallel.schedule=zb-v", "parallel.pp=2", "memory.optimizer_offload=all",
+                                        std::string("memory.param_offload=") + (on ? "all" : "none")};
+      },
+      "pstream_resume");
+}
+
+struct Measured {
+  std::vector<std::uint64_t> peaks;
+  std::vector<stp::Trainer::DeviceMemory> memory;
+  std::vector<stp::ParamStreamCounters> streamed;  // the second step's (empty when nothing streams)
+  stp::MemoryPlan plan;
+};
+
+Measured measure(std::vector<std::string> o, const std::string& dir) {
+  stp::Config cfg = tiny_config(o);
+  cfg.output.dir = fresh_dir(dir);
+  stp::Trainer t(cfg);
+  Measured out;
+  t.step();
+  const stp::StepResult r = t.step();
+  out.peaks = r.peak_device_bytes;
+  out.streamed = r.param_stream;
+  out.memory = t.device_memory();
+  out.plan = t.memory_plan();
+  return out;
+}
+
+// Measured device peak == the plan's; the streamed states are on the host as planned (the plan's
+// pinned host table shows them); the device peak drops.
+TEST(ParamOffloadMemory, PeakEqualsThePlanAndTheStatesAreOnTheHost) {
+  for (const Case& c : {Case{"stp"}, Case{"zb-v", true, true}, Case{"1f1b-i", false, false, 1, false, true}}) {
+    SCOPED_TRACE(c.schedule);
+    const Measured off = measure(overrides(c, false), "pstream_mem_off"),
+                   on = measure(overrides(c, true), "pstream_mem_on");
+    ASSERT_EQ(on.peaks.size(), on.plan.predicted.size());
+    for (std::size_t g = 0; g < on.peaks.size(); ++g) {
+      const stp::RankPrediction& p = on.plan.predicted[g];
+      EXPECT_EQ(on.peaks[g], p.peak_device_bytes) << "device " << g;
+      EXPECT_EQ(off.peaks[g], off.plan.predicted[g].peak_device_bytes) << "device " << g;
+      EXPECT_EQ(on.memory[g].streamed_weight_bytes, p.streamed_weight_bytes) << "device " << g;
+      EXPECT_EQ(on.memory[g].streamed_grad_bytes, p.streamed_grad_bytes) << "device " << g;
+      EXPECT_GT(p.streamed_weight_bytes, 0u);
+      EXPECT_GT(p.streamed_grad_bytes, 0u);
+      EXPECT_EQ(p.host_states.gradients, p.streamed_grad_bytes);
+      EXPECT_EQ(off.plan.predicted[g].streamed_weight_bytes, 0u);
+      EXPECT_LT(on.peaks[g], off.peaks[g]) << "device " << g;
+      EXPECT_LT(p.device_states.weights, off.plan.predicted[g].device_states.weights) << "device " << g;
+      ASSERT_EQ(on.streamed.size(), on.peaks.size());
+      // Per step every gradient slice goes down at least once; what goes down came up or, the first
+      // time in the step, was zeroed on the device (every slice once), and every weight came up.
+      EXPECT_GE(on.streamed[g].d2h_bytes, p.streamed_grad_bytes) << "device " << g;
+      EXPECT_EQ(on.streamed[g].zeroed_bytes, p.streamed_grad_bytes) << "device " << g;
+      EXPECT_GE(on.streamed[g].h2d_bytes + on.streamed[g].zeroed_bytes,
+                on.streamed[g].d2h_bytes + p.streamed_weight_bytes)
+          << "device " << g;
+      EXPECT_GT(on.streamed[g].h2d_copies, on.streamed[g].d2h_copies) << "device " << g;
+    }
+  }
+}
+
+// The whole pinned host peak (activation pools, optimizer state, streamed states) and every
+// device's peak as planned, with the activation offload on too.
+TEST(ParamOffloadMemory, DeviceAndPinnedPeaksAreAsPlanned) {
+  for (const Case& c : {Case{"stp", true}, Case{"1f1b-i", false, true, 1, false, true}}) {
+    SCOPED_TRACE(case_name(::testing::TestParamInfo<Case>(c, 0)));
+    stp::Config cfg = tiny_config(overrides(c, true));
+    cfg.output.dir = fresh_dir("pstream_planned");
+    const stp::testing::TrainRun r = stp::testing::run_training(cfg, 2);
+    stp::testing::expect_memory_as_planned(r, 256ull << 20);
+  }
+}
+
+// Read back from the trace of a zb-v run: every unit pass on compute starts after a copy of its
+// weights (a "weights up" span on the param-copy stream) has ended.
+TEST(ParamOffloadTrace, EveryPassStartsAfterItsWeightsCameUp) {
+  stp::Config cfg = tiny_config({"parallel.schedule=zb-v", "parallel.pp=2", "memory.optimizer_offload=all",
+                                 "memory.param_offload=all", "output.trace=true"});
+  cfg.output.dir = fresh_dir("pstream_trace");
+  stp::Trainer t(cfg);
+  t.step();
+  t.step();
+  const std::vector<stp::TraceSpan> spans = t.trace()->spans();
+  for (int g = 0; g < 2; ++g) {
+    SCOPED_TRACE("device " + std::to_string(g));
+    std::map<std::tuple<int, int, bool>, std::vector<double>> up_ends;  // (chunk, unit, B) -> copy ends
+    for (const auto& s : spans) {
+      if (s.pid != g || s.tid != "param-copy" || s.name.rfind("weights up ", 0) != 0) continue;
+      int chunk = -1, unit = -1;
+      ASSERT_EQ(std::sscanf(s.name.c_str(), "weights up %d u%d", &chunk, &unit), 2) << s.name;
+      const bool backward = s.name.size() > 2 && s.name.compare(s.name.size() - 2, 2, " B") == 0;
+      up_ends[{chunk, unit, backward}].push_back(s.ts_us + s.dur_us);
+    }
+    ASSERT_FALSE(up_ends.empty());
+    int passes = 0;
+    for (const auto& s : spans) {
+      if (s.pid != g || s.tid != "compute" || (s.category != "F" && s.category != "B" && s.category != "W")) continue;
+      const auto args = nlohmann::json::parse(s.args.json());
+      const auto it = up_ends.find({args.at("chunk").get<int>(), args.at("unit").get<int>(), s.category == "B"});
+      if (it == up_ends.end()) continue;  // a pass without parameters (F of the input unit)
+      ++passes;
+      EXPECT_TRUE(std::any_of(it->second.begin(), it->second.end(), [&](double end) { return end <= s.ts_us; }))
+          << s.name;
+    }
+    EXPECT_GT(passes, 20);
+  }
+}
+
+TEST(ParamOffloadConfig, NeedsTheOptimizerOnTheHost) {
+  try {
+    tiny_config({"memory.param_offload=all"});
+    FAIL() << "expected an error";
+  } catch (const stp::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("memory.param_offload = all"), std::string::npos) << what;
+    EXPECT_NE(what.find("memory.optimizer_offload = none"), std::string::npos) << what;
+  }
+}
+
+TEST(ParamOffloadConfig, DataParallelOnCudaIsAnError) {
+  try {
+    tiny_config({"parallel.backend=cuda", "parallel.dp=2", "memory.optimizer_offload=all", "memory.param_offload=all"});
+    FAIL() << "expected an error";
+  } catch (const stp::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("memory.param_offload = all with parallel.dp = 2"), std::string::npos) << what;
+  }
+}
+
+TEST(ParamOffloadConfig, TiedEmbeddingsOverPipelineRanksOnCudaIsAnError) {
+  try {
+    tiny_config({"parallel.backend=cuda", "parallel.pp=2", "memory.optimizer_offload=all", "memory.param_offload=all"});
+    FAIL() << "expected an error";
+  } catch (const stp::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("memory.param_offload = all with parallel.pp = 2 and tied embeddings"), std::string::npos)
+        << what;
+  }
+}
+
+TEST(ParamOffloadConfig, HostBudgetTooSmallIsAnErrorNamingTheNumbers) {
+  stp::Config cfg =
+      tiny_config({"memory.optimizer_offload=all", "memory.param_offload=all", "memory.host_budget=64KiB"});
+  try {
+    stp::Trainer t(cfg);
+    FAIL() << "expected an error";
+  } catch (const stp::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("memory.host_budget = 64.0 KiB"), std::string::npos) << what;
+    EXPECT_NE(what.find("memory.param_offload"), std::string::npos) << what;
+    EXPECT_NE(what.find("in all"), std::string::npos) << what;
+  }
+}
+
+// auto: nothing streams while the plan fits; everything streams once only that fits.
+TEST(ParamOffloadConfig, AutoStreamsOnlyWhenTheBudgetNeedsIt) {
+  const std::vector<std::string> base = {"parallel.schedule=1f1b", "parallel.pp=2", "memory.optimizer_offload=all"};
+  auto with = [&](const std::string& policy, std::size_t budget) {
+    std::vector<std::string> o = base;
+    o.push_back("memory.param_offload=" + policy);
+    if (budget) o.push_back("memory.device_budget=" + std::to_string(budget));
+    return stp::make_memory_plan(tiny_config(o), /*exact_minimum=*/true);
+  };
+  auto peak = [](const stp::MemoryPlan& p) {
+    std::size_t m = 0;
+    for (const auto& r : p.predicted) m = std::max(m, r.peak_device_bytes);
+    return m;
+  };
+  const stp::MemoryPlan none = with("none", 0), all = with("all", 0), roomy = with("auto", 0);
+  ASSERT_LT(peak(all), peak(none));
+  for (const auto& rp : roomy.ranks) EXPECT_FALSE(rp.streams_any());
+  EXPECT_EQ(roomy.min_device_budget, all.min_device_budget);  // the strongest plan streams
+  // The strongest streamed plan's placeable minimum, below what fits without streaming.
+  ASSERT_LT(all.min_device_budget, peak(none));
+  const stp::MemoryPlan tight = with("auto", all.min_device_budget);
+  EXPECT_TRUE(tight.feasible) << tight.summary;
+  for (const auto& rp : tight.ranks) EXPECT_TRUE(rp.streams_any());
+}
+
+}  // namespace
