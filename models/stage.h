@@ -222,8 +222,10 @@ class Stage {
   // logits exist, F accumulates the head's weight gradient (so the head's W adds nothing) and keeps
   // only the gradient w.r.t. the head's input, which B hands over. The seed is loss_scale() as it
   // is when F runs. 0 (the default) is the unchunked head: the logits are the head's record from F
-  // to B. Losses and every gradient but the head weight's are bitwise the unchunked ones on the CPU
-  // backend; the head weight's sums its tokens in chunk order. Set it between steps, while no
+  // to B. A row's logits, loss and input gradient are the unchunked row's wherever the GEMM computes
+  // the row by the same arithmetic (on the CPU backend: chunks cut where OpenBLAS's row tiles are,
+  // tests/models/loss_chunk_test.cpp), and then the losses and every gradient but the head weight's
+  // are bitwise; the head weight's sums its tokens in chunk order. Set it between steps, while no
   // microbatch is in flight (an stp::Error otherwise, or for tokens < 0).
   virtual void set_loss_chunk_tokens(std::int64_t tokens) = 0;
   virtual std::int64_t loss_chunk_tokens() const = 0;

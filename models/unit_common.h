@@ -161,9 +161,10 @@ struct LossChunking {
 // Returns dln (B, T, C) f32 (a temporary of the call; vocab-parallel: this rank's partial, as
 // lm_head_backward_input's), or an undefined tensor when !c.gradients. Saves no record: the head's
 // weight gradient is complete when F returns, and lm_head_backward_weight has nothing to do.
-// Numerics: a row's logits, loss, lse, seed and dln are bitwise the unchunked ones where the GEMM's
-// row results do not depend on its row count (the CPU's OpenBLAS; tests/models/loss_chunk_test.cpp);
-// the weight gradient adds the same products over the tokens in chunk order.
+// Numerics: each row's logits, loss, lse, seed and dln are the same expressions as unchunked, so
+// they are bitwise the unchunked ones wherever the GEMM computes a row by the same arithmetic in a
+// GEMM of n rows as in one of N (OpenBLAS: when the chunks cut N where its row tiles do;
+// tests/models/loss_chunk_test.cpp); the weight gradient adds the same products in chunk order.
 Tensor lm_head_forward_chunked(const UnitDims& d, ParamInfo& head_w, const Tensor& ln, const Tensor& targets,
                                const Tensor& loss, const LossChunking& c, CallScope& cs);
 
