@@ -49,6 +49,9 @@ struct RankPlan {
   // so it does not sit on the device while earlier ops run; its H2D copy is then exposed. The
   // planner's last activation lever (memory/planner.h).
   bool late_reloads = false;
+  // Tokens per chunk of the loss head on this rank's last stage (Stage::set_loss_chunk_tokens);
+  // 0: unchunked. model.loss_chunk_tokens, or auto's choice (train/loss_chunk.h).
+  std::int64_t loss_chunk_tokens = 0;
   bool offloads() const;
   OptimizerPlacement optimizer_placement(int chunk) const;
 };
