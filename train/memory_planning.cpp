@@ -450,11 +450,18 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
   const ModelLayout shape = build_shape(config);
   const LossChunkSetting setting = loss_chunk_setting(config);
   MemoryPlan plan = plan_with_loss_chunk(config, shape, exact_minimum, setting.tokens);
-  if (!setting.automatic || plan.feasible) return plan;  // auto is none while the unchunked plan fits
+  const std::int64_t tokens = static_cast<std::int64_t>(config.train.micro_batch_size) * config.model.seq_len;
+  const std::vector<std::int64_t> chunks = setting.automatic ? auto_loss_chunks(tokens) : std::vector<std::int64_t>{};
+  if (chunks.empty()) return plan;
+  if (plan.feasible) {  // auto is none while the unchunked plan fits ...
+    if (exact_minimum)  // ... and the minimum is the smallest chunk's, the budget below which auto fails
+      plan.min_device_budget =
+          std::min(plan.min_device_budget, plan_with_loss_chunk(config, shape, true, chunks.back()).min_device_budget);
+    return plan;
+  }
   // auto, over budget: the largest chunk whose plan fits; if none does, the smallest (the strongest
   // plan, whose minimum budget the error names).
-  const std::int64_t tokens = static_cast<std::int64_t>(config.train.micro_batch_size) * config.model.seq_len;
-  for (std::int64_t chunk : auto_loss_chunks(tokens)) {
+  for (std::int64_t chunk : chunks) {
     plan = plan_with_loss_chunk(config, shape, exact_minimum, chunk);
     if (plan.feasible) break;
   }
@@ -471,6 +478,7 @@ void check_plan(const MemoryPlan& plan, const Config& config, ByteStyle style) {
                     settings.offload == OffloadPolicy::None || settings.recompute == RecomputePolicy::None
                         ? ", or set memory.offload / memory.recompute to auto"
                         : "",
+                    config.model.loss_chunk_tokens == "none" ? ", or set model.loss_chunk_tokens to auto" : "",
                     ", or lower train.micro_batch_size."));
   std::size_t pinned = 0, optimizer = 0;
   for (const RankPrediction& p : plan.predicted) pinned += p.host_pinned_bytes, optimizer += p.optimizer_host_bytes;
