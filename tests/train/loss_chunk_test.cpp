@@ -109,4 +109,25 @@ TEST(LossChunkTraining, FirstStepLossIsBitwiseAtTileAlignedChunks) {
     }
 }
 
+// One chunk of every row (100 >= B·T = 32) runs the head weight's GEMM exactly as the unchunked W
+// does, only in F: with an untied head nothing else adds into that gradient, so where a schedule
+// runs the head's Ws in the order of its Fs the microbatches' contributions are added in the same
+// order and training is bitwise the unchunked run's, losses and parameters, with dp 2 and the
+// distributed optimizer too: gpipe, 1f1b, 1f1b-i, zb-h1 and zb-v (Ws deferred). A W that added the
+// gradient again, or a gradient reduced before the head's F accumulated it, would show here. stp
+// braids the head's W of one microbatch after the F of a later one, so its sum follows another
+// order (the first step's loss is still bitwise: FirstStepLossIsBitwiseAtTileAlignedChunks).
+TEST(LossChunkTraining, OneChunkTrainsBitwiseWhereWsFollowTheFOrder) {
+  for (const char* schedule : stp::testing::sweep<const char*>({"gpipe", "1f1b", "1f1b-i", "zb-h1", "zb-v"}, {"zb-v"}))
+    for (const char* dp : {"parallel.dp=1", "parallel.dp=2"}) {
+      SCOPED_TRACE(std::string(schedule) + " " + dp);
+      std::vector<std::string> o =
+          with(kLlama, {"parallel.tp=2", "parallel.pp=2", "model.n_layer=4", dp, "parallel.distributed_optimizer=true",
+                        std::string("parallel.schedule=") + schedule});
+      const TrainRun none = run_training(tiny_config(with(o, {"model.loss_chunk_tokens=none"})), 3);
+      const TrainRun one = run_training(tiny_config(with(o, {"model.loss_chunk_tokens=100"})), 3);
+      stp::testing::expect_bitwise_equal(one, none);
+    }
+}
+
 }  // namespace
