@@ -113,13 +113,13 @@ TEST(LossChunkTraining, FirstStepLossIsBitwiseAtTileAlignedChunks) {
 // does, only in F: with an untied head nothing else adds into that gradient, so where a schedule
 // runs the head's Ws in the order of its Fs the microbatches' contributions are added in the same
 // order and training is bitwise the unchunked run's, losses and parameters, with dp 2 and the
-// distributed optimizer too: gpipe, 1f1b, 1f1b-i, zb-h1 and zb-v (Ws deferred). A W that added the
-// gradient again, or a gradient reduced before the head's F accumulated it, would show here. stp
-// braids the head's W of one microbatch after the F of a later one, so its sum follows another
-// order (the first step's loss is still bitwise: FirstStepLossIsBitwiseAtTileAlignedChunks).
+// distributed optimizer, and with the optimizer offloaded to the CPU, too: gpipe, 1f1b, 1f1b-i, zb-h1 and zb-v (Ws
+// deferred). A W that added the gradient again, or a gradient reduced before the head's F accumulated it, would show
+// here. stp braids the head's W of one microbatch after the F of a later one, so its sum follows another order (the
+// first step's loss is still bitwise: FirstStepLossIsBitwiseAtTileAlignedChunks).
 TEST(LossChunkTraining, OneChunkTrainsBitwiseWhereWsFollowTheFOrder) {
   for (const char* schedule : stp::testing::sweep<const char*>({"gpipe", "1f1b", "1f1b-i", "zb-h1", "zb-v"}, {"zb-v"}))
-    for (const char* dp : {"parallel.dp=1", "parallel.dp=2"}) {
+    for (const char* dp : {"parallel.dp=1", "parallel.dp=2", "memory.optimizer_offload=all"}) {
       SCOPED_TRACE(std::string(schedule) + " " + dp);
       std::vector<std::string> o =
           with(kLlama, {"parallel.tp=2", "parallel.pp=2", "model.n_layer=4", dp, "parallel.distributed_optimizer=true",
