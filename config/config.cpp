@@ -30,6 +30,7 @@ static const std::vector<Knob> kKnobs = {
   {"model.qkv_bias",         KnobType::Bool,   "false",          "", "llama: the q, k and v projections have biases (true for Qwen2)", STP_FIELD(model.qkv_bias)},
   {"model.tie_embeddings",   KnobType::Choice, "auto",           "auto|true|false", "the LM head is the token embedding; auto = true for gpt2 (always tied), false for llama", STP_FIELD(model.tie_embeddings)},
   {"model.attention",        KnobType::Choice, "fused",          "fused|naive", "fused: tiled causal attention with an online softmax, activation memory linear in seq_len (keeps the output and one log-sum-exp per query row); naive: the (B, H, T, T) probabilities are kept, the reference. docs/model.md, Attention", STP_FIELD(model.attention)},
+  {"model.loss_chunk_tokens", KnobType::String, "auto",         "", "the LM head and cross-entropy in chunks of this many tokens of a microbatch's micro_batch_size x seq_len, forward and backward fused in the head's F, so at most one chunk's logits exist (docs/memory.md, Chunked loss head): a positive integer (need not divide the tokens; the last chunk is shorter), none = the whole microbatch's logits kept from F to B, or auto = none while the memory plan fits memory.device_budget, else the largest of tokens/2, tokens/4, ... of at least 128 tokens whose plan fits (none when a microbatch has fewer than 256 tokens)", STP_FIELD(model.loss_chunk_tokens)},
   {"model.init_from",        KnobType::Path,   "null",           "", "a Hugging Face model folder (config.json + model.safetensors or a sharded model.safetensors.index.json; every checkpoint folder is one) whose config.json fills the model keys the YAML leaves out, or a single .safetensors file; HF or stp tensor names, F32/BF16/F16. docs/model.md, Hugging Face models; null = seeded random init", STP_FIELD(model.init_from)},
   {"data.path",              KnobType::String, "/usr/share/games/fortunes", "", "a token file, a folder of them or a glob (data/x_train_*.bin): the files concatenated in name order (docs/config.md, Data paths and shards)", STP_FIELD(data.path)},
   {"data.format",            KnobType::Choice, "text",           "text|u16|llmc|tok32", "text: bytes are tokens (vocab 256); u16: raw little-endian uint16; llmc: llm.c header + uint16; tok32: stp header + uint32", STP_FIELD(data.format)},
@@ -187,7 +188,9 @@ std::string config_fingerprint(const Config& cfg) {
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a 64
   for (const Knob& k : kKnobs) {
     std::string key = k.key;
-    if (key.rfind("model.", 0) != 0 || key == "model.init_from") continue;
+    // model.loss_chunk_tokens is how the loss is computed, not what the model is: a run may resume
+    // across it, and fingerprints stay what they were before the key.
+    if (key.rfind("model.", 0) != 0 || key == "model.init_from" || key == "model.loss_chunk_tokens") continue;
     // GPT-2 ignores the llama keys: its fingerprints stay what they were before those keys.
     if (cfg.model.arch == "gpt2" && llama_only_key(key)) continue;
     std::string line = key + "=" + knob_value_text(k, cfg).value_or("null") + "\n";

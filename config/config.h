@@ -51,6 +51,8 @@ struct ModelConfig {
   std::string tie_embeddings;  // auto | true | false; auto = true for gpt2, false for llama
   std::string attention;       // fused | naive
   std::string init_from;       // "" = null: seeded random init
+  // auto | none | a positive integer: tokens per chunk of the loss head (train/loss_chunk.h)
+  std::string loss_chunk_tokens;
   // Not YAML keys: bos_token_id / eos_token_id of model.init_from's config.json as JSON text
   // ("" = absent), written back into exported config.json files (config/hf_config.h).
   std::string hf_bos_token_id;

@@ -37,6 +37,13 @@ void validate_model(const Config& c) {
     STP_CHECK(c.model.rope_theta > 0, "config: model.rope_theta must be > 0, got ", c.model.rope_theta);
     STP_CHECK(c.model.norm_eps > 0, "config: model.norm_eps must be > 0, got ", c.model.norm_eps);
   }
+  const std::string& lc = c.model.loss_chunk_tokens;
+  const bool positive = !lc.empty() && lc.size() <= 18 && lc.find_first_not_of("0123456789") == std::string::npos &&
+                        lc.find_first_not_of('0') != std::string::npos;
+  STP_CHECK(lc == "auto" || lc == "none" || positive,
+            "config: model.loss_chunk_tokens must be auto, none or a "
+            "positive integer (tokens per chunk of the loss head), got '",
+            lc, "'");
   STP_CHECK(c.data.format != "text" || c.model.vocab_size >= 256, "config: model.vocab_size (", c.model.vocab_size,
             ") must be >= 256 with data.format text (every byte is a token)");
   STP_CHECK(c.data.format != "text" || c.data.tokenizer.empty(), "config: data.tokenizer '", c.data.tokenizer,

@@ -57,6 +57,9 @@ struct RankPlan {
   // the device for the passes that read them (offload/param_streamer.h). Its optimizer is on the
   // host (the CPU AdamW updates the host copies in place).
   std::vector<bool> param_stream;
+  // Tokens per chunk of the loss head on this rank's last stage (Stage::set_loss_chunk_tokens);
+  // 0: unchunked. model.loss_chunk_tokens, or auto's choice (train/loss_chunk.h).
+  std::int64_t loss_chunk_tokens = 0;
   bool offloads() const;
   OptimizerPlacement optimizer_placement(int chunk) const;
   bool streams_params(int chunk) const;

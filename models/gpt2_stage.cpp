@@ -65,9 +65,9 @@ Tensor GPT2Stage::finalize_norm(int u, const Tensor& dy, const Tensor& dnorm, Re
   return gpt2_norm_finalize(dims_, branch(u).ln, dy, dnorm, rec, cs);
 }
 
-void GPT2Stage::head_forward(const Tensor& x, const Tensor& targets, const Tensor& loss, RecordSet& rec,
-                             CallScope& cs) {
-  gpt2_head_forward(dims_, ln_f(), params_.at("wte.weight"), x, targets, loss, rec, cs);
+void GPT2Stage::head_forward(const Tensor& x, const Tensor& targets, const Tensor& loss, const LossChunking& c,
+                             RecordSet& rec, CallScope& cs) {
+  gpt2_head_forward(dims_, ln_f(), params_.at("wte.weight"), x, targets, loss, c, rec, cs);
 }
 
 Tensor GPT2Stage::head_backward_input(float loss_scale, RecordSet& rec, CallScope& cs) {

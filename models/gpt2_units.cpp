@@ -192,26 +192,14 @@ void mlp_recompute_t(const GPT2Dims& d, const GPT2Branch& p, Recompute r, Record
 
 // ---- head -------------------------------------------------------------------------------------------------
 
-template <typename A>
-void head_forward_t(const GPT2Dims& d, const GPT2LayerNorm& ln_f, ParamInfo& wte, const Tensor& x,
-                    const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs) {
-  // 1. ln_f; its statistics are read by this unit's own B.
-  Tensor ln = layernorm_with_records<A>(d, ln_f, x, rec, cs, kB);
-  // 2. Tied LM head: logits = ln_f(x) wte^T, and the loss.
-  lm_head_forward(d, wte, ln, targets, loss, rec, cs);
-}
-
-template <typename A>
-Tensor head_backward_input_t(const GPT2Dims& d, const GPT2LayerNorm& ln_f, ParamInfo& wte, float loss_scale,
-                             RecordSet& rec, CallScope& cs) {
+// The ln_f backward from dln (x, mean, rstd taken from the records). The head is the first gradient
+// source, so there is no residual gradient to add. Replicated: exact, nothing to reduce.
+// Vocab-parallel: on the partial dln, so dx is a partial for the caller's all-reduce and the
+// weight grads are summed here (models/unit_common.h, head_norm_grad_partials).
+Tensor head_norm_backward(const GPT2Dims& d, const GPT2LayerNorm& ln_f, const Tensor& dln, RecordSet& rec,
+                          CallScope& cs) {
   const i64 N = d.N();
   Stream& s = cs.stream();
-  // 1. dlogits, and dln = dlogits wte (vocab-parallel: this rank's partial).
-  Tensor dln = lm_head_backward_input(d, wte, loss_scale, rec, cs);
-  // 2. ln_f backward. The head is the first gradient source, so there is no residual gradient to
-  //    add. Replicated: exact, nothing to reduce. Vocab-parallel: on the partial dln, so dx is a
-  //    partial for the caller's all-reduce and the weight grads are summed here
-  //    (models/unit_common.h, head_norm_grad_partials).
   Tensor x = rec.take("ln.x"), mean = rec.take("ln.mean"), rstd = rec.take("ln.rstd");
   Tensor dx = cs.keep({d.B, d.T, d.C});
   Tensor partials = d.vocab_parallel ? head_norm_grad_partials(2 * d.C, cs) : Tensor();
@@ -223,6 +211,29 @@ Tensor head_backward_input_t(const GPT2Dims& d, const GPT2LayerNorm& ln_f, Param
   if (d.vocab_parallel) sum_head_norm_grads(d, partials, {ln_f.w, ln_f.b}, cs);
   for (Tensor* t : {&x, &mean, &rstd}) cs.release(std::move(*t));
   return dx;
+}
+
+template <typename A>
+void head_forward_t(const GPT2Dims& d, const GPT2LayerNorm& ln_f, ParamInfo& wte, const Tensor& x,
+                    const Tensor& targets, const Tensor& loss, const LossChunking& c, RecordSet& rec, CallScope& cs) {
+  // 1. ln_f; its statistics are read by this unit's own B.
+  Tensor ln = layernorm_with_records<A>(d, ln_f, x, rec, cs, kB);
+  // 2. Tied LM head: logits = ln_f(x) wte^T, and the loss.
+  if (!c.chunked()) return lm_head_forward(d, wte, ln, targets, loss, rec, cs);
+  // Chunked: the loss and its gradient at once; B only hands "dx" over.
+  Tensor dln = lm_head_forward_chunked(d, wte, ln, targets, loss, c, cs);
+  cs.release(std::move(ln));
+  if (c.gradients) rec.save("dx", head_norm_backward(d, ln_f, dln, rec, cs), kB);
+}
+
+template <typename A>
+Tensor head_backward_input_t(const GPT2Dims& d, const GPT2LayerNorm& ln_f, ParamInfo& wte, float loss_scale,
+                             RecordSet& rec, CallScope& cs) {
+  if (rec.has("dx")) return rec.take("dx");  // the chunked head's F computed it
+  // 1. dlogits, and dln = dlogits wte (vocab-parallel: this rank's partial).
+  Tensor dln = lm_head_backward_input(d, wte, loss_scale, rec, cs);
+  // 2. ln_f backward.
+  return head_norm_backward(d, ln_f, dln, rec, cs);
 }
 
 }  // namespace
@@ -275,8 +286,9 @@ void gpt2_mlp_recompute(const GPT2Dims& d, const GPT2Branch& p, Recompute r, Rec
 }
 
 void gpt2_head_forward(const GPT2Dims& d, const GPT2LayerNorm& ln_f, ParamInfo& wte, const Tensor& x,
-                       const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs) {
-  with_act(d, [&](auto a) { head_forward_t<decltype(a)>(d, ln_f, wte, x, targets, loss, rec, cs); });
+                       const Tensor& targets, const Tensor& loss, const LossChunking& c, RecordSet& rec,
+                       CallScope& cs) {
+  with_act(d, [&](auto a) { head_forward_t<decltype(a)>(d, ln_f, wte, x, targets, loss, c, rec, cs); });
 }
 
 Tensor gpt2_head_backward_input(const GPT2Dims& d, const GPT2LayerNorm& ln_f, ParamInfo& wte, float loss_scale,

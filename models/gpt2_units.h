@@ -106,10 +106,12 @@ void gpt2_attn_recompute(const GPT2Dims& d, const GPT2Branch& p, Recompute r, Re
 void gpt2_mlp_recompute(const GPT2Dims& d, const GPT2Branch& p, Recompute r, RecordSet& rec, CallScope& cs);
 
 // ---- head unit (ln_f, tied LM head, cross-entropy) --------------------------------------------
-// Writes the mean loss into `loss` (1,).
+// Writes the mean loss into `loss` (1,). Chunked (c.chunked(), models/unit_common.h LossChunking):
+// the LM head runs through lm_head_forward_chunked and, with gradients, ln_f's backward follows in
+// F, which keeps only "dx" for B (every other record released).
 void gpt2_head_forward(const GPT2Dims& d, const GPT2LayerNorm& ln_f, ParamInfo& wte, const Tensor& x,
-                       const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs);
-// Returns dx, the gradient w.r.t. the head's input: whole on every rank with the replicated
+                       const Tensor& targets, const Tensor& loss, const LossChunking& c, RecordSet& rec, CallScope& cs);
+// Returns dx (chunked: the one F kept), the gradient w.r.t. the head's input: whole on every rank with the replicated
 // vocabulary, this rank's partial for the caller's all-reduce when vocab-parallel
 // (head_norm_grad_partials, models/unit_common.h).
 Tensor gpt2_head_backward_input(const GPT2Dims& d, const GPT2LayerNorm& ln_f, ParamInfo& wte, float loss_scale,

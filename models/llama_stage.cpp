@@ -69,9 +69,9 @@ Tensor LlamaStage::finalize_norm(int u, const Tensor& dy, const Tensor& dnorm, R
   return llama_norm_finalize(dims_, *branch(u).norm, dy, dnorm, rec, cs);
 }
 
-void LlamaStage::head_forward(const Tensor& x, const Tensor& targets, const Tensor& loss, RecordSet& rec,
-                              CallScope& cs) {
-  llama_head_forward(dims_, params_.at("model.norm.weight"), params_.at(head_weight_), x, targets, loss, rec, cs);
+void LlamaStage::head_forward(const Tensor& x, const Tensor& targets, const Tensor& loss, const LossChunking& c,
+                              RecordSet& rec, CallScope& cs) {
+  llama_head_forward(dims_, params_.at("model.norm.weight"), params_.at(head_weight_), x, targets, loss, c, rec, cs);
 }
 
 Tensor LlamaStage::head_backward_input(float loss_scale, RecordSet& rec, CallScope& cs) {

@@ -26,7 +26,8 @@ class LlamaStage final : public BranchedStage<LlamaDims, LlamaBranch> {
   Tensor embed_forward(const Tensor& tokens, RecordSet& rec, CallScope& cs) override;
   void embed_backward_weight(RecordSet& rec, CallScope& cs) override;
   Tensor finalize_norm(int u, const Tensor& dy, const Tensor& dnorm, RecordSet& rec, CallScope& cs) override;
-  void head_forward(const Tensor& x, const Tensor& targets, const Tensor& loss, RecordSet& rec, CallScope& cs) override;
+  void head_forward(const Tensor& x, const Tensor& targets, const Tensor& loss, const LossChunking& c, RecordSet& rec,
+                    CallScope& cs) override;
   Tensor head_backward_input(float loss_scale, RecordSet& rec, CallScope& cs) override;
   void head_backward_weight(RecordSet& rec, CallScope& cs) override;
 

@@ -197,25 +197,12 @@ void mlp_recompute_t(const LlamaDims& d, const LlamaBranch& p, Recompute r, Reco
 
 // ---- head ---------------------------------------------------------------------------------------------
 
-template <typename A>
-void head_forward_t(const LlamaDims& d, ParamInfo& norm, ParamInfo& head_w, const Tensor& x, const Tensor& targets,
-                    const Tensor& loss, RecordSet& rec, CallScope& cs) {
-  // 1. The final norm; its statistics are read by this unit's own B.
-  Tensor ln = norm_with_records<A>(d, &norm, x, rec, cs, kB);
-  // 2. logits = norm(x) W^T, and the loss.
-  lm_head_forward(d, head_w, ln, targets, loss, rec, cs);
-}
-
-template <typename A>
-Tensor head_backward_input_t(const LlamaDims& d, ParamInfo& norm, ParamInfo& head_w, float loss_scale, RecordSet& rec,
-                             CallScope& cs) {
+// The final norm's backward from dln (no residual gradient). Replicated: exact, nothing to reduce.
+// Vocab-parallel: on the partial dln, so dx is a partial for the caller's all-reduce and the weight
+// grad is summed here (models/unit_common.h, head_norm_grad_partials).
+Tensor head_norm_backward(const LlamaDims& d, ParamInfo& norm, const Tensor& dln, RecordSet& rec, CallScope& cs) {
   const i64 N = d.N();
   Stream& s = cs.stream();
-  // 1. dlogits, and dln = dlogits W (vocab-parallel: this rank's partial).
-  Tensor dln = lm_head_backward_input(d, head_w, loss_scale, rec, cs);
-  // 2. The final norm's backward (no residual gradient). Replicated: exact, nothing to reduce.
-  //    Vocab-parallel: on the partial dln, so dx is a partial for the caller's all-reduce and the
-  //    weight grad is summed here (models/unit_common.h, head_norm_grad_partials).
   Tensor x = rec.take("ln.x"), rstd = rec.take("ln.rstd");
   Tensor dx = cs.keep({d.B, d.T, d.C});
   Tensor partials = d.vocab_parallel ? head_norm_grad_partials(d.C, cs) : Tensor();
@@ -226,6 +213,29 @@ Tensor head_backward_input_t(const LlamaDims& d, ParamInfo& norm, ParamInfo& hea
   cs.release(std::move(x));
   cs.release(std::move(rstd));
   return dx;
+}
+
+template <typename A>
+void head_forward_t(const LlamaDims& d, ParamInfo& norm, ParamInfo& head_w, const Tensor& x, const Tensor& targets,
+                    const Tensor& loss, const LossChunking& c, RecordSet& rec, CallScope& cs) {
+  // 1. The final norm; its statistics are read by this unit's own B.
+  Tensor ln = norm_with_records<A>(d, &norm, x, rec, cs, kB);
+  // 2. logits = norm(x) W^T, and the loss.
+  if (!c.chunked()) return lm_head_forward(d, head_w, ln, targets, loss, rec, cs);
+  // Chunked: the loss and its gradient at once; B only hands "dx" over.
+  Tensor dln = lm_head_forward_chunked(d, head_w, ln, targets, loss, c, cs);
+  cs.release(std::move(ln));
+  if (c.gradients) rec.save("dx", head_norm_backward(d, norm, dln, rec, cs), kB);
+}
+
+template <typename A>
+Tensor head_backward_input_t(const LlamaDims& d, ParamInfo& norm, ParamInfo& head_w, float loss_scale, RecordSet& rec,
+                             CallScope& cs) {
+  if (rec.has("dx")) return rec.take("dx");  // the chunked head's F computed it
+  // 1. dlogits, and dln = dlogits W (vocab-parallel: this rank's partial).
+  Tensor dln = lm_head_backward_input(d, head_w, loss_scale, rec, cs);
+  // 2. The final norm's backward.
+  return head_norm_backward(d, norm, dln, rec, cs);
 }
 
 }  // namespace
@@ -268,8 +278,8 @@ void llama_mlp_recompute(const LlamaDims& d, const LlamaBranch& p, Recompute r, 
   with_act(d, [&](auto a) { mlp_recompute_t<decltype(a)>(d, p, r, rec, cs); });
 }
 void llama_head_forward(const LlamaDims& d, ParamInfo& norm, ParamInfo& head_w, const Tensor& x, const Tensor& targets,
-                        const Tensor& loss, RecordSet& rec, CallScope& cs) {
-  with_act(d, [&](auto a) { head_forward_t<decltype(a)>(d, norm, head_w, x, targets, loss, rec, cs); });
+                        const Tensor& loss, const LossChunking& c, RecordSet& rec, CallScope& cs) {
+  with_act(d, [&](auto a) { head_forward_t<decltype(a)>(d, norm, head_w, x, targets, loss, c, rec, cs); });
 }
 Tensor llama_head_backward_input(const LlamaDims& d, ParamInfo& norm, ParamInfo& head_w, float loss_scale,
                                  RecordSet& rec, CallScope& cs) {

@@ -81,9 +81,12 @@ void llama_attn_recompute(const LlamaDims& d, const LlamaBranch& p, Recompute r,
 void llama_mlp_recompute(const LlamaDims& d, const LlamaBranch& p, Recompute r, RecordSet& rec, CallScope& cs);
 
 // head_w: lm_head.weight, or model.embed_tokens.weight when tied. Writes the mean loss into `loss`.
+// Chunked (c.chunked(), models/unit_common.h LossChunking): the LM head runs through
+// lm_head_forward_chunked and, with gradients, the norm's backward follows in F, which keeps only
+// "dx" for B (every other record released).
 void llama_head_forward(const LlamaDims& d, ParamInfo& norm, ParamInfo& head_w, const Tensor& x, const Tensor& targets,
-                        const Tensor& loss, RecordSet& rec, CallScope& cs);
-// Returns dx, the gradient w.r.t. the head's input: whole on every rank with the replicated
+                        const Tensor& loss, const LossChunking& c, RecordSet& rec, CallScope& cs);
+// Returns dx (chunked: the one F kept), the gradient w.r.t. the head's input: whole on every rank with the replicated
 // vocabulary, this rank's partial for the caller's all-reduce when vocab-parallel
 // (head_norm_grad_partials, models/unit_common.h).
 Tensor llama_head_backward_input(const LlamaDims& d, ParamInfo& norm, ParamInfo& head_w, float loss_scale,

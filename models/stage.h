@@ -222,6 +222,20 @@ class Stage {
   // between steps, while no microbatch is in flight.
   virtual void set_forward_only(bool on) = 0;
 
+  // The loss head in chunks (a stage that is_last(); docs/memory.md, Chunked loss head): with
+  // tokens > 0 the head's F runs the LM head and the cross-entropy over the microbatch's B·T rows
+  // `tokens` at a time (the last chunk shorter), and with its backward fused: at most one chunk's
+  // logits exist, F accumulates the head's weight gradient (so the head's W adds nothing) and keeps
+  // only the gradient w.r.t. the head's input, which B hands over. The seed is loss_scale() as it
+  // is when F runs. 0 (the default) is the unchunked head: the logits are the head's record from F
+  // to B. A row's logits, loss and input gradient are the unchunked row's wherever the GEMM computes
+  // the row by the same arithmetic (on the CPU backend: chunks cut where OpenBLAS's row tiles are,
+  // tests/models/loss_chunk_test.cpp), and then the losses and every gradient but the head weight's
+  // are bitwise; the head weight's sums its tokens in chunk order. Set it between steps, while no
+  // microbatch is in flight (an stp::Error otherwise, or for tokens < 0).
+  virtual void set_loss_chunk_tokens(std::int64_t tokens) = 0;
+  virtual std::int64_t loss_chunk_tokens() const = 0;
+
   virtual std::vector<ParamInfo>& params() = 0;
   // The parameters unit u's passes read or accumulate into (the units' own: a branch's norm and
   // GEMM weights, the embedding's tables, the head's final norm and LM head), pointers into

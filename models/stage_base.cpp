@@ -129,7 +129,8 @@ Tensor StageBase::forward(int u, int mb, Stream& s) {
       break;
     case UnitKind::Head:
       STP_ASSERT(m.targets.defined(), "F(head, mb ", mb, ") before targets(", mb, ") was filled");
-      head_forward(m.fwd_x, m.targets, loss(mb), rec, cs);
+      head_forward(m.fwd_x, m.targets, loss(mb), LossChunking{loss_chunk_tokens_, !forward_only_, loss_scale_}, rec,
+                   cs);
       cs.release(std::move(m.fwd_x));
       break;
   }
@@ -148,6 +149,12 @@ Tensor StageBase::forward(int u, int mb, Stream& s) {
 void StageBase::set_forward_only(bool on) {
   STP_CHECK(mbs_.empty(), "set_forward_only(", on, ") while microbatches are in flight: set it between steps");
   forward_only_ = on;
+}
+
+void StageBase::set_loss_chunk_tokens(std::int64_t tokens) {
+  STP_CHECK(tokens >= 0, "loss chunk of ", tokens, " tokens: give a positive number of tokens, or 0 for none");
+  STP_CHECK(mbs_.empty(), "set_loss_chunk_tokens(", tokens, ") while microbatches are in flight: set it between steps");
+  loss_chunk_tokens_ = tokens;
 }
 
 // The gradient w.r.t. the output of unit u: the residual gradient plus, when unit u+1 is a branch,

@@ -73,6 +73,8 @@ class StageBase : public Stage {
   std::size_t recompute_saving(int u, Recompute r) const override;
 
   void set_forward_only(bool on) override;
+  void set_loss_chunk_tokens(std::int64_t tokens) override;
+  std::int64_t loss_chunk_tokens() const override { return loss_chunk_tokens_; }
 
   std::vector<ParamInfo>& params() override { return params_.list(); }
   std::vector<ParamInfo*> unit_params(int u) override { return unit_params_.at(static_cast<std::size_t>(u)); }
@@ -121,8 +123,9 @@ class StageBase : public Stage {
   // Head: final norm, LM head and the mean token cross-entropy into `loss`; B returns the gradient
   // w.r.t. the head's input for the seed loss_scale (vocab-parallel: this rank's partial, whole once
   // all-reduced; models/unit_common.h, head_norm_grad_partials).
-  virtual void head_forward(const Tensor& x, const Tensor& targets, const Tensor& loss, RecordSet& rec,
-                            CallScope& cs) = 0;
+  // c: chunked or not, and with gradients or not (models/unit_common.h, LossChunking).
+  virtual void head_forward(const Tensor& x, const Tensor& targets, const Tensor& loss, const LossChunking& c,
+                            RecordSet& rec, CallScope& cs) = 0;
   virtual Tensor head_backward_input(float loss_scale, RecordSet& rec, CallScope& cs) = 0;
   virtual void head_backward_weight(RecordSet& rec, CallScope& cs) = 0;
 
@@ -166,6 +169,7 @@ class StageBase : public Stage {
   std::vector<Unit> units_;
   float loss_scale_ = 1.0f;
   bool forward_only_ = false;
+  std::int64_t loss_chunk_tokens_ = 0;
   std::map<int, Microbatch> mbs_;
   std::vector<std::map<int, RecordSet>> records_;     // [unit][mb]
   std::vector<std::vector<ParamInfo*>> unit_params_;  // [unit]

@@ -89,6 +89,49 @@ void lm_head_backward_weight_t(const UnitDims& d, ParamInfo& head_w, RecordSet& 
   cs.release(std::move(ln));
 }
 
+// One chunk of lm_head_forward_chunked: rows [r0, r0 + n) of the microbatch.
+template <typename A>
+void lm_head_chunk(const UnitDims& d, ParamInfo& head_w, const A* ln, const std::int32_t* targets, float* losses,
+                   float* dln, const LossChunking& c, i64 r0, i64 n, CallScope& cs) {
+  Stream& s = cs.stream();
+  CallScope chunk(cs.allocator(), s);  // the chunk's temporaries are free before the next chunk allocates
+  Tensor logits = chunk.tmp({n, d.Vs}, d.act), lse = chunk.tmp({n});
+  A* l = logits.as<A>();
+  const std::int32_t* t = targets + r0;
+  gemm(s, false, true, n, d.Vs, d.C, ln + r0 * d.C, d.C, weight<A>(&head_w), d.C, l, d.Vs);
+  if (d.vocab_parallel) {
+    Communicator& comm = vocab_comm(d);
+    Tensor max = chunk.tmp({n}), partials = chunk.tmp({2 * n});
+    vocab_ce_max(s, max.f32(), l, n, d.Vs, d.Vl);
+    comm.all_reduce_max(s, max.f32(), static_cast<std::size_t>(n));
+    vocab_ce_partials(s, partials.f32(), l, max.f32(), t, n, d.Vs, d.Vl, d.v0);
+    comm.all_reduce_sum(s, partials.f32(), static_cast<std::size_t>(2 * n));
+    vocab_ce_rows(s, losses + r0, lse.f32(), max.f32(), partials.f32(), t, n);
+  } else {
+    cross_entropy_rows(s, losses + r0, lse.f32(), l, t, n, d.V);
+  }
+  if (!c.gradients) return;
+  const float scale = c.loss_scale / static_cast<float>(d.N());  // B's seed (lm_head_backward_input)
+  if (d.vocab_parallel) vocab_ce_backward_inplace(s, l, lse.f32(), t, scale, n, d.Vs, d.Vl, d.v0);
+  else cross_entropy_backward_inplace(s, l, lse.f32(), t, scale, n, d.V);
+  gemm(s, false, false, n, d.C, d.Vs, l, d.Vs, weight<A>(&head_w), d.C, dln + r0 * d.C, d.C);
+  gemm(s, true, false, d.Vs, d.C, n, l, d.Vs, ln + r0 * d.C, d.C, head_w.grad.f32(), d.C, 1.0f, 1.0f);
+}
+
+template <typename A>
+Tensor lm_head_forward_chunked_t(const UnitDims& d, ParamInfo& head_w, const Tensor& ln, const Tensor& targets,
+                                 const Tensor& loss, const LossChunking& c, CallScope& cs) {
+  STP_ASSERT(c.chunked(), "lm_head_forward_chunked with ", c.tokens, " tokens per chunk");
+  const i64 N = d.N();
+  Tensor losses = cs.tmp({N});
+  Tensor dln = c.gradients ? cs.tmp({d.B, d.T, d.C}) : Tensor();
+  for (i64 r0 = 0; r0 < N; r0 += c.tokens)
+    lm_head_chunk<A>(d, head_w, ln.as<A>(), as_i32(targets), losses.f32(), c.gradients ? dln.f32() : nullptr, c, r0,
+                     std::min(c.tokens, N - r0), cs);
+  mean_of_rows(cs.stream(), loss.f32(), losses.f32(), N);
+  return dln;
+}
+
 }  // namespace
 
 CallScope::~CallScope() {
@@ -239,7 +282,14 @@ Tensor lm_head_backward_input(const UnitDims& d, ParamInfo& head_w, float loss_s
 }
 
 void lm_head_backward_weight(const UnitDims& d, ParamInfo& head_w, RecordSet& rec, CallScope& cs) {
+  if (!rec.has("dlogits")) return;  // chunked: F accumulated the weight gradient already
   with_act(d, [&](auto a) { lm_head_backward_weight_t<decltype(a)>(d, head_w, rec, cs); });
+}
+
+Tensor lm_head_forward_chunked(const UnitDims& d, ParamInfo& head_w, const Tensor& ln, const Tensor& targets,
+                               const Tensor& loss, const LossChunking& c, CallScope& cs) {
+  return with_act(d,
+                  [&](auto a) { return lm_head_forward_chunked_t<decltype(a)>(d, head_w, ln, targets, loss, c, cs); });
 }
 
 }  // namespace stp

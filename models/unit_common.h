@@ -75,6 +75,7 @@ class CallScope {
   Tensor keep(Shape shape, DType dtype = DType::F32);  // allocated here, kept by the caller (records, outputs)
   void release(Tensor t);  // last reader enqueued: freed now, in stream order (later allocations may reuse it)
   Stream& stream() { return s_; }
+  Allocator& allocator() { return alloc_; }
 
  private:
   Allocator& alloc_;
@@ -131,12 +132,41 @@ void token_embedding_backward_weight(const UnitDims& d, ParamInfo& embed, ParamI
 // vocabulary; models/stage.h, loss). Records: "ln.out" (W), "logits", "lse", "targets" (B).
 void lm_head_forward(const UnitDims& d, ParamInfo& head_w, const Tensor& ln, const Tensor& targets, const Tensor& loss,
                      RecordSet& rec, CallScope& cs);
+//
+// Chunked (c.tokens > 0, models/stage.h set_loss_chunk_tokens): lm_head_forward_chunked instead.
 // B: dlogits in place over the logits (the seed: loss_scale / N per counted token, 0 for a
 // target of -1), kept for W as
 // "dlogits"; returns dln = dlogits W (f32, a temporary of the call) for the final norm's backward.
 Tensor lm_head_backward_input(const UnitDims& d, ParamInfo& head_w, float loss_scale, RecordSet& rec, CallScope& cs);
 // W: dW += dlogits^T ln.
 void lm_head_backward_weight(const UnitDims& d, ParamInfo& head_w, RecordSet& rec, CallScope& cs);
+
+// ---- The chunked LM head ------------------------------------------------------------------------------
+// How the head's F runs (StageBase builds it for each F): tokens = rows per chunk (0: unchunked, the
+// logits of the whole microbatch kept from F to B); gradients = false in forward-only mode;
+// loss_scale = the stage's loss_scale(), the seed's numerator.
+struct LossChunking {
+  std::int64_t tokens = 0;
+  bool gradients = true;
+  float loss_scale = 1.0f;
+  bool chunked() const { return tokens > 0; }
+};
+
+// F and the head's backward fused, `c.tokens` rows at a time (the last chunk shorter when it does
+// not divide N): per chunk, logits = ln[rows] W^T (a temporary, n x Vs), the rows' losses and lse
+// (vocab-parallel: the max and the [sum-exp | target logit] all-reduces of the chunk's rows), then
+// when c.gradients the seed in place (loss_scale / N per counted target, 0 for -1: the same as B's),
+// dln[rows] = dlogits W and W's grad += dlogits^T ln[rows]; the chunk's logits are freed before the
+// next chunk's are allocated. Then `loss` = the mean of the N losses, as lm_head_forward.
+// Returns dln (B, T, C) f32 (a temporary of the call; vocab-parallel: this rank's partial, as
+// lm_head_backward_input's), or an undefined tensor when !c.gradients. Saves no record: the head's
+// weight gradient is complete when F returns, and lm_head_backward_weight has nothing to do.
+// Numerics: each row's logits, loss, lse, seed and dln are the same expressions as unchunked, so
+// they are bitwise the unchunked ones wherever the GEMM computes a row by the same arithmetic in a
+// GEMM of n rows as in one of N (OpenBLAS: when the chunks cut N where its row tiles do;
+// tests/models/loss_chunk_test.cpp); the weight gradient adds the same products in chunk order.
+Tensor lm_head_forward_chunked(const UnitDims& d, ParamInfo& head_w, const Tensor& ln, const Tensor& targets,
+                               const Tensor& loss, const LossChunking& c, CallScope& cs);
 
 // Vocab-parallel B of the head. The final norm's backward is linear in dln (its statistics are
 // fixed), so each rank applies it to its own partial dln:

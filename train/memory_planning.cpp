@@ -12,6 +12,7 @@
 #include "models/registry.h"
 #include "schedule/schedule.h"
 #include "train/host_needs.h"
+#include "train/loss_chunk.h"
 #include "train/memory_settings.h"
 #include "train/planner_rates.h"
 #include "train/stage_layout.h"
@@ -220,8 +221,9 @@ Measured measure(const Config& config, const ModelLayout& shape) {
 // names it) instead of failing the dry run as if the device could not place the plan.
 class DryRunCostModel {
  public:
-  DryRunCostModel(const Config& config, const ModelLayout& shape, const Measured& measured)
-      : shape_(shape), measured_(measured), dry_config_(config) {
+  // loss_chunk: the loss head's chunk every plan it runs has (RankPlan::loss_chunk_tokens).
+  DryRunCostModel(const Config& config, const ModelLayout& shape, const Measured& measured, std::int64_t loss_chunk)
+      : shape_(shape), measured_(measured), dry_config_(config), loss_chunk_(loss_chunk) {
     dry_config_.output.trace = false;
     dry_config_.memory.device_budget.reset();
     dry_config_.memory.host_budget.reset();
@@ -239,8 +241,9 @@ class DryRunCostModel {
     const PlannerInput& in = measured_.input;
     const int pp = in.pp, tp = in.tp, m = in.microbatches;
     const double link = in.link_bytes_per_s;
-    MemoryPlan mp;  // the optimizer placement travels in each RankPlan
+    MemoryPlan mp;  // the optimizer placement and the loss chunk travel in each RankPlan
     for (int r = 0; r < pp; ++r) {
+      plans[static_cast<std::size_t>(r)].loss_chunk_tokens = loss_chunk_;
       // Lookahead in ops: enough average op time to cover one set's copy.
       const auto& ops = shape_.schedule.ranks[static_cast<std::size_t>(r)];
       double set_bytes = 0;
@@ -289,9 +292,7 @@ class DryRunCostModel {
   // Live bytes that fit a budget may still not be placeable in it (fragmentation). The dry run
   // places them exactly as the real run will, so "does plan P fit budget B" is one dry run.
   bool places(const std::vector<RankPlan>& plans, std::size_t budget) const {
-    MemoryPlan mp;
-    mp.ranks = plans;
-    apply_streaming(mp.ranks);
+    MemoryPlan mp = with_settings(plans);
     Config budgeted = dry_config_;
     budgeted.memory.device_budget = budget;
     try {
@@ -307,9 +308,7 @@ class DryRunCostModel {
   // that holds them (twice the live peak, doubled until it does).
   std::size_t placeable(const std::vector<RankPlan>& plans, std::size_t live_peak) {
     min_exact_ = true;
-    MemoryPlan mp;
-    mp.ranks = plans;
-    apply_streaming(mp.ranks);
+    MemoryPlan mp = with_settings(plans);
     Config budgeted = dry_config_;
     for (std::size_t budget = 2 * std::max<std::size_t>(live_peak, 1 << 20);; budget *= 2) {
       budgeted.memory.device_budget = budget;
@@ -326,9 +325,19 @@ class DryRunCostModel {
   bool min_exact() const { return min_exact_; }
 
  private:
+  // A plan of `plans` with this model's streaming and loss chunk.
+  MemoryPlan with_settings(const std::vector<RankPlan>& plans) const {
+    MemoryPlan mp;
+    mp.ranks = plans;
+    apply_streaming(mp.ranks);
+    for (RankPlan& rp : mp.ranks) rp.loss_chunk_tokens = loss_chunk_;
+    return mp;
+  }
+
   const ModelLayout& shape_;
   const Measured& measured_;
   Config dry_config_;
+  std::int64_t loss_chunk_ = 0;
   bool min_exact_ = false;
   bool stream_ = false;
 };
@@ -493,6 +502,25 @@ void decide_overlap(MemoryPlan& plan, const Config& config) {
   }
 }
 
+// The four passes for one loss head chunk (0: unchunked; RankPlan::loss_chunk_tokens).
+MemoryPlan plan_with_loss_chunk(const Config& config, const ModelLayout& shape, bool exact_minimum,
+                                std::int64_t loss_chunk) {
+  Measured measured = measure(config, shape);
+  DryRunCostModel model(config, shape, measured, loss_chunk);
+  MemoryPlan plan = choose_streaming(measured, model, shape, exact_minimum);
+  plan.optimizer_offload = false;
+  for (RankPlan& rp : plan.ranks) {
+    rp.loss_chunk_tokens = loss_chunk;
+    for (std::size_t ch = 0; ch < rp.units.size(); ++ch)
+      plan.optimizer_offload =
+          plan.optimizer_offload || rp.optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host;
+  }
+  decide_overlap(plan, config);
+  report(plan, measured);
+  if (loss_chunk > 0) plan.summary += str("loss head: chunks of ", loss_chunk, " tokens\n");
+  return plan;
+}
+
 }  // namespace
 
 // ---- The four passes ----------------------------------------------------------------------------
@@ -503,16 +531,23 @@ void decide_overlap(MemoryPlan& plan, const Config& config) {
 // parameters and gradients (HostUpdate).
 MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
   const ModelLayout shape = build_shape(config);
-  Measured measured = measure(config, shape);
-  DryRunCostModel model(config, shape, measured);
-  MemoryPlan plan = choose_streaming(measured, model, shape, exact_minimum);
-  plan.optimizer_offload = false;
-  for (const RankPlan& rp : plan.ranks)
-    for (std::size_t ch = 0; ch < rp.units.size(); ++ch)
-      plan.optimizer_offload =
-          plan.optimizer_offload || rp.optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host;
-  decide_overlap(plan, config);
-  report(plan, measured);
+  const LossChunkSetting setting = loss_chunk_setting(config);
+  MemoryPlan plan = plan_with_loss_chunk(config, shape, exact_minimum, setting.tokens);
+  const std::int64_t tokens = static_cast<std::int64_t>(config.train.micro_batch_size) * config.model.seq_len;
+  const std::vector<std::int64_t> chunks = setting.automatic ? auto_loss_chunks(tokens) : std::vector<std::int64_t>{};
+  if (chunks.empty()) return plan;
+  if (plan.feasible) {  // auto is none while the unchunked plan fits ...
+    if (exact_minimum)  // ... and the minimum is the smallest chunk's, the budget below which auto fails
+      plan.min_device_budget =
+          std::min(plan.min_device_budget, plan_with_loss_chunk(config, shape, true, chunks.back()).min_device_budget);
+    return plan;
+  }
+  // auto, over budget: the largest chunk whose plan fits; if none does, the smallest (the strongest
+  // plan, whose minimum budget the error names).
+  for (std::int64_t chunk : chunks) {
+    plan = plan_with_loss_chunk(config, shape, exact_minimum, chunk);
+    if (plan.feasible) break;
+  }
   return plan;
 }
 
@@ -529,6 +564,7 @@ void check_plan(const MemoryPlan& plan, const Config& config, const MemorySettin
                     settings.offload == OffloadPolicy::None || settings.recompute == RecomputePolicy::None
                         ? ", or set memory.offload / memory.recompute to auto"
                         : "",
+                    config.model.loss_chunk_tokens == "none" ? ", or set model.loss_chunk_tokens to auto" : "",
                     ", or lower train.micro_batch_size."));
   // What the plan pins: the activation pools, and the model states it places on the host (every
   // lever that pins reports them in RankPrediction::host_states: train/host_needs.h), the

@@ -148,6 +148,7 @@ void Trainer::Impl::build_stages(Rank& r) {
     const auto& decisions = rank_plan.units.at(static_cast<std::size_t>(c));
     for (int u = 0; u < r.stages.back()->num_units(); ++u)
       r.stages.back()->set_recompute(u, decisions.at(static_cast<std::size_t>(u)).recompute);
+    if (r.stages.back()->is_last()) r.stages.back()->set_loss_chunk_tokens(rank_plan.loss_chunk_tokens);
     stages.push_back(r.stages.back().get());
   }
   r.optimizer->attach(stages);  // the optimizer state, after the parameters

@@ -431,12 +431,22 @@ void attention_backward(Stream& s, T* dqkv, T* datt, const T* dy, const T* qkv, 
 }
 
 template <typename T>
-void cross_entropy_forward(Stream& s, float* loss, float* losses, float* lse, const T* logits,
-                           const std::int32_t* targets, i64 N, i64 V) {
+void cross_entropy_rows(Stream& s, float* losses, float* lse, const T* logits, const std::int32_t* targets, i64 N,
+                        i64 V) {
   const RowReduce rows = row_reduce(s, N);
   launch(s, rows, CrossEntropyRows<T>{losses, lse, logits, targets, V, rows}, row_grain(2 * V));
+}
+
+void mean_of_rows(Stream& s, float* loss, const float* losses, i64 N) {
   const RowReduce one = row_reduce(s, 1);
   launch(s, one, MeanOfRows{loss, losses, N, one}, 1);
+}
+
+template <typename T>
+void cross_entropy_forward(Stream& s, float* loss, float* losses, float* lse, const T* logits,
+                           const std::int32_t* targets, i64 N, i64 V) {
+  cross_entropy_rows(s, losses, lse, logits, targets, N, V);
+  mean_of_rows(s, loss, losses, N);
 }
 
 template <typename T>
@@ -461,6 +471,7 @@ void cross_entropy_backward_inplace(Stream& s, T* logits, const float* lse, cons
   template void attention_forward<T>(Stream&, T*, T*, const T*, i64, i64, i64, i64);                                  \
   template void attention_backward<T>(Stream&, T*, T*, const T*, const T*, const T*, i64, i64, i64, i64);             \
   template void cross_entropy_forward<T>(Stream&, float*, float*, float*, const T*, const std::int32_t*, i64, i64);   \
+  template void cross_entropy_rows<T>(Stream&, float*, float*, const T*, const std::int32_t*, i64, i64);              \
   template void cross_entropy_backward_inplace<T>(Stream&, T*, const float*, const std::int32_t*, float, i64, i64);
 STP_PER_ACTIVATION_TYPE(float)
 STP_PER_ACTIVATION_TYPE(bf16)

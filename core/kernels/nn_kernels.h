@@ -161,6 +161,15 @@ void cross_entropy_forward(Stream& s, float* loss /*(1,)*/, float* losses /*(N,)
                            const T* logits /*(N,V)*/, const std::int32_t* targets /*(N,)*/, std::int64_t N,
                            std::int64_t V);
 
+// The two steps of cross_entropy_forward, for a caller that computes the rows in parts (the
+// chunked loss head, models/unit_common.h): losses[n] and lse[n] of N rows as above (each row on
+// its own: a row's values do not depend on N), and *loss = the sum of losses[0, N) in the canonical
+// row order / N. cross_entropy_forward is exactly the one and then the other.
+template <typename T>
+void cross_entropy_rows(Stream& s, float* losses /*(N,)*/, float* lse /*(N,)*/, const T* logits /*(N,V)*/,
+                        const std::int32_t* targets /*(N,)*/, std::int64_t N, std::int64_t V);
+void mean_of_rows(Stream& s, float* loss /*(1,)*/, const float* losses /*(N,)*/, std::int64_t N);
+
 // dlogits = (softmax(logits) - onehot(targets)) * scale, in place over logits; scale =
 // loss_scale / N for a mean loss. A row whose target is -1 gets dlogits 0.
 template <typename T>

@@ -133,6 +133,23 @@ struct VocabCeFinish {
   }
 };
 
+// The rows' lse and losses alone (the chunked head: the mean is taken once over every chunk's rows,
+// mean_of_rows): the same expressions as VocabCeFinish, one task per row.
+struct VocabCeRows {
+  float* losses;
+  float* lse;
+  const float* max;
+  const float* partials;
+  const std::int32_t* targets;
+  i64 N;
+  STP_HD void operator()(usize i) const {
+    const i64 n = static_cast<i64>(i);
+    const float z = max[n] + logf(partials[n]);
+    lse[n] = z;
+    losses[n] = targets[n] >= 0 ? z - partials[N + n] : 0.0f;  // an ignored target (-1) counts 0
+  }
+};
+
 // One task per segment of a row of Vs columns (a row-wise launch: the whole row on a CPU stream);
 // every entry is computed on its own, so the split does not change a value.
 template <typename T>
@@ -200,6 +217,11 @@ void vocab_ce_finish(Stream& s, float* loss, float* losses, float* lse, const fl
                      const std::int32_t* targets, i64 N) {
   const RowReduce one = row_reduce(s, 1);
   launch(s, one, VocabCeFinish{loss, losses, lse, max, partials, targets, N, one}, 1);
+}
+
+void vocab_ce_rows(Stream& s, float* losses, float* lse, const float* max, const float* partials,
+                   const std::int32_t* targets, i64 N) {
+  launch(s, static_cast<usize>(N), VocabCeRows{losses, lse, max, partials, targets, N}, 1024);
 }
 
 template <typename T>

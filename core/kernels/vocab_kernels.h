@@ -53,6 +53,12 @@ void vocab_ce_finish(Stream& s, float* loss /*(1,)*/, float* losses /*(N,)*/, fl
                      const float* max /*(N,)*/, const float* partials /*(2N,)*/, const std::int32_t* targets /*(N,)*/,
                      std::int64_t N);
 
+// vocab_ce_finish without the mean (the chunked loss head, models/unit_common.h): lse and losses of
+// N rows, each by vocab_ce_finish's expression; the mean over every row is mean_of_rows
+// (core/kernels/nn_kernels.h), which adds the losses in vocab_ce_finish's order.
+void vocab_ce_rows(Stream& s, float* losses /*(N,)*/, float* lse /*(N,)*/, const float* max /*(N,)*/,
+                   const float* partials /*(2N,)*/, const std::int32_t* targets /*(N,)*/, std::int64_t N);
+
 // dlogits = (softmax - onehot(target)) * scale over this rank's columns, in place; the padding
 // columns (>= Vl) get 0, and so does every column of a row whose target is -1.
 template <typename T>

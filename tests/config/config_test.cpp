@@ -128,11 +128,11 @@ TEST(Config, RegistryCoversEveryFieldOnceAndDefaultsAreValid) {
     EXPECT_NE(std::string(k.doc), "") << k.key;
     EXPECT_EQ(find_knob(k.key), &k);
   }
-  EXPECT_EQ(keys.size(), 64u);  // 37 keys of docs/design.md's example + precision, link_bandwidth, tp_link_bandwidth,
+  EXPECT_EQ(keys.size(), 65u);  // 37 keys of docs/design.md's example + precision, link_bandwidth, tp_link_bandwidth,
                                 // cpu_threads, copy_engine_cpus, dp_bucket, distributed_optimizer, ..., val_path,
                                 // eval_every, eval_batches, max_skipped_steps, peak_flops, the six llama model keys,
                                 // vocab_parallel, optimizer_offload, mask_path, val_mask_path, optimizer_overlap,
-                                // param_offload (update on purpose)
+                                // param_offload, loss_chunk_tokens (update on purpose)
   EXPECT_NO_THROW(validate_config(default_config()));
 }
 
@@ -150,6 +150,11 @@ TEST(Config, UnknownKeysNameTheKeyAndListTheSection) {
                {"parallel.vocab_parallel", "'sometimes' is not a bool (true or false)"});
   expect_error([] { load("parallel:\n  vocab_parallel: 2\n"); }, {"parallel.vocab_parallel", "'2' is not a bool"});
   expect_error([] { load("- 1\n- 2\n"); }, {"top level must be a map"});
+  for (const char* bad : {"0", "-3", "12x", "half", "1e3"})
+    expect_error([bad] { validate_config(load(std::string("model:\n  loss_chunk_tokens: ") + bad + "\n")); },
+                 {"model.loss_chunk_tokens", "auto, none or a positive integer", std::string("'") + bad + "'"});
+  for (const char* good : {"auto", "none", "1", "4096"})
+    EXPECT_NO_THROW(validate_config(load(std::string("model:\n  loss_chunk_tokens: ") + good + "\n"))) << good;
   expect_error([] { load("model:\n  n_layer: 4\n  n_layer: 5\n"); }, {"model.n_layer", "twice"});
 }
 

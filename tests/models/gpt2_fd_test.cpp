@@ -196,7 +196,7 @@ TEST_F(UnitFd, HeadUnit) {
     RecordSet rec;
     {
       CallScope cs(alloc_, *s_);
-      gpt2_head_forward(d, ln, wte, x, targets, loss_t, rec, cs);
+      gpt2_head_forward(d, ln, wte, x, targets, loss_t, LossChunking{}, rec, cs);
     }
     return static_cast<double>(host(loss_t)[0]);
   };
@@ -204,7 +204,7 @@ TEST_F(UnitFd, HeadUnit) {
   Tensor dx;
   {
     CallScope cs(alloc_, *s_);
-    gpt2_head_forward(d, ln, wte, x, targets, loss_t, rec, cs);
+    gpt2_head_forward(d, ln, wte, x, targets, loss_t, LossChunking{}, rec, cs);
     dx = gpt2_head_backward_input(d, ln, wte, 1.0f, rec, cs);
     lm_head_backward_weight(d, wte, rec, cs);
   }
