@@ -38,7 +38,7 @@
 // Chunks that do not stream are ignored (begin_pass / end_pass do nothing). Passes do not nest:
 // the executor runs one unit at a time (braided parts alternate whole passes).
 // Counters: bytes and copies each way. With a trace, each batch of copies is a span on the copy
-// stream ("param-copy"): "weights up C uU" (F and W of unit U of local chunk C; " B" appended for
+// stream (trace::stream::kParamCopy): "weights up C uU" (F and W of unit U of local chunk C; " B" appended for
 // a B pass, which brings unit U+1's too), "grads up C uU", "grads down".
 #pragma once
 

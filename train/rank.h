@@ -47,7 +47,6 @@ struct Rank {
   std::unique_ptr<OffloadEngine> offload;
   OffloadCounters offload_before;        // the engine's counters at the start of this step
   double speculation_hidden_before = 0;  // RankOptimizer::Speculation::hidden_s at the last step's end
-  OffloadCounters offload_before;        // the engine's counters at the start of this step
   // Parameter streaming (RankPlan::param_stream): the streamed chunks' flat buffers come from
   // param_host (pinned host memory); the streamer moves each unit's slices through the device.
   std::unique_ptr<Allocator> param_host;

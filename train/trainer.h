@@ -181,8 +181,6 @@ class Trainer {
     std::size_t optimizer_host_bytes = 0;    // memory.optimizer_offload: moments + staging, pinned host
     std::size_t host_master_bytes = 0;       // of those: f32 masters (bf16; host or owned sharded masters)
     std::size_t optimizer_shadow_bytes = 0;  // of those: the speculation's shadows (memory.optimizer_overlap)
-    std::size_t optimizer_host_bytes = 0;    // memory.optimizer_offload: moments + staging, pinned host
-    std::size_t host_master_bytes = 0;       // of those: f32 masters (bf16; host or owned sharded masters)
     // memory.param_offload: the streamed chunks' weights (with bf16 copies) and gradients, pinned host
     std::size_t streamed_weight_bytes = 0, streamed_grad_bytes = 0;
   };
