@@ -97,8 +97,8 @@ void HostUpdate::begin_step(float lr, const AdamWHyper& hyper, int step) {
 
 // Staging is free to overwrite once the previous step's upload from it is done: compute waited
 // for it (params_needed) before the work this stream waits for, and if it did not, this stream
-// waits for the upload itself. A direct group copies nothing: its gradients are final at this
-// point of `after` (the stream the d2h stream waited for), which is all the update waits for.
+// waits for the upload itself. A direct group copies nothing: its gradients are final (and, from
+// step(), clipped) at this point of `after`, which is all its update waits for.
 void HostUpdate::download(Group& g, Stream& after) {
   g.downloaded = true;
   g.reads = g.down.get();

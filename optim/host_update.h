@@ -6,7 +6,8 @@
 // exp_avg / exp_avg_sq of every span (allocated by the optimizer from allocator()), and per group
 // one staging buffer for the parameters (its device-master elements) and one for the gradients
 // (group elements); with speculation, the shadows (below). The device keeps only the parameters
-// and gradients: no optimizer byte is device memory.
+// and gradients: no optimizer byte is device memory. A direct group (set_direct: parameter
+// streaming, whose parameters and gradients are pinned host memory already) has no staging.
 //
 // Host masters (bf16 precision, ParamInfo::host_master): a span added with its device bf16 copy
 // has its f32 master in allocator()'s memory, not on the device. Its master is not downloaded
