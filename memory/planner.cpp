@@ -60,7 +60,8 @@ std::vector<RankPrediction> evaluate(const PlannerInput& in, std::vector<RankPla
     double after = 0, early = 0;  // the updates after the backward; the dearest early one
     for (std::size_t ch = 0; r < in.chunk_states.size() && ch < in.chunk_states[r].size(); ++ch) {
       if (plans[r].optimizer_placement(static_cast<int>(ch)) != OptimizerPlacement::Host) continue;
-      const double c = optimizer_offload_seconds(in, in.chunk_states[r][ch]);
+      const double c =
+          optimizer_offload_seconds(in, in.chunk_states[r][ch], plans[r].streams_params(static_cast<int>(ch)));
       if (in.optimizer_overlap && !in.chunk_states[r][ch].tied) early = std::max(early, c);
       else after += c;
     }
@@ -225,12 +226,13 @@ bool late_reloads_where_over(const PlannerInput& in, std::vector<RankPlan>& plan
 
 }  // namespace
 
-double optimizer_offload_seconds(const PlannerInput& in, const ModelStateBytes& chunk) {
+double optimizer_offload_seconds(const PlannerInput& in, const ModelStateBytes& chunk, bool streamed) {
   const double param_bytes = static_cast<double>(chunk.optimizer) / 2;  // m and v: two f32 per parameter
   // A host master: its gradient down and its bf16 copy up (6 B instead of 12 B over the link), and
   // the CPU rounds it to bf16 (6 B more streamed).
   const double masters = 1.5 * static_cast<double>(chunk.host_masters);
-  return (3 * param_bytes - masters) / in.link_bytes_per_s + (7 * param_bytes + masters) / in.cpu_adamw_bytes_per_s;
+  const double link = streamed ? 0 : (3 * param_bytes - masters) / in.link_bytes_per_s;
+  return link + (7 * param_bytes + masters) / in.cpu_adamw_bytes_per_s;
 }
 
 std::string describe_infeasible(const MemoryPlan& plan, ByteStyle style) {

@@ -25,7 +25,8 @@
 //   optimizer_offload_s(c) = (3 P_c·4 B − 6 H_c B) / link  +  (28 P_c + 6 H_c) B / cpu_adamw
 // (P_c: its parameters, H_c: those of them whose master moves to the host) — the parameters and
 // gradients down and the parameters up (a host master: its gradient down, its bf16 copy up), the
-// CPU AdamW's 28 bytes per parameter and the rounding of the host masters — counted as exposed (an upper bound: early
+// CPU AdamW's 28 bytes per parameter and the rounding of the host masters (a streamed chunk: the CPU term only, its
+// update reads and writes the host copies in place) — counted as exposed (an upper bound: early
 // downloads and the CPU update of one chunk overlap the device's other work). Its key is that cost per byte of the
 // rank's deficit it covers (bytes capped at peak − budget), so the smallest chunk that covers what is left wins over a
 // larger one. Once every rank fits, the host chunks are tried back on the device, dearest first, and stay there when
@@ -97,8 +98,9 @@ struct PlannerInput {
 MemoryPlan plan_memory(const PlannerInput& in);
 
 // Seconds per step the planner charges for one chunk's optimizer state on the host (the formula
-// above), from its model-state bytes.
-double optimizer_offload_seconds(const PlannerInput& in, const ModelStateBytes& chunk);
+// above), from its model-state bytes. A streamed chunk (RankPlan::param_stream) is updated in place
+// in pinned host memory: only the CPU term (its link copies are the streamer's, priced as copies).
+double optimizer_offload_seconds(const PlannerInput& in, const ModelStateBytes& chunk, bool streamed = false);
 
 // Why an infeasible plan (plan_memory's feasible == false; its predictions are those of the
 // strongest plan) cannot fit: the worst device's peak and what remains of it once every enabled

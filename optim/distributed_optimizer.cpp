@@ -51,6 +51,7 @@ void DistributedOptimizer::attach(const std::vector<Stage*>& stages) {
       host_->add(s.chunk, master(s), p.grad.f32() + s.offset, chunks_[s.chunk].state[0].f32() + s.state_at,
                  chunks_[s.chunk].state[1].f32() + s.state_at, s.count, p.decay, p.sharded_master ? copy(s) : nullptr);
   }
+  if (host_) set_direct_groups(*host_, stages);
   // A segment enters the norm when its parameter does.
   std::vector<bool> segment_counted;
   for (const Segment& s : segments_) segment_counted.push_back(params_.norm_counts[s.param]);

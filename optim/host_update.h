@@ -6,7 +6,8 @@
 // exp_avg / exp_avg_sq of every span (allocated by the optimizer from allocator()), and per group
 // one staging buffer for the parameters (its device-master elements) and one for the gradients
 // (group elements); with speculation, the shadows (below). The device keeps only the parameters
-// and gradients: no optimizer byte is device memory.
+// and gradients: no optimizer byte is device memory. A direct group (set_direct: parameter
+// streaming, whose parameters and gradients are pinned host memory already) has no staging.
 //
 // Host masters (bf16 precision, ParamInfo::host_master): a span added with its device bf16 copy
 // has its f32 master in allocator()'s memory, not on the device. Its master is not downloaded
@@ -110,6 +111,17 @@ class HostUpdate {
            bf16* compute = nullptr);
 
   void set_early(std::size_t group, bool early) { groups_.at(group).early = early; }
+  // A direct group (parameter streaming, offload/param_streamer.h): its spans' parameters,
+  // gradients and bf16 copies already live in pinned host memory. The CPU update reads the
+  // gradients and updates the masters in place, and a host master's bf16 rounding goes straight
+  // into its (host) copy: no staging is allocated and no copy is enqueued for the group. Its
+  // "download" and "upload" are the events alone (down: the gradients are final and clipped; up:
+  // the update is done), so grads_final, params_needed and settle order it as any other group.
+  // Call before the first step.
+  void set_direct(std::size_t group, bool direct) {
+    STP_ASSERT(!staged_, "HostUpdate: a direct group set after the first step");
+    groups_.at(group).direct = direct;
+  }
   // Early groups speculate (see the header comment); call before the first step.
   void set_speculative(bool on) {
     STP_ASSERT(!staged_, "HostUpdate: speculation set after the first step");
@@ -147,6 +159,8 @@ class HostUpdate {
 
   std::size_t host_bytes() const { return host_bytes_; }      // moments + masters + staging, allocated so far
   std::size_t shadow_bytes() const { return shadow_bytes_; }  // of those: the speculation's shadows
+  // Bytes enqueued so far on the d2h and h2d streams (downloads and uploads; none for a direct group).
+  std::uint64_t copied_bytes() const { return copied_bytes_; }
 
   // The last step()'s speculations: committed and discarded groups. hidden_ns: the CPU time of
   // every committed speculative update so far (the update time taken off the step's tail; each is
@@ -174,16 +188,19 @@ class HostUpdate {
   struct Group {
     std::vector<Span> spans;
     std::size_t elements = 0, device_masters = 0, host_masters = 0;  // elements in all, by master
-    Tensor p_host, g_host, c_host;        // staging (device_masters,) f32, (elements,) f32, (host_masters,) bf16
-    Tensor m_shadow, v_shadow, p_shadow;  // speculation: (elements,) f32 each, (host_masters,) f32
+    Tensor p_host, g_host, c_host;  // staging (device_masters,) f32, (elements,) f32, (host_masters,) bf16
+    // speculation: (elements,) f32 each, (host_masters,) f32; a direct group's p_shadow holds
+    // every span's new master, (elements,) f32
+    Tensor m_shadow, v_shadow, p_shadow;
     std::unique_ptr<Event> final, down, updated, up, spec;
-    bool early = false, downloaded = false;
+    Event* reads = nullptr;  // the last work reading the gradients (order_after_downloads waits for it)
+    bool early = false, downloaded = false, direct = false;
     bool pending = false;      // uploaded; compute not ordered after it yet
     bool speculated = false;   // this step's speculative update is enqueued, not yet committed or dropped
     bool spec_events = false;  // spec has been recorded (a download waits for it: it reads the staging)
     std::int64_t spec_ns = 0;  // the last speculative update's CPU time (written by its task)
   };
-  void download(Group& g);
+  void download(Group& g, Stream& after);
   void speculate(std::size_t group);
   void enqueue_update(std::size_t group, bool rescale, float coef, float lr, const AdamWHyper& hyper, int step);
   void enqueue_commit(std::size_t group);
@@ -209,6 +226,7 @@ class HostUpdate {
   std::size_t host_bytes_ = 0;
   CountingAllocator host_;
   std::size_t shadow_bytes_ = 0;
+  std::uint64_t copied_bytes_ = 0;
   float coef_ = 1.0f;
   // The update begin_step announced (the speculation's arguments).
   float lr_ = 0;

@@ -25,6 +25,7 @@ void OffloadedOptimizer::attach(const std::vector<Stage*>& stages) {
   // Decided without asking for dp_sync_ where it would differ from a dry run of one replica only in
   // downloads, never in the shadows (HostUpdate allocates them for speculating early groups).
   const std::vector<bool> on_host = RankParams::host_chunks(o_);
+  set_direct_groups(*host_, stages);
   for (std::size_t c = 0; c < stages.size(); ++c) {
     const auto& ps = stages[c]->params();
     const bool tied = std::any_of(ps.begin(), ps.end(), [](const ParamInfo& p) { return p.tied; });

@@ -77,6 +77,10 @@ void add_host_streams(HostUpdate& host, bool except_in_flight, std::vector<Strea
   out.push_back(&host.h2d());
 }
 
+void set_direct_groups(HostUpdate& host, const std::vector<Stage*>& stages) {
+  for (std::size_t c = 0; c < stages.size(); ++c) host.set_direct(c, stages[c]->streamed_bytes().gradients > 0);
+}
+
 std::unique_ptr<Stream> make_dp_stream(const RankOptimizerOptions& o) {
   if (!o.dp_comm) return nullptr;
   std::unique_ptr<Stream> s = o.device->create_stream(trace::stream::kDpComm);

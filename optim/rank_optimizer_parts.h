@@ -49,6 +49,9 @@ RankOptimizer::Speculation speculation_of(const HostUpdate* host);
 // The CPU update's streams to drain (RankOptimizer::streams): the downloads, and unless
 // except_in_flight the updates and uploads too.
 void add_host_streams(HostUpdate& host, bool except_in_flight, std::vector<Stream*>& out);
+// Marks the streamed chunks (StageSpec::streamed: their parameters, gradients and bf16 copies
+// already live in pinned host memory) as the CPU update's direct groups (HostUpdate::set_direct).
+void set_direct_groups(HostUpdate& host, const std::vector<Stage*>& stages);
 
 // The stream of the data-parallel collectives (trace::stream::kDpComm; null without a dp
 // communicator).

@@ -394,6 +394,26 @@ TEST(PlannerOptimizerPlacement, OverlapCountsOnlyTheDearestEarlyChunk) {
   EXPECT_DOUBLE_EQ(plan_memory(in).predicted[0].optimizer_offload_s, cost(0) + cost(2));
 }
 
+// A streamed chunk (RankPlan::param_stream) is updated in place in pinned host memory: the CPU
+// AdamW's term only, no link copies.
+TEST(PlannerOptimizerPlacement, AStreamedChunkCostsOnlyTheCpuUpdate) {
+  PlannerInput in = placement_problem({3000, 1000, 2000});
+  in.optimizer_offload = OffloadPolicy::All;
+  const auto evaluate = in.evaluate;
+  in.evaluate = [evaluate](std::vector<RankPlan>& plans) {
+    for (RankPlan& p : plans) p.param_stream.assign(p.units.size(), true);
+    return evaluate(plans);
+  };
+  double sum = 0;
+  for (const stp::ModelStateBytes& b : in.chunk_states[0]) {
+    const double cpu = 7.0 * static_cast<double>(b.optimizer) / 2 / in.cpu_adamw_bytes_per_s;
+    EXPECT_DOUBLE_EQ(stp::optimizer_offload_seconds(in, b, /*streamed=*/true), cpu);
+    EXPECT_LT(cpu, stp::optimizer_offload_seconds(in, b));
+    sum += cpu;
+  }
+  EXPECT_DOUBLE_EQ(plan_memory(in).predicted[0].optimizer_offload_s, sum);
+}
+
 // Below what all-on-the-host needs: infeasible, naming that minimum; with the optimizer pinned to
 // the device (none) the minimum is the device placement's.
 TEST(PlannerOptimizerPlacement, InfeasibleNamesTheMinimum) {

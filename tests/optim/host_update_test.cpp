@@ -9,7 +9,11 @@
 //   * speculation (set_speculative): an early group's update run at its download into shadows is
 //     committed when the coefficient is 1 and discarded (the update redone from the kept state)
 //     when it is not, and dropped by a skipped step; the state is bitwise cpu_adamw_update's in
-//     every case, for a device master and a host master.
+//     every case, for a device master and a host master;
+//   * a direct group (set_direct: parameters, gradients and bf16 copies in pinned host memory, as
+//     parameter streaming keeps them) gives the same bits with and without speculation, reading
+//     the clipped gradients in place, writing the bf16 rounding into the host copy, and allocating
+//     and copying nothing beyond its state (and shadows).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -43,6 +47,7 @@ struct Rig {
   stp::CpuDevice dev{0, {}};
   std::unique_ptr<stp::Stream> compute = dev.create_stream("compute");
   stp::DeviceAllocator device_alloc{dev};
+  stp::DeviceAllocator pinned_alloc{dev, /*pinned_host=*/true};
   stp::HostUpdate host{dev, *compute, 1, /*dry=*/false};
 
   // Copies host values into a device tensor through the compute stream.
@@ -135,15 +140,19 @@ TEST(HostUpdate, HostMasterUploadsItsBf16RoundingAndEarlyCopiesTakeTheClip) {
 // Two spans in one early group, a device master and a host master, updated with speculation:
 // step 1 commits (coefficient 1), step 2 discards (coefficient 0.5, the device gradient clipped in
 // place as GradClipper does), step 3 is skipped (its speculation dropped), step 3 again commits.
-TEST(HostUpdate, SpeculationCommitsDiscardsAndDropsBitwise) {
+// direct: the group is direct (its "device" tensors in pinned host memory); speculative off: every
+// step's update runs at step() on the clipped gradients.
+void run_group(bool direct, bool speculative) {
   Rig r;
   r.host.set_early(0, true);
-  r.host.set_speculative(true);
+  r.host.set_speculative(speculative);
+  r.host.set_direct(0, direct);
+  stp::Allocator& dev = direct ? static_cast<stp::Allocator&>(r.pinned_alloc) : r.device_alloc;
   const std::int64_t n = static_cast<std::int64_t>(kN);
   const std::vector<float> p0 = ramp(kN, -1.0f, 2.0f), q0 = ramp(kN, 0.5f, 1.0f), g0 = ramp(kN, -0.01f, 0.02f);
-  stp::Tensor p = stp::Tensor::empty(r.device_alloc, {n}), gp = stp::Tensor::empty(r.device_alloc, {n});
-  stp::Tensor master = stp::Tensor::empty(r.host.allocator(), {n}), gq = stp::Tensor::empty(r.device_alloc, {n});
-  stp::Tensor copy = stp::Tensor::empty(r.device_alloc, {n}, stp::DType::Bf16);
+  stp::Tensor p = stp::Tensor::empty(dev, {n}), gp = stp::Tensor::empty(dev, {n});
+  stp::Tensor master = stp::Tensor::empty(r.host.allocator(), {n}), gq = stp::Tensor::empty(dev, {n});
+  stp::Tensor copy = stp::Tensor::empty(dev, {n}, stp::DType::Bf16);
   std::vector<stp::Tensor> mv;
   for (int i = 0; i < 4; ++i) {
     mv.push_back(stp::Tensor::empty(r.host.allocator(), {n}));
@@ -198,22 +207,40 @@ TEST(HostUpdate, SpeculationCommitsDiscardsAndDropsBitwise) {
     stp::cpu_adamw_update(eq.data(), clipped.data(), fm.data(), fv.data(), kN,
                           stp::adamw_scalars(1e-3f, kHyper, step, false));
   };
+  const std::size_t spec = speculative ? 1 : 0;
   run_step(1, 1.0f, false);
-  EXPECT_EQ(r.host.last_speculation().committed, 1u);
+  EXPECT_EQ(r.host.last_speculation().committed, spec);
   EXPECT_EQ(r.host.last_speculation().discarded, 0u);
   expect_state("committed");
   run_step(2, 0.5f, false);
   EXPECT_EQ(r.host.last_speculation().committed, 0u);
-  EXPECT_EQ(r.host.last_speculation().discarded, 1u);
+  EXPECT_EQ(r.host.last_speculation().discarded, spec);
   expect_state("discarded");
   run_step(3, 1.0f, /*skipped=*/true);
   r.host.settle();
   expect_state("skipped");
   run_step(3, 1.0f, false);
-  EXPECT_EQ(r.host.last_speculation().committed, 1u);
+  EXPECT_EQ(r.host.last_speculation().committed, spec);
   expect_state("committed after a skipped step");
-  EXPECT_GT(r.host.hidden_ns(), 0);
-  EXPECT_EQ(r.host.shadow_bytes(), 5 * kN * sizeof(float));  // m, v of both spans and the host master
+  if (speculative) {
+    EXPECT_GT(r.host.hidden_ns(), 0);
+  }
+  // Shadows: m, v of both spans and the master of the host master, or (direct) of both spans.
+  const std::size_t shadows = speculative ? (direct ? 6 : 5) * kN * sizeof(float) : 0;
+  EXPECT_EQ(r.host.shadow_bytes(), shadows);
+  // Moments and the host master, the shadows, and (staged) the staging: the device master's
+  // parameter, both gradients, the host master's bf16 rounding.
+  const std::size_t staging = direct ? 0 : 3 * kN * sizeof(float) + kN * sizeof(bf16);
+  EXPECT_EQ(r.host.host_bytes(), 5 * kN * sizeof(float) + shadows + staging);
+  // Staged: per step both gradients and the device master down, the master and the copy up; the
+  // skipped step's download, and a discarded speculation's second download.
+  const std::size_t down = 3 * kN * sizeof(float), per_step = down + kN * sizeof(float) + kN * sizeof(bf16);
+  EXPECT_EQ(r.host.copied_bytes(), direct ? 0 : 3 * per_step + down + (speculative ? down : 0));
 }
+
+TEST(HostUpdate, SpeculationCommitsDiscardsAndDropsBitwise) { run_group(false, true); }
+TEST(HostUpdate, DirectGroupSpeculatesBitwiseWithoutStagingOrCopies) { run_group(true, true); }
+TEST(HostUpdate, DirectGroupUpdatesInPlaceBitwiseWithoutStagingOrCopies) { run_group(true, false); }
+TEST(HostUpdate, StagedGroupWithoutSpeculationCopiesEveryStep) { run_group(false, false); }
 
 }  // namespace

@@ -231,6 +231,61 @@ TEST(ParamOffloadTrace, EveryPassStartsAfterItsWeightsCameUp) {
   }
 }
 
+// With optimizer offload the CPU AdamW of a streamed chunk reads its host gradients and updates its
+// host parameters in place: its HostUpdate allocates no staging (the pinned optimizer bytes drop by
+// exactly the staging a chunk would take: 4 B per element of gradient, 4 per device master, 2 per
+// host master's bf16 rounding) and enqueues no copy (no download or upload span in the trace); the
+// ordering holds: no update overlaps a gradient copy back, and no chunk's weights go up for the next
+// step while its update runs.
+TEST(ParamOffloadDirect, TheCpuUpdateUsesTheHostCopiesWithoutStagingOrCopies) {
+  for (const Case& c : {Case{"stp"}, Case{"zb-v", true, true}}) {
+    SCOPED_TRACE(c.schedule);
+    std::vector<std::string> on_o = overrides(c, true), off_o = overrides(c, false);
+    on_o.push_back("output.trace=true");
+    off_o.push_back("output.trace=true");
+    const Measured off = measure(off_o, "pdirect_off");
+    stp::Config cfg = tiny_config(on_o);
+    cfg.output.dir = fresh_dir("pdirect_on");
+    stp::Trainer t(cfg);
+    for (int i = 0; i < 3; ++i) t.step();
+    const std::vector<stp::Trainer::DeviceMemory> memory = t.device_memory();
+    const stp::MemoryPlan& plan = t.memory_plan();
+    ASSERT_EQ(plan.predicted.size(), off.plan.predicted.size());
+    for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
+      const stp::RankPrediction &on_p = plan.predicted[g], &off_p = off.plan.predicted[g];
+      const std::size_t elements = on_p.streamed_grad_bytes / sizeof(float);
+      const std::size_t host_masters = on_p.host_master_bytes / sizeof(float);
+      EXPECT_EQ(on_p.host_master_bytes, off_p.host_master_bytes) << "device " << g;
+      EXPECT_EQ(c.bf16, host_masters > 0) << "device " << g;
+      EXPECT_EQ(on_p.optimizer_host_bytes, 2 * elements * sizeof(float) + on_p.host_master_bytes) << "device " << g;
+      const std::size_t staging =
+          elements * sizeof(float) + (elements - host_masters) * sizeof(float) + host_masters * sizeof(stp::bf16);
+      EXPECT_EQ(off_p.optimizer_host_bytes - on_p.optimizer_host_bytes, staging) << "device " << g;
+      EXPECT_EQ(memory[g].optimizer_host_bytes, on_p.optimizer_host_bytes) << "device " << g;
+    }
+    const std::vector<stp::TraceSpan> spans = t.trace()->spans();
+    std::map<int, std::vector<const stp::TraceSpan*>> updates;  // device -> update spans
+    std::size_t copies = 0;
+    for (const auto& s : spans) {
+      if (s.tid == "optimizer-d2h" || s.tid == "optimizer-h2d") ++copies;
+      if (s.tid == "optimizer-cpu" && s.name.rfind("update group ", 0) == 0) updates[s.pid].push_back(&s);
+    }
+    EXPECT_EQ(copies, 0u) << "a streamed chunk's gradients went down or its parameters up";
+    ASSERT_EQ(updates.size(), plan.predicted.size());
+    for (const auto& s : spans) {
+      if (s.tid != "param-copy") continue;
+      const bool grads_down = s.name == "grads down";
+      int chunk = -1, unit = -1;
+      const bool weights_up = std::sscanf(s.name.c_str(), "weights up %d u%d", &chunk, &unit) == 2;
+      for (const stp::TraceSpan* u : updates[s.pid]) {
+        if (!grads_down && !(weights_up && u->name == "update group " + std::to_string(chunk))) continue;
+        EXPECT_TRUE(s.ts_us + s.dur_us <= u->ts_us || s.ts_us >= u->ts_us + u->dur_us)
+            << s.name << " overlaps " << u->name << " on device " << s.pid;
+      }
+    }
+  }
+}
+
 TEST(ParamOffloadConfig, NeedsTheOptimizerOnTheHost) {
   try {
     tiny_config({"memory.param_offload=all"});
