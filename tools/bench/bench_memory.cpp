@@ -175,7 +175,7 @@ void capacity(const Options& o) {
   for (std::size_t i = 0; i < 2; ++i)
     sets[i].levers.insert(sets[i].levers.end(), no_optimizer_offload.begin(), no_optimizer_offload.end());
   for (LeverSet& m : sets) {
-    if (m.needs && !has_key(o, std::string(m.needs) + "=auto")) {
+    if (m.needs && !has_key(o, std::string(m.needs) + "=none")) {
       std::printf("%-18s: n/a (needs %s)\n", m.name, m.needs);
       continue;
     }
