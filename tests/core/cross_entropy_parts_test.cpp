@@ -28,6 +28,7 @@ class CrossEntropyParts : public ::testing::TestWithParam<DeviceKind> {
     auto* p = static_cast<T*>(dev_->allocate(host.size() * sizeof(T)));
     owned_.push_back(p);
     s_->copy(p, host.data(), host.size() * sizeof(T));
+    s_->synchronize();  // the copy reads `host`, which may be a temporary (zeros)
     return p;
   }
   std::vector<float> download(const float* p, i64 n) {
