@@ -323,6 +323,9 @@ class DryRunCostModel {
     }
   }
   bool min_exact() const { return min_exact_; }
+  // A new choice (another streaming setting) starts without an exact minimum: placeable() ran for
+  // the plans of the last one.
+  void forget_min() { min_exact_ = false; }
 
  private:
   // A plan of `plans` with this model's streaming and loss chunk.
@@ -372,6 +375,7 @@ MemoryPlan choose_levers(Measured& measured, DryRunCostModel& model, const Model
 // ends feasible: when the shrunken budget leaves only the strongest plan, that plan places in the
 // real budget. Returns the plan with feasible, min_device_budget and the summary's notes set.
 MemoryPlan choose_and_verify(Measured& measured, DryRunCostModel& model, const ModelLayout& shape, bool exact_minimum) {
+  model.forget_min();
   const std::size_t budget = measured.input.device_budget;
   std::size_t planning_budget = budget;
   MemoryPlan plan;

@@ -358,3 +358,29 @@ TEST(ParamOffloadConfig, AutoStreamsOnlyWhenTheBudgetNeedsIt) {
 }
 
 }  // namespace
+
+namespace {
+
+// auto that needs streaming, at a budget above the streamed plan's minimum: the plan chosen after
+// the plan without streaming failed must be one the run can place. configs/tiny.yaml at 8 layers,
+// 1.1x the minimum: the planner once carried the first choice's "exact minimum" flag into the
+// second and called an unplaceable plan feasible (the run then ran out of device memory).
+TEST(ParamOffloadConfig, AutoAfterAFailedUnstreamedChoiceTrainsAsPlanned) {
+  const std::string path = std::string(STP_SOURCE_DIR) + "/configs/tiny.yaml";
+  std::vector<std::string> o = {"model.n_layer=8", "memory.optimizer_offload=auto", "memory.param_offload=auto"};
+  std::vector<std::string> strongest = o;
+  strongest.insert(strongest.end(), {"memory.param_offload=all", "memory.device_budget=1MiB"});
+  const std::size_t min = stp::make_memory_plan(stp::load_config(path, strongest), true).min_device_budget;
+  o.push_back("memory.device_budget=" + std::to_string(min + min / 10));
+  stp::Config cfg = stp::load_config(path, o);
+  cfg.output.dir = fresh_dir("po_auto_after");
+  stp::Trainer t(cfg);
+  for (const auto& rp : t.memory_plan().ranks) EXPECT_TRUE(rp.streams_any());
+  for (int i = 0; i < 2; ++i) {
+    const stp::StepResult r = t.step();  // threw out of device memory before the fix
+    for (std::size_t g = 0; g < r.peak_device_bytes.size(); ++g)
+      EXPECT_EQ(r.peak_device_bytes[g], t.memory_plan().predicted.at(g).peak_device_bytes) << "device " << g;
+  }
+}
+
+}  // namespace
