@@ -111,6 +111,16 @@ struct VocabCePartials {
   }
 };
 
+// Row n's lse and loss from the row's max and its partial sums (sum-exp, target logit): the one
+// expression both finishes below share.
+STP_HD inline float vocab_ce_row(i64 n, i64 N, const float* max, const float* partials, const std::int32_t* targets,
+                                 float* lse, float* losses) {
+  const float z = max[n] + logf(partials[n]);
+  lse[n] = z;
+  losses[n] = targets[n] >= 0 ? z - partials[N + n] : 0.0f;  // an ignored target (-1) counts 0
+  return losses[n];
+}
+
 // The rows' lse and losses, and their mean: one row of N, the mean in the canonical row order.
 struct VocabCeFinish {
   float* loss;
@@ -123,18 +133,13 @@ struct VocabCeFinish {
   RowReduce rows;  // one row
   STP_HD void operator()(usize task) const {
     const RowReduce::Part p = rows.part(task);
-    const float acc = rows.sum(p, N, [&](i64 n) {
-      const float z = max[n] + logf(partials[n]);
-      lse[n] = z;
-      losses[n] = targets[n] >= 0 ? z - partials[N + n] : 0.0f;  // an ignored target (-1) counts 0
-      return losses[n];
-    });
+    const float acc = rows.sum(p, N, [&](i64 n) { return vocab_ce_row(n, N, max, partials, targets, lse, losses); });
     if (rows.leader(p)) loss[0] = acc / static_cast<float>(N);
   }
 };
 
 // The rows' lse and losses alone (the chunked head: the mean is taken once over every chunk's rows,
-// mean_of_rows): the same expressions as VocabCeFinish, one task per row.
+// mean_of_rows): vocab_ce_row, as VocabCeFinish, one task per row.
 struct VocabCeRows {
   float* losses;
   float* lse;
@@ -142,12 +147,7 @@ struct VocabCeRows {
   const float* partials;
   const std::int32_t* targets;
   i64 N;
-  STP_HD void operator()(usize i) const {
-    const i64 n = static_cast<i64>(i);
-    const float z = max[n] + logf(partials[n]);
-    lse[n] = z;
-    losses[n] = targets[n] >= 0 ? z - partials[N + n] : 0.0f;  // an ignored target (-1) counts 0
-  }
+  STP_HD void operator()(usize i) const { vocab_ce_row(static_cast<i64>(i), N, max, partials, targets, lse, losses); }
 };
 
 // One task per segment of a row of Vs columns (a row-wise launch: the whole row on a CPU stream);
