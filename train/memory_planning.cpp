@@ -494,11 +494,11 @@ void report(MemoryPlan& plan, const Measured& measured) {
 void decide_overlap(MemoryPlan& plan, const Config& config) {
   const MemorySettings settings = memory_settings(config);
   std::size_t shadows = 0;
-  MemoryPlan with_shadows = plan;  // report() fills host_states; host_needs reads them
-  for (RankPrediction& p : with_shadows.predicted) shadows += p.optimizer_shadow_bytes, fill_host_states(p);
+  for (RankPrediction& p : plan.predicted)
+    shadows += p.optimizer_shadow_bytes, fill_host_states(p);  // host_needs reads them
   plan.optimizer_overlap = shadows > 0 && (settings.optimizer_overlap == OffloadPolicy::All ||
                                            (settings.optimizer_overlap == OffloadPolicy::Auto &&
-                                            host_needs(with_shadows, config).pinned() <= settings.host_budget));
+                                            host_needs(plan, config).pinned() <= settings.host_budget));
   if (plan.optimizer_overlap) return;
   for (RankPrediction& p : plan.predicted) {
     p.optimizer_host_bytes -= p.optimizer_shadow_bytes;
