@@ -48,9 +48,10 @@ struct RankPlan {
   std::vector<std::vector<UnitPlan>> units;          // [local chunk][unit]
   std::vector<std::vector<PrefetchPoint>> prefetch;  // [op index]: sets to prefetch before the op
   std::vector<OptimizerPlacement> optimizer;         // [local chunk]; empty: every chunk on the device
-  // Late reloads: each offloaded set comes back at the op that reads it, not a copy's time ahead,
-  // so it does not sit on the device while earlier ops run; its H2D copy is then exposed. The
-  // planner's last activation lever (memory/planner.h).
+  // Late reloads: each offloaded set comes back unit by unit, at the backward of the unit that
+  // reads it, not a copy's time ahead, so it does not sit on the device while earlier ops and
+  // units run; its H2D copies are then exposed. The planner's last activation lever
+  // (memory/planner.h).
   bool late_reloads = false;
   // Parameter streaming (memory.param_offload), [local chunk]; empty: none. A streamed chunk keeps
   // its weights, bf16 copies and gradients in pinned host memory and brings each unit's slices to

@@ -76,6 +76,7 @@ OffloadCounters OffloadEngine::counters() const {
 
 void OffloadEngine::offload(Key key, int unit, RecordSet& set, bool split_weight) {
   STP_ASSERT(!key.weight, "offload takes the set's key; split_weight files the W-only records");
+  STP_ASSERT(key.unit == -1 || key.unit == unit, "unit ", unit, "'s records filed under unit ", key.unit);
   Entry& e = entry_for_offload(key);
   Entry& w = split_weight ? entry_for_offload({key.chunk, key.mb, true, unit}) : e;
   std::vector<std::pair<ActivationRecord*, Entry*>> moving;
@@ -163,9 +164,11 @@ void OffloadEngine::prefetch(Key key) {
   for (Moved& m : e.records) m.device = Tensor::empty_on(device_alloc_, *h2d_, m.host.shape(), m.host.dtype());
   TraceArgs args;
   args.add(trace::arg::kBytes, bytes).add(trace::arg::kChunk, key.chunk).add(trace::arg::kMb, key.mb);
-  if (key.weight) args.add(trace::arg::kUnit, key.unit).add(trace::arg::kWeight, true);
-  h2d_->trace_begin(str("reload ", key.chunk, ".", key.mb, key.weight ? str(" u", key.unit, " W") : ""),
-                    trace::cat::kH2d, std::move(args));
+  if (key.unit >= 0) args.add(trace::arg::kUnit, key.unit);
+  if (key.weight) args.add(trace::arg::kWeight, true);
+  h2d_->trace_begin(
+      str("reload ", key.chunk, ".", key.mb, key.unit >= 0 ? str(" u", key.unit) : "", key.weight ? " W" : ""),
+      trace::cat::kH2d, std::move(args));
   timed(*h2d_, Clock::H2d, [&] {
     for (Moved& m : e.records) {
       h2d_->copy(m.device.raw(), m.host.raw(), m.host.bytes());

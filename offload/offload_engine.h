@@ -15,6 +15,11 @@
 //   make_ready(key, s)   before the first unit of that backward: stream s waits on the prefetch
 //                        event (a stream wait, never a host wait); prefetches first if the
 //                        executor had not.
+// A set is filed under one key for all its units ({chunk, mb}), or unit by unit ({chunk, mb,
+// weight = false, unit}: the executor's choice under late reloads, RankPlan::late_reloads), so
+// each unit's records come back just before that unit's B instead of the whole set before the
+// first. The records F(u) saves for B(u-1) (RecordReader::BPrev) are in unit u's entry: B walks the
+// units downwards, so they are back before B(u) and stay until B(u-1) has read them.
 // Deferred W: when the set's weight gradients run in a later op (ZB/STP schedules), offload(...,
 // split_weight = true) files the records only W reads under the unit's weight key ({chunk, mb,
 // weight = true, unit}), and offload_for_weight adds what W still reads after B(unit): they stay
@@ -78,11 +83,12 @@ class OffloadEngine {
   struct Key {
     int chunk = 0, mb = 0;
     bool weight = false;  // the records only the (deferred) weight-gradient pass reads ...
-    int unit = -1;        // ... of this unit (weight keys only; a set's key spans its units)
+    int unit = -1;        // ... of this unit; for B records, -1 (the set's key spans its units) or a unit
     auto operator<=>(const Key&) const = default;
   };
 
-  // Moves the records F(u, mb) saved into `set` (those saved by F and resident) to host.
+  // Moves the records F(u, mb) saved into `set` (those saved by F and resident) to host, under
+  // `key` (the set's, or unit u's: key.unit == u).
   // split_weight: file records read only by W under {key.chunk, key.mb, weight = true, unit}.
   void offload(Key key, int unit, RecordSet& set, bool split_weight = false);
   // After B(unit, mb) when its W is deferred: moves what is left for W (records W reads, incl. the

@@ -304,7 +304,9 @@ void Executor::step(Cursor& c) {
       break;
     }
     case Pass::B: {
-      if (r_.offload && u == st.num_units() - 1) r_.offload->make_ready({c.part.chunk, mb}, *r_.compute);
+      // The whole set before the first unit B walks, or (late reloads) each unit's before its B.
+      if (r_.offload && (u == st.num_units() - 1 || backward_key(c.part.chunk, u, mb).unit >= 0))
+        r_.offload->make_ready(backward_key(c.part.chunk, u, mb), *r_.compute);
       Tensor t;
       begin_pass(c.part.defer_w ? StreamedPass::Backward : StreamedPass::BackwardWeight);
       traced(Pass::B, [&] { t = st.backward_input(u, mb, *r_.compute); });
@@ -351,13 +353,18 @@ RecordSet* Executor::offloaded_records(int chunk, int u, int mb) {
   return stage_of_chunk(chunk).record_set(u, mb);
 }
 
+OffloadEngine::Key Executor::backward_key(int chunk, int u, int mb) const {
+  return {chunk, mb, false, r_.plan && r_.plan->late_reloads ? u : -1};
+}
+
 void Executor::offload_after_forward(int chunk, int u, int mb) {
   if (RecordSet* set = offloaded_records(chunk, u, mb))
-    r_.offload->offload({chunk, mb}, u, *set, deferred_w_.count({chunk, mb}) != 0);
+    r_.offload->offload(backward_key(chunk, u, mb), u, *set, deferred_w_.count({chunk, mb}) != 0);
 }
 
 void Executor::offload_after_backward(int chunk, int u, int mb) {
-  if (RecordSet* set = offloaded_records(chunk, u, mb)) r_.offload->offload_for_weight({chunk, mb}, u, *set);
+  if (RecordSet* set = offloaded_records(chunk, u, mb))
+    r_.offload->offload_for_weight(backward_key(chunk, u, mb), u, *set);
 }
 
 void Executor::all_reduce_after(Cursor& c, const Tensor& t, const std::string& unit) {

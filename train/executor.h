@@ -154,6 +154,9 @@ class Executor {
   void trace_unit(const Cursor& c, int u, sched::Pass pass, bool begin);
   void all_reduce_after(Cursor& c, const Tensor& t, const std::string& unit);
   RecordSet* offloaded_records(int chunk, int u, int mb);
+  // The offload key B's records of unit u are filed under: the unit's own under late reloads
+  // (they come back unit by unit), else the whole set's.
+  OffloadEngine::Key backward_key(int chunk, int u, int mb) const;
   void offload_after_forward(int chunk, int u, int mb);
   void offload_after_backward(int chunk, int u, int mb);  // deferred W: what W reads goes to host
   void copy_losses(const sched::Op& op);

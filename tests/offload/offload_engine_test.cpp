@@ -161,6 +161,32 @@ TEST(OffloadEngine, WeightOnlyRecordsWaitOnTheHostForADeferredW) {
   EXPECT_EQ(rig.pool.stats().allocated, 0u);
 }
 
+// Filed unit by unit (late reloads): making unit 1's key ready brings back unit 1's records only;
+// unit 0's stay on the host, their device bytes free, until their own key is made ready.
+TEST(OffloadEngine, UnitKeysBringBackOneUnitAtATime) {
+  Rig rig;
+  stp::RecordSet u0("h.0.attn."), u1("h.0.mlp.");
+  u0.save("x", rig.produce(1.0f), stp::RecordReader::B);
+  u1.save("x", rig.produce(2.0f), stp::RecordReader::B);
+  u1.save("ln", rig.produce(3.0f), stp::RecordReader::BPrev);  // read by B(0), after B(1)
+  const std::size_t before = rig.arena.stats().allocated;
+  rig.engine.offload({4, 2, false, 0}, 0, u0);
+  rig.engine.offload({4, 2, false, 1}, 1, u1);
+  EXPECT_EQ(rig.arena.stats().allocated, before - 3 * kBytes);
+
+  rig.engine.make_ready({4, 2, false, 1}, *rig.compute);  // before B(1)
+  EXPECT_FALSE(u0.list()[0].tensor.defined()) << "unit 0 came back with unit 1";
+  EXPECT_EQ(rig.arena.stats().allocated, before - kBytes);
+  EXPECT_TRUE(holds(rig.read(u1.get("x"), *rig.compute), 2.0f));
+  rig.engine.make_ready({4, 2, false, 0}, *rig.compute);  // before B(0)
+  EXPECT_TRUE(holds(rig.read(u0.get("x"), *rig.compute), 1.0f));
+  EXPECT_TRUE(holds(rig.read(u1.get("ln"), *rig.compute), 3.0f));
+  rig.engine.synchronize();
+  EXPECT_EQ(rig.engine.counters().h2d_bytes, 3 * kBytes);
+  EXPECT_EQ(rig.engine.counters().late_prefetches, 2u);
+  EXPECT_EQ(rig.pool.stats().allocated, 0u);
+}
+
 // The freed device bytes are handed out again at once; the new owner's writes must wait for the
 // D2H copy that still reads them.
 TEST(OffloadEngine, FreedDeviceBytesAreNotOverwrittenBeforeTheirCopy) {
