@@ -25,6 +25,19 @@ void check_values(const std::string& source, const std::string& name, const Host
 
 }  // namespace
 
+HostTensor to_hf_part(const HfTensorRule& r, const HfPart& p, const float* src) {
+  const i64 rows = rows_of(r.shape), cols = r.shape.back();
+  HostTensor t{part_shape(r.shape, p), {}};
+  const i64 w = p.end - p.begin;
+  t.data.resize(static_cast<std::size_t>(rows * w));
+  for (i64 i = 0; i < rows; ++i)
+    for (i64 j = 0; j < w; ++j) {
+      const float v = src[i * cols + p.begin + j];
+      t.data[static_cast<std::size_t>(p.transpose ? j * rows + i : i * w + j)] = v;
+    }
+  return t;
+}
+
 std::map<std::string, HostTensor> to_hf(const std::vector<HfTensorRule>& rules,
                                         const std::map<std::string, HostTensor>& full) {
   std::map<std::string, HostTensor> out;
@@ -33,19 +46,7 @@ std::map<std::string, HostTensor> to_hf(const std::vector<HfTensorRule>& rules,
     STP_CHECK(it != full.end(), "HF export: tensor '", r.name, "' is missing");
     STP_CHECK(it->second.shape == r.shape, "HF export: tensor '", r.name, "' has shape ", to_string(it->second.shape),
               ", expected ", to_string(r.shape));
-    const i64 rows = rows_of(r.shape), cols = r.shape.back();
-    const float* src = it->second.data.data();
-    for (const HfPart& p : r.parts) {
-      HostTensor t{part_shape(r.shape, p), {}};
-      const i64 w = p.end - p.begin;
-      t.data.resize(static_cast<std::size_t>(rows * w));
-      for (i64 i = 0; i < rows; ++i)
-        for (i64 j = 0; j < w; ++j) {
-          const float v = src[i * cols + p.begin + j];
-          t.data[static_cast<std::size_t>(p.transpose ? j * rows + i : i * w + j)] = v;
-        }
-      out.emplace(p.name, std::move(t));
-    }
+    for (const HfPart& p : r.parts) out.emplace(p.name, to_hf_part(r, p, it->second.data.data()));
   }
   return out;
 }
