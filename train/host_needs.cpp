@@ -5,7 +5,7 @@
 #include <set>
 #include <string>
 
-#include "models/hf_names.h"
+#include "train/hf_convert.h"
 #include "models/registry.h"
 #include "process/process.h"
 #include "schedule/schedule.h"
@@ -39,8 +39,7 @@ std::size_t checkpoint_save_bytes(const Config& config) {
   const ModelSpec model = model_spec_of(config);
   std::map<std::string, std::int64_t> largest_part;  // per stp name: its largest HF tensor's elements
   for (const HfTensorRule& r : hf_tensor_rules(model))
-    for (const HfPart& p : r.parts)
-      largest_part[r.name] = std::max(largest_part[r.name], (p.end - p.begin) * (r.shape.size() == 1 ? 1 : r.shape[0]));
+    for (const HfPart& p : r.parts) largest_part[r.name] = std::max(largest_part[r.name], numel(hf_part_shape(r, p)));
   std::set<std::string> earlier;  // taken from an earlier stage: a tied table's second copy is not
   std::int64_t peak = 0;          // assembled again
   for (int r = 0; r < config.parallel.pp; ++r)

@@ -17,8 +17,8 @@ namespace stp {
 
 namespace {
 
-// The problems of a state being written, as state_problem named them when the whole state was
-// gathered first: the first bad tensor in the order of the files (model.safetensors, then
+// The problems of a state being written, named as when the whole state was gathered and scanned
+// before any was written: the first bad tensor in the order of the files (model.safetensors, then
 // optimizer.safetensors' exp_avg, then its exp_avg_sq, each by name), and how many are bad
 // (formats/tensor_values.h).
 class StateProblems {
@@ -50,12 +50,7 @@ class StateProblems {
 std::vector<std::pair<std::string, Shape>> hf_file_tensors(const std::vector<HfTensorRule>& rules) {
   std::map<std::string, Shape> sorted;
   for (const HfTensorRule& r : rules)
-    for (const HfPart& p : r.parts) {
-      const std::int64_t w = p.end - p.begin;
-      sorted.emplace(p.name, r.shape.size() == 1 ? Shape{w}
-                             : p.transpose       ? Shape{w, r.shape[0]}
-                                                 : Shape{r.shape[0], w});
-    }
+    for (const HfPart& p : r.parts) sorted.emplace(p.name, hf_part_shape(r, p));
   return {sorted.begin(), sorted.end()};
 }
 
