@@ -162,26 +162,26 @@ std::string checkpoint_path(const std::string& output_dir, std::int64_t step) {
 
 namespace {
 
-std::string write_checkpoint_files(const std::string& output_dir, const CheckpointData& data) {
-  const std::int64_t step = data.state.step;
+// The temporary folder of a checkpoint being written, and the names it is swapped in under.
+struct Folder {
+  fs::path final_dir, tmp, old;
+};
+
+// A fresh, empty temporary folder for checkpoint-STEP (a stale half-written attempt is removed).
+Folder begin_folder(const std::string& output_dir, std::int64_t step) {
   STP_CHECK(step >= 0, "checkpoint: negative step ", step);
-  const fs::path final_dir = checkpoint_path(output_dir, step);
-  const fs::path tmp = fs::path(output_dir) / (".checkpoint-" + std::to_string(step) + ".tmp");
-  const fs::path old = fs::path(output_dir) / (".checkpoint-" + std::to_string(step) + ".old");
+  Folder f{checkpoint_path(output_dir, step), fs::path(output_dir) / (".checkpoint-" + std::to_string(step) + ".tmp"),
+           fs::path(output_dir) / (".checkpoint-" + std::to_string(step) + ".old")};
   std::error_code ec;
   fs::create_directories(output_dir, ec);
   STP_CHECK(!ec, "checkpoint: cannot create '", output_dir, "': ", ec.message());
-  fs::remove_all(tmp);  // a stale half-written attempt
-  fs::create_directory(tmp);
+  fs::remove_all(f.tmp);
+  fs::create_directory(f.tmp);
+  return f;
+}
 
-  std::vector<std::pair<std::string, const HostTensor*>> moments;
-  for (const auto& [name, m] : data.optimizer) {
-    STP_CHECK(m.exp_avg && m.exp_avg_sq, "checkpoint: optimizer state of \"", name, "\" is null");
-    moments.emplace_back(name + ".exp_avg", m.exp_avg);
-    moments.emplace_back(name + ".exp_avg_sq", m.exp_avg_sq);
-  }
-  write_safetensors((tmp / kModelFile).string(), data.model, {{"format", "pt"}});
-  write_safetensors((tmp / kOptimizerFile).string(), moments, {{"step", std::to_string(data.optimizer_step)}});
+// config.json, the extra files and state.json.
+void write_small_files(const fs::path& tmp, const CheckpointData& data) {
   if (!data.hf_config.empty()) write_text_file(tmp / "config.json", data.hf_config);
   for (const auto& [name, bytes] : data.files) {
     STP_ASSERT(!name.empty() && name.find('/') == std::string::npos && name != "." && name != ".." &&
@@ -190,26 +190,101 @@ std::string write_checkpoint_files(const std::string& output_dir, const Checkpoi
     write_text_file(tmp / name, bytes);
   }
   write_text_file(tmp / kStateFile, state_json(data.state));
-  fsync_path(tmp, true);
+}
 
-  // Swap in: the final name only ever points at a complete folder.
-  fs::remove_all(old);
-  if (fs::exists(final_dir)) fs::rename(final_dir, old);
-  fs::rename(tmp, final_dir);
-  fs::remove_all(old);
+// Swap in: the final name only ever points at a complete folder.
+std::string swap_in(const Folder& f, const std::string& output_dir) {
+  fsync_path(f.tmp, true);
+  fs::remove_all(f.old);
+  if (fs::exists(f.final_dir)) fs::rename(f.final_dir, f.old);
+  fs::rename(f.tmp, f.final_dir);
+  fs::remove_all(f.old);
   fsync_path(output_dir, true);
-  return final_dir.string();
+  return f.final_dir.string();
+}
+
+std::string write_checkpoint_files(const std::string& output_dir, const CheckpointData& data) {
+  const Folder folder = begin_folder(output_dir, data.state.step);
+  std::vector<std::pair<std::string, const HostTensor*>> moments;
+  for (const auto& [name, m] : data.optimizer) {
+    STP_CHECK(m.exp_avg && m.exp_avg_sq, "checkpoint: optimizer state of \"", name, "\" is null");
+    moments.emplace_back(name + ".exp_avg", m.exp_avg);
+    moments.emplace_back(name + ".exp_avg_sq", m.exp_avg_sq);
+  }
+  write_safetensors((folder.tmp / kModelFile).string(), data.model, {{"format", "pt"}});
+  write_safetensors((folder.tmp / kOptimizerFile).string(), moments, {{"step", std::to_string(data.optimizer_step)}});
+  write_small_files(folder.tmp, data);
+  return swap_in(folder, output_dir);
+}
+
+// Filesystem errors of writing checkpoint-STEP as stp::Errors.
+template <typename F>
+auto filesystem_guarded(const std::string& output_dir, std::int64_t step, F f) {
+  try {
+    return f();
+  } catch (const fs::filesystem_error& e) {
+    throw Error(str("checkpoint: writing step ", step, " into '", output_dir, "' failed: ", filesystem_reason(e)));
+  }
 }
 
 }  // namespace
 
 std::string write_checkpoint(const std::string& output_dir, const CheckpointData& data) {
-  try {
-    return write_checkpoint_files(output_dir, data);
-  } catch (const fs::filesystem_error& e) {
-    throw Error(
-        str("checkpoint: writing step ", data.state.step, " into '", output_dir, "' failed: ", filesystem_reason(e)));
+  return filesystem_guarded(output_dir, data.state.step, [&] { return write_checkpoint_files(output_dir, data); });
+}
+
+CheckpointWriter::CheckpointWriter(const std::string& output_dir, const CheckpointData& data,
+                                   const std::vector<std::pair<std::string, Shape>>& tensors)
+    : output_dir_(output_dir), step_(data.state.step) {
+  STP_ASSERT(data.model.empty() && data.optimizer.empty(), "checkpoint: CheckpointWriter takes the tensors one by one");
+  filesystem_guarded(output_dir, step_, [&] {
+    const Folder folder = begin_folder(output_dir, step_);
+    tmp_ = folder.tmp.string();  // from here on the destructor removes it
+    final_ = folder.final_dir.string();
+    std::vector<std::pair<std::string, Shape>> moments;
+    for (const auto& [name, shape] : tensors) {
+      moments.emplace_back(name + ".exp_avg", shape);
+      moments.emplace_back(name + ".exp_avg_sq", shape);
+    }
+    model_ = std::make_unique<SafetensorsWriter>((folder.tmp / kModelFile).string(), tensors,
+                                                 std::map<std::string, std::string>{{"format", "pt"}});
+    optimizer_ = std::make_unique<SafetensorsWriter>(
+        (folder.tmp / kOptimizerFile).string(), moments,
+        std::map<std::string, std::string>{{"step", std::to_string(data.optimizer_step)}});
+    write_small_files(folder.tmp, data);
+    return 0;
+  });
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  model_.reset();
+  optimizer_.reset();
+  if (tmp_.empty()) return;  // committed, or never begun
+  std::error_code ignore;
+  fs::remove_all(tmp_, ignore);
+}
+
+void CheckpointWriter::write(CheckpointTensor which, const std::string& name, const float* values, std::size_t count) {
+  STP_ASSERT(model_ && optimizer_, "checkpoint: write after commit");
+  switch (which) {
+    case CheckpointTensor::Model: return model_->write(name, values, count);
+    case CheckpointTensor::ExpAvg: return optimizer_->write(name + ".exp_avg", values, count);
+    case CheckpointTensor::ExpAvgSq: return optimizer_->write(name + ".exp_avg_sq", values, count);
   }
+}
+
+std::string CheckpointWriter::commit() {
+  STP_ASSERT(model_ && optimizer_, "checkpoint: committed twice");
+  return filesystem_guarded(output_dir_, step_, [&] {
+    model_->commit();
+    optimizer_->commit();
+    model_.reset();
+    optimizer_.reset();
+    const fs::path old = fs::path(output_dir_) / (".checkpoint-" + std::to_string(step_) + ".old");
+    std::string path = swap_in(Folder{final_, tmp_, old}, output_dir_);
+    tmp_.clear();
+    return path;
+  });
 }
 
 CheckpointState read_checkpoint_state(const std::string& dir) {

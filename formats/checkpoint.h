@@ -32,12 +32,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "formats/safetensors.h"
+#include "formats/safetensors_writer.h"
 
 namespace stp {
 
@@ -92,6 +94,41 @@ std::string checkpoint_path(const std::string& output_dir, std::int64_t step);
 // Writes checkpoint-<data.state.step> atomically (see above); returns its path. An existing
 // checkpoint of the same step is replaced.
 std::string write_checkpoint(const std::string& output_dir, const CheckpointData& data);
+
+// A checkpoint written one tensor at a time, so that the writer holds no more than the tensor it
+// is given (the files are byte for byte those write_checkpoint writes for the same values):
+//
+//   CheckpointWriter w(dir, data, {{"a.weight", {4, 2}}, ...});  // every model tensor, file order
+//   w.write(CheckpointTensor::Model, "a.weight", values, 8);      // each tensor of each file once,
+//   w.write(CheckpointTensor::ExpAvg, "a.weight", m, 8);          // in any order
+//   ...
+//   std::string path = w.commit();   // checkpoint-STEP, swapped in as write_checkpoint does
+//
+// `data` gives everything but the tensors' values (its model and optimizer lists must be empty):
+// the step, the optimizer step, config.json, the extra files and state.json, written into the
+// temporary folder at once. The tensors' names and shapes give both files' headers:
+// model.safetensors holds them in that order, optimizer.safetensors NAME.exp_avg and
+// NAME.exp_avg_sq for each in that order. commit() is an stp::Error naming the first tensor never
+// written. A writer destroyed without a commit (an error, or a state its caller decided not to
+// keep) removes its temporary folder: checkpoint-STEP and every other checkpoint stay as they were.
+enum class CheckpointTensor { Model, ExpAvg, ExpAvgSq };
+
+class CheckpointWriter {
+ public:
+  CheckpointWriter(const std::string& output_dir, const CheckpointData& data,
+                   const std::vector<std::pair<std::string, Shape>>& tensors);
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  void write(CheckpointTensor which, const std::string& name, const float* values, std::size_t count);
+  std::string commit();
+
+ private:
+  std::string output_dir_, tmp_, final_;
+  std::int64_t step_ = 0;
+  std::unique_ptr<SafetensorsWriter> model_, optimizer_;
+};
 
 // Reads and validates a checkpoint folder.
 Checkpoint read_checkpoint(const std::string& dir);

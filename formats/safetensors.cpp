@@ -247,26 +247,18 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path) {
   return read_safetensors_file(path).tensors;
 }
 
-namespace {
-
-// The header in the reference writer's layout: __metadata__ first, then the tensors in the given
-// order, each {"dtype","shape","data_offsets"}; ordered_json keeps that insertion order.
-std::string build_header(const std::vector<std::pair<std::string, const HostTensor*>>& tensors,
-                         const std::map<std::string, std::string>& metadata, const std::string& path) {
+std::string safetensors_header(const std::vector<std::pair<std::string, Shape>>& tensors,
+                               const std::map<std::string, std::string>& metadata, const std::string& path) {
   nlohmann::ordered_json h = nlohmann::ordered_json::object();
   if (!metadata.empty()) h["__metadata__"] = metadata;
   std::uint64_t offset = 0;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const auto& [name, t] = tensors[i];
+  for (const auto& [name, shape] : tensors) {
     STP_CHECK(!name.empty() && name != "__metadata__", path, ": invalid tensor name ", quoted_text(name));
-    STP_CHECK(t != nullptr, path, ": tensor ", quoted_text(name), " is null");
-    for (auto d : t->shape)
-      STP_CHECK(d >= 0, path, ": tensor ", quoted_text(name), " has negative shape ", to_string(t->shape));
-    STP_CHECK(static_cast<std::int64_t>(t->data.size()) == numel(t->shape), path, ": tensor ", quoted_text(name),
-              " has ", t->data.size(), " values but shape ", to_string(t->shape));
+    for (auto d : shape)
+      STP_CHECK(d >= 0, path, ": tensor ", quoted_text(name), " has negative shape ", to_string(shape));
     STP_CHECK(!h.contains(name), path, ": duplicate tensor name ", quoted_text(name));
-    std::uint64_t end = offset + t->data.size() * 4;
-    h[name] = {{"dtype", "F32"}, {"shape", t->shape}, {"data_offsets", {offset, end}}};
+    std::uint64_t end = offset + static_cast<std::uint64_t>(numel(shape)) * 4;
+    h[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {offset, end}}};
     offset = end;
   }
   std::string text;
@@ -279,6 +271,27 @@ std::string build_header(const std::vector<std::pair<std::string, const HostTens
   return text;
 }
 
+namespace {
+
+// The names and shapes of `tensors`, checked in the order the header checks them, with each
+// tensor's values: numel(shape) of them.
+std::vector<std::pair<std::string, Shape>> shapes_of(
+    const std::vector<std::pair<std::string, const HostTensor*>>& tensors, const std::string& path) {
+  std::vector<std::pair<std::string, Shape>> out;
+  std::set<std::string> names;
+  for (const auto& [name, t] : tensors) {
+    STP_CHECK(!name.empty() && name != "__metadata__", path, ": invalid tensor name ", quoted_text(name));
+    STP_CHECK(t != nullptr, path, ": tensor ", quoted_text(name), " is null");
+    for (auto d : t->shape)
+      STP_CHECK(d >= 0, path, ": tensor ", quoted_text(name), " has negative shape ", to_string(t->shape));
+    STP_CHECK(static_cast<std::int64_t>(t->data.size()) == numel(t->shape), path, ": tensor ", quoted_text(name),
+              " has ", t->data.size(), " values but shape ", to_string(t->shape));
+    STP_CHECK(names.insert(name).second, path, ": duplicate tensor name ", quoted_text(name));
+    out.emplace_back(name, t->shape);
+  }
+  return out;
+}
+
 void write_all(std::FILE* f, const void* data, std::size_t bytes, const std::string& path) {
   if (bytes == 0) return;
   STP_CHECK(std::fwrite(data, 1, bytes, f) == bytes, path, ": write failed: ", std::strerror(errno));
@@ -288,7 +301,7 @@ void write_all(std::FILE* f, const void* data, std::size_t bytes, const std::str
 
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, const HostTensor*>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  std::string header = build_header(tensors, metadata, path);
+  std::string header = safetensors_header(shapes_of(tensors, path), metadata, path);
   std::string tmp = path + ".tmp";
   try {
     FilePtr f(std::fopen(tmp.c_str(), "wb"));

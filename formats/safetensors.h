@@ -74,6 +74,13 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path);
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, const HostTensor*>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// The header text (JSON, padded with spaces so that the data section starts at a multiple of 8)
+// that write_safetensors writes for F32 tensors of these names and shapes in this order, each at
+// the offset where the previous one ends. Errors (an empty, reserved or duplicate name, a negative
+// dimension, a name that is not UTF-8) name `path`.
+std::string safetensors_header(const std::vector<std::pair<std::string, Shape>>& tensors,
+                               const std::map<std::string, std::string>& metadata, const std::string& path);
+
 // Conversions used by the reader (exposed for tests and for callers holding raw halves).
 float bf16_to_f32(std::uint16_t bits);
 float f16_to_f32(std::uint16_t bits);

@@ -7,13 +7,6 @@ namespace {
 
 using i64 = std::int64_t;
 
-// The HF shape of `part` of a tensor of shape `full`.
-Shape part_shape(const Shape& full, const HfPart& part) {
-  const i64 width = part.end - part.begin;
-  if (full.size() == 1) return {width};
-  return part.transpose ? Shape{width, full[0]} : Shape{full[0], width};
-}
-
 i64 rows_of(const Shape& s) { return s.size() == 1 ? 1 : s[0]; }
 
 void check_values(const std::string& source, const std::string& name, const HostTensor& t, ValueRule rule) {
@@ -25,6 +18,25 @@ void check_values(const std::string& source, const std::string& name, const Host
 
 }  // namespace
 
+Shape hf_part_shape(const HfTensorRule& r, const HfPart& part) {
+  const i64 width = part.end - part.begin;
+  if (r.shape.size() == 1) return {width};
+  return part.transpose ? Shape{width, r.shape[0]} : Shape{r.shape[0], width};
+}
+
+HostTensor to_hf_part(const HfTensorRule& r, const HfPart& p, const float* src) {
+  const i64 rows = rows_of(r.shape), cols = r.shape.back();
+  HostTensor t{hf_part_shape(r, p), {}};
+  const i64 w = p.end - p.begin;
+  t.data.resize(static_cast<std::size_t>(rows * w));
+  for (i64 i = 0; i < rows; ++i)
+    for (i64 j = 0; j < w; ++j) {
+      const float v = src[i * cols + p.begin + j];
+      t.data[static_cast<std::size_t>(p.transpose ? j * rows + i : i * w + j)] = v;
+    }
+  return t;
+}
+
 std::map<std::string, HostTensor> to_hf(const std::vector<HfTensorRule>& rules,
                                         const std::map<std::string, HostTensor>& full) {
   std::map<std::string, HostTensor> out;
@@ -33,19 +45,7 @@ std::map<std::string, HostTensor> to_hf(const std::vector<HfTensorRule>& rules,
     STP_CHECK(it != full.end(), "HF export: tensor '", r.name, "' is missing");
     STP_CHECK(it->second.shape == r.shape, "HF export: tensor '", r.name, "' has shape ", to_string(it->second.shape),
               ", expected ", to_string(r.shape));
-    const i64 rows = rows_of(r.shape), cols = r.shape.back();
-    const float* src = it->second.data.data();
-    for (const HfPart& p : r.parts) {
-      HostTensor t{part_shape(r.shape, p), {}};
-      const i64 w = p.end - p.begin;
-      t.data.resize(static_cast<std::size_t>(rows * w));
-      for (i64 i = 0; i < rows; ++i)
-        for (i64 j = 0; j < w; ++j) {
-          const float v = src[i * cols + p.begin + j];
-          t.data[static_cast<std::size_t>(p.transpose ? j * rows + i : i * w + j)] = v;
-        }
-      out.emplace(p.name, std::move(t));
-    }
+    for (const HfPart& p : r.parts) out.emplace(p.name, to_hf_part(r, p, it->second.data.data()));
   }
   return out;
 }
@@ -73,7 +73,7 @@ std::map<std::string, HostTensor> from_hf(const std::vector<HfTensorRule>& rules
     for (const HfPart& p : r.parts) {
       auto it = hf.find(p.name);
       STP_CHECK(it != hf.end(), source, ": tensor '", p.name, "' is missing");
-      const Shape want = part_shape(r.shape, p);
+      const Shape want = hf_part_shape(r, p);
       STP_CHECK(it->second.shape == want, source, ": tensor '", p.name, "' has shape ", to_string(it->second.shape),
                 ", the model needs ", to_string(want));
       check_values(source, p.name, it->second, rule);

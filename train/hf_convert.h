@@ -24,6 +24,14 @@ namespace stp {
 std::map<std::string, HostTensor> to_hf(const std::vector<HfTensorRule>& rules,
                                         const std::map<std::string, HostTensor>& full);
 
+// The shape of HF tensor `part` of rule `r` (a column slice of r.shape, transposed where
+// part.transpose says).
+Shape hf_part_shape(const HfTensorRule& r, const HfPart& part);
+
+// One HF tensor of rule `r`: the values of `part` (one of r.parts) cut from `full`, the stp tensor
+// of shape r.shape. to_hf is this for every part of every rule.
+HostTensor to_hf_part(const HfTensorRule& r, const HfPart& part, const float* full);
+
 // Errors name `source`, the HF tensor, the expected and the found shape. Every value taken must
 // obey `rule` (formats/tensor_values.h: finite; a second moment also >= 0): an import never
 // brings in a parameter or a moment that would make the first update non-finite, and the error

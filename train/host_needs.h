@@ -5,12 +5,14 @@
 //   * Pinned: the sum over the plan's devices of what the plan says is pinned (RankPrediction:
 //     the activation pool plus the host-placed model states, host_states). Generic on purpose: a
 //     lever that pins more reports it in those fields and is counted here unchanged.
-//   * Pageable: the process's buffers that scale with the model, outside the plan. Each is full
-//     f32 tensors of the whole model (P = the elements of every distinct parameter, full shapes),
-//     and they never coexist, so the peak is the largest that the config can reach:
-//       - the checkpoint save (process 0, train/trainer_checkpoint.cpp): the gathered parameters
-//         and both AdamW moments (3 x 4P) plus the Hugging Face copy of one of them while it is
-//         made (4P): 16P bytes. Every run saves at its end.
+//   * Pageable: the process's buffers that scale with the model, outside the plan, in f32 (P = the
+//     elements of every distinct parameter, full shapes). They never coexist, so the peak is the
+//     largest that the config can reach:
+//       - the checkpoint save (process 0, train/trainer_checkpoint.cpp), streamed tensor by tensor
+//         into the files: one parameter's (or moment's) full tensor F with one of its shards S while
+//         it is assembled, then with one of its Hugging Face tensors H while that is cut out and
+//         written: max over the distinct parameters of 4 (F + max(largest S, largest H)) bytes (8F
+//         for the largest tensor at tp 1). Every run saves at its end.
 //       - model.init_from (formats/, train/hf_convert.h): the file's tensors in f32 (4P; a file's
 //         extra tensors, e.g. GPT-2's attention-mask buffers, add their size) and their copy in
 //         stp's names (4P): 8P bytes, freed before step 1.

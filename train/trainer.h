@@ -94,6 +94,10 @@ struct CheckpointSave {
   // 'wte.weight' holds 5 values that are not finite (the first, at index 3, is inf); it was not
   // written. The last good state is checkpoint runs/x/checkpoint-1 (after step 1)".
   std::string problem;
+  // The most bytes of pageable host memory the save held at once for the tensors (process 0: one
+  // full f32 tensor with one shard, then with one Hugging Face part of it): what
+  // train/host_needs.h predicts as HostPageable::checkpoint_save.
+  std::size_t pageable_peak_bytes = 0;
 };
 
 struct TrainerOptions {
@@ -146,6 +150,8 @@ class Trainer {
   // only: the distributed optimizer's sharded bf16 masters are gathered through the gradient
   // buffers (dead between steps).
   std::map<std::string, HostTensor> full_parameters(int replica = 0);
+  // The same for an AdamW moment (0: exp_avg, 1: exp_avg_sq), in stp's names; collective likewise.
+  std::map<std::string, HostTensor> full_moments(int which, int replica = 0);
   // Writes output.dir/checkpoint-STEP (model, optimizer, state) if the state is good (CheckpointSave);
   // returns what it did. Multi-process: collective, written once by process 0.
   // A checkpoint does not depend on dp: it loads with any dp × pp × tp.

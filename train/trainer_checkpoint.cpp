@@ -17,90 +17,137 @@ namespace stp {
 
 namespace {
 
-void place(const ParamInfo& p, const std::vector<float>& shard, std::map<std::string, HostTensor>& out) {
-  HostTensor& full = out[p.name];
-  if (full.data.empty()) {
-    full.shape = p.full_shape;
-    full.data.assign(static_cast<std::size_t>(numel(p.full_shape)), 0.0f);
+// The problems of a state being written, named as when the whole state was gathered and scanned
+// before any was written: the first bad tensor in the order of the files (model.safetensors, then
+// optimizer.safetensors' exp_avg, then its exp_avg_sq, each by name), and how many are bad
+// (formats/tensor_values.h).
+class StateProblems {
+ public:
+  void check(CheckpointTensor which, const std::string& name, const std::vector<float>& values) {
+    const std::string problem =
+        value_problem(values, which == CheckpointTensor::ExpAvgSq ? ValueRule::FiniteNonNegative : ValueRule::Finite);
+    if (problem.empty()) return;
+    const std::pair<int, std::string> key{static_cast<int>(which), name};
+    if (bad_++ > 0 && key >= first_key_) return;
+    static const char* const kSuffix[] = {"", ".exp_avg", ".exp_avg_sq"};
+    first_key_ = key;
+    first_ = str(which == CheckpointTensor::Model ? "model.safetensors" : "optimizer.safetensors", ": tensor '", name,
+                 kSuffix[key.first], "' ", problem);
   }
-  // Tied / replicated copies hold identical values: writing them again is harmless.
-  p.layout.gather(shard.data(), full.data.data());
-}
+  bool clean() const { return bad_ == 0; }
+  std::string message() const {
+    if (bad_ <= 1) return first_;
+    return str(first_, ", and ", bad_ - 1, " more tensor", bad_ == 2 ? "" : "s", " of the state hold such values");
+  }
 
-// The first tensor of a state about to be written that is not good, named as in its file, and how
-// many are; "" when every value is good (formats/tensor_values.h).
-std::string state_problem(const std::map<std::string, HostTensor>& model,
-                          const std::map<std::string, HostTensor>& exp_avg,
-                          const std::map<std::string, HostTensor>& exp_avg_sq) {
-  std::string first;
-  int bad = 0;
-  auto scan = [&](const std::map<std::string, HostTensor>& tensors, const char* file, const char* suffix,
-                  ValueRule rule) {
-    for (const auto& [name, t] : tensors) {
-      const std::string problem = value_problem(t.data, rule);
-      if (!problem.empty() && bad++ == 0) first = str(file, ": tensor '", name, suffix, "' ", problem);
-    }
-  };
-  scan(model, "model.safetensors", "", ValueRule::Finite);
-  scan(exp_avg, "optimizer.safetensors", ".exp_avg", ValueRule::Finite);
-  scan(exp_avg_sq, "optimizer.safetensors", ".exp_avg_sq", ValueRule::FiniteNonNegative);
-  if (bad > 1) first += str(", and ", bad - 1, " more tensor", bad == 2 ? "" : "s", " of the state hold such values");
-  return first;
+ private:
+  int bad_ = 0;
+  std::pair<int, std::string> first_key_;
+  std::string first_;
+};
+
+// Every HF tensor's name and shape, in the files' order (by name).
+std::vector<std::pair<std::string, Shape>> hf_file_tensors(const std::vector<HfTensorRule>& rules) {
+  std::map<std::string, Shape> sorted;
+  for (const HfTensorRule& r : rules)
+    for (const HfPart& p : r.parts) sorted.emplace(p.name, hf_part_shape(r, p));
+  return {sorted.begin(), sorted.end()};
 }
 
 }  // namespace
 
-// For every parameter name, the full tensor from the shards of one replica (every replica holds
-// the same values; checkpoints read replica 0). `pick(r, i)` gives the device tensor of r.params()[i] to read (the
-// parameter, or an optimizer moment). Across processes, replica 0's ranks send their shards in parameter order over the
-// replica communicator to global rank 0, which knows every rank's parameter table.
-std::map<std::string, HostTensor> Trainer::Impl::gather(const std::function<Tensor(Rank&, std::size_t)>& pick,
-                                                        int replica) {
+std::vector<float> Trainer::Impl::receive_shard(const ParamInfo& p, int src, std::uint32_t index,
+                                                PageableMeter& meter) {
+  Rank& r = *ranks.front();
+  Tensor shard = Tensor::empty(*r.alloc, {p.layout.shard_rows * p.layout.shard_cols});
+  r.replica->recv(*r.compute, shard.raw(), shard.bytes(), src, index);
+  meter.hold(shard.bytes());
+  return download(shard, *r.compute);
+}
+
+// Across processes, replica 0's ranks send their shards in parameter order over the replica
+// communicator to global rank 0, which knows every rank's parameter table. It takes them one
+// parameter at a time, from each TP rank in turn: in each sender's own order, so every receive
+// meets a send that its sender issues without waiting on a later receive.
+void Trainer::Impl::gather_each(const std::function<Tensor(Rank&, std::size_t)>& pick, int replica,
+                                const FullTensorFn& each, PageableMeter& meter) {
   STP_CHECK(replica >= 0 && replica < layout.dp && (replica == 0 || !multi_process()), "replica ", replica,
             " cannot be gathered here (dp = ", layout.dp, multi_process() ? ", only replica 0 across processes)" : ")");
-  std::map<std::string, HostTensor> out;
   for (auto& r : ranks) r->optimizer->settle();  // the last step's uploads
   for (auto& r : ranks) {
-    if (r->dp_rank != replica) continue;
-    if (multi_process() && r->global != 0) {  // a sender
-      for (std::size_t i = 0; i < r->params().size(); ++i) {
-        Tensor t = pick(*r, i);
-        r->replica->send(*r->compute, t.raw(), t.bytes(), 0, static_cast<std::uint32_t>(i));
-      }
-      r->synchronize();
-      continue;
+    if (r->dp_rank != replica || !multi_process() || r->global == 0) continue;
+    for (std::size_t i = 0; i < r->params().size(); ++i) {  // a sender
+      Tensor t = pick(*r, i);
+      r->replica->send(*r->compute, t.raw(), t.bytes(), 0, static_cast<std::uint32_t>(i));
     }
-    for (std::size_t i = 0; i < r->params().size(); ++i) place(r->params()[i], download(pick(*r, i), *r->compute), out);
+    r->synchronize();
   }
-  if (!multi_process() || ranks.front()->global != 0) return out;
-  Rank& r = *ranks.front();
+  if (multi_process() && ranks.front()->global != 0) return;
   const ModelSpec model = model_spec_of(config);
-  for (int src = 1; src < layout.replica_size(); ++src) {
-    std::uint32_t i = 0;
+  std::set<std::string> taken;  // a tied table lives in two stages under one name
+  for (int pp = 0; pp < layout.pp; ++pp) {
+    std::vector<std::uint32_t> base(static_cast<std::size_t>(layout.tp), 0);  // each TP rank's params() index
     for (int c = 0; c < schedule.chunks; ++c) {
-      for (const ParamInfo& p :
-           model_param_table(model, stage_spec_of(config, schedule, layout.pp_rank(src), c, layout.tp_rank(src)))) {
-        Tensor shard = Tensor::empty(*r.alloc, {p.layout.shard_rows * p.layout.shard_cols});
-        r.replica->recv(*r.compute, shard.raw(), shard.bytes(), src, i++);
-        place(p, download(shard, *r.compute), out);
+      std::vector<std::vector<ParamInfo>> tables;  // [tp rank]: the chunk's parameter table
+      for (int t = 0; t < layout.tp; ++t)
+        tables.push_back(model_param_table(model, stage_spec_of(config, schedule, pp, c, t)));
+      for (std::size_t j = 0; j < tables[0].size(); ++j) {
+        const bool wanted = taken.insert(tables[0][j].name).second;
+        std::vector<float> full;
+        for (int t = 0; t < layout.tp; ++t) {
+          const std::uint32_t i = base[static_cast<std::size_t>(t)] + static_cast<std::uint32_t>(j);
+          Rank* local = multi_process() ? (pp == 0 && t == 0 ? ranks.front().get() : nullptr)
+                                        : local_rank(layout.global(replica, pp, t));
+          const ParamInfo& p = local ? local->params().at(i) : tables[static_cast<std::size_t>(t)][j];
+          STP_ASSERT(p.name == tables[0][j].name, "checkpoint gather: ", p.name, " where ", tables[0][j].name);
+          if (local && !wanted) continue;
+          std::vector<float> shard;
+          if (local) {
+            shard = download(pick(*local, i), *local->compute);
+            meter.hold(shard.size() * sizeof(float));
+          } else {
+            shard = receive_shard(p, layout.global(0, pp, t), i, meter);
+          }
+          if (wanted && full.empty()) {
+            full.assign(static_cast<std::size_t>(numel(p.full_shape)), 0.0f);
+            meter.hold(full.size() * sizeof(float));
+          }
+          if (wanted) p.layout.gather(shard.data(), full.data());
+          meter.release(shard.size() * sizeof(float));
+        }
+        if (wanted) each(tables[0][j], full);
+        meter.release(full.size() * sizeof(float));
       }
+      for (int t = 0; t < layout.tp; ++t)
+        base[static_cast<std::size_t>(t)] += static_cast<std::uint32_t>(tables[static_cast<std::size_t>(t)].size());
     }
   }
-  return out;
 }
 
 // Every rank's optimizer assembles what a checkpoint gathers as full per-rank shards (a collective
 // where the state is sharded: the distributed optimizer all-gathers into the gradient buffers),
 // then replica `replica`'s are gathered.
-std::map<std::string, HostTensor> Trainer::Impl::gather_views(
-    const std::function<std::vector<Tensor>(RankOptimizer&)>& views, int replica) {
+void Trainer::Impl::gather_views_each(const std::function<std::vector<Tensor>(RankOptimizer&)>& views, int replica,
+                                      const FullTensorFn& each, PageableMeter& meter) {
   run_on_ranks([&](Rank& r) {
     r.optimizer->settle();
     r.checkpoint_views = views(*r.optimizer);
     r.synchronize();
   });
-  auto out = gather([](Rank& r, std::size_t i) { return r.checkpoint_views.at(i); }, replica);
+  gather_each([](Rank& r, std::size_t i) { return r.checkpoint_views.at(i); }, replica, each, meter);
   for (auto& r : ranks) r->checkpoint_views.clear();
+}
+
+std::map<std::string, HostTensor> Trainer::Impl::gather_views(
+    const std::function<std::vector<Tensor>(RankOptimizer&)>& views, int replica) {
+  std::map<std::string, HostTensor> out;
+  PageableMeter meter;
+  gather_views_each(
+      views, replica,
+      [&](const ParamInfo& p, std::vector<float>& full) {
+        out[p.name] = HostTensor{p.full_shape, std::move(full)};
+      },
+      meter);
   return out;
 }
 
@@ -108,55 +155,76 @@ std::map<std::string, HostTensor> Trainer::full_parameters(int replica) {
   return impl_->gather_views([](RankOptimizer& o) { return o.full_parameters(); }, replica);
 }
 
-// The state is checked where it is called good, on the tensors about to be written: nothing is
+std::map<std::string, HostTensor> Trainer::full_moments(int which, int replica) {
+  return impl_->gather_views([which](RankOptimizer& o) { return o.full_moments(which); }, replica);
+}
+
+CheckpointData Trainer::Impl::checkpoint_info(const std::string& note) const {
+  CheckpointData data;
+  data.hf_config = hf_config_json(config);
+  for (const TokenizerFile& f : tokenizer_files) data.files.emplace_back(f.name, f.bytes);
+  data.optimizer_step = ranks.front()->optimizer->step_count();
+  data.state.step = steps_done;
+  data.state.data_position = sequence_index(steps_done + 1, 0, 0, config.parallel.dp, config.train.microbatches,
+                                            config.train.micro_batch_size);
+  if (config.data.sampling == "shuffle" && dataset) {
+    const std::uint64_t windows = dataset->windows();
+    data.state.shuffle = ShufflePosition{dataset->num_tokens(), std::uint64_t(config.model.seq_len), windows,
+                                         data.state.data_position / windows, data.state.data_position % windows};
+  }
+  data.state.rng_seed = config.train.seed;
+  data.state.config_fingerprint = config_fingerprint(config);
+  data.state.note = note;
+  return data;
+}
+
+// The state is checked where it is called good, on the tensors as they are written: nothing is
 // kept to undo a step, no step pays for a check, and what is checked is exactly what a resume or
-// `stp generate` would read (docs/memory.md, What is called good).
+// `stp generate` would read (docs/memory.md, What is called good). It is written tensor by tensor
+// into the checkpoint's temporary folder, in HF names and layouts (a permutation of the values:
+// resume converts back bit for bit), and swapped in only when every value was good; process 0
+// holds one full tensor at a time (train/host_needs.h).
 CheckpointSave Trainer::try_save_checkpoint(const std::string& note) {
   Impl& m = *impl_;
-  auto model = full_parameters();
+  const bool writer = !m.multi_process() || m.options.processes->rank() == 0;  // process 0 gets the tensors
+  const auto rules = hf_tensor_rules(model_spec_of(m.config));
+  std::map<std::string, const HfTensorRule*> rule_of;
+  for (const HfTensorRule& r : rules) rule_of[r.name] = &r;
+  std::unique_ptr<CheckpointWriter> file;
+  if (writer)
+    file = std::make_unique<CheckpointWriter>(m.config.output.dir, m.checkpoint_info(note), hf_file_tensors(rules));
+  StateProblems problems;
+  PageableMeter meter;
+  auto write = [&](CheckpointTensor which) {
+    return [&, which](const ParamInfo& p, std::vector<float>& full) {
+      auto r = rule_of.find(p.name);
+      if (r == rule_of.end()) return;  // not exported (none today)
+      for (const HfPart& part : r->second->parts) {
+        const HostTensor t = to_hf_part(*r->second, part, full.data());
+        meter.hold(t.data.size() * sizeof(float));
+        problems.check(which, part.name, t.data);
+        if (problems.clean()) file->write(which, part.name, t.data.data(), t.data.size());
+        meter.release(t.data.size() * sizeof(float));
+      }
+    };
+  };
+  m.gather_views_each([](RankOptimizer& o) { return o.full_parameters(); }, 0, write(CheckpointTensor::Model), meter);
   // Each moment in turn: the gradient buffers, dead between steps, hold one moment at a time.
-  auto moment = [&m](int w) { return m.gather_views([w](RankOptimizer& o) { return o.full_moments(w); }); };
-  auto exp_avg = moment(0);
-  auto exp_avg_sq = moment(1);
-  const bool writer = !m.multi_process() || m.options.processes->rank() == 0;  // process 0 holds the tensors
+  for (CheckpointTensor w : {CheckpointTensor::ExpAvg, CheckpointTensor::ExpAvgSq})
+    m.gather_views_each([w](RankOptimizer& o) { return o.full_moments(w == CheckpointTensor::ExpAvg ? 0 : 1); }, 0,
+                        write(w), meter);
   CheckpointSave out;
-  if (writer) {
-    // HF names and layouts (a permutation of the values: resume converts back bit for bit).
-    const auto rules = hf_tensor_rules(model_spec_of(m.config));
-    model = to_hf(rules, model);
-    exp_avg = to_hf(rules, exp_avg);
-    exp_avg_sq = to_hf(rules, exp_avg_sq);
-    if (std::string problem = state_problem(model, exp_avg, exp_avg_sq); !problem.empty())
-      out.problem = str("the state after step ", last_update_step(), " is not finite: ", problem,
-                        "; it was not written. ", m.last_good_state());
-  }
+  out.pageable_peak_bytes = meter.peak;
+  if (!problems.clean())
+    out.problem = str("the state after step ", last_update_step(), " is not finite: ", problems.message(),
+                      "; it was not written. ", m.last_good_state());
   const bool bad = m.multi_process() ? m.options.processes->any(!out.problem.empty()) : !out.problem.empty();
-  if (bad) return out;
+  if (bad) return out;  // the writer's temporary folder goes with it
   out.written = true;
   m.last_good_step = m.steps_done;
   m.last_good_resumed = false;
   if (!writer) return out;
-  CheckpointData data;
-  data.hf_config = hf_config_json(m.config);
-  for (const TokenizerFile& f : m.tokenizer_files) data.files.emplace_back(f.name, f.bytes);
-  for (auto& [name, t] : model) {
-    data.model.emplace_back(name, &t);
-    data.optimizer.emplace_back(name, OptimizerMoments{&exp_avg.at(name), &exp_avg_sq.at(name)});
-  }
-  Rank& first = *m.ranks.front();
-  data.optimizer_step = first.optimizer->step_count();
-  data.state.step = m.steps_done;
-  data.state.data_position = sequence_index(m.steps_done + 1, 0, 0, m.config.parallel.dp, m.config.train.microbatches,
-                                            m.config.train.micro_batch_size);
-  if (m.config.data.sampling == "shuffle" && m.dataset) {
-    const std::uint64_t windows = m.dataset->windows();
-    data.state.shuffle = ShufflePosition{m.dataset->num_tokens(), std::uint64_t(m.config.model.seq_len), windows,
-                                         data.state.data_position / windows, data.state.data_position % windows};
-  }
-  data.state.rng_seed = m.config.train.seed;
-  data.state.config_fingerprint = config_fingerprint(m.config);
-  data.state.note = note;
-  out.path = write_checkpoint(m.config.output.dir, data);
+  out.path = file->commit();
   m.last_good_path = out.path;
   return out;
 }

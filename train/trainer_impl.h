@@ -14,6 +14,7 @@
 #include "memory/numa.h"
 #include "data/data.h"
 #include "data/tokenizer_files.h"
+#include "formats/checkpoint.h"
 #include "optim/lr_schedule.h"
 #include "schedule/schedule.h"
 #include "train/fault_hook.h"
@@ -23,8 +24,18 @@
 
 namespace stp {
 
-struct CheckpointState;
 struct CommGroup;  // one communicator group while the trainer is built (train/trainer_setup.cpp)
+
+// Bytes of pageable host buffers held now and at most: the checkpoint save's tensors
+// (CheckpointSave::pageable_peak_bytes).
+struct PageableMeter {
+  std::size_t now = 0, peak = 0;
+  void hold(std::size_t bytes) {
+    now += bytes;
+    peak = now > peak ? now : peak;
+  }
+  void release(std::size_t bytes) { now -= bytes; }
+};
 
 struct Trainer::Impl {
   Impl(const Config& config, TrainerOptions options);
@@ -84,9 +95,23 @@ struct Trainer::Impl {
   std::uint64_t global_batch_positions() const;  // G · T, every target of a global batch
 
   // Full tensors <-> shards (trainer_checkpoint.cpp).
-  std::map<std::string, HostTensor> gather(const std::function<Tensor(Rank&, std::size_t)>& pick, int replica = 0);
+  // The full f32 tensors of replica `replica`'s shards `pick(r, i)` (the device tensor of r.params()[i]: the
+  // parameter, or a moment), one at a time: `each(p, full)` once per distinct parameter p (a tied
+  // table once), in the order of the stages (pp rank, then chunk) and of their parameter tables, on
+  // process 0 only; the other processes send it their shards in params() order. At most one full
+  // tensor and one shard are held at once; `meter` counts them.
+  using FullTensorFn = std::function<void(const ParamInfo&, std::vector<float>& full)>;
+  void gather_each(const std::function<Tensor(Rank&, std::size_t)>& pick, int replica, const FullTensorFn& each,
+                   PageableMeter& meter);
+  // The same over the optimizer's checkpoint views (RankOptimizer::full_parameters, full_moments).
+  void gather_views_each(const std::function<std::vector<Tensor>(RankOptimizer&)>& views, int replica,
+                         const FullTensorFn& each, PageableMeter& meter);
   std::map<std::string, HostTensor> gather_views(const std::function<std::vector<Tensor>(RankOptimizer&)>& views,
                                                  int replica = 0);
+  // A shard of `p` from replica 0's rank `src` (replica communicator rank) received by process 0, on host.
+  std::vector<float> receive_shard(const ParamInfo& p, int src, std::uint32_t index, PageableMeter& meter);
+  // What a checkpoint of the current state writes besides its tensors (CheckpointWriter).
+  CheckpointData checkpoint_info(const std::string& note) const;
   void load_init_from(const std::string& source);
   void load_full_tensors(const std::map<std::string, HostTensor>& full, const std::string& source);
   void load_optimizer_state(const std::map<std::string, HostTensor>& exp_avg,

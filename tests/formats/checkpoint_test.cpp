@@ -1,4 +1,6 @@
 #include <filesystem>
+#include <iterator>
+#include <map>
 
 #include "base/error.h"
 #include "formats/checkpoint.h"
@@ -24,7 +26,8 @@ struct Sample {
     d.model = {{"wte.weight", &wte}, {"ln_f.weight", &ln}};
     d.optimizer = {{"wte.weight", {&m_wte, &v_wte}}, {"ln_f.weight", {&m_ln, &v_ln}}};
     d.optimizer_step = step;
-    d.state = CheckpointState{step, 4096 + std::uint64_t(step), 18446744073709551615ull, 77, "0123456789abcdef", "", std::nullopt};
+    d.state = CheckpointState{
+        step, 4096 + std::uint64_t(step), 18446744073709551615ull, 77, "0123456789abcdef", "", std::nullopt};
     return d;
   }
 };
@@ -181,4 +184,84 @@ TEST(Checkpoint, UnreadableNumbersAndJsonAreNamedErrors) {
     EXPECT_NE(what.find("line 1, column"), std::string::npos) << what;
     EXPECT_EQ(what.find("json.exception"), std::string::npos) << what;
   }
+}
+
+namespace {
+
+// Every file of a folder, by name: its bytes.
+std::map<std::string, std::string> folder_bytes(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    out[e.path().filename().string()] = stp::testing::read_bytes(e.path().string());
+  return out;
+}
+
+// A checkpoint written tensor by tensor, the optimizer's moments before the model and the
+// tensors in reverse order: `keep` commits it.
+std::string stream_checkpoint(const std::string& run, CheckpointData d, bool keep) {
+  std::vector<std::pair<std::string, Shape>> shapes;
+  for (const auto& [name, t] : d.model) shapes.emplace_back(name, t->shape);
+  const auto model = d.model;
+  const auto optimizer = d.optimizer;
+  d.model.clear();
+  d.optimizer.clear();
+  CheckpointWriter w(run, d, shapes);
+  for (auto it = optimizer.rbegin(); it != optimizer.rend(); ++it) {
+    w.write(CheckpointTensor::ExpAvgSq, it->first, it->second.exp_avg_sq->data.data(),
+            it->second.exp_avg_sq->data.size());
+    w.write(CheckpointTensor::ExpAvg, it->first, it->second.exp_avg->data.data(), it->second.exp_avg->data.size());
+  }
+  for (auto it = model.rbegin(); it != model.rend(); ++it)
+    w.write(CheckpointTensor::Model, it->first, it->second->data.data(), it->second->data.size());
+  return keep ? w.commit() : "";
+}
+
+}  // namespace
+
+// CheckpointWriter: the folder's every file is byte for byte write_checkpoint's.
+TEST(Checkpoint, WrittenTensorByTensorItIsByteForByteTheSame) {
+  ScratchDir dir;
+  Sample s;
+  CheckpointData d = s.data(9);
+  d.hf_config = "{\"model_type\": \"gpt2\"}\n";
+  d.files = {{"tokenizer.json", "{}"}};
+  d.state.note = "a note";
+  d.state.shuffle = ShufflePosition{100, 8, 12, 0, 5};
+  const std::string whole = write_checkpoint(dir.file("whole"), d);
+  const std::string streamed = stream_checkpoint(dir.file("streamed"), d, true);
+  EXPECT_EQ(streamed, checkpoint_path(dir.file("streamed"), 9));
+  const auto want = folder_bytes(whole);
+  EXPECT_EQ(want.size(), 5u);  // the two safetensors files, state.json, config.json, tokenizer.json
+  EXPECT_EQ(folder_bytes(streamed), want);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.file("streamed")), fs::directory_iterator()), 1)
+      << "nothing but checkpoint-9 is left";
+}
+
+// Not committed (the caller found a value it will not call good): the old checkpoint of that step
+// stays, and no temporary folder is left.
+TEST(Checkpoint, AWriterNotCommittedLeavesEveryCheckpointAsItWas) {
+  ScratchDir dir;
+  Sample s;
+  const std::string run = dir.file("run");
+  const std::string old = write_checkpoint(run, s.data(4));
+  const auto before = folder_bytes(old);
+  CheckpointData d = s.data(4);
+  d.optimizer_step = 99;
+  stream_checkpoint(run, d, false);
+  EXPECT_EQ(folder_bytes(old), before);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(run)) names.push_back(e.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"checkpoint-4"});
+  // A tensor never written is an error at the commit, which leaves nothing either.
+  CheckpointData e = s.data(5);
+  e.model.clear();
+  e.optimizer.clear();
+  {
+    CheckpointWriter w(run, e, {{"wte.weight", {5, 2}}});
+    w.write(CheckpointTensor::Model, "wte.weight", s.wte.data.data(), 10);
+    w.write(CheckpointTensor::ExpAvg, "wte.weight", s.m_wte.data.data(), 10);
+    expect_error([&] { w.commit(); }, {"optimizer.safetensors", "tensor 'wte.weight.exp_avg_sq' was never written"});
+  }
+  EXPECT_EQ(find_latest_checkpoint(run), old);
+  EXPECT_EQ(std::distance(fs::directory_iterator(run), fs::directory_iterator()), 1);
 }

@@ -45,27 +45,33 @@ void expect_contains(const std::string& text, const std::vector<std::string>& pa
 }
 
 // P = the distinct parameters' elements (GPT-2, tied head: wte, wpe, 12C^2 + 13C per layer, ln_f);
-// the save 16P bytes, model.init_from 8P, train.resume (20 + 4 dp)P; the peak the largest.
+// model.init_from 8P, train.resume (20 + 4 dp)P; the save, streamed tensor by tensor, its largest
+// tensor (wte, [256, C]) with its one shard at tp 1, then with its HF copy: 2 x 4 x 256C bytes, at
+// any tp (a shard is at most the tensor, and the HF copy is all of it); the peak the largest.
 TEST(HostNeeds, PageableIsTheLargestPhaseOfTheFullState) {
   stp::Config c = tiny_config({});
   const std::int64_t C = 32, L = 8;
   const std::int64_t P = 256 * C + 16 * C + L * (12 * C * C + 13 * C) + 2 * C;
   EXPECT_EQ(stp::full_parameter_count(c), P);
   const auto B = static_cast<std::size_t>(P) * 4;
+  const auto save = static_cast<std::size_t>(2 * 4 * 256 * C);
   stp::HostPageable b = stp::pageable_host_bytes(c);
-  EXPECT_EQ(b.checkpoint_save, 4 * B);
+  EXPECT_EQ(b.checkpoint_save, save);
   EXPECT_EQ(b.init_from, 0u);
   EXPECT_EQ(b.resume, 0u);
-  EXPECT_EQ(b.peak(), 4 * B);
+  EXPECT_EQ(b.peak(), save);
   c.model.init_from = "model.safetensors";
   EXPECT_EQ(stp::pageable_host_bytes(c).init_from, 2 * B);
-  EXPECT_EQ(stp::pageable_host_bytes(c).peak(), 4 * B);
+  EXPECT_EQ(stp::pageable_host_bytes(c).peak(), 2 * B);
   c.train.resume = "runs/x/checkpoint-3";
   EXPECT_EQ(stp::pageable_host_bytes(c).resume, 6 * B);
   c.parallel.dp = 2;
   EXPECT_EQ(stp::pageable_host_bytes(c).peak(), 7 * B);
-  // The same parameters however they are split.
-  EXPECT_EQ(stp::full_parameter_count(tiny_config({"parallel.tp=2", "parallel.pp=2", "parallel.schedule=zb-v"})), P);
+  // The same parameters however they are split; the same save at tp 2 (vocab-parallel wte: a
+  // shard of half the rows, and the HF copy whole).
+  const stp::Config split = tiny_config({"parallel.tp=2", "parallel.pp=2", "parallel.schedule=zb-v"});
+  EXPECT_EQ(stp::full_parameter_count(split), P);
+  EXPECT_EQ(stp::pageable_host_bytes(split).checkpoint_save, save);
 }
 
 // Pinned: the plan's pools and host model states, every replica in one process; devices: the CPU

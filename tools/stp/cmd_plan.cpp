@@ -121,7 +121,7 @@ void add_host_json(nlohmann::ordered_json& out, const stp::HostNeeds& host, cons
 const char* pageable_phase(const stp::HostPageable& p) {
   if (p.peak() == p.resume && p.resume) return "reading train.resume's checkpoint";
   if (p.peak() == p.init_from && p.init_from) return "reading model.init_from";
-  return "the checkpoint save: full f32 parameters and AdamW moments";
+  return "the checkpoint save: one full f32 tensor at a time";
 }
 
 void print_host(const stp::HostNeeds& host, const stp::MemorySettings& settings, stp::ByteStyle style) {
