@@ -39,7 +39,9 @@
 //     no budget) and streaming (param_offload auto at that budget, optimizer_offload all), same
 //     --link and --copy-cpus; median step time of each run, the ratio per pair, the median and
 //     spread of the ratios, next to the plan's predicted step cost (compute plus exposed copies,
-//     the streaming traffic among them, and the CPU optimizer). Each streaming run's measured
+//     the streaming traffic among them, and the CPU optimizer), and the median ratio of the
+//     process's CPU time per step (the work, which other jobs on a shared machine do not move as
+//     they move the wall time; the link's waits are not in it). Each streaming run's measured
 //     device peaks must equal the plan's, and its streamed bytes per step the plan's. The config's
 //     depth is --stream-layers (default 16: the tiny config's 4 layers leave the streaming minimum
 //     close to the resident one, since the streamer's working set is most of a rank's units).
@@ -59,6 +61,8 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include <sys/resource.h>
 
 #include "config/config.h"
 #include "base/error.h"
@@ -238,7 +242,17 @@ struct StepTimes {
   bool stream_bytes_equal = false;
   std::uint64_t stream_bytes = 0;   // of the last step, both directions, the largest device
   std::uint64_t stream_copies = 0;  // of the last step, both directions, the largest device
+  // The process's CPU time (user + system) per measured step: the work, apart from waits and from
+  // the share of a machine other jobs also load.
+  double cpu_ms = 0;
 };
+
+double process_cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
 
 // Whether the last step's streamed bytes of every device equal its plan's per-step bytes.
 bool stream_bytes_match(const stp::StepResult& r, const stp::MemoryPlan& plan, StepTimes& out) {
@@ -259,6 +273,7 @@ StepTimes run_steps(const stp::Config& c, int steps, stp::StepResult::Speculatio
   t.step();  // warm-up: first-touch of memory, caches
   std::vector<double> ms, stall, copy;
   StepTimes out;
+  const double cpu_before = process_cpu_s();
   for (int i = 0; i < steps; ++i) {
     stp::StepResult r = t.step();
     if (i + 1 == steps) {
@@ -279,6 +294,7 @@ StepTimes run_steps(const stp::Config& c, int steps, stp::StepResult::Speculatio
     stall.push_back(s * 1e3), copy.push_back(cp * 1e3);
   }
   out.step_ms = median(ms), out.stall_ms = median(stall), out.copy_ms = median(copy);
+  out.cpu_ms = (process_cpu_s() - cpu_before) * 1e3 / std::max(1, steps);
   return out;
 }
 
@@ -522,24 +538,27 @@ void stream_cost(const Options& o) {
   std::printf("budget %.2f MiB: halfway between them (streaming needed below %.2f MiB); unconstrained peak %.2f MiB\n",
               mib(budget), mib(b.resident), mib(max_peak(free_plan)));
   print_stream_plan(plan, free_plan);
-  std::vector<double> ratios, plain_ms, stream_ms;
+  std::vector<double> ratios, plain_ms, stream_ms, cpu_ratios;
   bool peaks = true, bytes = true;
   for (int i = 0; i < o.pairs; ++i) {
     StepTimes a = run_steps(plain, o.steps), s = run_steps(streaming, o.steps);
     plain_ms.push_back(a.step_ms), stream_ms.push_back(s.step_ms), ratios.push_back(s.step_ms / a.step_ms);
     peaks = peaks && s.peaks_equal, bytes = bytes && s.stream_bytes_equal;
+    cpu_ratios.push_back(s.cpu_ms / a.cpu_ms);
     std::printf(
-        "pair %d: unconstrained %.1f ms/step, streaming %.1f ms/step (%.2f MiB in %llu copies streamed on the "
-        "busiest device, %s the plan; peaks %s the plan), ratio %.3f\n",
-        i + 1, a.step_ms, s.step_ms, mib(s.stream_bytes), static_cast<unsigned long long>(s.stream_copies),
+        "pair %d: unconstrained %.1f ms/step (CPU %.0f ms), streaming %.1f ms/step (CPU %.0f ms; %.2f MiB in %llu "
+        "copies streamed on the busiest device, %s the plan; peaks %s the plan), ratio %.3f\n",
+        i + 1, a.step_ms, a.cpu_ms, s.step_ms, s.cpu_ms, mib(s.stream_bytes),
+        static_cast<unsigned long long>(s.stream_copies),
         s.stream_bytes_equal ? "=" : "!=", s.peaks_equal ? "=" : "!=", s.step_ms / a.step_ms);
   }
   const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
   std::printf(
       "streaming cost ratio: %.3fx (median of %d pairs, spread %.3f..%.3f; unconstrained %.1f ms, streaming %.1f ms, "
-      "+%.1f ms measured against +%.1f ms predicted); measured peaks %s, streamed bytes %s\n",
+      "+%.1f ms measured against +%.1f ms predicted); CPU time per step ratio %.3fx (median); measured peaks %s, "
+      "streamed bytes %s\n",
       median(ratios), o.pairs, *lo, *hi, median(plain_ms), median(stream_ms), median(stream_ms) - median(plain_ms),
-      (predicted_step_s(plan) - predicted_step_s(free_plan)) * 1e3, peaks ? "= plan" : "!= PLAN",
+      (predicted_step_s(plan) - predicted_step_s(free_plan)) * 1e3, median(cpu_ratios), peaks ? "= plan" : "!= PLAN",
       bytes ? "= plan" : "!= PLAN");
 }
 
