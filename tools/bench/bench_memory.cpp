@@ -555,7 +555,7 @@ void stream_cost(const Options& o) {
   const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
   std::printf(
       "streaming cost ratio: %.3fx (median of %d pairs, spread %.3f..%.3f; unconstrained %.1f ms, streaming %.1f ms, "
-      "+%.1f ms measured against +%.1f ms predicted); CPU time per step ratio %.3fx (median); measured peaks %s, "
+      "%+.1f ms measured against %+.1f ms predicted); CPU time per step ratio %.3fx (median); measured peaks %s, "
       "streamed bytes %s\n",
       median(ratios), o.pairs, *lo, *hi, median(plain_ms), median(stream_ms), median(stream_ms) - median(plain_ms),
       (predicted_step_s(plan) - predicted_step_s(free_plan)) * 1e3, median(cpu_ratios), peaks ? "= plan" : "!= PLAN",
