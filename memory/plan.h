@@ -77,6 +77,10 @@ struct RankPrediction {
   double compute_s = 0;                      // estimated compute time per step (FLOPs / rate)
   double recompute_s = 0;                    // added forward work per step
   double exposed_copy_s = 0;                 // copy time per step the compute cannot hide
+  // Parameter streaming's copies per step (RankPlan::param_stream; 0 without it): the weights
+  // brought up, the gradients brought up (accumulation over microbatches) and sent back down.
+  // exposed_copy_s includes their exposed time (streaming_exposed_seconds, memory/planner.h).
+  std::uint64_t stream_weights_up_bytes = 0, stream_grads_up_bytes = 0, stream_grads_down_bytes = 0;
   // Model states from the dry run at the end of the second step (the steady state); optimizer
   // offload moves the optimizer's bytes to the host (train/memory_planning.cpp).
   std::size_t weight_bytes = 0, grad_bytes = 0;  // on the device

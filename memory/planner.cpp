@@ -235,6 +235,13 @@ double optimizer_offload_seconds(const PlannerInput& in, const ModelStateBytes& 
   return link + (7 * param_bytes + masters) / in.cpu_adamw_bytes_per_s;
 }
 
+double streaming_exposed_seconds(const RankPrediction& p, double link_bytes_per_s) {
+  STP_ASSERT(link_bytes_per_s > 0, "streaming_exposed_seconds: link rate must be positive");
+  const double grads = static_cast<double>(p.stream_grads_up_bytes + p.stream_grads_down_bytes) / link_bytes_per_s;
+  const double weights = static_cast<double>(p.stream_weights_up_bytes) / link_bytes_per_s;
+  return grads + std::max(0.0, weights - p.compute_s);
+}
+
 std::string describe_infeasible(const MemoryPlan& plan, ByteStyle style) {
   const std::string minimum = format_bytes(plan.min_device_budget, style, Rounding::Up);
   std::size_t worst = 0;

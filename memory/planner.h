@@ -102,6 +102,16 @@ MemoryPlan plan_memory(const PlannerInput& in);
 // in pinned host memory: only the CPU term (its link copies are the streamer's, priced as copies).
 double optimizer_offload_seconds(const PlannerInput& in, const ModelStateBytes& chunk, bool streamed = false);
 
+// Seconds per step that parameter streaming's copies (the stream_* bytes of `p`) add to the step,
+// given the rank's compute time p.compute_s:
+//   (grads up + grads down) / link  +  max(0, weights up / link − compute_s)
+// A pass's weights come up one unit ahead (the executor prefetches the next unit of the same part
+// while this one computes), so they hide under compute up to the compute of a step. Its gradients
+// cannot: they come up only after the previous pass sent them back, on the same in-order copy
+// stream that waits on compute, so compute waits for both directions (an upper bound: the last
+// pass of a part sends its gradients back while the next op computes). 0 without streaming.
+double streaming_exposed_seconds(const RankPrediction& p, double link_bytes_per_s);
+
 // Why an infeasible plan (plan_memory's feasible == false; its predictions are those of the
 // strongest plan) cannot fit: the worst device's peak and what remains of it once every enabled
 // lever is used — weights, gradients, optimizer state, the activations no lever moves, buffers and

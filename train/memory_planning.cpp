@@ -91,14 +91,17 @@ void place_prefetches(RankPlan& plan, const std::vector<sched::Op>& ops, int loo
 
 // Two steps of the training process on dry-run devices (the second is the steady state: optimizer
 // state exists, caches are warm), then, with validation (data.val_path), one evaluation, so the
-// peaks cover it too; what each device's allocators and offload engine saw.
-std::vector<Trainer::DeviceMemory> dry_run(const Config& config, const MemoryPlan& plan) {
+// peaks cover it too; what each device's allocators and offload engine saw. `stream`, when given:
+// the second step's parameter streaming per device (empty when nothing streams).
+std::vector<Trainer::DeviceMemory> dry_run(const Config& config, const MemoryPlan& plan,
+                                           std::vector<ParamStreamCounters>* stream = nullptr) {
   TrainerOptions o;
   o.dry_run = true;
   o.plan = &plan;
   Trainer dry(config, o);
   dry.step();
-  dry.step();
+  StepResult second = dry.step();
+  if (stream) *stream = std::move(second.param_stream);
   if (!config.data.val_path.empty()) dry.evaluate();
   return dry.device_memory();
 }
@@ -114,6 +117,23 @@ void account_model_states(RankPrediction& p, const Trainer::DeviceMemory& d) {
   p.optimizer_shadow_bytes = d.optimizer_shadow_bytes;
   p.streamed_weight_bytes = d.streamed_weight_bytes;
   p.streamed_grad_bytes = d.streamed_grad_bytes;
+}
+
+// The copy time per step a device's compute cannot hide: the activation offload's (both
+// directions overlap compute on their own streams, each at the link rate; a late reload starts
+// when its reader needs it, so every H2D copy is exposed) plus parameter streaming's (`stream`:
+// the step's counters, or null), priced by streaming_exposed_seconds (memory/planner.h).
+void price_copies(RankPrediction& p, const ParamStreamCounters* stream, bool late_reloads, double link) {
+  const double one_way_s = static_cast<double>(p.offload_bytes_per_step) / link;
+  p.exposed_copy_s = std::max(0.0, one_way_s - p.compute_s);
+  if (late_reloads) p.exposed_copy_s += one_way_s;
+  if (!stream) return;
+  // Every pass that writes a slice's gradients brings it up, or zeroes it on the device when it is
+  // the step's first writer, and sends it back: the bytes up are those down less the zeroed ones.
+  p.stream_grads_down_bytes = stream->d2h_bytes;
+  p.stream_grads_up_bytes = stream->d2h_bytes - stream->zeroed_bytes;
+  p.stream_weights_up_bytes = stream->h2d_bytes - p.stream_grads_up_bytes;
+  p.exposed_copy_s += streaming_exposed_seconds(p, link);
 }
 
 MemoryPlan keep_everything(const ModelLayout& s, int pp) {
@@ -259,7 +279,8 @@ class DryRunCostModel {
     }
     mp.ranks = plans;
     std::vector<RankPrediction> out;
-    auto mem = dry_run(dry_config_, mp);
+    std::vector<ParamStreamCounters> stream;
+    auto mem = dry_run(dry_config_, mp, &stream);
     for (int g = 0; g < pp * tp; ++g) {
       const auto& d = mem[static_cast<std::size_t>(g)];
       const int r = g / tp;
@@ -279,11 +300,8 @@ class DryRunCostModel {
         double cost = level == Recompute::Full ? c.full_cost : level == Recompute::Selective ? c.selective_cost : 0;
         p.recompute_s += m * c.forward_s * cost;
       }
-      // Both directions overlap compute on their own streams, each at the link rate; a late reload
-      // starts when its reader needs it, so every H2D copy is exposed.
-      const double one_way_s = static_cast<double>(p.offload_bytes_per_step) / link;
-      p.exposed_copy_s = std::max(0.0, one_way_s - p.compute_s);
-      if (plans[static_cast<std::size_t>(r)].late_reloads) p.exposed_copy_s += one_way_s;
+      price_copies(p, g < static_cast<int>(stream.size()) ? &stream[static_cast<std::size_t>(g)] : nullptr,
+                   plans[static_cast<std::size_t>(r)].late_reloads, link);
       out.push_back(p);
     }
     return out;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -412,6 +413,41 @@ TEST(PlannerOptimizerPlacement, AStreamedChunkCostsOnlyTheCpuUpdate) {
     sum += cpu;
   }
   EXPECT_DOUBLE_EQ(plan_memory(in).predicted[0].optimizer_offload_s, sum);
+}
+
+// Parameter streaming's copy time (streaming_exposed_seconds): both directions of the gradients
+// are exposed, the weights only beyond the step's compute; nothing without streaming.
+TEST(PlannerStreaming, GradientsAreExposedAndWeightsHideUnderCompute) {
+  RankPrediction p;
+  p.compute_s = 1.0;
+  EXPECT_EQ(stp::streaming_exposed_seconds(p, 1000), 0.0);  // streaming off adds nothing
+  p.stream_weights_up_bytes = 500;
+  EXPECT_EQ(stp::streaming_exposed_seconds(p, 1000), 0.0);  // 0.5 s of weights under 1 s of compute
+  p.stream_grads_up_bytes = 100;
+  p.stream_grads_down_bytes = 200;
+  EXPECT_DOUBLE_EQ(stp::streaming_exposed_seconds(p, 1000), 0.3);
+  EXPECT_DOUBLE_EQ(stp::streaming_exposed_seconds(p, 250), 300.0 / 250 + (500.0 / 250 - 1.0));
+}
+
+// More link bandwidth never predicts more exposed time, whatever the bytes and the compute.
+TEST(PlannerStreaming, AFasterLinkNeverPredictsMore) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<std::uint64_t> bytes(0, 1 << 20);
+  std::uniform_real_distribution<double> seconds(0.0, 2e-3);
+  for (int trial = 0; trial < 200; ++trial) {
+    RankPrediction p;
+    p.compute_s = seconds(rng);
+    p.stream_weights_up_bytes = bytes(rng);
+    p.stream_grads_up_bytes = bytes(rng);
+    p.stream_grads_down_bytes = p.stream_grads_up_bytes + bytes(rng);
+    double previous = std::numeric_limits<double>::infinity();
+    for (double link = 1e8; link <= 1e12; link *= 1.7) {
+      const double exposed = stp::streaming_exposed_seconds(p, link);
+      EXPECT_LE(exposed, previous) << "trial " << trial << " link " << link;
+      EXPECT_GE(exposed, 0.0);
+      previous = exposed;
+    }
+  }
 }
 
 // Below what all-on-the-host needs: infeasible, naming that minimum; with the optimizer pinned to

@@ -68,15 +68,29 @@ std::vector<std::string> device_cells(const nlohmann::json& rank, stp::ByteStyle
   return out;
 }
 
+// Parameter streaming's bytes per step of one device, both directions.
+std::size_t streamed_bytes(const nlohmann::json& rank) {
+  const nlohmann::json& s = rank["param_stream_bytes_per_step"];
+  return s["weights_up"].get<std::size_t>() + s["grads_up"].get<std::size_t>() + s["grads_down"].get<std::size_t>();
+}
+
+// Whether some device streams (then the pinned host table has a column more).
+bool streams(const nlohmann::json& plan) {
+  for (const nlohmann::json& rank : plan["ranks"])
+    if (streamed_bytes(rank) > 0) return true;
+  return false;
+}
+
 // The pinned host table's cells: activations, weights, gradients, optimizer state (host model
-// states), offloaded bytes per step.
-std::vector<std::string> host_cells(const nlohmann::json& rank, stp::ByteStyle style) {
+// states), offloaded bytes per step, and with `streaming` the streamed bytes per step.
+std::vector<std::string> host_cells(const nlohmann::json& rank, stp::ByteStyle style, bool streaming = false) {
   const nlohmann::json& host = rank["model_states_host"];
   std::vector<std::string> out;
   for (std::size_t b : {rank["host_pinned_bytes"].get<std::size_t>(), host["weights"].get<std::size_t>(),
                         host["gradients"].get<std::size_t>(), host["optimizer_state"].get<std::size_t>(),
                         rank["offload_bytes_per_step"].get<std::size_t>()})
     out.push_back(stp::format_bytes(b, style));
+  if (streaming) out.push_back(stp::format_bytes(streamed_bytes(rank), style));
   return out;
 }
 
@@ -117,7 +131,7 @@ std::size_t host_section_sizes(const nlohmann::json& plan) {
 // `extra`: the sizes of the error line of an infeasible plan.
 void expect_one_size_per_number(const Forms& f, std::size_t extra = 0) {
   const std::size_t devices = f.json["ranks"].size();
-  const bool host_table = uses_host(f.json);
+  const bool host_table = uses_host(f.json), streaming = streams(f.json);
   // The device table: one row per device, in order, its sizes --json's numbers (every one exact
   // under --bytes, the same numbers formatted under the default).
   for (auto [text, style] : {std::pair{f.human, stp::ByteStyle::Human}, std::pair{f.bytes, stp::ByteStyle::Exact}}) {
@@ -132,14 +146,15 @@ void expect_one_size_per_number(const Forms& f, std::size_t extra = 0) {
       std::vector<std::string> host = table_rows(text, "pinned host memory");
       ASSERT_EQ(host.size(), devices);
       for (std::size_t g = 0; g < devices; ++g) {
-        EXPECT_EQ(sizes_in(host[g]), host_cells(f.json["ranks"][g], style)) << "device " << g;
+        EXPECT_EQ(sizes_in(host[g]), host_cells(f.json["ranks"][g], style, streaming)) << "device " << g;
       }
     }
   }
   // No number twice: the header's budget and minimum, 7 sizes per device row (5 per pinned host
   // row), the host memory section's, each once (and the error line's); the two forms print the
   // same numbers.
-  const std::size_t expected = 2 + 7 * devices + (host_table ? 5 * devices : 0) + host_section_sizes(f.json) + extra;
+  const std::size_t expected =
+      2 + 7 * devices + (host_table ? (streaming ? 6 : 5) * devices : 0) + host_section_sizes(f.json) + extra;
   EXPECT_EQ(sizes_in(f.human).size(), expected) << f.human;
   EXPECT_EQ(sizes_in(f.bytes).size(), expected) << f.bytes;
   EXPECT_EQ(f.human.find("B)"), std::string::npos) << f.human;
@@ -212,6 +227,20 @@ TEST(CmdPlan, PinnedHostTable) {
   EXPECT_GT(f.json["ranks"][0]["model_states_host"]["optimizer_state"].get<std::size_t>(), 0u);
   EXPECT_EQ(f.human.find("pinned host memory: none"), std::string::npos) << f.human;
   expect_one_size_per_number(f);
+}
+
+// Parameter streaming: the pinned host table's column of bytes streamed per step, --json's
+// param_stream_bytes_per_step, every size once; none of it without streaming.
+TEST(CmdPlan, StreamedBytesPerStep) {
+  if (!have_stp()) GTEST_SKIP() << "stp not built";
+  Forms f = plan_forms("--set memory.optimizer_offload=all --set memory.param_offload=all", 0);
+  ASSERT_TRUE(streams(f.json));
+  for (const nlohmann::json& rank : f.json["ranks"]) EXPECT_GT(streamed_bytes(rank), 0u);
+  EXPECT_NE(f.human.find("streamed per step"), std::string::npos) << f.human;
+  expect_one_size_per_number(f);
+  Forms none = plan_forms("--set memory.optimizer_offload=all --set memory.param_offload=none", 0);
+  EXPECT_FALSE(streams(none.json));
+  EXPECT_EQ(none.human.find("streamed per step"), std::string::npos) << none.human;
 }
 
 // An infeasible budget: exit 1, the plan printed, and one error line naming the budget, the

@@ -23,6 +23,7 @@
 #include "base/error.h"
 #include "base/trace.h"
 #include "tests/train/train_fixture.h"
+#include "memory/planner.h"
 #include "train/memory_planning.h"
 #include "train/trainer.h"
 
@@ -329,6 +330,59 @@ TEST(ParamOffloadConfig, HostBudgetTooSmallIsAnErrorNamingTheNumbers) {
     EXPECT_NE(what.find("memory.host_budget = 64.0 KiB"), std::string::npos) << what;
     EXPECT_NE(what.find("memory.param_offload"), std::string::npos) << what;
     EXPECT_NE(what.find("in all"), std::string::npos) << what;
+  }
+}
+
+// The plan prices the streaming traffic: per device the bytes a real step copies each way (the
+// weights up, the gradients up and down), in exposed_copy_s at least the gradients' link time;
+// nothing without streaming; a faster link never predicts more.
+TEST(ParamOffloadCost, ThePlanCountsTheStreamedBytesOfAStepAndTheirExposedTime) {
+  const std::vector<std::string> base = {"parallel.schedule=1f1b", "parallel.pp=2", "parallel.tp=2",
+                                         "memory.optimizer_offload=all"};
+  auto with = [&](const char* policy, const char* link) {
+    std::vector<std::string> o = base;
+    o.push_back(std::string("memory.param_offload=") + policy);
+    if (link) o.push_back(std::string("memory.link_bandwidth=") + link);
+    return tiny_config(o);
+  };
+  for (const stp::RankPrediction& p : stp::make_memory_plan(with("none", "1GB/s")).predicted) {
+    EXPECT_EQ(p.stream_weights_up_bytes + p.stream_grads_up_bytes + p.stream_grads_down_bytes, 0u);
+    EXPECT_EQ(p.exposed_copy_s, 0.0);  // nothing offloads here either
+  }
+  std::vector<double> previous;
+  for (const char* link : {"100MB/s", "1GB/s", "4GB/s", "64GB/s"}) {
+    const stp::Config cfg = with("all", link);
+    const stp::MemoryPlan plan = stp::make_memory_plan(cfg);
+    ASSERT_EQ(plan.predicted.size(), 4u);
+    for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
+      const stp::RankPrediction& p = plan.predicted[g];
+      EXPECT_GT(p.stream_weights_up_bytes, 0u) << "device " << g;
+      // The step's first pass of each slice zeroes it on the device: fewer gradient bytes up than down.
+      EXPECT_GT(p.stream_grads_up_bytes, 0u) << "device " << g;
+      EXPECT_LT(p.stream_grads_up_bytes, p.stream_grads_down_bytes) << "device " << g;
+      const double grads_s =
+          static_cast<double>(p.stream_grads_up_bytes + p.stream_grads_down_bytes) / cfg.memory.link_bandwidth;
+      EXPECT_GE(p.exposed_copy_s, grads_s) << "device " << g << " link " << link;
+      EXPECT_DOUBLE_EQ(p.exposed_copy_s, stp::streaming_exposed_seconds(p, cfg.memory.link_bandwidth));
+      if (!previous.empty()) {
+        EXPECT_LE(p.exposed_copy_s, previous[g]) << "device " << g << " link " << link;
+      }
+    }
+    previous.clear();
+    for (const stp::RankPrediction& p : plan.predicted) previous.push_back(p.exposed_copy_s);
+  }
+  // A real step copies exactly the planned bytes each way.
+  stp::Config cfg = with("all", nullptr);
+  cfg.output.dir = fresh_dir("po_cost_bytes");
+  stp::Trainer t(cfg);
+  for (int i = 0; i < 2; ++i) {
+    const stp::StepResult r = t.step();
+    ASSERT_EQ(r.param_stream.size(), t.memory_plan().predicted.size());
+    for (std::size_t g = 0; g < r.param_stream.size(); ++g) {
+      const stp::RankPrediction& p = t.memory_plan().predicted[g];
+      EXPECT_EQ(r.param_stream[g].h2d_bytes, p.stream_weights_up_bytes + p.stream_grads_up_bytes) << "device " << g;
+      EXPECT_EQ(r.param_stream[g].d2h_bytes, p.stream_grads_down_bytes) << "device " << g;
+    }
   }
 }
 

@@ -32,19 +32,37 @@
 //     overlap none and all; median step time of each, the median and spread of the per-pair ratios,
 //     and how many speculations committed and were discarded (a clip coefficient below 1 discards:
 //     --set train.grad_clip=... moves it).
+//  4. Streaming cost. The budgets where the plan needs parameter streaming (memory.param_offload):
+//     with the activation levers off and every optimizer on the host, the exact minimum feasible
+//     budget without streaming (param_offload none) and with it (all); below the first only
+//     streaming fits. The budget is halfway between them. Runs alternate unconstrained (levers off,
+//     no budget) and streaming (param_offload auto at that budget, optimizer_offload all), same
+//     --link and --copy-cpus; median step time of each run, the ratio per pair, the median and
+//     spread of the ratios, next to the plan's predicted step cost (compute plus exposed copies,
+//     the streaming traffic among them, and the CPU optimizer), and the median ratio of the
+//     process's CPU time per step (the work, which other jobs on a shared machine do not move as
+//     they move the wall time; the link's waits are not in it). Each streaming run's measured
+//     device peaks must equal the plan's, and its streamed bytes per step the plan's. The config's
+//     depth is --stream-layers (default 16: the tiny config's 4 layers leave the streaming minimum
+//     close to the resident one, since the streamer's working set is most of a rank's units).
 //
 // Usage: build/bench_memory [--config PATH] [--budget BYTES] [--link BYTES_PER_S] [--steps N]
-//                           [--pairs N] [--max-layers N] [--copy-cpus N] [--set KEY=VALUE]...
-//                           [--capacity-only | --cost-only | --optimizer-only | --overlap-only]
+//                           [--pairs N] [--max-layers N] [--copy-cpus N] [--stream-layers N]
+//                           [--set KEY=VALUE]...
+//                           [--capacity-only | --cost-only | --optimizer-only | --overlap-only |
+//                            --stream-only]
 // Sizes and rates take the config's units (e.g. 48MiB, 4GB/s); --help lists the defaults.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include <sys/resource.h>
 
 #include "config/config.h"
 #include "base/error.h"
@@ -65,6 +83,7 @@ struct Options {
   int steps = 3;      // measured steps per run (after one warm-up step)
   int pairs = 3;      // plain/planned run pairs
   int max_layers = 256;
+  int stream_layers = 16;  // model.n_layer of the streaming cost part (0: the config's)
   std::vector<std::string> overrides;
 };
 
@@ -217,14 +236,53 @@ struct StepTimes {
   double step_ms = 0;   // median step time
   double stall_ms = 0;  // median over steps of the largest per-device compute stall on reloads
   double copy_ms = 0;   // median over steps of the largest per-device D2H + H2D busy time
+  // Every device's measured peak equals the run's plan (checked after the last step).
+  bool peaks_equal = false;
+  // Parameter streaming of the last step: every device's bytes each way equal the plan's per step.
+  bool stream_bytes_equal = false;
+  std::uint64_t stream_bytes = 0;   // of the last step, both directions, the largest device
+  std::uint64_t stream_copies = 0;  // of the last step, both directions, the largest device
+  // The process's CPU time (user + system) per measured step: the work, apart from waits and from
+  // the share of a machine other jobs also load.
+  double cpu_ms = 0;
 };
+
+double process_cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+// Whether the last step's streamed bytes of every device equal its plan's per-step bytes.
+bool stream_bytes_match(const stp::StepResult& r, const stp::MemoryPlan& plan, StepTimes& out) {
+  bool equal = r.param_stream.size() == plan.predicted.size();
+  for (std::size_t g = 0; equal && g < r.param_stream.size(); ++g) {
+    const stp::RankPrediction& p = plan.predicted[g];
+    const stp::ParamStreamCounters& s = r.param_stream[g];
+    equal =
+        s.h2d_bytes == p.stream_weights_up_bytes + p.stream_grads_up_bytes && s.d2h_bytes == p.stream_grads_down_bytes;
+    out.stream_bytes = std::max<std::uint64_t>(out.stream_bytes, s.h2d_bytes + s.d2h_bytes);
+    out.stream_copies = std::max<std::uint64_t>(out.stream_copies, s.h2d_copies + s.d2h_copies);
+  }
+  return equal;
+}
 
 StepTimes run_steps(const stp::Config& c, int steps, stp::StepResult::Speculation* speculation = nullptr) {
   stp::Trainer t(c);
   t.step();  // warm-up: first-touch of memory, caches
   std::vector<double> ms, stall, copy;
+  StepTimes out;
+  const double cpu_before = process_cpu_s();
   for (int i = 0; i < steps; ++i) {
     stp::StepResult r = t.step();
+    if (i + 1 == steps) {
+      const stp::MemoryPlan& plan = t.memory_plan();
+      out.peaks_equal = r.peak_device_bytes.size() == plan.predicted.size();
+      for (std::size_t g = 0; out.peaks_equal && g < plan.predicted.size(); ++g)
+        out.peaks_equal = r.peak_device_bytes[g] == plan.predicted[g].peak_device_bytes;
+      out.stream_bytes_equal = stream_bytes_match(r, plan, out);
+    }
     if (speculation) {
       speculation->committed += r.speculation.committed;
       speculation->discarded += r.speculation.discarded;
@@ -235,7 +293,9 @@ StepTimes run_steps(const stp::Config& c, int steps, stp::StepResult::Speculatio
     for (const auto& o : r.offload) s = std::max(s, o.stall_s), cp = std::max(cp, o.d2h_busy_s + o.h2d_busy_s);
     stall.push_back(s * 1e3), copy.push_back(cp * 1e3);
   }
-  return {median(ms), median(stall), median(copy)};
+  out.step_ms = median(ms), out.stall_ms = median(stall), out.copy_ms = median(copy);
+  out.cpu_ms = (process_cpu_s() - cpu_before) * 1e3 / std::max(1, steps);
+  return out;
 }
 
 void cost(const Options& o) {
@@ -404,6 +464,104 @@ void overlap_cost(const Options& o) {
       spec.hidden_s * 1e3 / std::max(1, o.pairs * o.steps));
 }
 
+// Part 4 (see the header): a budget that only parameter streaming fits, against no levers.
+struct StreamBudgets {
+  std::size_t streaming = 0, resident = 0;  // exact minimum feasible budgets, param_offload all / none
+};
+
+StreamBudgets stream_budgets(const Options& o, const std::vector<std::string>& levers_off) {
+  auto minimum = [&](const char* stream) {
+    std::vector<std::string> y = levers_off;
+    y.insert(y.end(), {"memory.optimizer_offload=all", std::string("memory.param_offload=") + stream,
+                       "memory.device_budget=1MiB"});
+    return stp::make_memory_plan(config_with(o, y), /*exact_minimum=*/true).min_device_budget;
+  };
+  return {minimum("all"), minimum("none")};
+}
+
+// The plan's step time: the slowest device's compute plus what the levers add to it.
+double predicted_step_s(const stp::MemoryPlan& plan) {
+  double s = 0;
+  for (const auto& p : plan.predicted) s = std::max(s, p.compute_s + p.step_cost_s());
+  return s;
+}
+
+void print_stream_plan(const stp::MemoryPlan& plan, const stp::MemoryPlan& free_plan) {
+  std::size_t streamed = 0, chunks = 0;
+  for (const auto& rp : plan.ranks)
+    for (std::size_t ch = 0; ch < rp.units.size(); ++ch, ++chunks) streamed += rp.streams_params(static_cast<int>(ch));
+  std::printf("plan: peak %.2f MiB; weights and gradients of %zu of %zu chunks streamed; per device, ms per step:\n",
+              mib(max_peak(plan)), streamed, chunks);
+  for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
+    const stp::RankPrediction& p = plan.predicted[g];
+    std::printf(
+        "  device %zu: streamed %.2f MiB weights up, %.2f MiB gradients up, %.2f MiB down; compute %.1f, exposed "
+        "copies %.1f, optimizer offload %.1f (CPU AdamW %.1f) -> step %.1f\n",
+        g, mib(p.stream_weights_up_bytes), mib(p.stream_grads_up_bytes), mib(p.stream_grads_down_bytes),
+        p.compute_s * 1e3, p.exposed_copy_s * 1e3, p.optimizer_offload_s * 1e3, p.cpu_optimizer_s * 1e3,
+        (p.compute_s + p.step_cost_s()) * 1e3);
+  }
+  std::printf("predicted step: unconstrained %.1f ms, streaming %.1f ms, ratio %.3f (nominal rates: %s)\n",
+              predicted_step_s(free_plan) * 1e3, predicted_step_s(plan) * 1e3,
+              predicted_step_s(plan) / predicted_step_s(free_plan),
+              "train/planner_rates.h; on the CPU backend the compute is slower than nominal");
+}
+
+void stream_cost(const Options& o) {
+  std::vector<std::string> levers_off = {"memory.offload=none", "memory.recompute=none",
+                                         "memory.copy_engine_cpus=" + std::to_string(o.copy_cpus)};
+  if (o.stream_layers > 0) levers_off.push_back("model.n_layer=" + std::to_string(o.stream_layers));
+  const StreamBudgets b = stream_budgets(o, levers_off);
+  std::vector<std::string> x = levers_off;
+  x.insert(x.end(), {"memory.optimizer_offload=none", "memory.param_offload=none"});
+  const stp::Config plain = config_with(o, x);
+  std::printf(
+      "\n== streaming cost: n_layer %lld, %s tp %d pp %d, link %.2f GB/s, copy-engine CPUs %d; activation levers off, "
+      "every optimizer on the host: minimum feasible budget without streaming %.2f MiB, with it %.2f MiB ==\n",
+      static_cast<long long>(plain.model.n_layer), plain.parallel.schedule.c_str(), plain.parallel.tp,
+      plain.parallel.pp, plain.memory.link_bandwidth / 1e9, o.copy_cpus, mib(b.resident), mib(b.streaming));
+  if (b.streaming >= b.resident) {
+    std::printf("no budget needs streaming: every budget that fits with it fits without (raise --stream-layers)\n");
+    return;
+  }
+  const std::size_t budget = b.streaming + (b.resident - b.streaming) / 2;
+  x = levers_off;
+  x.insert(x.end(), {"memory.optimizer_offload=all", "memory.param_offload=auto",
+                     "memory.device_budget=" + std::to_string(budget)});
+  const stp::Config streaming = config_with(o, x);
+  stp::MemoryPlan plan, free_plan;
+  fits(plain, &free_plan);
+  if (!fits(streaming, &plan) || !plan.ranks.front().streams_any()) {
+    std::printf("the plan at %.2f MiB does not stream (feasible %d): nothing to measure\n", mib(budget), plan.feasible);
+    return;
+  }
+  std::printf("budget %.2f MiB: halfway between them (streaming needed below %.2f MiB); unconstrained peak %.2f MiB\n",
+              mib(budget), mib(b.resident), mib(max_peak(free_plan)));
+  print_stream_plan(plan, free_plan);
+  std::vector<double> ratios, plain_ms, stream_ms, cpu_ratios;
+  bool peaks = true, bytes = true;
+  for (int i = 0; i < o.pairs; ++i) {
+    StepTimes a = run_steps(plain, o.steps), s = run_steps(streaming, o.steps);
+    plain_ms.push_back(a.step_ms), stream_ms.push_back(s.step_ms), ratios.push_back(s.step_ms / a.step_ms);
+    peaks = peaks && s.peaks_equal, bytes = bytes && s.stream_bytes_equal;
+    cpu_ratios.push_back(s.cpu_ms / a.cpu_ms);
+    std::printf(
+        "pair %d: unconstrained %.1f ms/step (CPU %.0f ms), streaming %.1f ms/step (CPU %.0f ms; %.2f MiB in %llu "
+        "copies streamed on the busiest device, %s the plan; peaks %s the plan), ratio %.3f\n",
+        i + 1, a.step_ms, a.cpu_ms, s.step_ms, s.cpu_ms, mib(s.stream_bytes),
+        static_cast<unsigned long long>(s.stream_copies),
+        s.stream_bytes_equal ? "=" : "!=", s.peaks_equal ? "=" : "!=", s.step_ms / a.step_ms);
+  }
+  const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
+  std::printf(
+      "streaming cost ratio: %.3fx (median of %d pairs, spread %.3f..%.3f; unconstrained %.1f ms, streaming %.1f ms, "
+      "%+.1f ms measured against %+.1f ms predicted); CPU time per step ratio %.3fx (median); measured peaks %s, "
+      "streamed bytes %s\n",
+      median(ratios), o.pairs, *lo, *hi, median(plain_ms), median(stream_ms), median(stream_ms) - median(plain_ms),
+      (predicted_step_s(plan) - predicted_step_s(free_plan)) * 1e3, median(cpu_ratios), peaks ? "= plan" : "!= PLAN",
+      bytes ? "= plan" : "!= PLAN");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -412,7 +570,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Memory-budget benchmark on the CPU backend: (1) capacity, the largest depth whose plan fits the "
       "budget with the planner vs without; (2) cost, step time at 60% of the unconstrained peak vs "
-      "unconstrained, with rate-limited copies. Sizes and rates take the config's units (48MiB, 4GB/s).",
+      "unconstrained, with rate-limited copies; (3) the optimizer offload's and overlap's cost; (4) the step "
+      "cost at a budget that forces parameter streaming. Sizes and rates take the config's units (48MiB, 4GB/s).",
       "bench_memory"};
   stp::tools::init_cli(app);
   app.add_option("--config", o.config, "the job to scale")->type_name("PATH")->capture_default_str();
@@ -437,24 +596,35 @@ int main(int argc, char** argv) {
       ->type_name("KEY=VALUE")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->allow_extra_args(false);
-  bool optimizer_only = false, overlap_only = false;
+  app.add_option("--stream-layers", o.stream_layers, "model.n_layer of the streaming cost part (0: the config's)")
+      ->type_name("N")
+      ->capture_default_str();
+  bool optimizer_only = false, overlap_only = false, stream_only = false;
   auto* capacity_flag = app.add_flag("--capacity-only", capacity_only, "run only part 1, capacity");
   auto* cost_flag = app.add_flag("--cost-only", cost_only, "run only part 2, cost")->excludes(capacity_flag);
   auto* optimizer_flag = app.add_flag("--optimizer-only", optimizer_only,
                                       "run only part 3, the optimizer-offload cost and the optimizer overlap")
                              ->excludes(capacity_flag)
                              ->excludes(cost_flag);
-  app.add_flag("--overlap-only", overlap_only, "run only the optimizer overlap of part 3 (none against all)")
+  auto* overlap_flag =
+      app.add_flag("--overlap-only", overlap_only, "run only the optimizer overlap of part 3 (none against all)")
+          ->excludes(capacity_flag)
+          ->excludes(cost_flag)
+          ->excludes(optimizer_flag);
+  app.add_flag("--stream-only", stream_only,
+               "run only part 4, the step cost at a budget that forces parameter streaming")
       ->excludes(capacity_flag)
       ->excludes(cost_flag)
-      ->excludes(optimizer_flag);
+      ->excludes(optimizer_flag)
+      ->excludes(overlap_flag);
   if (auto status = stp::tools::parse_cli(app, argc, argv)) return *status;
   return stp::tools::run_main(app, [&] {
-    const bool all_parts = !capacity_only && !cost_only && !optimizer_only && !overlap_only;
+    const bool all_parts = !capacity_only && !cost_only && !optimizer_only && !overlap_only && !stream_only;
     if (all_parts || capacity_only) capacity(o);
     if (all_parts || cost_only) cost(o);
     if (all_parts || optimizer_only) optimizer_cost(o);
     if (all_parts || optimizer_only || overlap_only) overlap_cost(o);
+    if (all_parts || stream_only) stream_cost(o);
     return 0;
   });
 }

@@ -217,6 +217,10 @@ int run(const PlanArgs& a) {
                        {"compute_s", stp::json_number(p.compute_s, 6)},
                        {"recompute_s", stp::json_number(p.recompute_s, 6)},
                        {"exposed_copy_s", stp::json_number(p.exposed_copy_s, 6)},
+                       {"param_stream_bytes_per_step",
+                        {{"weights_up", p.stream_weights_up_bytes},
+                         {"grads_up", p.stream_grads_up_bytes},
+                         {"grads_down", p.stream_grads_down_bytes}}},
                        {"cpu_optimizer_s", stp::json_number(p.cpu_optimizer_s, 6)},
                        {"optimizer_offload_s", stp::json_number(p.optimizer_offload_s, 6)},
                        {"optimizer_shadow_bytes", p.optimizer_shadow_bytes},
@@ -258,12 +262,28 @@ int run(const PlanArgs& a) {
                                                       : "replicated on every TP rank");
     if (on_host) {
       std::printf("\npinned host memory\n");
-      Table host({"device", "activations", "weights", "gradients", "optimizer state", "offloaded per step"});
+      // Parameter streaming's copies per step, both directions, in a column of their own when some
+      // device streams.
+      auto streamed = [](const stp::RankPrediction& p) {
+        return static_cast<std::size_t>(p.stream_weights_up_bytes + p.stream_grads_up_bytes +
+                                        p.stream_grads_down_bytes);
+      };
+      const bool streams = std::any_of(plan.predicted.begin(), plan.predicted.end(),
+                                       [&](const stp::RankPrediction& p) { return streamed(p) > 0; });
+      std::vector<std::string> head = {"device",    "activations",     "weights",
+                                       "gradients", "optimizer state", "offloaded per step"};
+      if (streams) head.push_back("streamed per step");
+      Table host(head);
       for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
         const stp::RankPrediction& p = plan.predicted[g];
-        host.add({std::to_string(g), size(p.host_pinned_bytes), size(p.host_states.weights),
-                  size(p.host_states.gradients), size(p.host_states.optimizer),
-                  size(static_cast<std::size_t>(p.offload_bytes_per_step))});
+        std::vector<std::string> row = {std::to_string(g),
+                                        size(p.host_pinned_bytes),
+                                        size(p.host_states.weights),
+                                        size(p.host_states.gradients),
+                                        size(p.host_states.optimizer),
+                                        size(static_cast<std::size_t>(p.offload_bytes_per_step))};
+        if (streams) row.push_back(size(streamed(p)));
+        host.add(row);
       }
       host.print();
     } else {
