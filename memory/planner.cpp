@@ -52,6 +52,28 @@ void place_every_optimizer(std::vector<RankPlan>& plans, OptimizerPlacement wher
   for (RankPlan& p : plans) p.optimizer.assign(p.units.size(), where);
 }
 
+// Streams every chunk of every rank; their optimizer is on the host (the CPU AdamW updates the
+// streamed host copies in place).
+void stream_every_chunk(std::vector<RankPlan>& plans) {
+  for (RankPlan& p : plans) p.param_stream.assign(p.units.size(), true);
+  place_every_optimizer(plans, OptimizerPlacement::Host);
+}
+
+// A pp rank's streamed chunks, priced by param_stream_seconds; each chunk's compute share is its
+// fraction of the rank's units.
+double param_stream_seconds_of_rank(const PlannerInput& in, const RankPlan& plan, int pp_rank, double compute_s) {
+  if (static_cast<std::size_t>(pp_rank) >= in.chunk_states.size()) return 0;
+  const auto& chunks = in.chunk_states[static_cast<std::size_t>(pp_rank)];
+  double units = 0, s = 0;
+  for (const auto& chunk : plan.units) units += static_cast<double>(chunk.size());
+  for (std::size_t ch = 0; ch < chunks.size() && ch < plan.units.size(); ++ch) {
+    if (!plan.streams_params(static_cast<int>(ch))) continue;
+    const double share = units > 0 ? compute_s * static_cast<double>(plan.units[ch].size()) / units : 0;
+    s += param_stream_seconds(in, chunks[ch], share, plan.late_params);
+  }
+  return s;
+}
+
 // The evaluator's predictions with the planner's price of each rank's host optimizer chunks.
 std::vector<RankPrediction> evaluate(const PlannerInput& in, std::vector<RankPlan>& plans) {
   std::vector<RankPrediction> pred = in.evaluate(plans);
@@ -66,6 +88,7 @@ std::vector<RankPrediction> evaluate(const PlannerInput& in, std::vector<RankPla
       else after += c;
     }
     pred[g].optimizer_offload_s = after + early;
+    pred[g].param_stream_s = param_stream_seconds_of_rank(in, plans[r], static_cast<int>(r), pred[g].compute_s);
   }
   return pred;
 }
@@ -145,6 +168,9 @@ std::string summarize(const PlannerInput& in, const std::vector<RankPlan>& plans
   }
   for (std::size_t r = 0; r < plans.size(); ++r)
     if (plans[r].late_reloads) out += str("rank ", r, ": late reloads (each set comes back at the op that reads it)\n");
+  for (std::size_t r = 0; r < plans.size(); ++r)
+    if (plans[r].late_params)
+      out += str("rank ", r, ": late parameters (each streamed unit's weights come at the pass that reads them)\n");
   return out.empty() ? "keep every activation\n" : out;
 }
 
@@ -152,6 +178,7 @@ std::string summarize(const PlannerInput& in, const std::vector<RankPlan>& plans
 std::vector<RankPlan> forced_plans(const PlannerInput& in) {
   std::vector<RankPlan> plans = empty_plans(in);
   if (in.optimizer_offload == OffloadPolicy::All) place_every_optimizer(plans, OptimizerPlacement::Host);
+  if (in.param_offload == OffloadPolicy::All) stream_every_chunk(plans);
   for (const PlanCandidate& c : in.candidates) {
     UnitPlan& u = at(plans, c);
     if (in.offload == OffloadPolicy::All) u.offload = c.offload_bytes > 0;
@@ -224,7 +251,28 @@ bool late_reloads_where_over(const PlannerInput& in, std::vector<RankPlan>& plan
   return changed;
 }
 
+// The last lever of all: late parameters on every rank still over budget that streams and does
+// not take them yet. False when there is no such rank.
+bool late_params_where_over(const PlannerInput& in, std::vector<RankPlan>& plans,
+                            const std::vector<RankPrediction>& pred) {
+  bool changed = false;
+  for (int r = 0; r < in.pp; ++r) {
+    RankPlan& p = plans[static_cast<std::size_t>(r)];
+    if (peak_of_pp_rank(in, pred, r) <= in.device_budget || p.late_params || !p.streams_any()) continue;
+    p.late_params = true;
+    changed = true;
+  }
+  return changed;
+}
+
 }  // namespace
+
+double param_stream_seconds(const PlannerInput& in, const ModelStateBytes& chunk, double compute_share_s, bool late) {
+  const double m = in.microbatches;
+  const double grads_s = 2 * m * static_cast<double>(chunk.gradients) / in.link_bytes_per_s;
+  const double weights_s = 3 * m * static_cast<double>(chunk.weights) / in.link_bytes_per_s;
+  return grads_s + (late ? weights_s : std::max(0.0, weights_s - compute_share_s));
+}
 
 double optimizer_offload_seconds(const PlannerInput& in, const ModelStateBytes& chunk, bool streamed) {
   const double param_bytes = static_cast<double>(chunk.optimizer) / 2;  // m and v: two f32 per parameter
@@ -260,12 +308,16 @@ MemoryPlan plan_memory(const PlannerInput& in) {
   // The most the enabled levers can do: the minimum feasible budget.
   std::vector<RankPlan> most = empty_plans(in);
   if (in.optimizer_offload != OffloadPolicy::None) place_every_optimizer(most, OptimizerPlacement::Host);
+  if (in.param_offload != OffloadPolicy::None) stream_every_chunk(most);
   for (const PlanCandidate& c : in.candidates) {
     UnitPlan& u = at(most, c);
     u.recompute = strongest(in.recompute, c);
     u.offload = in.offload != OffloadPolicy::None && c.offload_bytes > 0;
   }
-  for (RankPlan& p : most) p.late_reloads = p.offloads();
+  for (RankPlan& p : most) {
+    p.late_reloads = p.offloads();
+    p.late_params = p.streams_any();
+  }
   std::vector<RankPrediction> most_pred = evaluate(in, most);
   std::size_t live_min = 0;  // the strongest plan's live bytes: below them no plan fits
   for (const RankPrediction& p : most_pred) live_min = std::max(live_min, p.peak_device_bytes);
@@ -290,6 +342,10 @@ MemoryPlan plan_memory(const PlannerInput& in) {
     pred = evaluate(in, plans);
     fit = add_moves(in, plans, pred, in.optimizer_offload == OffloadPolicy::Auto);
   }
+  if (!fit && late_params_where_over(in, plans, pred)) {
+    pred = evaluate(in, plans);
+    fit = add_moves(in, plans, pred, in.optimizer_offload == OffloadPolicy::Auto);
+  }
   if (!fit) {
     plans = most;  // every lever used and still over: the levers' most is the answer
     pred = most_pred;
@@ -299,7 +355,8 @@ MemoryPlan plan_memory(const PlannerInput& in) {
     std::vector<std::pair<double, std::pair<int, int>>> host;  // (cost, (rank, chunk))
     for (int r = 0; r < in.pp && static_cast<std::size_t>(r) < in.chunk_states.size(); ++r)
       for (std::size_t ch = 0; ch < in.chunk_states[static_cast<std::size_t>(r)].size(); ++ch)
-        if (plans[static_cast<std::size_t>(r)].optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host)
+        if (plans[static_cast<std::size_t>(r)].optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host &&
+            !plans[static_cast<std::size_t>(r)].streams_params(static_cast<int>(ch)))  // a streamed chunk's stays
           host.push_back({optimizer_offload_seconds(in, in.chunk_states[static_cast<std::size_t>(r)][ch]),
                           {r, static_cast<int>(ch)}});
     std::stable_sort(host.begin(), host.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -318,6 +375,8 @@ MemoryPlan plan_memory(const PlannerInput& in) {
     for (std::size_t r = 0; r < again.size(); ++r) {
       again[r].optimizer = plans[r].optimizer;
       again[r].late_reloads = plans[r].late_reloads;
+      again[r].param_stream = plans[r].param_stream;
+      again[r].late_params = plans[r].late_params;
     }
     std::vector<RankPrediction> again_pred = evaluate(in, again);
     if (add_moves(in, again, again_pred, false) && total_cost(again_pred) <= total_cost(pred)) {

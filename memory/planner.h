@@ -43,6 +43,21 @@
 // ahead, which exposes every reload (the evaluator prices it) but keeps the sets off the device while
 // earlier ops run; the search then goes on from there. The strongest plan (min_device_budget) has
 // late reloads on every rank whenever offload is enabled.
+//
+// Parameter streaming (RankPlan::param_stream, param_offload: none streams no chunk, all every
+// chunk). A streamed chunk's optimizer is on the host. Its copies are priced per step by
+// param_stream_seconds (P = param_stream_s of RankPrediction, part of the step cost), with W_c and
+// G_c the chunk's weight and gradient bytes and m the microbatches:
+//   gradients: 2 m G_c / link, every one exposed (a pass waits for its gradients to come up, and
+//     the next pass's copies queue behind their way down);
+//   weights:   3 m W_c / link (one F, B and W pass per unit and microbatch), prefetched one unit
+//     ahead, so hidden under the chunk's share of the rank's compute (its units' fraction of
+//     compute_s) up to that share; under late parameters every weight copy is exposed.
+// Late parameters (RankPlan::late_params) are the last lever of all: once a rank over budget has no
+// move left, late reloads included, its streamed units' weights come at the pass that reads them
+// (no prefetch of the next unit), which keeps them off the device while the previous unit's pass
+// runs; the search then goes on from there. The strongest plan (min_device_budget) streams every
+// chunk with late parameters whenever param_offload is enabled.
 #pragma once
 
 #include <cstddef>
@@ -85,6 +100,9 @@ struct PlannerInput {
   // optimizer time then counts only the dearest of its chunks without a tied parameter (the last
   // one's update follows the last backward), not their sum.
   bool optimizer_overlap = false;
+  // memory.param_offload: none / all (RankPlan::param_stream on no chunk / every chunk; a streamed
+  // chunk's optimizer is on the host, so all requires optimizer_offload other than none).
+  OffloadPolicy param_offload = OffloadPolicy::None;
   // Fills each plan's prefetch points and returns predictions [global rank] (RankPlan::optimizer
   // says where each chunk's optimizer lives; the planner adds optimizer_offload_s itself).
   std::function<std::vector<RankPrediction>(std::vector<RankPlan>&)> evaluate;
@@ -101,6 +119,11 @@ MemoryPlan plan_memory(const PlannerInput& in);
 // above), from its model-state bytes. A streamed chunk (RankPlan::param_stream) is updated in place
 // in pinned host memory: only the CPU term (its link copies are the streamer's, priced as copies).
 double optimizer_offload_seconds(const PlannerInput& in, const ModelStateBytes& chunk, bool streamed = false);
+
+// Seconds per step the planner charges for streaming one chunk (the model above): `compute_share_s`
+// is the compute its prefetched weight copies hide under; `late`: RankPlan::late_params (nothing
+// hides).
+double param_stream_seconds(const PlannerInput& in, const ModelStateBytes& chunk, double compute_share_s, bool late);
 
 // Why an infeasible plan (plan_memory's feasible == false; its predictions are those of the
 // strongest plan) cannot fit: the worst device's peak and what remains of it once every enabled

@@ -229,15 +229,7 @@ class DryRunCostModel {
     dry_config_.memory.host_budget.reset();
   }
 
-  // Parameter streaming (memory.param_offload) of every chunk, or of none: each plan evaluated,
-  // placed or returned carries it (RankPlan::param_stream).
-  void set_streaming(bool on) { stream_ = on; }
-  void apply_streaming(std::vector<RankPlan>& plans) const {
-    for (RankPlan& rp : plans) rp.param_stream.assign(rp.units.size(), stream_);
-  }
-
   std::vector<RankPrediction> evaluate(std::vector<RankPlan>& plans) const {
-    apply_streaming(plans);
     const PlannerInput& in = measured_.input;
     const int pp = in.pp, tp = in.tp, m = in.microbatches;
     const double link = in.link_bytes_per_s;
@@ -328,11 +320,10 @@ class DryRunCostModel {
   void forget_min() { min_exact_ = false; }
 
  private:
-  // A plan of `plans` with this model's streaming and loss chunk.
+  // A plan of `plans` (their streaming decisions included) with this model's loss chunk.
   MemoryPlan with_settings(const std::vector<RankPlan>& plans) const {
     MemoryPlan mp;
     mp.ranks = plans;
-    apply_streaming(mp.ranks);
     for (RankPlan& rp : mp.ranks) rp.loss_chunk_tokens = loss_chunk_;
     return mp;
   }
@@ -342,7 +333,6 @@ class DryRunCostModel {
   Config dry_config_;
   std::int64_t loss_chunk_ = 0;
   bool min_exact_ = false;
-  bool stream_ = false;
 };
 
 // ---- Pass 2: choose levers ------------------------------------------------------------------------
@@ -420,12 +410,10 @@ MemoryPlan choose_streaming(Measured& measured, DryRunCostModel& model, const Mo
   const OffloadPolicy optimizer = measured.input.optimizer_offload;
   const std::size_t budget = measured.input.device_budget;  // a choice leaves its planning budget there
   auto choose = [&](bool stream) {
-    model.set_streaming(stream);
+    measured.input.param_offload = stream ? OffloadPolicy::All : OffloadPolicy::None;
     measured.input.device_budget = budget;
     measured.input.optimizer_offload = stream ? OffloadPolicy::All : optimizer;
-    MemoryPlan plan = choose_and_verify(measured, model, shape, exact_minimum);
-    model.apply_streaming(plan.ranks);
-    return plan;
+    return choose_and_verify(measured, model, shape, exact_minimum);
   };
   MemoryPlan plan = choose(policy == OffloadPolicy::All);
   if (policy != OffloadPolicy::Auto) return plan;
@@ -435,7 +423,7 @@ MemoryPlan choose_streaming(Measured& measured, DryRunCostModel& model, const Mo
   if (exact_minimum) {
     const MemoryPlan strongest = choose(true);
     plan.min_device_budget = std::min(plan.min_device_budget, strongest.min_device_budget);
-    model.set_streaming(false);
+    measured.input.param_offload = OffloadPolicy::None;
     measured.input.optimizer_offload = optimizer;
   }
   return plan;

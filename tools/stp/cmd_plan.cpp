@@ -223,6 +223,8 @@ int run(const PlanArgs& a) {
                        {"optimizer", optimizer_json(plan.ranks[g / static_cast<std::size_t>(tp)])},
                        {"param_stream", param_stream_json(plan.ranks[g / static_cast<std::size_t>(tp)])},
                        {"late_reloads", plan.ranks[g / static_cast<std::size_t>(tp)].late_reloads},
+                       {"late_params", plan.ranks[g / static_cast<std::size_t>(tp)].late_params},
+                       {"param_stream_s", stp::json_number(p.param_stream_s, 6)},
                        {"decisions", decisions_json(plan.ranks[g / static_cast<std::size_t>(tp)])}});
     }
     out["ranks"] = std::move(ranks);
