@@ -45,7 +45,15 @@
 // late reloads on every rank whenever offload is enabled.
 //
 // Parameter streaming (RankPlan::param_stream, param_offload: none streams no chunk, all every
-// chunk). A streamed chunk's optimizer is on the host. Its copies are priced per step by
+// chunk, auto chooses per (rank, chunk) in the same search). A streamed chunk's optimizer is on the
+// host. Streaming chunk c is one more kind of move: it frees c's weights and gradients on the
+// device (ModelStateBytes; the working set the streamer keeps is left to the evaluator) and, when
+// c's optimizer is still on the device, that state too, since the move takes it to the host. Its
+// cost is param_stream_seconds(c) plus optimizer_offload_seconds(c, streamed) (or, when c's
+// optimizer was on the host already, minus the link copies its update no longer makes); its key is
+// cost per byte of the deficit, like an optimizer move. Once every rank fits, streamed chunks are
+// tried back unstreamed, dearest first, and stay so when every rank still fits. Its copies are
+// priced per step by
 // param_stream_seconds (P = param_stream_s of RankPrediction, part of the step cost), with W_c and
 // G_c the chunk's weight and gradient bytes and m the microbatches:
 //   gradients: 2 m G_c / link, every one exposed (a pass waits for its gradients to come up, and
@@ -100,8 +108,9 @@ struct PlannerInput {
   // optimizer time then counts only the dearest of its chunks without a tied parameter (the last
   // one's update follows the last backward), not their sum.
   bool optimizer_overlap = false;
-  // memory.param_offload: none / all (RankPlan::param_stream on no chunk / every chunk; a streamed
-  // chunk's optimizer is on the host, so all requires optimizer_offload other than none).
+  // memory.param_offload: none / all / auto (RankPlan::param_stream on no chunk / every chunk / the
+  // chunks the budget needs; a streamed chunk's optimizer is on the host, so streaming requires
+  // optimizer_offload other than none).
   OffloadPolicy param_offload = OffloadPolicy::None;
   // Fills each plan's prefetch points and returns predictions [global rank] (RankPlan::optimizer
   // says where each chunk's optimizer lives; the planner adds optimizer_offload_s itself).

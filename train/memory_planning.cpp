@@ -137,9 +137,8 @@ MemoryPlan keep_everything(const ModelLayout& s, int pp) {
 // per step. A unit's time is its FLOPs (the architecture's count: Architecture::unit_flops,
 // models/registry.h) at the nominal rate.
 struct Measured {
-  PlannerInput input;                                 // evaluate and placeable_budget unset
-  std::vector<double> compute_s;                      // [pp rank] per step
-  OffloadPolicy param_offload = OffloadPolicy::None;  // memory.param_offload
+  PlannerInput input;             // evaluate and placeable_budget unset
+  std::vector<double> compute_s;  // [pp rank] per step
 };
 
 ModelStateBytes chunk_state_bytes(Stage& st) {
@@ -177,7 +176,8 @@ Measured measure(const Config& config, const ModelLayout& shape) {
   in.cpu_adamw_bytes_per_s = kCpuAdamWBytesPerS;
   // Host chunks without the tied parameter speculate (optim/host_update.h, Speculation).
   in.optimizer_overlap = settings.optimizer_overlap != OffloadPolicy::None;
-  out.param_offload = settings.param_offload;
+  // Parameter streaming per (rank, chunk), in the same search (memory/planner.h).
+  in.param_offload = settings.param_offload;
   out.compute_s.assign(static_cast<std::size_t>(pp), 0.0);
   for (int r = 0; r < pp; ++r) {
     in.units.emplace_back();
@@ -315,8 +315,7 @@ class DryRunCostModel {
     }
   }
   bool min_exact() const { return min_exact_; }
-  // A new choice (another streaming setting) starts without an exact minimum: placeable() ran for
-  // the plans of the last one.
+  // A new choice starts without an exact minimum: placeable() ran for the plans of the last one.
   void forget_min() { min_exact_ = false; }
 
  private:
@@ -401,34 +400,6 @@ MemoryPlan choose_and_verify(Measured& measured, DryRunCostModel& model, const M
   return plan;
 }
 
-// Parameter streaming (memory.param_offload) around pass 2 and 3: none and all as set; auto streams
-// every chunk only when the plan without streaming does not fit the budget. A streamed chunk's
-// optimizer is on the host (its CPU AdamW updates the host copies in place), so streaming forces
-// the optimizer placement to all.
-MemoryPlan choose_streaming(Measured& measured, DryRunCostModel& model, const ModelLayout& shape, bool exact_minimum) {
-  const OffloadPolicy policy = measured.param_offload;
-  const OffloadPolicy optimizer = measured.input.optimizer_offload;
-  const std::size_t budget = measured.input.device_budget;  // a choice leaves its planning budget there
-  auto choose = [&](bool stream) {
-    measured.input.param_offload = stream ? OffloadPolicy::All : OffloadPolicy::None;
-    measured.input.device_budget = budget;
-    measured.input.optimizer_offload = stream ? OffloadPolicy::All : optimizer;
-    return choose_and_verify(measured, model, shape, exact_minimum);
-  };
-  MemoryPlan plan = choose(policy == OffloadPolicy::All);
-  if (policy != OffloadPolicy::Auto) return plan;
-  if (!plan.feasible) return choose(true);
-  // Streaming was not needed; the minimum feasible budget is still the strongest plan's, which
-  // streams (exact for `stp plan`; a run needs only a lower bound).
-  if (exact_minimum) {
-    const MemoryPlan strongest = choose(true);
-    plan.min_device_budget = std::min(plan.min_device_budget, strongest.min_device_budget);
-    measured.input.param_offload = OffloadPolicy::None;
-    measured.input.optimizer_offload = optimizer;
-  }
-  return plan;
-}
-
 // ---- Pass 4: report -------------------------------------------------------------------------------
 // Contract: fills what people read and nothing the run depends on: per device the model states on
 // the device (the dry run's category bytes at the peak) and on the host (chunks whose optimizer is
@@ -499,7 +470,7 @@ MemoryPlan plan_with_loss_chunk(const Config& config, const ModelLayout& shape, 
                                 std::int64_t loss_chunk) {
   Measured measured = measure(config, shape);
   DryRunCostModel model(config, shape, measured, loss_chunk);
-  MemoryPlan plan = choose_streaming(measured, model, shape, exact_minimum);
+  MemoryPlan plan = choose_and_verify(measured, model, shape, exact_minimum);
   plan.optimizer_offload = false;
   for (RankPlan& rp : plan.ranks) {
     rp.loss_chunk_tokens = loss_chunk;

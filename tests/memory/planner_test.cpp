@@ -631,4 +631,81 @@ TEST(PlannerLateParams, StreamingPriceHidesPrefetchedWeightsUnderCompute) {
   EXPECT_DOUBLE_EQ(stp::param_stream_seconds(in, chunk, 5.0, true), grads + weights);
 }
 
+// ---- Streaming per chunk: param_offload auto as moves of the search --------------------------------
+// One rank, three chunks of one unit each (no activation levers): the peak is fixed activations plus,
+// per chunk, its weights and gradients unless it streams and its optimizer state unless that is on
+// the host, plus a working set once any chunk streams.
+constexpr std::size_t kStreamWorking = 300;
+
+PlannerInput streaming_problem() {
+  PlannerInput in = placement_problem({2000, 1000, 4000});
+  in.param_offload = OffloadPolicy::Auto;
+  in.evaluate = [&in](std::vector<RankPlan>& plans) {
+    RankPrediction p;
+    std::size_t peak = kActivations;
+    for (std::size_t ch = 0; ch < in.chunk_states[0].size(); ++ch) {
+      const stp::ModelStateBytes& b = in.chunk_states[0][ch];
+      const bool streamed = plans[0].streams_params(static_cast<int>(ch));
+      if (streamed) {
+        EXPECT_EQ(plans[0].optimizer_placement(static_cast<int>(ch)), kHost) << "chunk " << ch;
+      }
+      if (!streamed) peak += b.weights + b.gradients;
+      if (plans[0].optimizer_placement(static_cast<int>(ch)) == kDev) peak += b.optimizer;
+    }
+    if (plans[0].streams_any()) peak += kStreamWorking;
+    p.peak_device_bytes = peak;
+    p.compute_s = kCompute;
+    return std::vector<RankPrediction>{p};
+  };
+  return in;
+}
+
+int streamed_chunks(const stp::MemoryPlan& plan) {
+  int n = 0;
+  for (std::size_t ch = 0; ch < plan.ranks.at(0).units.size(); ++ch)
+    n += plan.ranks[0].streams_params(static_cast<int>(ch));
+  return n;
+}
+
+TEST(PlannerStreaming, AutoStreamsOnlyTheChunksTheBudgetNeeds) {
+  PlannerInput in = streaming_problem();
+  // Every state on the device: 5000 + 7000 + 7000 = 19000 B; every optimizer on the host: 12000 B;
+  // everything streamed: 5300 B, the minimum.
+  in.device_budget = SIZE_MAX;
+  stp::MemoryPlan plan = plan_memory(in);
+  EXPECT_EQ(streamed_chunks(plan), 0);
+  EXPECT_FALSE(plan.optimizer_offload);
+  EXPECT_EQ(plan.min_device_budget, kActivations + kStreamWorking);
+  // Below that, some chunks stream, not all; the peak fits and is priced.
+  for (std::size_t budget : {11000u, 9000u, 7000u}) {
+    in.device_budget = budget;
+    plan = plan_memory(in);
+    SCOPED_TRACE(budget);
+    ASSERT_TRUE(plan.feasible);
+    EXPECT_LE(plan.predicted[0].peak_device_bytes, budget);
+    EXPECT_GT(streamed_chunks(plan), 0);
+    EXPECT_LT(streamed_chunks(plan), 3);
+    EXPECT_GT(plan.predicted[0].param_stream_s, 0.0);
+  }
+  // At the minimum every chunk streams; below it nothing fits.
+  in.device_budget = kActivations + kStreamWorking;
+  plan = plan_memory(in);
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_EQ(streamed_chunks(plan), 3);
+  in.device_budget = kActivations + kStreamWorking - 1;
+  EXPECT_FALSE(plan_memory(in).feasible);
+}
+
+// Of two chunks either of which covers the deficit, the cheaper per byte of it streams: with the
+// optimizer on the host already (all), the smallest chunk that covers it.
+TEST(PlannerStreaming, TheCheapestChunkThatCoversTheDeficitStreams) {
+  PlannerInput in = streaming_problem();
+  in.optimizer_offload = OffloadPolicy::All;
+  in.device_budget = 12000 - 600;  // 600 B over: chunk 1 frees 1000 B, less the 300 B working set
+  stp::MemoryPlan plan = plan_memory(in);
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_EQ(streamed_chunks(plan), 1);
+  EXPECT_TRUE(plan.ranks[0].streams_params(1));
+}
+
 }  // namespace
