@@ -58,6 +58,10 @@ struct RankPlan {
   // the device for the passes that read them (offload/param_streamer.h). Its optimizer is on the
   // host (the CPU AdamW updates the host copies in place).
   std::vector<bool> param_stream;
+  // Late parameters: each streamed unit's weights come to the device at the pass that reads them,
+  // not prefetched one unit ahead, so they do not sit on the device while the previous unit's pass
+  // runs; every weight copy is then exposed. The planner's last lever (memory/planner.h).
+  bool late_params = false;
   // Tokens per chunk of the loss head on this rank's last stage (Stage::set_loss_chunk_tokens);
   // 0: unchunked. model.loss_chunk_tokens, or auto's choice (train/loss_chunk.h).
   std::int64_t loss_chunk_tokens = 0;
@@ -79,7 +83,7 @@ struct RankPrediction {
   double exposed_copy_s = 0;                 // copy time per step the compute cannot hide
   // Parameter streaming's copies per step (RankPlan::param_stream; 0 without it): the weights
   // brought up, the gradients brought up (accumulation over microbatches) and sent back down.
-  // exposed_copy_s includes their exposed time (streaming_exposed_seconds, memory/planner.h).
+  // param_stream_s prices them (streaming_exposed_seconds, memory/planner.h).
   std::uint64_t stream_weights_up_bytes = 0, stream_grads_up_bytes = 0, stream_grads_down_bytes = 0;
   // Model states from the dry run at the end of the second step (the steady state); optimizer
   // offload moves the optimizer's bytes to the host (train/memory_planning.cpp).
@@ -99,7 +103,11 @@ struct RankPrediction {
   // The planner's price of the chunks whose optimizer is on the host (memory/planner.h): their
   // parameter and gradient copies over the link plus the CPU AdamW, counted as exposed.
   double optimizer_offload_s = 0;
-  double step_cost_s() const { return recompute_s + exposed_copy_s + optimizer_offload_s; }
+  // The planner's price of the streamed chunks' copies (memory/planner.h: streaming_exposed_seconds
+  // of the bytes above when the evaluator counted them, else param_stream_seconds): the gradients'
+  // round trips and the weight copies compute does not hide (all of them under late_params).
+  double param_stream_s = 0;
+  double step_cost_s() const { return recompute_s + exposed_copy_s + optimizer_offload_s + param_stream_s; }
 };
 
 struct MemoryPlan {

@@ -45,11 +45,68 @@ struct Move {
   Recompute level = Recompute::None;
   double cost_per_byte = 0;
   int optimizer_chunk = -1;  // >= 0: move this chunk's optimizer state to the host (c is null)
-  bool any() const { return c || optimizer_chunk >= 0; }
+  int stream_chunk = -1;     // >= 0: stream this chunk, its optimizer on the host (c is null)
+  bool any() const { return c || optimizer_chunk >= 0 || stream_chunk >= 0; }
+};
+
+// Which kinds of model-state move the greedy rounds may take (the auto policies).
+struct StateMoves {
+  bool optimizer = false, stream = false;
 };
 
 void place_every_optimizer(std::vector<RankPlan>& plans, OptimizerPlacement where) {
   for (RankPlan& p : plans) p.optimizer.assign(p.units.size(), where);
+}
+
+// Streams chunk `ch` of a rank (or, with `on` false, stops); a streamed chunk's optimizer is on the
+// host (the CPU AdamW updates the streamed host copies in place).
+void set_stream(RankPlan& p, std::size_t ch, bool on) {
+  if (p.param_stream.size() < p.units.size()) p.param_stream.resize(p.units.size(), false);
+  if (p.optimizer.size() < p.units.size()) p.optimizer.resize(p.units.size(), OptimizerPlacement::Device);
+  p.param_stream[ch] = on;
+  if (on) p.optimizer[ch] = OptimizerPlacement::Host;
+}
+
+void stream_every_chunk(std::vector<RankPlan>& plans) {
+  for (RankPlan& p : plans)
+    for (std::size_t ch = 0; ch < p.units.size(); ++ch) set_stream(p, ch, true);
+}
+
+// The compute a chunk's prefetched weight copies hide under: its fraction of the rank's units.
+double compute_share(const RankPlan& plan, std::size_t ch, double compute_s) {
+  double units = 0;
+  for (const auto& chunk : plan.units) units += static_cast<double>(chunk.size());
+  return units > 0 ? compute_s * static_cast<double>(plan.units[ch].size()) / units : 0;
+}
+
+// A pp rank's streamed chunks, priced by param_stream_seconds.
+double param_stream_seconds_of_rank(const PlannerInput& in, const RankPlan& plan, int pp_rank, double compute_s) {
+  if (static_cast<std::size_t>(pp_rank) >= in.chunk_states.size()) return 0;
+  const auto& chunks = in.chunk_states[static_cast<std::size_t>(pp_rank)];
+  double s = 0;
+  for (std::size_t ch = 0; ch < chunks.size() && ch < plan.units.size(); ++ch)
+    if (plan.streams_params(static_cast<int>(ch)))
+      s += param_stream_seconds(in, chunks[ch], compute_share(plan, ch, compute_s), plan.late_params);
+  return s;
+}
+
+// ---- Streaming one chunk: a move of the greedy search (param_offload: auto) ----
+// The device bytes it frees: the chunk's weights and gradients, and its optimizer state when that
+// is still on the device (the move takes it to the host; a host master left with it already).
+std::size_t stream_move_bytes(const ModelStateBytes& chunk, OptimizerPlacement optimizer) {
+  if (optimizer == OptimizerPlacement::Device) return chunk.weights + chunk.gradients + chunk.optimizer;
+  return chunk.weights - chunk.host_masters + chunk.gradients;
+}
+
+// The seconds per step it adds: the chunk's streaming price, and its optimizer on the host updated
+// in place (already on the host: less the parameter and gradient copies that update no longer makes).
+double stream_move_seconds(const PlannerInput& in, const RankPlan& plan, std::size_t ch, const ModelStateBytes& chunk,
+                           double compute_s) {
+  double s = param_stream_seconds(in, chunk, compute_share(plan, ch, compute_s), plan.late_params) +
+             optimizer_offload_seconds(in, chunk, /*streamed=*/true);
+  if (plan.optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host)
+    s -= optimizer_offload_seconds(in, chunk);
+  return s;
 }
 
 // The evaluator's predictions with the planner's price of each rank's host optimizer chunks.
@@ -66,6 +123,11 @@ std::vector<RankPrediction> evaluate(const PlannerInput& in, std::vector<RankPla
       else after += c;
     }
     pred[g].optimizer_offload_s = after + early;
+    // The copies the evaluator counted where it did (a dry run), else the model's estimate.
+    const RankPrediction& p = pred[g];
+    const bool counted = p.stream_weights_up_bytes + p.stream_grads_down_bytes > 0;
+    pred[g].param_stream_s = counted ? streaming_exposed_seconds(p, in.link_bytes_per_s, plans[r].late_params)
+                                     : param_stream_seconds_of_rank(in, plans[r], static_cast<int>(r), p.compute_s);
   }
   return pred;
 }
@@ -73,10 +135,28 @@ std::vector<RankPrediction> evaluate(const PlannerInput& in, std::vector<RankPla
 // The cheapest move left for one pp rank, given its current decisions and prediction; `deficit`:
 // the bytes its peak is over the budget.
 Move cheapest_move(const PlannerInput& in, std::vector<RankPlan>& plans, const RankPrediction& pred, int pp_rank,
-                   std::size_t deficit, bool optimizer_moves) {
+                   std::size_t deficit, StateMoves state_moves) {
   Move best;
   double best_key = std::numeric_limits<double>::infinity();
-  if (optimizer_moves && static_cast<std::size_t>(pp_rank) < in.chunk_states.size()) {
+  if (state_moves.stream && static_cast<std::size_t>(pp_rank) < in.chunk_states.size()) {
+    const RankPlan& plan = plans[static_cast<std::size_t>(pp_rank)];
+    const auto& chunks = in.chunk_states[static_cast<std::size_t>(pp_rank)];
+    for (std::size_t ch = 0; ch < chunks.size() && ch < plan.units.size(); ++ch) {
+      if (plan.streams_params(static_cast<int>(ch))) continue;
+      const std::size_t freed = stream_move_bytes(chunks[ch], plan.optimizer_placement(static_cast<int>(ch)));
+      if (freed == 0) continue;
+      // As for the optimizer moves below: only the bytes of the deficit count.
+      const double cost = stream_move_seconds(in, plan, ch, chunks[ch], pred.compute_s);
+      const double key = cost / static_cast<double>(std::min(freed, std::max<std::size_t>(deficit, 1)));
+      if (key < best_key) {
+        best_key = key;
+        best = Move{};
+        best.stream_chunk = static_cast<int>(ch);
+        best.cost_per_byte = cost / static_cast<double>(freed);
+      }
+    }
+  }
+  if (state_moves.optimizer && static_cast<std::size_t>(pp_rank) < in.chunk_states.size()) {
     const auto& chunks = in.chunk_states[static_cast<std::size_t>(pp_rank)];
     for (std::size_t ch = 0; ch < chunks.size(); ++ch) {
       if (chunks[ch].optimizer == 0 || plans[static_cast<std::size_t>(pp_rank)].optimizer_placement(
@@ -145,6 +225,9 @@ std::string summarize(const PlannerInput& in, const std::vector<RankPlan>& plans
   }
   for (std::size_t r = 0; r < plans.size(); ++r)
     if (plans[r].late_reloads) out += str("rank ", r, ": late reloads (each set comes back at the op that reads it)\n");
+  for (std::size_t r = 0; r < plans.size(); ++r)
+    if (plans[r].late_params)
+      out += str("rank ", r, ": late parameters (each streamed unit's weights come at the pass that reads them)\n");
   return out.empty() ? "keep every activation\n" : out;
 }
 
@@ -152,6 +235,7 @@ std::string summarize(const PlannerInput& in, const std::vector<RankPlan>& plans
 std::vector<RankPlan> forced_plans(const PlannerInput& in) {
   std::vector<RankPlan> plans = empty_plans(in);
   if (in.optimizer_offload == OffloadPolicy::All) place_every_optimizer(plans, OptimizerPlacement::Host);
+  if (in.param_offload == OffloadPolicy::All) stream_every_chunk(plans);
   for (const PlanCandidate& c : in.candidates) {
     UnitPlan& u = at(plans, c);
     if (in.offload == OffloadPolicy::All) u.offload = c.offload_bytes > 0;
@@ -181,20 +265,22 @@ double total_cost(const std::vector<RankPrediction>& pred) {
 }
 
 // Greedy rounds from `plans` (pred: its predictions): each rank over budget takes its cheapest move
-// (optimizer chunks among them when `optimizer_moves`), until every rank fits (true) or an
-// over-budget round has no move left (false).
+// (optimizer chunks and streamed chunks among them as `state_moves` allows), until every rank fits
+// (true) or an over-budget round has no move left (false).
 bool add_moves(const PlannerInput& in, std::vector<RankPlan>& plans, std::vector<RankPrediction>& pred,
-               bool optimizer_moves) {
+               StateMoves state_moves) {
   for (;;) {
     bool over = false, moved = false;
     for (int r = 0; r < in.pp; ++r) {
       const std::size_t peak = peak_of_pp_rank(in, pred, r);
       if (peak <= in.device_budget) continue;
       over = true;
-      Move mv = cheapest_move(in, plans, pred[static_cast<std::size_t>(r * in.tp)], r, peak - in.device_budget,
-                              optimizer_moves);
+      Move mv =
+          cheapest_move(in, plans, pred[static_cast<std::size_t>(r * in.tp)], r, peak - in.device_budget, state_moves);
       if (!mv.any()) continue;
-      if (mv.optimizer_chunk >= 0) {
+      if (mv.stream_chunk >= 0) {
+        set_stream(plans[static_cast<std::size_t>(r)], static_cast<std::size_t>(mv.stream_chunk), true);
+      } else if (mv.optimizer_chunk >= 0) {
         plans[static_cast<std::size_t>(r)].optimizer[static_cast<std::size_t>(mv.optimizer_chunk)] =
             OptimizerPlacement::Host;
       } else {
@@ -224,7 +310,51 @@ bool late_reloads_where_over(const PlannerInput& in, std::vector<RankPlan>& plan
   return changed;
 }
 
+// The reverse of the stream moves (param_offload: auto): once every rank fits, each streamed chunk,
+// dearest first, stops streaming when every rank still fits without it (its optimizer stays on the
+// host; optimizer_offload: auto may bring it back after).
+void unstream_what_fits(const PlannerInput& in, std::vector<RankPlan>& plans, std::vector<RankPrediction>& pred) {
+  std::vector<std::pair<double, std::pair<std::size_t, std::size_t>>> streamed;  // (cost, (rank, chunk))
+  for (std::size_t r = 0; r < plans.size() && r < in.chunk_states.size(); ++r)
+    for (std::size_t ch = 0; ch < in.chunk_states[r].size(); ++ch)
+      if (plans[r].streams_params(static_cast<int>(ch)))
+        streamed.push_back(
+            {param_stream_seconds(in, in.chunk_states[r][ch], compute_share(plans[r], ch, pred[r * in.tp].compute_s),
+                                  plans[r].late_params),
+             {r, ch}});
+  std::stable_sort(streamed.begin(), streamed.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [cost, where] : streamed) {
+    std::vector<RankPlan> trial = plans;
+    set_stream(trial[where.first], where.second, false);
+    std::vector<RankPrediction> trial_pred = evaluate(in, trial);
+    if (!fits(in, trial_pred)) continue;
+    plans = std::move(trial);
+    pred = std::move(trial_pred);
+  }
+}
+
+// The last lever of all: late parameters on every rank still over budget that streams and does
+// not take them yet. False when there is no such rank.
+bool late_params_where_over(const PlannerInput& in, std::vector<RankPlan>& plans,
+                            const std::vector<RankPrediction>& pred) {
+  bool changed = false;
+  for (int r = 0; r < in.pp; ++r) {
+    RankPlan& p = plans[static_cast<std::size_t>(r)];
+    if (peak_of_pp_rank(in, pred, r) <= in.device_budget || p.late_params || !p.streams_any()) continue;
+    p.late_params = true;
+    changed = true;
+  }
+  return changed;
+}
+
 }  // namespace
+
+double param_stream_seconds(const PlannerInput& in, const ModelStateBytes& chunk, double compute_share_s, bool late) {
+  const double m = in.microbatches;
+  const double grads_s = 2 * m * static_cast<double>(chunk.gradients) / in.link_bytes_per_s;
+  const double weights_s = 3 * m * static_cast<double>(chunk.weights) / in.link_bytes_per_s;
+  return grads_s + (late ? weights_s : std::max(0.0, weights_s - compute_share_s));
+}
 
 double optimizer_offload_seconds(const PlannerInput& in, const ModelStateBytes& chunk, bool streamed) {
   const double param_bytes = static_cast<double>(chunk.optimizer) / 2;  // m and v: two f32 per parameter
@@ -235,11 +365,11 @@ double optimizer_offload_seconds(const PlannerInput& in, const ModelStateBytes& 
   return link + (7 * param_bytes + masters) / in.cpu_adamw_bytes_per_s;
 }
 
-double streaming_exposed_seconds(const RankPrediction& p, double link_bytes_per_s) {
+double streaming_exposed_seconds(const RankPrediction& p, double link_bytes_per_s, bool late) {
   STP_ASSERT(link_bytes_per_s > 0, "streaming_exposed_seconds: link rate must be positive");
   const double grads = static_cast<double>(p.stream_grads_up_bytes + p.stream_grads_down_bytes) / link_bytes_per_s;
   const double weights = static_cast<double>(p.stream_weights_up_bytes) / link_bytes_per_s;
-  return grads + std::max(0.0, weights - p.compute_s);
+  return grads + (late ? weights : std::max(0.0, weights - p.compute_s));
 }
 
 std::string describe_infeasible(const MemoryPlan& plan, ByteStyle style) {
@@ -267,12 +397,16 @@ MemoryPlan plan_memory(const PlannerInput& in) {
   // The most the enabled levers can do: the minimum feasible budget.
   std::vector<RankPlan> most = empty_plans(in);
   if (in.optimizer_offload != OffloadPolicy::None) place_every_optimizer(most, OptimizerPlacement::Host);
+  if (in.param_offload != OffloadPolicy::None) stream_every_chunk(most);
   for (const PlanCandidate& c : in.candidates) {
     UnitPlan& u = at(most, c);
     u.recompute = strongest(in.recompute, c);
     u.offload = in.offload != OffloadPolicy::None && c.offload_bytes > 0;
   }
-  for (RankPlan& p : most) p.late_reloads = p.offloads();
+  for (RankPlan& p : most) {
+    p.late_reloads = p.offloads();
+    p.late_params = p.streams_any();
+  }
   std::vector<RankPrediction> most_pred = evaluate(in, most);
   std::size_t live_min = 0;  // the strongest plan's live bytes: below them no plan fits
   for (const RankPrediction& p : most_pred) live_min = std::max(live_min, p.peak_device_bytes);
@@ -292,21 +426,30 @@ MemoryPlan plan_memory(const PlannerInput& in) {
   // ranks over budget.
   std::vector<RankPlan> plans = forced_plans(in);
   std::vector<RankPrediction> pred = evaluate(in, plans);
-  bool fit = add_moves(in, plans, pred, in.optimizer_offload == OffloadPolicy::Auto);
+  const StateMoves state_moves{in.optimizer_offload == OffloadPolicy::Auto, in.param_offload == OffloadPolicy::Auto};
+  bool fit = add_moves(in, plans, pred, state_moves);
   if (!fit && late_reloads_where_over(in, plans, pred)) {
     pred = evaluate(in, plans);
-    fit = add_moves(in, plans, pred, in.optimizer_offload == OffloadPolicy::Auto);
+    fit = add_moves(in, plans, pred, state_moves);
+  }
+  if (!fit && late_params_where_over(in, plans, pred)) {
+    pred = evaluate(in, plans);
+    fit = add_moves(in, plans, pred, state_moves);
   }
   if (!fit) {
     plans = most;  // every lever used and still over: the levers' most is the answer
     pred = most_pred;
-  } else if (in.optimizer_offload == OffloadPolicy::Auto && any_on_host(plans)) {
+  } else if (in.param_offload == OffloadPolicy::Auto) {
+    unstream_what_fits(in, plans, pred);
+  }
+  if (fit && in.optimizer_offload == OffloadPolicy::Auto && any_on_host(plans)) {
     // The reverse: a host chunk that later moves made unnecessary goes back to the device
     // (dearest first) when every rank still fits ...
     std::vector<std::pair<double, std::pair<int, int>>> host;  // (cost, (rank, chunk))
     for (int r = 0; r < in.pp && static_cast<std::size_t>(r) < in.chunk_states.size(); ++r)
       for (std::size_t ch = 0; ch < in.chunk_states[static_cast<std::size_t>(r)].size(); ++ch)
-        if (plans[static_cast<std::size_t>(r)].optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host)
+        if (plans[static_cast<std::size_t>(r)].optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host &&
+            !plans[static_cast<std::size_t>(r)].streams_params(static_cast<int>(ch)))  // a streamed chunk's stays
           host.push_back({optimizer_offload_seconds(in, in.chunk_states[static_cast<std::size_t>(r)][ch]),
                           {r, static_cast<int>(ch)}});
     std::stable_sort(host.begin(), host.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -325,9 +468,11 @@ MemoryPlan plan_memory(const PlannerInput& in) {
     for (std::size_t r = 0; r < again.size(); ++r) {
       again[r].optimizer = plans[r].optimizer;
       again[r].late_reloads = plans[r].late_reloads;
+      again[r].param_stream = plans[r].param_stream;
+      again[r].late_params = plans[r].late_params;
     }
     std::vector<RankPrediction> again_pred = evaluate(in, again);
-    if (add_moves(in, again, again_pred, false) && total_cost(again_pred) <= total_cost(pred)) {
+    if (add_moves(in, again, again_pred, StateMoves{}) && total_cost(again_pred) <= total_cost(pred)) {
       plans = std::move(again);
       pred = std::move(again_pred);
     }

@@ -43,6 +43,29 @@
 // ahead, which exposes every reload (the evaluator prices it) but keeps the sets off the device while
 // earlier ops run; the search then goes on from there. The strongest plan (min_device_budget) has
 // late reloads on every rank whenever offload is enabled.
+//
+// Parameter streaming (RankPlan::param_stream, param_offload: none streams no chunk, all every
+// chunk, auto chooses per (rank, chunk) in the same search). A streamed chunk's optimizer is on the
+// host. Streaming chunk c is one more kind of move: it frees c's weights and gradients on the
+// device (ModelStateBytes; the working set the streamer keeps is left to the evaluator) and, when
+// c's optimizer is still on the device, that state too, since the move takes it to the host. Its
+// cost is param_stream_seconds(c) plus optimizer_offload_seconds(c, streamed) (or, when c's
+// optimizer was on the host already, minus the link copies its update no longer makes); its key is
+// cost per byte of the deficit, like an optimizer move. Once every rank fits, streamed chunks are
+// tried back unstreamed, dearest first, and stay so when every rank still fits. Its copies are
+// priced per step by
+// param_stream_seconds (P = param_stream_s of RankPrediction, part of the step cost), with W_c and
+// G_c the chunk's weight and gradient bytes and m the microbatches:
+//   gradients: 2 m G_c / link, every one exposed (a pass waits for its gradients to come up, and
+//     the next pass's copies queue behind their way down);
+//   weights:   3 m W_c / link (one F, B and W pass per unit and microbatch), prefetched one unit
+//     ahead, so hidden under the chunk's share of the rank's compute (its units' fraction of
+//     compute_s) up to that share; under late parameters every weight copy is exposed.
+// Late parameters (RankPlan::late_params) are the last lever of all: once a rank over budget has no
+// move left, late reloads included, its streamed units' weights come at the pass that reads them
+// (no prefetch of the next unit), which keeps them off the device while the previous unit's pass
+// runs; the search then goes on from there. The strongest plan (min_device_budget) streams every
+// chunk with late parameters whenever param_offload is enabled.
 #pragma once
 
 #include <cstddef>
@@ -85,6 +108,10 @@ struct PlannerInput {
   // optimizer time then counts only the dearest of its chunks without a tied parameter (the last
   // one's update follows the last backward), not their sum.
   bool optimizer_overlap = false;
+  // memory.param_offload: none / all / auto (RankPlan::param_stream on no chunk / every chunk / the
+  // chunks the budget needs; a streamed chunk's optimizer is on the host, so streaming requires
+  // optimizer_offload other than none).
+  OffloadPolicy param_offload = OffloadPolicy::None;
   // Fills each plan's prefetch points and returns predictions [global rank] (RankPlan::optimizer
   // says where each chunk's optimizer lives; the planner adds optimizer_offload_s itself).
   std::function<std::vector<RankPrediction>(std::vector<RankPlan>&)> evaluate;
@@ -102,15 +129,21 @@ MemoryPlan plan_memory(const PlannerInput& in);
 // in pinned host memory: only the CPU term (its link copies are the streamer's, priced as copies).
 double optimizer_offload_seconds(const PlannerInput& in, const ModelStateBytes& chunk, bool streamed = false);
 
-// Seconds per step that parameter streaming's copies (the stream_* bytes of `p`) add to the step,
-// given the rank's compute time p.compute_s:
-//   (grads up + grads down) / link  +  max(0, weights up / link − compute_s)
+// Seconds per step the planner charges for streaming one chunk (the model above): `compute_share_s`
+// is the compute its prefetched weight copies hide under; `late`: RankPlan::late_params (nothing
+// hides). It prices the streaming move of the search, before a dry run has counted the copies.
+double param_stream_seconds(const PlannerInput& in, const ModelStateBytes& chunk, double compute_share_s, bool late);
+
+// The same price from the copies a dry run counted (the stream_* bytes of `p`), given the rank's
+// compute time p.compute_s; what RankPrediction::param_stream_s holds once the evaluator measured them:
+//   (grads up + grads down) / link  +  max(0, weights up / link − compute_s)   (late: no max)
 // A pass's weights come up one unit ahead (the executor prefetches the next unit of the same part
-// while this one computes), so they hide under compute up to the compute of a step. Its gradients
-// cannot: they come up only after the previous pass sent them back, on the same in-order copy
-// stream that waits on compute, so compute waits for both directions (an upper bound: the last
-// pass of a part sends its gradients back while the next op computes). 0 without streaming.
-double streaming_exposed_seconds(const RankPrediction& p, double link_bytes_per_s);
+// while this one computes), so they hide under compute up to the compute of a step; under late
+// parameters nothing is prefetched and every weight copy is exposed. The gradients cannot hide:
+// they come up only after the previous pass sent them back, on the same in-order copy stream that
+// waits on compute, so compute waits for both directions (an upper bound: the last pass of a part
+// sends its gradients back while the next op computes). 0 without streaming.
+double streaming_exposed_seconds(const RankPrediction& p, double link_bytes_per_s, bool late);
 
 // Why an infeasible plan (plan_memory's feasible == false; its predictions are those of the
 // strongest plan) cannot fit: the worst device's peak and what remains of it once every enabled

@@ -34,10 +34,12 @@ bool has_copy(const ParamInfo& p) {
 
 }  // namespace
 
-ParamStreamer::ParamStreamer(Device& device, Stream& compute, Allocator& arena, std::vector<bool> streamed)
+ParamStreamer::ParamStreamer(Device& device, Stream& compute, Allocator& arena, std::vector<bool> streamed,
+                             bool prefetch)
     : compute_(compute),
       arena_(arena),
       streamed_(std::move(streamed)),
+      prefetch_(prefetch),
       copy_(device.create_stream(trace::stream::kParamCopy)),
       computed_(device.create_event()),
       copied_(device.create_event()) {}
@@ -104,7 +106,7 @@ Tensor ParamStreamer::grads_in(const ParamInfo& p, std::int64_t& at) {
 }
 
 void ParamStreamer::prefetch(int chunk, Stage& stage, int u, StreamedPass kind) {
-  if (!streams(chunk)) return;
+  if (!prefetch_ || !streams(chunk)) return;
   if (prefetched_.size() == kMaxPrefetched) prefetched_.erase(prefetched_.begin());
   prefetched_.push_back(fetch(chunk, stage, u, is_backward(kind)));
 }

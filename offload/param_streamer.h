@@ -24,7 +24,9 @@
 //       only binds them. At most two are held (one per part of a braided op; a third drops the
 //       oldest). Weights only: a slice's gradients must come after the previous pass sent them
 //       back. Copied from the host weights as they are when prefetch is called, so only within a
-//       step, after the chunk's params_needed.
+//       step, after the chunk's params_needed. Without prefetch (constructed with prefetch
+//       false: RankPlan::late_params) it does nothing, and every pass's weights come at its
+//       begin_pass: the device holds one pass's weights at a time, and every weight copy is exposed.
 //   host_ready(s)   stream s waits for every gradient copy back so far. The executor calls it
 //       before a chunk's gradients are reported final and at the end of a walk, so the gradient
 //       norm, the data-parallel reduction and the optimizer read the host copies after the last
@@ -65,8 +67,9 @@ enum class StreamedPass { Forward, Backward, Weight, BackwardWeight };
 class ParamStreamer {
  public:
   // streamed: [local chunk] whether the chunk streams (RankPlan::param_stream). arena: the rank's
-  // device allocator; compute: its compute stream (the arena's home stream).
-  ParamStreamer(Device& device, Stream& compute, Allocator& arena, std::vector<bool> streamed);
+  // device allocator; compute: its compute stream (the arena's home stream). prefetch: false
+  // makes prefetch() do nothing (RankPlan::late_params).
+  ParamStreamer(Device& device, Stream& compute, Allocator& arena, std::vector<bool> streamed, bool prefetch = true);
   ~ParamStreamer();
 
   bool streams(int chunk) const;
@@ -107,6 +110,7 @@ class ParamStreamer {
   Stream& compute_;
   Allocator& arena_;
   std::vector<bool> streamed_;
+  bool prefetch_ = true;
   std::unique_ptr<Stream> copy_;
   // Re-recorded for every pass: a wait captures the record made before it (core/device.h), and
   // each is recorded on one stream only.

@@ -121,8 +121,9 @@ void account_model_states(RankPrediction& p, const Trainer::DeviceMemory& d) {
 
 // The copy time per step a device's compute cannot hide: the activation offload's (both
 // directions overlap compute on their own streams, each at the link rate; a late reload starts
-// when its reader needs it, so every H2D copy is exposed) plus parameter streaming's (`stream`:
-// the step's counters, or null), priced by streaming_exposed_seconds (memory/planner.h).
+// when its reader needs it, so every H2D copy is exposed). Parameter streaming's copies (`stream`:
+// the step's counters, or null) are recorded for the planner, which prices them as
+// RankPrediction::param_stream_s (memory/planner.h, streaming_exposed_seconds).
 void price_copies(RankPrediction& p, const ParamStreamCounters* stream, bool late_reloads, double link) {
   const double one_way_s = static_cast<double>(p.offload_bytes_per_step) / link;
   p.exposed_copy_s = std::max(0.0, one_way_s - p.compute_s);
@@ -133,7 +134,6 @@ void price_copies(RankPrediction& p, const ParamStreamCounters* stream, bool lat
   p.stream_grads_down_bytes = stream->d2h_bytes;
   p.stream_grads_up_bytes = stream->d2h_bytes - stream->zeroed_bytes;
   p.stream_weights_up_bytes = stream->h2d_bytes - p.stream_grads_up_bytes;
-  p.exposed_copy_s += streaming_exposed_seconds(p, link);
 }
 
 MemoryPlan keep_everything(const ModelLayout& s, int pp) {
@@ -157,9 +157,8 @@ MemoryPlan keep_everything(const ModelLayout& s, int pp) {
 // per step. A unit's time is its FLOPs (the architecture's count: Architecture::unit_flops,
 // models/registry.h) at the nominal rate.
 struct Measured {
-  PlannerInput input;                                 // evaluate and placeable_budget unset
-  std::vector<double> compute_s;                      // [pp rank] per step
-  OffloadPolicy param_offload = OffloadPolicy::None;  // memory.param_offload
+  PlannerInput input;             // evaluate and placeable_budget unset
+  std::vector<double> compute_s;  // [pp rank] per step
 };
 
 ModelStateBytes chunk_state_bytes(Stage& st) {
@@ -197,7 +196,8 @@ Measured measure(const Config& config, const ModelLayout& shape) {
   in.cpu_adamw_bytes_per_s = kCpuAdamWBytesPerS;
   // Host chunks without the tied parameter speculate (optim/host_update.h, Speculation).
   in.optimizer_overlap = settings.optimizer_overlap != OffloadPolicy::None;
-  out.param_offload = settings.param_offload;
+  // Parameter streaming per (rank, chunk), in the same search (memory/planner.h).
+  in.param_offload = settings.param_offload;
   out.compute_s.assign(static_cast<std::size_t>(pp), 0.0);
   for (int r = 0; r < pp; ++r) {
     in.units.emplace_back();
@@ -249,15 +249,7 @@ class DryRunCostModel {
     dry_config_.memory.host_budget.reset();
   }
 
-  // Parameter streaming (memory.param_offload) of every chunk, or of none: each plan evaluated,
-  // placed or returned carries it (RankPlan::param_stream).
-  void set_streaming(bool on) { stream_ = on; }
-  void apply_streaming(std::vector<RankPlan>& plans) const {
-    for (RankPlan& rp : plans) rp.param_stream.assign(rp.units.size(), stream_);
-  }
-
   std::vector<RankPrediction> evaluate(std::vector<RankPlan>& plans) const {
-    apply_streaming(plans);
     const PlannerInput& in = measured_.input;
     const int pp = in.pp, tp = in.tp, m = in.microbatches;
     const double link = in.link_bytes_per_s;
@@ -341,16 +333,14 @@ class DryRunCostModel {
     }
   }
   bool min_exact() const { return min_exact_; }
-  // A new choice (another streaming setting) starts without an exact minimum: placeable() ran for
-  // the plans of the last one.
+  // A new choice starts without an exact minimum: placeable() ran for the plans of the last one.
   void forget_min() { min_exact_ = false; }
 
  private:
-  // A plan of `plans` with this model's streaming and loss chunk.
+  // A plan of `plans` (their streaming decisions included) with this model's loss chunk.
   MemoryPlan with_settings(const std::vector<RankPlan>& plans) const {
     MemoryPlan mp;
     mp.ranks = plans;
-    apply_streaming(mp.ranks);
     for (RankPlan& rp : mp.ranks) rp.loss_chunk_tokens = loss_chunk_;
     return mp;
   }
@@ -360,7 +350,6 @@ class DryRunCostModel {
   Config dry_config_;
   std::int64_t loss_chunk_ = 0;
   bool min_exact_ = false;
-  bool stream_ = false;
 };
 
 // ---- Pass 2: choose levers ------------------------------------------------------------------------
@@ -425,36 +414,6 @@ MemoryPlan choose_and_verify(Measured& measured, DryRunCostModel& model, const M
       break;
     }
     planning_budget -= budget / 20;
-  }
-  return plan;
-}
-
-// Parameter streaming (memory.param_offload) around pass 2 and 3: none and all as set; auto streams
-// every chunk only when the plan without streaming does not fit the budget. A streamed chunk's
-// optimizer is on the host (its CPU AdamW updates the host copies in place), so streaming forces
-// the optimizer placement to all.
-MemoryPlan choose_streaming(Measured& measured, DryRunCostModel& model, const ModelLayout& shape, bool exact_minimum) {
-  const OffloadPolicy policy = measured.param_offload;
-  const OffloadPolicy optimizer = measured.input.optimizer_offload;
-  const std::size_t budget = measured.input.device_budget;  // a choice leaves its planning budget there
-  auto choose = [&](bool stream) {
-    model.set_streaming(stream);
-    measured.input.device_budget = budget;
-    measured.input.optimizer_offload = stream ? OffloadPolicy::All : optimizer;
-    MemoryPlan plan = choose_and_verify(measured, model, shape, exact_minimum);
-    model.apply_streaming(plan.ranks);
-    return plan;
-  };
-  MemoryPlan plan = choose(policy == OffloadPolicy::All);
-  if (policy != OffloadPolicy::Auto) return plan;
-  if (!plan.feasible) return choose(true);
-  // Streaming was not needed; the minimum feasible budget is still the strongest plan's, which
-  // streams (exact for `stp plan`; a run needs only a lower bound).
-  if (exact_minimum) {
-    const MemoryPlan strongest = choose(true);
-    plan.min_device_budget = std::min(plan.min_device_budget, strongest.min_device_budget);
-    model.set_streaming(false);
-    measured.input.optimizer_offload = optimizer;
   }
   return plan;
 }
@@ -529,7 +488,7 @@ MemoryPlan plan_with_loss_chunk(const Config& config, const ModelLayout& shape, 
                                 std::int64_t loss_chunk) {
   Measured measured = measure(config, shape);
   DryRunCostModel model(config, shape, measured, loss_chunk);
-  MemoryPlan plan = choose_streaming(measured, model, shape, exact_minimum);
+  MemoryPlan plan = choose_and_verify(measured, model, shape, exact_minimum);
   plan.optimizer_offload = false;
   for (RankPlan& rp : plan.ranks) {
     rp.loss_chunk_tokens = loss_chunk;

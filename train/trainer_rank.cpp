@@ -69,7 +69,8 @@ void Trainer::Impl::build_param_stream(Rank& r, const RankPlan& rank_plan) {
   r.param_host = std::make_unique<DeviceAllocator>(*r.device, true);
   std::vector<bool> streamed;
   for (int c = 0; c < schedule.chunks; ++c) streamed.push_back(rank_plan.streams_params(c));
-  r.streamer = std::make_unique<ParamStreamer>(*r.device, *r.compute, *r.alloc, std::move(streamed));
+  r.streamer =
+      std::make_unique<ParamStreamer>(*r.device, *r.compute, *r.alloc, std::move(streamed), !rank_plan.late_params);
   Stream& s = r.streamer->copy_stream();
   if (!cpus.copy.empty()) bind_stream_threads_to_cpus(s, cpus.copy);
   if (trace) s.set_trace(trace.get(), r.global, trace::stream::kParamCopy);

@@ -416,17 +416,19 @@ TEST(PlannerOptimizerPlacement, AStreamedChunkCostsOnlyTheCpuUpdate) {
 }
 
 // Parameter streaming's copy time (streaming_exposed_seconds): both directions of the gradients
-// are exposed, the weights only beyond the step's compute; nothing without streaming.
+// are exposed, the weights only beyond the step's compute (all of them under late parameters);
+// nothing without streaming.
 TEST(PlannerStreaming, GradientsAreExposedAndWeightsHideUnderCompute) {
   RankPrediction p;
   p.compute_s = 1.0;
-  EXPECT_EQ(stp::streaming_exposed_seconds(p, 1000), 0.0);  // streaming off adds nothing
+  EXPECT_EQ(stp::streaming_exposed_seconds(p, 1000, false), 0.0);  // streaming off adds nothing
   p.stream_weights_up_bytes = 500;
-  EXPECT_EQ(stp::streaming_exposed_seconds(p, 1000), 0.0);  // 0.5 s of weights under 1 s of compute
+  EXPECT_EQ(stp::streaming_exposed_seconds(p, 1000, false), 0.0);  // 0.5 s of weights under 1 s of compute
   p.stream_grads_up_bytes = 100;
   p.stream_grads_down_bytes = 200;
-  EXPECT_DOUBLE_EQ(stp::streaming_exposed_seconds(p, 1000), 0.3);
-  EXPECT_DOUBLE_EQ(stp::streaming_exposed_seconds(p, 250), 300.0 / 250 + (500.0 / 250 - 1.0));
+  EXPECT_DOUBLE_EQ(stp::streaming_exposed_seconds(p, 1000, false), 0.3);
+  EXPECT_DOUBLE_EQ(stp::streaming_exposed_seconds(p, 250, false), 300.0 / 250 + (500.0 / 250 - 1.0));
+  EXPECT_DOUBLE_EQ(stp::streaming_exposed_seconds(p, 1000, true), 0.3 + 0.5);  // late: no weight hides
 }
 
 // More link bandwidth never predicts more exposed time, whatever the bytes and the compute.
@@ -442,7 +444,7 @@ TEST(PlannerStreaming, AFasterLinkNeverPredictsMore) {
     p.stream_grads_down_bytes = p.stream_grads_up_bytes + bytes(rng);
     double previous = std::numeric_limits<double>::infinity();
     for (double link = 1e8; link <= 1e12; link *= 1.7) {
-      const double exposed = stp::streaming_exposed_seconds(p, link);
+      const double exposed = stp::streaming_exposed_seconds(p, link, trial % 2 == 1);
       EXPECT_LE(exposed, previous) << "trial " << trial << " link " << link;
       EXPECT_GE(exposed, 0.0);
       previous = exposed;
@@ -571,6 +573,177 @@ TEST(PlannerLateReloads, NeverWithoutOffload) {
   stp::MemoryPlan plan = plan_memory(in);
   EXPECT_FALSE(plan.ranks[0].late_reloads);
   EXPECT_EQ(plan.min_device_budget, kWeights + kGradients + kOptimizer + kBuffers + 2 * kSet);
+}
+
+// ---- Late parameters: the last lever of all ------------------------------------------------------
+// The late-reload fake with every chunk streamed (param_offload: all): the device holds a working
+// set of the streamed states, plus the next unit's weights prefetched during a pass unless the rank
+// takes late parameters, which frees them and exposes every weight copy (param_stream_seconds).
+constexpr std::size_t kWorking = 700, kPrefetched = 250;
+
+PlannerInput late_params_problem() {
+  PlannerInput in = late_reload_problem();
+  in.param_offload = OffloadPolicy::All;
+  in.optimizer_offload = OffloadPolicy::All;
+  in.evaluate = [&in](std::vector<RankPlan>& plans) {
+    RankPrediction p;
+    std::size_t kept = 0, copied = 0;
+    for (const stp::UnitPlan& u : plans[0].units[0]) (u.offload ? copied : kept) += kSet;
+    const std::size_t early = copied > 0 && !plans[0].late_reloads ? kSet : 0;
+    const bool streamed = plans[0].streams_params(0);
+    const std::size_t states = streamed ? kWorking + (plans[0].late_params ? 0 : kPrefetched) : kWeights + kGradients;
+    p.peak_device_bytes = states + kBuffers + kept + early;
+    p.offload_bytes_per_step = copied;
+    p.compute_s = kCompute;
+    if (plans[0].late_reloads) p.exposed_copy_s = static_cast<double>(copied) / in.link_bytes_per_s;
+    return std::vector<RankPrediction>{p};
+  };
+  return in;
+}
+
+TEST(PlannerLateParams, OnlyOnceLateReloadsAreNotEnough) {
+  PlannerInput in = late_params_problem();
+  const std::size_t base = kWorking + kBuffers;
+  // Prefetch and an early set fit: neither late lever.
+  in.device_budget = base + kPrefetched + kSet;
+  stp::MemoryPlan plan = plan_memory(in);
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_TRUE(plan.ranks[0].streams_params(0));
+  EXPECT_FALSE(plan.ranks[0].late_reloads);
+  EXPECT_FALSE(plan.ranks[0].late_params);
+  const double prefetched_s = plan.predicted[0].param_stream_s;
+  // Late reloads alone fit: no late parameters.
+  in.device_budget = base + kPrefetched;
+  plan = plan_memory(in);
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_TRUE(plan.ranks[0].late_reloads);
+  EXPECT_FALSE(plan.ranks[0].late_params);
+  EXPECT_EQ(plan.summary.find("late parameters"), std::string::npos) << plan.summary;
+  // One byte less: late parameters too, priced as every weight copy exposed.
+  in.device_budget = base + kPrefetched - 1;
+  plan = plan_memory(in);
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_TRUE(plan.ranks[0].late_reloads);
+  EXPECT_TRUE(plan.ranks[0].late_params);
+  EXPECT_LE(plan.predicted[0].peak_device_bytes, in.device_budget);
+  EXPECT_NE(plan.summary.find("rank 0: late parameters"), std::string::npos) << plan.summary;
+  const stp::ModelStateBytes& chunk = in.chunk_states[0][0];
+  EXPECT_DOUBLE_EQ(plan.predicted[0].param_stream_s, stp::param_stream_seconds(in, chunk, kCompute, true));
+  EXPECT_GT(plan.predicted[0].param_stream_s, prefetched_s);
+  // The strongest plan takes both: the minimum is the working set and the buffers.
+  EXPECT_EQ(plan.min_device_budget, base);
+  in.device_budget = base - 1;
+  EXPECT_FALSE(plan_memory(in).feasible);
+}
+
+// Without streaming there is nothing to take late; with streaming but no activation offload, late
+// parameters are the first late lever.
+TEST(PlannerLateParams, NeverWithoutStreaming) {
+  PlannerInput in = late_params_problem();
+  in.param_offload = OffloadPolicy::None;
+  in.device_budget = SIZE_MAX;
+  stp::MemoryPlan plan = plan_memory(in);
+  EXPECT_FALSE(plan.ranks[0].late_params);
+  EXPECT_FALSE(plan.ranks[0].streams_params(0));
+  EXPECT_EQ(plan.predicted[0].param_stream_s, 0.0);
+  in = late_params_problem();
+  in.offload = OffloadPolicy::None;
+  in.device_budget = kWorking + kBuffers + 2 * kSet;
+  plan = plan_memory(in);
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_FALSE(plan.ranks[0].late_reloads);
+  EXPECT_TRUE(plan.ranks[0].late_params);
+}
+
+// The price of a streamed chunk: the gradients' round trips always, the weight copies beyond the
+// compute that hides them (all of them when late).
+TEST(PlannerLateParams, StreamingPriceHidesPrefetchedWeightsUnderCompute) {
+  PlannerInput in = late_params_problem();
+  in.microbatches = 2;
+  in.link_bytes_per_s = 1e3;
+  const stp::ModelStateBytes chunk{100, 50, 200};
+  const double grads = 2 * 2 * 50 / 1e3, weights = 3 * 2 * 100 / 1e3;  // 0.2 s and 0.6 s
+  EXPECT_DOUBLE_EQ(stp::param_stream_seconds(in, chunk, 0.0, false), grads + weights);
+  EXPECT_DOUBLE_EQ(stp::param_stream_seconds(in, chunk, 0.5, false), grads + weights - 0.5);
+  EXPECT_DOUBLE_EQ(stp::param_stream_seconds(in, chunk, 5.0, false), grads);
+  EXPECT_DOUBLE_EQ(stp::param_stream_seconds(in, chunk, 5.0, true), grads + weights);
+}
+
+// ---- Streaming per chunk: param_offload auto as moves of the search --------------------------------
+// One rank, three chunks of one unit each (no activation levers): the peak is fixed activations plus,
+// per chunk, its weights and gradients unless it streams and its optimizer state unless that is on
+// the host, plus a working set once any chunk streams.
+constexpr std::size_t kStreamWorking = 300;
+
+PlannerInput streaming_problem() {
+  PlannerInput in = placement_problem({2000, 1000, 4000});
+  in.param_offload = OffloadPolicy::Auto;
+  in.evaluate = [&in](std::vector<RankPlan>& plans) {
+    RankPrediction p;
+    std::size_t peak = kActivations;
+    for (std::size_t ch = 0; ch < in.chunk_states[0].size(); ++ch) {
+      const stp::ModelStateBytes& b = in.chunk_states[0][ch];
+      const bool streamed = plans[0].streams_params(static_cast<int>(ch));
+      if (streamed) {
+        EXPECT_EQ(plans[0].optimizer_placement(static_cast<int>(ch)), kHost) << "chunk " << ch;
+      }
+      if (!streamed) peak += b.weights + b.gradients;
+      if (plans[0].optimizer_placement(static_cast<int>(ch)) == kDev) peak += b.optimizer;
+    }
+    if (plans[0].streams_any()) peak += kStreamWorking;
+    p.peak_device_bytes = peak;
+    p.compute_s = kCompute;
+    return std::vector<RankPrediction>{p};
+  };
+  return in;
+}
+
+int streamed_chunks(const stp::MemoryPlan& plan) {
+  int n = 0;
+  for (std::size_t ch = 0; ch < plan.ranks.at(0).units.size(); ++ch)
+    n += plan.ranks[0].streams_params(static_cast<int>(ch));
+  return n;
+}
+
+TEST(PlannerStreaming, AutoStreamsOnlyTheChunksTheBudgetNeeds) {
+  PlannerInput in = streaming_problem();
+  // Every state on the device: 5000 + 7000 + 7000 = 19000 B; every optimizer on the host: 12000 B;
+  // everything streamed: 5300 B, the minimum.
+  in.device_budget = SIZE_MAX;
+  stp::MemoryPlan plan = plan_memory(in);
+  EXPECT_EQ(streamed_chunks(plan), 0);
+  EXPECT_FALSE(plan.optimizer_offload);
+  EXPECT_EQ(plan.min_device_budget, kActivations + kStreamWorking);
+  // Below that, some chunks stream, not all; the peak fits and is priced.
+  for (std::size_t budget : {11000u, 9000u, 7000u}) {
+    in.device_budget = budget;
+    plan = plan_memory(in);
+    SCOPED_TRACE(budget);
+    ASSERT_TRUE(plan.feasible);
+    EXPECT_LE(plan.predicted[0].peak_device_bytes, budget);
+    EXPECT_GT(streamed_chunks(plan), 0);
+    EXPECT_LT(streamed_chunks(plan), 3);
+    EXPECT_GT(plan.predicted[0].param_stream_s, 0.0);
+  }
+  // At the minimum every chunk streams; below it nothing fits.
+  in.device_budget = kActivations + kStreamWorking;
+  plan = plan_memory(in);
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_EQ(streamed_chunks(plan), 3);
+  in.device_budget = kActivations + kStreamWorking - 1;
+  EXPECT_FALSE(plan_memory(in).feasible);
+}
+
+// Of two chunks either of which covers the deficit, the cheaper per byte of it streams: with the
+// optimizer on the host already (all), the smallest chunk that covers it.
+TEST(PlannerStreaming, TheCheapestChunkThatCoversTheDeficitStreams) {
+  PlannerInput in = streaming_problem();
+  in.optimizer_offload = OffloadPolicy::All;
+  in.device_budget = 12000 - 600;  // 600 B over: chunk 1 frees 1000 B, less the 300 B working set
+  stp::MemoryPlan plan = plan_memory(in);
+  ASSERT_TRUE(plan.feasible);
+  EXPECT_EQ(streamed_chunks(plan), 1);
+  EXPECT_TRUE(plan.ranks[0].streams_params(1));
 }
 
 }  // namespace

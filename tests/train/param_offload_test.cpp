@@ -7,7 +7,8 @@
 //   * the measured device peak equals the plan's, and the streamed weights and gradients are in
 //     pinned host memory as planned; the device peak drops;
 //   * it needs the optimizer on the host, and a host budget that holds the streamed states (errors
-//     naming the keys and the numbers, before step 1); auto streams only when the budget needs it.
+//     naming the keys and the numbers, before step 1); auto streams only the chunks the budget
+//     needs (some chunks and not others), and the run measures that plan's peaks.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -348,6 +349,7 @@ TEST(ParamOffloadCost, ThePlanCountsTheStreamedBytesOfAStepAndTheirExposedTime) 
   for (const stp::RankPrediction& p : stp::make_memory_plan(with("none", "1GB/s")).predicted) {
     EXPECT_EQ(p.stream_weights_up_bytes + p.stream_grads_up_bytes + p.stream_grads_down_bytes, 0u);
     EXPECT_EQ(p.exposed_copy_s, 0.0);  // nothing offloads here either
+    EXPECT_EQ(p.param_stream_s, 0.0);
   }
   std::vector<double> previous;
   for (const char* link : {"100MB/s", "1GB/s", "4GB/s", "64GB/s"}) {
@@ -362,14 +364,15 @@ TEST(ParamOffloadCost, ThePlanCountsTheStreamedBytesOfAStepAndTheirExposedTime) 
       EXPECT_LT(p.stream_grads_up_bytes, p.stream_grads_down_bytes) << "device " << g;
       const double grads_s =
           static_cast<double>(p.stream_grads_up_bytes + p.stream_grads_down_bytes) / cfg.memory.link_bandwidth;
-      EXPECT_GE(p.exposed_copy_s, grads_s) << "device " << g << " link " << link;
-      EXPECT_DOUBLE_EQ(p.exposed_copy_s, stp::streaming_exposed_seconds(p, cfg.memory.link_bandwidth));
+      EXPECT_GE(p.param_stream_s, grads_s) << "device " << g << " link " << link;
+      EXPECT_DOUBLE_EQ(p.param_stream_s,
+                       stp::streaming_exposed_seconds(p, cfg.memory.link_bandwidth, plan.ranks[g / 2].late_params));
       if (!previous.empty()) {
-        EXPECT_LE(p.exposed_copy_s, previous[g]) << "device " << g << " link " << link;
+        EXPECT_LE(p.param_stream_s, previous[g]) << "device " << g << " link " << link;
       }
     }
     previous.clear();
-    for (const stp::RankPrediction& p : plan.predicted) previous.push_back(p.exposed_copy_s);
+    for (const stp::RankPrediction& p : plan.predicted) previous.push_back(p.param_stream_s);
   }
   // A real step copies exactly the planned bytes each way.
   stp::Config cfg = with("all", nullptr);
@@ -434,6 +437,51 @@ TEST(ParamOffloadConfig, AutoAfterAFailedUnstreamedChoiceTrainsAsPlanned) {
     const stp::StepResult r = t.step();  // threw out of device memory before the fix
     for (std::size_t g = 0; g < r.peak_device_bytes.size(); ++g)
       EXPECT_EQ(r.peak_device_bytes[g], t.memory_plan().predicted.at(g).peak_device_bytes) << "device " << g;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// auto streams per (rank, chunk): configs/llama-tiny.yaml (stp, tp 2, pp 2, two chunks per rank)
+// at a budget between the minimum without streaming and the one with it streams some chunks but not
+// all, and the run measures the plan's peaks.
+TEST(ParamOffloadConfig, AutoStreamsSomeChunksAndTrainsAsPlanned) {
+  const std::string path = std::string(STP_SOURCE_DIR) + "/configs/llama-tiny.yaml";
+  const std::vector<std::string> o = {"memory.optimizer_offload=auto", "memory.param_offload=auto"};
+  auto minimum = [&](const char* param_offload) {
+    std::vector<std::string> s = o;
+    s.insert(s.end(), {std::string("memory.param_offload=") + param_offload, "memory.device_budget=1MiB"});
+    return stp::make_memory_plan(stp::load_config(path, s), true).min_device_budget;
+  };
+  const std::size_t streamed = minimum("all"), unstreamed = minimum("none");
+  ASSERT_LT(streamed, unstreamed);
+  std::vector<std::string> at = o;
+  at.push_back("memory.device_budget=7300000");  // 6,369,280 B and 7,413,248 B when this was written
+  stp::Config cfg = stp::load_config(path, at);
+  ASSERT_GT(*cfg.memory.device_budget, streamed);
+  ASSERT_LT(*cfg.memory.device_budget, unstreamed);
+  cfg.output.dir = fresh_dir("po_auto_some");
+  stp::Trainer t(cfg);
+  const stp::MemoryPlan& plan = t.memory_plan();
+  int chunks = 0, streaming = 0;
+  for (const auto& rp : plan.ranks)
+    for (std::size_t ch = 0; ch < rp.units.size(); ++ch) {
+      ++chunks;
+      streaming += rp.streams_params(static_cast<int>(ch));
+      if (rp.streams_params(static_cast<int>(ch))) {
+        EXPECT_EQ(rp.optimizer_placement(static_cast<int>(ch)), stp::OptimizerPlacement::Host);
+      }
+    }
+  EXPECT_GT(streaming, 0) << plan.summary;
+  EXPECT_LT(streaming, chunks) << plan.summary;
+  for (int i = 0; i < 2; ++i) {
+    const stp::StepResult r = t.step();
+    for (std::size_t g = 0; g < r.peak_device_bytes.size(); ++g) {
+      EXPECT_EQ(r.peak_device_bytes[g], plan.predicted.at(g).peak_device_bytes) << "device " << g;
+      EXPECT_LE(r.peak_device_bytes[g], *cfg.memory.device_budget) << "device " << g;
+    }
   }
 }
 

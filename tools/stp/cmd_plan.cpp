@@ -6,7 +6,7 @@
 // the vocabulary tables (embedding + LM head, parallel.vocab_parallel) within the weights; one for
 // its pinned host memory (offloaded activations, host-placed model states) and offload traffic;
 // one for the predicted step-time cost (recompute, exposed copies, optimizer offload over the
-// compute, and the CPU optimizer); then the optimizer placement, the host memory of the process
+// compute, the CPU optimizer, and parameter streaming's copies when some device streams); then the optimizer placement, the host memory of the process
 // (train/host_needs.h: pinned against memory.host_budget; pageable, the CPU backend's devices and
 // the total against what this machine has, a note when it does not hold them) and the keep /
 // offload / recompute decisions. Every size is printed once:
@@ -227,6 +227,8 @@ int run(const PlanArgs& a) {
                        {"optimizer", optimizer_json(plan.ranks[g / static_cast<std::size_t>(tp)])},
                        {"param_stream", param_stream_json(plan.ranks[g / static_cast<std::size_t>(tp)])},
                        {"late_reloads", plan.ranks[g / static_cast<std::size_t>(tp)].late_reloads},
+                       {"late_params", plan.ranks[g / static_cast<std::size_t>(tp)].late_params},
+                       {"param_stream_s", stp::json_number(p.param_stream_s, 6)},
                        {"decisions", decisions_json(plan.ranks[g / static_cast<std::size_t>(tp)])}});
     }
     out["ranks"] = std::move(ranks);
@@ -290,12 +292,20 @@ int run(const PlanArgs& a) {
       std::printf("\npinned host memory: none (no activation offloaded, every optimizer on the device)\n");
     }
     std::printf("\npredicted time per step in ms: the compute and what the levers add to it\n");
-    Table time(
-        {"device", "compute time", "added", "recompute", "exposed copies", "optimizer offload", "CPU optimizer"});
+    // Parameter streaming's price in a column of its own when some device streams.
+    const bool streaming = std::any_of(plan.predicted.begin(), plan.predicted.end(),
+                                       [](const stp::RankPrediction& p) { return p.param_stream_s > 0; });
+    std::vector<std::string> time_head = {"device",         "compute time",      "added",        "recompute",
+                                          "exposed copies", "optimizer offload", "CPU optimizer"};
+    if (streaming) time_head.push_back("streaming");
+    Table time(time_head);
     for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
       const stp::RankPrediction& p = plan.predicted[g];
-      time.add({std::to_string(g), ms(p.compute_s), "+" + ms(p.step_cost_s()), ms(p.recompute_s), ms(p.exposed_copy_s),
-                ms(p.optimizer_offload_s), ms(p.cpu_optimizer_s)});
+      std::vector<std::string> row = {std::to_string(g),    ms(p.compute_s),         "+" + ms(p.step_cost_s()),
+                                      ms(p.recompute_s),    ms(p.exposed_copy_s),    ms(p.optimizer_offload_s),
+                                      ms(p.cpu_optimizer_s)};
+      if (streaming) row.push_back(ms(p.param_stream_s));
+      time.add(row);
     }
     time.print();
     std::printf("\n");
