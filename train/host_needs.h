@@ -54,6 +54,18 @@ struct HostNeeds {
   std::size_t total() const;  // pinned() + pageable.peak() + devices
 };
 
+// Bytes of pageable host buffers held now and at most, counted where they are allocated and
+// freed: what the checkpoint save and the loads measure against HostPageable
+// (CheckpointSave::pageable_peak_bytes, Trainer::load_pageable_peak_bytes).
+struct PageableMeter {
+  std::size_t now = 0, peak = 0;
+  void hold(std::size_t bytes) {
+    now += bytes;
+    peak = now > peak ? now : peak;
+  }
+  void release(std::size_t bytes) { now -= bytes; }
+};
+
 // P: the elements of every distinct parameter of the model, in full shapes.
 std::int64_t full_parameter_count(const Config& config);
 
