@@ -7,7 +7,7 @@
 #include "formats/checkpoint.h"
 #include "formats/hf_folder.h"
 #include "formats/tensor_values.h"
-#include "models/registry.h"
+#include "models/hf_names.h"
 #include "train/hf_convert.h"
 #include "train/stage_layout.h"
 #include "train/trainer_impl.h"
