@@ -115,42 +115,48 @@ std::string strip_prefix(const std::string& name) {
   return name.rfind(kPrefix, 0) == 0 ? name.substr(std::strlen(kPrefix)) : name;
 }
 
-std::map<std::string, HostTensor> strip_all(std::map<std::string, HostTensor> in, const std::string& path) {
-  std::map<std::string, HostTensor> out;
+// The tensors of a file in name order, each under its stripped name.
+void strip_all(const SafetensorsReader& file, FileTensorSource& out) {
+  std::map<std::string, const SafetensorsEntry*> by_name;
+  for (const SafetensorsEntry& e : file.tensors()) by_name.emplace(e.name, &e);
   std::map<std::string, std::string> original;  // stripped name -> name in the file
-  for (auto& [name, t] : in) {
+  for (const auto& [name, e] : by_name) {
     std::string n = strip_prefix(name);
     auto [it, fresh] = original.emplace(n, name);
-    STP_CHECK(fresh, path, ": tensors \"", it->second, "\" and \"", name,
+    STP_CHECK(fresh, file.path(), ": tensors \"", it->second, "\" and \"", name,
               "\" are the same tensor once the \"transformer.\" prefix is dropped");
-    out.emplace(n, std::move(t));
+    out.add(n, file, *e);
   }
-  return out;
 }
 
-// Splits optimizer.safetensors into exp_avg / exp_avg_sq maps and checks them against the model.
-void split_moments(std::map<std::string, HostTensor> tensors, Checkpoint& ck, const std::string& path) {
-  for (auto& [name, t] : tensors) {
-    static const std::string avg = ".exp_avg", sq = ".exp_avg_sq";
+// Splits optimizer.safetensors' tensors (`opt`, prefixes stripped) into exp_avg / exp_avg_sq by
+// model tensor name and checks them against the model's.
+void split_moments(const FileTensorSource& opt, const SafetensorsReader& file, const FileTensorSource& model,
+                   FileTensorSource& exp_avg, FileTensorSource& exp_avg_sq, const std::string& path) {
+  static const std::string avg = ".exp_avg", sq = ".exp_avg_sq";
+  std::map<std::string, const SafetensorsEntry*> stripped;  // the file's entries by stripped name
+  for (const SafetensorsEntry& e : file.tensors()) stripped.emplace(strip_prefix(e.name), &e);
+  for (const std::string& name : opt.names()) {
     auto ends = [&](const std::string& suffix) {
       return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
     };
-    if (ends(sq)) ck.exp_avg_sq.emplace(name.substr(0, name.size() - sq.size()), std::move(t));
-    else if (ends(avg)) ck.exp_avg.emplace(name.substr(0, name.size() - avg.size()), std::move(t));
+    const SafetensorsEntry& e = *stripped.at(name);
+    if (ends(sq)) exp_avg_sq.add(name.substr(0, name.size() - sq.size()), file, e);
+    else if (ends(avg)) exp_avg.add(name.substr(0, name.size() - avg.size()), file, e);
     else
       throw Error(
           str("checkpoint: ", path, ": unexpected tensor \"", name, "\" (expected NAME.exp_avg / NAME.exp_avg_sq)"));
   }
-  for (const auto& [name, t] : ck.model) {
-    for (const auto* m : {&ck.exp_avg, &ck.exp_avg_sq}) {
-      auto it = m->find(name);
-      const char* which = m == &ck.exp_avg ? "exp_avg" : "exp_avg_sq";
-      STP_CHECK(it != m->end(), "checkpoint: ", path, " lacks \"", name, ".", which, "\"");
-      STP_CHECK(it->second.shape == t.shape, "checkpoint: ", path, ": \"", name, ".", which, "\" has shape ",
-                to_string(it->second.shape), " but the model tensor has ", to_string(t.shape));
+  for (const std::string& name : model.names()) {
+    for (const FileTensorSource* m : {&exp_avg, &exp_avg_sq}) {
+      const Shape* shape = m->shape(name);
+      const char* which = m == &exp_avg ? "exp_avg" : "exp_avg_sq";
+      STP_CHECK(shape != nullptr, "checkpoint: ", path, " lacks \"", name, ".", which, "\"");
+      STP_CHECK(*shape == *model.shape(name), "checkpoint: ", path, ": \"", name, ".", which, "\" has shape ",
+                to_string(*shape), " but the model tensor has ", to_string(*model.shape(name)));
     }
   }
-  STP_CHECK(ck.exp_avg.size() == ck.model.size() && ck.exp_avg_sq.size() == ck.model.size(), "checkpoint: ", path,
+  STP_CHECK(exp_avg.size() == model.size() && exp_avg_sq.size() == model.size(), "checkpoint: ", path,
             " holds optimizer state for tensors the model file lacks");
 }
 
@@ -295,26 +301,40 @@ CheckpointState read_checkpoint_state(const std::string& dir) {
   return read_state(fs::path(dir) / kStateFile);
 }
 
-Checkpoint read_checkpoint(const std::string& dir) {
+CheckpointReader::CheckpointReader(const std::string& dir) {
   std::error_code ec;
   STP_CHECK(fs::is_directory(dir, ec), "checkpoint: '", dir, "' is not a folder");
   for (const char* f : {kModelFile, kOptimizerFile, kStateFile})
     STP_CHECK(fs::is_regular_file(fs::path(dir) / f, ec), "checkpoint: '", dir, "' is incomplete: ", f, " is missing");
-  Checkpoint ck;
-  ck.state = read_state(fs::path(dir) / kStateFile);
+  state_ = read_state(fs::path(dir) / kStateFile);
   const std::string model_path = (fs::path(dir) / kModelFile).string();
   const std::string opt_path = (fs::path(dir) / kOptimizerFile).string();
-  ck.model = read_model_tensors(model_path);
-  SafetensorsFile opt = read_safetensors_file(opt_path);
-  auto step = opt.metadata.find("step");
-  STP_CHECK(step != opt.metadata.end() && !step->second.empty() &&
+  model_file_ = std::make_unique<SafetensorsReader>(model_path);
+  strip_all(*model_file_, tensors_[0]);
+  optimizer_file_ = std::make_unique<SafetensorsReader>(opt_path);
+  auto step = optimizer_file_->metadata().find("step");
+  STP_CHECK(step != optimizer_file_->metadata().end() && !step->second.empty() &&
                 step->second.find_first_not_of("0123456789") == std::string::npos,
             "checkpoint: ", opt_path, " lacks a numeric \"step\" in its metadata");
   const std::string& digits = step->second;
-  const auto read = std::from_chars(digits.data(), digits.data() + digits.size(), ck.optimizer_step);
+  const auto read = std::from_chars(digits.data(), digits.data() + digits.size(), optimizer_step_);
   STP_CHECK(read.ec == std::errc(), "checkpoint: ", opt_path, ": the \"step\" of its metadata, ", digits,
             ", is out of range (at most ", INT64_MAX, ")");
-  split_moments(strip_all(std::move(opt.tensors), opt_path), ck, opt_path);
+  FileTensorSource opt;
+  strip_all(*optimizer_file_, opt);
+  split_moments(opt, *optimizer_file_, tensors_[0], tensors_[1], tensors_[2], opt_path);
+}
+
+CheckpointReader::~CheckpointReader() = default;
+
+Checkpoint read_checkpoint(const std::string& dir) {
+  const CheckpointReader reader(dir);
+  Checkpoint ck;
+  ck.state = reader.state();
+  ck.optimizer_step = reader.optimizer_step();
+  ck.model = read_all(reader.tensors(CheckpointTensor::Model));
+  ck.exp_avg = read_all(reader.tensors(CheckpointTensor::ExpAvg));
+  ck.exp_avg_sq = read_all(reader.tensors(CheckpointTensor::ExpAvgSq));
   return ck;
 }
 
@@ -340,8 +360,13 @@ std::string find_latest_checkpoint(const std::string& output_dir) {
   return best_path;
 }
 
+void add_model_tensors(const SafetensorsReader& file, FileTensorSource& out) { strip_all(file, out); }
+
 std::map<std::string, HostTensor> read_model_tensors(const std::string& path) {
-  return strip_all(read_safetensors(path), path);
+  const SafetensorsReader file(path);
+  FileTensorSource tensors;
+  strip_all(file, tensors);
+  return read_all(tensors);
 }
 
 }  // namespace stp

@@ -39,7 +39,9 @@
 #include <vector>
 
 #include "formats/safetensors.h"
+#include "formats/safetensors_reader.h"
 #include "formats/safetensors_writer.h"
+#include "formats/tensor_source.h"
 
 namespace stp {
 
@@ -130,6 +132,29 @@ class CheckpointWriter {
   std::unique_ptr<SafetensorsWriter> model_, optimizer_;
 };
 
+// A checkpoint folder read one tensor at a time: the constructor checks everything
+// read_checkpoint checks (the folder, state.json, both files' headers, the optimizer's step, every
+// model tensor's two moments of its shape; the same stp::Errors) and reads no tensor value;
+// tensors(which) then gives the model tensors, or one moment of each, by model tensor name
+// ("transformer." dropped), read one at a time from the files.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& dir);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const CheckpointState& state() const { return state_; }
+  std::int64_t optimizer_step() const { return optimizer_step_; }
+  const TensorSource& tensors(CheckpointTensor which) const { return tensors_[static_cast<int>(which)]; }
+
+ private:
+  CheckpointState state_;
+  std::int64_t optimizer_step_ = 0;
+  std::unique_ptr<SafetensorsReader> model_file_, optimizer_file_;
+  FileTensorSource tensors_[3];  // by CheckpointTensor
+};
+
 // Reads and validates a checkpoint folder.
 Checkpoint read_checkpoint(const std::string& dir);
 
@@ -142,5 +167,9 @@ std::string find_latest_checkpoint(const std::string& output_dir);
 // A model .safetensors (model.init_from or a checkpoint's model file) with "transformer."
 // prefixes stripped; two names that collide after stripping are an error.
 std::map<std::string, HostTensor> read_model_tensors(const std::string& path);
+
+// The tensors of an open model .safetensors under their names with the prefix dropped (the errors
+// of read_model_tensors), added to `out`.
+void add_model_tensors(const SafetensorsReader& file, FileTensorSource& out);
 
 }  // namespace stp

@@ -42,23 +42,29 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index) {
   return out;
 }
 
-std::map<std::string, HostTensor> read_sharded(const fs::path& dir) {
+// The shards' readers, and every tensor's file and name in it (weight-map names), checked as the
+// index says.
+std::map<std::string, std::pair<const SafetensorsReader*, const SafetensorsEntry*>> open_sharded(
+    const fs::path& dir, std::vector<std::unique_ptr<SafetensorsReader>>& files) {
   const fs::path index = dir / kHfIndexFile;
   const auto weight_map = read_weight_map(index);
   std::set<std::string> shards;
   for (const auto& [name, shard] : weight_map) shards.insert(shard);
-  std::map<std::string, HostTensor> out;
+  std::map<std::string, std::pair<const SafetensorsReader*, const SafetensorsEntry*>> out;
   std::map<std::string, std::string> found_in;
   for (const std::string& shard : shards) {
     const fs::path p = dir / shard;
     std::error_code ec;
     STP_CHECK(fs::is_regular_file(p, ec), "HF model: ", index.string(), " names shard ", quoted_text(shard, '\''),
               ", which is missing from ", dir.string());
-    for (auto& [name, t] : read_safetensors(p.string())) {
+    files.push_back(std::make_unique<SafetensorsReader>(p.string()));
+    std::map<std::string, const SafetensorsEntry*> by_name;  // the file's tensors in name order
+    for (const SafetensorsEntry& e : files.back()->tensors()) by_name.emplace(e.name, &e);
+    for (const auto& [name, e] : by_name) {
       auto [it, fresh] = found_in.emplace(name, shard);
       STP_CHECK(fresh, "HF model: tensor ", quoted_text(name, '\''), " is in both ", escaped_text(it->second), " and ",
                 escaped_text(shard));
-      out.emplace(name, std::move(t));
+      out.emplace(name, std::make_pair(files.back().get(), e));
     }
   }
   for (const auto& [name, shard] : weight_map) {
@@ -78,23 +84,33 @@ bool is_model_folder(const std::string& path) {
   return fs::is_directory(path, ec);
 }
 
-std::map<std::string, HostTensor> read_model_source(const std::string& path) {
-  if (!is_model_folder(path)) return read_model_tensors(path);
+ModelSource::ModelSource(const std::string& path) {
+  if (!is_model_folder(path)) {
+    files_.push_back(std::make_unique<SafetensorsReader>(path));
+    add_model_tensors(*files_.back(), tensors_);
+    return;
+  }
   const fs::path dir(path);
   std::error_code ec;
-  std::map<std::string, HostTensor> tensors;
-  if (fs::is_regular_file(dir / kHfIndexFile, ec)) tensors = read_sharded(dir);
-  else if (fs::is_regular_file(dir / kHfModelFile, ec)) tensors = read_safetensors((dir / kHfModelFile).string());
-  else throw Error(str("HF model: folder '", path, "' holds neither ", kHfIndexFile, " nor ", kHfModelFile));
-  // The "transformer." prefix, as for single files (via a temporary file-less strip).
-  std::map<std::string, HostTensor> out;
-  for (auto& [name, t] : tensors) {
+  std::map<std::string, std::pair<const SafetensorsReader*, const SafetensorsEntry*>> tensors;
+  if (fs::is_regular_file(dir / kHfIndexFile, ec)) {
+    tensors = open_sharded(dir, files_);
+  } else if (fs::is_regular_file(dir / kHfModelFile, ec)) {
+    files_.push_back(std::make_unique<SafetensorsReader>((dir / kHfModelFile).string()));
+    for (const SafetensorsEntry& e : files_.back()->tensors())
+      tensors.emplace(e.name, std::make_pair(files_.back().get(), &e));
+  } else {
+    throw Error(str("HF model: folder '", path, "' holds neither ", kHfIndexFile, " nor ", kHfModelFile));
+  }
+  // The "transformer." prefix, as for single files.
+  for (const auto& [name, t] : tensors) {
     static const std::string prefix = "transformer.";
     std::string n = name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
-    STP_CHECK(out.emplace(n, std::move(t)).second, "HF model: '", path, "': tensors ", quoted_text(name, '\''), " and ",
-              quoted_text(n, '\''), " are the same tensor once the \"transformer.\" prefix is dropped");
+    STP_CHECK(tensors_.add(n, *t.first, *t.second), "HF model: '", path, "': tensors ", quoted_text(name, '\''),
+              " and ", quoted_text(n, '\''), " are the same tensor once the \"transformer.\" prefix is dropped");
   }
-  return out;
 }
+
+std::map<std::string, HostTensor> read_model_source(const std::string& path) { return read_all(ModelSource(path)); }
 
 }  // namespace stp

@@ -13,9 +13,12 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "formats/safetensors.h"
+#include "formats/tensor_source.h"
 
 namespace stp {
 
@@ -25,6 +28,21 @@ constexpr const char* kHfConfigFile = "config.json";
 
 // True when `path` is a folder (an HF model folder or a checkpoint).
 bool is_model_folder(const std::string& path);
+
+// The tensors of `path` (a .safetensors file or a folder as above), read one at a time: the
+// constructor opens every file and checks every header, the weight map and the names (the errors
+// read_model_source gives), reading no value; read() then reads one tensor (prefix stripped).
+class ModelSource : public TensorSource {
+ public:
+  explicit ModelSource(const std::string& path);
+  const Shape* shape(const std::string& name) const override { return tensors_.shape(name); }
+  HostTensor read(const std::string& name) const override { return tensors_.read(name); }
+  std::vector<std::string> names() const override { return tensors_.names(); }
+
+ private:
+  std::vector<std::unique_ptr<SafetensorsReader>> files_;
+  FileTensorSource tensors_;
+};
 
 // Every tensor of `path` (a .safetensors file or a folder as above).
 std::map<std::string, HostTensor> read_model_source(const std::string& path);

@@ -18,6 +18,7 @@
 
 #include "base/error.h"
 #include "base/json_fields.h"
+#include "formats/safetensors_reader.h"
 
 static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
 
@@ -26,7 +27,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::uint64_t kMaxHeaderBytes = 100ull << 20;  // the reference implementation's limit
 // Our headers nest three deep; the limit keeps a header of 100 MiB of "[" from building a
 // hundred million nested values.
 constexpr int kMaxDepth = 16;
@@ -143,27 +143,6 @@ struct FileCloser {
 };
 using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
-void read_exact(std::FILE* f, void* dst, std::size_t bytes, std::uint64_t offset, const std::string& path) {
-  if (bytes == 0) return;
-  STP_CHECK(std::fseek(f, static_cast<long>(offset), SEEK_SET) == 0 && std::fread(dst, 1, bytes, f) == bytes, path,
-            ": cannot read ", bytes, " bytes at offset ", offset, " (truncated file?)");
-}
-
-HostTensor load_entry(std::FILE* f, const SafetensorsEntry& e, std::uint64_t data_start, const std::string& path) {
-  HostTensor t;
-  t.shape = e.shape;
-  std::size_t n = static_cast<std::size_t>(numel(e.shape));
-  t.data.resize(n);
-  if (e.dtype == "F32") {
-    read_exact(f, t.data.data(), n * 4, data_start + e.begin, path);
-    return t;
-  }
-  std::vector<std::uint16_t> half(n);
-  read_exact(f, half.data(), n * 2, data_start + e.begin, path);
-  for (std::size_t i = 0; i < n; ++i) t.data[i] = e.dtype == "BF16" ? bf16_to_f32(half[i]) : f16_to_f32(half[i]);
-  return t;
-}
-
 }  // namespace
 
 float bf16_to_f32(std::uint16_t bits) {
@@ -219,27 +198,10 @@ SafetensorsHeader parse_safetensors_header(std::string_view text, std::uint64_t 
 }
 
 SafetensorsFile read_safetensors_file(const std::string& path) {
-  std::error_code ec;
-  std::uint64_t file_bytes = std::filesystem::file_size(path, ec);
-  STP_CHECK(!ec, path, ": cannot open safetensors file: ", ec.message());
-  FilePtr f(std::fopen(path.c_str(), "rb"));
-  STP_CHECK(f, path, ": cannot open safetensors file: ", std::strerror(errno));
-  STP_CHECK(file_bytes >= 8, path, ": not a safetensors file (", file_bytes,
-            " bytes, shorter than the 8-byte header length)");
-  std::uint64_t header_bytes = 0;
-  read_exact(f.get(), &header_bytes, 8, 0, path);
-  STP_CHECK(header_bytes <= file_bytes - 8, path, ": header length ", header_bytes, " exceeds the file size ",
-            file_bytes, " (truncated or not a safetensors file)");
-  STP_CHECK(header_bytes <= kMaxHeaderBytes, path, ": header length ", header_bytes, " exceeds the limit ",
-            kMaxHeaderBytes);
-  std::string header(static_cast<std::size_t>(header_bytes), '\0');
-  read_exact(f.get(), header.data(), header.size(), 8, path);
-
-  std::uint64_t data_start = 8 + header_bytes;
-  SafetensorsHeader h = parse_safetensors_header(header, file_bytes - data_start, path);
+  const SafetensorsReader reader(path);
   SafetensorsFile out;
-  out.metadata = std::move(h.metadata);
-  for (const SafetensorsEntry& e : h.tensors) out.tensors.emplace(e.name, load_entry(f.get(), e, data_start, path));
+  out.metadata = reader.metadata();
+  for (const SafetensorsEntry& e : reader.tensors()) out.tensors.emplace(e.name, reader.read(e));
   return out;
 }
 

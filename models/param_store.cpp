@@ -1,5 +1,6 @@
 #include "models/param_store.h"
 
+#include <cstring>
 #include <random>
 
 #include "base/error.h"
@@ -157,10 +158,15 @@ void ParamStore::load_full(const std::string& name, const std::vector<float>& fu
   // No master here: the f32 values land in the gradient (dead between steps), where the owner of
   // the masters takes its part (DistributedOptimizer::parameters_loaded); the bf16 copy is their rounding
   // (from_f32, the convert kernel's arithmetic: the bits refresh_compute would give).
+  // The rounding is written over the shard from the front (value i's two bytes lie in value i / 2,
+  // already read), so a load holds no buffer besides the shard.
   upload(p.grad, shard.data(), s);
-  std::vector<bf16> rounded(shard.size());
-  for (std::size_t i = 0; i < shard.size(); ++i) rounded[i] = from_f32<bf16>(shard[i]);
-  s.copy(p.compute.raw(), rounded.data(), p.compute.bytes());
+  auto* rounded = reinterpret_cast<unsigned char*>(shard.data());
+  for (std::size_t i = 0; i < shard.size(); ++i) {
+    const bf16 b = from_f32<bf16>(shard[i]);
+    std::memcpy(rounded + i * sizeof(bf16), &b, sizeof(bf16));
+  }
+  s.copy(p.compute.raw(), rounded, p.compute.bytes());
   s.synchronize();
 }
 

@@ -76,7 +76,8 @@ class ParamStore {
   void init_random(std::uint64_t seed, Stream& s);
   // Copies a full host tensor (the layout of ParamInfo::full_shape) into this rank's shard; for a
   // sharded_master parameter, the f32 shard into its gradient (the optimizer adopts its part from
-  // there) and its bf16 rounding into the copy. Synchronizes s.
+  // there) and its bf16 rounding into the copy. Synchronizes s. Holds one host buffer besides
+  // `full`: the shard's f32 values (p.grad.numel() of them; the rounding is written over them).
   void load_full(const std::string& name, const std::vector<float>& full, Stream& s);
   // Rounds the f32 masters into their bf16 GEMM copies, in stream order on s; no-op at f32
   // precision, where `compute` is the master itself. The stage calls it in zero_grads, at the start

@@ -417,13 +417,16 @@ void DistributedOptimizer::parameters_loaded() {
   }
 }
 
-void DistributedOptimizer::load_moments(int which, const std::vector<std::vector<float>>& shards) {
-  STP_ASSERT(shards.size() == params_.list.size(), "load_moments: ", shards.size(), " shards for ", params_.list.size(),
-             " parameters");
+void DistributedOptimizer::load_moment(int which, std::size_t param, const std::vector<float>& shard) {
+  STP_ASSERT(which == 0 || which == 1, "moment ", which);
+  STP_ASSERT(param < params_.list.size(), "load_moment: parameter ", param, " of ", params_.list.size());
   for (const Segment& s : segments_) {
+    if (s.param != param) continue;
+    STP_ASSERT(s.offset + s.count <= shard.size(), "load_moment: ", shard.size(), " values for a segment ending at ",
+               s.offset + s.count);
     Tensor dst = chunks_[s.chunk].state[which].view(static_cast<std::int64_t>(s.state_at),
                                                     Shape{static_cast<std::int64_t>(s.count)});
-    upload(dst, shards[s.param].data() + s.offset, *o_.compute);
+    upload(dst, shard.data() + s.offset, *o_.compute);
   }
 }
 

@@ -92,7 +92,7 @@ class DistributedOptimizer final : public RankOptimizer {
   // gradient.
   std::vector<Tensor> full_parameters() override;
   std::vector<Tensor> full_moments(int which) override;
-  void load_moments(int which, const std::vector<std::vector<float>>& shards) override;
+  void load_moment(int which, std::size_t param, const std::vector<float>& shard) override;
   // After a load or init (ParamStore::load_full and the init leave each sharded_master parameter's
   // f32 shard in its gradient): copies this rank's owned parts into its masters, on compute.
   void parameters_loaded() override;

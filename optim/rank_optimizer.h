@@ -142,8 +142,10 @@ class RankOptimizer {
   // shards in params() order. Views valid until the next such call or step.
   virtual std::vector<Tensor> full_parameters() = 0;
   virtual std::vector<Tensor> full_moments(int which) = 0;
-  // Loads one moment from full per-rank shards (host, params() order; waits for the copies).
-  virtual void load_moments(int which, const std::vector<std::vector<float>>& shards) = 0;
+  // Loads one moment (0: exp_avg, 1: exp_avg_sq) of parameter params()[param] from its full
+  // per-rank shard (host, p.grad.numel() values; waits for the copies). A load of a whole state
+  // is this for every parameter and both moments, in any order.
+  virtual void load_moment(int which, std::size_t param, const std::vector<float>& shard) = 0;
   // The parameters were initialised or loaded (after the stages' init or loads on compute).
   virtual void parameters_loaded() = 0;
   virtual std::int64_t step_count() const = 0;  // steps taken (0 before the first)

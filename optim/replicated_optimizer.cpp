@@ -92,12 +92,13 @@ std::vector<Tensor> ReplicatedOptimizer::full_moments(int which) {
   return out;
 }
 
-void ReplicatedOptimizer::load_moments(int which, const std::vector<std::vector<float>>& shards) {
+void ReplicatedOptimizer::load_moment(int which, std::size_t param, const std::vector<float>& shard) {
   STP_ASSERT(which == 0 || which == 1, "moment ", which);
-  STP_ASSERT(shards.size() == params_.list.size(), "load_moments: ", shards.size(), " shards for ", params_.list.size(),
-             " parameters");
-  for (std::size_t i = 0; i < params_.list.size(); ++i)
-    upload(which == 0 ? adamw_->exp_avg(i) : adamw_->exp_avg_sq(i), shards[i].data(), *o_.compute);
+  STP_ASSERT(param < params_.list.size(), "load_moment: parameter ", param, " of ", params_.list.size());
+  const Tensor& dst = which == 0 ? adamw_->exp_avg(param) : adamw_->exp_avg_sq(param);
+  STP_ASSERT(static_cast<std::int64_t>(shard.size()) == dst.numel(), "load_moment: ", shard.size(), " values for ",
+             dst.numel());
+  upload(dst, shard.data(), *o_.compute);
 }
 
 }  // namespace stp

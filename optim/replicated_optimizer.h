@@ -40,7 +40,7 @@ class ReplicatedOptimizer : public RankOptimizer {
   void settle() override {}
   std::vector<Tensor> full_parameters() override;
   std::vector<Tensor> full_moments(int which) override;
-  void load_moments(int which, const std::vector<std::vector<float>>& shards) override;
+  void load_moment(int which, std::size_t param, const std::vector<float>& shard) override;
   void parameters_loaded() override { copies_current_ = false; }
   std::int64_t step_count() const override { return adamw_->step_count(); }
   void set_step_count(std::int64_t steps) override { adamw_->set_step_count(steps); }

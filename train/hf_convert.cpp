@@ -50,42 +50,57 @@ std::map<std::string, HostTensor> to_hf(const std::vector<HfTensorRule>& rules,
   return out;
 }
 
+bool stp_named(const std::vector<HfTensorRule>& rules, const TensorSource& hf) {
+  // o_proj and down_proj keep their names in both conventions, so the fused names decide for the
+  // whole file.
+  bool stp_names = false;
+  for (const HfTensorRule& r : rules) stp_names = stp_names || (r.parts.size() > 1 && hf.shape(r.name) != nullptr);
+  return stp_names;
+}
+
+HostTensor from_hf_tensor(const HfTensorRule& r, const TensorSource& hf, bool stp_names, const std::string& source,
+                          ValueRule rule, PageableMeter& meter) {
+  if (stp_names) {  // every tensor is taken as it is
+    const Shape* shape = hf.shape(r.name);
+    STP_CHECK(shape != nullptr, source, ": tensor '", r.name, "' is missing");
+    STP_CHECK(*shape == r.shape, source, ": tensor '", r.name, "' has shape ", to_string(*shape), ", the model needs ",
+              to_string(r.shape));
+    HostTensor same = hf.read(r.name);
+    meter.hold(same.data.size() * sizeof(float));
+    check_values(source, r.name, same, rule);
+    return same;
+  }
+  const i64 rows = rows_of(r.shape), cols = r.shape.back();
+  HostTensor full{r.shape, std::vector<float>(static_cast<std::size_t>(rows * cols))};
+  meter.hold(full.data.size() * sizeof(float));
+  for (const HfPart& p : r.parts) {
+    const Shape* shape = hf.shape(p.name);
+    STP_CHECK(shape != nullptr, source, ": tensor '", p.name, "' is missing");
+    const Shape want = hf_part_shape(r, p);
+    STP_CHECK(*shape == want, source, ": tensor '", p.name, "' has shape ", to_string(*shape), ", the model needs ",
+              to_string(want));
+    const HostTensor part = hf.read(p.name);
+    meter.hold(part.data.size() * sizeof(float));
+    check_values(source, p.name, part, rule);
+    const i64 w = p.end - p.begin;
+    const float* src = part.data.data();
+    for (i64 i = 0; i < rows; ++i)
+      for (i64 j = 0; j < w; ++j)
+        full.data[static_cast<std::size_t>(i * cols + p.begin + j)] =
+            src[static_cast<std::size_t>(p.transpose ? j * rows + i : i * w + j)];
+    meter.release(part.data.size() * sizeof(float));
+  }
+  return full;
+}
+
 std::map<std::string, HostTensor> from_hf(const std::vector<HfTensorRule>& rules,
                                           const std::map<std::string, HostTensor>& hf, const std::string& source,
                                           ValueRule rule) {
-  // stp's own names (o_proj and down_proj keep their names in both conventions, so the fused
-  // names decide for the whole file): every tensor is then taken as it is.
-  bool stp_names = false;
-  for (const HfTensorRule& r : rules) stp_names = stp_names || (r.parts.size() > 1 && hf.count(r.name) != 0);
+  const TensorMapSource tensors(hf);
+  const bool stp_names = stp_named(rules, tensors);
+  PageableMeter meter;
   std::map<std::string, HostTensor> out;
-  for (const HfTensorRule& r : rules) {
-    if (stp_names) {
-      auto same = hf.find(r.name);
-      STP_CHECK(same != hf.end(), source, ": tensor '", r.name, "' is missing");
-      STP_CHECK(same->second.shape == r.shape, source, ": tensor '", r.name, "' has shape ",
-                to_string(same->second.shape), ", the model needs ", to_string(r.shape));
-      check_values(source, r.name, same->second, rule);
-      out.emplace(r.name, same->second);
-      continue;
-    }
-    const i64 rows = rows_of(r.shape), cols = r.shape.back();
-    HostTensor full{r.shape, std::vector<float>(static_cast<std::size_t>(rows * cols))};
-    for (const HfPart& p : r.parts) {
-      auto it = hf.find(p.name);
-      STP_CHECK(it != hf.end(), source, ": tensor '", p.name, "' is missing");
-      const Shape want = hf_part_shape(r, p);
-      STP_CHECK(it->second.shape == want, source, ": tensor '", p.name, "' has shape ", to_string(it->second.shape),
-                ", the model needs ", to_string(want));
-      check_values(source, p.name, it->second, rule);
-      const i64 w = p.end - p.begin;
-      const float* src = it->second.data.data();
-      for (i64 i = 0; i < rows; ++i)
-        for (i64 j = 0; j < w; ++j)
-          full.data[static_cast<std::size_t>(i * cols + p.begin + j)] =
-              src[static_cast<std::size_t>(p.transpose ? j * rows + i : i * w + j)];
-    }
-    out.emplace(r.name, std::move(full));
-  }
+  for (const HfTensorRule& r : rules) out.emplace(r.name, from_hf_tensor(r, tensors, stp_names, source, rule, meter));
   return out;
 }
 

@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "formats/safetensors.h"
+#include "formats/tensor_source.h"
 #include "formats/tensor_values.h"
 #include "models/hf_names.h"
+#include "train/host_needs.h"
 
 namespace stp {
 
@@ -39,5 +41,13 @@ HostTensor to_hf_part(const HfTensorRule& r, const HfPart& part, const float* fu
 std::map<std::string, HostTensor> from_hf(const std::vector<HfTensorRule>& rules,
                                           const std::map<std::string, HostTensor>& hf, const std::string& source,
                                           ValueRule rule = ValueRule::Finite);
+
+// The same, one stp tensor at a time (from_hf is this for every rule in order, with the same
+// errors): whether `hf` is in stp's names, then rule `r`'s full tensor, its HF tensors read from
+// `hf` one at a time. `meter` counts the full tensor as held (the caller releases it) and each HF
+// tensor beside it while it is copied in; in stp's names the tensor read is the full one.
+bool stp_named(const std::vector<HfTensorRule>& rules, const TensorSource& hf);
+HostTensor from_hf_tensor(const HfTensorRule& r, const TensorSource& hf, bool stp_names, const std::string& source,
+                          ValueRule rule, PageableMeter& meter);
 
 }  // namespace stp

@@ -30,24 +30,25 @@ std::int64_t full_parameter_count(const Config& config) {
   return count;
 }
 
-// The save holds, on process 0, one parameter's full f32 tensor with one of its shards while it is
-// assembled, then with one of its Hugging Face parts while that is made and written
-// (train/trainer_checkpoint.cpp); the peak is the largest such pair.
-std::size_t checkpoint_save_bytes(const Config& config) {
+// One parameter's full f32 tensor with the larger of one of its shards and one of its Hugging Face
+// tensors, the largest such pair over the distinct parameters, in bytes. The save (process 0)
+// assembles a tied table once, from the stage that holds it first (`every_copy` false); a load
+// hands it to every stage that holds it, whose shards are counted too (`every_copy` true).
+std::size_t full_with_part_bytes(const Config& config, bool every_copy) {
   const sched::Schedule schedule =
       sched::generate(config.parallel.schedule, config.parallel.pp, config.train.microbatches);
   const ModelSpec model = model_spec_of(config);
   std::map<std::string, std::int64_t> largest_part;  // per stp name: its largest HF tensor's elements
   for (const HfTensorRule& r : hf_tensor_rules(model))
     for (const HfPart& p : r.parts) largest_part[r.name] = std::max(largest_part[r.name], numel(hf_part_shape(r, p)));
-  std::set<std::string> earlier;  // taken from an earlier stage: a tied table's second copy is not
-  std::int64_t peak = 0;          // assembled again
+  std::set<std::string> earlier;  // taken from an earlier stage
+  std::int64_t peak = 0;
   for (int r = 0; r < config.parallel.pp; ++r)
     for (int c = 0; c < schedule.chunks; ++c) {
       std::map<std::string, std::int64_t> pair;  // full + the larger of a shard and a part
       for (int t = 0; t < config.parallel.tp; ++t)
         for (const ParamInfo& p : model_param_table(model, stage_spec_of(config, schedule, r, c, t))) {
-          if (earlier.count(p.name)) continue;
+          if (!every_copy && earlier.count(p.name)) continue;
           const std::int64_t shard = p.layout.shard_rows * p.layout.shard_cols;
           std::int64_t& n = pair[p.name];
           n = std::max(n, numel(p.full_shape) + std::max(shard, largest_part[p.name]));
@@ -58,14 +59,14 @@ std::size_t checkpoint_save_bytes(const Config& config) {
 }
 
 HostPageable pageable_host_bytes(const Config& config) {
-  const auto P = static_cast<std::size_t>(full_parameter_count(config)) * sizeof(float);  // one f32 state
-  // The replicas whose ranks load their moment shards at once: all of them in one process; under
-  // an MPI launcher one rank per process, less than one replica.
-  const std::size_t replicas = launched_by_mpi() ? 1 : static_cast<std::size_t>(config.parallel.dp);
   HostPageable b;
-  b.checkpoint_save = checkpoint_save_bytes(config);
-  if (!config.model.init_from.empty()) b.init_from = 2 * P;
-  if (!config.train.resume.empty()) b.resume = (5 + replicas) * P;
+  b.checkpoint_save = full_with_part_bytes(config, false);
+  // A load holds what the save holds, the other way round: a full tensor with one HF tensor while
+  // it is made from them, then with one shard while a rank takes its part (each moment in turn).
+  const std::size_t load =
+      config.model.init_from.empty() && config.train.resume.empty() ? 0 : full_with_part_bytes(config, true);
+  if (!config.model.init_from.empty()) b.init_from = load;
+  if (!config.train.resume.empty()) b.resume = load;
   return b;
 }
 

@@ -13,13 +13,14 @@
 //         it is assembled, then with one of its Hugging Face tensors H while that is cut out and
 //         written: max over the distinct parameters of 4 (F + max(largest S, largest H)) bytes (8F
 //         for the largest tensor at tp 1). Every run saves at its end.
-//       - model.init_from (formats/, train/hf_convert.h): the file's tensors in f32 (4P; a file's
-//         extra tensors, e.g. GPT-2's attention-mask buffers, add their size) and their copy in
-//         stp's names (4P): 8P bytes, freed before step 1.
-//       - train.resume: the checkpoint's three states (12P), the stp-named copies of the parameters
-//         (4P, freed after loading them) and then of both moments (8P), and each rank's shard of
-//         one moment (4P over a replica's ranks, times the replicas this process drives):
-//         (20 + 4 x replicas) P bytes, freed before step 1.
+//       - model.init_from and train.resume (train/trainer_load.cpp), streamed tensor by tensor
+//         out of the files (formats/tensor_source.h): one parameter's (or moment's) full tensor F
+//         with one of its Hugging Face tensors H while it is made from them, then with one shard S
+//         while each local rank that holds it takes its part, one rank after another: the save's
+//         bound, max 4 (F + max(S, H)), with every stage's copy of a tied table counted. Exact for a
+//         file in HF names (what stp writes); a file in stp's names is read whole per tensor (F,
+//         then F + S), at most that. Under an MPI launcher a process that holds no shard of the
+//         largest tensor peaks lower. Freed before step 1.
 //     The token and tokenizer files are not counted: they are read through memory maps
 //     (data/data.h), clean page cache the kernel drops under pressure instead of failing.
 //   * Devices: on the CPU backend the emulated devices' memory is host memory too (the plan's
@@ -52,6 +53,18 @@ struct HostNeeds {
   std::size_t devices = 0;             // CPU backend: the emulated devices' peaks
   std::size_t pinned() const { return pinned_activations + pinned_states; }
   std::size_t total() const;  // pinned() + pageable.peak() + devices
+};
+
+// Bytes of pageable host buffers held now and at most, counted where they are allocated and
+// freed: what the checkpoint save and the loads measure against HostPageable
+// (CheckpointSave::pageable_peak_bytes, Trainer::load_pageable_peak_bytes).
+struct PageableMeter {
+  std::size_t now = 0, peak = 0;
+  void hold(std::size_t bytes) {
+    now += bytes;
+    peak = now > peak ? now : peak;
+  }
+  void release(std::size_t bytes) { now -= bytes; }
 };
 
 // P: the elements of every distinct parameter of the model, in full shapes.

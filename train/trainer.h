@@ -160,6 +160,11 @@ class Trainer {
   // The same, returning the path (process 0; "" on the others); a state that is not good is an
   // stp::Error with CheckpointSave::problem's text.
   std::string save_checkpoint(const std::string& note = {});
+  // The most bytes of pageable host memory that loading model.init_from or train.resume held at
+  // once for the tensors (one full f32 tensor with one Hugging Face tensor or one shard of it; 0
+  // when neither was loaded): what train/host_needs.h predicts as HostPageable::init_from and
+  // HostPageable::resume.
+  std::size_t load_pageable_peak_bytes() const;
   // The tokenizer every checkpoint carries (data/tokenizer_files.h): data.tokenizer, else
   // model.init_from when it is a folder holding a tokenizer, else train.resume's checkpoint when it
   // carries one; "" when there is none (always with data.format text, and in a dry run).

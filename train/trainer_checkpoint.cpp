@@ -1,12 +1,11 @@
 // Full tensors <-> per-rank shards: gathering the model and optimizer state for checkpoints (from
-// replica 0, across processes when the job has several), and loading them back (model.init_from,
-// train.resume) into any dp × tp × pp layout.
+// replica 0, across processes when the job has several) and writing them into checkpoints; loading
+// them back is train/trainer_load.cpp.
 #include <set>
 
 #include "base/error.h"
 #include "config/hf_config.h"
 #include "formats/checkpoint.h"
-#include "formats/hf_folder.h"
 #include "formats/tensor_values.h"
 #include "train/hf_convert.h"
 #include "models/registry.h"
@@ -246,102 +245,6 @@ std::string Trainer::Impl::last_good_state() const {
              config.model.init_from.empty() ? std::string("its seeded initialization")
                                             : str("model.init_from '", config.model.init_from, "'"),
              " and wrote none before (output.checkpoint_every sets how often it writes one)");
-}
-
-// model.init_from: a .safetensors file or an HF model folder, in HF or stp names.
-void Trainer::Impl::load_init_from(const std::string& source) {
-  load_full_tensors(from_hf(hf_tensor_rules(model_spec_of(config)), read_model_source(source), source), source);
-}
-
-// Every parameter of every stage must be present with its full shape; extra tensors (e.g. HF's
-// attention bias buffers) are ignored.
-void Trainer::Impl::load_full_tensors(const std::map<std::string, HostTensor>& full, const std::string& source) {
-  run_on_ranks([&](Rank& r) {
-    r.optimizer->settle();  // an upload in flight would overwrite what is loaded
-    for (auto& s : r.stages) {
-      for (ParamInfo& p : s->params()) {
-        auto it = full.find(p.name);
-        STP_CHECK(it != full.end(), source, ": tensor '", p.name, "' is missing");
-        STP_CHECK(it->second.shape == p.full_shape, source, ": tensor '", p.name, "' has shape ",
-                  to_string(it->second.shape), ", the model needs ", to_string(p.full_shape));
-        s->load_full(p.name, it->second.data, *r.compute);
-      }
-    }
-    r.optimizer->parameters_loaded();  // e.g. the sharded masters' loads wait in the gradients
-  });
-}
-
-void Trainer::Impl::load_optimizer_state(const std::map<std::string, HostTensor>& exp_avg,
-                                         const std::map<std::string, HostTensor>& exp_avg_sq, std::int64_t step) {
-  run_on_ranks([&](Rank& r) {
-    r.optimizer->settle();
-    int w = 0;
-    for (auto* moments : {&exp_avg, &exp_avg_sq}) {
-      std::vector<std::vector<float>> shards;  // this rank's shard of every parameter's moment
-      for (const ParamInfo& p : r.params()) {
-        shards.emplace_back(static_cast<std::size_t>(p.grad.numel()));
-        p.layout.scatter(moments->at(p.name).data.data(), shards.back().data());
-      }
-      r.optimizer->load_moments(w++, shards);
-    }
-    r.optimizer->set_step_count(step);
-  });
-}
-
-// A shuffled order continues mid-epoch only if the resumed run reads the same windows in the same
-// places: the same data (so the same W), the same seed (so the same order) and the same global
-// batch (so the same next sequence after the checkpoint's step). The order itself is recomputed from b
-// (data/window_shuffle.h); what the checkpoint recorded is checked against it, so a changed dataset is an error, not
-// another order.
-void Trainer::Impl::check_shuffle_position(const std::string& dir, const CheckpointState& state) const {
-  const TrainConfig& t = config.train;
-  const std::uint64_t next =
-      sequence_index(state.step + 1, 0, 0, config.parallel.dp, t.microbatches, t.micro_batch_size);
-  STP_CHECK(state.data_position == next, "train.resume '", dir, "': the checkpoint's next sequence is ",
-            state.data_position, " (data_position), but step ", state.step + 1, " of this config starts at sequence ",
-            next, " (global batch parallel.dp ", config.parallel.dp, " x train.microbatches ", t.microbatches,
-            " x train.micro_batch_size ", t.micro_batch_size,
-            "): data.sampling shuffle continues its epoch only with the global batch the checkpoint was trained with");
-  if (!state.shuffle || !dataset) return;  // written under another data.sampling: the shuffle starts at b
-  const ShufflePosition& s = *state.shuffle;
-  const std::uint64_t windows = dataset->windows();
-  STP_CHECK(s.windows >= 1 && s.epoch * s.windows + s.index == state.data_position && s.index < s.windows,
-            "train.resume '", dir, "': state.json's shuffle position (epoch ", s.epoch, ", index ", s.index, " of ",
-            s.windows, " windows) does not give its data_position ", state.data_position,
-            "; the file was edited or damaged");
-  STP_CHECK(
-      s.tokens == dataset->num_tokens() && s.seq_len == std::uint64_t(config.model.seq_len) && s.windows == windows,
-      "train.resume '", dir, "': the checkpoint stopped at window ", s.index, " of epoch ", s.epoch,
-      " of a shuffle of ", s.windows, " windows (", s.tokens, " tokens, model.seq_len ", s.seq_len,
-      "), but data.path '", config.data.path, "' now holds ", dataset->num_tokens(), " tokens, ", windows,
-      " windows of model.seq_len ", config.model.seq_len,
-      ": the data changed, so the epoch cannot be continued; resume with the data the checkpoint was "
-      "trained on, or start a fresh run (model.init_from the checkpoint) on the new data");
-  STP_CHECK(state.rng_seed == config.train.seed, "train.resume '", dir,
-            "': the checkpoint's shuffle is seeded by train.seed ", state.rng_seed, " but this run's train.seed is ",
-            config.train.seed,
-            ": another seed orders the epoch otherwise, reading some windows again and others never; resume with "
-            "train.seed ",
-            state.rng_seed);
-}
-
-void Trainer::Impl::resume(const std::string& dir) {
-  Checkpoint ck = read_checkpoint(dir);
-  std::string want = config_fingerprint(config);
-  STP_CHECK(ck.state.config_fingerprint.empty() || ck.state.config_fingerprint == want, "train.resume '", dir,
-            "': the checkpoint was written for a different model shape (fingerprint ", ck.state.config_fingerprint,
-            ", this config ", want, ")");
-  if (config.data.sampling == "shuffle") check_shuffle_position(dir, ck.state);
-  const auto rules = hf_tensor_rules(model_spec_of(config));
-  load_full_tensors(from_hf(rules, ck.model, dir + "/model.safetensors"), dir + "/model.safetensors");
-  load_optimizer_state(
-      from_hf(rules, ck.exp_avg, dir + "/optimizer.safetensors (exp_avg)"),
-      from_hf(rules, ck.exp_avg_sq, dir + "/optimizer.safetensors (exp_avg_sq)", ValueRule::FiniteNonNegative),
-      ck.optimizer_step);
-  steps_done = ck.state.step;
-  last_good_path = dir;
-  last_good_step = ck.state.step;
-  last_good_resumed = true;
 }
 
 }  // namespace stp

@@ -15,27 +15,19 @@
 #include "data/data.h"
 #include "data/tokenizer_files.h"
 #include "formats/checkpoint.h"
+#include "formats/tensor_values.h"
+#include "models/hf_names.h"
 #include "optim/lr_schedule.h"
 #include "schedule/schedule.h"
 #include "train/fault_hook.h"
 #include "train/rank.h"
 #include "train/rank_layout.h"
+#include "train/host_needs.h"
 #include "train/trainer.h"
 
 namespace stp {
 
 struct CommGroup;  // one communicator group while the trainer is built (train/trainer_setup.cpp)
-
-// Bytes of pageable host buffers held now and at most: the checkpoint save's tensors
-// (CheckpointSave::pageable_peak_bytes).
-struct PageableMeter {
-  std::size_t now = 0, peak = 0;
-  void hold(std::size_t bytes) {
-    now += bytes;
-    peak = now > peak ? now : peak;
-  }
-  void release(std::size_t bytes) { now -= bytes; }
-};
 
 struct Trainer::Impl {
   Impl(const Config& config, TrainerOptions options);
@@ -113,9 +105,15 @@ struct Trainer::Impl {
   // What a checkpoint of the current state writes besides its tensors (CheckpointWriter).
   CheckpointData checkpoint_info(const std::string& note) const;
   void load_init_from(const std::string& source);
-  void load_full_tensors(const std::map<std::string, HostTensor>& full, const std::string& source);
-  void load_optimizer_state(const std::map<std::string, HostTensor>& exp_avg,
-                            const std::map<std::string, HostTensor>& exp_avg_sq, std::int64_t step);
+  // Loading (train/trainer_load.cpp): every parameter of every stage is one of the model's tensors
+  // with its full shape (errors name `source`).
+  void check_loadable(const std::vector<HfTensorRule>& rules, const std::string& source);
+  // Each of the model's tensors read from `tensors` (HF or stp names), checked by `rule`, handed to
+  // `each` in turn and freed before the next is read.
+  void load_each(const TensorSource& tensors, const std::string& source, ValueRule rule,
+                 const std::function<void(const std::string&, const std::vector<float>&)>& each);
+  void load_parameters(const TensorSource& tensors, const std::string& source);
+  void load_moments(const CheckpointReader& ck, const std::string& dir);  // and the optimizer's step
   // data.sampling shuffle: the checkpoint's data position is the one this run continues from.
   void check_shuffle_position(const std::string& dir, const CheckpointState& state) const;
   void resume(const std::string& dir);
@@ -150,6 +148,7 @@ struct Trainer::Impl {
   std::string last_good_path;
   std::int64_t last_good_step = 0;
   bool last_good_resumed = false;
+  PageableMeter load_meter;           // model.init_from's or train.resume's tensors (Trainer::load_pageable_peak_bytes)
   std::vector<std::string> warnings;  // Trainer::warnings
 };
 

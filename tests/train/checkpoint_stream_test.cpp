@@ -2,7 +2,8 @@
 // are byte for byte those of the state gathered whole and written at once (what the save did
 // before: every tensor of the parameters and both moments on process 0, converted to HF names and
 // layouts, write_checkpoint), for every mechanism that holds the state and every split of it;
-// and the pageable memory it holds at once is exactly train/host_needs.h's prediction.
+// and the pageable memory it holds at once is exactly train/host_needs.h's prediction. Loading
+// it back streams as well: bitwise, at the predicted peak.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -106,5 +107,46 @@ std::string case_name(const ::testing::TestParamInfo<std::vector<std::string>>& 
 }
 
 INSTANTIATE_TEST_SUITE_P(Mechanisms, StreamedSave, ::testing::ValuesIn(kCases), case_name);
+
+class StreamedLoad : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+void expect_same(const std::map<std::string, stp::HostTensor>& a, const std::map<std::string, stp::HostTensor>& b,
+                 const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (const auto& [name, t] : a) {
+    ASSERT_TRUE(b.count(name)) << what << " " << name;
+    EXPECT_TRUE(t.shape == b.at(name).shape && t.data == b.at(name).data) << what << " " << name << " differs";
+  }
+}
+
+// train.resume and model.init_from of a checkpoint, loaded tensor by tensor (train/trainer_load.cpp):
+// the state is the saved one bit for bit, and the pageable memory the load held at once is exactly
+// train/host_needs.h's prediction, far below the whole state.
+TEST_P(StreamedLoad, LoadsTheStateBitwiseAndHoldsThePredictedPeak) {
+  stp::Config cfg = tiny_config(GetParam());
+  cfg.output.dir = fresh_dir("load");
+  stp::Trainer t(cfg);
+  t.step();
+  t.step();
+  const std::string path = t.save_checkpoint();
+  const auto state_bytes = 3 * sizeof(float) * static_cast<std::size_t>(stp::full_parameter_count(cfg));
+
+  stp::Config resumed = cfg;
+  resumed.train.resume = path;
+  stp::Trainer r(resumed);
+  EXPECT_EQ(r.load_pageable_peak_bytes(), stp::pageable_host_bytes(resumed).resume);
+  EXPECT_LT(r.load_pageable_peak_bytes(), state_bytes / 3) << "less than one whole state";
+  expect_same(r.full_parameters(), t.full_parameters(), "parameters");
+  expect_same(r.full_moments(0), t.full_moments(0), "exp_avg");
+  expect_same(r.full_moments(1), t.full_moments(1), "exp_avg_sq");
+
+  stp::Config init = cfg;
+  init.model.init_from = path;
+  stp::Trainer i(init);
+  EXPECT_EQ(i.load_pageable_peak_bytes(), stp::pageable_host_bytes(init).init_from);
+  expect_same(i.full_parameters(), t.full_parameters(), "model.init_from's parameters");
+}
+
+INSTANTIATE_TEST_SUITE_P(Mechanisms, StreamedLoad, ::testing::ValuesIn(kCases), case_name);
 
 }  // namespace

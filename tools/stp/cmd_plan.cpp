@@ -119,8 +119,8 @@ void add_host_json(nlohmann::ordered_json& out, const stp::HostNeeds& host, cons
 
 // Which phase gives the pageable peak (train/host_needs.h).
 const char* pageable_phase(const stp::HostPageable& p) {
-  if (p.peak() == p.resume && p.resume) return "reading train.resume's checkpoint";
-  if (p.peak() == p.init_from && p.init_from) return "reading model.init_from";
+  if (p.peak() == p.resume && p.resume) return "reading train.resume's checkpoint: one full f32 tensor at a time";
+  if (p.peak() == p.init_from && p.init_from) return "reading model.init_from: one full f32 tensor at a time";
   return "the checkpoint save: one full f32 tensor at a time";
 }
 
