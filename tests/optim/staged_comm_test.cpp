@@ -14,6 +14,7 @@
 #include "core/cpu/cpu_device.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "memory/block_arena.h"
 #include "optim/staged_comm.h"
 
 namespace {
@@ -33,20 +34,22 @@ struct Ranks {
   std::vector<std::unique_ptr<stp::CpuDevice>> devs = stp::make_cpu_devices(kRanks);
   std::vector<std::unique_ptr<stp::Communicator>> comms = stp::make_host_comms(kRanks);
   std::vector<std::unique_ptr<stp::Stream>> streams;
-  std::vector<std::unique_ptr<stp::DeviceAllocator>> memory;
+  // The caching arena training uses: a block is free for the next request once the host drops it
+  // (stream-ordered by fences), so its peak is what the device holds at once.
+  std::vector<std::unique_ptr<stp::BlockArena>> memory;
   std::vector<std::unique_ptr<stp::StagedComm>> staged;
 
   explicit Ranks(bool dry = false) {
     for (int r = 0; r < kRanks; ++r) {
       streams.push_back(devs[r]->create_stream("dp-comm"));
-      memory.push_back(std::make_unique<stp::DeviceAllocator>(*devs[r]));
+      memory.push_back(std::make_unique<stp::BlockArena>(*devs[r], *streams[r], stp::device_arena_options(*devs[r])));
       staged.push_back(std::make_unique<stp::StagedComm>(dry ? nullptr : comms[r].get(), *memory[r], r, kRanks));
     }
   }
   void synchronize() {
     for (auto& s : streams) s->synchronize();
   }
-  std::size_t peak(int r) const { return devs[r]->memory_stats().peak; }
+  std::size_t peak(int r) const { return memory[r]->stats().peak_allocated; }
 };
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -72,7 +75,7 @@ TEST(StagedComm, AllReduceInPiecesIsBitwiseTheDirectOne) {
     EXPECT_EQ(c.largest_piece_bytes, piece * sizeof(float));
     EXPECT_EQ(c.h2d_bytes, n * sizeof(float));
     EXPECT_EQ(c.d2h_bytes, n * sizeof(float));
-    EXPECT_LE(staged.peak(r), piece * sizeof(float)) << "rank " << r << ": more than one piece at a time";
+    EXPECT_EQ(staged.peak(r), piece * sizeof(float)) << "rank " << r << ": more than one piece at a time";
     EXPECT_GT(staged.peak(r), 0u);
   }
 }
@@ -95,7 +98,7 @@ TEST(StagedComm, ReduceScatterLeavesTheDirectSumInTheOwnedSlice) {
     const std::vector<float> input = values(r, n);  // the other slices keep this rank's values
     EXPECT_EQ(std::memcmp(got[r].data(), input.data(), s.first * sizeof(float)), 0) << "rank " << r;
     EXPECT_EQ(staged.staged[r]->counters().d2h_bytes, s.count * sizeof(float));
-    EXPECT_LE(staged.peak(r), n * sizeof(float) + 64) << "rank " << r;
+    EXPECT_LE(staged.peak(r), n * sizeof(float) + 512) << "rank " << r;
   }
 }
 

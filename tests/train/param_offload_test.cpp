@@ -124,7 +124,8 @@ INSTANTIATE_TEST_SUITE_P(Schedules, ParamOffload, ::testing::ValuesIn(cases()), 
 // The collectives over the streamed host buffers staged through device pieces
 // (parallel.host_collectives: staged, the path the cuda backend runs; optim/staged_comm.h) at
 // tp 2 x pp 2 x dp 2: the dp all-reduce, or the distributed optimizer's reduce-scatter and
-// all-gather, and gpt2's tied-embedding sum over the first and the last stage. Losses,
+// all-gather, and gpt2's tied-embedding sum over the first and the last stage (1f1b: on two pipeline
+// ranks; zb-v for llama, two chunks per rank). Losses,
 // parameters and both checkpoint files are bitwise those without streaming and those of the
 // direct (unstaged) streamed run, and every device's measured peak is the plan's: the dry run
 // allocates the same pieces (the plan is one replica's: device g has replica rank g % 4's).
@@ -153,11 +154,17 @@ CheckpointedRun train_dp_checked(std::vector<std::string> o, const std::string& 
 
 TEST_P(ParamOffloadStaged, IsBitwiseTheDirectRunAndTheRunWithoutStreaming) {
   const Case c = GetParam();
-  std::vector<std::string> staged = overrides(c, true);
-  staged.push_back("parallel.host_collectives=staged");
-  const CheckpointedRun off = train_dp_checked(overrides(c, false), "pstaged_off"),
-                        direct = train_dp_checked(overrides(c, true), "pstaged_direct"),
-                        on = train_dp_checked(staged, "pstaged_on");
+  // One bucket per chunk: the staging piece is a chunk's whole buffer, large enough to show in the
+  // peak (a 4 KiB one hides under it).
+  auto with = [&](bool stream, bool staged) {
+    std::vector<std::string> o = overrides(c, stream);
+    o.push_back("parallel.dp_bucket=null");
+    if (staged) o.push_back("parallel.host_collectives=staged");
+    return o;
+  };
+  const CheckpointedRun off = train_dp_checked(with(false, false), "pstaged_off"),
+                        direct = train_dp_checked(with(true, false), "pstaged_direct"),
+                        on = train_dp_checked(with(true, true), "pstaged_on");
   stp::testing::expect_bitwise_equal(on, off);
   stp::testing::expect_bitwise_equal(on, direct);
   EXPECT_TRUE(on.model_file == off.model_file) << "model.safetensors differs";
@@ -168,7 +175,7 @@ std::vector<Case> staged_cases() {
   std::vector<Case> out;
   for (bool distributed : {false, true})
     for (bool llama : {false, true})
-      for (bool bf16 : {false, true}) out.push_back(Case{llama ? "zb-v" : "stp", bf16, llama, 2, distributed});
+      for (bool bf16 : {false, true}) out.push_back(Case{llama ? "zb-v" : "1f1b", bf16, llama, 2, distributed});
   return out;
 }
 
@@ -202,6 +209,29 @@ Measured measure(std::vector<std::string> o, const std::string& dir) {
   out.memory = t.device_memory();
   out.plan = t.memory_plan();
   return out;
+}
+
+// Wider layers (a chunk's gradients of about 1.5 MB against small activations), one bucket per
+// chunk: the staging piece raises the device peak above the direct streamed run's, and the plan
+// counts it to the byte (the dry run stages too).
+TEST(ParamOffloadStagedMemory, ThePiecesRaiseThePeakAsPlanned) {
+  for (bool distributed : {false, true}) {
+    SCOPED_TRACE(distributed ? "distributed" : "replicated");
+    std::vector<std::string> o = overrides(Case{"1f1b", false, false, 2, distributed}, true);
+    o.insert(o.end(), {"model.n_layer=16", "model.n_embd=128", "parallel.dp_bucket=null"});
+    std::vector<std::string> staged = o;
+    staged.push_back("parallel.host_collectives=staged");
+    const Measured direct = measure(o, "pstaged_mem_direct"), on = measure(staged, "pstaged_mem_on");
+    ASSERT_EQ(on.peaks.size(), 2 * on.plan.predicted.size());
+    bool higher = false;
+    for (std::size_t g = 0; g < on.peaks.size(); ++g) {
+      const std::size_t planned = on.plan.predicted[g % on.plan.predicted.size()].peak_device_bytes;
+      EXPECT_EQ(on.peaks[g], planned) << "device " << g;
+      EXPECT_GE(on.peaks[g], direct.peaks[g]) << "device " << g;
+      higher = higher || on.peaks[g] > direct.peaks[g];
+    }
+    EXPECT_TRUE(higher) << "no staging piece showed in any peak";
+  }
 }
 
 // Measured device peak == the plan's; the streamed states are on the host as planned (the plan's
