@@ -105,6 +105,7 @@ struct ParallelConfig {
   std::string schedule;                    // gpipe | 1f1b | 1f1b-i | zb-h1 | zb-v | stp
   double tp_link_bandwidth = 0;            // CPU backend: emulated TP all-reduce rate, bytes/s; 0 = unlimited
   int cpu_threads = 0;                     // after load_config: >= 1 (0 in the file = the number of processors)
+  std::string host_collectives;            // auto | staged (stages_host_collectives)
 };
 
 struct MemoryConfig {
@@ -197,6 +198,13 @@ void apply_override(Config& cfg, const std::string& assignment);
 // Consistency checks that need only the config (ranges, divisibility, backend/precision).
 // Whether the schedule can place model.n_layer on parallel.pp ranks is checked by schedule/.
 void validate_config(const Config& cfg);
+
+// Whether the collectives over a streamed chunk's pinned host buffers (the dp reductions, the tied
+// embedding's gradient sum) go through a device staging piece (optim/staged_comm.h):
+// parallel.host_collectives staged, or auto on the cuda backend, whose NCCL cannot read host memory.
+inline bool stages_host_collectives(const Config& c) {
+  return c.parallel.host_collectives == "staged" || c.parallel.backend == "cuda";
+}
 
 // The largest train.lr whose AdamW update is finite in f32 for every finite gradient history
 // from zero moments (the derivation is at its definition, config/config_validate.cpp, and in

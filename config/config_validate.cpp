@@ -114,16 +114,6 @@ void validate_memory_output(const Config& c) {
             " streams the weights and gradients from pinned host memory, where the CPU AdamW updates them, but "
             "memory.optimizer_offload = none keeps the optimizer on the device; set memory.optimizer_offload: all "
             "(or auto), or memory.param_offload: none");
-  STP_CHECK(c.memory.param_offload == "none" || c.parallel.backend != "cuda" || c.parallel.dp == 1,
-            "config: memory.param_offload = ", c.memory.param_offload, " with parallel.dp = ", c.parallel.dp,
-            " on the cuda backend: the streamed gradients live in pinned host memory, which NCCL cannot reduce "
-            "over the replicas; set parallel.dp: 1 or memory.param_offload: none");
-  const bool tied = c.model.tie_embeddings == "true" || (c.model.tie_embeddings == "auto" && c.model.arch == "gpt2");
-  STP_CHECK(c.memory.param_offload == "none" || c.parallel.backend != "cuda" || c.parallel.pp == 1 || !tied,
-            "config: memory.param_offload = ", c.memory.param_offload, " with parallel.pp = ", c.parallel.pp,
-            " and tied embeddings on the cuda backend: the tied embedding's gradients, summed over the first and "
-            "the last stage, live in pinned host memory, which NCCL cannot reduce; set parallel.pp: 1, "
-            "model.tie_embeddings: false (llama) or memory.param_offload: none");
   check_at_least("output.log_every", c.output.log_every, std::int64_t{1});
   check_at_least("output.checkpoint_every", c.output.checkpoint_every, std::int64_t{0});
 }

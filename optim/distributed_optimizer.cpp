@@ -35,6 +35,10 @@ void DistributedOptimizer::attach(const std::vector<Stage*>& stages) {
   STP_ASSERT(host_chunks_.size() == stages.size(), "DistributedOptimizer: ", host_chunks_.size(), " placements for ",
              stages.size(), " chunks");
   for (Stage* s : stages) add_chunk(*s);
+  const std::vector<bool> staged = staged_chunks(o_, stages);
+  for (std::size_t c = 0; c < chunks_.size(); ++c) chunks_[c].staged = staged[c];
+  if (std::find(staged.begin(), staged.end(), true) != staged.end())
+    staging_ = std::make_unique<StagedComm>(comm_, *o_.alloc, o_.dp_rank, o_.dp);
   for (std::size_t i = 0; i < params_.list.size(); ++i) add_segments(i);
   for (const Segment& s : segments_) {
     const ParamInfo& p = params_.list[s.param];
@@ -167,7 +171,7 @@ void DistributedOptimizer::add_segments(std::size_t i) {
 
 OptimizerHooks DistributedOptimizer::hooks() {
   OptimizerHooks h;
-  if (comm_) h.grads_final = [this](int chunk) { chunk_final(chunk); };
+  if (comm_ || staging_) h.grads_final = [this](int chunk) { chunk_final(chunk); };
   h.params_needed = [this](int chunk) { params_needed(chunk); };
   return h;
 }
@@ -236,7 +240,7 @@ void DistributedOptimizer::reduce(std::size_t chunk) {
   Chunk& c = chunks_[chunk];
   STP_ASSERT(!c.started, "chunk ", chunk, "'s gradients reported final twice in one step");
   c.started = true;
-  if (!comm_) return;
+  if (!communicates(c)) return;
   o_.compute->record(*c.final);
   dp_stream_->wait(*c.final);
   for (std::size_t b = 0; b < c.buckets.size(); ++b) {
@@ -245,7 +249,8 @@ void DistributedOptimizer::reduce(std::size_t chunk) {
       dp_stream_->trace_begin(
           str("RS dp chunk ", chunk, " bucket ", b), trace::cat::kDpComm,
           TraceArgs().add(trace::arg::kChunk, chunk).add(trace::arg::kBytes, count * sizeof(float)));
-    comm_->reduce_scatter_sum(*dp_stream_, c.grads.f32() + first, count);
+    if (c.staged) staging_->reduce_scatter_sum(*dp_stream_, c.grads.f32() + first, count);
+    else comm_->reduce_scatter_sum(*dp_stream_, c.grads.f32() + first, count);
     if (o_.trace) dp_stream_->trace_end();
   }
   // An early host chunk (speculation) downloads its owned slices once they hold the sums.
@@ -256,7 +261,7 @@ void DistributedOptimizer::finish_gradients(const std::function<void()>& sum_tie
   sum_tied();
   for (std::size_t c = 0; c < chunks_.size(); ++c)
     if (!chunks_[c].started) reduce(c);
-  if (!comm_) return;
+  if (!comm_ && !staging_) return;
   dp_stream_->record(*done_);
   o_.compute->wait(*done_);
 }
@@ -295,7 +300,9 @@ void DistributedOptimizer::gather(std::size_t chunk, float* data, bf16* copies, 
                               TraceArgs()
                                   .add(trace::arg::kChunk, chunk)
                                   .add(trace::arg::kBytes, count * (as_bf16 ? sizeof(bf16) : sizeof(float))));
-    if (as_bf16) comm_->all_gather_bf16(*dp_stream_, copies + (first - c.split), count);
+    if (as_bf16 && c.staged) staging_->all_gather_bf16(*dp_stream_, copies + (first - c.split), count);
+    else if (as_bf16) comm_->all_gather_bf16(*dp_stream_, copies + (first - c.split), count);
+    else if (c.staged) staging_->all_gather(*dp_stream_, data + first, count);
     else comm_->all_gather(*dp_stream_, data + first, count);
     if (o_.trace) dp_stream_->trace_end();
   }
@@ -335,8 +342,8 @@ void DistributedOptimizer::step(float lr) {
   if (!host_) return;
   // The CPU updates the host chunks' owned segments; each gathers once uploaded.
   host_->step(lr, o_.hyper, step);
-  for (std::size_t ci = 0; comm_ && ci < chunks_.size(); ++ci) {
-    if (!on_host(ci)) continue;
+  for (std::size_t ci = 0; ci < chunks_.size(); ++ci) {
+    if (!on_host(ci) || !communicates(chunks_[ci])) continue;
     dp_stream_->wait(host_->uploaded(ci));
     gather_parameters(ci);
   }

@@ -38,6 +38,12 @@
 // after updating one it rounds it into its slice of the copy (convert), and the tail buckets are
 // all-gathered in bf16, the head buckets in f32. Offloaded, the owned masters are host memory and
 // HostUpdate host masters (their rounding is uploaded into the copy).
+//
+// Staged chunks (RankOptimizerOptions::stage_host_collectives: a streamed chunk's gradients,
+// parameters and copies live in pinned host memory, which the communicator cannot read): each
+// bucket's reduce-scatter and all-gather go through one device piece of the bucket's size
+// (optim/staged_comm.h), the same collectives on the same values. A dry run of a larger job (no
+// communicator) runs them too, sending nothing, so the plan counts the pieces.
 #pragma once
 
 #include <cstddef>
@@ -53,6 +59,7 @@
 #include "optim/grad_clipper.h"
 #include "optim/rank_optimizer.h"
 #include "optim/rank_optimizer_parts.h"
+#include "optim/staged_comm.h"
 
 namespace stp {
 
@@ -122,6 +129,7 @@ class DistributedOptimizer final : public RankOptimizer {
     Tensor state[2];
     std::unique_ptr<Event> final, gathered;
     bool started = false, delayed = false;
+    bool staged = false;          // its collectives go through staging_ (staged_chunks)
     bool gather_pending = false;  // gathered recorded, compute not ordered after it yet
   };
   void add_chunk(Stage& stage);
@@ -139,6 +147,8 @@ class DistributedOptimizer final : public RankOptimizer {
   float* master(const Segment& s) const;  // the f32 master of a segment (param or masters)
   bf16* copy(const Segment& s) const;     // a sharded_master segment's part of its bf16 copy
   bool on_host(std::size_t chunk) const { return host_ && host_chunks_.at(chunk); }
+  // Whether the chunk's collectives run: with a communicator, or staged (also in a dry run).
+  bool communicates(const Chunk& c) const { return comm_ || c.staged; }
 
   RankOptimizerOptions o_;
   Communicator* comm_;             // options.dp_comm
@@ -161,6 +171,7 @@ class DistributedOptimizer final : public RankOptimizer {
   // Declared last, destroyed first: the CPU update waits in its destructor for the work that
   // reads the state above.
   std::unique_ptr<Stream> dp_stream_;
+  std::unique_ptr<StagedComm> staging_;  // when a chunk is staged
   std::unique_ptr<Event> done_;
   std::unique_ptr<HostUpdate> host_;  // when a chunk's state is on the host
 };

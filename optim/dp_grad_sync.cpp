@@ -7,12 +7,21 @@
 
 namespace stp {
 
-DpGradSync::DpGradSync(std::vector<Tensor> chunk_grads, Communicator& dp, Device& device, Stream& compute,
-                       Stream& dp_stream, std::size_t bucket_bytes, bool trace)
-    : dp_(dp), compute_(compute), dp_stream_(dp_stream), done_(device.create_event()), trace_(trace) {
+DpGradSync::DpGradSync(std::vector<Tensor> chunk_grads, Communicator* dp, Device& device, Stream& compute,
+                       Stream& dp_stream, std::size_t bucket_bytes, bool trace, std::vector<bool> staged,
+                       std::unique_ptr<StagedComm> staging)
+    : dp_(dp),
+      staging_(std::move(staging)),
+      compute_(compute),
+      dp_stream_(dp_stream),
+      done_(device.create_event()),
+      trace_(trace) {
   const std::size_t per_bucket = bucket_bytes == 0 ? SIZE_MAX : std::max<std::size_t>(1, bucket_bytes / sizeof(float));
-  for (Tensor& g : chunk_grads) {
+  for (std::size_t i = 0; i < chunk_grads.size(); ++i) {
+    Tensor& g = chunk_grads[i];
     Chunk c;
+    c.staged = i < staged.size() && staged[i];
+    STP_ASSERT(!c.staged || staging_, "DpGradSync: a staged chunk without a staging communicator");
     const auto n = static_cast<std::size_t>(g.numel());
     for (std::size_t at = 0; at < n; at += std::min(per_bucket, n - at))
       c.buckets.emplace_back(at, std::min(per_bucket, n - at));
@@ -39,12 +48,14 @@ void DpGradSync::chunk_final(int chunk) {
   c.started = true;
   compute_.record(*c.final);
   dp_stream_.wait(*c.final);
+  if (!dp_ && !c.staged) return;  // a dry run: nothing to send, nothing to stage
   for (std::size_t b = 0; b < c.buckets.size(); ++b) {
     auto [first, count] = c.buckets[b];
     if (trace_)
       dp_stream_.trace_begin(str("AR dp chunk ", chunk, " bucket ", b), trace::cat::kDpComm,
                              TraceArgs().add(trace::arg::kChunk, chunk).add(trace::arg::kBytes, count * sizeof(float)));
-    dp_.all_reduce_sum(dp_stream_, c.grads.f32() + first, count);
+    if (c.staged) staging_->all_reduce_sum(dp_stream_, c.grads.f32() + first, count, count);
+    else dp_->all_reduce_sum(dp_stream_, c.grads.f32() + first, count);
     if (trace_) dp_stream_.trace_end();
   }
 }

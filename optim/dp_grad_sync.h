@@ -18,6 +18,11 @@
 // executor calls chunk_final(c) once per chunk; finish() starts any
 // chunk not yet reported and makes compute wait for every bucket. Gradients are summed, not
 // averaged: the loss scale 1 / (microbatches · dp) already makes the sum the global mean.
+//
+// Staged chunks (a streamed chunk's gradients live in pinned host memory, which a communicator
+// such as NCCL cannot read): each bucket goes through one device staging piece of the bucket's
+// size on dp-comm (optim/staged_comm.h: up, all-reduce, down), the same sums. Without a
+// communicator (a dry run of a larger job) only the staged chunks' pieces are allocated and copied.
 #pragma once
 
 #include <cstddef>
@@ -27,15 +32,18 @@
 #include "core/comm.h"
 #include "core/device.h"
 #include "core/tensor.h"
+#include "optim/staged_comm.h"
 
 namespace stp {
 
 class DpGradSync {
  public:
-  // chunk_grads[c]: local chunk c's flat gradient buffer. The communicator and streams must
-  // outlive this object.
-  DpGradSync(std::vector<Tensor> chunk_grads, Communicator& dp, Device& device, Stream& compute, Stream& dp_stream,
-             std::size_t bucket_bytes, bool trace);
+  // chunk_grads[c]: local chunk c's flat gradient buffer; staged[c]: whether it goes through
+  // `staging` (empty: none). dp: null in a dry run. The communicator and streams must outlive this
+  // object.
+  DpGradSync(std::vector<Tensor> chunk_grads, Communicator* dp, Device& device, Stream& compute, Stream& dp_stream,
+             std::size_t bucket_bytes, bool trace, std::vector<bool> staged = {},
+             std::unique_ptr<StagedComm> staging = nullptr);
 
   void begin_step();
   void chunk_final(int chunk);
@@ -48,10 +56,11 @@ class DpGradSync {
     Tensor grads;
     std::vector<std::pair<std::size_t, std::size_t>> buckets;  // (first element, elements)
     std::unique_ptr<Event> final;
-    bool started = false;
+    bool started = false, staged = false;
   };
   std::vector<Chunk> chunks_;
-  Communicator& dp_;
+  Communicator* dp_;
+  std::unique_ptr<StagedComm> staging_;
   Stream& compute_;
   Stream& dp_stream_;
   std::unique_ptr<Event> done_;

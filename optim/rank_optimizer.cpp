@@ -81,8 +81,15 @@ void set_direct_groups(HostUpdate& host, const std::vector<Stage*>& stages) {
   for (std::size_t c = 0; c < stages.size(); ++c) host.set_direct(c, stages[c]->streamed_bytes().gradients > 0);
 }
 
+std::vector<bool> staged_chunks(const RankOptimizerOptions& o, const std::vector<Stage*>& stages) {
+  std::vector<bool> out;
+  for (const Stage* s : stages)
+    out.push_back(o.stage_host_collectives && o.dp > 1 && s->streamed_bytes().gradients > 0);
+  return out;
+}
+
 std::unique_ptr<Stream> make_dp_stream(const RankOptimizerOptions& o) {
-  if (!o.dp_comm) return nullptr;
+  if (!o.dp_comm && !(o.dp > 1 && o.stage_host_collectives)) return nullptr;
   std::unique_ptr<Stream> s = o.device->create_stream(trace::stream::kDpComm);
   if (o.trace) s->set_trace(o.trace, o.trace_rank, trace::stream::kDpComm);
   return s;

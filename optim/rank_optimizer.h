@@ -65,6 +65,11 @@ struct RankOptimizerOptions {
   // builds one replica (dp 1, or a dry run of a larger job: state allocated, nothing sent).
   Communicator* dp_comm = nullptr;
   std::size_t bucket_bytes = 0;  // parallel.dp_bucket (0: one bucket per chunk)
+  // The dp collectives over a streamed chunk's buffers (pinned host memory) go through a device
+  // staging piece, one bucket at a time (optim/staged_comm.h): the communicator cannot read host
+  // memory (stages_host_collectives, config/config.h). Also in a dry run of a larger job, which
+  // sends nothing but allocates the pieces alike.
+  bool stage_host_collectives = false;
   // The CPU update of a host chunk whose gradients are final early speculates on the clip
   // coefficient and the guard (memory.optimizer_overlap; optim/host_update.h, Speculation).
   bool speculate = false;

@@ -54,8 +54,11 @@ void add_host_streams(HostUpdate& host, bool except_in_flight, std::vector<Strea
 void set_direct_groups(HostUpdate& host, const std::vector<Stage*>& stages);
 
 // The stream of the data-parallel collectives (trace::stream::kDpComm; null without a dp
-// communicator).
+// communicator, unless a dry run of a larger job stages them: stage_host_collectives).
 std::unique_ptr<Stream> make_dp_stream(const RankOptimizerOptions& o);
+// Per local chunk: whether its dp collectives go through a device staging piece (a streamed
+// chunk, StageSpec::streamed, when options.stage_host_collectives and dp > 1).
+std::vector<bool> staged_chunks(const RankOptimizerOptions& o, const std::vector<Stage*>& stages);
 // The CPU update of the chunks placed on the host, its streams bound and traced (null when every
 // chunk keeps its state on the device).
 std::unique_ptr<HostUpdate> make_host_update(const RankOptimizerOptions& o);

@@ -20,9 +20,15 @@ void ReplicatedOptimizer::attach(const std::vector<Stage*>& stages) {
   std::vector<bool> scaled = adamw_->device_updated();
   scaled.flip();
   clipper_->set_scaled(std::move(scaled));
-  if (dp_stream_)
-    dp_sync_ = std::make_unique<DpGradSync>(params_.flat_grads(), *o_.dp_comm, *o_.device, *o_.compute, *dp_stream_,
-                                            o_.bucket_bytes, o_.trace != nullptr);
+  if (dp_stream_) {
+    std::vector<bool> staged = staged_chunks(o_, stages);
+    std::unique_ptr<StagedComm> staging;
+    if (std::find(staged.begin(), staged.end(), true) != staged.end())
+      staging = std::make_unique<StagedComm>(o_.dp_comm, *o_.alloc, o_.dp_rank, o_.dp);
+    dp_sync_ =
+        std::make_unique<DpGradSync>(params_.flat_grads(), o_.dp_comm, *o_.device, *o_.compute, *dp_stream_,
+                                     o_.bucket_bytes, o_.trace != nullptr, std::move(staged), std::move(staging));
+  }
 }
 
 OptimizerHooks ReplicatedOptimizer::hooks() {

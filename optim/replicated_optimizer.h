@@ -61,7 +61,7 @@ class ReplicatedOptimizer : public RankOptimizer {
   std::unique_ptr<Stream> dp_stream_;
   std::unique_ptr<AdamW> adamw_;
   std::unique_ptr<GradClipper> clipper_;
-  std::unique_ptr<DpGradSync> dp_sync_;  // with a dp communicator
+  std::unique_ptr<DpGradSync> dp_sync_;  // with a dp communicator, or staging (dp_stream_)
   // The device chunks' bf16 GEMM copies are their masters' rounding (written by the last update;
   // false before the first and after a load): the next step need not refresh them.
   bool copies_current_ = false;

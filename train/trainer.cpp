@@ -14,6 +14,7 @@
 #include "core/kernels/nn_kernels.h"
 #include "data/data.h"
 #include "optim/lr_schedule.h"
+#include "optim/staged_comm.h"
 #include "train/rank.h"
 #include "train/trainer_impl.h"
 
@@ -194,6 +195,9 @@ static ParamInfo& tied_copy(Stage& s, const std::string& name) {
 
 // Tied embedding (gpt2's wte, a tied llama's embed_tokens): it lives in the first and the last stage. Their grads are
 // summed so both copies take the same update (on one rank: a local add; across ranks: the tied group's all-reduce).
+// A streamed chunk's gradient is in pinned host memory: where the communicator cannot read it
+// (stages_host_collectives), the all-reduce goes through device pieces of at most parallel.dp_bucket
+// (optim/staged_comm.h; in a dry run too, sending nothing, so the plan counts them).
 void Trainer::Impl::sum_tied_grads(Rank& r) {
   Stage* first = r.first_stage();
   Stage* last = r.last_stage();
@@ -208,8 +212,15 @@ void Trainer::Impl::sum_tied_grads(Rank& r) {
   }
   if (!r.tied) return;
   Stage* holder = first ? first : last;
-  for (ParamInfo& w : holder->params())
-    if (w.tied) r.tied->all_reduce_sum(*r.compute, w.grad.f32(), static_cast<std::size_t>(w.grad.numel()));
+  const bool staged = stages_host_collectives(config) && holder->streamed_bytes().gradients > 0;
+  StagedComm staging(r.tied, *r.alloc, r.tied->rank(), r.tied->size());
+  const std::size_t piece = config.parallel.dp_bucket.value_or(0) / sizeof(float);
+  for (ParamInfo& w : holder->params()) {
+    if (!w.tied) continue;
+    const auto n = static_cast<std::size_t>(w.grad.numel());
+    if (staged) staging.all_reduce_sum(*r.compute, w.grad.f32(), n, piece);
+    else r.tied->all_reduce_sum(*r.compute, w.grad.f32(), n);
+  }
 }
 
 // One step of one rank: its share of the batch through the schedule, then the optimizer's step

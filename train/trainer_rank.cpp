@@ -120,6 +120,7 @@ void Trainer::Impl::build_optimizer(Rank& r) {
   o.dp_rank = r.dp_rank;
   o.dp_comm = r.dp;  // null unless this process builds several replicas
   o.bucket_bytes = static_cast<std::size_t>(config.parallel.dp_bucket.value_or(0));
+  o.stage_host_collectives = stages_host_collectives(config) && rank_plan.streams_any();
   // A dry run allocates the shadows whenever the key allows them: the plan decides auto from its bytes.
   o.speculate =
       options.dry_run ? memory_settings(config).optimizer_overlap != OffloadPolicy::None : plan.optimizer_overlap;

@@ -128,11 +128,11 @@ TEST(Config, RegistryCoversEveryFieldOnceAndDefaultsAreValid) {
     EXPECT_NE(std::string(k.doc), "") << k.key;
     EXPECT_EQ(find_knob(k.key), &k);
   }
-  EXPECT_EQ(keys.size(), 65u);  // 37 keys of docs/design.md's example + precision, link_bandwidth, tp_link_bandwidth,
+  EXPECT_EQ(keys.size(), 66u);  // 37 keys of docs/design.md's example + precision, link_bandwidth, tp_link_bandwidth,
                                 // cpu_threads, copy_engine_cpus, dp_bucket, distributed_optimizer, ..., val_path,
                                 // eval_every, eval_batches, max_skipped_steps, peak_flops, the six llama model keys,
                                 // vocab_parallel, optimizer_offload, mask_path, val_mask_path, optimizer_overlap,
-                                // param_offload, loss_chunk_tokens (update on purpose)
+                                // param_offload, loss_chunk_tokens, host_collectives (update on purpose)
   EXPECT_NO_THROW(validate_config(default_config()));
 }
 

@@ -123,6 +123,66 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Schedules, ParamOffload, ::testing::ValuesIn(cases()), case_name);
 
+// The collectives over the streamed host buffers staged through device pieces
+// (parallel.host_collectives: staged, the path the cuda backend runs; optim/staged_comm.h) at
+// tp 2 x pp 2 x dp 2: the dp all-reduce, or the distributed optimizer's reduce-scatter and
+// all-gather, and gpt2's tied-embedding sum over the first and the last stage (1f1b: on two pipeline
+// ranks; zb-v for llama, two chunks per rank). Losses,
+// parameters and both checkpoint files are bitwise those without streaming and those of the
+// direct (unstaged) streamed run, and every device's measured peak is the plan's: the dry run
+// allocates the same pieces (the plan is one replica's: device g has replica rank g % 4's).
+class ParamOffloadStaged : public ::testing::TestWithParam<Case> {};
+
+CheckpointedRun train_dp_checked(std::vector<std::string> o, const std::string& dir) {
+  stp::Config cfg = tiny_config(o);
+  cfg.output.dir = fresh_dir(dir);
+  stp::Trainer t(cfg);
+  CheckpointedRun out;
+  for (int i = 0; i < 2; ++i) {
+    const stp::StepResult r = t.step();
+    out.losses.push_back(r.loss);
+    const auto& predicted = t.memory_plan().predicted;
+    EXPECT_EQ(r.peak_device_bytes.size(), 2 * predicted.size());
+    for (std::size_t g = 0; g < r.peak_device_bytes.size() && !predicted.empty(); ++g)
+      EXPECT_EQ(r.peak_device_bytes[g], predicted[g % predicted.size()].peak_device_bytes)
+          << "device " << g << " step " << i + 1;
+  }
+  out.params = t.full_parameters();
+  const std::filesystem::path ck = t.save_checkpoint();
+  out.model_file = stp::testing::slurp((ck / "model.safetensors").string());
+  out.optimizer_file = stp::testing::slurp((ck / "optimizer.safetensors").string());
+  return out;
+}
+
+TEST_P(ParamOffloadStaged, IsBitwiseTheDirectRunAndTheRunWithoutStreaming) {
+  const Case c = GetParam();
+  // One bucket per chunk: the staging piece is a chunk's whole buffer, large enough to show in the
+  // peak (a 4 KiB one hides under it).
+  auto with = [&](bool stream, bool staged) {
+    std::vector<std::string> o = overrides(c, stream);
+    o.push_back("parallel.dp_bucket=null");
+    if (staged) o.push_back("parallel.host_collectives=staged");
+    return o;
+  };
+  const CheckpointedRun off = train_dp_checked(with(false, false), "pstaged_off"),
+                        direct = train_dp_checked(with(true, false), "pstaged_direct"),
+                        on = train_dp_checked(with(true, true), "pstaged_on");
+  stp::testing::expect_bitwise_equal(on, off);
+  stp::testing::expect_bitwise_equal(on, direct);
+  EXPECT_TRUE(on.model_file == off.model_file) << "model.safetensors differs";
+  EXPECT_GT(on.model_file.size(), 1000u);
+}
+
+std::vector<Case> staged_cases() {
+  std::vector<Case> out;
+  for (bool distributed : {false, true})
+    for (bool llama : {false, true})
+      for (bool bf16 : {false, true}) out.push_back(Case{llama ? "zb-v" : "1f1b", bf16, llama, 2, distributed});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(DataParallel, ParamOffloadStaged, ::testing::ValuesIn(staged_cases()), case_name);
+
 TEST(ParamOffloadResume, CheckpointsCrossTheSettingBothWays) {
   stp::testing::expect_resume_crosses_the_setting(
       [](bool on) {
@@ -151,6 +211,29 @@ Measured measure(std::vector<std::string> o, const std::string& dir) {
   out.memory = t.device_memory();
   out.plan = t.memory_plan();
   return out;
+}
+
+// Wider layers (a chunk's gradients of about 1.5 MB against small activations), one bucket per
+// chunk: the staging piece raises the device peak above the direct streamed run's, and the plan
+// counts it to the byte (the dry run stages too).
+TEST(ParamOffloadStagedMemory, ThePiecesRaiseThePeakAsPlanned) {
+  for (bool distributed : {false, true}) {
+    SCOPED_TRACE(distributed ? "distributed" : "replicated");
+    std::vector<std::string> o = overrides(Case{"1f1b", false, false, 2, distributed}, true);
+    o.insert(o.end(), {"model.n_layer=16", "model.n_embd=128", "parallel.dp_bucket=null"});
+    std::vector<std::string> staged = o;
+    staged.push_back("parallel.host_collectives=staged");
+    const Measured direct = measure(o, "pstaged_mem_direct"), on = measure(staged, "pstaged_mem_on");
+    ASSERT_EQ(on.peaks.size(), 2 * on.plan.predicted.size());
+    bool higher = false;
+    for (std::size_t g = 0; g < on.peaks.size(); ++g) {
+      const std::size_t planned = on.plan.predicted[g % on.plan.predicted.size()].peak_device_bytes;
+      EXPECT_EQ(on.peaks[g], planned) << "device " << g;
+      EXPECT_GE(on.peaks[g], direct.peaks[g]) << "device " << g;
+      higher = higher || on.peaks[g] > direct.peaks[g];
+    }
+    EXPECT_TRUE(higher) << "no staging piece showed in any peak";
+  }
 }
 
 // Measured device peak == the plan's; the streamed states are on the host as planned (the plan's
@@ -299,24 +382,27 @@ TEST(ParamOffloadConfig, NeedsTheOptimizerOnTheHost) {
   }
 }
 
-TEST(ParamOffloadConfig, DataParallelOnCudaIsAnError) {
-  try {
-    tiny_config({"parallel.backend=cuda", "parallel.dp=2", "memory.optimizer_offload=all", "memory.param_offload=all"});
-    FAIL() << "expected an error";
-  } catch (const stp::Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("memory.param_offload = all with parallel.dp = 2"), std::string::npos) << what;
+// On the cuda backend data parallelism and the tied embedding over pipeline ranks are no longer
+// refused: their collectives over the streamed host buffers are staged through the device.
+TEST(ParamOffloadConfig, DataParallelAndTiedEmbeddingsOverPipelineRanksOnCudaAreValid) {
+  for (const char* extra : {"parallel.dp=2", "parallel.pp=2"}) {
+    SCOPED_TRACE(extra);
+    const stp::Config c =
+        tiny_config({"parallel.backend=cuda", extra, "memory.optimizer_offload=all", "memory.param_offload=all"});
+    EXPECT_TRUE(stp::stages_host_collectives(c));
   }
+  EXPECT_FALSE(stp::stages_host_collectives(tiny_config({})));
+  EXPECT_TRUE(stp::stages_host_collectives(tiny_config({"parallel.host_collectives=staged"})));
 }
 
-TEST(ParamOffloadConfig, TiedEmbeddingsOverPipelineRanksOnCudaIsAnError) {
+TEST(ParamOffloadConfig, HostCollectivesNamesTheChoices) {
   try {
-    tiny_config({"parallel.backend=cuda", "parallel.pp=2", "memory.optimizer_offload=all", "memory.param_offload=all"});
+    tiny_config({"parallel.host_collectives=direct"});
     FAIL() << "expected an error";
   } catch (const stp::Error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("memory.param_offload = all with parallel.pp = 2 and tied embeddings"), std::string::npos)
-        << what;
+    EXPECT_NE(what.find("parallel.host_collectives"), std::string::npos) << what;
+    EXPECT_NE(what.find("staged"), std::string::npos) << what;
   }
 }
 
