@@ -6,15 +6,13 @@
 // the vocabulary tables (embedding + LM head, parallel.vocab_parallel) within the weights; one for
 // its pinned host memory (offloaded activations, host-placed model states) and offload traffic;
 // one for the predicted step-time cost (recompute, exposed copies, optimizer offload over the
-// compute, the CPU optimizer, and parameter streaming's copies when some device streams); then the optimizer placement, the host memory of the process
-// (train/host_needs.h: pinned against memory.host_budget; pageable, the CPU backend's devices and
-// the total against what this machine has, a note when it does not hold them) and the keep /
-// offload / recompute decisions. Every size is printed once:
-// in a human unit (base/error.h, format_bytes), in bytes with --bytes; --json has the same numbers
-// as one object, bytes as integers, plus the model FLOPs per token, the tokens per step and the
-// cost model's rates (docs/design.md).
-// Exit status 0 when the plan fits memory.device_budget and memory.host_budget, 1 otherwise (the
-// plan is printed either way, with the minimum feasible budget).
+// compute, the CPU optimizer, and parameter streaming's copies when some device streams); then the optimizer placement,
+// the host memory of the process (train/host_needs.h: pinned against memory.host_budget; pageable, the CPU backend's
+// devices and the total against what this machine has, a note when it does not hold them) and the keep / offload /
+// recompute decisions. Every size is printed once: in a human unit (base/error.h, format_bytes), in bytes with --bytes;
+// --json has the same numbers as one object, bytes as integers, plus the model FLOPs per token, the tokens per step and
+// the cost model's rates (docs/design.md). Exit status 0 when the plan fits memory.device_budget and
+// memory.host_budget, 1 otherwise (the plan is printed either way, with the minimum feasible budget).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -301,8 +299,8 @@ int run(const PlanArgs& a) {
     Table time(time_head);
     for (std::size_t g = 0; g < plan.predicted.size(); ++g) {
       const stp::RankPrediction& p = plan.predicted[g];
-      std::vector<std::string> row = {std::to_string(g),    ms(p.compute_s),         "+" + ms(p.step_cost_s()),
-                                      ms(p.recompute_s),    ms(p.exposed_copy_s),    ms(p.optimizer_offload_s),
+      std::vector<std::string> row = {std::to_string(g),    ms(p.compute_s),      "+" + ms(p.step_cost_s()),
+                                      ms(p.recompute_s),    ms(p.exposed_copy_s), ms(p.optimizer_offload_s),
                                       ms(p.cpu_optimizer_s)};
       if (streaming) row.push_back(ms(p.param_stream_s));
       time.add(row);
