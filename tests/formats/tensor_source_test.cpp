@@ -13,6 +13,7 @@
 #include "formats/hf_folder.h"
 #include "formats/safetensors_reader.h"
 #include "formats/tensor_source.h"
+#include "tests/support/checkpoint_sample.h"
 #include "tests/support/files.h"
 
 using namespace stp;
@@ -22,23 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Sample {
-  HostTensor wte{{5, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}};
-  HostTensor ln{{2}, {1, 1}};
-  HostTensor m_wte{{5, 2}, std::vector<float>(10, 0.5f)};
-  HostTensor v_wte{{5, 2}, std::vector<float>(10, 0.25f)};
-  HostTensor m_ln{{2}, {-1, 1}};
-  HostTensor v_ln{{2}, {2, 3}};
-
-  CheckpointData data(std::int64_t step) const {
-    CheckpointData d;
-    d.model = {{"wte.weight", &wte}, {"ln_f.weight", &ln}};
-    d.optimizer = {{"wte.weight", {&m_wte, &v_wte}}, {"ln_f.weight", {&m_ln, &v_ln}}};
-    d.optimizer_step = step;
-    d.state = CheckpointState{step, 4096, 1, 0, "0123456789abcdef", "", std::nullopt};
-    return d;
-  }
-};
+using Sample = stp::testing::CheckpointSample;
 
 void expect_same(const std::map<std::string, HostTensor>& a, const std::map<std::string, HostTensor>& b) {
   ASSERT_EQ(a.size(), b.size());

@@ -61,6 +61,14 @@ std::vector<std::string> overrides(const Case& c, bool stream) {
 
 class ParamOffload : public ::testing::TestWithParam<Case> {};
 
+// The end of a checked run: its parameters and both checkpoint files.
+void finish(stp::Trainer& t, CheckpointedRun& out) {
+  out.params = t.full_parameters();
+  const std::filesystem::path ck = t.save_checkpoint();
+  out.model_file = stp::testing::slurp((ck / "model.safetensors").string());
+  out.optimizer_file = stp::testing::slurp((ck / "optimizer.safetensors").string());
+}
+
 // train_and_checkpoint, checking each step's measured peaks against the plan: every device's, and
 // the pinned host total (activation pools, optimizer state, streamed states). With dp = 1 only: the
 // plan is one replica's.
@@ -84,10 +92,7 @@ CheckpointedRun train_checked(const std::vector<std::string>& o, const std::stri
     }
     EXPECT_EQ(r.peak_host_pinned_bytes, pinned) << "step " << i + 1;
   }
-  out.params = t.full_parameters();
-  const std::filesystem::path ck = t.save_checkpoint();
-  out.model_file = stp::testing::slurp((ck / "model.safetensors").string());
-  out.optimizer_file = stp::testing::slurp((ck / "optimizer.safetensors").string());
+  finish(t, out);
   return out;
 }
 
@@ -147,10 +152,7 @@ CheckpointedRun train_dp_checked(std::vector<std::string> o, const std::string& 
       EXPECT_EQ(r.peak_device_bytes[g], predicted[g % predicted.size()].peak_device_bytes)
           << "device " << g << " step " << i + 1;
   }
-  out.params = t.full_parameters();
-  const std::filesystem::path ck = t.save_checkpoint();
-  out.model_file = stp::testing::slurp((ck / "model.safetensors").string());
-  out.optimizer_file = stp::testing::slurp((ck / "optimizer.safetensors").string());
+  finish(t, out);
   return out;
 }
 
