@@ -224,7 +224,8 @@ std::string summarize(const PlannerInput& in, const std::vector<RankPlan>& plans
                u.recompute != Recompute::None ? str(" + recompute ", to_string(u.recompute)) : std::string(), "\n");
   }
   for (std::size_t r = 0; r < plans.size(); ++r)
-    if (plans[r].late_reloads) out += str("rank ", r, ": late reloads (each set comes back at the op that reads it)\n");
+    if (plans[r].late_reloads)
+      out += str("rank ", r, ": late reloads (each unit's records come back at the B that reads them)\n");
   for (std::size_t r = 0; r < plans.size(); ++r)
     if (plans[r].late_params)
       out += str("rank ", r, ": late parameters (each streamed unit's weights come at the pass that reads them)\n");
