@@ -15,6 +15,7 @@ tools/gpu_bench.py's, imported. Tested without a GPU by tests/tools/gpu_stream_t
 import datetime
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -89,14 +90,20 @@ def plan(stp, settings, log, limit=90):
         return None
 
 
+def fits(p):
+    """A plan `stp train` runs here: feasible (device and host budgets) and within this machine's
+    memory (which `stp plan` only notes, `stp train` refuses)."""
+    return p is not None and bool(p.get("feasible")) and p.get("host_fits_machine") is not False
+
+
 def largest_depth(stp, settings, lo, hi, logs, tag):
-    """(n_layer, plan): the largest n_layer in [lo, hi] whose plan is feasible (plans are monotone
-    in depth), or (None, None)."""
+    """(n_layer, plan): the largest n_layer in [lo, hi] whose plan fits (plans are monotone in
+    depth), or (None, None)."""
     best = (None, None)
     while lo <= hi:
         mid = (lo + hi) // 2
         p = plan(stp, settings + [f"model.n_layer={mid}"], os.path.join(logs, f"{tag}-plan-L{mid}.log"))
-        if p is not None and p.get("feasible"):
+        if fits(p):
             best, lo = (mid, p), mid + 1
         else:
             hi = mid - 1
@@ -108,7 +115,8 @@ def plan_summary(p, settings):
     s = {k: p.get(k) for k in PLAN_FIELDS}
     s.update({k: r.get(k) for k in ("compute_s", "param_stream_s", "cpu_optimizer_s", "param_stream_bytes_per_step",
                                     "param_stream", "optimizer")})
-    s["device_budget"] = dict(kv.split("=", 1) for kv in settings).get("memory.device_budget")
+    s["device_budget"] = dict(kv.split("=", 1) for kv in settings).get("memory.device_budget",
+                                                                      config_value("device_budget"))
     return s
 
 
@@ -116,7 +124,6 @@ def train(stp, settings, run_dir, log, steps, limit):
     """stp train until metrics.jsonl holds `steps` steps, then SIGKILL: train.steps is set far beyond,
     so no run reaches its end-of-run checkpoint (tens of GB at these sizes; SIGTERM would write one
     too). Returns (status, reason, metrics)."""
-    import shutil
     shutil.rmtree(run_dir, ignore_errors=True)
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
     cmd = [stp, "train", CONFIG, *sets(settings + [f"train.steps={steps + 1000}", f"output.dir={run_dir}"])]
@@ -194,11 +201,11 @@ def run_stream(stp, out, dry_run, steps, warmup, limit):
     """The streaming run: the config's depth, lowered until this machine's plan fits."""
     data = gb.text_file(out)
     settings = stream_settings(dry_run, data)
-    given = int(dict(kv.split("=", 1) for kv in settings).get("model.n_layer", 0) or config_layers())
+    given = int(dict(kv.split("=", 1) for kv in settings).get("model.n_layer", 0) or config_value("n_layer"))
     t0 = time.monotonic()
     p = plan(stp, settings + [f"model.n_layer={given}"], os.path.join(out, "logs", f"stream-plan-L{given}.log"))
     n = given
-    if p is None or not p.get("feasible"):
+    if not fits(p):
         n, p = largest_depth(stp, settings, 1, given - 1, os.path.join(out, "logs"), "stream")
         if n is None:
             return skipped("stream", f"no depth up to {given} layers plans feasible here (logs/stream-plan-*)",
@@ -214,7 +221,7 @@ def run_base(stp, out, stream_row, dry_run, gpu_mib, steps, warmup, limit):
     streaming run's), the same tokens per step."""
     settings = base_settings(stream_row["settings"], dry_run, gpu_mib)
     t0 = time.monotonic()
-    n, p = largest_depth(stp, settings, 1, stream_row["n_layer"] or config_layers(), os.path.join(out, "logs"),
+    n, p = largest_depth(stp, settings, 1, stream_row["n_layer"] or int(config_value("n_layer")), os.path.join(out, "logs"),
                          "unconstrained")
     if n is None:
         return skipped("unconstrained", "not even one layer fits the device unconstrained", settings, limit)
@@ -222,11 +229,12 @@ def run_base(stp, out, stream_row, dry_run, gpu_mib, steps, warmup, limit):
     return measure("unconstrained", stp, settings, n, p, out, steps, warmup, limit - (time.monotonic() - t0))
 
 
-def config_layers():
+def config_value(key):
+    """The value of `key:` in CONFIG (keys are unique across its sections)."""
     for line in open(CONFIG):
-        if line.strip().startswith("n_layer:"):
-            return int(line.split(":")[1].split("#")[0])
-    raise SystemExit(f"gpu-stream: error: {CONFIG} has no model.n_layer")
+        if line.strip().startswith(key + ":"):
+            return line.split(":", 1)[1].split("#")[0].strip()
+    raise SystemExit(f"gpu-stream: error: {CONFIG} has no {key}")
 
 
 def cmd_run(argv):
@@ -307,7 +315,8 @@ def print_table(result):
         mfu = r["mfu_vs_989"] * 100 if r["mfu_vs_989"] is not None else None
         print(f"{r['name']:<14} {r['status']:<8} {fmt(r['n_layer'], 'd'):>6} {fmt(r['tokens_per_s'], ',.0f'):>9} "
               f"{fmt(r['step_ms'], '.1f'):>9} {fmt(r['step_ms_per_layer'], '.2f'):>9} {fmt(mfu, '.2f'):>7}% "
-              f"{fmt(mib(r['peak_device_bytes']), ',.1f'):>10} {eq:>2} {fmt(mib(r['planned_peak_device_bytes']), ',.1f'):>10}"
+              f"{fmt(mib(r['peak_device_bytes']), ',.1f'):>10} {eq:>2} "
+              f"{fmt(mib(r['planned_peak_device_bytes']), ',.1f'):>10}"
               f"  {fmt(pinned and pinned / 2**30, '.1f'):>10}")
     ratios = result["ratios"]
     print(f"stream/unconstrained: step per layer {fmt(ratios['step_ms_per_layer_stream_over_unconstrained'], '.2f')}x, "
