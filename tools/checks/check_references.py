@@ -4,7 +4,7 @@
 A clone has the code, docs/, README.md and CONTRIBUTING.md and nothing else: no design page or
 research notes kept beside the repository, no issue tracker. So:
 
-  * Code files (*.h *.hpp *.cpp *.cu *.cuh *.py *.sh *.cmake CMakeLists.txt, tools/gpu-check, tools/gpu-bench) and
+  * Code files (*.h *.hpp *.cpp *.cu *.cuh *.py *.sh *.cmake CMakeLists.txt, tools/gpu-check, tools/gpu-bench, tools/gpu-stream) and
     Markdown files (*.md) must not cite documents kept outside the tree: the old design page,
     the STP and pipeline-schedule notes (a reference/ folder; the tree's own tools/reference/ is
     a path like any other), the offload and style notes, a section sign (write
@@ -26,7 +26,7 @@ import re
 import sys
 
 CODE_EXTS = (".h", ".hpp", ".cpp", ".cu", ".cuh", ".py", ".sh", ".cmake")
-CODE_NAMES = ("CMakeLists.txt", "gpu-check", "gpu-bench")
+CODE_NAMES = ("CMakeLists.txt", "gpu-check", "gpu-bench", "gpu-stream")
 SKIP_DIRS = {".git", "__pycache__", "runs"}
 SELF = "tools/checks/check_references.py"
 
