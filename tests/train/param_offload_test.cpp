@@ -510,7 +510,10 @@ namespace {
 // the plan without streaming failed must be one the run can place. configs/tiny.yaml at 8 layers,
 // 1.1x the minimum: the planner once carried the first choice's "exact minimum" flag into the
 // second and called an unplaceable plan feasible (the run then ran out of device memory).
+// A planner check (about 10 s in the release build, past ctest's 300 s limit under the thread
+// sanitizer): the release build runs it; the streaming runs' races are the other tests' to find.
 TEST(ParamOffloadConfig, AutoAfterAFailedUnstreamedChoiceTrainsAsPlanned) {
+  if (stp::testing::kSanitizerBuild) GTEST_SKIP() << "planner-only check, run by the release build";
   const std::string path = std::string(STP_SOURCE_DIR) + "/configs/tiny.yaml";
   std::vector<std::string> o = {"model.n_layer=8", "memory.optimizer_offload=auto", "memory.param_offload=auto"};
   std::vector<std::string> strongest = o;
