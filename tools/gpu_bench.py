@@ -500,34 +500,46 @@ def print_table(result):
 
 # ---- schema -------------------------------------------------------------------------------------
 
-def check_schema(r):
-    """The first way r differs from the schema, or None."""
+def check_result_frame(r, schema, top_fields, items, item, names, item_fields):
+    """The first way r differs from what every result of these tools shares, or None: an object
+    with top_fields, `schema`, a device with DEVICE_FIELDS, and under r[items] one entry per name
+    of `names` (in order), each with exactly item_fields, a status of STATUSES and, unless it is
+    "ok", a reason. `item` names an entry in the messages ("row", "run")."""
     if not isinstance(r, dict):
         return "not an object"
-    for k in TOP_FIELDS:
+    for k in top_fields:
         if k not in r:
             return f"missing key '{k}'"
-    if r["schema"] != SCHEMA:
-        return f"schema is '{r['schema']}', expected '{SCHEMA}'"
+    if r["schema"] != schema:
+        return f"schema is '{r['schema']}', expected '{schema}'"
     for k in DEVICE_FIELDS:
         if k not in r["device"]:
             return f"device: missing key '{k}'"
-    names = [row.get("name") for row in r["rows"]]
-    if names != ROW_NAMES:
-        return f"rows are {names}, expected {ROW_NAMES}"
-    for row in r["rows"]:
-        for k in ROW_FIELDS:
-            if k not in row:
-                return f"row {row['name']}: missing key '{k}'"
-        extra = set(row) - set(ROW_FIELDS)
+    got = [e.get("name") for e in r[items]]
+    if got != names:
+        return f"{items} are {got}, expected {names}"
+    for e in r[items]:
+        for k in item_fields:
+            if k not in e:
+                return f"{item} {e['name']}: missing key '{k}'"
+        extra = set(e) - set(item_fields)
         if extra:
-            return f"row {row['name']}: unknown keys {sorted(extra)}"
+            return f"{item} {e['name']}: unknown keys {sorted(extra)}"
+        if e["status"] not in STATUSES:
+            return f"{item} {e['name']}: status '{e['status']}'"
+        if e["status"] != "ok" and not e["reason"]:
+            return f"{item} {e['name']}: status {e['status']} without a reason"
+    return None
+
+
+def check_schema(r):
+    """The first way r differs from the schema, or None."""
+    problem = check_result_frame(r, SCHEMA, TOP_FIELDS, "rows", "row", ROW_NAMES, ROW_FIELDS)
+    if problem:
+        return problem
+    for row in r["rows"]:
         if row["kind"] == "stp" and row["status"] == "ok" and row["attention"] not in ATTENTION_PATHS:
             return f"row {row['name']}: attention is {row['attention']!r}, expected one of {list(ATTENTION_PATHS)}"
-        if row["status"] not in STATUSES:
-            return f"row {row['name']}: status '{row['status']}'"
-        if row["status"] != "ok" and not row["reason"]:
-            return f"row {row['name']}: status {row['status']} without a reason"
         if row["status"] == "ok" and row["kind"] in ("stp", "torch"):
             need = ["tokens_per_s", "step_ms", "tokens_per_step"]
             if row["kind"] == "stp":  # the torch rows borrow stp-qwen2's FLOPs, when it got that far

@@ -36,7 +36,6 @@ RUN_FIELDS = ["name", "status", "reason", "wall_s", "limit_s", "n_layer", "steps
 PLAN_FIELDS = ["device_budget", "min_device_budget", "host_pinned_total", "host_total_bytes", "host_budget",
                "compute_s", "param_stream_s", "cpu_optimizer_s", "param_stream_bytes_per_step", "param_stream",
                "optimizer", "cost_model"]
-STATUSES = ("ok", "failed", "timeout", "skipped")
 TOP_FIELDS = ["schema", "dry_run", "when", "host", "commit", "stp_version", "device", "config", "budget_s",
               "elapsed_s", "reference_peak_flops", "runs", "ratios"]
 RATIO_FIELDS = ["step_ms_per_layer_stream_over_unconstrained", "tokens_per_s_stream_over_unconstrained"]
@@ -356,30 +355,10 @@ def cmd_choose(argv):
 
 def check_schema(r):
     """The first way r differs from the schema, or None."""
-    if not isinstance(r, dict):
-        return "not an object"
-    for k in TOP_FIELDS:
-        if k not in r:
-            return f"missing key '{k}'"
-    if r["schema"] != SCHEMA:
-        return f"schema is '{r['schema']}', expected '{SCHEMA}'"
-    for k in gb.DEVICE_FIELDS:
-        if k not in r["device"]:
-            return f"device: missing key '{k}'"
-    names = [run.get("name") for run in r["runs"]]
-    if names != RUN_NAMES:
-        return f"runs are {names}, expected {RUN_NAMES}"
+    problem = gb.check_result_frame(r, SCHEMA, TOP_FIELDS, "runs", "run", RUN_NAMES, RUN_FIELDS)
+    if problem:
+        return problem
     for run in r["runs"]:
-        for k in RUN_FIELDS:
-            if k not in run:
-                return f"run {run['name']}: missing key '{k}'"
-        extra = set(run) - set(RUN_FIELDS)
-        if extra:
-            return f"run {run['name']}: unknown keys {sorted(extra)}"
-        if run["status"] not in STATUSES:
-            return f"run {run['name']}: status '{run['status']}'"
-        if run["status"] != "ok" and not run["reason"]:
-            return f"run {run['name']}: status {run['status']} without a reason"
         if run["status"] == "ok":
             for k in ("n_layer", "tokens_per_s", "step_ms", "step_ms_per_layer", "tokens_per_step",
                       "model_flops_per_token", "mfu_vs_989", "peak_device_bytes", "planned_peak_device_bytes"):
