@@ -519,8 +519,8 @@ MemoryPlan plan_with_loss_chunks(const Config& config, const ModelLayout& shape,
   if (chunks.empty()) return plan;
   if (plan.feasible) {  // auto is none while the unchunked plan fits ...
     if (exact_minimum)  // ... and the minimum is the smallest chunk's, the budget below which auto fails
-      plan.min_device_budget = std::min(plan.min_device_budget,
-                                        plan_with_loss_chunk(config, shape, true, chunks.back(), tiles).min_device_budget);
+      plan.min_device_budget = std::min(
+          plan.min_device_budget, plan_with_loss_chunk(config, shape, true, chunks.back(), tiles).min_device_budget);
     return plan;
   }
   // auto, over budget: the largest chunk whose plan fits; if none does, the smallest (the strongest
