@@ -48,7 +48,7 @@ void validate_model(const Config& c) {
   const bool tiles_int = !ut.empty() && ut.size() <= 9 && ut.find_first_not_of("0123456789") == std::string::npos &&
                          ut.find_first_not_of('0') != std::string::npos;
   STP_CHECK(
-      ut == "auto" || (tiles_int && c.train.micro_batch_size > 0 && c.train.micro_batch_size % std::stoll(ut) == 0),
+      ut == "auto" || (tiles_int && (c.train.micro_batch_size < 1 || c.train.micro_batch_size % std::stoll(ut) == 0)),
       "config: memory.unit_tiles must be auto or a positive integer that divides train.micro_batch_size (",
       c.train.micro_batch_size, "), got '", ut, "'");
   STP_CHECK(c.data.format != "text" || c.model.vocab_size >= 256, "config: model.vocab_size (", c.model.vocab_size,

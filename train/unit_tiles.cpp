@@ -6,8 +6,8 @@ namespace stp {
 
 UnitTilesSetting unit_tiles_setting(const Config& config) {
   const std::string& v = config.memory.unit_tiles;
-  if (v == "auto" || v.empty()) return {true, 1};
-  return {false, std::stoi(v)};
+  if (v == "auto") return {true, 1};
+  return {false, v.empty() ? 1 : std::stoi(v)};
 }
 
 std::vector<int> auto_unit_tiles(int micro_batch_size) {
