@@ -44,6 +44,13 @@ void validate_model(const Config& c) {
             "config: model.loss_chunk_tokens must be auto, none or a "
             "positive integer (tokens per chunk of the loss head), got '",
             lc, "'");
+  const std::string& ut = c.memory.unit_tiles;
+  const bool tiles_int = !ut.empty() && ut.size() <= 9 && ut.find_first_not_of("0123456789") == std::string::npos &&
+                         ut.find_first_not_of('0') != std::string::npos;
+  STP_CHECK(
+      ut == "auto" || (tiles_int && (c.train.micro_batch_size < 1 || c.train.micro_batch_size % std::stoll(ut) == 0)),
+      "config: memory.unit_tiles must be auto or a positive integer that divides train.micro_batch_size (",
+      c.train.micro_batch_size, "), got '", ut, "'");
   STP_CHECK(c.data.format != "text" || c.model.vocab_size >= 256, "config: model.vocab_size (", c.model.vocab_size,
             ") must be >= 256 with data.format text (every byte is a token)");
   STP_CHECK(c.data.format != "text" || c.data.tokenizer.empty(), "config: data.tokenizer '", c.data.tokenizer,

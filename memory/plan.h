@@ -65,6 +65,9 @@ struct RankPlan {
   // Tokens per chunk of the loss head on this rank's last stage (Stage::set_loss_chunk_tokens);
   // 0: unchunked. model.loss_chunk_tokens, or auto's choice (train/loss_chunk.h).
   std::int64_t loss_chunk_tokens = 0;
+  // Sequence groups of the tiled backward of this rank's full-recompute units (Stage::set_unit_tiles);
+  // 1: untiled. memory.unit_tiles, or auto's choice (train/unit_tiles.h).
+  int unit_tiles = 1;
   bool offloads() const;
   OptimizerPlacement optimizer_placement(int chunk) const;
   bool streams_params(int chunk) const;

@@ -236,6 +236,22 @@ class Stage {
   virtual void set_loss_chunk_tokens(std::int64_t tokens) = 0;
   virtual std::int64_t loss_chunk_tokens() const = 0;
 
+  // A unit's backward tiled over the microbatch's sequences (docs/memory.md, Tiled unit backward):
+  // with tiles = k > 1, B(u) of every attention / MLP unit whose policy is Recompute::Full runs in
+  // k groups of B/k sequences (rows [g·N/k, (g+1)·N/k) of every (B, T, ·) tensor), one group at a
+  // time: the recompute of the group's records from its rows of the kept input, the group's
+  // backward (its rows of the returned gradient) and at once its weight gradients; the group's
+  // records and temporaries are freed before the next group's are made. So the unit's W runs in its
+  // B (W(u) adds nothing), and what B(u) holds at once is one group's working set plus the whole
+  // returned gradient and the norm statistics B(u-1) reads. Other units, and k = 1 (the default),
+  // run as before. Numerics: every row's recomputed records and input gradient are the rows of an
+  // untiled GEMM of fewer rows (bitwise where the GEMM computes a row alike in both); the weight
+  // gradients add the same products in group order (tests/models/unit_tiles_test.cpp states the
+  // tolerance). Set it between steps, while no microbatch is in flight (an stp::Error otherwise,
+  // or for a tiles that does not divide B).
+  virtual void set_unit_tiles(int tiles) = 0;
+  virtual int unit_tiles() const = 0;
+
   virtual std::vector<ParamInfo>& params() = 0;
   // The parameters unit u's passes read or accumulate into (the units' own: a branch's norm and
   // GEMM weights, the embedding's tables, the head's final norm and LM head), pointers into

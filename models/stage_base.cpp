@@ -157,6 +157,18 @@ void StageBase::set_loss_chunk_tokens(std::int64_t tokens) {
   loss_chunk_tokens_ = tokens;
 }
 
+void StageBase::set_unit_tiles(int tiles) {
+  STP_CHECK(tiles >= 1 && B_ % tiles == 0, "unit tiles ", tiles, " with micro_batch_size ", B_,
+            ": give a positive number of tiles that divides micro_batch_size");
+  STP_CHECK(mbs_.empty(), "set_unit_tiles(", tiles, ") while microbatches are in flight: set it between steps");
+  unit_tiles_ = tiles;
+}
+
+bool StageBase::tiled(int u) const {
+  const Unit& unit = unit_at(u);
+  return unit_tiles_ > 1 && is_branch(unit.kind) && unit.recompute == Recompute::Full;
+}
+
 // The gradient w.r.t. the output of unit u: the residual gradient plus, when unit u+1 is a branch,
 // its norm backward on the all-reduced gradient (models/gpt2_units.h, Note [LayerNorm after the
 // all-reduce]).
@@ -194,6 +206,13 @@ Tensor StageBase::backward_input(int u, int mb, Stream& s) {
       break;
     case UnitKind::Attn:
     case UnitKind::Mlp: {
+      if (tiled(u)) {  // the recompute, B and W group by group, after the gradient they start from
+        Tensor dy = finalize_next(u, mb, m, cs);
+        m.bwd_pending = branch_backward_tiled(u, dy, unit_tiles_, rec, cs);
+        replace(m.bwd_dy, dy, cs);
+        if (spec_.tp_size > 1) reduce = m.bwd_pending;
+        break;
+      }
       // Regenerate what F dropped first: B below, B(u-1) and W(u) read the records as usual.
       branch_recompute(u, unit.recompute, rec, cs);
       Tensor dy = finalize_next(u, mb, m, cs);
@@ -226,7 +245,9 @@ void StageBase::backward_weight(int u, int mb, Stream& s) {
     case UnitKind::Embed: embed_backward_weight(rec, cs); break;
     case UnitKind::Input: break;
     case UnitKind::Attn:
-    case UnitKind::Mlp: branch_backward_weight(u, rec, cs); break;
+    case UnitKind::Mlp:
+      if (!tiled(u)) branch_backward_weight(u, rec, cs);  // a tiled B ran it
+      break;
     case UnitKind::Head: head_backward_weight(rec, cs); break;
   }
   drop_empty_records(u, mb);

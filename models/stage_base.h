@@ -75,6 +75,8 @@ class StageBase : public Stage {
   void set_forward_only(bool on) override;
   void set_loss_chunk_tokens(std::int64_t tokens) override;
   std::int64_t loss_chunk_tokens() const override { return loss_chunk_tokens_; }
+  void set_unit_tiles(int tiles) override;
+  int unit_tiles() const override { return unit_tiles_; }
 
   std::vector<ParamInfo>& params() override { return params_.list(); }
   std::vector<ParamInfo*> unit_params(int u) override { return unit_params_.at(static_cast<std::size_t>(u)); }
@@ -120,6 +122,10 @@ class StageBase : public Stage {
   virtual std::vector<RecomputedRecord> branch_recomputed_records(int u, Recompute r) const = 0;
   virtual double branch_recompute_cost(int u, Recompute r) const = 0;
   virtual void branch_recompute(int u, Recompute r, RecordSet& rec, CallScope& cs) = 0;
+  // B of branch u under Recompute::Full tiled over `tiles` groups of sequences (Stage::set_unit_tiles):
+  // per group the recompute, B and W of the group's rows; returns what branch_backward_input returns
+  // (the whole (B, T, C) gradient) and leaves in rec what B(u-1) reads, as B then W untiled would.
+  virtual Tensor branch_backward_tiled(int u, const Tensor& dy, int tiles, RecordSet& rec, CallScope& cs) = 0;
   // Head: final norm, LM head and the mean token cross-entropy into `loss`; B returns the gradient
   // w.r.t. the head's input for the seed loss_scale (vocab-parallel: this rank's partial, whole once
   // all-reduced; models/unit_common.h, head_norm_grad_partials).
@@ -162,6 +168,8 @@ class StageBase : public Stage {
   const Unit& unit_at(int u) const;
   // The records of unit u that policy r drops (empty for None and for units that are not branches).
   std::vector<RecomputedRecord> recomputed_records(int u, Recompute r) const;
+  // Unit u's B runs tiled, with its W in it (Stage::set_unit_tiles).
+  bool tiled(int u) const;
 
   StageSpec spec_;
   int n_layer_;
@@ -170,6 +178,7 @@ class StageBase : public Stage {
   float loss_scale_ = 1.0f;
   bool forward_only_ = false;
   std::int64_t loss_chunk_tokens_ = 0;
+  int unit_tiles_ = 1;
   std::map<int, Microbatch> mbs_;
   std::vector<std::map<int, RecordSet>> records_;     // [unit][mb]
   std::vector<std::vector<ParamInfo*>> unit_params_;  // [unit]

@@ -13,6 +13,7 @@
 #include "schedule/schedule.h"
 #include "train/host_needs.h"
 #include "train/loss_chunk.h"
+#include "train/unit_tiles.h"
 #include "train/memory_settings.h"
 #include "train/planner_rates.h"
 #include "train/stage_layout.h"
@@ -241,9 +242,11 @@ Measured measure(const Config& config, const ModelLayout& shape) {
 // names it) instead of failing the dry run as if the device could not place the plan.
 class DryRunCostModel {
  public:
-  // loss_chunk: the loss head's chunk every plan it runs has (RankPlan::loss_chunk_tokens).
-  DryRunCostModel(const Config& config, const ModelLayout& shape, const Measured& measured, std::int64_t loss_chunk)
-      : shape_(shape), measured_(measured), dry_config_(config), loss_chunk_(loss_chunk) {
+  // loss_chunk: the loss head's chunk every plan it runs has (RankPlan::loss_chunk_tokens); tiles:
+  // the sequence groups of its tiled unit backward (RankPlan::unit_tiles).
+  DryRunCostModel(const Config& config, const ModelLayout& shape, const Measured& measured, std::int64_t loss_chunk,
+                  int tiles)
+      : shape_(shape), measured_(measured), dry_config_(config), loss_chunk_(loss_chunk), tiles_(tiles) {
     dry_config_.output.trace = false;
     dry_config_.memory.device_budget.reset();
     dry_config_.memory.host_budget.reset();
@@ -256,6 +259,7 @@ class DryRunCostModel {
     MemoryPlan mp;  // the optimizer placement and the loss chunk travel in each RankPlan
     for (int r = 0; r < pp; ++r) {
       plans[static_cast<std::size_t>(r)].loss_chunk_tokens = loss_chunk_;
+      plans[static_cast<std::size_t>(r)].unit_tiles = tiles_;
       // Lookahead in ops: enough average op time to cover one set's copy.
       const auto& ops = shape_.schedule.ranks[static_cast<std::size_t>(r)];
       double set_bytes = 0;
@@ -341,7 +345,7 @@ class DryRunCostModel {
   MemoryPlan with_settings(const std::vector<RankPlan>& plans) const {
     MemoryPlan mp;
     mp.ranks = plans;
-    for (RankPlan& rp : mp.ranks) rp.loss_chunk_tokens = loss_chunk_;
+    for (RankPlan& rp : mp.ranks) rp.loss_chunk_tokens = loss_chunk_, rp.unit_tiles = tiles_;
     return mp;
   }
 
@@ -349,6 +353,7 @@ class DryRunCostModel {
   const Measured& measured_;
   Config dry_config_;
   std::int64_t loss_chunk_ = 0;
+  int tiles_ = 1;
   bool min_exact_ = false;
 };
 
@@ -483,15 +488,17 @@ void decide_overlap(MemoryPlan& plan, const Config& config) {
   }
 }
 
-// The four passes for one loss head chunk (0: unchunked; RankPlan::loss_chunk_tokens).
+// The four passes for one loss head chunk (0: unchunked; RankPlan::loss_chunk_tokens) and one unit
+// tiling (1: untiled; RankPlan::unit_tiles).
 MemoryPlan plan_with_loss_chunk(const Config& config, const ModelLayout& shape, bool exact_minimum,
-                                std::int64_t loss_chunk) {
+                                std::int64_t loss_chunk, int tiles) {
   Measured measured = measure(config, shape);
-  DryRunCostModel model(config, shape, measured, loss_chunk);
+  DryRunCostModel model(config, shape, measured, loss_chunk, tiles);
   MemoryPlan plan = choose_and_verify(measured, model, shape, exact_minimum);
   plan.optimizer_offload = false;
   for (RankPlan& rp : plan.ranks) {
     rp.loss_chunk_tokens = loss_chunk;
+    rp.unit_tiles = tiles;
     for (std::size_t ch = 0; ch < rp.units.size(); ++ch)
       plan.optimizer_offload =
           plan.optimizer_offload || rp.optimizer_placement(static_cast<int>(ch)) == OptimizerPlacement::Host;
@@ -499,6 +506,29 @@ MemoryPlan plan_with_loss_chunk(const Config& config, const ModelLayout& shape, 
   decide_overlap(plan, config);
   report(plan, measured);
   if (loss_chunk > 0) plan.summary += str("loss head: chunks of ", loss_chunk, " tokens\n");
+  if (tiles > 1) plan.summary += str("unit backward: ", tiles, " sequence groups (full-recompute units)\n");
+  return plan;
+}
+
+// model.loss_chunk_tokens resolved for one unit tiling.
+MemoryPlan plan_with_loss_chunks(const Config& config, const ModelLayout& shape, bool exact_minimum, int tiles) {
+  const LossChunkSetting setting = loss_chunk_setting(config);
+  MemoryPlan plan = plan_with_loss_chunk(config, shape, exact_minimum, setting.tokens, tiles);
+  const std::int64_t tokens = static_cast<std::int64_t>(config.train.micro_batch_size) * config.model.seq_len;
+  const std::vector<std::int64_t> chunks = setting.automatic ? auto_loss_chunks(tokens) : std::vector<std::int64_t>{};
+  if (chunks.empty()) return plan;
+  if (plan.feasible) {  // auto is none while the unchunked plan fits ...
+    if (exact_minimum)  // ... and the minimum is the smallest chunk's, the budget below which auto fails
+      plan.min_device_budget = std::min(
+          plan.min_device_budget, plan_with_loss_chunk(config, shape, true, chunks.back(), tiles).min_device_budget);
+    return plan;
+  }
+  // auto, over budget: the largest chunk whose plan fits; if none does, the smallest (the strongest
+  // plan, whose minimum budget the error names).
+  for (std::int64_t chunk : chunks) {
+    plan = plan_with_loss_chunk(config, shape, exact_minimum, chunk, tiles);
+    if (plan.feasible) break;
+  }
   return plan;
 }
 
@@ -512,21 +542,22 @@ MemoryPlan plan_with_loss_chunk(const Config& config, const ModelLayout& shape, 
 // parameters and gradients (HostUpdate).
 MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
   const ModelLayout shape = build_shape(config);
-  const LossChunkSetting setting = loss_chunk_setting(config);
-  MemoryPlan plan = plan_with_loss_chunk(config, shape, exact_minimum, setting.tokens);
-  const std::int64_t tokens = static_cast<std::int64_t>(config.train.micro_batch_size) * config.model.seq_len;
-  const std::vector<std::int64_t> chunks = setting.automatic ? auto_loss_chunks(tokens) : std::vector<std::int64_t>{};
-  if (chunks.empty()) return plan;
-  if (plan.feasible) {  // auto is none while the unchunked plan fits ...
-    if (exact_minimum)  // ... and the minimum is the smallest chunk's, the budget below which auto fails
-      plan.min_device_budget =
-          std::min(plan.min_device_budget, plan_with_loss_chunk(config, shape, true, chunks.back()).min_device_budget);
+  const UnitTilesSetting setting = unit_tiles_setting(config);
+  MemoryPlan plan = plan_with_loss_chunks(config, shape, exact_minimum, setting.tiles);
+  const std::vector<int> tilings =
+      setting.automatic ? auto_unit_tiles(config.train.micro_batch_size) : std::vector<int>{};
+  if (tilings.empty()) return plan;
+  if (plan.feasible) {  // auto is untiled while the untiled plan fits, after the loss chunk, and the
+    // minimum is the most tiles' (exact, or its live-byte bound), the budget below which auto fails
+    plan.min_device_budget =
+        std::min(plan.min_device_budget,
+                 plan_with_loss_chunks(config, shape, exact_minimum, tilings.back()).min_device_budget);
     return plan;
   }
-  // auto, over budget: the largest chunk whose plan fits; if none does, the smallest (the strongest
-  // plan, whose minimum budget the error names).
-  for (std::int64_t chunk : chunks) {
-    plan = plan_with_loss_chunk(config, shape, exact_minimum, chunk);
+  // auto, over budget: the fewest tiles whose plan fits (smaller GEMMs cost time); if none does, the
+  // most (the strongest plan, whose minimum budget the error names).
+  for (int tiles : tilings) {
+    plan = plan_with_loss_chunks(config, shape, exact_minimum, tiles);
     if (plan.feasible) break;
   }
   return plan;

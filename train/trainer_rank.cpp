@@ -151,6 +151,7 @@ void Trainer::Impl::build_stages(Rank& r) {
     for (int u = 0; u < r.stages.back()->num_units(); ++u)
       r.stages.back()->set_recompute(u, decisions.at(static_cast<std::size_t>(u)).recompute);
     if (r.stages.back()->is_last()) r.stages.back()->set_loss_chunk_tokens(rank_plan.loss_chunk_tokens);
+    r.stages.back()->set_unit_tiles(rank_plan.unit_tiles);
     stages.push_back(r.stages.back().get());
   }
   r.optimizer->attach(stages);  // the optimizer state, after the parameters

@@ -128,11 +128,11 @@ TEST(Config, RegistryCoversEveryFieldOnceAndDefaultsAreValid) {
     EXPECT_NE(std::string(k.doc), "") << k.key;
     EXPECT_EQ(find_knob(k.key), &k);
   }
-  EXPECT_EQ(keys.size(), 66u);  // 37 keys of docs/design.md's example + precision, link_bandwidth, tp_link_bandwidth,
+  EXPECT_EQ(keys.size(), 67u);  // 37 keys of docs/design.md's example + precision, link_bandwidth, tp_link_bandwidth,
                                 // cpu_threads, copy_engine_cpus, dp_bucket, distributed_optimizer, ..., val_path,
                                 // eval_every, eval_batches, max_skipped_steps, peak_flops, the six llama model keys,
                                 // vocab_parallel, optimizer_offload, mask_path, val_mask_path, optimizer_overlap,
-                                // param_offload, loss_chunk_tokens, host_collectives (update on purpose)
+                                // param_offload, loss_chunk_tokens, host_collectives, unit_tiles (update on purpose)
   EXPECT_NO_THROW(validate_config(default_config()));
 }
 
@@ -155,6 +155,12 @@ TEST(Config, UnknownKeysNameTheKeyAndListTheSection) {
                  {"model.loss_chunk_tokens", "auto, none or a positive integer", std::string("'") + bad + "'"});
   for (const char* good : {"auto", "none", "1", "4096"})
     EXPECT_NO_THROW(validate_config(load(std::string("model:\n  loss_chunk_tokens: ") + good + "\n"))) << good;
+  // memory.unit_tiles: auto or a divisor of train.micro_batch_size (4 by default).
+  for (const char* bad : {"0", "3", "8", "-2", "two"})
+    expect_error([bad] { validate_config(load(std::string("memory:\n  unit_tiles: ") + bad + "\n")); },
+                 {"memory.unit_tiles", "divides train.micro_batch_size (4)", std::string("'") + bad + "'"});
+  for (const char* good : {"auto", "1", "2", "4"})
+    EXPECT_NO_THROW(validate_config(load(std::string("memory:\n  unit_tiles: ") + good + "\n"))) << good;
   expect_error([] { load("model:\n  n_layer: 4\n  n_layer: 5\n"); }, {"model.n_layer", "twice"});
 }
 

@@ -189,6 +189,8 @@ int run(const PlanArgs& a) {
     out["optimizer_overlap"] = plan.optimizer_overlap;
     // The loss head's tokens per chunk (model.loss_chunk_tokens resolved; 0 = unchunked).
     out["loss_chunk_tokens"] = plan.ranks.empty() ? 0 : plan.ranks.back().loss_chunk_tokens;
+    // Sequence groups of the full-recompute units' tiled backward (memory.unit_tiles resolved; 1 = untiled).
+    out["unit_tiles"] = plan.ranks.empty() ? 1 : plan.ranks.front().unit_tiles;
     // What benchmarks need to compute MFU the way `stp train` does (tools/gpu-bench), and the
     // rates the plan's step cost was computed with (train/planner_rates.h).
     out["model_flops_per_token"] = stp::model_flops_per_token(cfg);
