@@ -54,7 +54,8 @@ LlamaStage::LlamaStage(const ModelSpec& config, const StageSpec& spec, Allocator
     set_unit_params(u, std::move(own), {b.norm});
   }
   if (is_first()) set_unit_params(0, {&params_.at("model.embed_tokens.weight")});
-  if (is_last()) set_unit_params(num_units() - 1, {&params_.at("model.norm.weight"), &params_.at(head_weight_)}, {},
+  if (is_last())
+    set_unit_params(num_units() - 1, {&params_.at("model.norm.weight"), &params_.at(head_weight_)}, {},
                     {&params_.at("model.norm.weight")});
 }
 

@@ -179,7 +179,7 @@ class StageBase : public Stage {
   bool forward_only_ = false;
   std::int64_t loss_chunk_tokens_ = 0;
   std::map<int, Microbatch> mbs_;
-  std::vector<std::map<int, RecordSet>> records_;     // [unit][mb]
+  std::vector<std::map<int, RecordSet>> records_;       // [unit][mb]
   std::vector<std::vector<ParamInfo*>> unit_params_;    // [unit]
   std::vector<std::vector<ParamInfo*>> unit_norm_;      // [unit] written by B(unit - 1)
   std::vector<std::vector<ParamInfo*>> unit_backward_;  // [unit] written by B(unit)

@@ -41,10 +41,11 @@
 //       executor: the next unit of the same part, while this one computes); its begin_pass then
 //       only binds them. At most two are held (one per part of a braided op; a third drops the
 //       oldest). Weights only: a slice's gradients must come after the previous pass sent them
-//       back; for a W pass (kind Weight) nothing. Copied from the host weights as they are when prefetch is called, so only within a
-//       step, after the chunk's params_needed. Without prefetch (constructed with prefetch
-//       false: RankPlan::late_params) it does nothing, and every pass's weights come at its
-//       begin_pass: the device holds one pass's weights at a time, and every weight copy is exposed.
+//       back; for a W pass (kind Weight) nothing. Copied from the host weights as they are when
+//       prefetch is called, so only within a step, after the chunk's params_needed. Without
+//       prefetch (constructed with prefetch false: RankPlan::late_params) it does nothing, and
+//       every pass's weights come at its begin_pass: the device holds one pass's weights at a time,
+//       and every weight copy is exposed.
 //   host_ready(s)   stream s waits for every gradient copy back so far. The executor calls it
 //       before a chunk's gradients are reported final and at the end of a walk, so the gradient
 //       norm, the data-parallel reduction and the optimizer read the host copies after the last
