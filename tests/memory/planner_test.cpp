@@ -735,9 +735,12 @@ TEST(PlannerStreaming, AutoStreamsOnlyTheChunksTheBudgetNeeds) {
 }
 
 // Of two chunks either of which covers the deficit, the cheaper per byte of it streams: with the
-// optimizer on the host already (all), the smallest chunk that covers it.
+// optimizer on the host already (all), the smallest chunk that covers it. Two microbatches: with
+// one, streaming a chunk copies no more than its host optimizer's copies it replaces (gradients
+// down once, weights up for F and B), so every chunk's move costs the same negative amount.
 TEST(PlannerStreaming, TheCheapestChunkThatCoversTheDeficitStreams) {
   PlannerInput in = streaming_problem();
+  in.microbatches = 2;
   in.optimizer_offload = OffloadPolicy::All;
   in.device_budget = 12000 - 600;  // 600 B over: chunk 1 frees 1000 B, less the 300 B working set
   stp::MemoryPlan plan = plan_memory(in);
