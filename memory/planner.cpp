@@ -352,8 +352,10 @@ bool late_params_where_over(const PlannerInput& in, std::vector<RankPlan>& plans
 
 double param_stream_seconds(const PlannerInput& in, const ModelStateBytes& chunk, double compute_share_s, bool late) {
   const double m = in.microbatches;
-  const double grads_s = 2 * m * static_cast<double>(chunk.gradients) / in.link_bytes_per_s;
-  const double weights_s = 3 * m * static_cast<double>(chunk.weights) / in.link_bytes_per_s;
+  // Each slice down once per microbatch, and up once per microbatch but the step's first.
+  const double grads_s = (2 * m - 1) * static_cast<double>(chunk.gradients) / in.link_bytes_per_s;
+  // Up for F and B only: W reads no weight.
+  const double weights_s = 2 * m * static_cast<double>(chunk.weights) / in.link_bytes_per_s;
   return grads_s + (late ? weights_s : std::max(0.0, weights_s - compute_share_s));
 }
 

@@ -56,9 +56,12 @@
 // priced per step by
 // param_stream_seconds (P = param_stream_s of RankPrediction, part of the step cost), with W_c and
 // G_c the chunk's weight and gradient bytes and m the microbatches:
-//   gradients: 2 m G_c / link, every one exposed (a pass waits for its gradients to come up, and
-//     the next pass's copies queue behind their way down);
-//   weights:   3 m W_c / link (one F, B and W pass per unit and microbatch), prefetched one unit
+//   gradients: (2 m - 1) G_c / link, every one exposed: a pass moves only the gradients it writes
+//     (Stage::pass_grads), so each slice goes down once per microbatch and comes up once per
+//     microbatch but the first (a pass waits for its gradients to come up, and the next pass's
+//     copies queue behind their way down);
+//   weights:   2 m W_c / link (one F and one B pass per unit and microbatch: W reads no weight;
+//     the norm of the next unit that a B also brings is not counted), prefetched one unit
 //     ahead, so hidden under the chunk's share of the rank's compute (its units' fraction of
 //     compute_s) up to that share; under late parameters every weight copy is exposed.
 // Late parameters (RankPlan::late_params) are the last lever of all: once a rank over budget has no

@@ -47,10 +47,11 @@ GPT2Stage::GPT2Stage(const ModelSpec& config, const StageSpec& spec, Allocator& 
     b.in_b = &params_.at(h + in + ".bias");
     b.out_w = &params_.at(h + out + ".weight");
     b.out_b = &params_.at(h + out + ".bias");
-    set_unit_params(u, {b.ln.w, b.ln.b, b.in_w, b.in_b, b.out_w, b.out_b});
+    set_unit_params(u, {b.ln.w, b.ln.b, b.in_w, b.in_b, b.out_w, b.out_b}, {b.ln.w, b.ln.b}, {b.out_b});
   }
   if (is_first()) set_unit_params(0, {&params_.at("wte.weight"), &params_.at("wpe.weight")});
-  if (is_last()) set_unit_params(num_units() - 1, {ln_f().w, ln_f().b, &params_.at("wte.weight")});
+  if (is_last())
+    set_unit_params(num_units() - 1, {ln_f().w, ln_f().b, &params_.at("wte.weight")}, {}, {ln_f().w, ln_f().b});
 }
 
 Tensor GPT2Stage::embed_forward(const Tensor& tokens, RecordSet& rec, CallScope& cs) {

@@ -51,10 +51,12 @@ LlamaStage::LlamaStage(const ModelSpec& config, const StageSpec& spec, Allocator
     const LlamaBranch& b = branch(u);
     std::vector<ParamInfo*> own{b.norm, b.in_w, b.out_w};
     if (b.in_b) own.push_back(b.in_b);
-    set_unit_params(u, std::move(own));
+    set_unit_params(u, std::move(own), {b.norm});
   }
   if (is_first()) set_unit_params(0, {&params_.at("model.embed_tokens.weight")});
-  if (is_last()) set_unit_params(num_units() - 1, {&params_.at("model.norm.weight"), &params_.at(head_weight_)});
+  if (is_last())
+    set_unit_params(num_units() - 1, {&params_.at("model.norm.weight"), &params_.at(head_weight_)}, {},
+                    {&params_.at("model.norm.weight")});
 }
 
 Tensor LlamaStage::embed_forward(const Tensor& tokens, RecordSet& rec, CallScope& cs) {

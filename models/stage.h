@@ -258,6 +258,15 @@ class Stage {
   // params(). B(u) also finalizes the norm of unit u+1 (models/stage_base.h), so it touches unit
   // u+1's parameters too. Parameter streaming (offload/param_streamer.h) moves exactly these.
   virtual std::vector<ParamInfo*> unit_params(int u) = 0;
+  // The parameters whose gradients W(u) (weight true) or B(u) (weight false) accumulates into: what
+  // parameter streaming brings up and sends back around that pass, nothing more. B(u) writes the
+  // norm of unit u+1 it finalizes (a branch's norm weight, and bias), the c_proj bias of a GPT-2
+  // branch u (its column sum, from B's f32 gradient) and, on the head, the final norm; W(u) writes
+  // the rest of unit u's parameters (a branch's GEMM weights and biases, the embedding's tables, the
+  // LM head). With the chunked loss head, F of the head writes the final norm's and the LM head's
+  // gradients, and its B and W write none. Every parameter is written by exactly one pass kind per
+  // microbatch (a tied table once per unit that uses it).
+  virtual std::vector<ParamInfo*> pass_grads(int u, bool weight) = 0;
   // Pinned host bytes of the flat buffers when the stage streams its parameters, else zero.
   virtual StreamedBytes streamed_bytes() const = 0;
   // Every parameter / gradient of params() in one flat buffer, in params() order (the

@@ -1,5 +1,7 @@
 #include "models/stage_base.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "memory/block_arena.h"
 
@@ -26,6 +28,29 @@ StageBase::StageBase(const StageSpec& spec, int n_layer, const UnitDims& dims, P
   if (is_last()) units_.push_back(Unit{UnitKind::Head, "head"});
   records_.resize(units_.size());
   unit_params_.resize(units_.size());
+  unit_norm_.resize(units_.size());
+  unit_backward_.resize(units_.size());
+}
+
+std::vector<ParamInfo*> StageBase::pass_grads(int u, bool weight) {
+  STP_ASSERT(u >= 0 && u < num_units(), "unit ", u, " outside [0, ", num_units(), ")");
+  const auto i = static_cast<std::size_t>(u);
+  // The chunked head's F writes the head's gradients: its B and W add nothing.
+  if (units_[i].kind == UnitKind::Head && loss_chunk_tokens_ > 0) return {};
+  auto among = [](const std::vector<ParamInfo*>& list, const ParamInfo* p) {
+    return std::find(list.begin(), list.end(), p) != list.end();
+  };
+  std::vector<ParamInfo*> out;
+  if (weight) {
+    for (ParamInfo* p : unit_params_[i])
+      if (!among(unit_norm_[i], p) && !among(unit_backward_[i], p)) out.push_back(p);
+    return out;
+  }
+  out = unit_backward_[i];
+  if (u + 1 < num_units() && is_branch(units_[i + 1].kind))
+    for (ParamInfo* p : unit_norm_[i + 1])
+      if (!among(out, p)) out.push_back(p);
+  return out;
 }
 
 std::string StageBase::unit_name(int u) const {

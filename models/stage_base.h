@@ -80,6 +80,7 @@ class StageBase : public Stage {
 
   std::vector<ParamInfo>& params() override { return params_.list(); }
   std::vector<ParamInfo*> unit_params(int u) override { return unit_params_.at(static_cast<std::size_t>(u)); }
+  std::vector<ParamInfo*> pass_grads(int u, bool weight) override;
   StreamedBytes streamed_bytes() const override { return params_.streamed_bytes(); }
   Tensor flat_params() const override { return params_.flat_params(); }
   Tensor flat_grads() const override { return params_.flat_grads(); }
@@ -135,9 +136,16 @@ class StageBase : public Stage {
   virtual Tensor head_backward_input(float loss_scale, RecordSet& rec, CallScope& cs) = 0;
   virtual void head_backward_weight(RecordSet& rec, CallScope& cs) = 0;
 
-  // The architecture's constructor names each unit's parameters (Stage::unit_params).
-  void set_unit_params(int u, std::vector<ParamInfo*> params) {
-    unit_params_.at(static_cast<std::size_t>(u)) = std::move(params);
+  // The architecture's constructor names each unit's parameters (Stage::unit_params) and, among
+  // them, those whose gradients a B writes (Stage::pass_grads): `norm`, a branch's norm, which B(u-1)
+  // finalizes; `backward`, those B(u) writes itself (a GPT-2 branch's c_proj bias, the head's final
+  // norm). W(u) writes the others.
+  void set_unit_params(int u, std::vector<ParamInfo*> params, std::vector<ParamInfo*> norm = {},
+                       std::vector<ParamInfo*> backward = {}) {
+    const auto i = static_cast<std::size_t>(u);
+    unit_params_.at(i) = std::move(params);
+    unit_norm_.at(i) = std::move(norm);
+    unit_backward_.at(i) = std::move(backward);
   }
 
   Allocator& alloc_;
@@ -180,8 +188,10 @@ class StageBase : public Stage {
   std::int64_t loss_chunk_tokens_ = 0;
   int unit_tiles_ = 1;
   std::map<int, Microbatch> mbs_;
-  std::vector<std::map<int, RecordSet>> records_;     // [unit][mb]
-  std::vector<std::vector<ParamInfo*>> unit_params_;  // [unit]
+  std::vector<std::map<int, RecordSet>> records_;       // [unit][mb]
+  std::vector<std::vector<ParamInfo*>> unit_params_;    // [unit]
+  std::vector<std::vector<ParamInfo*>> unit_norm_;      // [unit] written by B(unit - 1)
+  std::vector<std::vector<ParamInfo*>> unit_backward_;  // [unit] written by B(unit)
 };
 
 }  // namespace stp

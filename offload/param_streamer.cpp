@@ -9,16 +9,20 @@
 namespace stp {
 namespace {
 
-// The distinct parameters of a pass, in the order the stage names them (a tied table can be named
-// by two units of one stage; it is bound once).
+void add_distinct(std::vector<ParamInfo*>& to, const std::vector<ParamInfo*>& from) {
+  for (ParamInfo* p : from)
+    if (std::find(to.begin(), to.end(), p) == to.end()) to.push_back(p);
+}
+
+// The distinct parameters whose weights a pass reads, in the order the stage names them (a tied
+// table can be named by two units of one stage; it is bound once): F(u) and B(u) unit u's (B also
+// re-runs F's kernels under recompute), B(u) also those of unit u+1 it finalizes (Stage::pass_grads:
+// B reads the norm whose gradient it writes). W reads none: its GEMMs take the records B left.
 std::vector<ParamInfo*> pass_params(Stage& stage, int u, bool backward) {
-  std::vector<ParamInfo*> out = stage.unit_params(u);
-  if (backward && u + 1 < stage.num_units())
-    for (ParamInfo* p : stage.unit_params(u + 1)) out.push_back(p);
-  std::vector<ParamInfo*> distinct;
-  for (ParamInfo* p : out)
-    if (std::find(distinct.begin(), distinct.end(), p) == distinct.end()) distinct.push_back(p);
-  return distinct;
+  std::vector<ParamInfo*> out;
+  add_distinct(out, stage.unit_params(u));
+  if (backward) add_distinct(out, stage.pass_grads(u, false));
+  return out;
 }
 
 // Whether a pass reads the f32 parameter: not a host master (no device kernel reads those, only
@@ -26,6 +30,15 @@ std::vector<ParamInfo*> pass_params(Stage& stage, int u, bool backward) {
 bool streams_master(const ParamInfo& p) { return p.param.defined() && !p.host_master; }
 
 bool is_backward(StreamedPass kind) { return kind == StreamedPass::Backward || kind == StreamedPass::BackwardWeight; }
+
+// The parameters whose gradients the pass writes (Stage::pass_grads; a fused B and W: both).
+std::vector<ParamInfo*> pass_writes(Stage& stage, int u, StreamedPass kind) {
+  std::vector<ParamInfo*> out;
+  if (kind == StreamedPass::Forward) return out;
+  if (kind != StreamedPass::Weight) add_distinct(out, stage.pass_grads(u, false));
+  if (kind != StreamedPass::Backward) add_distinct(out, stage.pass_grads(u, true));
+  return out;
+}
 
 // A GEMM weight's bf16 copy is storage of its own; elsewhere `compute` is the parameter itself.
 bool has_copy(const ParamInfo& p) {
@@ -106,7 +119,7 @@ Tensor ParamStreamer::grads_in(const ParamInfo& p, std::int64_t& at) {
 }
 
 void ParamStreamer::prefetch(int chunk, Stage& stage, int u, StreamedPass kind) {
-  if (!prefetch_ || !streams(chunk)) return;
+  if (!prefetch_ || !streams(chunk) || kind == StreamedPass::Weight) return;
   if (prefetched_.size() == kMaxPrefetched) prefetched_.erase(prefetched_.begin());
   prefetched_.push_back(fetch(chunk, stage, u, is_backward(kind)));
 }
@@ -115,7 +128,7 @@ void ParamStreamer::begin_pass(int chunk, Stage& stage, int u, StreamedPass kind
   STP_ASSERT(!active_, "ParamStreamer: begin_pass while another pass is bound");
   if (!streams(chunk)) return;
   active_ = true;
-  grads_ = kind != StreamedPass::Forward;
+  grads_ = false;
   const bool backward = is_backward(kind);
   auto hit = std::find_if(prefetched_.begin(), prefetched_.end(), [&](const Fetched& f) {
     return f.chunk == chunk && f.stage == &stage && f.u == u && f.backward == backward;
@@ -123,26 +136,43 @@ void ParamStreamer::begin_pass(int chunk, Stage& stage, int u, StreamedPass kind
   if (hit != prefetched_.end()) {
     current_ = std::move(*hit);
     prefetched_.erase(hit);
-  } else {
+  } else if (kind != StreamedPass::Weight) {
     current_ = fetch(chunk, stage, u, backward);
+  } else {
+    current_ = Fetched{chunk, &stage, u, false, {}, {}, {}, {}};
   }
-  if (current_.params.empty()) return;
+  // Bound: the parameters whose weights the pass reads (current_.params, with their views), then
+  // those whose gradients it writes and whose weights it does not read (a W pass's).
+  const std::vector<ParamInfo*> writes = pass_writes(stage, u, kind);
+  std::vector<ParamInfo*> bind = current_.params;
+  add_distinct(bind, writes);
+  if (bind.empty()) return;
+  auto written = [&](const ParamInfo* p) { return std::find(writes.begin(), writes.end(), p) != writes.end(); };
   std::int64_t n_grad = 0;
-  for (const ParamInfo* p : current_.params) n_grad += p->grad.numel();
+  for (const ParamInfo* p : writes) n_grad += p->grad.numel();
+  grads_ = n_grad > 0;
   if (grads_) {
     copy_stream_waits_for_compute();
     MaybeCategoryScope gradients(arena_, MemoryCategory::Gradients);
     grads_dev_ = Tensor::empty_on(arena_, *copy_, {n_grad});
+    copy_->trace_begin(str("grads up ", chunk, " u", u), trace::stream::kParamCopy);
   }
-  if (grads_) copy_->trace_begin(str("grads up ", chunk, " u", u), trace::stream::kParamCopy);
   std::int64_t at_grad = 0;
-  for (std::size_t i = 0; i < current_.params.size(); ++i) {
-    ParamInfo& p = *current_.params[i];
-    bound_.push_back({&p, p.param, p.compute, p.grad});
-    const Fetched::Views& v = current_.views[i];
-    if (v.param.defined()) p.param = v.param;
-    p.compute = v.compute.defined() ? v.compute : p.param;
-    if (grads_) p.grad = grads_in(p, at_grad);
+  for (std::size_t i = 0; i < bind.size(); ++i) {
+    ParamInfo& p = *bind[i];
+    const bool writes_grad = written(&p);
+    bound_.push_back({&p, p.param, p.compute, p.grad, writes_grad});
+    if (i < current_.views.size()) {
+      const Fetched::Views& v = current_.views[i];
+      if (v.param.defined()) p.param = v.param;
+      p.compute = v.compute.defined() ? v.compute : p.param;
+    } else {  // weights the pass does not read: unbound as well, so a read fails loudly
+      p.param = Tensor();
+      p.compute = Tensor();
+    }
+    // A gradient the pass does not write is not bound at all: a write to it would fail loudly
+    // (an undefined tensor) rather than land in host memory behind the copies' back.
+    if (kind != StreamedPass::Forward) p.grad = writes_grad ? grads_in(p, at_grad) : Tensor();
   }
   if (grads_) {
     copy_->trace_end();
@@ -160,6 +190,7 @@ void ParamStreamer::end_pass() {
     copy_stream_waits_for_compute();
     copy_->trace_begin("grads down", trace::stream::kParamCopy);
     for (const Bound& b : bound_) {
+      if (!b.grad_bound) continue;
       copy_->copy(b.grad.raw(), b.p->grad.raw(), b.grad.bytes());
       counters_.d2h_bytes += b.grad.bytes();
       ++counters_.d2h_copies;

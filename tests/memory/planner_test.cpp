@@ -655,16 +655,16 @@ TEST(PlannerLateParams, NeverWithoutStreaming) {
   EXPECT_TRUE(plan.ranks[0].late_params);
 }
 
-// The price of a streamed chunk: the gradients' round trips always, the weight copies beyond the
-// compute that hides them (all of them when late).
+// The price of a streamed chunk: the gradients' copies (down every microbatch, up all but the
+// first) always, the weight copies beyond the compute that hides them (all of them when late).
 TEST(PlannerLateParams, StreamingPriceHidesPrefetchedWeightsUnderCompute) {
   PlannerInput in = late_params_problem();
   in.microbatches = 2;
   in.link_bytes_per_s = 1e3;
   const stp::ModelStateBytes chunk{100, 50, 200};
-  const double grads = 2 * 2 * 50 / 1e3, weights = 3 * 2 * 100 / 1e3;  // 0.2 s and 0.6 s
+  const double grads = (2 * 2 - 1) * 50 / 1e3, weights = 2 * 2 * 100 / 1e3;  // 0.15 s and 0.4 s
   EXPECT_DOUBLE_EQ(stp::param_stream_seconds(in, chunk, 0.0, false), grads + weights);
-  EXPECT_DOUBLE_EQ(stp::param_stream_seconds(in, chunk, 0.5, false), grads + weights - 0.5);
+  EXPECT_DOUBLE_EQ(stp::param_stream_seconds(in, chunk, 0.25, false), grads + weights - 0.25);
   EXPECT_DOUBLE_EQ(stp::param_stream_seconds(in, chunk, 5.0, false), grads);
   EXPECT_DOUBLE_EQ(stp::param_stream_seconds(in, chunk, 5.0, true), grads + weights);
 }
@@ -735,9 +735,12 @@ TEST(PlannerStreaming, AutoStreamsOnlyTheChunksTheBudgetNeeds) {
 }
 
 // Of two chunks either of which covers the deficit, the cheaper per byte of it streams: with the
-// optimizer on the host already (all), the smallest chunk that covers it.
+// optimizer on the host already (all), the smallest chunk that covers it. Two microbatches: with
+// one, streaming a chunk copies no more than its host optimizer's copies it replaces (gradients
+// down once, weights up for F and B), so every chunk's move costs the same negative amount.
 TEST(PlannerStreaming, TheCheapestChunkThatCoversTheDeficitStreams) {
   PlannerInput in = streaming_problem();
+  in.microbatches = 2;
   in.optimizer_offload = OffloadPolicy::All;
   in.device_budget = 12000 - 600;  // 600 B over: chunk 1 frees 1000 B, less the 300 B working set
   stp::MemoryPlan plan = plan_memory(in);

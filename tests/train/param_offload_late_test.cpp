@@ -80,9 +80,10 @@ TEST(ParamOffloadLate, IsBitwiseThePrefetchedRun) {
 // At the minimum feasible budget (the strongest plan's: late parameters on every rank) a rank takes
 // late parameters, and the run measures the plan. The activation levers are off: with them, the
 // strongest plan's placement slack (fragmentation, above its live peak) can exceed what the
-// prefetch holds, and a plan that prefetches then fits the minimum too.
+// prefetch holds, and a plan that prefetches then fits the minimum too (since a W pass brings no
+// weights and a B only the next unit's norm, that is so for stp with llama in bf16, which was here).
 TEST(ParamOffloadLate, PeaksEqualThePlanAtTheMinimumBudget) {
-  for (const Case& c : {Case{"zb-v"}, Case{"stp", true, true}}) {
+  for (const Case& c : {Case{"zb-v"}, Case{"stp", false, true}}) {
     SCOPED_TRACE(c.schedule);
     std::vector<std::string> o = overrides(c);
     o.insert(o.end(), {"memory.offload=none", "memory.recompute=none", "memory.device_budget=1MiB"});

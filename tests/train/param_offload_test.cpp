@@ -477,6 +477,35 @@ TEST(ParamOffloadCost, ThePlanCountsTheStreamedBytesOfAStepAndTheirExposedTime) 
   }
 }
 
+// A pass moves only the gradients it writes (Stage::pass_grads): every slice is zeroed on the device
+// once per step (its first writer), goes down once per microbatch and comes up once per microbatch
+// but the first, with B and W fused and deferred (zb-v, stp), at dp 2 too. Before, a B brought unit
+// u+1's whole gradients for the norm it finalizes, and a deferred B its unit's too: about twice the
+// bytes each way.
+TEST(ParamOffloadCost, AStepMovesEachGradientSliceDownOncePerMicrobatch) {
+  const std::vector<Case> checked = {{"1f1b"}, {"zb-v", false, true}, {"stp", true}, {"zb-h1", false, false, 2}};
+  for (const Case& c : checked) {
+    stp::Config cfg = tiny_config(overrides(c, true));
+    cfg.output.dir = fresh_dir("po_grad_bytes");
+    const std::uint64_t m = static_cast<std::uint64_t>(cfg.train.microbatches);
+    stp::Trainer t(cfg);
+    for (int i = 0; i < 2; ++i) {
+      const stp::StepResult r = t.step();
+      ASSERT_FALSE(r.param_stream.empty());
+      const auto& predicted = t.memory_plan().predicted;
+      for (std::size_t g = 0; g < r.param_stream.size(); ++g) {
+        const stp::ParamStreamCounters& k = r.param_stream[g];
+        const std::string at = std::string(c.schedule) + " device " + std::to_string(g) + " step " + std::to_string(i);
+        EXPECT_GT(k.zeroed_bytes, 0u) << at;
+        EXPECT_EQ(k.d2h_bytes, m * k.zeroed_bytes) << at;
+        if (c.dp != 1) continue;  // the plan is one replica's
+        EXPECT_EQ(k.zeroed_bytes, predicted[g].streamed_grad_bytes) << at;
+        EXPECT_EQ(predicted[g].stream_grads_up_bytes, (m - 1) * k.zeroed_bytes) << at;
+      }
+    }
+  }
+}
+
 // auto: nothing streams while the plan fits; everything streams once only that fits.
 TEST(ParamOffloadConfig, AutoStreamsOnlyWhenTheBudgetNeedsIt) {
   const std::vector<std::string> base = {"parallel.schedule=1f1b", "parallel.pp=2", "memory.optimizer_offload=all"};
