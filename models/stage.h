@@ -264,7 +264,8 @@ class Stage {
   // branch u (its column sum, from B's f32 gradient) and, on the head, the final norm; W(u) writes
   // the rest of unit u's parameters (a branch's GEMM weights and biases, the embedding's tables, the
   // LM head). With the chunked loss head, F of the head writes the final norm's and the LM head's
-  // gradients, and its B and W write none. Every parameter is written by exactly one pass kind per
+  // gradients, and its B and W write none. A tiled unit's B (set_unit_tiles) writes its W's
+  // gradients too, and its W none. Every parameter is written by exactly one pass kind per
   // microbatch (a tied table once per unit that uses it).
   virtual std::vector<ParamInfo*> pass_grads(int u, bool weight) = 0;
   // Pinned host bytes of the flat buffers when the stage streams its parameters, else zero.

@@ -41,12 +41,13 @@ std::vector<ParamInfo*> StageBase::pass_grads(int u, bool weight) {
     return std::find(list.begin(), list.end(), p) != list.end();
   };
   std::vector<ParamInfo*> out;
-  if (weight) {
+  // A tiled B runs its W inside (set_unit_tiles): it writes the W's gradients too, and W none.
+  if (weight && tiled(u)) return out;
+  if (weight || tiled(u))
     for (ParamInfo* p : unit_params_[i])
       if (!among(unit_norm_[i], p) && !among(unit_backward_[i], p)) out.push_back(p);
-    return out;
-  }
-  out = unit_backward_[i];
+  if (weight) return out;
+  for (ParamInfo* p : unit_backward_[i]) out.push_back(p);
   if (u + 1 < num_units() && is_branch(units_[i + 1].kind))
     for (ParamInfo* p : unit_norm_[i + 1])
       if (!among(out, p)) out.push_back(p);
