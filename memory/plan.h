@@ -65,6 +65,10 @@ struct RankPlan {
   // Tokens per chunk of the loss head on this rank's last stage (Stage::set_loss_chunk_tokens);
   // 0: unchunked. model.loss_chunk_tokens, or auto's choice (train/loss_chunk.h).
   std::int64_t loss_chunk_tokens = 0;
+  // How the rank's device arena places blocks (memory/block_arena.h). Placement moves no live
+  // byte, only the gaps between them: the planner keeps, per rank, the policy whose dry run
+  // places the plan in the least memory (train/memory_planning.cpp).
+  BlockPlacement block_placement = BlockPlacement::BestFit;
   bool offloads() const;
   OptimizerPlacement optimizer_placement(int chunk) const;
   bool streams_params(int chunk) const;
