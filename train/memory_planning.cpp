@@ -313,7 +313,7 @@ class DryRunCostModel {
   }
 
   // The smallest budget that places `plans`, each rank under its best placement (choose_placement,
-  // remembered for min_placements()).
+  // remembered for place_as_minimum()).
   std::size_t placeable(const std::vector<RankPlan>& plans, std::size_t live_peak) {
     min_exact_ = true;
     std::vector<RankPlan> placed = plans;
@@ -345,7 +345,6 @@ class DryRunCostModel {
     return mp;
   }
 
-  const ModelLayout& shape_;
   bool fits(const std::vector<RankPlan>& plans, std::size_t budget) const {
     MemoryPlan mp = with_settings(plans);
     Config budgeted = dry_config_;
@@ -396,6 +395,7 @@ class DryRunCostModel {
     return *std::max_element(best.begin(), best.end());
   }
 
+  const ModelLayout& shape_;
   const Measured& measured_;
   Config dry_config_;
   std::int64_t loss_chunk_ = 0;
@@ -429,9 +429,11 @@ MemoryPlan choose_levers(Measured& measured, DryRunCostModel& model, const Model
 // ---- Pass 3: verify by dry run --------------------------------------------------------------------
 // Contract: the chosen plan's allocations, placed by the real allocator within the real budget,
 // never fail. The choice is made on live bytes; when the dry run under the budget cannot place them
-// (fragmentation), choose again for 5% less, up to 8 times. A budget at or above the minimum always
-// ends feasible: when the shrunken budget leaves only the strongest plan, that plan places in the
-// real budget. Returns the plan with feasible, min_device_budget and the summary's notes set.
+// with best fit, nor with each rank's best placement (DryRunCostModel::places; fragmentation),
+// choose again for 5% less, up to 8 times. A budget at or above the minimum always ends feasible:
+// when the shrunken budget leaves only the strongest plan, that plan places in the real budget
+// under the minimum's placements. Returns the plan with feasible, min_device_budget and the
+// summary's notes set.
 MemoryPlan choose_and_verify(Measured& measured, DryRunCostModel& model, const ModelLayout& shape, bool exact_minimum) {
   model.forget_min();
   const std::size_t budget = measured.input.device_budget;
