@@ -20,6 +20,16 @@ const char* to_string(MemoryCategory c) {
   return i < kMemoryCategories ? trace::kMemorySeries[i] : "?";
 }
 
+const char* to_string(BlockPlacement p) {
+  switch (p) {
+    case BlockPlacement::BestFit: return "best-fit";
+    case BlockPlacement::FirstFit: return "first-fit";
+    case BlockPlacement::StatesLow: return "states-low";
+    case BlockPlacement::SmallLow: return "small-low";
+  }
+  return "?";
+}
+
 namespace {
 
 constexpr std::size_t kAlign = 256;  // what cudaMalloc guarantees; keeps vector loads aligned
@@ -199,7 +209,10 @@ void BlockArena::State::give_back(std::vector<Detached> detached) {
 // cached segments back could help (`retry` set) or when nothing can.
 char* BlockArena::State::find_block(std::size_t size, bool may_release, bool& retry) {
   retry = false;
-  if (options.first_fit) {
+  if (options.placement == BlockPlacement::FirstFit ||
+      (options.placement == BlockPlacement::StatesLow && current != MemoryCategory::Activations) ||
+      (options.placement == BlockPlacement::SmallLow && size < kSmallBlockBytes)) {
+    // Address order: a one-segment arena's tail is its last block, so it is chosen last.
     for (auto& [p, b] : blocks)
       if (b.free && b.size >= size) return p;
   } else {

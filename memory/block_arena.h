@@ -2,12 +2,16 @@
 // device allocator) and for the pinned host pool (memory/pinned_pool.h).
 //
 //   * Segments: memory is taken from the backend in segments (Device::allocate or pinned host
-//     memory) and carved with best fit, splitting blocks and coalescing neighbours — exact fit
-//     up to a 256-byte alignment, never power-of-two rounding. A segment's untouched tail (the
-//     free block that ends it) is chosen only when no other free block fits, so a one-segment
-//     arena (a device budget) lays blocks out the same whatever its capacity: a run places in
-//     any budget at or above its high_water, and in none below. Segments are kept (cached) and
-//     reused; they go back to the backend only when a new segment would break the budget.
+//     memory) and carved by the arena's placement (BlockPlacement: best fit by default, or first
+//     fit, or first fit for one class of blocks and best fit for the rest), splitting blocks and
+//     coalescing neighbours — exact fit up to a 256-byte alignment, never power-of-two rounding.
+//     Under every placement a segment's untouched tail (the free block that ends it) is chosen
+//     only when no other free block fits, so a one-segment arena (a device budget) lays blocks
+//     out the same whatever its capacity: a run places in any budget at or above its high_water
+//     under that placement, and in none below. Placement moves no allocation or free, only the
+//     addresses: the live bytes and their peaks are the same under every placement. Segments are
+//     kept (cached) and reused; they go back to the backend only when a new segment would break
+//     the budget.
 //   * Budget: reserved bytes (all segments) never exceed `budget`. An allocation that cannot be
 //     served throws OutOfMemoryError with a report: the budget and its knob, what is live by
 //     category (weights, gradients, optimizer state, activations, buffers), and what to change.
@@ -60,15 +64,35 @@ struct ArenaStats {
   }
 };
 
+// How a free block is chosen for an allocation (ArenaOptions::placement). Every placement keeps a
+// segment's untouched tail for last (first fit goes in address order, where a one-segment arena's
+// tail comes last), so each lays a one-segment arena out the same whatever its capacity. Which one
+// needs the least memory depends on the run's allocation sequence: the memory planner dry-runs a
+// plan under each and gives every rank the one with the lowest high_water (RankPlan, memory/plan.h).
+enum class BlockPlacement : std::uint8_t {
+  BestFit,   // the smallest free block that fits (lowest address among equals)
+  FirstFit,  // the lowest-address free block that fits
+  // Model states and buffers (every category but activations) by first fit, activations by best
+  // fit: the states pack at the low end, the activations fill the holes above.
+  StatesLow,
+  // Small blocks (below kSmallBlockBytes) by first fit, large ones by best fit: the many small
+  // blocks (norm statistics, losses, small weights) pack at the low end instead of splitting the
+  // holes that large blocks leave.
+  SmallLow,
+};
+constexpr std::size_t kBlockPlacements = 4;
+constexpr std::size_t kSmallBlockBytes = 64 << 10;
+const char* to_string(BlockPlacement p);  // "best-fit" | "first-fit" | "states-low" | "small-low"
+
 struct ArenaOptions {
   std::string what = "device";                       // "device", "pinned host": names errors
   std::string budget_knob = "memory.device_budget";  // the knob an OOM report tells users to raise
   std::size_t budget = SIZE_MAX;
   std::size_t segment_bytes = 32ull << 20;  // growth granularity; larger requests get their own segment
   bool grow = true;                         // false: only reserve() adds segments (a fixed pool)
-  // Lowest-address fit instead of best fit. A fixed pool uses it: its layout then does not depend
-  // on the pool's size, so high_water from a run with a big pool is the exact size it needs.
-  bool first_fit = false;
+  // The fit policy. A fixed pool uses FirstFit: its layout then does not depend on the pool's size
+  // even over several segments, so high_water from a run with a big pool is the exact size it needs.
+  BlockPlacement placement = BlockPlacement::BestFit;
   // Backend: take and give back one segment (e.g. Device::allocate / deallocate). `give` is called
   // only after every stream that used the segment has passed its last use.
   std::function<void*(std::size_t)> take;

@@ -57,8 +57,8 @@ PinnedPool::PinnedPool(Device& device, Stream& home, PinnedPoolOptions options) 
   a.budget = options.host_budget;  // reports show the knob's value; grow=false caps at capacity_
   a.grow = false;
   // Lowest-address fit: the layout does not depend on the pool's size, so stats().high_water of a
-  // run with a generous pool is exactly the pool that run needs (block_arena.h, first_fit).
-  a.first_fit = true;
+  // run with a generous pool is exactly the pool that run needs (block_arena.h, BlockPlacement).
+  a.placement = BlockPlacement::FirstFit;
   a.advice = "Raise memory.host_budget.";
   // The arena's state may outlive this object (storages keep it), so the backend captures values
   // only. `take` runs once, from reserve() below.

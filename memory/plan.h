@@ -68,6 +68,10 @@ struct RankPlan {
   // Sequence groups of the tiled backward of this rank's full-recompute units (Stage::set_unit_tiles);
   // 1: untiled. memory.unit_tiles, or auto's choice (train/unit_tiles.h).
   int unit_tiles = 1;
+  // How the rank's device arena places blocks (memory/block_arena.h). Placement moves no live
+  // byte, only the gaps between them: the planner keeps, per rank, the policy whose dry run
+  // places the plan in the least memory (train/memory_planning.cpp).
+  BlockPlacement block_placement = BlockPlacement::BestFit;
   bool offloads() const;
   OptimizerPlacement optimizer_placement(int chunk) const;
   bool streams_params(int chunk) const;

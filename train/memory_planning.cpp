@@ -304,8 +304,52 @@ class DryRunCostModel {
   }
 
   // Live bytes that fit a budget may still not be placeable in it (fragmentation). The dry run
-  // places them exactly as the real run will, so "does plan P fit budget B" is one dry run.
-  bool places(const std::vector<RankPlan>& plans, std::size_t budget) const {
+  // places them exactly as the real run will, so "does plan P fit budget B" is one dry run. When
+  // P's placements do not place it, each rank takes the placement that needs the least memory
+  // (choose_placement) and, when that fits, `plans` keep them.
+  bool places(std::vector<RankPlan>& plans, std::size_t budget) const {
+    if (fits(plans, budget)) return true;
+    std::vector<RankPlan> placed = plans;
+    if (choose_placement(placed, budget) > budget) return false;
+    STP_ASSERT(fits(placed, budget), "a placement's high water did not place the plan in its budget");
+    plans = std::move(placed);
+    return true;
+  }
+
+  // The smallest budget that places `plans`, each rank under its best placement (choose_placement,
+  // remembered for place_as_minimum()).
+  std::size_t placeable(const std::vector<RankPlan>& plans, std::size_t live_peak) {
+    min_exact_ = true;
+    std::vector<RankPlan> placed = plans;
+    const std::size_t high_water = choose_placement(placed, live_peak);
+    STP_ASSERT(high_water >= live_peak, "placement below the live peak");
+    min_placements_.clear();
+    for (const RankPlan& rp : placed) min_placements_.push_back(rp.block_placement);
+    return high_water;
+  }
+  // Gives the strongest plan, measured by the last placeable() call, the placements that place it
+  // in min_device_budget.
+  void place_as_minimum(std::vector<RankPlan>& strongest) const {
+    STP_ASSERT(min_placements_.size() == strongest.size(), "the strongest plan's placements are unknown");
+    for (std::size_t r = 0; r < strongest.size(); ++r) strongest[r].block_placement = min_placements_[r];
+  }
+  bool min_exact() const { return min_exact_; }
+  // A new choice starts without an exact minimum: placeable() ran for the plans of the last one.
+  void forget_min() {
+    min_exact_ = false;
+    min_placements_.clear();
+  }
+
+ private:
+  // A plan of `plans` (their streaming decisions included) with this model's loss chunk and tiles.
+  MemoryPlan with_settings(const std::vector<RankPlan>& plans) const {
+    MemoryPlan mp;
+    mp.ranks = plans;
+    for (RankPlan& rp : mp.ranks) rp.loss_chunk_tokens = loss_chunk_, rp.unit_tiles = tiles_;
+    return mp;
+  }
+
+  bool fits(const std::vector<RankPlan>& plans, std::size_t budget) const {
     MemoryPlan mp = with_settings(plans);
     Config budgeted = dry_config_;
     budgeted.memory.device_budget = budget;
@@ -317,36 +361,42 @@ class DryRunCostModel {
     }
   }
 
-  // The smallest budget that places `plans`: the device arena's layout does not depend on its
-  // capacity (memory/block_arena.h), so it is the largest high_water of one dry run in a budget
-  // that holds them (twice the live peak, doubled until it does).
-  std::size_t placeable(const std::vector<RankPlan>& plans, std::size_t live_peak) {
-    min_exact_ = true;
+  // Per pp rank, the furthest byte its TP ranks' device arenas use when every rank places by `p`:
+  // the arena's layout does not depend on its capacity (memory/block_arena.h), so it is the high
+  // water of one dry run in a budget that holds the plan (`hint` twice, doubled until it does).
+  std::vector<std::size_t> high_waters(const std::vector<RankPlan>& plans, BlockPlacement p, std::size_t hint) const {
     MemoryPlan mp = with_settings(plans);
+    for (RankPlan& rp : mp.ranks) rp.block_placement = p;
     Config budgeted = dry_config_;
-    for (std::size_t budget = 2 * std::max<std::size_t>(live_peak, 1 << 20);; budget *= 2) {
+    for (std::size_t budget = 2 * std::max<std::size_t>(hint, 1 << 20);; budget *= 2) {
       budgeted.memory.device_budget = budget;
       try {
-        std::size_t high_water = 0;
-        for (const auto& d : dry_run(budgeted, mp)) high_water = std::max(high_water, d.device.high_water);
-        STP_ASSERT(high_water >= live_peak, "placement below the live peak");
-        return high_water;
+        const auto mem = dry_run(budgeted, mp);
+        std::vector<std::size_t> out(plans.size(), 0);
+        for (std::size_t g = 0; g < mem.size(); ++g) {
+          std::size_t& hw = out[g / static_cast<std::size_t>(measured_.input.tp)];
+          hw = std::max(hw, mem[g].device.high_water);
+        }
+        return out;
       } catch (const OutOfMemoryError&) {
         STP_ASSERT(budget < (std::size_t{1} << 50), "no budget places the plan");
       }
     }
   }
-  bool min_exact() const { return min_exact_; }
-  // A new choice starts without an exact minimum: placeable() ran for the plans of the last one.
-  void forget_min() { min_exact_ = false; }
 
- private:
-  // A plan of `plans` (their streaming decisions included) with this model's loss chunk.
-  MemoryPlan with_settings(const std::vector<RankPlan>& plans) const {
-    MemoryPlan mp;
-    mp.ranks = plans;
-    for (RankPlan& rp : mp.ranks) rp.loss_chunk_tokens = loss_chunk_, rp.unit_tiles = tiles_;
-    return mp;
+  // Gives each pp rank the placement (BlockPlacement, in its order: best fit wins ties) that places
+  // `plans` in the least memory, and returns the smallest budget that then places them all.
+  // Placement moves no allocation or free, only addresses, so a rank's high water does not depend
+  // on the other ranks' placements: one dry run per placement decides every rank.
+  std::size_t choose_placement(std::vector<RankPlan>& plans, std::size_t hint) const {
+    std::vector<std::size_t> best(plans.size(), SIZE_MAX);
+    for (std::size_t i = 0; i < kBlockPlacements; ++i) {
+      const BlockPlacement p = static_cast<BlockPlacement>(i);
+      const std::vector<std::size_t> hw = high_waters(plans, p, hint);
+      for (std::size_t r = 0; r < plans.size(); ++r)
+        if (hw[r] < best[r]) best[r] = hw[r], plans[r].block_placement = p;
+    }
+    return *std::max_element(best.begin(), best.end());
   }
 
   const ModelLayout& shape_;
@@ -355,6 +405,7 @@ class DryRunCostModel {
   std::int64_t loss_chunk_ = 0;
   int tiles_ = 1;
   bool min_exact_ = false;
+  std::vector<BlockPlacement> min_placements_;
 };
 
 // ---- Pass 2: choose levers ------------------------------------------------------------------------
@@ -383,9 +434,11 @@ MemoryPlan choose_levers(Measured& measured, DryRunCostModel& model, const Model
 // ---- Pass 3: verify by dry run --------------------------------------------------------------------
 // Contract: the chosen plan's allocations, placed by the real allocator within the real budget,
 // never fail. The choice is made on live bytes; when the dry run under the budget cannot place them
-// (fragmentation), choose again for 5% less, up to 8 times. A budget at or above the minimum always
-// ends feasible: when the shrunken budget leaves only the strongest plan, that plan places in the
-// real budget. Returns the plan with feasible, min_device_budget and the summary's notes set.
+// with best fit, nor with each rank's best placement (DryRunCostModel::places; fragmentation),
+// choose again for 5% less, up to 8 times. A budget at or above the minimum always ends feasible:
+// when the shrunken budget leaves only the strongest plan, that plan places in the real budget
+// under the minimum's placements. Returns the plan with feasible, min_device_budget and the
+// summary's notes set.
 MemoryPlan choose_and_verify(Measured& measured, DryRunCostModel& model, const ModelLayout& shape, bool exact_minimum) {
   model.forget_min();
   const std::size_t budget = measured.input.device_budget;
@@ -401,7 +454,8 @@ MemoryPlan choose_and_verify(Measured& measured, DryRunCostModel& model, const M
     plan.min_device_budget = min_budget;
     plan.min_budget_exact = model.min_exact();
     if (budget == kNoBudget) break;
-    if (!plan.feasible) {
+    if (!plan.feasible) {  // plan.ranks: the strongest plan, which placeable() measured
+      model.place_as_minimum(plan.ranks);
       if (attempt && budget >= plan.min_device_budget) {
         plan.feasible = true;
         plan.summary += "(the strongest plan: weaker ones could not be placed in the budget)\n";
@@ -465,6 +519,10 @@ void report(MemoryPlan& plan, const Measured& measured) {
             str("rank ", r, " chunk ", ch, ": optimizer on the host",
                 plan.ranks[r].streams_params(static_cast<int>(ch)) ? ", weights and gradients streamed" : "", "\n");
   plan.summary += placement.empty() ? "every optimizer on the device\n" : placement;
+  for (std::size_t r = 0; r < plan.ranks.size(); ++r)  // best fit is the default: only the others
+    if (plan.ranks[r].block_placement != BlockPlacement::BestFit)
+      plan.summary += str("rank ", r, ": device blocks placed ", to_string(plan.ranks[r].block_placement),
+                          " (it places this plan in the least memory)\n");
   if (plan.optimizer_overlap)
     plan.summary += "optimizer overlap: the host chunks downloaded early update during the backward (speculation)\n";
 }

@@ -1,6 +1,6 @@
-// BlockArena (memory/block_arena.h) on the CPU backend: best fit, split/coalesce, the exact
-// budget and its OOM report, the tail as last resort (a capacity-independent layout), flat segments in
-// steady state, release_cached, categories.
+// BlockArena (memory/block_arena.h) on the CPU backend: best fit, the other placements, split/coalesce,
+// the exact budget and its OOM report, the tail as last resort (a capacity-independent layout under
+// every placement), flat segments in steady state, release_cached, categories.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -33,9 +33,10 @@ struct ArenaTest : ::testing::Test {
   std::unique_ptr<stp::Stream> home = dev.create_stream("home");
 
   // A fixed pool: one segment of `bytes`, carved by the arena and never grown.
-  std::unique_ptr<BlockArena> fixed(std::size_t bytes) {
+  std::unique_ptr<BlockArena> fixed(std::size_t bytes, stp::BlockPlacement placement = stp::BlockPlacement::BestFit) {
     ArenaOptions o = stp::device_arena_options(dev);
     o.grow = false;
+    o.placement = placement;
     auto arena = std::make_unique<BlockArena>(dev, *home, std::move(o));
     arena->reserve(bytes);
     return arena;
@@ -85,14 +86,50 @@ TEST_F(ArenaTest, TheTailIsTheLastResort) {
   EXPECT_EQ(at(r2), at(t) + 8 * KiB) << "the hole's 5 KiB rest is too small: the tail";
 }
 
-// One trace of allocations and frees (sizes and lifetimes from a fixed seed) replayed in
-// one-segment arenas of different capacities: every block gets the same offset in every arena
-// that holds the trace, and the trace fails exactly in the arenas smaller than its high_water.
-// This is what lets the planner read a plan's minimum budget off one dry run.
-TEST_F(ArenaTest, LayoutDoesNotDependOnTheCapacity) {
+// StatesLow: every category but activations by first fit (lowest address), activations by best fit.
+TEST_F(ArenaTest, StatesLowPacksModelStatesFirstFitAndActivationsBestFit) {
+  auto arena = fixed(1 * MiB, stp::BlockPlacement::StatesLow);
+  // Holes of 4 and 2 KiB kept apart by live separators, then the large tail.
+  Block a = arena->allocate(4 * KiB), s1 = arena->allocate(256);
+  Block b = arena->allocate(2 * KiB), s2 = arena->allocate(256);
+  char *hole4 = at(a), *hole2 = at(b);
+  a.reset();
+  b.reset();
+  Block act = arena->allocate(2 * KiB);  // activations (the default category): best fit
+  EXPECT_EQ(at(act), hole2);
+  act.reset();
+  {
+    BlockArena::CategoryScope w(*arena, MemoryCategory::Weights);
+    Block weight = arena->allocate(2 * KiB);  // the lowest-address block that fits
+    EXPECT_EQ(at(weight), hole4);
+  }
+  {
+    BlockArena::CategoryScope g(*arena, MemoryCategory::Gradients);
+    Block grad = arena->allocate(2 * KiB);
+    EXPECT_EQ(at(grad), hole4);
+  }
+}
+
+// One trace of allocations and frees (sizes, lifetimes and categories from a fixed seed) replayed
+// in one-segment arenas of different capacities, under every placement: every block gets the same
+// offset in every arena that holds the trace, and the trace fails exactly in the arenas smaller
+// than its high_water. This is what lets the planner read a plan's minimum budget off one dry run.
+class ArenaLayout : public ArenaTest, public ::testing::WithParamInterface<stp::BlockPlacement> {};
+
+INSTANTIATE_TEST_SUITE_P(EveryPlacement, ArenaLayout,
+                         ::testing::Values(stp::BlockPlacement::BestFit, stp::BlockPlacement::FirstFit,
+                                           stp::BlockPlacement::StatesLow, stp::BlockPlacement::SmallLow),
+                         [](const auto& p) {
+                           std::string name = stp::to_string(p.param);
+                           name.erase(name.find('-'), 1);
+                           return name;
+                         });
+
+TEST_P(ArenaLayout, DoesNotDependOnTheCapacity) {
   struct Event {
     bool alloc;
     std::size_t bytes_or_slot;
+    MemoryCategory category = MemoryCategory::Activations;
   };
   std::vector<Event> trace;
   std::uint64_t x = 0x9E3779B97F4A7C15ull;
@@ -104,7 +141,8 @@ TEST_F(ArenaTest, LayoutDoesNotDependOnTheCapacity) {
   std::vector<std::size_t> open;
   for (int i = 0; i < 600; ++i) {
     if (open.empty() || (next() % 100 < 55 && live < 40)) {
-      trace.push_back({true, 256 * (1 + next() % 64) + next() % 256});
+      const std::size_t bytes = 256 * (1 + next() % 512) + next() % 256;  // to 128 KiB: small and large
+      trace.push_back({true, bytes, next() % 3 ? MemoryCategory::Activations : MemoryCategory::Weights});
       open.push_back(slots++);
       ++live;
     } else {
@@ -117,7 +155,7 @@ TEST_F(ArenaTest, LayoutDoesNotDependOnTheCapacity) {
   // Replays the trace; returns each allocation's offset from the arena's first block, or an empty
   // vector when the arena ran out.
   auto replay = [&](std::size_t capacity, std::size_t* high_water) {
-    auto arena = fixed(capacity);
+    auto arena = fixed(capacity, GetParam());
     std::vector<Block> blocks(slots);
     std::vector<std::ptrdiff_t> offsets;
     char* base = nullptr;
@@ -128,6 +166,7 @@ TEST_F(ArenaTest, LayoutDoesNotDependOnTheCapacity) {
           blocks[e.bytes_or_slot].reset();
           continue;
         }
+        BlockArena::CategoryScope as(*arena, e.category);
         blocks[slot] = arena->allocate(e.bytes_or_slot);
         if (!base) base = at(blocks[slot]);
         offsets.push_back(at(blocks[slot]) - base);

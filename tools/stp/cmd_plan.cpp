@@ -65,6 +65,9 @@ nlohmann::ordered_json param_stream_json(const stp::RankPlan& plan) {
   return out;
 }
 
+// How the rank's device arena places blocks (RankPlan::block_placement): "best-fit", ...
+std::string placement_of(const stp::RankPlan& plan) { return stp::to_string(plan.block_placement); }
+
 nlohmann::ordered_json states_json(const stp::ModelStateBytes& b) {
   return {{"weights", b.weights}, {"gradients", b.gradients}, {"optimizer_state", b.optimizer}};
 }
@@ -228,6 +231,7 @@ int run(const PlanArgs& a) {
                        {"param_stream", param_stream_json(plan.ranks[g / static_cast<std::size_t>(tp)])},
                        {"late_reloads", plan.ranks[g / static_cast<std::size_t>(tp)].late_reloads},
                        {"late_params", plan.ranks[g / static_cast<std::size_t>(tp)].late_params},
+                       {"block_placement", placement_of(plan.ranks[g / static_cast<std::size_t>(tp)])},
                        {"param_stream_s", stp::json_number(p.param_stream_s, 6)},
                        {"decisions", decisions_json(plan.ranks[g / static_cast<std::size_t>(tp)])}});
     }

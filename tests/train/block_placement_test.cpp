@@ -1,0 +1,97 @@
+// The device arena's placement (RankPlan::block_placement; BlockPlacement, memory/block_arena.h) on
+// the CPU backend, at the every-lever minimum (optimizer offload and parameter streaming on every
+// chunk):
+//   * the strongest plan places in exactly min_device_budget and not 1 byte below, under the
+//     placements the planner chose for it; under best fit on every rank it needs more (on these
+//     jobs) and does not place in the minimum;
+//   * a run at the minimum budget, where a rank takes another placement than best fit, measures the
+//     planned peaks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "tests/train/train_fixture.h"
+#include "train/memory_planning.h"
+#include "train/trainer.h"
+
+namespace {
+
+using stp::testing::fresh_dir;
+using stp::testing::tiny_config;
+
+std::vector<std::string> every_lever(const char* schedule) {
+  std::vector<std::string> o = {std::string("parallel.schedule=") + schedule,
+                                "parallel.pp=2",
+                                "parallel.tp=2",
+                                "memory.offload=auto",
+                                "memory.recompute=auto",
+                                "memory.optimizer_offload=all",
+                                "memory.param_offload=all"};
+  return o;
+}
+
+// Whether the device arenas place `plan` (two steps, as the planner's dry runs) within `budget`;
+// the largest high water of the devices when they do (0 when they do not).
+std::size_t placed_high_water(stp::Config config, const stp::MemoryPlan& plan, std::size_t budget) {
+  config.memory.device_budget = budget;
+  stp::TrainerOptions o;
+  o.dry_run = true;
+  o.plan = &plan;
+  try {
+    stp::Trainer t(config, o);
+    t.step();
+    t.step();
+    std::size_t high_water = 0;
+    for (const auto& d : t.device_memory()) high_water = std::max(high_water, d.device.high_water);
+    return high_water;
+  } catch (const stp::OutOfMemoryError&) {
+    return 0;
+  }
+}
+
+struct Case {
+  const char* config;  // under configs/
+  const char* schedule;
+};
+
+// The jobs of docs/memory.md's "Every lever together" table where another placement beats best fit.
+TEST(BlockPlacement, TheStrongestPlanPlacesInTheMinimumAndNotOneByteBelow) {
+  for (const Case& c : {Case{"tiny.yaml", "stp"}, Case{"llama-tiny.yaml", "zb-v"}}) {
+    SCOPED_TRACE(std::string(c.config) + " " + c.schedule);
+    const stp::Config cfg =
+        stp::load_config(std::string(STP_SOURCE_DIR) + "/configs/" + c.config,
+                         {std::string("parallel.schedule=") + c.schedule, "memory.optimizer_offload=all",
+                          "memory.param_offload=all", "memory.device_budget=1MiB"});
+    const stp::MemoryPlan plan = stp::make_memory_plan(cfg, /*exact_minimum=*/true);
+    ASSERT_FALSE(plan.feasible);  // plan.ranks: the strongest plan, with its placements
+    ASSERT_TRUE(plan.min_budget_exact);
+    const std::size_t min = plan.min_device_budget;
+    EXPECT_EQ(placed_high_water(cfg, plan, min), min);
+    EXPECT_EQ(placed_high_water(cfg, plan, min - 1), 0u);
+    stp::MemoryPlan best_fit = plan;
+    for (stp::RankPlan& rp : best_fit.ranks) rp.block_placement = stp::BlockPlacement::BestFit;
+    const std::size_t best_fit_min = placed_high_water(cfg, best_fit, 2 * min);
+    EXPECT_GT(best_fit_min, min) << "best fit places this plan as tightly: the test shows no choice";
+    EXPECT_EQ(placed_high_water(cfg, best_fit, min), 0u);
+  }
+}
+
+TEST(BlockPlacement, ARunAtTheMinimumMeasuresThePlannedPeaks) {
+  std::vector<std::string> o = every_lever("stp");
+  o.push_back("memory.device_budget=4KiB");  // below every plan: the strongest plan
+  const std::size_t min = stp::make_memory_plan(tiny_config(o), /*exact_minimum=*/true).min_device_budget;
+  o.push_back("memory.device_budget=" + std::to_string(min));
+  stp::Config cfg = tiny_config(o);
+  cfg.output.dir = fresh_dir("placement_min");
+  const stp::testing::TrainRun r = stp::testing::run_training(cfg, 2);
+  EXPECT_TRUE(std::any_of(r.plan.ranks.begin(), r.plan.ranks.end(), [](const stp::RankPlan& rp) {
+    return rp.block_placement != stp::BlockPlacement::BestFit;
+  })) << r.plan.summary;
+  stp::testing::expect_memory_as_planned(r, min);
+}
+
+}  // namespace
