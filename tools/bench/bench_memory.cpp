@@ -8,9 +8,17 @@
 //       - the activation levers and memory.optimizer_offload: auto ("optimizer too");
 //       - all levers (also memory.param_offload: auto, parameter streaming; "n/a" where the build
 //         lacks a row's key).
-//     Plans are exact dry runs (docs/memory.md), so the search is by planning; the largest depth of
-//     each set is then trained for one real step, whose measured peak must equal the prediction
-//     and be within the budget. Ratios are in parameters against no levers; target: all levers >= 30x.
+//     Plans are exact dry runs (docs/memory.md), so the search is by planning. The planner's search
+//     of a deep model is a dry run per greedy round, so each row searches cheaply first: it starts
+//     from the previous row's depth (each row's levers include the row before's), bounds the depth
+//     from above with the strongest plan of its levers (every auto lever forced on: a few dry runs;
+//     where its live bytes exceed the budget no plan of the row fits), doubling then bisecting, and
+//     runs the planner at that bound, bisecting below it only where the planner does not fit. Every
+//     probe prints its depth, whether it fits and its seconds. The largest depth of each set is then
+//     trained for one real step with the plan its probe made, whose measured peak must equal the
+//     prediction and be within the budget. Ratios are in parameters against no levers; target: all
+//     levers >= 30x. Last, what bounds the all-levers depth: the strongest plan's peak at half the
+//     depth and at the depth, and what a layer adds to it by category.
 //  2. Cost. The unconstrained peak P of the config (no offload, no recompute), then step time with
 //     the planner at a budget of 60% of P divided by the unconstrained step time, with the D2H/H2D
 //     copies rate-limited to memory.link_bandwidth (--link). Runs alternate (plain, planned, plain,
@@ -722,7 +730,8 @@ int main(int argc, char** argv) {
       ->type_name("N")
       ->capture_default_str();
   app.add_option("--pairs", o.pairs, "plain/planned run pairs of the cost part")->type_name("N")->capture_default_str();
-  app.add_option("--max-layers", o.max_layers, "deepest model the capacity search tries")
+  app.add_option("--max-layers", o.max_layers,
+                 "deepest model the capacity search tries (the strongest-plan bound keeps a deep cap cheap)")
       ->type_name("N")
       ->capture_default_str();
   app.add_option("--copy-cpus", o.copy_cpus,
