@@ -10,15 +10,15 @@
 //         lacks a row's key).
 //     Plans are exact dry runs (docs/memory.md), so the search is by planning. The planner's search
 //     of a deep model is a dry run per greedy round, so each row searches cheaply first: it starts
-//     from the previous row's depth (each row's levers include the row before's), bounds the depth
-//     from above with the strongest plan of its levers (every auto lever forced on: a few dry runs;
-//     where its live bytes exceed the budget no plan of the row fits), doubling then bisecting, and
-//     runs the planner at that bound, bisecting below it only where the planner does not fit. Every
-//     probe prints its depth, whether it fits and its seconds. The largest depth of each set is then
+//     from the previous row's depth (each row's levers include the row before's) and bounds the
+//     depth with the strongest plan of its levers (every auto lever forced on: a few dry runs), from
+//     above where its live bytes exceed the budget (no plan of the row fits) and from below where it
+//     places in the budget (the planner's plan then fits); the planner bisects only between the two.
+//     Every probe prints its depth, its verdict and its seconds. The largest depth of each set is then
 //     trained for one real step with the plan its probe made, whose measured peak must equal the
 //     prediction and be within the budget. Ratios are in parameters against no levers; target: all
-//     levers >= 30x. Last, what bounds the all-levers depth: the strongest plan's peak at half the
-//     depth and at the depth, and what a layer adds to it by category.
+//     levers >= 30x. Last, what bounds the all-levers depth: the strongest plan's live peak at half
+//     the depth and at the depth, what a layer adds to it by category, and its placeable minimum.
 //  2. Cost. The unconstrained peak P of the config (no offload, no recompute), then step time with
 //     the planner at a budget of 60% of P divided by the unconstrained step time, with the D2H/H2D
 //     copies rate-limited to memory.link_bandwidth (--link). Runs alternate (plain, planned, plain,
@@ -152,6 +152,7 @@ std::vector<std::string> strongest_levers(const std::vector<std::string>& levers
 
 struct Probe {
   bool fits = false;
+  bool places = false;  // the strongest plan's placeable minimum is within the budget
   stp::MemoryPlan plan;
 };
 
@@ -167,14 +168,18 @@ Probe probe(const Options& o, const std::vector<std::string>& levers, int layers
   Probe p;
   const stp::Config c = config_with(o, x);
   if (strongest) {
-    p.plan = stp::make_memory_plan(c);
-    p.fits = p.plan.feasible || max_peak(p.plan) <= static_cast<std::size_t>(*c.memory.device_budget);
+    p.plan = stp::make_memory_plan(c, /*exact_minimum=*/true);
+    const std::size_t budget = static_cast<std::size_t>(*c.memory.device_budget);
+    p.fits = p.plan.feasible || max_peak(p.plan) <= budget;
+    p.places = p.plan.min_device_budget <= budget;
   } else {
     p.fits = fits(c, &p.plan);
   }
-  const char* what = strongest ? "strongest" : "planner";
-  std::printf("  probe %-9s n_layer %4d: %-12s peak %6.2f MiB, minimum budget %6.2f MiB (%.1f s)\n", what, layers,
-              p.fits ? "fits," : "does not fit,", mib(max_peak(p.plan)), mib(p.plan.min_device_budget),
+  const char* verdict = strongest ? (p.fits ? (p.places ? "places," : "live fits,") : "live over,")
+                                  : (p.fits ? "fits," : "does not fit,");
+  std::printf("  probe %-9s n_layer %4d: %-13s peak %6.2f MiB, minimum budget %6.2f MiB (%.1f s)\n",
+              strongest ? "strongest" : "planner", layers, verdict, mib(max_peak(p.plan)),
+              mib(p.plan.min_device_budget),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   std::fflush(stdout);
   return p;
@@ -187,50 +192,61 @@ struct Depth {
 
 // Largest n_layer (a multiple of `step`, at most --max-layers) whose plan under `levers` fits.
 // `known`: a depth known to fit (the previous row's: each row's levers include the row before's, so
-// it fits at least as deep), or 0. First the strongest plan bounds the depth from above, doubling
-// from `known`, then bisection; then the planner probes that bound and, only where it does not fit
-// there, bisects below it. Without a strongest form the planner's own probes are the bound.
+// it fits at least as deep), or 0. The strongest plan bounds the depth from both sides at a few dry
+// runs a probe: above, where its live bytes exceed the budget no plan fits (doubling from `known`,
+// then bisection); below, where it places in the budget the planner's plan fits (every budget at or
+// above the strongest plan's placeable minimum ends feasible: train/memory_planning.cpp, pass 3).
+// Only between the two does the planner search, by bisection. Without a strongest form (no auto
+// lever) the planner's own probes are the bounds.
 Depth largest_depth(const Options& o, const std::vector<std::string>& levers, int step, int known) {
   const int cap = std::max(step, o.max_layers / step * step);
   const std::vector<std::string> strongest = strongest_levers(levers);
-  std::map<int, Probe> planner;  // the planner's probes by depth
+  std::map<int, Probe> planner, strong;  // probes by depth
   auto plan = [&](int layers) -> const Probe& {
     auto it = planner.find(layers);
     if (it == planner.end()) it = planner.emplace(layers, probe(o, levers, layers, false)).first;
     return it->second;
   };
-  auto bound = [&](int layers) {
-    return strongest.empty() ? plan(layers).fits : probe(o, strongest, layers, true).fits;
+  auto bound = [&](int layers) -> const Probe& {
+    if (strongest.empty()) return plan(layers);
+    auto it = strong.find(layers);
+    if (it == strong.end()) it = strong.emplace(layers, probe(o, strongest, layers, true)).first;
+    return it->second;
   };
-  int lo = known;
-  if (lo == 0) {
-    if (!bound(step)) return {};
-    lo = step;
+  // The largest depth in (lo, hi) where `ok` holds, lo holding (or 0) and hi not: bisection.
+  auto bisect = [&](int lo, int hi, auto ok) {
+    while (hi - lo > step) {
+      const int mid = (lo + hi) / 2 / step * step;
+      (ok(mid) ? lo : hi) = mid;
+    }
+    return lo;
+  };
+  int top = known;
+  if (top == 0) {
+    if (!bound(step).fits) return {};
+    top = step;
   }
-  int hi = cap + step;  // the smallest depth over the bound (cap + step: beyond the search)
-  for (int d = 2 * lo; d <= cap; d *= 2) {
-    if (!bound(d)) {
-      hi = d;
+  int over = cap + step;  // the smallest depth over the upper bound (cap + step: beyond the search)
+  for (int d = 2 * top; d <= cap; d *= 2) {
+    if (!bound(d).fits) {
+      over = d;
       break;
     }
-    lo = d;
+    top = d;
   }
-  while (hi - lo > step) {
-    const int mid = (lo + hi) / 2 / step * step;
-    (bound(mid) ? lo : hi) = mid;
-  }
-  // Below the bound: the largest depth in (lo, hi) where the planner fits, lo fitting (or 0).
-  auto bisect = [&](int lo_fits, int hi_not) {
-    while (hi_not - lo_fits > step) {
-      const int mid = (lo_fits + hi_not) / 2 / step * step;
-      (plan(mid).fits ? lo_fits : hi_not) = mid;
-    }
-    return lo_fits;
-  };
-  if (!plan(lo).fits) lo = bisect(known, lo);
-  if (lo > 0 && !plan(lo).fits) {  // the previous row's depth, unprobed until now, does not fit
-    std::printf("  n_layer %d fits the previous row but not this one: the rows are not monotone\n", lo);
-    lo = bisect(0, lo);
+  top = bisect(top, over, [&](int d) { return bound(d).fits; });
+  int sure = known;         // the planner fits here (the lower bound) ...
+  int unsure = top + step;  // ... and may not from here on
+  if (strongest.empty()) sure = top;
+  for (const auto& [d, p] : strong)
+    if (d <= top && p.places) sure = std::max(sure, d);
+  for (const auto& [d, p] : strong)
+    if (d > sure && !p.places) unsure = std::min(unsure, d);
+  sure = bisect(sure, unsure, [&](int d) { return bound(d).places; });
+  int lo = bisect(sure, top + step, [&](int d) { return plan(d).fits; });
+  if (lo > 0 && !plan(lo).fits) {  // a bound's depth, unprobed until now, does not fit the planner
+    std::printf("  the planner does not fit n_layer %d: searching below it\n", lo);
+    lo = bisect(0, lo, [&](int d) { return plan(d).fits; });
   }
   if (lo == 0) return {};
   return {lo, plan(lo).plan};
@@ -249,21 +265,23 @@ long long model_parameters(const stp::Config& c) {
   return n;
 }
 
-// What bounds a row's depth: the strongest plan's device peak (the largest device's) at half the
-// depth and at the depth, and what each layer adds to it, by category.
+// What bounds a row's depth: the strongest plan (planned for 1 MiB, so that its predictions are the
+// strongest plan's and its minimum the placeable one) at half the depth and at the depth: its
+// largest device's live peak and what each layer adds to it by category, and its placeable minimum.
 void print_depth_bound(const Options& o, const std::vector<std::string>& levers, int step, int depth,
                        std::size_t budget) {
-  const std::vector<std::string> strongest = strongest_levers(levers);
+  std::vector<std::string> strongest = strongest_levers(levers);
   const int half = std::max(step, depth / 2 / step * step);
   if (strongest.empty() || half == depth) return;
+  strongest.push_back("memory.device_budget=1MiB");
   auto worst = [](const stp::MemoryPlan& plan) {
     std::size_t g = 0;
     for (std::size_t i = 0; i < plan.predicted.size(); ++i)
       if (plan.predicted[i].peak_device_bytes > plan.predicted[g].peak_device_bytes) g = i;
     return plan.predicted.at(g);
   };
-  const stp::RankPrediction a = worst(probe(o, strongest, half, true).plan),
-                            b = worst(probe(o, strongest, depth, true).plan);
+  const stp::MemoryPlan pa = probe(o, strongest, half, true).plan, pb = probe(o, strongest, depth, true).plan;
+  const stp::RankPrediction a = worst(pa), b = worst(pb);
   const double layers = depth - half;
   auto per_layer = [&](std::size_t x, std::size_t y) {
     return (static_cast<double>(y) - static_cast<double>(x)) / layers / 1024;
@@ -271,18 +289,16 @@ void print_depth_bound(const Options& o, const std::vector<std::string>& levers,
   std::string by_category;
   for (std::size_t k = 0; k < stp::kMemoryCategories; ++k) {
     char buf[96];
-    std::snprintf(buf, sizeof buf, "%s%s %+.1f (%.2f MiB at %d)", k ? ", " : "",
-                  stp::to_string(static_cast<stp::MemoryCategory>(k)),
-                  per_layer(a.peak_by_category[k], b.peak_by_category[k]), mib(b.peak_by_category[k]), depth);
+    std::snprintf(buf, sizeof buf, "%s%s %+.1f", k ? ", " : "", stp::to_string(static_cast<stp::MemoryCategory>(k)),
+                  per_layer(a.peak_by_category[k], b.peak_by_category[k]));
     by_category += buf;
   }
-  const double growth = per_layer(a.peak_device_bytes, b.peak_device_bytes);
   std::printf(
-      "what bounds it: the strongest plan's peak device holds %.2f MiB at n_layer %d and %.2f MiB at %d, %.1f KiB "
-      "more per layer: %s KiB per layer; %.2f MiB of the budget left at %d, room for about %.0f layers more\n",
-      mib(a.peak_device_bytes), half, mib(b.peak_device_bytes), depth, growth, by_category.c_str(),
-      mib(budget - std::min(budget, b.peak_device_bytes)), depth,
-      growth > 0 ? static_cast<double>(budget - std::min(budget, b.peak_device_bytes)) / 1024 / growth : 0.0);
+      "what bounds it (the strongest plan, largest device): live peak %.2f MiB at n_layer %d, %.2f MiB at %d: %.1f "
+      "KiB per layer (%s); placeable minimum %.2f MiB and %.2f MiB: %.1f KiB per layer; budget %.2f MiB\n",
+      mib(a.peak_device_bytes), half, mib(b.peak_device_bytes), depth,
+      per_layer(a.peak_device_bytes, b.peak_device_bytes), by_category.c_str(), mib(pa.min_device_budget),
+      mib(pb.min_device_budget), per_layer(pa.min_device_budget, pb.min_device_budget), mib(budget));
 }
 
 // One row of the capacity table: a set of levers. A set that needs a config key this build does
