@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <string>
 #include <cmath>
 #include <vector>
 
@@ -274,6 +275,11 @@ class DryRunCostModel {
       place_prefetches(plans[static_cast<std::size_t>(r)], ops, lookahead);
     }
     mp.ranks = plans;
+    // The search evaluates some plans more than once (a fragmentation retry replays the first
+    // rounds; the reverse and the second pass of the activation levers revisit plans): a dry run is
+    // a pure function of the plan, so each distinct plan runs once.
+    std::string key = plan_key(mp.ranks);
+    if (auto it = evaluated_.find(key); it != evaluated_.end()) return it->second;
     std::vector<RankPrediction> out;
     std::vector<ParamStreamCounters> stream;
     auto mem = dry_run(dry_config_, mp, &stream);
@@ -300,6 +306,7 @@ class DryRunCostModel {
                    plans[static_cast<std::size_t>(r)].late_reloads, link);
       out.push_back(p);
     }
+    evaluated_.emplace(std::move(key), out);
     return out;
   }
 
@@ -399,8 +406,34 @@ class DryRunCostModel {
     return *std::max_element(best.begin(), best.end());
   }
 
+  // Every decision of `ranks` the dry run reads, as a string: equal strings, equal dry runs.
+  static std::string plan_key(const std::vector<RankPlan>& ranks) {
+    std::string k;
+    auto put = [&k](long long v) { k += std::to_string(v), k += ','; };
+    for (const RankPlan& rp : ranks) {
+      k += 'R';
+      for (const auto& chunk : rp.units) {
+        k += 'c';
+        for (const UnitPlan& u : chunk) put(static_cast<int>(u.recompute) * 2 + u.offload);
+      }
+      k += 'p';
+      for (const auto& op : rp.prefetch) {
+        k += ';';
+        for (const PrefetchPoint& pf : op) put(pf.chunk), put(pf.mb), put(pf.weight);
+      }
+      k += 'o';
+      for (OptimizerPlacement o : rp.optimizer) put(static_cast<int>(o));
+      k += 's';
+      for (bool b : rp.param_stream) put(b);
+      put(rp.late_reloads), put(rp.late_params), put(rp.loss_chunk_tokens);
+    }
+    return k;
+  }
+
   const ModelLayout& shape_;
   const Measured& measured_;
+  // evaluate()'s predictions by plan_key: the planner asks for some plans more than once.
+  mutable std::map<std::string, std::vector<RankPrediction>> evaluated_;
   Config dry_config_;
   std::int64_t loss_chunk_ = 0;
   int tiles_ = 1;

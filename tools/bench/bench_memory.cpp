@@ -8,9 +8,17 @@
 //       - the activation levers and memory.optimizer_offload: auto ("optimizer too");
 //       - all levers (also memory.param_offload: auto, parameter streaming; "n/a" where the build
 //         lacks a row's key).
-//     Plans are exact dry runs (docs/memory.md), so the search is by planning; the largest depth of
-//     each set is then trained for one real step, whose measured peak must equal the prediction
-//     and be within the budget. Ratios are in parameters against no levers; target: all levers >= 30x.
+//     Plans are exact dry runs (docs/memory.md), so the search is by planning. The planner's search
+//     of a deep model is a dry run per greedy round, so each row searches cheaply first: it starts
+//     from the previous row's depth (each row's levers include the row before's) and bounds the
+//     depth with the strongest plan of its levers (every auto lever forced on: a few dry runs), from
+//     above where its live bytes exceed the budget (no plan of the row fits) and from below where it
+//     places in the budget (the planner's plan then fits); the planner bisects only between the two.
+//     Every probe prints its depth, its verdict and its seconds. The largest depth of each set is then
+//     trained for one real step with the plan its probe made, whose measured peak must equal the
+//     prediction and be within the budget. Ratios are in parameters against no levers; target: all
+//     levers >= 30x. Last, what bounds the all-levers depth: the strongest plan's live peak at half
+//     the depth and at the depth, what a layer adds to it by category, and its placeable minimum.
 //  2. Cost. The unconstrained peak P of the config (no offload, no recompute), then step time with
 //     the planner at a budget of 60% of P divided by the unconstrained step time, with the D2H/H2D
 //     copies rate-limited to memory.link_bandwidth (--link). Runs alternate (plain, planned, plain,
@@ -58,6 +66,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -65,6 +74,7 @@
 #include <sys/resource.h>
 
 #include "config/config.h"
+#include "memory/block_arena.h"
 #include "base/error.h"
 #include "tools/cli/cli.h"
 #include "models/registry.h"
@@ -118,22 +128,128 @@ bool fits(const stp::Config& c, stp::MemoryPlan* out = nullptr) {
   }
 }
 
-// Largest n_layer (a multiple of `step`) for which fits(levers) holds: doubling, then bisection.
-int largest_depth(const Options& o, const std::vector<std::string>& levers, int step) {
-  auto ok = [&](int layers) {
-    std::vector<std::string> x = levers;
-    x.push_back("model.n_layer=" + std::to_string(layers));
-    return fits(config_with(o, x));
-  };
-  if (!ok(step)) return 0;
-  int lo = step, hi = 2 * step;
-  while (hi <= o.max_layers && ok(hi)) lo = hi, hi *= 2;
-  if (hi > o.max_layers) return lo;  // capped: report the cap reached
-  while (hi - lo > step) {
-    int mid = (lo + hi) / 2 / step * step;
-    (ok(mid) ? lo : hi) = mid;
+// The strongest form of a lever set: each `auto` lever forced on (offload, optimizer_offload and
+// param_offload: all; recompute: full). Its plan is the planner's most (memory/planner.h: the
+// feasibility test of every search under these levers), so where it does not fit neither does the
+// set; it costs a few dry runs, where the planner's search of a deep model costs one per greedy
+// round. Empty when the set has no auto lever: then nothing is cheaper than the set itself.
+std::vector<std::string> strongest_levers(const std::vector<std::string>& levers) {
+  static const std::set<std::string> kForceable = {"memory.offload", "memory.recompute", "memory.optimizer_offload",
+                                                   "memory.param_offload"};
+  std::vector<std::string> out;
+  bool forced = false;
+  for (const std::string& l : levers) {
+    const std::string key = l.substr(0, l.find('='));
+    if (kForceable.count(key) && l.substr(key.size()) == "=auto") {
+      out.push_back(key + (key == "memory.recompute" ? "=full" : "=all"));
+      forced = true;
+    } else {
+      out.push_back(l);
+    }
   }
-  return lo;
+  return forced ? out : std::vector<std::string>{};
+}
+
+struct Probe {
+  bool fits = false;
+  bool places = false;  // the strongest plan's placeable minimum is within the budget
+  stp::MemoryPlan plan;
+};
+
+// One probe of the capacity search, printed when it ends (the search of a deep model takes minutes,
+// and the lines show it progressing). The planner's probe fits as `stp train` requires (check_plan:
+// the device and the host budget). The strongest plan's is an upper bound: it "fits" when its live
+// bytes do, the planner's own feasibility test (a weaker plan may place in a budget where the
+// strongest one's placement does not), on the device budget alone (it pins the most host memory).
+Probe probe(const Options& o, const std::vector<std::string>& levers, int layers, bool strongest) {
+  std::vector<std::string> x = levers;
+  x.push_back("model.n_layer=" + std::to_string(layers));
+  const auto t0 = std::chrono::steady_clock::now();
+  Probe p;
+  const stp::Config c = config_with(o, x);
+  if (strongest) {
+    p.plan = stp::make_memory_plan(c, /*exact_minimum=*/true);
+    const std::size_t budget = static_cast<std::size_t>(*c.memory.device_budget);
+    p.fits = p.plan.feasible || max_peak(p.plan) <= budget;
+    p.places = p.plan.min_device_budget <= budget;
+  } else {
+    p.fits = fits(c, &p.plan);
+  }
+  const char* verdict = strongest ? (p.fits ? (p.places ? "places," : "live fits,") : "live over,")
+                                  : (p.fits ? "fits," : "does not fit,");
+  std::printf("  probe %-9s n_layer %4d: %-13s peak %6.2f MiB, minimum budget %6.2f MiB (%.1f s)\n",
+              strongest ? "strongest" : "planner", layers, verdict, mib(max_peak(p.plan)),
+              mib(p.plan.min_device_budget),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  std::fflush(stdout);
+  return p;
+}
+
+struct Depth {
+  int layers = 0;        // 0: not even one step of layers fits
+  stp::MemoryPlan plan;  // the planner's plan at `layers`
+};
+
+// Largest n_layer (a multiple of `step`, at most --max-layers) whose plan under `levers` fits.
+// `known`: a depth known to fit (the previous row's: each row's levers include the row before's, so
+// it fits at least as deep), or 0. The strongest plan bounds the depth from both sides at a few dry
+// runs a probe: above, where its live bytes exceed the budget no plan fits (doubling from `known`,
+// then bisection); below, where it places in the budget the planner's plan fits (every budget at or
+// above the strongest plan's placeable minimum ends feasible: train/memory_planning.cpp, pass 3).
+// Only between the two does the planner search, by bisection. Without a strongest form (no auto
+// lever) the planner's own probes are the bounds.
+Depth largest_depth(const Options& o, const std::vector<std::string>& levers, int step, int known) {
+  const int cap = std::max(step, o.max_layers / step * step);
+  const std::vector<std::string> strongest = strongest_levers(levers);
+  std::map<int, Probe> planner, strong;  // probes by depth
+  auto plan = [&](int layers) -> const Probe& {
+    auto it = planner.find(layers);
+    if (it == planner.end()) it = planner.emplace(layers, probe(o, levers, layers, false)).first;
+    return it->second;
+  };
+  auto bound = [&](int layers) -> const Probe& {
+    if (strongest.empty()) return plan(layers);
+    auto it = strong.find(layers);
+    if (it == strong.end()) it = strong.emplace(layers, probe(o, strongest, layers, true)).first;
+    return it->second;
+  };
+  // The largest depth in (lo, hi) where `ok` holds, lo holding (or 0) and hi not: bisection.
+  auto bisect = [&](int lo, int hi, auto ok) {
+    while (hi - lo > step) {
+      const int mid = (lo + hi) / 2 / step * step;
+      (ok(mid) ? lo : hi) = mid;
+    }
+    return lo;
+  };
+  int top = known;
+  if (top == 0) {
+    if (!bound(step).fits) return {};
+    top = step;
+  }
+  int over = cap + step;  // the smallest depth over the upper bound (cap + step: beyond the search)
+  for (int d = 2 * top; d <= cap; d *= 2) {
+    if (!bound(d).fits) {
+      over = d;
+      break;
+    }
+    top = d;
+  }
+  top = bisect(top, over, [&](int d) { return bound(d).fits; });
+  int sure = known;         // the planner fits here (the lower bound) ...
+  int unsure = top + step;  // ... and may not from here on
+  if (strongest.empty()) sure = top;
+  for (const auto& [d, p] : strong)
+    if (d <= top && p.places) sure = std::max(sure, d);
+  for (const auto& [d, p] : strong)
+    if (d > sure && !p.places) unsure = std::min(unsure, d);
+  sure = bisect(sure, unsure, [&](int d) { return bound(d).places; });
+  int lo = bisect(sure, top + step, [&](int d) { return plan(d).fits; });
+  if (lo > 0 && !plan(lo).fits) {  // a bound's depth, unprobed until now, does not fit the planner
+    std::printf("  the planner does not fit n_layer %d: searching below it\n", lo);
+    lo = bisect(0, lo, [&](int d) { return plan(d).fits; });
+  }
+  if (lo == 0) return {};
+  return {lo, plan(lo).plan};
 }
 
 // Parameters of the whole model of `c` (every stage, tied tensors once), from the parameter tables.
@@ -147,6 +263,42 @@ long long model_parameters(const stp::Config& c) {
            stp::model_param_table(stp::model_spec_of(c), stp::stage_spec_of(c, sched, r, ch, 0)))
         if (seen.insert(p.name).second) n += stp::numel(p.full_shape);
   return n;
+}
+
+// What bounds a row's depth: the strongest plan (planned for 1 MiB, so that its predictions are the
+// strongest plan's and its minimum the placeable one) at half the depth and at the depth: its
+// largest device's live peak and what each layer adds to it by category, and its placeable minimum.
+void print_depth_bound(const Options& o, const std::vector<std::string>& levers, int step, int depth,
+                       std::size_t budget) {
+  std::vector<std::string> strongest = strongest_levers(levers);
+  const int half = std::max(step, depth / 2 / step * step);
+  if (strongest.empty() || half == depth) return;
+  strongest.push_back("memory.device_budget=1MiB");
+  auto worst = [](const stp::MemoryPlan& plan) {
+    std::size_t g = 0;
+    for (std::size_t i = 0; i < plan.predicted.size(); ++i)
+      if (plan.predicted[i].peak_device_bytes > plan.predicted[g].peak_device_bytes) g = i;
+    return plan.predicted.at(g);
+  };
+  const stp::MemoryPlan pa = probe(o, strongest, half, true).plan, pb = probe(o, strongest, depth, true).plan;
+  const stp::RankPrediction a = worst(pa), b = worst(pb);
+  const double layers = depth - half;
+  auto per_layer = [&](std::size_t x, std::size_t y) {
+    return (static_cast<double>(y) - static_cast<double>(x)) / layers / 1024;
+  };
+  std::string by_category;
+  for (std::size_t k = 0; k < stp::kMemoryCategories; ++k) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%s %+.1f", k ? ", " : "", stp::to_string(static_cast<stp::MemoryCategory>(k)),
+                  per_layer(a.peak_by_category[k], b.peak_by_category[k]));
+    by_category += buf;
+  }
+  std::printf(
+      "what bounds it (the strongest plan, largest device): live peak %.2f MiB at n_layer %d, %.2f MiB at %d: %.1f "
+      "KiB per layer (%s); placeable minimum %.2f MiB and %.2f MiB: %.1f KiB per layer; budget %.2f MiB\n",
+      mib(a.peak_device_bytes), half, mib(b.peak_device_bytes), depth,
+      per_layer(a.peak_device_bytes, b.peak_device_bytes), by_category.c_str(), mib(pa.min_device_budget),
+      mib(pb.min_device_budget), per_layer(pa.min_device_budget, pb.min_device_budget), mib(budget));
 }
 
 // One row of the capacity table: a set of levers. A set that needs a config key this build does
@@ -182,37 +334,45 @@ void capacity(const Options& o) {
   const bool optimizer_lever = has_key(o, "memory.optimizer_offload=none");
   std::vector<std::string> no_optimizer_offload;
   if (optimizer_lever) no_optimizer_offload.push_back("memory.optimizer_offload=none");
-  std::vector<LeverSet> sets = {{"no levers", {"memory.offload=none", "memory.recompute=none"}},
-                                {"activation levers", {"memory.offload=auto", "memory.recompute=auto"}},
-                                {"optimizer too",
-                                 {"memory.offload=auto", "memory.recompute=auto", "memory.optimizer_offload=auto"},
-                                 "memory.optimizer_offload"},
-                                {"all levers",
-                                 {"memory.offload=auto", "memory.recompute=auto", "memory.optimizer_offload=auto",
-                                  "memory.param_offload=auto"},
-                                 "memory.param_offload"}};
+  std::vector<LeverSet> sets = {
+      {"no levers", {"memory.offload=none", "memory.recompute=none"}},
+      {"activation levers", {"memory.offload=auto", "memory.recompute=auto"}},
+      {"optimizer too",
+       {"memory.offload=auto", "memory.recompute=auto", "memory.optimizer_offload=auto"},
+       "memory.optimizer_offload"},
+      {"all levers",
+       {"memory.offload=auto", "memory.recompute=auto", "memory.optimizer_offload=auto", "memory.param_offload=auto"},
+       "memory.param_offload"}};
   for (std::size_t i = 0; i < 2; ++i)
     sets[i].levers.insert(sets[i].levers.end(), no_optimizer_offload.begin(), no_optimizer_offload.end());
+  int known = 0;  // the deepest a previous row fits: the rows are monotone
   for (LeverSet& m : sets) {
     if (m.needs && !has_key(o, std::string(m.needs) + "=none")) {
       std::printf("%-18s: n/a (needs %s)\n", m.name, m.needs);
       continue;
     }
     m.levers.push_back("memory.device_budget=" + o.budget);
+    std::printf("%s:\n", m.name);
+    std::fflush(stdout);
     auto t0 = std::chrono::steady_clock::now();
-    m.depth = largest_depth(o, m.levers, stages);
+    const Depth d = largest_depth(o, m.levers, stages, known);
+    m.depth = d.layers;
     double search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (m.depth == 0) {
       std::printf("%-18s: not even %d layers fit\n", m.name, stages);
       continue;
     }
-    // Train the largest depth for one real step: the measured peak must equal the prediction and
-    // stay within the budget.
+    known = m.depth;
+    // Train the largest depth for one real step with the plan its probe made (the one the trainer
+    // would make: planning is deterministic): the measured peak must equal the prediction and stay
+    // within the budget.
     std::vector<std::string> x = m.levers;
     x.push_back("model.n_layer=" + std::to_string(m.depth));
     const stp::Config c = config_with(o, x);
     m.params = model_parameters(c);
-    stp::Trainer t(c);
+    stp::TrainerOptions with_plan;
+    with_plan.plan = &d.plan;
+    stp::Trainer t(c, with_plan);
     stp::StepResult r = t.step();
     std::size_t measured = *std::max_element(r.peak_device_bytes.begin(), r.peak_device_bytes.end());
     std::size_t predicted = max_peak(t.memory_plan());
@@ -223,6 +383,7 @@ void capacity(const Options& o) {
         measured == predicted ? "=" : "!=", measured <= budget ? "within" : "OVER", mib(r.peak_host_pinned_bytes),
         r.step_ms);
   }
+  if (sets.back().depth > 0) print_depth_bound(o, sets.back().levers, stages, sets.back().depth, budget);
   if (sets[0].params == 0) return;
   for (std::size_t i = 1; i < sets.size(); ++i)
     if (sets[i].params)
@@ -585,7 +746,8 @@ int main(int argc, char** argv) {
       ->type_name("N")
       ->capture_default_str();
   app.add_option("--pairs", o.pairs, "plain/planned run pairs of the cost part")->type_name("N")->capture_default_str();
-  app.add_option("--max-layers", o.max_layers, "deepest model the capacity search tries")
+  app.add_option("--max-layers", o.max_layers,
+                 "deepest model the capacity search tries (the strongest-plan bound keeps a deep cap cheap)")
       ->type_name("N")
       ->capture_default_str();
   app.add_option("--copy-cpus", o.copy_cpus,
