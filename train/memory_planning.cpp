@@ -425,7 +425,8 @@ class DryRunCostModel {
       for (OptimizerPlacement o : rp.optimizer) put(static_cast<int>(o));
       k += 's';
       for (bool b : rp.param_stream) put(b);
-      put(rp.late_reloads), put(rp.late_params), put(rp.loss_chunk_tokens);
+      put(rp.late_reloads), put(rp.late_params), put(rp.loss_chunk_tokens), put(rp.unit_tiles);
+      put(static_cast<int>(rp.block_placement));
     }
     return k;
   }
