@@ -578,7 +578,7 @@ TEST(ParamOffloadConfig, AutoStreamsSomeChunksAndTrainsAsPlanned) {
   const std::size_t streamed = minimum("all"), unstreamed = minimum("none");
   ASSERT_LT(streamed, unstreamed);
   std::vector<std::string> at = o;
-  at.push_back("memory.device_budget=7300000");  // 6,369,280 B and 7,413,248 B when this was written
+  at.push_back("memory.device_budget=7000000");  // 5,934,592 B and 7,347,712 B when this was written
   stp::Config cfg = stp::load_config(path, at);
   ASSERT_GT(*cfg.memory.device_budget, streamed);
   ASSERT_LT(*cfg.memory.device_budget, unstreamed);
