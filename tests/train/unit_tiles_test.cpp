@@ -51,8 +51,12 @@ TEST(UnitTilesTraining, MeasuredPeaksEqualThePlan) {
 // than untiled, on every device, and trains bitwise like the same tiled run without streaming, with
 // the measured peaks the plan's. Fused Ws (1f1b) were one pass with their B: no change there.
 TEST(UnitTilesTraining, AnEmptyWeightPassStreamsNothing) {
-  const std::vector<std::string> base = {"parallel.tp=2", "parallel.pp=2", "model.n_layer=4", "memory.recompute=full",
-                                         "model.loss_chunk_tokens=none"};
+  const std::vector<std::string> base = {"parallel.tp=2",
+                                         "parallel.pp=2",
+                                         "model.n_layer=4",
+                                         "memory.recompute=full",
+                                         "model.loss_chunk_tokens=none",
+                                         "memory.optimizer_offload=all"};
   for (const char* schedule : {"zb-v", "1f1b"}) {
     SCOPED_TRACE(schedule);
     const std::vector<std::string> o =
