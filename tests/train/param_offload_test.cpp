@@ -40,6 +40,7 @@ struct Case {
   bool bf16 = false, llama = false;
   int dp = 1;
   bool distributed = false, levers = false;
+  int loss_chunk = 0;  // model.loss_chunk_tokens (0: the config's, none at this size)
 };
 
 std::vector<std::string> overrides(const Case& c, bool stream) {
@@ -56,6 +57,7 @@ std::vector<std::string> overrides(const Case& c, bool stream) {
   if (c.dp > 1) o.insert(o.end(), {"parallel.dp=2", "train.microbatches=4", "parallel.dp_bucket=4KiB"});
   if (c.distributed) o.push_back("parallel.distributed_optimizer=true");
   if (c.levers) o.insert(o.end(), {"memory.offload=all", "memory.recompute=selective"});
+  if (c.loss_chunk) o.push_back("model.loss_chunk_tokens=" + std::to_string(c.loss_chunk));
   return o;
 }
 
@@ -110,11 +112,13 @@ std::string case_name(const ::testing::TestParamInfo<Case>& p) {
   for (char& ch : s)
     if (ch == '-') ch = '_';
   return s + (p.param.llama ? "_llama" : "_gpt2") + (p.param.bf16 ? "_bf16" : "_f32") + (p.param.dp > 1 ? "_dp2" : "") +
-         (p.param.distributed ? "_distributed" : "") + (p.param.levers ? "_levers" : "");
+         (p.param.distributed ? "_distributed" : "") + (p.param.levers ? "_levers" : "") +
+         (p.param.loss_chunk ? "_chunked" : "");
 }
 
 // Every schedule in f32 and bf16 for both architectures, then dp 2 (with and without the
-// distributed optimizer) and the activation levers on.
+// distributed optimizer), the activation levers on, and the chunked loss head (its F writes the
+// head's gradients, into the host copies, and no pass may copy over them).
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (const char* s : {"gpipe", "1f1b", "1f1b-i", "zb-h1", "zb-v", "stp"})
@@ -122,7 +126,8 @@ std::vector<Case> cases() {
       for (bool bf16 : {false, true}) out.push_back(Case{s, bf16, llama});
   out.insert(out.end(), {Case{"1f1b", false, false, 2}, Case{"zb-h1", true, true, 2}, Case{"stp", true, false, 2, true},
                          Case{"zb-v", false, true, 2, true}, Case{"stp", false, false, 1, false, true},
-                         Case{"zb-v", true, true, 1, false, true}});
+                         Case{"zb-v", true, true, 1, false, true}, Case{"1f1b", false, false, 1, false, false, 16},
+                         Case{"zb-v", true, true, 1, false, true, 16}});
   return out;
 }
 

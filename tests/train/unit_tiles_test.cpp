@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
@@ -43,6 +44,47 @@ TEST(UnitTilesTraining, MeasuredPeaksEqualThePlan) {
         ASSERT_EQ(r.plan.ranks.back().unit_tiles, 2);
         stp::testing::expect_memory_as_planned(r, std::numeric_limits<std::uint64_t>::max());
       }
+}
+
+// A tiled unit's W runs in its B, so a deferred W(u) is empty and parameter streaming runs no pass
+// for it (Stage::backward_weight_works): under zb-v (deferred Ws) a step streams fewer bytes tiled
+// than untiled, on every device, and trains bitwise like the same tiled run without streaming, with
+// the measured peaks the plan's. Fused Ws (1f1b) were one pass with their B: no change there.
+TEST(UnitTilesTraining, AnEmptyWeightPassStreamsNothing) {
+  const std::vector<std::string> base = {"parallel.tp=2",
+                                         "parallel.pp=2",
+                                         "model.n_layer=4",
+                                         "memory.recompute=full",
+                                         "model.loss_chunk_tokens=none",
+                                         "memory.optimizer_offload=all"};
+  for (const char* schedule : {"zb-v", "1f1b"}) {
+    SCOPED_TRACE(schedule);
+    const std::vector<std::string> o =
+        with(base, {std::string("parallel.schedule=") + schedule, "memory.param_offload=all"});
+    const stp::MemoryPlan one = stp::make_memory_plan(tiny_config(with(o, {"memory.unit_tiles=1"})));
+    const stp::MemoryPlan two = stp::make_memory_plan(tiny_config(with(o, {"memory.unit_tiles=2"})));
+    ASSERT_EQ(one.predicted.size(), two.predicted.size());
+    for (std::size_t g = 0; g < one.predicted.size(); ++g) {
+      const stp::RankPrediction &a = one.predicted[g], &b = two.predicted[g];
+      if (std::string(schedule) == "zb-v") {
+        EXPECT_LT(b.stream_weights_up_bytes, a.stream_weights_up_bytes) << "device " << g;
+        EXPECT_LT(b.stream_grads_down_bytes, a.stream_grads_down_bytes) << "device " << g;
+      } else {
+        EXPECT_EQ(b.stream_weights_up_bytes, a.stream_weights_up_bytes) << "device " << g;
+        EXPECT_EQ(b.stream_grads_down_bytes, a.stream_grads_down_bytes) << "device " << g;
+      }
+      std::printf("[ %s device %zu ] streamed per step %llu B untiled, %llu B in 2 sequence groups\n", schedule, g,
+                  static_cast<unsigned long long>(a.stream_weights_up_bytes + a.stream_grads_up_bytes +
+                                                  a.stream_grads_down_bytes),
+                  static_cast<unsigned long long>(b.stream_weights_up_bytes + b.stream_grads_up_bytes +
+                                                  b.stream_grads_down_bytes));
+    }
+  }
+  const std::vector<std::string> tiled = with(base, {"parallel.schedule=zb-v", "memory.unit_tiles=2"});
+  const TrainRun streamed = run_training(tiny_config(with(tiled, {"memory.param_offload=all"})), 2);
+  stp::testing::expect_memory_as_planned(streamed, std::numeric_limits<std::uint64_t>::max());
+  stp::testing::expect_bitwise_equal(streamed,
+                                     run_training(tiny_config(with(tiled, {"memory.param_offload=none"})), 2));
 }
 
 // Under full recompute a unit's backward is what B holds at the peak of one device running the
