@@ -26,6 +26,8 @@ const char* to_string(BlockPlacement p) {
     case BlockPlacement::FirstFit: return "first-fit";
     case BlockPlacement::StatesLow: return "states-low";
     case BlockPlacement::SmallLow: return "small-low";
+    case BlockPlacement::ActivationsLow: return "activations-low";
+    case BlockPlacement::StatesAndSmallLow: return "states-and-small-low";
   }
   return "?";
 }
@@ -211,7 +213,10 @@ char* BlockArena::State::find_block(std::size_t size, bool may_release, bool& re
   retry = false;
   if (options.placement == BlockPlacement::FirstFit ||
       (options.placement == BlockPlacement::StatesLow && current != MemoryCategory::Activations) ||
-      (options.placement == BlockPlacement::SmallLow && size < kSmallBlockBytes)) {
+      (options.placement == BlockPlacement::SmallLow && size < kSmallBlockBytes) ||
+      (options.placement == BlockPlacement::ActivationsLow && current == MemoryCategory::Activations) ||
+      (options.placement == BlockPlacement::StatesAndSmallLow &&
+       (current != MemoryCategory::Activations || size < kSmallBlockBytes))) {
     // Address order: a one-segment arena's tail is its last block, so it is chosen last.
     for (auto& [p, b] : blocks)
       if (b.free && b.size >= size) return p;

@@ -79,10 +79,16 @@ enum class BlockPlacement : std::uint8_t {
   // blocks (norm statistics, losses, small weights) pack at the low end instead of splitting the
   // holes that large blocks leave.
   SmallLow,
+  // Activations by first fit, model states and buffers by best fit: the records and temporaries,
+  // which come and go every unit, pack at the low end; the states fill the holes above.
+  ActivationsLow,
+  // Model states, buffers and small blocks by first fit, large activations by best fit.
+  StatesAndSmallLow,
 };
-constexpr std::size_t kBlockPlacements = 4;
+constexpr std::size_t kBlockPlacements = 6;
 constexpr std::size_t kSmallBlockBytes = 64 << 10;
-const char* to_string(BlockPlacement p);  // "best-fit" | "first-fit" | "states-low" | "small-low"
+// "best-fit" | "first-fit" | "states-low" | "small-low" | "activations-low" | "states-and-small-low"
+const char* to_string(BlockPlacement p);
 
 struct ArenaOptions {
   std::string what = "device";                       // "device", "pinned host": names errors
