@@ -6,8 +6,8 @@
 //       - no levers (memory.offload: none, memory.recompute: none);
 //       - the activation levers (auto, auto);
 //       - the activation levers and memory.optimizer_offload: auto ("optimizer too");
-//       - all levers (also memory.param_offload: auto, parameter streaming; "n/a" where the build
-//         lacks a row's key).
+//       - all levers (also memory.param_offload: auto, parameter streaming, and memory.unit_tiles:
+//         auto, the tiled unit backward; "n/a" where the build lacks a row's key).
 //     Plans are exact dry runs (docs/memory.md), so the search is by planning. The planner's search
 //     of a deep model is a dry run per greedy round, so each row searches cheaply first: it starts
 //     from the previous row's depth (each row's levers include the row before's) and bounds the
@@ -341,7 +341,8 @@ void capacity(const Options& o) {
        {"memory.offload=auto", "memory.recompute=auto", "memory.optimizer_offload=auto"},
        "memory.optimizer_offload"},
       {"all levers",
-       {"memory.offload=auto", "memory.recompute=auto", "memory.optimizer_offload=auto", "memory.param_offload=auto"},
+       {"memory.offload=auto", "memory.recompute=auto", "memory.optimizer_offload=auto", "memory.param_offload=auto",
+        "memory.unit_tiles=auto"},
        "memory.param_offload"}};
   for (std::size_t i = 0; i < 2; ++i)
     sets[i].levers.insert(sets[i].levers.end(), no_optimizer_offload.begin(), no_optimizer_offload.end());
