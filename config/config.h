@@ -116,12 +116,12 @@ struct MemoryConfig {
   std::optional<std::uint64_t> host_budget;    // pinned host bytes per process; nullopt: unlimited; kAutoBytes: auto
   std::string offload;                         // auto | none | all
   std::string recompute;                       // auto | none | selective | full
-  std::string unit_tiles;                      // auto | a positive integer dividing micro_batch_size (train/unit_tiles.h)
-  std::string optimizer_offload;               // auto | none | all: AdamW state on the host
-  std::string optimizer_overlap;               // auto | none | all: the CPU AdamW speculates during the backward
-  std::string param_offload;                   // auto | none | all: weights and gradients streamed from the host
-  double link_bandwidth = 0;                   // bytes/s of the D2H/H2D link (CPU: emulated; planner: all backends)
-  int copy_engine_cpus = 0;                    // CPU backend: CPUs reserved for the D2H/H2D stream threads; 0 = shared
+  std::string unit_tiles;         // auto | a positive integer dividing micro_batch_size (train/unit_tiles.h)
+  std::string optimizer_offload;  // auto | none | all: AdamW state on the host
+  std::string optimizer_overlap;  // auto | none | all: the CPU AdamW speculates during the backward
+  std::string param_offload;      // auto | none | all: weights and gradients streamed from the host
+  double link_bandwidth = 0;      // bytes/s of the D2H/H2D link (CPU: emulated; planner: all backends)
+  int copy_engine_cpus = 0;       // CPU backend: CPUs reserved for the D2H/H2D stream threads; 0 = shared
 };
 
 struct OutputConfig {

@@ -641,9 +641,8 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
   if (tilings.empty()) return plan;
   if (plan.feasible) {  // auto is untiled while the untiled plan fits, after the loss chunk, and the
     // minimum is the most tiles' (exact, or its live-byte bound), the budget below which auto fails
-    plan.min_device_budget =
-        std::min(plan.min_device_budget,
-                 plan_with_loss_chunks(config, shape, exact_minimum, tilings.back()).min_device_budget);
+    plan.min_device_budget = std::min(
+        plan.min_device_budget, plan_with_loss_chunks(config, shape, exact_minimum, tilings.back()).min_device_budget);
     return plan;
   }
   // auto, over budget: the fewest tiles whose plan fits (smaller GEMMs cost time); if none does, the

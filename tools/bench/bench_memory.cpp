@@ -334,16 +334,15 @@ void capacity(const Options& o) {
   const bool optimizer_lever = has_key(o, "memory.optimizer_offload=none");
   std::vector<std::string> no_optimizer_offload;
   if (optimizer_lever) no_optimizer_offload.push_back("memory.optimizer_offload=none");
-  std::vector<LeverSet> sets = {
-      {"no levers", {"memory.offload=none", "memory.recompute=none"}},
-      {"activation levers", {"memory.offload=auto", "memory.recompute=auto"}},
-      {"optimizer too",
-       {"memory.offload=auto", "memory.recompute=auto", "memory.optimizer_offload=auto"},
-       "memory.optimizer_offload"},
-      {"all levers",
-       {"memory.offload=auto", "memory.recompute=auto", "memory.optimizer_offload=auto", "memory.param_offload=auto",
-        "memory.unit_tiles=auto"},
-       "memory.param_offload"}};
+  std::vector<LeverSet> sets = {{"no levers", {"memory.offload=none", "memory.recompute=none"}},
+                                {"activation levers", {"memory.offload=auto", "memory.recompute=auto"}},
+                                {"optimizer too",
+                                 {"memory.offload=auto", "memory.recompute=auto", "memory.optimizer_offload=auto"},
+                                 "memory.optimizer_offload"},
+                                {"all levers",
+                                 {"memory.offload=auto", "memory.recompute=auto", "memory.optimizer_offload=auto",
+                                  "memory.param_offload=auto", "memory.unit_tiles=auto"},
+                                 "memory.param_offload"}};
   for (std::size_t i = 0; i < 2; ++i)
     sets[i].levers.insert(sets[i].levers.end(), no_optimizer_offload.begin(), no_optimizer_offload.end());
   int known = 0;  // the deepest a previous row fits: the rows are monotone
