@@ -25,7 +25,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using stp::testing::fresh_dir;
+using stp::testing::kLlama;
 using stp::testing::tiny_config;
+using stp::testing::with;
 
 std::map<std::string, std::string> folder_bytes(const std::string& dir) {
   std::map<std::string, std::string> out;
@@ -75,13 +77,6 @@ TEST_P(StreamedSave, IsByteForByteTheWholeStatesCheckpointAndHoldsThePredictedPe
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(cfg.output.dir)) left.push_back(e.path().filename().string());
   EXPECT_EQ(left, std::vector<std::string>{fs::path(s.path).filename().string()}) << "no temporary is left";
-}
-
-const std::vector<std::string> kLlama = {"model.arch=llama", "model.n_kv_head=2", "model.intermediate_size=64"};
-
-std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
 }
 
 const std::vector<std::vector<std::string>> kCases = {

@@ -15,16 +15,11 @@
 
 namespace {
 
+using stp::testing::kLlama;
 using stp::testing::run_training;
 using stp::testing::tiny_config;
 using stp::testing::TrainRun;
-
-std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
-  base.insert(base.end(), more.begin(), more.end());
-  return base;
-}
-
-const std::vector<std::string> kLlama = {"model.arch=llama", "model.intermediate_size=64", "model.n_kv_head=2"};
+using stp::testing::with;
 
 // Every schedule family at tp 2 x pp 2, both head kinds (vocab-parallel and replicated), gpt2 and
 // llama, a chunk that does not divide B·T = 32: the measured peak of every device is the plan's.

@@ -119,6 +119,15 @@ inline std::string fresh_dir(const std::string& name) {
   return d.string();
 }
 
+// Overrides `base` followed by `more` (later assignments win).
+inline std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+// tiny_config's model as a small Llama: grouped-query attention (2 kv heads), MLP width 64.
+inline const std::vector<std::string> kLlama = {"model.arch=llama", "model.intermediate_size=64", "model.n_kv_head=2"};
+
 // n_layer 8 splits into 8 stages (pp 4 with two chunks); m = 8 is STP's minimum for pp 4.
 inline Config tiny_config(const std::vector<std::string>& overrides) {
   std::string yaml = R"(

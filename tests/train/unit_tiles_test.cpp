@@ -16,16 +16,11 @@
 
 namespace {
 
+using stp::testing::kLlama;
 using stp::testing::run_training;
 using stp::testing::tiny_config;
 using stp::testing::TrainRun;
-
-std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
-  base.insert(base.end(), more.begin(), more.end());
-  return base;
-}
-
-const std::vector<std::string> kLlama = {"model.arch=llama", "model.intermediate_size=64", "model.n_kv_head=2"};
+using stp::testing::with;
 
 // stp, zb-v and 1f1b-i at tp 2 x pp 2, gpt2 and llama, with full recompute alone and with every
 // lever (activation, optimizer and parameter offload): every device's measured peak is the plan's.
