@@ -15,8 +15,9 @@
 //     above where its live bytes exceed the budget (no plan of the row fits) and from below where it
 //     places in the budget (the planner's plan then fits); the planner bisects only between the two.
 //     Every probe prints its depth, its verdict and its seconds. The largest depth of each set is then
-//     trained for one real step with the plan its probe made, whose measured peak must equal the
-//     prediction and be within the budget. Ratios are in parameters against no levers; target: all
+//     trained for one real step with the plan its probe made (the strongest plan's where that places
+//     and the planner was not probed), whose measured peak must equal the prediction and be within
+//     the budget. Ratios are in parameters against no levers; target: all
 //     levers >= 30x. Last, what bounds the all-levers depth: the strongest plan's live peak at half
 //     the depth and at the depth, what a layer adds to it by category, and its placeable minimum.
 //  2. Cost. The unconstrained peak P of the config (no offload, no recompute), then step time with
@@ -186,8 +187,10 @@ Probe probe(const Options& o, const std::vector<std::string>& levers, int layers
 }
 
 struct Depth {
-  int layers = 0;        // 0: not even one step of layers fits
-  stp::MemoryPlan plan;  // the planner's plan at `layers`
+  int layers = 0;  // 0: not even one step of layers fits
+  // The planner's plan at `layers`, or the strongest plan's where it places in the budget and the
+  // planner was not probed there (its search of a deep model takes tens of minutes).
+  stp::MemoryPlan plan;
 };
 
 // Largest n_layer (a multiple of `step`, at most --max-layers) whose plan under `levers` fits.
@@ -244,6 +247,16 @@ Depth largest_depth(const Options& o, const std::vector<std::string>& levers, in
     if (d > sure && !p.places) unsure = std::min(unsure, d);
   sure = bisect(sure, unsure, [&](int d) { return bound(d).places; });
   int lo = bisect(sure, top + step, [&](int d) { return plan(d).fits; });
+  if (lo > 0 && lo == sure && !planner.count(lo)) {  // no planner probe here: the strongest plan places
+    const auto it = strong.find(lo);
+    if (it != strong.end() && it->second.places && it->second.plan.feasible) {
+      std::printf(
+          "  n_layer %d: the strongest plan places in the budget (so the planner's fits too); the step "
+          "trains the strongest plan\n",
+          lo);
+      return {lo, it->second.plan};
+    }
+  }
   if (lo > 0 && !plan(lo).fits) {  // a bound's depth, unprobed until now, does not fit the planner
     std::printf("  the planner does not fit n_layer %d: searching below it\n", lo);
     lo = bisect(0, lo, [&](int d) { return plan(d).fits; });
@@ -363,9 +376,9 @@ void capacity(const Options& o) {
       continue;
     }
     known = m.depth;
-    // Train the largest depth for one real step with the plan its probe made (the one the trainer
-    // would make: planning is deterministic): the measured peak must equal the prediction and stay
-    // within the budget.
+    // Train the largest depth for one real step with the plan its probe made (the planner's, the one
+    // the trainer would make: planning is deterministic; or the strongest plan where it places):
+    // the measured peak must equal the prediction and stay within the budget.
     std::vector<std::string> x = m.levers;
     x.push_back("model.n_layer=" + std::to_string(m.depth));
     const stp::Config c = config_with(o, x);
