@@ -196,11 +196,6 @@ class Stage {
   virtual Tensor forward(int u, int mb, Stream& s) = 0;
   virtual Tensor backward_input(int u, int mb, Stream& s) = 0;
   virtual void backward_weight(int u, int mb, Stream& s) = 0;
-  // Whether W(u, mb) computes anything: false for the input unit, for a unit whose tiled B ran its
-  // W (set_unit_tiles) and for the chunked loss head (set_loss_chunk_tokens), whose F did. An empty
-  // W must still be called after B (it releases what B left for it); what only serves a W's work,
-  // parameter streaming's pass (offload/param_streamer.h), can be skipped for it.
-  virtual bool backward_weight_works(int u, int mb) const = 0;
 
   // The records unit u currently holds for mb (those saved by F and, after B, those kept for W).
   virtual std::vector<ActivationRecord> activation_records(int u, int mb) const = 0;

@@ -195,18 +195,6 @@ bool StageBase::tiled(int u) const {
   return unit_tiles_ > 1 && is_branch(unit.kind) && unit.recompute == Recompute::Full;
 }
 
-bool StageBase::backward_weight_works(int u, int mb) const {
-  (void)mb;  // the same for every microbatch of a step: the settings decide it
-  switch (unit_at(u).kind) {
-    case UnitKind::Input: return false;
-    case UnitKind::Embed: return true;
-    case UnitKind::Attn:
-    case UnitKind::Mlp: return !tiled(u);
-    case UnitKind::Head: return loss_chunk_tokens_ == 0;
-  }
-  return true;
-}
-
 // The gradient w.r.t. the output of unit u: the residual gradient plus, when unit u+1 is a branch,
 // its norm backward on the all-reduced gradient (models/gpt2_units.h, Note [LayerNorm after the
 // all-reduce]).

@@ -76,7 +76,6 @@ class StageBase : public Stage {
   void set_loss_chunk_tokens(std::int64_t tokens) override;
   std::int64_t loss_chunk_tokens() const override { return loss_chunk_tokens_; }
   void set_unit_tiles(int tiles) override;
-  bool backward_weight_works(int u, int mb) const override;
   int unit_tiles() const override { return unit_tiles_; }
 
   std::vector<ParamInfo>& params() override { return params_.list(); }

@@ -130,9 +130,12 @@ void ParamStreamer::begin_pass(int chunk, Stage& stage, int u, StreamedPass kind
   active_ = true;
   grads_ = false;
   const bool backward = is_backward(kind);
-  auto hit = std::find_if(prefetched_.begin(), prefetched_.end(), [&](const Fetched& f) {
-    return f.chunk == chunk && f.stage == &stage && f.u == u && f.backward == backward;
-  });
+  // A W pass reads no weights: it neither fetches nor takes a set prefetched for another pass.
+  auto hit = kind == StreamedPass::Weight
+                 ? prefetched_.end()
+                 : std::find_if(prefetched_.begin(), prefetched_.end(), [&](const Fetched& f) {
+                     return f.chunk == chunk && f.stage == &stage && f.u == u && f.backward == backward;
+                   });
   if (hit != prefetched_.end()) {
     current_ = std::move(*hit);
     prefetched_.erase(hit);

@@ -285,7 +285,11 @@ void Executor::step(Cursor& c) {
     fn();
     trace_unit(c, u, pass, false);
   };
-  auto begin_pass = [&](StreamedPass kind) { begin_streamed(c, u, kind); };
+  auto begin_pass = [&](StreamedPass kind) {  // and the weights of this part's next unit start coming
+    if (!r_.params) return;
+    r_.params->begin_pass(c.part.chunk, st, u, kind);
+    if (!c.done()) r_.params->prefetch(c.part.chunk, st, c.next, kind);
+  };
   auto end_pass = [&] {
     if (r_.params) r_.params->end_pass();
   };
@@ -317,24 +321,11 @@ void Executor::step(Cursor& c) {
         r_.offload->make_ready({c.part.chunk, mb, true, u}, *r_.compute);
         if (!c.done()) r_.offload->prefetch({c.part.chunk, mb, true, c.next});
       }
-      if (st.backward_weight_works(u, mb)) begin_pass(StreamedPass::Weight);  // else no weights to stream
+      begin_pass(StreamedPass::Weight);
       traced(Pass::W, [&] { st.backward_weight(u, mb, *r_.compute); });
-      if (st.backward_weight_works(u, mb)) end_pass();
+      end_pass();
       break;
   }
-}
-
-// Parameter streaming around unit u's pass of c's part: its weights (and gradients), and those of
-// the part's next pass start coming while it computes. A W part's next pass is its next unit whose
-// W works (Stage::backward_weight_works): an empty W streams nothing.
-void Executor::begin_streamed(const Cursor& c, int u, StreamedPass kind) {
-  if (!r_.params) return;
-  Stage& st = *c.stage;
-  r_.params->begin_pass(c.part.chunk, st, u, kind);
-  int next = c.next;
-  if (kind == StreamedPass::Weight)
-    while (next != c.end && !st.backward_weight_works(next, c.part.mb)) --next;
-  if (next != c.end) r_.params->prefetch(c.part.chunk, st, next, kind);
 }
 
 // With a trace: opens (begin) or closes the span of one unit pass on compute.

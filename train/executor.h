@@ -36,8 +36,8 @@
 // Parameter streaming (offload/param_streamer.h): each unit pass of a streamed chunk asks
 // RankResources::params for its weights (and gradients) before it, has the weights of the same
 // part's next unit prefetched while it computes (a lookahead of one unit), and hands them back
-// after it. A deferred W that does no work (Stage::backward_weight_works: its unit's B or the
-// head's F computed the weight gradients) streams nothing, and a W part prefetches past it.
+// after it. A W pass moves only the gradients it writes (Stage::pass_grads): one that writes none
+// (its unit's B or the head's F computed the weight gradients) moves nothing.
 //
 // Memory plan (memory/plan.h): after each F unit the plan offloads, the unit's records go to host
 // on the D2H stream (offload/offload_engine.h); before op k the sets the plan lists for k start
@@ -92,9 +92,8 @@ struct RankResources {
   const RankPlan* plan = nullptr;
   OffloadEngine* offload = nullptr;  // required when the plan offloads
   // Parameter streaming (RankPlan::param_stream): every F, B and W unit pass is bracketed by
-  // begin_pass / end_pass (a B with its fused W is one pass; a deferred W that does no work,
-  // Stage::backward_weight_works, is not a pass), and the part's next pass is prefetched right
-  // after begin_pass; the host copies of the gradients
+  // begin_pass / end_pass (a B with its fused W is one pass), and the part's next pass is
+  // prefetched right after begin_pass; the host copies of the gradients
   // are made ready on compute before a chunk's gradients are reported final and at the end of a
   // walk. Required when the plan streams.
   ParamStreamer* params = nullptr;
@@ -153,7 +152,6 @@ class Executor {
   void local_handoffs(const sched::Op& op);
   void run_parts(const sched::Op& op);
   void step(Cursor& c);
-  void begin_streamed(const Cursor& c, int u, StreamedPass kind);
   void trace_unit(const Cursor& c, int u, sched::Pass pass, bool begin);
   void all_reduce_after(Cursor& c, const Tensor& t, const std::string& unit);
   RecordSet* offloaded_records(int chunk, int u, int mb);

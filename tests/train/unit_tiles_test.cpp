@@ -41,9 +41,9 @@ TEST(UnitTilesTraining, MeasuredPeaksEqualThePlan) {
       }
 }
 
-// A tiled unit's W runs in its B, so a deferred W(u) is empty and parameter streaming runs no pass
-// for it (Stage::backward_weight_works): the tiled B moves the gradients its W would have (a W pass
-// moves no weights), so under zb-v (deferred Ws) and 1f1b (fused) a step streams exactly the bytes
+// A tiled unit's W runs in its B, so a deferred W(u) is empty and parameter streaming moves nothing
+// for it (Stage::pass_grads names no gradient for that W, and a W pass moves no weights): the tiled
+// B moves the gradients its W would have, so under zb-v (deferred Ws) and 1f1b (fused) a step streams exactly the bytes
 // of the untiled step, each way, on every device (an empty W that moved its gradients would add a
 // round trip), and trains bitwise like the same tiled run without streaming, with the measured
 // peaks the plan's.
