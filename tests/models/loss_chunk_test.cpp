@@ -120,13 +120,7 @@ Result run(const Case& c, i64 chunk, bool forward_only = false) {
   const bool tied_head = std::string(c.arch) == "gpt2" || c.tied;
   out.abs_terms.assign(static_cast<std::size_t>(m.vocab_size) * m.n_embd, 0.0);
   for (int mb = 0; mb < kMicrobatches; ++mb) {
-    for (int r = 0; r < g.tp(); ++r) {
-      fill_ids(g.stage(r).tokens(mb), ids(m, mb, false));
-      fill_ids(g.stage(r).targets(mb), ids(m, mb, true));
-    }
-    for (int u = 0; u < U; ++u) g.forward(u, mb);
-    out.losses.emplace_back();
-    for (int r = 0; r < g.tp(); ++r) out.losses.back().push_back(host_copy(g.stage(r).loss(mb), g.compute(r))[0]);
+    forward_microbatch(g, mb, ids(m, mb, false), ids(m, mb, true), out.losses);
     if (chunk > 0 && !forward_only) {
       std::vector<ActivationRecord> rec = g.stage(0).activation_records(head, mb);
       EXPECT_EQ(rec.size(), 1u) << "the chunked head keeps dx alone";

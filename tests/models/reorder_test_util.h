@@ -76,6 +76,19 @@ inline std::vector<float> record_values(Stage& st, int u, int mb, const std::str
   return {};
 }
 
+// Microbatch mb's tokens and targets onto every rank of g, F of every unit, then every rank's loss
+// appended to losses as a new row ([mb][rank]).
+inline void forward_microbatch(TpGroup& g, int mb, const std::vector<float>& tokens, const std::vector<float>& targets,
+                               std::vector<std::vector<float>>& losses) {
+  for (int r = 0; r < g.tp(); ++r) {
+    fill_ids(g.stage(r).tokens(mb), tokens);
+    fill_ids(g.stage(r).targets(mb), targets);
+  }
+  for (int u = 0; u < g.num_units(); ++u) g.forward(u, mb);
+  losses.emplace_back();
+  for (int r = 0; r < g.tp(); ++r) losses.back().push_back(host_copy(g.stage(r).loss(mb), g.compute(r))[0]);
+}
+
 // Every microbatch's losses ([mb][rank]) bitwise (memcmp) those of the plain run.
 inline void expect_losses_bitwise(const std::vector<std::vector<float>>& got,
                                   const std::vector<std::vector<float>>& want) {

@@ -129,15 +129,7 @@ Result run(const Case& c, int tiles) {
   g.zero_grads();
   g.set_loss_scale(kLossScale);
   Result out;
-  for (int mb = 0; mb < kMicrobatches; ++mb) {
-    for (int r = 0; r < g.tp(); ++r) {
-      fill_ids(g.stage(r).tokens(mb), ids(m, mb, false));
-      fill_ids(g.stage(r).targets(mb), ids(m, mb, true));
-    }
-    for (int u = 0; u < U; ++u) g.forward(u, mb);
-    out.losses.emplace_back();
-    for (int r = 0; r < g.tp(); ++r) out.losses.back().push_back(host_copy(g.stage(r).loss(mb), g.compute(r))[0]);
-  }
+  for (int mb = 0; mb < kMicrobatches; ++mb) forward_microbatch(g, mb, ids(m, mb, false), ids(m, mb, true), out.losses);
   for (int mb = 0; mb < kMicrobatches; ++mb)
     for (int u = U - 1; u >= 0; --u) {
       g.backward_input(u, mb);
