@@ -86,19 +86,9 @@ bool has_key(const Options& o, const std::string& assignment) {
   }
 }
 
-}  // namespace
-
-void capacity(const Options& o) {
-  stp::Config base = config_with(o, {"memory.device_budget=" + o.budget});
-  const std::size_t budget = static_cast<std::size_t>(*base.memory.device_budget);
-  const int stages =
-      base.parallel.pp *
-      (base.parallel.schedule == "stp" || base.parallel.schedule == "zb-v" || base.parallel.schedule == "1f1b-i" ? 2
-                                                                                                                 : 1);
-  std::printf("\n== capacity: n_embd %lld, %s tp %d pp %d, m %d, micro batch %d, device budget %.1f MiB ==\n",
-              static_cast<long long>(base.model.n_embd), base.parallel.schedule.c_str(), base.parallel.tp,
-              base.parallel.pp, base.train.microbatches, base.train.micro_batch_size, mib(budget));
-  // The optimizer-offload lever: off in the first two rows where this build has it.
+// The rows of the capacity table, each row's levers including the row before's. The optimizer-offload
+// lever is off in the first two rows where this build has it.
+std::vector<LeverSet> lever_sets(const Options& o) {
   const bool optimizer_lever = has_key(o, "memory.optimizer_offload=none");
   std::vector<std::string> no_optimizer_offload;
   if (optimizer_lever) no_optimizer_offload.push_back("memory.optimizer_offload=none");
@@ -113,6 +103,55 @@ void capacity(const Options& o) {
                                  "memory.param_offload"}};
   for (std::size_t i = 0; i < 2; ++i)
     sets[i].levers.insert(sets[i].levers.end(), no_optimizer_offload.begin(), no_optimizer_offload.end());
+  return sets;
+}
+
+// Train the row's largest depth for one real step with the plan its probe made (the planner's, the
+// one the trainer would make: planning is deterministic; or the strongest plan where it places):
+// the measured peak must equal the prediction and stay within the budget. Prints the row.
+void train_row(const Options& o, LeverSet& m, const Depth& d, double search_s, std::size_t budget) {
+  std::vector<std::string> x = m.levers;
+  x.push_back("model.n_layer=" + std::to_string(m.depth));
+  const stp::Config c = config_with(o, x);
+  m.params = model_parameters(c);
+  stp::TrainerOptions with_plan;
+  with_plan.plan = &d.plan;
+  stp::Trainer t(c, with_plan);
+  stp::StepResult r = t.step();
+  std::size_t measured = *std::max_element(r.peak_device_bytes.begin(), r.peak_device_bytes.end());
+  std::size_t predicted = max_peak(t.memory_plan());
+  std::printf(
+      "%-18s: largest n_layer %3d = %.2fM parameters (search %.1f s); one step: peak %.2f MiB (%s predicted, "
+      "%s budget), pinned host %.1f MiB, step %.0f ms\n",
+      m.name, m.depth, static_cast<double>(m.params) / 1e6, search_s, mib(measured),
+      measured == predicted ? "=" : "!=", measured <= budget ? "within" : "OVER", mib(r.peak_host_pinned_bytes),
+      r.step_ms);
+}
+
+// Each row's parameters against the first row's.
+void print_ratios(const std::vector<LeverSet>& sets) {
+  if (sets[0].params == 0) return;
+  for (std::size_t i = 1; i < sets.size(); ++i)
+    if (sets[i].params)
+      std::printf("capacity ratio, %s / no levers: %.2fx in parameters (%.2fM / %.2fM; %d / %d layers)%s\n",
+                  sets[i].name, static_cast<double>(sets[i].params) / static_cast<double>(sets[0].params),
+                  static_cast<double>(sets[i].params) / 1e6, static_cast<double>(sets[0].params) / 1e6, sets[i].depth,
+                  sets[0].depth, i + 1 == sets.size() ? "; target >= 30x" : "");
+}
+
+}  // namespace
+
+void capacity(const Options& o) {
+  stp::Config base = config_with(o, {"memory.device_budget=" + o.budget});
+  const std::size_t budget = static_cast<std::size_t>(*base.memory.device_budget);
+  const int stages =
+      base.parallel.pp *
+      (base.parallel.schedule == "stp" || base.parallel.schedule == "zb-v" || base.parallel.schedule == "1f1b-i" ? 2
+                                                                                                                 : 1);
+  std::printf("\n== capacity: n_embd %lld, %s tp %d pp %d, m %d, micro batch %d, device budget %.1f MiB ==\n",
+              static_cast<long long>(base.model.n_embd), base.parallel.schedule.c_str(), base.parallel.tp,
+              base.parallel.pp, base.train.microbatches, base.train.micro_batch_size, mib(budget));
+  std::vector<LeverSet> sets = lever_sets(o);
   int known = 0;  // the deepest a previous row fits: the rows are monotone
   for (LeverSet& m : sets) {
     if (m.needs && !has_key(o, std::string(m.needs) + "=none")) {
@@ -131,34 +170,10 @@ void capacity(const Options& o) {
       continue;
     }
     known = m.depth;
-    // Train the largest depth for one real step with the plan its probe made (the planner's, the one
-    // the trainer would make: planning is deterministic; or the strongest plan where it places):
-    // the measured peak must equal the prediction and stay within the budget.
-    std::vector<std::string> x = m.levers;
-    x.push_back("model.n_layer=" + std::to_string(m.depth));
-    const stp::Config c = config_with(o, x);
-    m.params = model_parameters(c);
-    stp::TrainerOptions with_plan;
-    with_plan.plan = &d.plan;
-    stp::Trainer t(c, with_plan);
-    stp::StepResult r = t.step();
-    std::size_t measured = *std::max_element(r.peak_device_bytes.begin(), r.peak_device_bytes.end());
-    std::size_t predicted = max_peak(t.memory_plan());
-    std::printf(
-        "%-18s: largest n_layer %3d = %.2fM parameters (search %.1f s); one step: peak %.2f MiB (%s predicted, "
-        "%s budget), pinned host %.1f MiB, step %.0f ms\n",
-        m.name, m.depth, static_cast<double>(m.params) / 1e6, search_s, mib(measured),
-        measured == predicted ? "=" : "!=", measured <= budget ? "within" : "OVER", mib(r.peak_host_pinned_bytes),
-        r.step_ms);
+    train_row(o, m, d, search_s, budget);
   }
   if (sets.back().depth > 0) print_depth_bound(o, sets.back().levers, stages, sets.back().depth, budget);
-  if (sets[0].params == 0) return;
-  for (std::size_t i = 1; i < sets.size(); ++i)
-    if (sets[i].params)
-      std::printf("capacity ratio, %s / no levers: %.2fx in parameters (%.2fM / %.2fM; %d / %d layers)%s\n",
-                  sets[i].name, static_cast<double>(sets[i].params) / static_cast<double>(sets[0].params),
-                  static_cast<double>(sets[i].params) / 1e6, static_cast<double>(sets[0].params) / 1e6, sets[i].depth,
-                  sets[0].depth, i + 1 == sets.size() ? "; target >= 30x" : "");
+  print_ratios(sets);
 }
 
 }  // namespace stp::bench_memory
