@@ -10,6 +10,26 @@
 
 namespace stp::bench_memory {
 
+namespace {
+
+// The plan's peak, how many chunks keep their optimizer on the host, and the predicted optimizer
+// offload time against the compute (the slowest device's of each).
+void print_optimizer_plan(const stp::MemoryPlan& plan) {
+  std::size_t host = 0, chunks = 0;
+  for (const auto& rp : plan.ranks)
+    for (std::size_t ch = 0; ch < rp.units.size(); ++ch, ++chunks)
+      host += rp.optimizer_placement(static_cast<int>(ch)) == stp::OptimizerPlacement::Host;
+  double predicted = 0, compute = 0;
+  for (const auto& p : plan.predicted)
+    predicted = std::max(predicted, p.optimizer_offload_s), compute = std::max(compute, p.compute_s);
+  std::printf(
+      "plan: peak %.2f MiB; optimizer of %zu of %zu chunks on the host; predicted optimizer offload %.1f ms "
+      "(copies + CPU AdamW, counted exposed) over %.1f ms compute\n",
+      mib(max_peak(plan)), host, chunks, predicted * 1e3, compute * 1e3);
+}
+
+}  // namespace
+
 // Part 3 (see the header): the optimizer leaves the device, activation levers off.
 void optimizer_cost(const Options& o) {
   const std::string engine = "memory.copy_engine_cpus=" + std::to_string(o.copy_cpus);
@@ -53,17 +73,7 @@ void optimizer_cost(const Options& o) {
                 mib(plan.min_device_budget));
     return;
   }
-  std::size_t host = 0, chunks = 0;
-  for (const auto& rp : plan.ranks)
-    for (std::size_t ch = 0; ch < rp.units.size(); ++ch, ++chunks)
-      host += rp.optimizer_placement(static_cast<int>(ch)) == stp::OptimizerPlacement::Host;
-  double predicted = 0, compute = 0;
-  for (const auto& p : plan.predicted)
-    predicted = std::max(predicted, p.optimizer_offload_s), compute = std::max(compute, p.compute_s);
-  std::printf(
-      "plan: peak %.2f MiB; optimizer of %zu of %zu chunks on the host; predicted optimizer offload %.1f ms "
-      "(copies + CPU AdamW, counted exposed) over %.1f ms compute\n",
-      mib(max_peak(plan)), host, chunks, predicted * 1e3, compute * 1e3);
+  print_optimizer_plan(plan);
   std::vector<double> ratios, plain_ms, offloaded_ms;
   for (int i = 0; i < o.pairs; ++i) {
     StepTimes a = run_steps(plain, o.steps), b = run_steps(offloaded, o.steps);
