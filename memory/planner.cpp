@@ -297,18 +297,26 @@ bool add_moves(const PlannerInput& in, std::vector<RankPlan>& plans, std::vector
   }
 }
 
+// Sets `flag` on every rank still over budget whose plan `uses` the lever the flag tightens and
+// that does not have it yet. False when there is no such rank.
+template <class Uses>
+bool set_where_over(const PlannerInput& in, std::vector<RankPlan>& plans, const std::vector<RankPrediction>& pred,
+                    bool RankPlan::*flag, Uses uses) {
+  bool changed = false;
+  for (int r = 0; r < in.pp; ++r) {
+    RankPlan& p = plans[static_cast<std::size_t>(r)];
+    if (peak_of_pp_rank(in, pred, r) <= in.device_budget || p.*flag || !uses(p)) continue;
+    p.*flag = true;
+    changed = true;
+  }
+  return changed;
+}
+
 // The last lever: late reloads on every rank still over budget that offloads and does not reload
 // late yet. False when there is no such rank.
 bool late_reloads_where_over(const PlannerInput& in, std::vector<RankPlan>& plans,
                              const std::vector<RankPrediction>& pred) {
-  bool changed = false;
-  for (int r = 0; r < in.pp; ++r) {
-    RankPlan& p = plans[static_cast<std::size_t>(r)];
-    if (peak_of_pp_rank(in, pred, r) <= in.device_budget || p.late_reloads || !p.offloads()) continue;
-    p.late_reloads = true;
-    changed = true;
-  }
-  return changed;
+  return set_where_over(in, plans, pred, &RankPlan::late_reloads, [](const RankPlan& p) { return p.offloads(); });
 }
 
 // The reverse of the stream moves (param_offload: auto): once every rank fits, each streamed chunk,
@@ -338,14 +346,7 @@ void unstream_what_fits(const PlannerInput& in, std::vector<RankPlan>& plans, st
 // not take them yet. False when there is no such rank.
 bool late_params_where_over(const PlannerInput& in, std::vector<RankPlan>& plans,
                             const std::vector<RankPrediction>& pred) {
-  bool changed = false;
-  for (int r = 0; r < in.pp; ++r) {
-    RankPlan& p = plans[static_cast<std::size_t>(r)];
-    if (peak_of_pp_rank(in, pred, r) <= in.device_budget || p.late_params || !p.streams_any()) continue;
-    p.late_params = true;
-    changed = true;
-  }
-  return changed;
+  return set_where_over(in, plans, pred, &RankPlan::late_params, [](const RankPlan& p) { return p.streams_any(); });
 }
 
 }  // namespace

@@ -25,15 +25,12 @@
 //    run's own records (dlogits and ln.out after the head's B, the embedding's dx after its B) and
 //    checks each element against that bound;
 //  * forward-only (evaluation): the same losses bitwise, and no gradient written.
-#include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <random>
 
-#include "tests/models/llama_test_util.h"
+#include "tests/models/reorder_test_util.h"
 
 namespace stp::testing {
 namespace {
@@ -49,32 +46,13 @@ struct Case {
 };
 
 ModelSpec model_of(const Case& c) {
-  ModelSpec m;
-  m.arch = c.arch;
-  m.n_layer = 2;
-  m.n_head = 4;
-  m.n_kv_head = std::string(c.arch) == "llama" ? 2 : 4;
-  m.n_embd = 32;
-  m.intermediate_size = 64;
-  m.vocab_size = 67;  // tp 2 pads it to 68: rank 1 holds a padding row
-  m.seq_len = 16;
+  ModelSpec m = small_model(c.arch, 16, c.precision);
   m.tie_embeddings = c.tied;
-  m.precision = c.precision;
   return m;
 }
 
 constexpr int kBatch = 4, kMicrobatches = 2;  // B·T = 64 rows
 constexpr i64 kGemmRowTile = 24;              // OpenBLAS's SGEMM row tile on Haswell kernels
-
-// One BLAS thread while a test runs (the row tiles then do not depend on a thread split).
-class OneBlasThread {
- public:
-  OneBlasThread() : saved_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
-  ~OneBlasThread() { openblas_set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
 constexpr float kLossScale = 0.75f;
 
 std::string head_weight(const Case& c) {
@@ -83,29 +61,7 @@ std::string head_weight(const Case& c) {
 }
 
 // Tokens and targets of microbatch mb; about one target in five is -1 (ignored).
-std::vector<float> ids(const ModelSpec& m, int mb, bool targets) {
-  std::mt19937 rng(static_cast<unsigned>(1000 * mb + (targets ? 7 : 3)));
-  std::vector<float> v(static_cast<std::size_t>(kBatch * m.seq_len));
-  for (float& x : v) x = static_cast<float>(rng() % static_cast<unsigned>(m.vocab_size));
-  if (targets)
-    for (std::size_t i = 0; i < v.size(); ++i)
-      if (rng() % 5 == 0) v[i] = -1;
-  return v;
-}
-
-// A record's values as f32, whatever its storage type.
-std::vector<float> record_values(Stage& st, int u, int mb, const std::string& name, Stream& s) {
-  for (const ActivationRecord& r : st.activation_records(u, mb)) {
-    if (r.name != name) continue;
-    s.synchronize();
-    std::vector<float> v(static_cast<std::size_t>(r.tensor.numel()));
-    for (std::size_t i = 0; i < v.size(); ++i)
-      v[i] = r.tensor.dtype() == DType::Bf16 ? to_f32(r.tensor.data<bf16>()[i]) : r.tensor.f32()[i];
-    return v;
-  }
-  ADD_FAILURE() << "no record " << name;
-  return {};
-}
+std::vector<float> ids(const ModelSpec& m, int mb, bool targets) { return seeded_ids(m, kBatch, mb, targets, 5); }
 
 struct Result {
   std::vector<std::vector<float>> losses;  // [mb][rank]
@@ -164,13 +120,7 @@ Result run(const Case& c, i64 chunk, bool forward_only = false) {
   const bool tied_head = std::string(c.arch) == "gpt2" || c.tied;
   out.abs_terms.assign(static_cast<std::size_t>(m.vocab_size) * m.n_embd, 0.0);
   for (int mb = 0; mb < kMicrobatches; ++mb) {
-    for (int r = 0; r < g.tp(); ++r) {
-      fill_ids(g.stage(r).tokens(mb), ids(m, mb, false));
-      fill_ids(g.stage(r).targets(mb), ids(m, mb, true));
-    }
-    for (int u = 0; u < U; ++u) g.forward(u, mb);
-    out.losses.emplace_back();
-    for (int r = 0; r < g.tp(); ++r) out.losses.back().push_back(host_copy(g.stage(r).loss(mb), g.compute(r))[0]);
+    forward_microbatch(g, mb, ids(m, mb, false), ids(m, mb, true), out.losses);
     if (chunk > 0 && !forward_only) {
       std::vector<ActivationRecord> rec = g.stage(0).activation_records(head, mb);
       EXPECT_EQ(rec.size(), 1u) << "the chunked head keeps dx alone";
@@ -203,35 +153,20 @@ TEST_P(LossChunk, LossesAndGradientsMatchTheUnchunkedHead) {
   OneBlasThread one;
   const Result ref = run(c, 0);
   const std::string hw = head_weight(c);
-  const double u = std::ldexp(1.0, -24), n = ref.terms, gamma = n * u / (1 - n * u);
+  const double n = ref.terms, gamma = gamma_n(n);
   ASSERT_GT(n, 0);
+  // The head weight's gradient sums in another order; every other gradient is bitwise.
+  auto terms = [&](const std::string& name) { return name == hw ? &ref.abs_terms : nullptr; };
   // B·T = 64: 24 and 48 do not divide it (a last chunk of 16), 64 is one chunk, 200 more than B·T.
   for (i64 chunk : {kGemmRowTile, 2 * kGemmRowTile, i64{64}, i64{200}}) {
     SCOPED_TRACE("chunk " + std::to_string(chunk));
     const Result got = run(c, chunk);
-    ASSERT_EQ(got.losses.size(), ref.losses.size());
-    for (std::size_t mb = 0; mb < ref.losses.size(); ++mb)
-      EXPECT_EQ(0, std::memcmp(got.losses[mb].data(), ref.losses[mb].data(), 4 * ref.losses[mb].size()))
-          << "mb " << mb << " loss " << got.losses[mb][0] << " vs " << ref.losses[mb][0];
-    double worst = 0;
-    for (const auto& [name, want] : ref.grads) {
-      const std::vector<float>& have = got.grads.at(name);
-      ASSERT_EQ(have.size(), want.size()) << name;
-      if (name != hw) {
-        EXPECT_EQ(0, std::memcmp(have.data(), want.data(), 4 * want.size())) << name << " is not bitwise";
-        continue;
-      }
-      int over = 0;
-      for (std::size_t i = 0; i < want.size(); ++i) {
-        const double diff = std::fabs(static_cast<double>(have[i]) - want[i]);
-        const double bound = 2 * gamma * ref.abs_terms[i];
-        if (diff > bound && ++over <= 5) ADD_FAILURE() << name << "[" << i << "] differs by " << diff << " > " << bound;
-        if (bound > 0) worst = std::max(worst, diff / bound);
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_losses_bitwise(got.losses, ref.losses));
+    ReorderCheck check;
+    ASSERT_NO_FATAL_FAILURE(expect_gradients_match(got.grads, ref.grads, gamma, terms, check));
     std::printf("[ %s tp %d%s %s chunk %lld ] head weight: worst difference %.3f of the bound 2·γ_n·Σ|x|, n %.0f\n",
                 c.arch, c.tp, c.vocab_parallel ? " vocab" : "", to_string(c.precision), static_cast<long long>(chunk),
-                worst, n);
+                check.worst, n);
   }
 }
 
@@ -240,10 +175,9 @@ TEST_P(LossChunk, ForwardOnlyLossesAreBitwiseAndWriteNoGradient) {
   OneBlasThread one;
   const Result ref = run(c, 0, /*forward_only=*/true);
   for (i64 chunk : {kGemmRowTile, i64{64}}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
     const Result got = run(c, chunk, /*forward_only=*/true);
-    for (std::size_t mb = 0; mb < ref.losses.size(); ++mb)
-      EXPECT_EQ(0, std::memcmp(got.losses[mb].data(), ref.losses[mb].data(), 4 * ref.losses[mb].size()))
-          << "chunk " << chunk << " mb " << mb;
+    ASSERT_NO_FATAL_FAILURE(expect_losses_bitwise(got.losses, ref.losses));
     for (const auto& [name, g] : got.grads)
       for (float x : g) ASSERT_EQ(x, 0.0f) << name << ": forward-only wrote a gradient";
   }

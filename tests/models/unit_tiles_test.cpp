@@ -26,15 +26,14 @@
 //    |dy|/(1 - 2^-8)) and checks every element of every rank's shard against that bound.
 //  * a tiled unit's W adds nothing (B ran it) and leaves B(u-1) exactly the records the untiled W
 //    leaves: the norm's input and statistics.
-#include <cblas.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <random>
 
-#include "tests/models/llama_test_util.h"
+#include "tests/models/reorder_test_util.h"
 
 namespace stp::testing {
 namespace {
@@ -49,16 +48,7 @@ struct Case {
 };
 
 ModelSpec model_of(const Case& c) {
-  ModelSpec m;
-  m.arch = c.arch;
-  m.n_layer = 2;
-  m.n_head = 4;
-  m.n_kv_head = std::string(c.arch) == "llama" ? 2 : 4;
-  m.n_embd = 32;
-  m.intermediate_size = 64;
-  m.vocab_size = 67;
-  m.seq_len = 24;
-  m.precision = c.precision;
+  ModelSpec m = small_model(c.arch, 24, c.precision);
   m.attention = c.attention;
   return m;
 }
@@ -66,38 +56,15 @@ ModelSpec model_of(const Case& c) {
 constexpr int kBatch = 4, kMicrobatches = 2;  // N = 96 rows per microbatch
 constexpr float kLossScale = 0.75f;
 
-class OneBlasThread {
- public:
-  OneBlasThread() : saved_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
-  ~OneBlasThread() { openblas_set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
-std::vector<float> ids(const ModelSpec& m, int mb, bool targets) {
-  std::mt19937 rng(static_cast<unsigned>(1000 * mb + (targets ? 7 : 3)));
-  std::vector<float> v(static_cast<std::size_t>(kBatch * m.seq_len));
-  for (float& x : v) x = static_cast<float>(rng() % static_cast<unsigned>(m.vocab_size));
-  return v;
-}
+std::vector<float> ids(const ModelSpec& m, int mb, bool targets) { return seeded_ids(m, kBatch, mb, targets); }
 
 bool is_branch(Stage& st, int u) { return st.unit_kind(u) == UnitKind::Attn || st.unit_kind(u) == UnitKind::Mlp; }
 
 bool ends_with(const std::string& s, const char* tail) { return s.ends_with(tail); }
 
-// A record's values as f32 (the untiled run, after B and before W).
-std::vector<float> record_values(Stage& st, int u, int mb, const std::string& name, Stream& s) {
-  for (const ActivationRecord& r : st.activation_records(u, mb)) {
-    if (r.name != st.unit_name(u) + "." + name) continue;
-    s.synchronize();
-    std::vector<float> v(static_cast<std::size_t>(r.tensor.numel()));
-    for (std::size_t i = 0; i < v.size(); ++i)
-      v[i] = r.tensor.dtype() == DType::Bf16 ? to_f32(r.tensor.data<bf16>()[i]) : r.tensor.f32()[i];
-    return v;
-  }
-  ADD_FAILURE() << "no record " << st.unit_name(u) << "." << name;
-  return {};
+// Unit u's record `name` (unit-relative) as f32 (the untiled run, after B and before W).
+std::vector<float> unit_record(Stage& st, int u, int mb, const std::string& name, Stream& s) {
+  return record_values(st, u, mb, st.unit_name(u) + "." + name, s);
 }
 
 struct Result {
@@ -129,10 +96,10 @@ void add_branch_terms(TpGroup& g, const Case& c, int u, int mb, Result& out) {
   const double bf16_dy = c.precision == DType::Bf16 ? 1.0 / (1.0 - std::ldexp(1.0, -8)) : 1.0;
   for (int r = 0; r < g.tp(); ++r) {
     Stage& st = g.stage(r);
-    const std::vector<float> act = record_values(st, u, mb, act_name, g.compute(r));
-    const std::vector<float> dact = record_values(st, u, mb, dact_name, g.compute(r));
-    const std::vector<float> ln = record_values(st, u, mb, "ln.out", g.compute(r));
-    const std::vector<float> dy = record_values(st, u, mb, "dy", g.compute(r));
+    const std::vector<float> act = unit_record(st, u, mb, act_name, g.compute(r));
+    const std::vector<float> dact = unit_record(st, u, mb, dact_name, g.compute(r));
+    const std::vector<float> ln = unit_record(st, u, mb, "ln.out", g.compute(r));
+    const std::vector<float> dy = unit_record(st, u, mb, "dy", g.compute(r));
     const i64 C = 32, iw = static_cast<i64>(dact.size() / (ln.size() / C));
     for (ParamInfo* p : st.unit_params(u)) {
       const std::string& n = p->name;
@@ -162,15 +129,7 @@ Result run(const Case& c, int tiles) {
   g.zero_grads();
   g.set_loss_scale(kLossScale);
   Result out;
-  for (int mb = 0; mb < kMicrobatches; ++mb) {
-    for (int r = 0; r < g.tp(); ++r) {
-      fill_ids(g.stage(r).tokens(mb), ids(m, mb, false));
-      fill_ids(g.stage(r).targets(mb), ids(m, mb, true));
-    }
-    for (int u = 0; u < U; ++u) g.forward(u, mb);
-    out.losses.emplace_back();
-    for (int r = 0; r < g.tp(); ++r) out.losses.back().push_back(host_copy(g.stage(r).loss(mb), g.compute(r))[0]);
-  }
+  for (int mb = 0; mb < kMicrobatches; ++mb) forward_microbatch(g, mb, ids(m, mb, false), ids(m, mb, true), out.losses);
   for (int mb = 0; mb < kMicrobatches; ++mb)
     for (int u = U - 1; u >= 0; --u) {
       g.backward_input(u, mb);
@@ -194,33 +153,20 @@ TEST_P(UnitTiles, LossesBitwiseAndGradientsWithinTheReorderingBound) {
   const Case c = GetParam();
   OneBlasThread one;
   const Result ref = run(c, 1);
-  const double u = std::ldexp(1.0, -24), n = 2.0 * kBatch * 24, gamma = n * u / (1 - n * u);
+  const double n = 2.0 * kBatch * 24, gamma = gamma_n(n);
+  // The branch GEMMs' weights and biases sum in another order (their terms are in abs_terms); every
+  // other gradient is bitwise.
+  auto terms = [&](const std::string& name) -> const std::vector<double>* {
+    auto it = ref.abs_terms.find(name);
+    return it == ref.abs_terms.end() ? nullptr : &it->second;
+  };
   for (int tiles : {2, 4}) {
     SCOPED_TRACE("tiles " + std::to_string(tiles));
     const Result got = run(c, tiles);
-    for (std::size_t mb = 0; mb < ref.losses.size(); ++mb)
-      EXPECT_EQ(0, std::memcmp(got.losses[mb].data(), ref.losses[mb].data(), 4 * ref.losses[mb].size())) << mb;
-    double worst = 0;
-    int reordered = 0;
-    for (const auto& [name, want] : ref.grads) {
-      const std::vector<float>& have = got.grads.at(name);
-      ASSERT_EQ(have.size(), want.size()) << name;
-      auto terms = ref.abs_terms.find(name);
-      if (terms == ref.abs_terms.end()) {
-        EXPECT_EQ(0, std::memcmp(have.data(), want.data(), 4 * want.size())) << name << " is not bitwise";
-        continue;
-      }
-      ++reordered;
-      ASSERT_EQ(terms->second.size(), want.size()) << name;
-      int over = 0;
-      for (std::size_t i = 0; i < want.size(); ++i) {
-        const double diff = std::fabs(static_cast<double>(have[i]) - want[i]);
-        const double bound = 2 * gamma * terms->second[i];
-        if (diff > bound && ++over <= 5) ADD_FAILURE() << name << "[" << i << "] differs by " << diff << " > " << bound;
-        if (bound > 0) worst = std::max(worst, diff / bound);
-      }
-    }
-    EXPECT_GE(reordered, 2 * model_of(c).n_layer * 2 * c.tp) << "every branch's GEMM weights are checked";
+    ASSERT_NO_FATAL_FAILURE(expect_losses_bitwise(got.losses, ref.losses));
+    ReorderCheck check;
+    ASSERT_NO_FATAL_FAILURE(expect_gradients_match(got.grads, ref.grads, gamma, terms, check));
+    EXPECT_GE(check.reordered, 2 * model_of(c).n_layer * 2 * c.tp) << "every branch's GEMM weights are checked";
     for (const std::vector<std::string>& names : got.records_after_w) {
       std::vector<std::string> sorted = names;
       std::sort(sorted.begin(), sorted.end());
@@ -231,7 +177,7 @@ TEST_P(UnitTiles, LossesBitwiseAndGradientsWithinTheReorderingBound) {
     }
     std::printf("[ %s tp %d %s %s tiles %d ] branch weights: worst difference %.3f of the bound 2·γ_n·Σ|x|, n %.0f\n",
                 c.arch, c.tp, c.attention == AttentionKernel::Fused ? "fused" : "naive", to_string(c.precision), tiles,
-                worst, n);
+                check.worst, n);
   }
 }
 

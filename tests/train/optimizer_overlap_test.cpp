@@ -77,28 +77,32 @@ void expect_same(const OverlapRun& overlap, const OverlapRun& none) {
 
 class OptimizerOverlap : public ::testing::TestWithParam<Case> {};
 
-TEST_P(OptimizerOverlap, CommitsWhenClippingIsInactiveAndIsBitwise) {
-  const Case c = GetParam();
-  const OverlapRun none = train(overrides(c, false, 1e9), "ovl_commit_none", 3, 0);
-  const OverlapRun all = train(overrides(c, true, 1e9), "ovl_commit_all", 3, 0);
+// Three steps at maximum norm grad_clip with overlap none and all (in dir + "_none", dir + "_all"):
+// bitwise, and in every step of overlap all either the clip coefficient is 1 and every speculation
+// commits (`commits`), or it is below 1 and every speculation is discarded.
+void expect_bitwise_speculation(const Case& c, double grad_clip, const std::string& dir, bool commits) {
+  const OverlapRun none = train(overrides(c, false, grad_clip), dir + "_none", 3, 0);
+  const OverlapRun all = train(overrides(c, true, grad_clip), dir + "_all", 3, 0);
   expect_same(all, none);
   for (const stp::StepResult& r : all.steps) {
-    EXPECT_EQ(r.clip_coef, 1.0) << "step " << r.step;
-    EXPECT_GT(r.speculation.committed, 0u) << "step " << r.step;
-    EXPECT_EQ(r.speculation.discarded, 0u) << "step " << r.step;
+    if (commits) {
+      EXPECT_EQ(r.clip_coef, 1.0) << "step " << r.step;
+      EXPECT_GT(r.speculation.committed, 0u) << "step " << r.step;
+      EXPECT_EQ(r.speculation.discarded, 0u) << "step " << r.step;
+    } else {
+      EXPECT_LT(r.clip_coef, 1.0) << "step " << r.step;
+      EXPECT_EQ(r.speculation.committed, 0u) << "step " << r.step;
+      EXPECT_GT(r.speculation.discarded, 0u) << "step " << r.step;
+    }
   }
 }
 
+TEST_P(OptimizerOverlap, CommitsWhenClippingIsInactiveAndIsBitwise) {
+  expect_bitwise_speculation(GetParam(), 1e9, "ovl_commit", /*commits=*/true);
+}
+
 TEST_P(OptimizerOverlap, DiscardsWhenClippingScalesAndIsBitwise) {
-  const Case c = GetParam();
-  const OverlapRun none = train(overrides(c, false, 0.05), "ovl_discard_none", 3, 0);
-  const OverlapRun all = train(overrides(c, true, 0.05), "ovl_discard_all", 3, 0);
-  expect_same(all, none);
-  for (const stp::StepResult& r : all.steps) {
-    EXPECT_LT(r.clip_coef, 1.0) << "step " << r.step;
-    EXPECT_EQ(r.speculation.committed, 0u) << "step " << r.step;
-    EXPECT_GT(r.speculation.discarded, 0u) << "step " << r.step;
-  }
+  expect_bitwise_speculation(GetParam(), 0.05, "ovl_discard", /*commits=*/false);
 }
 
 // A maximum norm between the norms of the unclipped run's steps, so that some steps clip and some

@@ -23,6 +23,7 @@
 
 #include "base/error.h"
 #include "base/trace.h"
+#include "tests/support/files.h"
 #include "tests/train/train_fixture.h"
 #include "memory/planner.h"
 #include "train/memory_planning.h"
@@ -31,6 +32,7 @@
 namespace {
 
 using stp::testing::CheckpointedRun;
+using stp::testing::expect_error;
 using stp::testing::fresh_dir;
 using stp::testing::tiny_config;
 using stp::testing::train_and_checkpoint;
@@ -71,10 +73,10 @@ void finish(stp::Trainer& t, CheckpointedRun& out) {
   out.optimizer_file = stp::testing::slurp((ck / "optimizer.safetensors").string());
 }
 
-// train_and_checkpoint, checking each step's measured peaks against the plan: every device's, and
-// the pinned host total (activation pools, optimizer state, streamed states). With dp = 1 only: the
-// plan is one replica's.
-CheckpointedRun train_checked(const std::vector<std::string>& o, const std::string& dir, bool check_peaks) {
+// Two steps of tiny_config(o) in a fresh `dir`, each step's result handed to check(result, the
+// plan's predictions, step number), then finish.
+template <class Check>
+CheckpointedRun train_two_steps(const std::vector<std::string>& o, const std::string& dir, Check check) {
   stp::Config cfg = tiny_config(o);
   cfg.output.dir = fresh_dir(dir);
   stp::Trainer t(cfg);
@@ -82,20 +84,29 @@ CheckpointedRun train_checked(const std::vector<std::string>& o, const std::stri
   for (int i = 0; i < 2; ++i) {
     const stp::StepResult r = t.step();
     out.losses.push_back(r.loss);
-    if (!check_peaks) continue;
-    const auto& predicted = t.memory_plan().predicted;
-    EXPECT_EQ(r.peak_device_bytes.size(), predicted.size());
-    if (r.peak_device_bytes.size() != predicted.size()) continue;
-    std::uint64_t pinned = 0;
-    for (std::size_t g = 0; g < predicted.size(); ++g) {
-      EXPECT_EQ(r.peak_device_bytes[g], predicted[g].peak_device_bytes) << "device " << g << " step " << i + 1;
-      pinned += predicted[g].host_pinned_bytes + predicted[g].optimizer_host_bytes +
-                predicted[g].streamed_weight_bytes + predicted[g].streamed_grad_bytes;
-    }
-    EXPECT_EQ(r.peak_host_pinned_bytes, pinned) << "step " << i + 1;
+    check(r, t.memory_plan().predicted, i + 1);
   }
   finish(t, out);
   return out;
+}
+
+// train_and_checkpoint, checking each step's measured peaks against the plan: every device's, and
+// the pinned host total (activation pools, optimizer state, streamed states). With dp = 1 only: the
+// plan is one replica's.
+CheckpointedRun train_checked(const std::vector<std::string>& o, const std::string& dir, bool check_peaks) {
+  return train_two_steps(
+      o, dir, [&](const stp::StepResult& r, const std::vector<stp::RankPrediction>& predicted, int step) {
+        if (!check_peaks) return;
+        EXPECT_EQ(r.peak_device_bytes.size(), predicted.size());
+        if (r.peak_device_bytes.size() != predicted.size()) return;
+        std::uint64_t pinned = 0;
+        for (std::size_t g = 0; g < predicted.size(); ++g) {
+          EXPECT_EQ(r.peak_device_bytes[g], predicted[g].peak_device_bytes) << "device " << g << " step " << step;
+          pinned += predicted[g].host_pinned_bytes + predicted[g].optimizer_host_bytes +
+                    predicted[g].streamed_weight_bytes + predicted[g].streamed_grad_bytes;
+        }
+        EXPECT_EQ(r.peak_host_pinned_bytes, pinned) << "step " << step;
+      });
 }
 
 TEST_P(ParamOffload, IsBitwiseTheRunWithoutIt) {
@@ -144,21 +155,13 @@ INSTANTIATE_TEST_SUITE_P(Schedules, ParamOffload, ::testing::ValuesIn(cases()), 
 class ParamOffloadStaged : public ::testing::TestWithParam<Case> {};
 
 CheckpointedRun train_dp_checked(std::vector<std::string> o, const std::string& dir) {
-  stp::Config cfg = tiny_config(o);
-  cfg.output.dir = fresh_dir(dir);
-  stp::Trainer t(cfg);
-  CheckpointedRun out;
-  for (int i = 0; i < 2; ++i) {
-    const stp::StepResult r = t.step();
-    out.losses.push_back(r.loss);
-    const auto& predicted = t.memory_plan().predicted;
-    EXPECT_EQ(r.peak_device_bytes.size(), 2 * predicted.size());
-    for (std::size_t g = 0; g < r.peak_device_bytes.size() && !predicted.empty(); ++g)
-      EXPECT_EQ(r.peak_device_bytes[g], predicted[g % predicted.size()].peak_device_bytes)
-          << "device " << g << " step " << i + 1;
-  }
-  finish(t, out);
-  return out;
+  return train_two_steps(o, dir,
+                         [](const stp::StepResult& r, const std::vector<stp::RankPrediction>& predicted, int step) {
+                           EXPECT_EQ(r.peak_device_bytes.size(), 2 * predicted.size());
+                           for (std::size_t g = 0; g < r.peak_device_bytes.size() && !predicted.empty(); ++g)
+                             EXPECT_EQ(r.peak_device_bytes[g], predicted[g % predicted.size()].peak_device_bytes)
+                                 << "device " << g << " step " << step;
+                         });
 }
 
 TEST_P(ParamOffloadStaged, IsBitwiseTheDirectRunAndTheRunWithoutStreaming) {
@@ -379,14 +382,8 @@ TEST(ParamOffloadDirect, TheCpuUpdateUsesTheHostCopiesWithoutStagingOrCopies) {
 }
 
 TEST(ParamOffloadConfig, NeedsTheOptimizerOnTheHost) {
-  try {
-    tiny_config({"memory.param_offload=all"});
-    FAIL() << "expected an error";
-  } catch (const stp::Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("memory.param_offload = all"), std::string::npos) << what;
-    EXPECT_NE(what.find("memory.optimizer_offload = none"), std::string::npos) << what;
-  }
+  expect_error([] { tiny_config({"memory.param_offload=all"}); },
+               {"memory.param_offload = all", "memory.optimizer_offload = none"});
 }
 
 // On the cuda backend data parallelism and the tied embedding over pipeline ranks are no longer
@@ -403,28 +400,13 @@ TEST(ParamOffloadConfig, DataParallelAndTiedEmbeddingsOverPipelineRanksOnCudaAre
 }
 
 TEST(ParamOffloadConfig, HostCollectivesNamesTheChoices) {
-  try {
-    tiny_config({"parallel.host_collectives=direct"});
-    FAIL() << "expected an error";
-  } catch (const stp::Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("parallel.host_collectives"), std::string::npos) << what;
-    EXPECT_NE(what.find("staged"), std::string::npos) << what;
-  }
+  expect_error([] { tiny_config({"parallel.host_collectives=direct"}); }, {"parallel.host_collectives", "staged"});
 }
 
 TEST(ParamOffloadConfig, HostBudgetTooSmallIsAnErrorNamingTheNumbers) {
   stp::Config cfg =
       tiny_config({"memory.optimizer_offload=all", "memory.param_offload=all", "memory.host_budget=64KiB"});
-  try {
-    stp::Trainer t(cfg);
-    FAIL() << "expected an error";
-  } catch (const stp::Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("memory.host_budget = 64.0 KiB"), std::string::npos) << what;
-    EXPECT_NE(what.find("memory.param_offload"), std::string::npos) << what;
-    EXPECT_NE(what.find("in all"), std::string::npos) << what;
-  }
+  expect_error([&] { stp::Trainer t(cfg); }, {"memory.host_budget = 64.0 KiB", "memory.param_offload", "in all"});
 }
 
 // The plan prices the streaming traffic: per device the bytes a real step copies each way (the

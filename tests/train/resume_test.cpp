@@ -6,6 +6,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
@@ -16,6 +19,46 @@
 namespace {
 
 using stp::testing::fresh_dir;
+
+// tiny_config(o) writing to `dir`.
+stp::Config config_in(const std::vector<std::string>& o, const std::string& dir) {
+  auto cfg = stp::testing::tiny_config(o);
+  cfg.output.dir = dir;
+  return cfg;
+}
+
+// `steps` steps of t, their losses appended to *losses when given.
+void take_steps(stp::Trainer& t, int steps, std::vector<double>* losses) {
+  for (int i = 0; i < steps; ++i) {
+    const double loss = t.step().loss;
+    if (losses) losses->push_back(loss);
+  }
+}
+
+// A trainer of tiny_config(o) writing to `dir`: `steps` steps (their losses appended to *losses and
+// the parameters after them into *params, when given).
+void train_steps(const std::vector<std::string>& o, const std::string& dir, int steps, std::vector<double>* losses,
+                 std::map<std::string, stp::HostTensor>* params = nullptr) {
+  stp::Trainer t(config_in(o, dir));
+  take_steps(t, steps, losses);
+  if (params) *params = t.full_parameters();
+}
+
+// As train_steps, then a checkpoint: its path.
+std::string checkpoint_after(const std::vector<std::string>& o, const std::string& dir, int steps,
+                             std::vector<double>* losses = nullptr) {
+  stp::Trainer t(config_in(o, dir));
+  take_steps(t, steps, losses);
+  return t.save_checkpoint();
+}
+
+// tiny_config(o) resuming from `checkpoint`, writing beside it.
+stp::Config resume_config(const std::vector<std::string>& o, const std::string& checkpoint) {
+  auto cfg = stp::testing::tiny_config(o);
+  cfg.output.dir = std::filesystem::path(checkpoint).parent_path().string();
+  cfg.train.resume = checkpoint;
+  return cfg;
+}
 
 TEST(Resume, SixStepsEqualThreePlusCheckpointPlusThreeBitwise) {
   // bf16: the checkpoint holds the f32 masters; the bf16 weight copies are rounded from them again.
@@ -31,28 +74,12 @@ TEST(Resume, SixStepsEqualThreePlusCheckpointPlusThreeBitwise) {
     }
     std::vector<double> straight;
     std::map<std::string, stp::HostTensor> straight_params;
-    {
-      auto cfg = stp::testing::tiny_config(base);
-      cfg.output.dir = fresh_dir("resume_straight");
-      stp::Trainer t(cfg);
-      for (int i = 0; i < 6; ++i) straight.push_back(t.step().loss);
-      straight_params = t.full_parameters();
-    }
-    std::string ckpt;
+    train_steps(base, fresh_dir("resume_straight"), 6, &straight, &straight_params);
     std::vector<double> resumed;
-    {
-      auto cfg = stp::testing::tiny_config(base);
-      cfg.output.dir = fresh_dir("resume_split");
-      stp::Trainer t(cfg);
-      for (int i = 0; i < 3; ++i) resumed.push_back(t.step().loss);
-      ckpt = t.save_checkpoint();
-    }
-    auto cfg = stp::testing::tiny_config(base);
-    cfg.output.dir = std::filesystem::path(ckpt).parent_path().string();
-    cfg.train.resume = ckpt;
-    stp::Trainer t(cfg);
+    const std::string ckpt = checkpoint_after(base, fresh_dir("resume_split"), 3, &resumed);
+    stp::Trainer t(resume_config(base, ckpt));
     EXPECT_EQ(t.steps_done(), 3);
-    for (int i = 0; i < 3; ++i) resumed.push_back(t.step().loss);
+    take_steps(t, 3, &resumed);
     EXPECT_EQ(resumed, straight) << layout;
     EXPECT_TRUE(stp::testing::bitwise_equal(t.full_parameters(), straight_params)) << layout;
   }
@@ -76,14 +103,7 @@ TEST(Resume, CheckpointOfOneLayoutResumesInAnother) {
 }
 
 TEST(Resume, TruncatedCheckpointIsAClearError) {
-  std::string ckpt;
-  {
-    auto cfg = stp::testing::tiny_config({});
-    cfg.output.dir = fresh_dir("resume_truncated");
-    stp::Trainer t(cfg);
-    t.step();
-    ckpt = t.save_checkpoint();
-  }
+  const std::string ckpt = checkpoint_after({}, fresh_dir("resume_truncated"), 1);
   auto model = std::filesystem::path(ckpt) / "model.safetensors";
   std::filesystem::resize_file(model, std::filesystem::file_size(model) / 2);
   auto cfg = stp::testing::tiny_config({});
@@ -100,14 +120,7 @@ TEST(Resume, TruncatedCheckpointIsAClearError) {
 // squares never is: its square root would be NaN in the first update), is refused on resume,
 // naming the file and the tensor.
 TEST(Resume, NonFiniteOrNegativeStateIsAnErrorNamingTheTensorAndTheFile) {
-  std::string ckpt;
-  {
-    auto cfg = stp::testing::tiny_config({});
-    cfg.output.dir = fresh_dir("resume_bad_values");
-    stp::Trainer t(cfg);
-    t.step();
-    ckpt = t.save_checkpoint();
-  }
+  const std::string ckpt = checkpoint_after({}, fresh_dir("resume_bad_values"), 1);
   struct Case {
     std::string file, tensor;
     float value;
@@ -185,39 +198,19 @@ TEST(Resume, ShuffleStoppedMidEpochResumesTheSameOrderBitwise) {
   const std::vector<std::string> base = {"data.sampling=shuffle", "data.path=" + data, "train.steps=6",
                                          "model.n_layer=2"};
   std::vector<double> straight;
-  {
-    auto cfg = stp::testing::tiny_config(base);
-    cfg.output.dir = fresh_dir("resume_shuffle_straight");
-    stp::Trainer t(cfg);
-    for (int i = 0; i < 6; ++i) straight.push_back(t.step().loss);
-  }
-  std::string ckpt;
+  train_steps(base, fresh_dir("resume_shuffle_straight"), 6, &straight);
   std::vector<double> resumed;
-  {
-    auto cfg = stp::testing::tiny_config(base);
-    cfg.output.dir = fresh_dir("resume_shuffle_split");
-    stp::Trainer t(cfg);
-    for (int i = 0; i < 3; ++i) resumed.push_back(t.step().loss);
-    ckpt = t.save_checkpoint();
-  }
+  const std::string ckpt = checkpoint_after(base, fresh_dir("resume_shuffle_split"), 3, &resumed);
   const nlohmann::json state = state_of(ckpt);
   EXPECT_EQ(state["data_position"], 48);
   EXPECT_EQ(state["shuffle"],
             nlohmann::json({{"tokens", 321}, {"seq_len", 16}, {"windows", 20}, {"epoch", 2}, {"index", 8}}));
-  auto resume = [&](const std::vector<std::string>& extra) {
-    std::vector<std::string> set = base;
-    set.insert(set.end(), extra.begin(), extra.end());
-    auto cfg = stp::testing::tiny_config(set);
-    cfg.output.dir = std::filesystem::path(ckpt).parent_path().string();
-    cfg.train.resume = ckpt;
-    return cfg;
-  };
   {
-    stp::Trainer t(resume({}));
-    for (int i = 0; i < 3; ++i) resumed.push_back(t.step().loss);
+    stp::Trainer t(resume_config(base, ckpt));
+    take_steps(t, 3, &resumed);
     EXPECT_EQ(resumed, straight);
   }
-  stp::Trainer other(resume({"data.sampling=random"}));
+  stp::Trainer other(resume_config(stp::testing::with(base, {"data.sampling=random"}), ckpt));
   EXPECT_NE(other.step().loss, straight[3]);
 }
 
@@ -228,14 +221,7 @@ TEST(Resume, ShuffleResumeOnChangedDataOrBatchIsAClearError) {
   const std::string dir = fresh_dir("resume_shuffle_changed");
   const std::string data = twenty_windows_file(dir);
   const std::vector<std::string> base = {"data.sampling=shuffle", "data.path=" + data, "model.n_layer=2"};
-  std::string ckpt;
-  {
-    auto cfg = stp::testing::tiny_config(base);
-    cfg.output.dir = dir + "/out";
-    stp::Trainer t(cfg);
-    t.step();
-    ckpt = t.save_checkpoint();
-  }
+  const std::string ckpt = checkpoint_after(base, dir + "/out", 1);
   auto expect_refused = [&](const std::vector<std::string>& extra, const std::vector<std::string>& needles) {
     std::vector<std::string> set = base;
     set.insert(set.end(), extra.begin(), extra.end());
