@@ -81,7 +81,8 @@ void stream_cost(const Options& o) {
   const stp::Config streaming = config_with(o, x);
   stp::MemoryPlan plan, free_plan;
   fits(plain, &free_plan);
-  if (!fits(streaming, &plan) || !plan.ranks.front().streams_any()) {
+  const auto streams = [](const stp::RankPlan& rp) { return rp.streams_any(); };
+  if (!fits(streaming, &plan) || std::none_of(plan.ranks.begin(), plan.ranks.end(), streams)) {
     std::printf("the plan at %.2f MiB does not stream (feasible %d): nothing to measure\n", mib(budget), plan.feasible);
     return;
   }
