@@ -15,8 +15,10 @@
 //       functor walks the row through the shape's sum(), max() and each()
 //   column_sums(s, columns, height) -> ColumnSlices: columns, each summed down its height rows (bias
 //       and norm-weight gradients); the functor calls reduce<K>(task, term, store)
-//   row_tiles<CpuRows>(s, body) -> RowTile: rows worked on in tiles of a compile-time height (the
-//       fused attention); body launches its functors for the tile height it is handed
+//   row_tiles<CpuRows>(s, body) -> RowTile or RowBlock: rows worked on in tiles of a compile-time
+//       height (the fused attention); body launches its functors for the tile it is handed: a CPU
+//       task's tile, or a block of GPU threads whose functors are block programs (phases between
+//       barriers, block-shared tiles)
 //   stable_buckets(s, rows, buckets) -> StableBuckets: rows listed stably by an integer bucket (the
 //       embedding gradient's token buckets); not walked by a functor of the kernel's but run whole
 //       by bucket_rows(s, shape, key, offsets, order), with the kernel's bucket key
@@ -32,7 +34,11 @@
 //                  in order, the 32 slice partials kept        kGpuWidth (32) columns: lane = column,
 //                                                              warp w = slices w, w + 8, ...; shared
 //                                                              memory, then tree32 in warp 0
-//   RowTile        CpuRows rows (or the kernel's host form)    one row per thread
+//   RowTile /      CpuRows rows (or the kernel's host form)    RowBlock: a block of kRowBlockThreads
+//   RowBlock                                                   (64) threads per tile, one row per
+//                                                              thread, shared operand tiles staged
+//                                                              between barriers (tests emulate it
+//                                                              on a CPU stream: EmulatedRowBlocks)
 //   StableBuckets  one task: a stable counting sort over the   a warp per row counting the rows
 //                  rows and the buckets                        before it (RowReduce), then a binary
 //                                                              search per bucket for its start
