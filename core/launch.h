@@ -8,12 +8,13 @@
 // So the math the CPU tests prove is the code the GPU runs. Functors capture raw pointers by
 // value; buffers must outlive the stream work (see core/device.h).
 //
-// This is the index launch: one task per index on either backend. launch_blocks<Threads>(stream,
-// n, f) is the block launch: one task per index on a CPU stream as well, but one block of Threads
-// GPU threads per index on a CUDA stream, all calling f(index) (the functor finds its thread
-// through the block shapes of core/launch_shape.h, which also emulate the block on a CPU). A kernel whose layout should
+// This is the index launch: one task per index on either backend. A kernel whose layout should
 // differ by backend (whole rows per CPU task, one element per GPU thread, ...) names a launch
 // shape instead (core/launch_shape.h), which chooses the layout and launches through this.
+// launch_blocks<Threads>(stream, n, f) is the block launch behind RowBlock (core/launch_shape.h):
+// one task per index on a CPU stream as well, but one block of Threads GPU threads per index on a
+// CUDA stream, every thread calling f(index); the functor finds its thread through RowBlock, which
+// runs the block's threads in turn on a CPU.
 #pragma once
 
 #include <cstddef>
