@@ -36,7 +36,7 @@ SCAN_DIRS = ["core", "memory", "offload", "models", "train", "schedule", "tools"
 SCAN_EXT = (".cpp", ".h", ".cu", ".cuh", ".hpp", ".cc")
 # Files allowed to mention STP_HD / launch() without being compiled by nvcc, and why.
 EXCEPTIONS = {
-    "core/launch.h": "defines launch() and the one generic CUDA kernel",
+    "core/launch.h": "defines launch() and launch_blocks() and their CUDA kernels (generic and block)",
     "core/launch_shape.h": "the launch shapes: their STP_HD part() and launch(stream, shape, f), included by the "
                            "*_kernels.cpp files (compiled there)",
     "core/reduce_order.h": "the reduction shapes' canonical order (STP_HD helpers, no functor), included by "
