@@ -11,6 +11,10 @@
 // This is the index launch: one task per index on either backend. A kernel whose layout should
 // differ by backend (whole rows per CPU task, one element per GPU thread, ...) names a launch
 // shape instead (core/launch_shape.h), which chooses the layout and launches through this.
+// launch_blocks<Threads>(stream, n, f) is the block launch behind RowBlock (core/launch_shape.h):
+// one task per index on a CPU stream as well, but one block of Threads GPU threads per index on a
+// CUDA stream, every thread calling f(index); the functor finds its thread through RowBlock, which
+// runs the block's threads in turn on a CPU.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +36,11 @@ template <typename F>
 __global__ void stp_generic_kernel(std::size_t n, F f) {
   std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) f(i);
+}
+// One block of Threads threads per index: every thread of block b calls f(b).
+template <unsigned Threads, typename F>
+__global__ void __launch_bounds__(Threads) stp_block_kernel(F f) {
+  f(static_cast<std::size_t>(blockIdx.x));
 }
 // Provided by core/cuda: the cudaStream_t of a CUDA stream (as void* to keep CUDA types out).
 void* cuda_stream_handle(Stream& stream);
@@ -63,6 +72,32 @@ void launch(Stream& stream, std::size_t n, F f, std::size_t grain = 4096) {
   cudaStream_t handle = static_cast<cudaStream_t>(cuda_stream_handle(stream));
   cuda_check_before_launch(__PRETTY_FUNCTION__);
   stp_generic_kernel<<<blocks, threads, 0, handle>>>(n, f);
+  cuda_check_launch(__PRETTY_FUNCTION__);
+#else
+  STP_UNREACHABLE("CUDA kernel launched from a file not compiled by nvcc (name it *_kernels.cpp)");
+#endif
+}
+
+// Runs f(0..n-1) in stream order, one index per block of Threads threads: on a CPU stream as
+// launch(stream, n, f, grain) runs it (the functor's block shape runs the block's threads in turn);
+// on a CUDA stream as n blocks of Threads threads (n < 2^31). grain as above.
+template <unsigned Threads, typename F>
+void launch_blocks(Stream& stream, std::size_t n, F f, std::size_t grain = 1) {
+  static_assert(Threads % 32 == 0 && Threads <= 1024, "a block is whole warps, at most 1024 threads");
+  if (n == 0) return;
+  Device& device = stream.device();
+  device.count_launch();
+  if (device.kind() == DeviceKind::Cpu) {
+    cpu_parallel_for(stream, n, grain, [f](std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) f(i);
+    });
+    return;
+  }
+#if defined(__CUDACC__)
+  STP_ASSERT(n < (std::size_t{1} << 31), "launch_blocks: ", n, " blocks");
+  cudaStream_t handle = static_cast<cudaStream_t>(cuda_stream_handle(stream));
+  cuda_check_before_launch(__PRETTY_FUNCTION__);
+  stp_block_kernel<Threads, F><<<static_cast<unsigned>(n), Threads, 0, handle>>>(f);
   cuda_check_launch(__PRETTY_FUNCTION__);
 #else
   STP_UNREACHABLE("CUDA kernel launched from a file not compiled by nvcc (name it *_kernels.cpp)");

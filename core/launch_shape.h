@@ -15,8 +15,10 @@
 //       functor walks the row through the shape's sum(), max() and each()
 //   column_sums(s, columns, height) -> ColumnSlices: columns, each summed down its height rows (bias
 //       and norm-weight gradients); the functor calls reduce<K>(task, term, store)
-//   row_tiles<CpuRows>(s, body) -> RowTile: rows worked on in tiles of a compile-time height (the
-//       fused attention); body launches its functors for the tile height it is handed
+//   row_tiles<CpuRows>(s, body) -> RowTile or RowBlock: rows worked on in tiles of a compile-time
+//       height (the fused attention); body launches its functors for the tile it is handed: a CPU
+//       task's tile, or a block of GPU threads whose functors are block programs (phases between
+//       barriers, block-shared tiles)
 //   stable_buckets(s, rows, buckets) -> StableBuckets: rows listed stably by an integer bucket (the
 //       embedding gradient's token buckets); not walked by a functor of the kernel's but run whole
 //       by bucket_rows(s, shape, key, offsets, order), with the kernel's bucket key
@@ -32,7 +34,11 @@
 //                  in order, the 32 slice partials kept        kGpuWidth (32) columns: lane = column,
 //                                                              warp w = slices w, w + 8, ...; shared
 //                                                              memory, then tree32 in warp 0
-//   RowTile        CpuRows rows (or the kernel's host form)    one row per thread
+//   RowTile /      CpuRows rows (or the kernel's host form)    RowBlock: a block of kRowBlockThreads
+//   RowBlock                                                   (64) threads per tile, one row per
+//                                                              thread, shared operand tiles staged
+//                                                              between barriers (tests emulate it
+//                                                              on a CPU stream: EmulatedRowBlocks)
 //   StableBuckets  one task: a stable counting sort over the   a warp per row counting the rows
 //                  rows and the buckets                        before it (RowReduce), then a binary
 //                                                              search per bucket for its start
@@ -461,26 +467,115 @@ void bucket_rows(Stream& s, const StableBuckets& shape, Key key, std::int32_t* o
 // A tile of `Rows` rows: a compile-time height, because the tile lives in the task's own arrays.
 // host_tasks: the tiles run as oneTBB tasks of host code (a CPU stream), few and long, so a host
 // form of the tile body (vector instructions chosen at run time) may stand in for the functor, and
-// a task may own more than one tile; otherwise each tile is a GPU thread. It is the one layout
-// property a kernel branches on, and only to choose such a host form or its task split: host-only
-// code cannot run as a GPU thread, whatever the tile.
+// a task may own more than one tile. It is the one layout property a kernel branches on, and only
+// to choose such a host form or its task split: host-only code cannot run as a GPU thread.
 template <int Rows, bool HostTasks>
 struct RowTile {
   static constexpr int rows = Rows;
   static constexpr bool host_tasks = HostTasks;
 };
 
+// Storage of a block program that all its threads share: `__shared__` in device code (static
+// shared memory, at most 48 KiB per block), a plain local of the emulating task on a CPU.
+#if defined(__CUDA_ARCH__)
+#define STP_BLOCK_SHARED __shared__
+#else
+#define STP_BLOCK_SHARED
+#endif
+
+// One value of T per thread of a block program that outlives a phase (a thread's row, its
+// accumulators): the thread's own (registers or local memory) on CUDA, Threads of them in the
+// emulating task on a CPU; [t] is thread t's.
+template <typename T, int Threads>
+struct PerThread {
+#if defined(__CUDA_ARCH__)
+  T own;
+  STP_HD T& operator[](int) { return own; }
+#else
+  T own[Threads];
+  STP_HD T& operator[](int t) { return own[t]; }
+#endif
+};
+
+// The launch of n blocks of a RowBlock<Threads> program (RowBlock::blocks).
+template <int Threads>
+struct RowBlocks {
+  std::size_t n;
+};
+
+// The CUDA layout of row_tiles: a block of Threads GPU threads works one tile of `rows` = Threads
+// rows together, one row (or key) per thread, staging the operands the rows share in block-shared
+// memory. Its functors are block programs, written as phases: phase(f) runs f(t) for every thread
+// t of the block, then waits for all of them (a barrier). Between phases a thread keeps only its
+// PerThread values and the block its STP_BLOCK_SHARED arrays. Every thread of a block reaches every
+// phase (the control flow around phases depends on the block's task only).
+//   CUDA stream: the block's threads run f(threadIdx.x) together, then __syncthreads();
+//   CPU stream (EmulatedRowBlocks, tests): one oneTBB task runs the block, f(0), f(1), ...,
+//       f(Threads - 1) in turn, the end of that loop the barrier.
+// So the emulation computes every value by the GPU's expressions in the GPU's order: the CPU proves
+// the CUDA layout bitwise, but for the multiply-adds nvcc fuses.
+// blocks(n) is the launch of n blocks: launch(stream, tile.blocks(n), f, grain) runs f(block) for
+// block in [0, n) (core/launch.h, launch_blocks).
+template <int Threads>
+struct RowBlock {
+  static_assert(Threads % 32 == 0, "RowBlock: whole warps");
+  static constexpr int rows = Threads;
+  static constexpr int threads = Threads;
+  static constexpr bool host_tasks = false;
+
+  template <typename F>
+  STP_HD static void phase(F&& f) {
+#if defined(__CUDA_ARCH__)
+    f(static_cast<int>(threadIdx.x));
+    __syncthreads();
+#else
+    for (int t = 0; t < Threads; ++t) f(t);
+#endif
+  }
+
+  static RowBlocks<Threads> blocks(std::size_t n) { return {n}; }
+};
+
+// Threads of a RowBlock on CUDA: two warps, so that a block's 64 rows share each staged tile of
+// keys (or query rows) while a 2048-row sequence still yields enough blocks to fill every SM; the
+// shared tiles stay within the 48 KiB of static shared memory (docs/gpu-readiness.md, The fused
+// attention's CUDA blocks).
+constexpr int kRowBlockThreads = 64;
+
+template <int Threads, typename F>
+void launch(Stream& stream, const RowBlocks<Threads>& blocks, F f, std::size_t grain) {
+  launch_blocks<static_cast<unsigned>(Threads)>(stream, blocks.n, f, grain);
+}
+
+namespace launch_detail {
+inline thread_local bool emulate_row_blocks = false;
+}  // namespace launch_detail
+
+// For tests: while one lives, row_tiles on this thread hands a CPU stream's body the CUDA layout,
+// RowBlock<kRowBlockThreads>, whose blocks the CPU then runs thread by thread, phase by phase.
+class EmulatedRowBlocks {
+ public:
+  EmulatedRowBlocks() : previous_(launch_detail::emulate_row_blocks) { launch_detail::emulate_row_blocks = true; }
+  ~EmulatedRowBlocks() { launch_detail::emulate_row_blocks = previous_; }
+  EmulatedRowBlocks(const EmulatedRowBlocks&) = delete;
+  EmulatedRowBlocks& operator=(const EmulatedRowBlocks&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // For a kernel whose functors are templates on a tile height (the fused attention): calls body(tile)
 // once with the tile the stream's backend works in, RowTile<CpuRows, true> on a CPU stream and
-// RowTile<1, false> (one row per GPU thread) on a CUDA stream; body launches its functors
-// instantiated for tile.rows. Both calls are compiled in every build.
+// RowBlock<kRowBlockThreads> (a block of threads per tile) on a CUDA stream, or on a CPU stream
+// while an EmulatedRowBlocks lives; body launches its functors for that tile. Both calls are
+// compiled in every build.
 template <int CpuRows, typename Body>
 void row_tiles(Stream& s, Body&& body) {
   static_assert(CpuRows >= 1, "row_tiles: a tile holds at least one row");
-  if (launch_detail::host_tasks(s)) {
+  if (launch_detail::host_tasks(s) && !launch_detail::emulate_row_blocks) {
     body(RowTile<CpuRows, true>{});
   } else {
-    body(RowTile<1, false>{});
+    body(RowBlock<kRowBlockThreads>{});
   }
 }
 

@@ -24,17 +24,22 @@
 // key tiles up to the diagonal. The backward's dk/dv of a key tile walk the group's query heads,
 // then the query tiles from the diagonal on, in that fixed order. On the CPU one task per (batch,
 // k/v head) does its key tiles in order and accumulates dq on the way (f32, in the workspace); on
-// CUDA dk/dv are one thread per (batch, k/v head, key) and dq a second kernel, one thread per
-// (batch, head, query row) walking the keys in order. Every output element is written by exactly
-// one task and every sum runs in a fixed order inside it (no atomics, no sums across tasks), so
-// results are bitwise independent of the thread count and of the runs.
+// CUDA dk/dv are one block of threads per (batch, k/v head, key tile), one key per thread, and dq a
+// second kernel, one block per (batch, head, query tile), one query row per thread, walking the key
+// tiles in order. Every output element is written by exactly one task (thread) and every sum runs in
+// a fixed order inside it (no atomics, no sums across tasks), so results are bitwise independent of
+// the thread count and of the runs.
 // CPU stream (GCC x86-64 host builds, CPUs with AVX2 + FMA): blocks of 128 query rows per forward
 // task (key tiles of 32) and of 128 keys per backward step (query tiles of 32), widened to f32 once
 // per block and reused by every row of the other operand; the tile products are register-blocked
 // on 8-wide vectors and the exponentials vectorised; tasks spread by oneTBB (attention_kernels_avx2.cpp).
 // A CPU stream elsewhere (nvcc builds, other compilers or CPUs) runs the plain functors with tiles
-// of kCpuAttentionTile rows. CUDA stream: the same functors with tiles of one row (correctness
-// first; no shared memory or tensor cores yet). The models call these kernels only where the
+// of kCpuAttentionTile rows. CUDA stream: blocks of kRowBlockThreads threads (RowBlock,
+// core/launch_shape.h), one query row (or key) per thread, the k/v tiles (q/do tiles for dk/dv) of
+// kCpuAttentionTile rows staged in block-shared memory; each thread walks exactly the tiles the plain
+// functors walk for its row and adds in their order, so o, lse, dq, dk and dv are bitwise the plain
+// functors' (but for nvcc's fused multiply-adds; tests run the layout emulated on a CPU stream).
+// No tensor cores: bf16 shapes that cuDNN runs go there. The models call these kernels only where the
 // stream offers no attention library for the shape (Stream::library_attention_forward, core/device.h:
 // cuDNN's flash attention in bf16 on CUDA; models/attention_steps.h).
 // Precision: T is float or bf16 (core/dtype.h). Loads widen exactly, every score, exponential,

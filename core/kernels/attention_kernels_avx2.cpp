@@ -31,6 +31,7 @@ void tile_product_avx512(float* c, i64 ldc, i64 nrows, i64 ncols, bool acc, cons
                          i64 wk, const float* x, i64 ldx, i64 nk);
 
 std::atomic<bool> g_allow_avx512{true};
+std::atomic<bool> g_allow_simd{true};
 
 inline bool avx512_available() { return cpu_has_isa(CpuIsa::Avx512) && g_allow_avx512.load(std::memory_order_relaxed); }
 
@@ -318,7 +319,9 @@ struct Avx2Task {
 
 void simd_attention_allow_avx512(bool allow) { g_allow_avx512.store(allow, std::memory_order_relaxed); }
 
-bool simd_attention_available() { return cpu_has_isa(CpuIsa::Avx2); }
+void simd_attention_allow(bool allow) { g_allow_simd.store(allow, std::memory_order_relaxed); }
+
+bool simd_attention_available() { return g_allow_simd.load(std::memory_order_relaxed) && cpu_has_isa(CpuIsa::Avx2); }
 
 template <typename T>
 void simd_attention_forward(Stream& s, const AttentionLayout& L, T* o, float* lse, const T* q, const T* k, const T* v,

@@ -111,27 +111,34 @@ STP_HD inline float* group_dq_accumulators(const AttentionLayout& L, float* dqac
   return acc;
 }
 
+// One dq row (D elements) = its f32 accumulator * scale, rounded once.
+template <typename T>
+STP_HD inline void write_dq_row(T* row, const float* acc, i64 D, float scale) {
+  for (i64 d = 0; d < D; ++d) row[d] = from_f32<T>(acc[d] * scale);
+}
+
 // dq rows of (b, k/v head g) = its accumulators (group_dq_accumulators) * scale, rounded once.
 template <typename T>
 STP_HD inline void write_group_dq(const AttentionLayout& L, const float* acc, T* dq, i64 b, i64 g, float scale) {
   const i64 rep = L.NH / L.NKV;
   for (i64 hh = 0; hh < rep; ++hh) {
     const HeadPtrs P = head_offsets(L, b, g * rep + hh);
-    for (i64 t = 0; t < L.T; ++t) {
-      const float* a = acc + (hh * L.T + t) * L.D;
-      T* row = dq + P.q + t * L.ldq;
-      for (i64 d = 0; d < L.D; ++d) row[d] = from_f32<T>(a[d] * scale);
-    }
+    for (i64 t = 0; t < L.T; ++t) write_dq_row(dq + P.q + t * L.ldq, acc + (hh * L.T + t) * L.D, L.D, scale);
   }
 }
 
 // The CPU vector path (attention_kernels_avx2.cpp): GCC host builds on x86-64, on CPUs with AVX2 +
 // FMA. The dispatch in attention_kernels.cpp is host code in every build (nvcc's host pass too):
 // a CPU stream of an nvcc build takes the vector path as well.
+// simd_attention_allow (tests) turns the vector path off, so that a CPU stream runs the plain
+// functors of attention_kernels.cpp: the oracle of the CUDA layout's emulation.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define STP_ATTENTION_SIMD_BUILT 1
 // cpu_has_isa(CpuIsa::Avx2) (core/kernels/cpu_isa.h): the CPU has AVX2 and FMA, and STP_CPU_ISA allows them.
 bool simd_attention_available();
+// Whether a CPU stream may take the vector path at all (default true; simd_attention_available() is
+// false while it is off).
+void simd_attention_allow(bool allow);
 // Whether the vector path's tile products may take their 16-wide AVX-512 form on CPUs that have
 // AVX-512F (default true). The results are bitwise those of the 8-wide form either way; tests turn
 // it off to check that.

@@ -45,6 +45,7 @@
 #include "core/kernels/attention_kernels.h"
 #include "core/kernels/attention_tiles.h"
 #include "core/kernels/cpu_isa.h"
+#include "core/launch_shape.h"
 
 using namespace stp;
 
@@ -323,6 +324,62 @@ TEST(FusedAttention, Avx512TileProductsAreBitwiseTheAvx2Ones) {
 #else
   GTEST_SKIP() << "no vector path in this build";
 #endif
+}
+
+// The CUDA layout (RowBlock blocks of kRowBlockThreads threads, k/v and q/do tiles staged in
+// block-shared memory; attention_kernels.cpp), emulated on this CPU stream thread by thread and phase
+// by phase, against the plain CPU functors (tiles of kCpuAttentionTile rows; the vector path turned
+// off): every output and the untouched padding bitwise equal. The emulation runs the GPU's
+// expressions in the GPU's order, so on a GPU only nvcc's fused multiply-adds can differ. Cases: GQA
+// and multi-query, T not a multiple of the 32-row tile nor of the 64-row block (37, 100, 130), T = 1,
+// D from 8 to kMaxAttentionHeadDim, and D = 12 (no power of two).
+template <typename T>
+void expect_cuda_layout_same_as_plain(const Case& c, unsigned seed) {
+  const Problem p = make_problem(c, seed, std::is_same_v<T, bf16>);
+  auto same = [](const auto& a, const auto& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+  };
+  const Buffers<T> plain = run<T>(p);
+  Buffers<T> blocks;
+  {
+    EmulatedRowBlocks emulate;
+    blocks = run<T>(p);
+  }
+  EXPECT_TRUE(same(blocks.o, plain.o)) << "o";
+  EXPECT_TRUE(same(blocks.lse, plain.lse)) << "lse";
+  EXPECT_TRUE(same(blocks.dq, plain.dq)) << "dq";
+  EXPECT_TRUE(same(blocks.dk, plain.dk)) << "dk";
+  EXPECT_TRUE(same(blocks.dv, plain.dv)) << "dv";
+}
+
+// Turns the CPU vector path off while it lives (where the build has one), so that a CPU stream runs
+// the plain functors.
+struct PlainFunctorsOnly {
+#if defined(STP_ATTENTION_SIMD_BUILT)
+  PlainFunctorsOnly() { attention_detail::simd_attention_allow(false); }
+  ~PlainFunctorsOnly() { attention_detail::simd_attention_allow(true); }
+#endif
+};
+
+TEST(FusedAttention, CudaLayoutEmulatedIsBitwiseThePlainCpuFunctors) {
+  static_assert(kRowBlockThreads % kCpuAttentionTile == 0, "a block holds whole 32-row tiles");
+  PlainFunctorsOnly plain;
+  unsigned seed = 31;
+  for (const Case& c : {Case{2, 37, 4, 2, 8}, Case{1, 100, 4, 2, 64}, Case{1, 130, 2, 1, kMaxAttentionHeadDim},
+                        Case{1, 64, 2, 2, 12}, Case{2, 1, 2, 1, 16}}) {
+    SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " NH " + std::to_string(c.NH) + " NKV " +
+                 std::to_string(c.NKV) + " D " + std::to_string(c.D));
+    expect_cuda_layout_same_as_plain<float>(c, seed++);
+    expect_cuda_layout_same_as_plain<bf16>(c, seed++);
+  }
+}
+
+// The emulated CUDA layout against the float64 reference, every case of kCases (the vector path,
+// where the CPU has one, is the one F32MatchesFloat64Reference checks).
+TEST(FusedAttention, CudaLayoutEmulatedMatchesFloat64Reference) {
+  EmulatedRowBlocks emulate;
+  check_every_case<float>(201);
+  check_every_case<bf16>(301);
 }
 
 TEST(FusedAttention, RejectsHeadDimensionAboveTheLimitAndUnevenGroups) {

@@ -57,6 +57,28 @@ struct Part {
   i64 row, begin, size;
 };
 
+// A RowBlock program (core/launch_shape.h) that needs its barriers and its per-thread values: block
+// b stages x[b*N .. b*N + N) in shared memory, thread t keeping its own x as well; after the
+// barrier thread t writes out[b*N + t] = staged[N - 1 - t] - own, 1000 * b + (N - 1 - t) - (1000 * b
+// + t) for x[i] = i's block-and-thread code. A missing barrier or a lost PerThread value reads another
+// thread's element or garbage.
+template <typename Block>
+struct ReverseInBlocks {
+  const float* x;
+  float* out;
+  STP_HD void operator()(std::size_t b) const {
+    constexpr int N = Block::threads;
+    STP_BLOCK_SHARED float staged[N];
+    stp::PerThread<float, N> own;
+    const auto base = static_cast<i64>(b) * N;
+    Block::phase([&](int t) {
+      staged[t] = x[base + t];
+      own[t] = x[base + t];
+    });
+    Block::phase([&](int t) { out[base + t] = staged[N - 1 - t] - own[t]; });
+  }
+};
+
 // Launches `shape` with `record` on a fresh stream of `d` and returns every task's part. A task the
 // launch skipped keeps the marker -1 in all three fields.
 template <typename Shape, typename Record>
@@ -338,7 +360,7 @@ TEST_P(LaunchShape, ElementWiseCoversEveryElementOnceInCpuRunsOnePerGpuThread) {
   }
 }
 
-TEST_P(LaunchShape, RowTilesHandTheBodyOneTileOfCpuRowsOnACpuStreamAndOneRowOnAGpu) {
+TEST_P(LaunchShape, RowTilesHandTheBodyOneTileOfCpuRowsOnACpuStreamAndABlockOnAGpu) {
   STP_DEVICES_OR_SKIP(devs, GetParam(), 1);
   auto s = devs[0]->create_stream("compute");
   int calls = 0, rows = 0;
@@ -349,8 +371,46 @@ TEST_P(LaunchShape, RowTilesHandTheBodyOneTileOfCpuRowsOnACpuStreamAndOneRowOnAG
     host = decltype(tile)::host_tasks;
   });
   EXPECT_EQ(calls, 1);
-  EXPECT_EQ(rows, GetParam() == DeviceKind::Cpu ? 8 : 1);
+  EXPECT_EQ(rows, GetParam() == DeviceKind::Cpu ? 8 : stp::kRowBlockThreads);
   EXPECT_EQ(host, GetParam() == DeviceKind::Cpu);
+  {
+    // A test may ask a CPU stream for the CUDA layout, emulated; only while the guard lives.
+    stp::EmulatedRowBlocks emulate;
+    stp::row_tiles<8>(*s, [&](auto tile) {
+      rows = decltype(tile)::rows;
+      host = decltype(tile)::host_tasks;
+    });
+    EXPECT_EQ(rows, stp::kRowBlockThreads);
+    EXPECT_FALSE(host);
+  }
+  stp::row_tiles<8>(*s, [&](auto tile) { host = decltype(tile)::host_tasks; });
+  EXPECT_EQ(host, GetParam() == DeviceKind::Cpu);
+}
+
+// RowBlock's phases: every thread of a block finishes a phase before any starts the next, its
+// PerThread value survives the barrier, and every block runs (emulated thread by thread on a CPU
+// stream, a real block of threads on CUDA).
+TEST_P(LaunchShape, RowBlockPhasesMeetAtBarriersAndKeepPerThreadValues) {
+  STP_DEVICES_OR_SKIP(devs, GetParam(), 1);
+  auto& d = *devs[0];
+  auto s = d.create_stream("compute");
+  using Block = stp::RowBlock<stp::kRowBlockThreads>;
+  constexpr i64 N = Block::threads, blocks = 5;
+  std::vector<float> x(blocks * N), out(blocks * N, -1.0f);
+  for (i64 b = 0; b < blocks; ++b)
+    for (i64 t = 0; t < N; ++t) x[b * N + t] = static_cast<float>(1000 * b + t);
+  auto* dx = static_cast<float*>(d.allocate(x.size() * sizeof(float)));
+  auto* dout = static_cast<float*>(d.allocate(out.size() * sizeof(float)));
+  s->copy(dx, x.data(), x.size() * sizeof(float));
+  s->copy(dout, out.data(), out.size() * sizeof(float));
+  stp::launch(*s, Block::blocks(blocks), ReverseInBlocks<Block>{dx, dout}, 1);
+  s->copy(out.data(), dout, out.size() * sizeof(float));
+  s->synchronize();
+  d.deallocate(dx);
+  d.deallocate(dout);
+  for (i64 b = 0; b < blocks; ++b)
+    for (i64 t = 0; t < N; ++t)
+      EXPECT_EQ(out[b * N + t], static_cast<float>(N - 1 - 2 * t)) << "block " << b << ", thread " << t;
 }
 
 // A row's bucket as the embedding gradient keys it: its token's entry in the shard [v0, v0 + buckets),

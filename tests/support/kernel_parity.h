@@ -150,7 +150,7 @@ class KernelParity : public ::testing::TestWithParam<DeviceKind> {
   template <typename T>
   void attention_backward_case();
   template <typename T>
-  void fused_attention_case();
+  void fused_attention_case(std::int64_t seq);
   void library_attention_case();
   template <typename T>
   void cross_entropy_forward_case();

@@ -7,18 +7,19 @@ Source rules (every build):
   S1  a file that defines an STP_HD functor or calls launch() is named *_kernels.cpp (CMake then
       compiles it with nvcc when the CUDA backend is on), except the listed EXCEPTIONS;
   S2  no hand-written device code anywhere else: `__global__` and `<<<` appear only in
-      core/launch.h (its one generic kernel runs every functor);
+      core/launch.h (its generic kernel runs every functor, its block kernel every block program);
   S3  each functor name is defined once across the kernel files (one definition of the math);
   S4  every *_kernels.cpp is compiled into some target (it is in compile_commands.json);
   S5  no file in core/kernels/ tests the device kind (DeviceKind, .kind(), the launch layer's own
       launch_detail test): a kernel names its launch shape and core/launch_shape.h lays it out for
       the stream's backend.
 Object rules (every build; the object is the one in the build tree):
-  O1  for every functor F, its object holds the CPU path of launch<F> (the oneTBB task body);
+  O1  for every functor F, its object holds the CPU path of launch<F> (the oneTBB task body), or of
+      launch_blocks<Threads, F> for a block program (core/launch.h);
 CUDA builds only:
   C1  every *_kernels.cpp is compiled by nvcc as CUDA (`-x cu` in compile_commands.json);
   C2  its object holds a device kernel for every functor F (the __device_stub__ of
-      stp_generic_kernel<F>) and a .nv_fatbin section — the same object as O1, so one functor
+      stp_generic_kernel<F>, or stp_block_kernel<Threads, F> for a block program) and a .nv_fatbin section — the same object as O1, so one functor
       type, one translation unit, two dispatch paths;
   C3  the library objects (core/kernels/*) are members of libstp_core.a, the library every CPU
       test suite links.
@@ -35,7 +36,7 @@ SCAN_DIRS = ["core", "memory", "offload", "models", "train", "schedule", "tools"
 SCAN_EXT = (".cpp", ".h", ".cu", ".cuh", ".hpp", ".cc")
 # Files allowed to mention STP_HD / launch() without being compiled by nvcc, and why.
 EXCEPTIONS = {
-    "core/launch.h": "defines launch() and the one generic CUDA kernel",
+    "core/launch.h": "defines launch() and launch_blocks() and their CUDA kernels (generic and block)",
     "core/launch_shape.h": "the launch shapes: their STP_HD part() and launch(stream, shape, f), included by the "
                            "*_kernels.cpp files (compiled there)",
     "core/reduce_order.h": "the reduction shapes' canonical order (STP_HD helpers, no functor), included by "
@@ -166,15 +167,15 @@ def main():
             # A functor template (e.g. Convert<stp::bf16, float>) is checked per instantiation:
             # every one with a CPU path must have its device kernel too.
             targs = r"((?:<[^()\n]*>)?)"
-            cpu = set(re.findall(r"launch<[^\n]*::" + f + targs + r"\s*>\(stp::Stream&[^\n]*\{lambda\(unsigned long, unsigned long\)#1\}", symbols))
+            cpu = set(re.findall(r"launch(?:_blocks)?<[^\n]*::" + f + targs + r"\s*>\(stp::Stream&[^\n]*\{lambda\(unsigned long, unsigned long\)#1\}", symbols))
             if not cpu:
                 errors.append(f"O1 {rel}: no CPU path of launch<{f}> in {obj} (functor defined but never launched?)")
             if cuda:
-                dev = set(re.findall(r"__device_stub__[^\n]*stp_generic_kernel[^\n]*::" + f + targs + r"&\)", symbols))
+                dev = set(re.findall(r"__device_stub__[^\n]*stp_(?:generic|block)_kernel[^\n]*::" + f + targs + r"&\)", symbols))
                 if not dev:
-                    errors.append(f"C2 {rel}: no device kernel stp_generic_kernel<{f}> in {obj}")
+                    errors.append(f"C2 {rel}: no device kernel stp_generic_kernel<{f}> (or stp_block_kernel) in {obj}")
                 for missing in sorted(cpu - dev) if dev else []:
-                    errors.append(f"C2 {rel}: no device kernel stp_generic_kernel<{f}{missing}> in {obj}")
+                    errors.append(f"C2 {rel}: no device kernel stp_generic_kernel<{f}{missing}> (or stp_block_kernel) in {obj}")
             checked += 1
         if cuda and ".nv_fatbin" not in run(["readelf", "-S", "-W", obj]):
             errors.append(f"C2 {rel}: {obj} has no .nv_fatbin section (no device code)")
