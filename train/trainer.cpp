@@ -78,6 +78,7 @@ std::vector<Trainer::DeviceMemory> Trainer::device_memory() const {
   for (auto& r : impl_->ranks) {
     DeviceMemory d;
     d.device = r->alloc->stats();
+    d.allocations = r->alloc->allocation_trace();
     d.communicator_bytes = r->communicator_bytes;
     if (r->pool) d.pinned = r->pool->stats();
     if (r->offload) {
