@@ -102,6 +102,8 @@ struct BlockArena::State : std::enable_shared_from_this<BlockArena::State> {
   char* find_block(std::size_t size, bool may_release, bool& retry);
   char* find_planned(std::size_t size, bool& out_of_segment);
   AllocationTrace trace_records;  // ArenaOptions::record_allocations
+  // Planned: the table ordinal of the next allocation (begin_step() realigns it), steps begun.
+  std::uint64_t planned_next = 0, steps_begun = 0;
   std::vector<Detached> detach_free_segments();
   void give_back(std::vector<Detached> detached);
   void add_segment(std::size_t bytes);
@@ -217,7 +219,7 @@ void BlockArena::State::give_back(std::vector<Detached> detached) {
 // the table's high water: out of memory, not a miss).
 char* BlockArena::State::find_planned(std::size_t size, bool& out_of_segment) {
   out_of_segment = false;
-  const PlacementTable::Entry& e = options.table->at(stats.alloc_count);
+  const PlacementTable::Entry& e = options.table->at(planned_next);
   if (e.size != size) return nullptr;
   char* const base = segments.begin()->first;
   if (e.offset + size > segments.begin()->second) {
@@ -318,6 +320,7 @@ std::shared_ptr<Storage> BlockArena::State::allocate(std::size_t bytes, Stream& 
     b.free = false;
     b.category = current;
     b.ordinal = stats.alloc_count;
+    ++planned_next;
     if (options.record_allocations)
       trace_records.push_back({size, stats.alloc_count + stats.free_count, AllocationRecord::kAlive});
     wait_for = std::move(b.fence);
@@ -440,6 +443,12 @@ ArenaStats BlockArena::stats() const {
   ArenaStats s = state_->stats;
   s.largest_free = state_->free_index.empty() ? 0 : state_->free_index.rbegin()->first;
   return s;
+}
+
+void BlockArena::begin_step() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->options.table) state_->planned_next = state_->options.table->step_start(state_->steps_begun == 0);
+  ++state_->steps_begun;
 }
 
 AllocationTrace BlockArena::allocation_trace() const {

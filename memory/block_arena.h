@@ -143,6 +143,11 @@ class BlockArena final : public Allocator {
   void release_cached();
 
   ArenaStats stats() const;
+  // A training step starts: under a planned placement the next allocation takes the table's entry
+  // of a step's first allocation (PlacementTable::step_start: the first step's on the first call,
+  // the period's after), so what was allocated between steps (a checkpoint's gather buffers) does
+  // not shift the steps' entries. Without a table nothing changes.
+  void begin_step();
   // Every allocation so far with its lifetime on the arena's event clock (ArenaOptions::
   // record_allocations; empty without it).
   AllocationTrace allocation_trace() const;

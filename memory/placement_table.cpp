@@ -8,8 +8,9 @@
 
 namespace stp {
 
-PlacementTable::PlacementTable(std::vector<Entry> entries, std::uint64_t period_start, std::uint64_t period)
-    : entries_(std::move(entries)), period_start_(period_start), period_(period) {
+PlacementTable::PlacementTable(std::vector<Entry> entries, std::uint64_t first_step, std::uint64_t period_start,
+                               std::uint64_t period)
+    : entries_(std::move(entries)), first_step_(first_step), period_start_(period_start), period_(period) {
   STP_ASSERT(period_start_ + period_ == entries_.size() && (period_ > 0 || period_start_ == entries_.size()),
              "placement table: the period must end the entries");
   for (const Entry& e : entries_) high_water_ = std::max(high_water_, e.offset + e.size);
@@ -29,7 +30,7 @@ std::uint64_t PlacementTable::digest() const {
   auto mix = [&h](std::uint64_t v) {
     for (int i = 0; i < 8; ++i, v >>= 8) h = (h ^ (v & 0xff)) * 1099511628211ull;
   };
-  mix(period_start_), mix(period_);
+  mix(first_step_), mix(period_start_), mix(period_);
   for (const Entry& e : entries_) mix(e.size), mix(e.offset);
   return h;
 }
@@ -138,7 +139,7 @@ std::optional<PlacementTable> plan_placement(const AllocationTrace& trace, const
   }
   std::vector<PlacementTable::Entry> entries;
   for (std::size_t i = 0; i < items.size(); ++i) entries.push_back({items[i].size, best[i]});
-  return PlacementTable(std::move(entries), start, period);
+  return PlacementTable(std::move(entries), steps[0].allocations, start, period);
 }
 
 }  // namespace stp

@@ -44,10 +44,14 @@ class PlacementTable {
     std::size_t size = 0;    // the aligned size the allocation must have
     std::size_t offset = 0;  // from the segment's base
   };
-  PlacementTable(std::vector<Entry> entries, std::uint64_t period_start, std::uint64_t period);
+  // `first_step`: the ordinal of the first step's first allocation (the setup's length).
+  PlacementTable(std::vector<Entry> entries, std::uint64_t first_step, std::uint64_t period_start,
+                 std::uint64_t period);
 
-  // The entry of allocation `ordinal` (0-based, the arena's alloc_count before it).
+  // The entry of allocation `ordinal` (0-based: the setup's, then the steps' in order).
   const Entry& at(std::uint64_t ordinal) const;
+  // The ordinal a step's first allocation has: the first step's, or (every later step) the period's.
+  std::uint64_t step_start(bool first) const { return first ? first_step_ : period_start_; }
   std::size_t high_water() const { return high_water_; }  // furthest end of an entry
   std::size_t entries() const { return entries_.size(); }
   std::uint64_t period_start() const { return period_start_; }
@@ -57,7 +61,7 @@ class PlacementTable {
 
  private:
   std::vector<Entry> entries_;
-  std::uint64_t period_start_, period_;
+  std::uint64_t first_step_, period_start_, period_;
   std::size_t high_water_ = 0;
 };
 

@@ -415,6 +415,7 @@ void Trainer::Impl::record_param_stream(StepResult& out) {
 
 StepResult Trainer::step() {
   Impl& m = *impl_;
+  for (auto& r : m.ranks) r->alloc->begin_step();  // a planned placement's step starts here
   std::int64_t step = m.steps_done + 1;
   float lr = static_cast<float>(m.lr_schedule.at(step));
   const int mb = m.config.train.microbatches, B = m.config.train.micro_batch_size;

@@ -84,9 +84,11 @@ struct PlannedPlacement : ::testing::Test {
   const std::vector<Op> program = step_program();
 
   // A setup of three long-lived blocks, then `steps` steps of the program in a one-segment arena of
-  // `capacity`; `odd` (when >= 0): that allocation of the run takes 256 bytes more.
+  // `capacity`; `odd` (when >= 0): that allocation of the run takes 256 bytes more; `between`:
+  // before every step after the first, a block of that many bytes is allocated and freed (what a
+  // checkpoint save does between steps).
   Traced run(std::size_t capacity, int steps, stp::BlockPlacement placement,
-             std::shared_ptr<const PlacementTable> table = nullptr, long odd = -1) {
+             std::shared_ptr<const PlacementTable> table = nullptr, long odd = -1, std::size_t between = 0) {
     ArenaOptions o = stp::device_arena_options(dev);
     o.grow = false;
     o.placement = placement;
@@ -111,7 +113,9 @@ struct PlannedPlacement : ::testing::Test {
     try {
       for (std::size_t bytes : {300000u, 4096u, 70000u}) setup.push_back(allocate(bytes));
       for (int step = 0; step < steps; ++step) {
+        if (step > 0 && between > 0) arena.allocate(between).reset();
         mark();
+        arena.begin_step();
         current.assign(program.size(), nullptr);
         for (const Op& op : program) {
           if (op.kind == Op::Alloc) current[static_cast<std::size_t>(op.id)] = allocate(op.bytes);
@@ -175,6 +179,15 @@ TEST_F(PlannedPlacement, AnAllocationTheTableDoesNotForeseeIsPlacedByBestFitAndC
   EXPECT_GE(planned.stats.placement_misses, 1u);
   EXPECT_NE(planned.offsets[static_cast<std::size_t>(odd)],
             static_cast<std::ptrdiff_t>(table->at(static_cast<std::uint64_t>(odd)).offset));
+}
+
+TEST_F(PlannedPlacement, AllocationsBetweenStepsDoNotShiftTheSteps) {
+  const Traced traced = run(64 * MiB, 3, stp::BlockPlacement::BestFit);
+  auto table = std::make_shared<const PlacementTable>(table_of(traced));
+  const Traced planned = run(64 * MiB, 5, stp::BlockPlacement::Planned, table, -1, 1000);
+  ASSERT_FALSE(planned.out_of_memory);
+  EXPECT_EQ(planned.stats.placement_misses, 4u);  // the four blocks between steps, nothing else
+  EXPECT_EQ(planned.stats.high_water, table->high_water());
 }
 
 TEST_F(PlannedPlacement, ATraceWhoseThirdStepDiffersHasNoTable) {
