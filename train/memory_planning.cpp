@@ -423,8 +423,11 @@ class DryRunCostModel {
 
   // Per pp rank, the planned placement of `plans` (memory/placement_table.h): laid out from a dry run
   // of the setup and three steps that records every device arena's allocations. Null where the trace
-  // is not a steady state or the rank's TP ranks allocate differently.
+  // is not a steady state or the rank's TP ranks allocate differently, and on every rank under data
+  // parallelism: the dry runs trace the first replica only, and another replica's shards (the
+  // distributed optimizer's) may allocate otherwise.
   std::vector<std::shared_ptr<const PlacementTable>> placement_tables(const std::vector<RankPlan>& plans) const {
+    if (dry_config_.parallel.dp > 1) return std::vector<std::shared_ptr<const PlacementTable>>(plans.size());
     MemoryPlan mp = with_settings(plans);
     Config unbudgeted = dry_config_;  // the trace does not depend on the placement or the budget
     unbudgeted.memory.device_budget = kNoBudget;
