@@ -28,6 +28,7 @@ const char* to_string(BlockPlacement p) {
     case BlockPlacement::SmallLow: return "small-low";
     case BlockPlacement::ActivationsLow: return "activations-low";
     case BlockPlacement::StatesAndSmallLow: return "states-and-small-low";
+    case BlockPlacement::Planned: return "planned";
   }
   return "?";
 }
@@ -65,7 +66,8 @@ struct Block {
   char* segment = nullptr;  // base of the owning segment
   bool free = true;
   MemoryCategory category = MemoryCategory::Activations;
-  Fence fence;  // free blocks: last uses to order after
+  Fence fence;                // free blocks: last uses to order after
+  std::uint64_t ordinal = 0;  // live blocks: the allocation's index (its AllocationTrace entry)
 };
 
 }  // namespace
@@ -98,6 +100,10 @@ struct BlockArena::State : std::enable_shared_from_this<BlockArena::State> {
     Fence fence;
   };
   char* find_block(std::size_t size, bool may_release, bool& retry);
+  char* find_planned(std::size_t size, bool& out_of_segment);
+  AllocationTrace trace_records;  // ArenaOptions::record_allocations
+  // Planned: the table ordinal of the next allocation (begin_step() realigns it), steps begun.
+  std::uint64_t planned_next = 0, steps_begun = 0;
   std::vector<Detached> detach_free_segments();
   void give_back(std::vector<Detached> detached);
   void add_segment(std::size_t bytes);
@@ -207,10 +213,46 @@ void BlockArena::State::give_back(std::vector<Detached> detached) {
   }
 }
 
+// Under mu, BlockPlacement::Planned: the table's bytes for this allocation, carved out of the free
+// block that holds them (its front stays free, with the same fence), or nullptr when the table does
+// not foresee it. `out_of_segment`: the table's bytes lie beyond the segment (the budget is below
+// the table's high water: out of memory, not a miss).
+char* BlockArena::State::find_planned(std::size_t size, bool& out_of_segment) {
+  out_of_segment = false;
+  const PlacementTable::Entry& e = options.table->at(planned_next);
+  if (e.size != size) return nullptr;
+  char* const base = segments.begin()->first;
+  if (e.offset + size > segments.begin()->second) {
+    out_of_segment = true;
+    return nullptr;
+  }
+  char* const want = base + e.offset;
+  auto it = blocks.upper_bound(want);
+  if (it == blocks.begin()) return nullptr;
+  --it;
+  Block& b = it->second;
+  if (!b.free || b.segment != base || it->first + b.size < want + size) return nullptr;
+  if (it->first != want) {  // split off the front
+    const std::size_t front = static_cast<std::size_t>(want - it->first);
+    free_index.erase({b.size, it->first});
+    blocks.emplace(want, Block{b.size - front, base, true, MemoryCategory::Activations, b.fence});
+    free_index.emplace(b.size - front, want);
+    b.size = front;
+    free_index.emplace(front, it->first);
+  }
+  return want;
+}
+
 // Under mu: a free block of `size`, growing the arena if allowed. Returns nullptr when only giving
 // cached segments back could help (`retry` set) or when nothing can.
 char* BlockArena::State::find_block(std::size_t size, bool may_release, bool& retry) {
   retry = false;
+  if (options.placement == BlockPlacement::Planned && options.table && !segments.empty()) {
+    bool out_of_segment = false;
+    if (char* p = find_planned(size, out_of_segment)) return p;
+    if (out_of_segment) return nullptr;         // the budget is below the table's high water
+    if (may_release) ++stats.placement_misses;  // not foreseen: best fit below (counted once)
+  }
   if (options.placement == BlockPlacement::FirstFit ||
       (options.placement == BlockPlacement::StatesLow && current != MemoryCategory::Activations) ||
       (options.placement == BlockPlacement::SmallLow && size < kSmallBlockBytes) ||
@@ -277,6 +319,10 @@ std::shared_ptr<Storage> BlockArena::State::allocate(std::size_t bytes, Stream& 
     }
     b.free = false;
     b.category = current;
+    b.ordinal = stats.alloc_count;
+    ++planned_next;
+    if (options.record_allocations)
+      trace_records.push_back({size, stats.alloc_count + stats.free_count, AllocationRecord::kAlive});
     wait_for = std::move(b.fence);
     b.fence.clear();
     stats.allocated += size;
@@ -305,6 +351,7 @@ void BlockArena::State::free_block(char* p, Fence fence) {
   auto it = blocks.find(p);
   STP_ASSERT(it != blocks.end() && !it->second.free, options.what, " arena: free of an unknown block");
   Block& b = it->second;
+  if (options.record_allocations) trace_records.at(b.ordinal).freed_at = stats.alloc_count + stats.free_count;
   stats.allocated -= b.size;
   stats.by_category[static_cast<std::size_t>(b.category)] -= b.size;
   ++stats.free_count;
@@ -396,6 +443,17 @@ ArenaStats BlockArena::stats() const {
   ArenaStats s = state_->stats;
   s.largest_free = state_->free_index.empty() ? 0 : state_->free_index.rbegin()->first;
   return s;
+}
+
+void BlockArena::begin_step() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->options.table) state_->planned_next = state_->options.table->step_start(state_->steps_begun == 0);
+  ++state_->steps_begun;
+}
+
+AllocationTrace BlockArena::allocation_trace() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->trace_records;
 }
 
 void BlockArena::reset_peak() {

@@ -3,12 +3,17 @@
 //
 //   * Segments: memory is taken from the backend in segments (Device::allocate or pinned host
 //     memory) and carved by the arena's placement (BlockPlacement: best fit by default, or first
-//     fit, or first fit for one class of blocks and best fit for the rest), splitting blocks and
+//     fit, or first fit for one class of blocks and best fit for the rest, or a table computed
+//     offline from a dry run's trace: memory/placement_table.h), splitting blocks and
 //     coalescing neighbours — exact fit up to a 256-byte alignment, never power-of-two rounding.
 //     Under every placement a segment's untouched tail (the free block that ends it) is chosen
 //     only when no other free block fits, so a one-segment arena (a device budget) lays blocks
 //     out the same whatever its capacity: a run places in any budget at or above its high_water
-//     under that placement, and in none below. Placement moves no allocation or free, only the
+//     under that placement, and in none below. A planned placement (BlockPlacement::Planned) puts
+//     each allocation at its table's offset whatever the capacity, and an allocation whose offset
+//     lies beyond the segment is out of memory, so the same holds for it; an allocation the table
+//     does not foresee (another size, or bytes not free) is placed by best fit and counted
+//     (ArenaStats::placement_misses). Placement moves no allocation or free, only the
 //     addresses: the live bytes and their peaks are the same under every placement. Segments are
 //     kept (cached) and reused; they go back to the backend only when a new segment would break
 //     the budget.
@@ -38,6 +43,7 @@
 #include "base/trace_names.h"
 #include "core/device.h"
 #include "core/tensor.h"
+#include "memory/placement_table.h"
 
 namespace stp {
 
@@ -58,6 +64,9 @@ struct ArenaStats {
   std::uint64_t alloc_count = 0, free_count = 0;
   std::uint64_t segment_allocs = 0, segment_frees = 0;  // backend calls (flat in steady state)
   std::uint64_t stream_waits = 0;                       // reuses that had to order a stream after another one
+  // BlockPlacement::Planned: allocations not placed at their table's offset (another size than the
+  // table's, or bytes not free there), placed by best fit instead. 0 when the run is the traced one.
+  std::uint64_t placement_misses = 0;
   // 1 - allocated / reserved: the share of reserved memory not in live blocks.
   double fragmentation() const {
     return reserved ? 1.0 - static_cast<double>(allocated) / static_cast<double>(reserved) : 0.0;
@@ -84,10 +93,14 @@ enum class BlockPlacement : std::uint8_t {
   ActivationsLow,
   // Model states, buffers and small blocks by first fit, large activations by best fit.
   StatesAndSmallLow,
+  // Each allocation at the offset of ArenaOptions::table (memory/placement_table.h), computed
+  // offline from a dry run's trace; one the table does not foresee by best fit (placement_misses).
+  Planned,
 };
-constexpr std::size_t kBlockPlacements = 6;
+constexpr std::size_t kOnlinePlacements = 6;  // the placements before Planned: rules, no table
 constexpr std::size_t kSmallBlockBytes = 64 << 10;
-// "best-fit" | "first-fit" | "states-low" | "small-low" | "activations-low" | "states-and-small-low"
+// "best-fit" | "first-fit" | "states-low" | "small-low" | "activations-low" | "states-and-small-low" |
+// "planned"
 const char* to_string(BlockPlacement p);
 
 struct ArenaOptions {
@@ -99,6 +112,11 @@ struct ArenaOptions {
   // The fit policy. A fixed pool uses FirstFit: its layout then does not depend on the pool's size
   // even over several segments, so high_water from a run with a big pool is the exact size it needs.
   BlockPlacement placement = BlockPlacement::BestFit;
+  // BlockPlacement::Planned: the offsets from the base of the arena's first segment (a budgeted
+  // device arena has one). Without a table Planned places by best fit.
+  std::shared_ptr<const PlacementTable> table;
+  // Keep the allocation trace (allocation_trace()): what plan_placement() reads.
+  bool record_allocations = false;
   // Backend: take and give back one segment (e.g. Device::allocate / deallocate). `give` is called
   // only after every stream that used the segment has passed its last use.
   std::function<void*(std::size_t)> take;
@@ -125,6 +143,14 @@ class BlockArena final : public Allocator {
   void release_cached();
 
   ArenaStats stats() const;
+  // A training step starts: under a planned placement the next allocation takes the table's entry
+  // of a step's first allocation (PlacementTable::step_start: the first step's on the first call,
+  // the period's after), so what was allocated between steps (a checkpoint's gather buffers) does
+  // not shift the steps' entries. Without a table nothing changes.
+  void begin_step();
+  // Every allocation so far with its lifetime on the arena's event clock (ArenaOptions::
+  // record_allocations; empty without it).
+  AllocationTrace allocation_trace() const;
   void reset_peak();  // peak_* := current
 
   // Memory counters for `stp profile` (base/trace.h): while a recorder is attached, every

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,9 @@ struct RankPlan {
   // byte, only the gaps between them: the planner keeps, per rank, the policy whose dry run
   // places the plan in the least memory (train/memory_planning.cpp).
   BlockPlacement block_placement = BlockPlacement::BestFit;
+  // BlockPlacement::Planned: the offsets of every allocation of the rank's devices (its TP ranks
+  // allocate alike), from the dry run's trace of this plan (memory/placement_table.h).
+  std::shared_ptr<const PlacementTable> placement_table;
   bool offloads() const;
   OptimizerPlacement optimizer_placement(int chunk) const;
   bool streams_params(int chunk) const;

@@ -331,14 +331,15 @@ class DryRunCostModel {
     const std::size_t high_water = choose_placement(placed, live_peak);
     STP_ASSERT(high_water >= live_peak, "placement below the live peak");
     min_placements_.clear();
-    for (const RankPlan& rp : placed) min_placements_.push_back(rp.block_placement);
+    for (const RankPlan& rp : placed) min_placements_.push_back({rp.block_placement, rp.placement_table});
     return high_water;
   }
   // Gives the strongest plan, measured by the last placeable() call, the placements that place it
   // in min_device_budget.
   void place_as_minimum(std::vector<RankPlan>& strongest) const {
     STP_ASSERT(min_placements_.size() == strongest.size(), "the strongest plan's placements are unknown");
-    for (std::size_t r = 0; r < strongest.size(); ++r) strongest[r].block_placement = min_placements_[r];
+    for (std::size_t r = 0; r < strongest.size(); ++r)
+      strongest[r].block_placement = min_placements_[r].first, strongest[r].placement_table = min_placements_[r].second;
   }
   bool min_exact() const { return min_exact_; }
   // A new choice starts without an exact minimum: placeable() ran for the plans of the last one.
@@ -368,12 +369,15 @@ class DryRunCostModel {
     }
   }
 
-  // Per pp rank, the furthest byte its TP ranks' device arenas use when every rank places by `p`:
-  // the arena's layout does not depend on its capacity (memory/block_arena.h), so it is the high
-  // water of one dry run in a budget that holds the plan (`hint` twice, doubled until it does).
-  std::vector<std::size_t> high_waters(const std::vector<RankPlan>& plans, BlockPlacement p, std::size_t hint) const {
+  // Per pp rank, the furthest byte its TP ranks' device arenas use when every rank places by `p`
+  // (Planned: by `tables`, one per rank): the arena's layout does not depend on its capacity
+  // (memory/block_arena.h), so it is the high water of one dry run in a budget that holds the plan
+  // (`hint` twice, doubled until it does). SIZE_MAX for a rank whose planned placement missed.
+  std::vector<std::size_t> high_waters(const std::vector<RankPlan>& plans, BlockPlacement p, std::size_t hint,
+                                       const std::vector<std::shared_ptr<const PlacementTable>>& tables = {}) const {
     MemoryPlan mp = with_settings(plans);
-    for (RankPlan& rp : mp.ranks) rp.block_placement = p;
+    for (std::size_t r = 0; r < mp.ranks.size(); ++r)
+      mp.ranks[r].block_placement = p, mp.ranks[r].placement_table = tables.empty() ? nullptr : tables[r];
     Config budgeted = dry_config_;
     for (std::size_t budget = 2 * std::max<std::size_t>(hint, 1 << 20);; budget *= 2) {
       budgeted.memory.device_budget = budget;
@@ -382,7 +386,7 @@ class DryRunCostModel {
         std::vector<std::size_t> out(plans.size(), 0);
         for (std::size_t g = 0; g < mem.size(); ++g) {
           std::size_t& hw = out[g / static_cast<std::size_t>(measured_.input.tp)];
-          hw = std::max(hw, mem[g].device.high_water);
+          hw = mem[g].device.placement_misses ? SIZE_MAX : std::max(hw, mem[g].device.high_water);
         }
         return out;
       } catch (const OutOfMemoryError&) {
@@ -395,15 +399,63 @@ class DryRunCostModel {
   // `plans` in the least memory, and returns the smallest budget that then places them all.
   // Placement moves no allocation or free, only addresses, so a rank's high water does not depend
   // on the other ranks' placements: one dry run per placement decides every rank.
+  // The planned placement (a table per rank from the plan's trace, placement_tables()) is the last
+  // candidate: a rank takes it where its dry run places every allocation at the table's offset and
+  // the high water is lower than every online placement's.
   std::size_t choose_placement(std::vector<RankPlan>& plans, std::size_t hint) const {
     std::vector<std::size_t> best(plans.size(), SIZE_MAX);
-    for (std::size_t i = 0; i < kBlockPlacements; ++i) {
+    for (RankPlan& rp : plans) rp.placement_table = nullptr;
+    for (std::size_t i = 0; i < kOnlinePlacements; ++i) {
       const BlockPlacement p = static_cast<BlockPlacement>(i);
       const std::vector<std::size_t> hw = high_waters(plans, p, hint);
       for (std::size_t r = 0; r < plans.size(); ++r)
         if (hw[r] < best[r]) best[r] = hw[r], plans[r].block_placement = p;
     }
+    const auto tables = placement_tables(plans);
+    if (std::any_of(tables.begin(), tables.end(), [](const auto& t) { return t != nullptr; })) {
+      const std::vector<std::size_t> hw = high_waters(plans, BlockPlacement::Planned, hint, tables);
+      for (std::size_t r = 0; r < plans.size(); ++r)
+        if (tables[r] && hw[r] < best[r])
+          best[r] = hw[r], plans[r].block_placement = BlockPlacement::Planned, plans[r].placement_table = tables[r];
+    }
     return *std::max_element(best.begin(), best.end());
+  }
+
+  // Per pp rank, the planned placement of `plans` (memory/placement_table.h): laid out from a dry run
+  // of the setup and three steps that records every device arena's allocations. Null where the trace
+  // is not a steady state or the rank's TP ranks allocate differently, and on every rank under data
+  // parallelism: the dry runs trace the first replica only, and another replica's shards (the
+  // distributed optimizer's) may allocate otherwise.
+  std::vector<std::shared_ptr<const PlacementTable>> placement_tables(const std::vector<RankPlan>& plans) const {
+    if (dry_config_.parallel.dp > 1) return std::vector<std::shared_ptr<const PlacementTable>>(plans.size());
+    MemoryPlan mp = with_settings(plans);
+    Config unbudgeted = dry_config_;  // the trace does not depend on the placement or the budget
+    unbudgeted.memory.device_budget = kNoBudget;
+    TrainerOptions o;
+    o.dry_run = true;
+    o.plan = &mp;
+    o.record_allocations = true;
+    Trainer dry(unbudgeted, o);
+    const std::size_t devices = static_cast<std::size_t>(measured_.input.pp * measured_.input.tp);
+    std::vector<std::vector<StepMark>> marks(devices);
+    auto mark = [&] {
+      const auto mem = dry.device_memory();
+      for (std::size_t g = 0; g < devices; ++g)
+        marks[g].push_back({mem[g].device.alloc_count, mem[g].device.alloc_count + mem[g].device.free_count});
+    };
+    for (int step = 0; step < 3; ++step) mark(), dry.step();
+    mark();
+    const auto mem = dry.device_memory();
+    std::vector<std::shared_ptr<const PlacementTable>> out(plans.size());
+    const std::size_t tp = static_cast<std::size_t>(measured_.input.tp);
+    for (std::size_t r = 0; r < plans.size(); ++r) {
+      bool alike = true;
+      for (std::size_t g = r * tp + 1; g < (r + 1) * tp; ++g)
+        alike = alike && mem[g].allocations == mem[r * tp].allocations;
+      auto table = plan_placement(mem[r * tp].allocations, marks[r * tp], marks[r * tp].back().events);
+      if (alike && table) out[r] = std::make_shared<const PlacementTable>(std::move(*table));
+    }
+    return out;
   }
 
   // Every decision of `ranks` the dry run reads, as a string: equal strings, equal dry runs.
@@ -427,6 +479,7 @@ class DryRunCostModel {
       for (bool b : rp.param_stream) put(b);
       put(rp.late_reloads), put(rp.late_params), put(rp.loss_chunk_tokens), put(rp.unit_tiles);
       put(static_cast<int>(rp.block_placement));
+      put(rp.placement_table ? static_cast<long long>(rp.placement_table->digest() >> 1) : -1);
     }
     return k;
   }
@@ -439,7 +492,7 @@ class DryRunCostModel {
   std::int64_t loss_chunk_ = 0;
   int tiles_ = 1;
   bool min_exact_ = false;
-  std::vector<BlockPlacement> min_placements_;
+  std::vector<std::pair<BlockPlacement, std::shared_ptr<const PlacementTable>>> min_placements_;
 };
 
 // ---- Pass 2: choose levers ------------------------------------------------------------------------
@@ -555,8 +608,13 @@ void report(MemoryPlan& plan, const Measured& measured) {
   plan.summary += placement.empty() ? "every optimizer on the device\n" : placement;
   for (std::size_t r = 0; r < plan.ranks.size(); ++r)  // best fit is the default: only the others
     if (plan.ranks[r].block_placement != BlockPlacement::BestFit)
-      plan.summary += str("rank ", r, ": device blocks placed ", to_string(plan.ranks[r].block_placement),
-                          " (it places this plan in the least memory)\n");
+      plan.summary +=
+          plan.ranks[r].placement_table
+              ? str("rank ", r, ": device blocks placed by a table of ", plan.ranks[r].placement_table->entries(),
+                    " offsets laid out from the dry run's trace (planned: it places this plan in the least "
+                    "memory)\n")
+              : str("rank ", r, ": device blocks placed ", to_string(plan.ranks[r].block_placement),
+                    " (it places this plan in the least memory)\n");
   if (plan.optimizer_overlap)
     plan.summary += "optimizer overlap: the host chunks downloaded early update during the backward (speculation)\n";
 }

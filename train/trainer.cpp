@@ -78,6 +78,7 @@ std::vector<Trainer::DeviceMemory> Trainer::device_memory() const {
   for (auto& r : impl_->ranks) {
     DeviceMemory d;
     d.device = r->alloc->stats();
+    d.allocations = r->alloc->allocation_trace();
     d.communicator_bytes = r->communicator_bytes;
     if (r->pool) d.pinned = r->pool->stats();
     if (r->offload) {
@@ -414,6 +415,7 @@ void Trainer::Impl::record_param_stream(StepResult& out) {
 
 StepResult Trainer::step() {
   Impl& m = *impl_;
+  for (auto& r : m.ranks) r->alloc->begin_step();  // a planned placement's step starts here
   std::int64_t step = m.steps_done + 1;
   float lr = static_cast<float>(m.lr_schedule.at(step));
   const int mb = m.config.train.microbatches, B = m.config.train.micro_batch_size;

@@ -111,6 +111,9 @@ struct TrainerOptions {
   // The job's processes (process/process.h) when launched by MPI; null or one process: this process
   // drives every rank. With several processes, dp × pp × tp must equal their number.
   ProcessGroup* processes = nullptr;
+  // Keep every device arena's allocation trace (DeviceMemory::allocations): what the planner lays a
+  // planned placement out from (memory/placement_table.h).
+  bool record_allocations = false;
 };
 
 // Bytes one rank sent by kind (Communicator::bytes_sent: an all-reduce counts its buffer once):
@@ -194,6 +197,7 @@ class Trainer {
     std::size_t optimizer_shadow_bytes = 0;  // of those: the speculation's shadows (memory.optimizer_overlap)
     // memory.param_offload: the streamed chunks' weights (with bf16 copies) and gradients, pinned host
     std::size_t streamed_weight_bytes = 0, streamed_grad_bytes = 0;
+    AllocationTrace allocations;  // the device arena's (TrainerOptions::record_allocations)
   };
   std::vector<DeviceMemory> device_memory() const;
 

@@ -38,6 +38,8 @@ void Trainer::Impl::build_streams(Rank& r) {
 void Trainer::Impl::build_memory(Rank& r) {
   ArenaOptions arena = budgeted_arena_options(*r.device, memory_settings(config).device_budget);
   arena.placement = plan.ranks.at(static_cast<std::size_t>(r.pp_rank)).block_placement;  // the planner's choice
+  arena.table = plan.ranks.at(static_cast<std::size_t>(r.pp_rank)).placement_table;
+  arena.record_allocations = options.record_allocations;
   arena.advice =
       "Raise memory.device_budget, let stp offload and recompute activations (memory.offload: auto, "
       "memory.recompute: auto; `stp plan CONFIG` shows what fits), or lower train.micro_batch_size.";

@@ -5,7 +5,10 @@
 //     placements the planner chose for it; under best fit on every rank it needs more (on these
 //     jobs) and does not place in the minimum;
 //   * a real run of the strongest plan in the minimum budget, where a rank takes another placement
-//     than best fit, measures the planned peaks.
+//     than best fit, measures the planned peaks;
+//   * where a rank takes the planned placement (offsets laid out from the dry run's trace), a real
+//     run in the minimum budget, for more steps than the trace covers and across a checkpoint
+//     save, places every allocation at its table's offset (no miss) and measures the planned peaks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -64,8 +67,9 @@ struct Case {
 // together") best fit on every rank needs more and does not place it in that minimum.
 TEST(BlockPlacement, TheStrongestPlanPlacesInTheMinimumAndNotOneByteBelow) {
   int better_than_best_fit = 0;
-  for (const Case& c : {Case{"tiny.yaml", "stp", "1"}, Case{"llama-tiny.yaml", "stp", "1"},
-                        Case{"tiny.yaml", "stp", "auto"}, Case{"llama-tiny.yaml", "stp", "auto"}}) {
+  for (const Case& c :
+       {Case{"tiny.yaml", "stp", "1"}, Case{"llama-tiny.yaml", "stp", "1"}, Case{"tiny.yaml", "stp", "auto"},
+        Case{"llama-tiny.yaml", "stp", "auto"}, Case{"tiny.yaml", "zb-v", "auto"}}) {
     SCOPED_TRACE(std::string(c.config) + " " + c.schedule + " unit_tiles " + c.unit_tiles);
     const stp::Config cfg = stp::load_config(
         std::string(STP_SOURCE_DIR) + "/configs/" + c.config,
@@ -122,6 +126,49 @@ TEST(BlockPlacement, ARunAtTheMinimumMeasuresThePlannedPeaks) {
       EXPECT_EQ(r.peak_device_bytes[g], strongest.predicted[g].peak_device_bytes) << "device " << g;
       EXPECT_LE(r.peak_device_bytes[g], min) << "device " << g;
     }
+  }
+}
+
+// The planned placement where the planner chooses it: a real run of the strongest plan in its
+// minimum budget, two steps past the three the trace covers and across a checkpoint save, places
+// every allocation at its table's offset and measures the planned peaks.
+TEST(BlockPlacement, APlannedRunPlacesEveryAllocationAtItsOffset) {
+  auto planned = [](const stp::MemoryPlan& plan) {
+    return std::any_of(plan.ranks.begin(), plan.ranks.end(),
+                       [](const stp::RankPlan& rp) { return rp.block_placement == stp::BlockPlacement::Planned; });
+  };
+  std::vector<std::string> o;
+  stp::MemoryPlan strongest;
+  for (const char* schedule : {"zb-v", "stp", "1f1b-i", "1f1b"}) {
+    o = every_lever(schedule);
+    o.push_back("memory.unit_tiles=auto");
+    o.push_back("memory.device_budget=4KiB");  // below every plan: the strongest plan
+    strongest = stp::make_memory_plan(tiny_config(o), /*exact_minimum=*/true);
+    if (planned(strongest)) break;
+    strongest = {};
+  }
+  ASSERT_FALSE(strongest.ranks.empty()) << "no schedule's strongest plan takes the planned placement";
+  const std::size_t min = strongest.min_device_budget;
+  o.push_back("memory.device_budget=" + std::to_string(min));
+  stp::Config cfg = tiny_config(o);
+  cfg.output.dir = fresh_dir("placement_planned");
+  EXPECT_EQ(placed_high_water(cfg, strongest, min), min);
+  EXPECT_EQ(placed_high_water(cfg, strongest, min - 1), 0u);
+  strongest.feasible = true;
+  strongest.device_budget = min;
+  stp::TrainerOptions options;
+  options.plan = &strongest;
+  stp::Trainer t(cfg, options);
+  for (int i = 0; i < 5; ++i) {
+    if (i == 3) t.save_checkpoint();
+    const stp::StepResult r = t.step();
+    ASSERT_EQ(r.peak_device_bytes.size(), strongest.predicted.size());
+    for (std::size_t g = 0; g < r.peak_device_bytes.size(); ++g)
+      EXPECT_EQ(r.peak_device_bytes[g], strongest.predicted[g].peak_device_bytes) << "device " << g << " step " << i;
+  }
+  for (const auto& d : t.device_memory()) {
+    EXPECT_EQ(d.device.placement_misses, 0u);
+    EXPECT_LE(d.device.high_water, min);
   }
 }
 
