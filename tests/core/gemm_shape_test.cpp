@@ -11,7 +11,7 @@
 
 namespace {
 
-const void* at(std::uintptr_t address) { return reinterpret_cast<const void*>(address); }
+void* at(std::uintptr_t address) { return reinterpret_cast<void*>(address); }
 
 TEST(GemmShape, AlignmentIsTheLargestPowerOfTwoUpTo256) {
   EXPECT_EQ(stp::gemm_alignment(nullptr), 256u);  // a prepared shape: the arena's alignment
