@@ -6,6 +6,7 @@
 // chunked loss head and tiled unit backward, at tp 2 x pp 2.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -23,6 +24,10 @@ struct GemmCase {
   std::string arch, schedule, precision;
   bool chunked = false;  // model.loss_chunk_tokens 8 and memory.unit_tiles 2 under full recompute
 };
+
+void PrintTo(const GemmCase& c, std::ostream* os) {
+  *os << c.arch << " " << c.schedule << " " << c.precision << (c.chunked ? " chunked" : "");
+}
 
 std::string case_name(const ::testing::TestParamInfo<GemmCase>& p) {
   std::string s = p.param.arch + "_" + p.param.schedule + "_" + p.param.precision + (p.param.chunked ? "_chunked" : "");
