@@ -209,7 +209,7 @@ if [ -n "$bin" ] && [ -x "$bin/stp" ]; then
   STP_NVIDIA_SMI="$tmp/missing/nvidia-smi" STP_GPU_CHECK_DIR="$tmp/dry" STP_GPU_CHECK_BUILD_DIR="$bin" \
     timeout 600 "$check" --dry-run >"$tmp/dry.out" 2>&1 || rc=$?
   [ "$rc" = 0 ] || bad "dry run: status $rc: $(cat "$tmp/dry.out"; cat "$tmp/dry/report.md" 2>/dev/null)"
-  grep -qF "## 7. The planner's cost model against the run" "$tmp/dry/report.md" 2>/dev/null || bad "dry run: no stage 7 in the report"
+  grep -qF "## 6. The planner's cost model against the run" "$tmp/dry/report.md" 2>/dev/null || bad "dry run: no stage 7 in the report"
   python3 - "$tmp/dry/result.json" <<'EOF2' || bad "dry run: result.json: $(cat "$tmp/dry/result.json" 2>/dev/null)"
 import json, sys
 r = json.load(open(sys.argv[1]))
