@@ -34,6 +34,8 @@ namespace stp {
 
 class Stream;
 class Event;
+struct GemmShape;  // core/gemm_shape.h
+class GemmLog;     // core/gemm_shape.h
 
 enum class DeviceKind { Cpu, Cuda };
 
@@ -159,11 +161,16 @@ class Stream {
     (void)ptr;
     (void)bytes;
   }
-  // Chooses, now, the algorithm of every later GEMM shaped like `shape` on this stream (CUDA: the
-  // cuBLASLt heuristic, cached per device; the first GEMM of an unprepared shape chooses it
-  // itself). Only the shape fields are read (trans, m, n, k, ld*, types) and the alignment of the
-  // pointers (a null pointer stands for the arena's 256-byte alignment). No-op on the CPU backend.
-  virtual void prepare_gemm(const GemmArgs& shape) { (void)shape; }
+  // Chooses, now, the algorithm of every later GEMM of `shape` (core/gemm_shape.h: trans, m, n, k,
+  // ld*, types, pointer alignments) on this stream (CUDA: the cuBLASLt heuristic, cached per device
+  // with the stream's workspace size). The first GEMM of a shape nobody prepared chooses it itself,
+  // a late choice the device counts (Device::late_gemm_choices). The CPU backend runs no heuristic
+  // but keeps the same record per device, so it counts the same late choices.
+  virtual void prepare_gemm(const GemmShape& shape) { (void)shape; }
+  // From now on, adds the shape of every GEMM enqueued on this stream that reaches the library
+  // (m, n and k positive) to `log` (null: stop), on every backend and in a dry run; the caller keeps
+  // `log` alive while it is set. Trainers record a dry step's GEMMs with it to prepare them.
+  void set_gemm_log(GemmLog* log) { gemm_log_ = log; }
 
   // Attention through a library kernel (AttentionShape above), an optional capability: a stream
   // that has none (the CPU backend, f32, a GPU without a usable cuDNN, a shape the library
@@ -202,6 +209,13 @@ class Stream {
   virtual void trace_begin(std::string name, std::string category, TraceArgs args = {}) = 0;
   virtual void trace_end() = 0;
   virtual void set_trace(TraceRecorder* recorder, int pid, std::string tid) = 0;
+
+ protected:
+  // Every backend's gemm() calls it first: the GemmLog record above.
+  void note_gemm(const GemmArgs& g);
+
+ private:
+  GemmLog* gemm_log_ = nullptr;
 };
 
 class Device {
@@ -249,9 +263,15 @@ class Device {
   // the trainer reports the difference over a step (StepResult::launches).
   std::uint64_t launch_count() const { return launches_.load(std::memory_order_relaxed); }
   void count_launch() { launches_.fetch_add(1, std::memory_order_relaxed); }
+  // GEMM algorithms chosen by a GEMM itself on this device's streams, because no one prepared its
+  // shape (Stream::prepare_gemm): each is a heuristic call inside a step on a GPU. A trainer
+  // prepares every shape its steps run, so the count stays 0 (StepResult::late_gemm_choices).
+  std::uint64_t late_gemm_choices() const { return late_gemm_choices_.load(std::memory_order_relaxed); }
+  void count_late_gemm_choice() { late_gemm_choices_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   std::atomic<std::uint64_t> launches_{0};
+  std::atomic<std::uint64_t> late_gemm_choices_{0};
 };
 
 }  // namespace stp

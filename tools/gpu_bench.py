@@ -30,7 +30,7 @@ ROW_LIMITS = {"gemm-bf16": 45, "stp-qwen2": 150, "torch-eager": 90, "stp-gpt2-35
 ROW_FIELDS = ["name", "kind", "model", "status", "reason", "wall_s", "limit_s", "steps", "timed_steps",
               "tokens_per_step", "step_ms", "tokens_per_s", "model_flops_per_token", "model_tflops_per_s",
               "mfu_vs_gemm", "mfu_vs_989", "peak_device_bytes", "planned_peak_device_bytes",
-              "launches_per_step", "attention", "attention_log", "settings", "log"]
+              "launches_per_step", "late_gemm_choices", "attention", "attention_log", "settings", "log"]
 ATTENTION_PATHS = ("naive", "cudnn", "stp-kernel", "cudnn+stp-kernel")
 STATUSES = ("ok", "failed", "timeout", "skipped")
 TOP_FIELDS = ["schema", "dry_run", "when", "host", "commit", "stp_version", "device", "budget_s", "elapsed_s",
@@ -293,6 +293,9 @@ def stp_row(name, kind, config, stp, out, dry_run, steps, warmup, limit, gpu_mib
         row["peak_device_bytes"] = max(max(m["peak_device_bytes"]) for m in metrics)
         if all("launches" in m for m in timed):
             row["launches_per_step"] = int(median(sum(m["launches"]) for m in timed))
+    # Every step's, warm-up included: a shape setup missed is chosen in the first step that runs it.
+    if metrics and all("late_gemm_choices" in m for m in metrics):
+        row["late_gemm_choices"] = sum(sum(m["late_gemm_choices"]) for m in metrics)
     row["status"], row["reason"] = status, reason
     if status == "ok" and not timed:
         row["status"], row["reason"] = "failed", f"no step after the {warmup} warm-up steps in metrics.jsonl"
@@ -482,7 +485,7 @@ def print_table(result):
           f"cuDNN {result['device']['cudnn_torch'] or '-'} (torch) / {result['device']['cudnn_system'] or '-'}, "
           f"commit {result['commit'] or '-'}; GEMM ceiling {fmt(ceiling and ceiling / 1e12, '.0f')} TFLOP/s")
     head = f"{'row':<15} {'status':<8} {'tokens/s':>10} {'step ms':>9} {'MFU/gemm':>9} {'MFU/989':>8} " \
-           f"{'peak MiB':>9} {'launches':>9}  attention"
+           f"{'peak MiB':>9} {'launches':>9} {'late GEMM':>9}  attention"
     print(head)
     print("-" * len(head))
     for r in result["rows"]:
@@ -494,7 +497,7 @@ def print_table(result):
         mr = r["mfu_vs_989"] * 100 if r["mfu_vs_989"] is not None else None
         print(f"{r['name']:<15} {r['status']:<8} {fmt(r['tokens_per_s'], ',.0f'):>10} {fmt(r['step_ms'], '.1f'):>9} "
               f"{fmt(mg, '.2f'):>8}% {fmt(mr, '.2f'):>7}% {fmt(peak, ',.1f'):>9} "
-              f"{fmt(r['launches_per_step'], '.0f'):>9}  {r['attention'] or '-'}")
+              f"{fmt(r['launches_per_step'], '.0f'):>9} {fmt(r['late_gemm_choices'], 'd'):>9}  {r['attention'] or '-'}")
     print(f"stp/eager {fmt(ratios['stp_over_eager'], '.3f')}   stp/compile {fmt(ratios['stp_over_compile'], '.3f')}")
 
 

@@ -14,6 +14,22 @@ Tested without a GPU by tests/tools/gpu_check_test.sh.
                                       max peak_device_bytes, offload totals
   plan PLAN_JSON                      JSON: feasible, max peak_device_bytes over ranks, min budget
   smi-max SMI_LOG                     largest memory.used (MiB) in an nvidia-smi -lms log
+  predict NAME PLAN_JSON METRICS_JSONL WARMUP OUT_JSON
+                                      the plan's predicted step and exposed copy time against the
+                                      run's measured ones (below): one markdown table row on stdout,
+                                      the numbers as JSON in OUT_JSON
+  result OUT_DIR DRY_RUN FAILED...    writes OUT_DIR/result.json: the verdict, the failed checks,
+                                      the predictions (OUT_DIR/prediction/*.json) and the late GEMM
+                                      choices of every run (OUT_DIR/runs/*/metrics.jsonl)
+
+Predicted vs measured (predict). The plan (`stp plan --json`) prices a step per rank as compute_s
+(model FLOPs at the cost model's rate, cost_model in the JSON: train/planner_rates.h) plus
+predicted_step_cost (recompute, exposed copies, optimizer offload, parameter streaming); the
+predicted step is the largest over the ranks (the pipeline's bubble and the communication are not in
+it). Its exposed copy time is the largest exposed_copy_s. Measured: the median step_ms after WARMUP
+steps, and the median over those steps of the largest offload stall (`offload.stall_ms`, the time
+compute waited for reloads; 0 when nothing offloads). Ratio = measured / predicted (null when the
+prediction is 0).
 """
 import json
 import os
@@ -152,6 +168,9 @@ def cmd_summary(path, warmup="2"):
         "peak_host_pinned_bytes": max(r.get("peak_host_pinned_bytes", 0) for r in rows),
         "last_loss": rows[-1]["loss"],
     }
+    late = late_gemm_choices(rows)
+    if late is not None:
+        out["late_gemm_choices"] = late
     off = [r["offload"] for r in timed if "offload" in r]
     if off:
         out["d2h_bytes_per_step"] = statistics.median(sum(o["d2h_bytes"]) for o in off)
@@ -160,6 +179,79 @@ def cmd_summary(path, warmup="2"):
         rates = [x for o in off for x in o["d2h_GBps"] if x > 0]
         out["d2h_GBps"] = statistics.median(rates) if rates else 0.0
     print(json.dumps(out))
+    return 0
+
+
+def cmd_predict(name, plan_path, metrics_path, warmup, out_path):
+    plan = json.load(open(plan_path))
+    ranks = plan.get("ranks", [])
+    rows = read_jsonl(metrics_path)
+    if not ranks or not rows:
+        print(f"| {name} | no {'ranks in the plan' if not ranks else 'step in metrics.jsonl'} | | | | | | |")
+        return 1
+    warmup = int(warmup)
+    timed = [r for r in rows if r["step"] > warmup] or rows
+
+    def ratio(measured, predicted):
+        return measured / predicted if predicted > 0 else None
+
+    out = {
+        "name": name,
+        "steps": len(rows),
+        "timed_steps": len(timed),
+        "predicted_step_s": max(r["compute_s"] + r["predicted_step_cost"] for r in ranks),
+        "measured_step_s": statistics.median(r["step_ms"] for r in timed) / 1e3,
+        "predicted_exposed_copy_s": max(r["exposed_copy_s"] for r in ranks),
+        "measured_exposed_copy_s": statistics.median(
+            max(r["offload"]["stall_ms"]) / 1e3 if "offload" in r else 0.0 for r in timed),
+        "cost_model": plan.get("cost_model"),
+    }
+    out["step_ratio"] = ratio(out["measured_step_s"], out["predicted_step_s"])
+    out["exposed_copy_ratio"] = ratio(out["measured_exposed_copy_s"], out["predicted_exposed_copy_s"])
+    with open(out_path, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+
+    def ms(v):
+        return f"{v * 1e3:.1f}"
+
+    def x(v):
+        return "n/a" if v is None else f"{v:.2f}"
+
+    source = (out["cost_model"] or {}).get("source", "?")
+    print(f"| {name} | {ms(out['predicted_step_s'])} | {ms(out['measured_step_s'])} | {x(out['step_ratio'])} | "
+          f"{ms(out['predicted_exposed_copy_s'])} | {ms(out['measured_exposed_copy_s'])} | "
+          f"{x(out['exposed_copy_ratio'])} | {source} |")
+    return 0
+
+
+def late_gemm_choices(rows):
+    """Every step's late GEMM choices (metrics.jsonl `late_gemm_choices`, per device), summed; None
+    when the run did not report them."""
+    if not rows or not all("late_gemm_choices" in r for r in rows):
+        return None
+    return sum(sum(r["late_gemm_choices"]) for r in rows)
+
+
+def cmd_result(out_dir, dry_run, *failed):
+    predictions = []
+    pred_dir = os.path.join(out_dir, "prediction")
+    if os.path.isdir(pred_dir):
+        for f in sorted(os.listdir(pred_dir)):
+            if f.endswith(".json"):
+                predictions.append(json.load(open(os.path.join(pred_dir, f))))
+    late = {}
+    runs = os.path.join(out_dir, "runs")
+    if os.path.isdir(runs):
+        for name in sorted(os.listdir(runs)):
+            path = os.path.join(runs, name, "metrics.jsonl")
+            if os.path.exists(path):
+                late[name] = late_gemm_choices(read_jsonl(path))
+    result = {"schema": "stp-gpu-check/1", "dry_run": dry_run == "1", "passed": not failed, "failed": list(failed),
+              "predictions": predictions, "late_gemm_choices": late}
+    with open(os.path.join(out_dir, "result.json"), "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
     return 0
 
 
@@ -249,7 +341,9 @@ def main(argv):
         print(flops_per_token(*(int(a) for a in args)))
         return 0
     table = {"ctest": (cmd_ctest, 2), "losses": (cmd_losses, 3), "summary": (cmd_summary, (1, 2)), "plan": (cmd_plan, 1),
-             "smi-max": (cmd_smi_max, 1)}
+             "smi-max": (cmd_smi_max, 1), "predict": (cmd_predict, 5)}
+    if cmd == "result" and len(args) >= 2:
+        return cmd_result(*args)
     if cmd in table:
         fn, n = table[cmd]
         if len(args) in (n if isinstance(n, tuple) else (n,)):

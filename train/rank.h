@@ -9,6 +9,7 @@
 
 #include "core/comm.h"
 #include "core/device.h"
+#include "core/gemm_shape.h"
 #include "core/tensor.h"
 #include "memory/block_arena.h"
 #include "memory/pinned_pool.h"
@@ -53,6 +54,9 @@ struct Rank {
   std::unique_ptr<ParamStreamer> streamer;
   ParamStreamCounters param_stream_before;     // the streamer's counters at the start of this step
   std::vector<std::unique_ptr<Stage>> stages;  // [local chunk]
+  // The GEMM shapes prepared on the compute stream before step 1 (Trainer::prepared_gemms).
+  std::vector<GemmShape> prepared_gemms;
+  std::uint64_t late_gemm_choices_before = 0;  // Device::late_gemm_choices at this step's start
   // Whichever mechanism keeps and updates this rank's optimizer state (optim/rank_optimizer.h);
   // made before the stages (it says where their masters live), destroyed before them.
   std::unique_ptr<RankOptimizer> optimizer;

@@ -380,6 +380,11 @@ void Trainer::Impl::record_device_stats(StepResult& out, const std::vector<std::
   }
   for (std::size_t i = 0; i < ranks.size(); ++i)
     out.launches.push_back(ranks[i]->device->launch_count() - launches_before[i]);
+  for (auto& r : ranks) {
+    const std::uint64_t now = r->device->late_gemm_choices();
+    out.late_gemm_choices.push_back(now - r->late_gemm_choices_before);
+    r->late_gemm_choices_before = now;
+  }
   // Per device this step's offload (empty when no device offloads): the step synchronized the copy
   // streams, so the counters' times are complete.
   if (std::any_of(ranks.begin(), ranks.end(), [](auto& r) { return r->offload != nullptr; })) {

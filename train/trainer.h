@@ -26,6 +26,7 @@
 
 #include "config/config.h"
 #include "base/trace.h"
+#include "core/gemm_shape.h"
 #include "memory/plan.h"
 #include "offload/param_streamer.h"
 #include "formats/safetensors.h"
@@ -62,6 +63,10 @@ struct StepResult {
   // Device::launch_count's difference over the step (index launches, launch shapes, GEMMs, zero
   // fills). The same on every backend for the same config.
   std::vector<std::uint64_t> launches;
+  // GEMM algorithms this step chose itself because setup had not prepared their shape, per device
+  // of this process (global rank order): Device::late_gemm_choices' difference over the step. 0
+  // when Trainer::prepared_gemms holds every shape the step runs; the same on every backend.
+  std::vector<std::uint64_t> late_gemm_choices;
   // This step's activation offload per device (global rank order; empty when nothing offloads).
   struct Offload {
     std::uint64_t d2h_bytes = 0, h2d_bytes = 0;
@@ -182,6 +187,15 @@ class Trainer {
   // Bytes sent so far by each rank this process drives (global order).
   std::vector<CommBytes> comm_bytes() const;
   const MemoryPlan& memory_plan() const;
+  // The GEMM shapes (core/gemm_shape.h) chosen before step 1 on the compute stream of each device
+  // of this process (global rank order; Stream::prepare_gemm), distinct and ordered: those of one
+  // step of this job on dry-run devices (and of an evaluation, with data.val_path), whose
+  // allocations, and so the operands' offsets and alignments, are the real run's. Empty in a dry run.
+  std::vector<std::vector<GemmShape>> prepared_gemms() const;
+  // From now on, the compute stream of device i of this process (global rank order) adds the shape
+  // of every GEMM it enqueues to logs[i] (Stream::set_gemm_log; null: stop). The logs must outlive
+  // the recording; one entry per device.
+  void set_gemm_logs(const std::vector<GemmLog*>& logs);
   // Per device (global rank): the caching allocator's statistics, offload counters and the
   // pinned pool's statistics (zero when the rank does not offload).
   struct DeviceMemory {

@@ -63,6 +63,8 @@ struct Trainer::Impl {
   void build_stages(Rank& r);
   void build_executor(Rank& r);
   void initialize_parameters();
+  // Every GEMM shape a step runs, prepared on each rank's compute stream (train/trainer_gemms.cpp).
+  void prepare_gemms();
 
   // Steps (trainer.cpp).
   bool multi_process() const { return options.processes && options.processes->size() > 1; }

@@ -58,9 +58,10 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
         "early (it needs memory.optimizer_offload and a host chunk without the tied embedding)");
   // parallel.cpu_threads is the process's CPU budget. Every rank runs its GEMMs concurrently on
   // its own stream thread, so each OpenBLAS call gets an equal share: oversubscribing the cores
-  // (4 ranks x 2 threads on 2 cores) costs about 4x on the CPU backend.
+  // (4 ranks x 2 threads on 2 cores) costs about 4x on the CPU backend. A dry run runs no GEMM
+  // and leaves the setting alone (a real trainer makes one to prepare its GEMMs: prepare_gemms).
   int ranks_in_process = multi_process() ? 1 : layout.size();
-  openblas_set_num_threads(std::max(1, config.parallel.cpu_threads / ranks_in_process));
+  if (!options.dry_run) openblas_set_num_threads(std::max(1, config.parallel.cpu_threads / ranks_in_process));
   if (!options.dry_run) load_data();  // a dry run reads no data
   lr_schedule = LrSchedule::from_config(config.train);
   if (config.output.trace) trace = std::make_unique<TraceRecorder>();
@@ -81,6 +82,7 @@ Trainer::Impl::Impl(const Config& cfg, TrainerOptions opts) : config(cfg), optio
   }
   for (int g = 0; g < static_cast<int>(devices.size()); ++g) build_rank(*ranks[static_cast<std::size_t>(g)]);
   initialize_parameters();
+  prepare_gemms();
 }
 
 // data.path and data.val_path with their loss masks, and the tokenizer the checkpoints carry.

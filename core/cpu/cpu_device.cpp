@@ -12,7 +12,9 @@
 namespace stp {
 
 namespace {
-constexpr std::size_t kAlignment = 64;  // cache line; also what the GEMM kernels like
+// cudaMalloc's alignment, so that a GEMM operand at a given offset of an allocation has the same
+// alignment here, in a dry run and on a GPU (core/gemm_shape.h); a multiple of the cache line.
+constexpr std::size_t kAlignment = 256;
 
 void* aligned_host_alloc(std::size_t bytes) {
   std::size_t padded = (bytes + kAlignment - 1) / kAlignment * kAlignment;

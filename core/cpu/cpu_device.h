@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/gemm_shape.h"
 
 namespace stp {
 
@@ -60,6 +61,9 @@ class CpuDevice final : public Device {
   const CpuDeviceOptions& options() const { return options_; }
   bool is_pinned_host(const void* ptr) const;  // ptr lies inside a pinned host allocation
   std::uint64_t lock_failures() const;         // mlock() refusals (lock_pinned only)
+  // The GEMM shapes chosen on this device (Stream::prepare_gemm; core/gemm_shape.h), as cuBLASLt's
+  // cache would hold them, so the late choices count as on a GPU.
+  GemmChoices& gemm_choices() { return gemm_choices_; }
 
  private:
   struct Space {  // one memory space: device or pinned host
@@ -77,6 +81,7 @@ class CpuDevice final : public Device {
   std::uint64_t lock_failures_ = 0;
   std::map<const char*, std::size_t> registered_;  // pinned_.live entries the caller owns
   std::uintptr_t next_fake_ = 1ull << 44;          // dry run: addresses handed out, never dereferenced
+  GemmChoices gemm_choices_;
 };
 
 std::vector<std::unique_ptr<CpuDevice>> make_cpu_devices(int count, const CpuDeviceOptions& options = {},

@@ -7,6 +7,7 @@
 
 #include "core/cpu/cpu_device.h"
 #include "core/cpu/cpu_gemm.h"
+#include "core/gemm_shape.h"
 #include "core/kernels/gemm_kernels.h"
 #include "base/error.h"
 #include "base/trace.h"
@@ -153,9 +154,13 @@ void CpuStream::gemm(const GemmArgs& g) {
     gemm_scale_output(*this, g);
     return;
   }
+  note_gemm(g);
+  if (device_.gemm_choices().run(gemm_shape_of(g))) device_.count_late_gemm_choice();
   device().count_launch();
   enqueue([g] { cpu_gemm(g); }, false);
 }
+
+void CpuStream::prepare_gemm(const GemmShape& shape) { device_.gemm_choices().prepare(shape); }
 
 void CpuStream::record(Event& event) {
   auto state = as_cpu_event(event).state();

@@ -69,6 +69,7 @@ class CpuStream final : public Stream {
     enqueue([o = std::move(object)] {}, true);
   }
   void gemm(const GemmArgs& args) override;
+  void prepare_gemm(const GemmShape& shape) override;  // recorded in the device's GemmChoices
   void record(Event& event) override;
   void wait(Event& event) override;
   void synchronize() override;

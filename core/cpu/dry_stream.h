@@ -25,8 +25,8 @@ class DryStream final : public Stream {
   void copy(void*, const void*, std::size_t) override {}
   void retain_until_done(std::shared_ptr<const void>) override {}
   void zero(void*, std::size_t) override {}
-  void gemm(const GemmArgs&) override {}
-  void record(Event& event) override;  // completes at once
+  void gemm(const GemmArgs& g) override { note_gemm(g); }  // recorded only (Stream::set_gemm_log)
+  void record(Event& event) override;                      // completes at once
   void wait(Event&) override {}
   void synchronize() override {}
   void trace_begin(std::string, std::string, TraceArgs) override {}

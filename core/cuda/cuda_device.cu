@@ -144,7 +144,7 @@ class CudaStream final : public Stream {
     gemm_workspace_ = ptr;
     gemm_workspace_bytes_ = ptr ? bytes : 0;
   }
-  void prepare_gemm(const GemmArgs& shape) override;
+  void prepare_gemm(const GemmShape& shape) override;
   void set_attention_workspace(void* ptr, std::size_t bytes) override {
     attention_workspace_ = ptr;
     attention_workspace_bytes_ = ptr ? bytes : 0;
@@ -467,11 +467,12 @@ void CudaStream::gemm(const GemmArgs& g) {
     gemm_scale_output(*this, g);
     return;
   }
+  note_gemm(g);
   device().count_launch();
-  device_.lt_gemm().run(stream_, g, gemm_workspace_, gemm_workspace_bytes_);
+  if (device_.lt_gemm().run(stream_, g, gemm_workspace_, gemm_workspace_bytes_)) device().count_late_gemm_choice();
 }
 
-void CudaStream::prepare_gemm(const GemmArgs& shape) {
+void CudaStream::prepare_gemm(const GemmShape& shape) {
   gpu::device_health().check_usable();
   bind();
   device_.lt_gemm().prepare(shape, gemm_workspace_bytes_);

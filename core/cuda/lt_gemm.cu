@@ -14,14 +14,6 @@ namespace {
 
 cudaDataType_t cuda_type(DType t) { return t == DType::Bf16 ? CUDA_R_16BF : CUDA_R_32F; }
 
-// The largest power of two (up to 256, cuBLASLt's default assumption) dividing the address; a null
-// pointer (a shape prepared without buffers) stands for the arena's 256-byte alignment.
-std::uint32_t alignment(const void* p) {
-  auto a = reinterpret_cast<std::uintptr_t>(p);
-  if (a == 0) return 256;
-  return static_cast<std::uint32_t>(std::min<std::uintptr_t>(a & (~a + 1), 256));
-}
-
 template <typename T>
 void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& value) {
   STP_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &value, sizeof value));
@@ -48,26 +40,10 @@ void LtGemm::destroy(Plan& p) {
   p = Plan{};
 }
 
-LtGemm::Key LtGemm::key_of(const GemmArgs& g, std::size_t workspace_bytes) {
+LtGemm::Plan LtGemm::choose(const Key& k) const {
   // f32 x f32 -> f32, bf16 x bf16 -> f32 or bf16; always f32 products and sums (core/device.h).
-  STP_ASSERT(g.ab == DType::Bf16 || g.c_type == DType::F32, "GEMM with f32 inputs writes f32");
-  return Key{g.trans_a,
-             g.trans_b,
-             g.m,
-             g.n,
-             g.k,
-             g.lda,
-             g.ldb,
-             g.ldc,
-             g.ab,
-             g.c_type,
-             alignment(g.a),
-             alignment(g.b),
-             alignment(g.c),
-             workspace_bytes};
-}
-
-LtGemm::Plan LtGemm::choose(const Key& key) const {
+  const GemmShape& key = k.shape;
+  STP_ASSERT(key.ab == DType::Bf16 || key.c_type == DType::F32, "GEMM with f32 inputs writes f32");
   Plan p;
   try {
     // CUBLAS_COMPUTE_32F (not ..._FAST_TF32 or ..._FAST_16BF): f32 products and sums, as the CPU
@@ -90,7 +66,7 @@ LtGemm::Plan LtGemm::choose(const Key& key) const {
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     cublasStatus_t status = [&] {
-      set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<std::uint64_t>(key.workspace_bytes));
+      set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<std::uint64_t>(k.workspace_bytes));
       // Split-K reductions that keep the single rounding and a fixed order. NONE: one sequential
       // dot product per output. INPLACE, for f32 outputs only: the parts are added into the f32
       // output one after another, in an order counters in the workspace fix. For a bf16 output
@@ -114,7 +90,7 @@ LtGemm::Plan LtGemm::choose(const Key& key) const {
                               key.lda, " ldb ", key.ldb, " ldc ", key.ldc, " trans ", key.trans_a, key.trans_b, " (",
                               to_string(key.ab), " -> ", to_string(key.c_type), ") on GPU ", ordinal_,
                               " with alignments ", key.align_a, "/", key.align_b, "/", key.align_c, " bytes and ",
-                              key.workspace_bytes, " bytes of workspace"));
+                              k.workspace_bytes, " bytes of workspace"));
     STP_CUDA_CHECK(status);
     p.algo = result.algo;
     p.workspace_bytes = result.workspaceSize;
@@ -125,16 +101,17 @@ LtGemm::Plan LtGemm::choose(const Key& key) const {
   return p;
 }
 
-const LtGemm::Plan& LtGemm::plan(const Key& key) {
+const LtGemm::Plan& LtGemm::plan(const Key& key, bool* chosen) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = plans_.find(key);
+  if (chosen) *chosen = it == plans_.end();
   if (it != plans_.end()) return it->second;
   return plans_.emplace(key, choose(key)).first->second;
 }
 
-void LtGemm::prepare(const GemmArgs& g, std::size_t workspace_bytes) {
-  if (g.m == 0 || g.n == 0 || g.k == 0) return;
-  (void)plan(key_of(g, workspace_bytes));
+void LtGemm::prepare(const GemmShape& shape, std::size_t workspace_bytes) {
+  if (shape.m <= 0 || shape.n <= 0 || shape.k <= 0) return;
+  (void)plan(Key{shape, workspace_bytes});
 }
 
 std::size_t LtGemm::cached_shapes() const {
@@ -142,14 +119,16 @@ std::size_t LtGemm::cached_shapes() const {
   return plans_.size();
 }
 
-void LtGemm::run(cudaStream_t stream, const GemmArgs& g, void* workspace, std::size_t workspace_bytes) {
-  if (g.m == 0 || g.n == 0) return;
+bool LtGemm::run(cudaStream_t stream, const GemmArgs& g, void* workspace, std::size_t workspace_bytes) {
+  if (g.m == 0 || g.n == 0) return false;
   STP_ASSERT(g.k > 0, "a GEMM with k == 0 is gemm_scale_output's (core/kernels/gemm_kernels.h)");
-  const Plan& p = plan(key_of(g, workspace_bytes));
+  bool chosen = false;
+  const Plan& p = plan(Key{gemm_shape_of(g), workspace_bytes}, &chosen);
   STP_ASSERT(p.workspace_bytes <= workspace_bytes, "cuBLASLt algorithm needs ", p.workspace_bytes,
              " bytes of workspace, the stream has ", workspace_bytes);
   STP_CUDA_CHECK(cublasLtMatmul(handle_, p.desc, &g.alpha, g.b, p.a, g.a, p.b, &g.beta, g.c, p.c, g.c, p.c, &p.algo,
                                 workspace, workspace_bytes, stream));
+  return chosen;
 }
 
 }  // namespace stp

@@ -4,9 +4,10 @@
 //   * one cuBLASLt handle per device, created with the device current; the stream is an argument of
 //     each matmul, so any stream of the device can run a GEMM, ordered with its other work;
 //   * a GEMM's algorithm is chosen once per shape with cublasLtMatmulAlgoGetHeuristic and cached
-//     with its descriptors: the shape is (trans_a, trans_b, m, n, k, lda, ldb, ldc, the types), the
-//     alignment of the three pointers and the workspace the calling stream offers. The first GEMM of
-//     a shape chooses; prepare() chooses at setup for a trainer that knows its shapes;
+//     with its descriptors: the shape is a GemmShape (core/gemm_shape.h: trans_a, trans_b, m, n, k,
+//     lda, ldb, ldc, the types, the alignment of the three pointers) and the workspace the calling
+//     stream offers. prepare() chooses at setup (a trainer prepares every shape its steps run); the
+//     first GEMM of a shape nobody prepared chooses itself, and run() says so (a late choice);
 //   * f32 products and sums (CUBLAS_COMPUTE_32F, never TF32), f32 alpha and beta, and a bf16 output
 //     rounded once from the f32 sum: split-K partial sums are kept in f32 (the reduction schemes
 //     allowed, below), so the single-rounding rule of the CPU oracle holds;
@@ -25,6 +26,7 @@
 #include <tuple>
 
 #include "core/device.h"
+#include "core/gemm_shape.h"
 
 namespace stp {
 
@@ -36,23 +38,20 @@ class LtGemm {
   LtGemm& operator=(const LtGemm&) = delete;
 
   // Enqueues g on `stream` (its device current), with `workspace_bytes` of scratch at `workspace`
-  // (0: algorithms that need none).
-  void run(cudaStream_t stream, const GemmArgs& g, void* workspace, std::size_t workspace_bytes);
-  // Chooses and caches g's algorithm for a stream offering `workspace_bytes` (Stream::prepare_gemm).
-  void prepare(const GemmArgs& g, std::size_t workspace_bytes);
+  // (0: algorithms that need none). True when it chose g's algorithm itself (nobody prepared it).
+  bool run(cudaStream_t stream, const GemmArgs& g, void* workspace, std::size_t workspace_bytes);
+  // Chooses and caches the algorithm of `shape` for a stream offering `workspace_bytes`
+  // (Stream::prepare_gemm).
+  void prepare(const GemmShape& shape, std::size_t workspace_bytes);
   std::size_t cached_shapes() const;
 
  private:
   struct Key {
-    bool trans_a, trans_b;
-    int m, n, k, lda, ldb, ldc;
-    DType ab, c_type;
-    std::uint32_t align_a, align_b, align_c;  // bytes, powers of two up to 256
+    GemmShape shape;
     std::size_t workspace_bytes;
-    auto tie() const {
-      return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, ab, c_type, align_a, align_b, align_c, workspace_bytes);
+    bool operator<(const Key& o) const {
+      return std::tie(shape, workspace_bytes) < std::tie(o.shape, o.workspace_bytes);
     }
-    bool operator<(const Key& o) const { return tie() < o.tie(); }
   };
   struct Plan {
     cublasLtMatmulDesc_t desc{};
@@ -60,8 +59,8 @@ class LtGemm {
     cublasLtMatmulAlgo_t algo{};
     std::size_t workspace_bytes = 0;  // what the chosen algorithm uses
   };
-  static Key key_of(const GemmArgs& g, std::size_t workspace_bytes);
-  const Plan& plan(const Key& key);  // the cached plan, chosen on first use
+  // The cached plan, chosen on first use; `chosen`, when given, says whether this call chose it.
+  const Plan& plan(const Key& key, bool* chosen = nullptr);
   Plan choose(const Key& key) const;
   static void destroy(Plan& p);
 

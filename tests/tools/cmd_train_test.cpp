@@ -215,7 +215,8 @@ TEST(CmdTrain, FreshRunKeepsTheEarlierRunAndWritesMetrics) {
   std::string metrics = run.earlier_metrics();  // now the new run's file
   EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 3);
   for (const char* key : {"\"step\":3", "\"loss\":", "\"lr\":", "\"step_ms\":", "\"tokens_per_s\":",
-                          "\"peak_device_bytes\":[", "\"peak_host_pinned_bytes\":", "\"launches\":["})
+                          "\"peak_device_bytes\":[", "\"peak_host_pinned_bytes\":", "\"launches\":[",
+                          "\"late_gemm_choices\":[0"})  // every GEMM shape prepared at setup
     EXPECT_NE(metrics.find(key), std::string::npos) << key << " missing in " << metrics;
   EXPECT_TRUE(fs::exists(run.dir / "out" / "checkpoint-3" / "model.safetensors"));
   EXPECT_TRUE(fs::exists(run.dir / "out" / "config.yaml"));

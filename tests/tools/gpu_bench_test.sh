@@ -88,6 +88,7 @@ for name in ("stp-qwen2", "stp-gpt2-350m"):
     assert x["tokens_per_s"] > 0 and x["step_ms"] > 0, x
     assert x["timed_steps"] == 2 and x["steps"] == 3, x
     assert x["launches_per_step"] > 0, x
+    assert x["late_gemm_choices"] == 0, x  # every GEMM shape prepared at setup
     assert x["peak_device_bytes"] == x["planned_peak_device_bytes"] > 0, x  # the CPU backend is exact
     assert x["model_flops_per_token"] > 0 and x["mfu_vs_989"] > 0, x
     assert "parallel.backend=cpu" in x["settings"], x["settings"]

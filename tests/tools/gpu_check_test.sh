@@ -6,6 +6,7 @@
 # results (tools/gpu_check.py) on small inputs whose answers are known.
 set -euo pipefail
 src="$1"
+bin="${2:-}"
 check="$src/tools/gpu-check"
 helper="$src/tools/gpu_check.py"
 command -v python3 >/dev/null || { echo "python3 not found: skipped"; exit 77; }
@@ -184,6 +185,50 @@ junit "$tmp/cpu-part.xml" "Backends/OnDevice.Launch/cpu|run|ok"
 junit "$tmp/cuda-part.xml" "Backends/OnDevice.Launch/cuda|run|ok"
 python3 "$helper" ctest "$tmp/cpu-part.xml,$tmp/cuda-part.xml" 1 >"$tmp/two.md" || bad "ctest: two files rejected: $(cat "$tmp/two.md")"
 grep -qF "2 tests: 2 passed" "$tmp/two.md" || bad "ctest: two files not merged: $(cat "$tmp/two.md")"
+
+# predict: the plan's prediction against a run's medians (warm-up 1: steps 2..4 timed).
+echo '{"cost_model":{"source":"CPU backend nominal"},"ranks":[{"compute_s":0.1,"predicted_step_cost":0.05,"exposed_copy_s":0.02},{"compute_s":0.2,"predicted_step_cost":0.0,"exposed_copy_s":0.0}]}' >"$tmp/pplan.json"
+sed -e 's/"peak_host_pinned_bytes":0}/"peak_host_pinned_bytes":0,"late_gemm_choices":[1,0]}/' \
+    -e 's/"stall_ms":\[0.5,0.25\]}}/"stall_ms":[0.5,0.25]},"late_gemm_choices":[0,0]}/' "$tmp/ref.jsonl" >"$tmp/late.jsonl"
+row="$(python3 "$helper" predict run "$tmp/pplan.json" "$tmp/late.jsonl" 1 "$tmp/pred.json")" || bad "predict: status $?: $row"
+[ "$row" = "| run | 200.0 | 300.0 | 1.50 | 20.0 | 0.5 | 0.03 | CPU backend nominal |" ] || bad "predict row: $row"
+python3 - "$tmp/pred.json" <<'EOF2' || bad "predict JSON: $(cat "$tmp/pred.json")"
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["predicted_step_s"] == 0.2 and abs(p["measured_step_s"] - 0.3) < 1e-12, p
+assert abs(p["step_ratio"] - 1.5) < 1e-12 and p["predicted_exposed_copy_s"] == 0.02, p
+assert abs(p["measured_exposed_copy_s"] - 0.0005) < 1e-12 and abs(p["exposed_copy_ratio"] - 0.025) < 1e-12, p
+assert p["timed_steps"] == 3 and p["cost_model"]["source"] == "CPU backend nominal", p
+EOF2
+[ "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["late_gemm_choices"])' "$(python3 "$helper" summary "$tmp/late.jsonl" 2)")" = 2 ] ||
+  bad "summary: late GEMM choices not summed over every step"
+
+# --dry-run: stage 7 on the CPU backend with the build under test, no GPU asked for.
+if [ -n "$bin" ] && [ -x "$bin/stp" ]; then
+  rc=0
+  STP_NVIDIA_SMI="$tmp/missing/nvidia-smi" STP_GPU_CHECK_DIR="$tmp/dry" STP_GPU_CHECK_BUILD_DIR="$bin" \
+    timeout 600 "$check" --dry-run >"$tmp/dry.out" 2>&1 || rc=$?
+  [ "$rc" = 0 ] || bad "dry run: status $rc: $(cat "$tmp/dry.out"; cat "$tmp/dry/report.md" 2>/dev/null)"
+  grep -qF "## 6. The planner's cost model against the run" "$tmp/dry/report.md" 2>/dev/null || bad "dry run: no stage 7 in the report"
+  python3 - "$tmp/dry/result.json" <<'EOF2' || bad "dry run: result.json: $(cat "$tmp/dry/result.json" 2>/dev/null)"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["schema"] == "stp-gpu-check/1" and r["dry_run"] is True and r["passed"] is True, r
+p = {x["name"]: x for x in r["predictions"]}
+assert sorted(p) == ["tiny", "tiny-offload"], sorted(p)
+for x in p.values():
+    assert x["predicted_step_s"] > 0 and x["measured_step_s"] > 0 and x["step_ratio"] > 0, x
+    assert x["timed_steps"] == 3 and x["cost_model"]["source"].startswith("CPU backend"), x
+assert p["tiny"]["predicted_exposed_copy_s"] == 0 and p["tiny"]["measured_exposed_copy_s"] == 0, p["tiny"]
+assert p["tiny"]["exposed_copy_ratio"] is None, p["tiny"]
+assert "memory.link_bandwidth" in p["tiny-offload"]["cost_model"]["source"], p["tiny-offload"]
+assert p["tiny-offload"]["predicted_exposed_copy_s"] >= 0 and p["tiny-offload"]["measured_exposed_copy_s"] >= 0, p
+# Every GEMM shape prepared at setup: no step chose an algorithm.
+assert r["late_gemm_choices"] == {"tiny": 0, "tiny-offload": 0}, r["late_gemm_choices"]
+EOF2
+else
+  echo "no stp in '$bin': the dry run of tools/gpu-check is not tested"
+fi
 
 if ((failures)); then
   echo "$failures check(s) failed"

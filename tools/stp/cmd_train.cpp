@@ -108,6 +108,7 @@ std::string metrics_line(const stp::StepResult& r, const std::optional<double>& 
   j["peak_device_bytes"] = r.peak_device_bytes;
   j["peak_host_pinned_bytes"] = r.peak_host_pinned_bytes;
   j["launches"] = r.launches;
+  j["late_gemm_choices"] = r.late_gemm_choices;
   if (r.speculation.committed + r.speculation.discarded > 0)
     j["optimizer_overlap"] = {{"committed", r.speculation.committed},
                               {"discarded", r.speculation.discarded},
