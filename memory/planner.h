@@ -1,8 +1,8 @@
 // The memory planner's decision ("choose levers"): per (rank, chunk, unit) keep / offload /
 // recompute, and per (rank, chunk) where the optimizer lives, so that every device's predicted peak
 // stays within memory.device_budget at the least predicted slowdown. A pure function of the measured
-// numbers (the candidates below) and a cost model (`evaluate`): tests/memory/planner_test.cpp drives
-// it with an analytic fake; train/memory_planning.h with dry runs.
+// numbers (the candidates below) and a cost model (`evaluate`): the planner tests in tests/memory drive
+// it with analytic fakes (tests/memory/planner_fake.h); train/memory_planning.h with dry runs.
 //
 // Policy only (docs/style.md, Policy apart from mechanism). The caller supplies
 //   * the candidates: which units can be offloaded or recomputed, how many bytes per microbatch

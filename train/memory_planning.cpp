@@ -660,6 +660,26 @@ MemoryPlan plan_with_loss_chunk(const Config& config, const ModelLayout& shape, 
   return plan;
 }
 
+// The minimum feasible budget of one loss head chunk and unit tiling without a search for a budget:
+// the strongest plan's, placed by the real allocator when `exact` (what choose_and_verify's first
+// choice finds with exact_minimum, whatever the budget), else its live-byte peak. A budget of 0 makes
+// plan_memory evaluate the strongest plan and stop there: one dry run (and the placements' when
+// exact) where a search would run its rounds only for this number.
+std::size_t strongest_minimum(const Config& config, const ModelLayout& shape, bool exact, std::int64_t loss_chunk,
+                              int tiles) {
+  Measured measured = measure(config, shape);
+  DryRunCostModel model(config, shape, measured, loss_chunk, tiles);
+  PlannerInput& in = measured.input;
+  in.device_budget = 0;
+  in.evaluate = [&model](std::vector<RankPlan>& plans) { return model.evaluate(plans); };
+  in.placeable_budget = nullptr;
+  if (exact)
+    in.placeable_budget = [&model](const std::vector<RankPlan>& plans, std::size_t live_peak) {
+      return model.placeable(plans, live_peak);
+    };
+  return plan_memory(in).min_device_budget;
+}
+
 // model.loss_chunk_tokens resolved for one unit tiling.
 MemoryPlan plan_with_loss_chunks(const Config& config, const ModelLayout& shape, bool exact_minimum, int tiles) {
   const LossChunkSetting setting = loss_chunk_setting(config);
@@ -669,8 +689,8 @@ MemoryPlan plan_with_loss_chunks(const Config& config, const ModelLayout& shape,
   if (chunks.empty()) return plan;
   if (plan.feasible) {  // auto is none while the unchunked plan fits ...
     if (exact_minimum)  // ... and the minimum is the smallest chunk's, the budget below which auto fails
-      plan.min_device_budget = std::min(
-          plan.min_device_budget, plan_with_loss_chunk(config, shape, true, chunks.back(), tiles).min_device_budget);
+      plan.min_device_budget =
+          std::min(plan.min_device_budget, strongest_minimum(config, shape, true, chunks.back(), tiles));
     return plan;
   }
   // auto, over budget: the largest chunk whose plan fits; if none does, the smallest (the strongest
@@ -680,6 +700,19 @@ MemoryPlan plan_with_loss_chunks(const Config& config, const ModelLayout& shape,
     if (plan.feasible) break;
   }
   return plan;
+}
+
+// The minimum of `tiles` (the most auto tries) for make_memory_plan while the untiled plan fits: the
+// strongest plan's at the loss chunk setting and, with an exact minimum under its auto, at the
+// smallest chunk (as plan_with_loss_chunks reports it when the tiled plan fits too).
+std::size_t most_tiles_minimum(const Config& config, const ModelLayout& shape, bool exact_minimum, int tiles) {
+  const LossChunkSetting setting = loss_chunk_setting(config);
+  std::size_t min = strongest_minimum(config, shape, exact_minimum, setting.tokens, tiles);
+  const std::int64_t tokens = static_cast<std::int64_t>(config.train.micro_batch_size) * config.model.seq_len;
+  const std::vector<std::int64_t> chunks = setting.automatic ? auto_loss_chunks(tokens) : std::vector<std::int64_t>{};
+  if (exact_minimum && !chunks.empty())
+    min = std::min(min, strongest_minimum(config, shape, true, chunks.back(), tiles));
+  return min;
 }
 
 }  // namespace
@@ -698,9 +731,10 @@ MemoryPlan make_memory_plan(const Config& config, bool exact_minimum) {
       setting.automatic ? auto_unit_tiles(config.train.micro_batch_size) : std::vector<int>{};
   if (tilings.empty()) return plan;
   if (plan.feasible) {  // auto is untiled while the untiled plan fits, after the loss chunk, and the
-    // minimum is the most tiles' (exact, or its live-byte bound), the budget below which auto fails
-    plan.min_device_budget = std::min(
-        plan.min_device_budget, plan_with_loss_chunks(config, shape, exact_minimum, tilings.back()).min_device_budget);
+    // minimum is the most tiles' (exact, or its live-byte bound), the budget below which auto fails:
+    // under model.loss_chunk_tokens: auto, exact, the smallest chunk's too
+    plan.min_device_budget =
+        std::min(plan.min_device_budget, most_tiles_minimum(config, shape, exact_minimum, tilings.back()));
     return plan;
   }
   // auto, over budget: the fewest tiles whose plan fits (smaller GEMMs cost time); if none does, the

@@ -556,7 +556,10 @@ namespace {
 // all, and the run measures the plan's peaks.
 TEST(ParamOffloadConfig, AutoStreamsSomeChunksAndTrainsAsPlanned) {
   const std::string path = std::string(STP_SOURCE_DIR) + "/configs/llama-tiny.yaml";
-  const std::vector<std::string> o = {"memory.optimizer_offload=auto", "memory.param_offload=auto"};
+  // Untiled (memory.unit_tiles: 1): the budget is between the untiled minimums, which tiling the
+  // units' backward (auto, the default) would lower below it.
+  const std::vector<std::string> o = {"memory.optimizer_offload=auto", "memory.param_offload=auto",
+                                      "memory.unit_tiles=1"};
   auto minimum = [&](const char* param_offload) {
     std::vector<std::string> s = o;
     s.insert(s.end(), {std::string("memory.param_offload=") + param_offload, "memory.device_budget=1MiB"});

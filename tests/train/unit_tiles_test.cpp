@@ -95,8 +95,8 @@ TEST(UnitTilesTraining, TilingLowersThePeakUnderFullRecompute) {
   }
 }
 
-// auto: untiled while the untiled plan fits (the same plan, so the same bits); over budget, the
-// fewest tiles whose plan fits. micro_batch_size 4: candidates 2, 4.
+// auto (the default): untiled while the untiled plan fits (the same plan, so the same bits); over
+// budget, the fewest tiles whose plan fits. micro_batch_size 4: candidates 2, 4.
 TEST(UnitTilesTraining, AutoIsUntiledWhileThePlanFitsAndTilesWhenItDoesNot) {
   const std::vector<std::string> o = {"train.micro_batch_size=4", "train.microbatches=2", "memory.recompute=full",
                                       "model.loss_chunk_tokens=none"};
@@ -118,6 +118,15 @@ TEST(UnitTilesTraining, AutoIsUntiledWhileThePlanFitsAndTilesWhenItDoesNot) {
   stp::testing::expect_memory_as_planned(r, (two.min_device_budget + one.min_device_budget) / 2);
   const TrainRun untiled = run_training(tiny_config(with(o, {"memory.unit_tiles=1"})), 1);
   EXPECT_EQ(r.losses[0], untiled.losses[0]) << "F is not tiled";
+  // auto is the default: the plan that fits untiled is auto's (so 1's), and a budget only the tiled
+  // plans fit is planned tiled instead of failing.
+  const stp::MemoryPlan by_default = stp::make_memory_plan(tiny_config(o), true);
+  EXPECT_EQ(by_default.ranks[0].unit_tiles, 1);
+  EXPECT_EQ(by_default.min_device_budget, four.min_device_budget);
+  EXPECT_EQ(by_default.summary, fits.summary);
+  const stp::MemoryPlan tight_by_default = stp::make_memory_plan(tiny_config(with(o, {between})));
+  EXPECT_TRUE(tight_by_default.feasible);
+  EXPECT_EQ(tight_by_default.ranks[0].unit_tiles, 2);
 }
 
 }  // namespace
