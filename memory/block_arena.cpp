@@ -385,9 +385,17 @@ std::string BlockArena::State::oom_report(std::size_t bytes) const {
     live += str(c ? ", " : "", to_string(static_cast<MemoryCategory>(c)), " ", format_bytes(stats.by_category[c]));
   std::size_t largest = free_index.empty() ? 0 : free_index.rbegin()->first;
   std::string budget = options.budget == SIZE_MAX ? std::string("unlimited") : format_bytes(options.budget);
+  // A planned placement that missed: the run allocated otherwise than the dry run its table was laid
+  // out from, so the plan's budget no longer holds for it; say so before the usual advice.
+  std::string missed;
+  if (stats.placement_misses > 0)
+    missed =
+        str(" ", stats.placement_misses, " allocation(s) were not where the planned block placement put them: this ",
+            "run allocated otherwise than the dry run the plan was laid out from (an internal error of the ",
+            "planner; memory.device_budget with some margin over the plan's minimum avoids it).");
   return str("out of ", options.what, " memory on ", device.name(), ": cannot allocate ", format_bytes(bytes), "; ",
              options.budget_knob, " = ", budget, ", ", format_bytes(stats.allocated), " live (", live, "), ",
-             format_bytes(stats.reserved), " reserved, largest free block ", format_bytes(largest), ".",
+             format_bytes(stats.reserved), " reserved, largest free block ", format_bytes(largest), ".", missed,
              options.advice.empty() ? "" : " ", options.advice);
 }
 

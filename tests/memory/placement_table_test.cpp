@@ -76,6 +76,7 @@ struct Traced {
   stp::ArenaStats stats;
   AllocationTrace trace;
   bool out_of_memory = false;
+  std::string oom_message;  // what the OutOfMemoryError said
 };
 
 struct PlannedPlacement : ::testing::Test {
@@ -125,8 +126,9 @@ struct PlannedPlacement : ::testing::Test {
         previous = std::move(current);
       }
       mark();
-    } catch (const stp::OutOfMemoryError&) {
+    } catch (const stp::OutOfMemoryError& e) {
       out.out_of_memory = true;
+      out.oom_message = e.what();
     }
     out.stats = arena.stats();
     out.trace = arena.allocation_trace();
@@ -179,6 +181,21 @@ TEST_F(PlannedPlacement, AnAllocationTheTableDoesNotForeseeIsPlacedByBestFitAndC
   EXPECT_GE(planned.stats.placement_misses, 1u);
   EXPECT_NE(planned.offsets[static_cast<std::size_t>(odd)],
             static_cast<std::ptrdiff_t>(table->at(static_cast<std::uint64_t>(odd)).offset));
+}
+
+// A run that leaves its table (here the setup's first block is larger than traced, so best fit
+// places it and the table's later offsets collide) and then runs out of its budget says why.
+TEST_F(PlannedPlacement, AnOutOfMemoryAfterMissesSaysTheRunLeftItsTable) {
+  const Traced traced = run(64 * MiB, 3, stp::BlockPlacement::BestFit);
+  auto table = std::make_shared<const PlacementTable>(table_of(traced));
+  const Traced planned = run(table->high_water(), 4, stp::BlockPlacement::Planned, table, 0);
+  ASSERT_TRUE(planned.out_of_memory);
+  EXPECT_GE(planned.stats.placement_misses, 1u);
+  EXPECT_NE(planned.oom_message.find("not where the planned block placement put them"), std::string::npos)
+      << planned.oom_message;
+  const Traced online = run(1 * MiB, 1, stp::BlockPlacement::BestFit, nullptr, -1, 0);
+  ASSERT_TRUE(online.out_of_memory);
+  EXPECT_EQ(online.oom_message.find("planned block placement"), std::string::npos) << online.oom_message;
 }
 
 TEST_F(PlannedPlacement, AllocationsBetweenStepsDoNotShiftTheSteps) {
