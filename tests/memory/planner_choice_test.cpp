@@ -19,13 +19,6 @@
 
 namespace {
 
-using stp::OffloadPolicy;
-using stp::PlanCandidate;
-using stp::PlannerInput;
-using stp::RankPlan;
-using stp::RankPrediction;
-using stp::Recompute;
-using stp::RecomputePolicy;
 using namespace stp::testing;
 
 // `units` candidates per rank on `pp` ranks (tp 1), one chunk each, with random bytes and costs.

@@ -13,6 +13,7 @@
 
 namespace stp::testing {
 
+// The planner types every test file names (a test file's `using namespace stp::testing;` brings them).
 using stp::OffloadPolicy;
 using stp::PlanCandidate;
 using stp::PlannerInput;

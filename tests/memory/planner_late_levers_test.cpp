@@ -10,13 +10,6 @@
 
 namespace {
 
-using stp::OffloadPolicy;
-using stp::PlanCandidate;
-using stp::PlannerInput;
-using stp::RankPlan;
-using stp::RankPrediction;
-using stp::Recompute;
-using stp::RecomputePolicy;
 using namespace stp::testing;
 
 TEST(PlannerLateReloads, OnlyWhenNoUnitMoveIsLeft) {

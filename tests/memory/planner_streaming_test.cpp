@@ -13,13 +13,6 @@
 
 namespace {
 
-using stp::OffloadPolicy;
-using stp::PlanCandidate;
-using stp::PlannerInput;
-using stp::RankPlan;
-using stp::RankPrediction;
-using stp::Recompute;
-using stp::RecomputePolicy;
 using namespace stp::testing;
 
 // Parameter streaming's copy time (streaming_exposed_seconds): both directions of the gradients
