@@ -45,33 +45,46 @@ struct Interval {
 // of the period with its twin of the third step (two intervals, one offset).
 struct Item {
   std::size_t size = 0;
-  std::vector<Interval> live;
+  Interval live[2] = {};
+  int intervals = 0;
   std::uint64_t lifetime() const {
     std::uint64_t t = 0;
-    for (const Interval& i : live) t += i.to - i.from;
+    for (int k = 0; k < intervals; ++k) t += live[k].to - live[k].from;
     return t;
   }
 };
 
 bool overlap(const Item& a, const Item& b) {
-  for (const Interval& x : a.live)
-    for (const Interval& y : b.live)
-      if (x.from < y.to && y.from < x.to) return true;
+  for (int i = 0; i < a.intervals; ++i)
+    for (int j = 0; j < b.intervals; ++j)
+      if (a.live[i].from < b.live[j].to && b.live[j].from < a.live[i].to) return true;
   return false;
+}
+
+// The interval graph: per item, the items alive at some time it is. The same for every order, so
+// it is built once (the pairs are the quadratic part of the layout).
+std::vector<std::vector<std::uint32_t>> conflicts(const std::vector<Item>& items) {
+  std::vector<std::vector<std::uint32_t>> out(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i)
+    for (std::size_t j = i + 1; j < items.size(); ++j)
+      if (overlap(items[i], items[j]))
+        out[i].push_back(static_cast<std::uint32_t>(j)), out[j].push_back(static_cast<std::uint32_t>(i));
+  return out;
 }
 
 // Greedy over the interval graph in `order`: each item at the lowest offset where it overlaps no item
 // placed before it that is alive at the same time, or (`tightest`) in the smallest such gap between
 // them (the lowest among equals; above them all only when no gap holds it). Returns the offsets by
 // item.
-std::vector<std::size_t> lay_out(const std::vector<Item>& items, const std::vector<std::size_t>& order, bool tightest) {
+std::vector<std::size_t> lay_out(const std::vector<Item>& items, const std::vector<std::vector<std::uint32_t>>& graph,
+                                 const std::vector<std::size_t>& order, bool tightest) {
   std::vector<std::size_t> offset(items.size(), 0);
-  std::vector<std::size_t> placed;
+  std::vector<char> placed(items.size(), 0);
   std::vector<std::pair<std::size_t, std::size_t>> taken;  // [begin, end) of the conflicting items
   for (std::size_t i : order) {
     taken.clear();
-    for (std::size_t j : placed)
-      if (overlap(items[i], items[j])) taken.emplace_back(offset[j], offset[j] + items[j].size);
+    for (std::uint32_t j : graph[i])
+      if (placed[j]) taken.emplace_back(offset[j], offset[j] + items[j].size);
     std::sort(taken.begin(), taken.end());
     const std::size_t size = items[i].size;
     std::size_t at = 0, best = SIZE_MAX, best_gap = SIZE_MAX;
@@ -83,7 +96,7 @@ std::vector<std::size_t> lay_out(const std::vector<Item>& items, const std::vect
       at = std::max(at, end);
     }
     offset[i] = best != SIZE_MAX ? best : at;
-    placed.push_back(i);
+    placed[i] = 1;
   }
   return offset;
 }
@@ -110,12 +123,12 @@ std::optional<PlacementTable> plan_placement(const AllocationTrace& trace, const
   auto interval = [end_events](const AllocationRecord& r) {
     return Interval{r.allocated_at, r.freed_at == AllocationRecord::kAlive ? end_events : r.freed_at};
   };
-  for (std::uint64_t k = 0; k < start; ++k) items.push_back(Item{trace[k].size, {interval(trace[k])}});
+  for (std::uint64_t k = 0; k < start; ++k) items.push_back(Item{trace[k].size, {interval(trace[k])}, 1});
   for (std::uint64_t i = 0; i < period; ++i) {
     const AllocationRecord& a = trace[start + i];
     const AllocationRecord& b = trace[start + period + i];
     if (!twins(a, steps[1], b, steps[2], end_events)) return std::nullopt;
-    items.push_back(Item{a.size, {interval(a), interval(b)}});
+    items.push_back(Item{a.size, {interval(a), interval(b)}, 2});
   }
   std::vector<std::function<bool(std::size_t, std::size_t)>> orders = {
       [&](std::size_t x, std::size_t y) { return items[x].size > items[y].size; },
@@ -124,6 +137,7 @@ std::optional<PlacementTable> plan_placement(const AllocationTrace& trace, const
       },
       [&](std::size_t x, std::size_t y) { return items[x].lifetime() > items[y].lifetime(); },
   };
+  const std::vector<std::vector<std::uint32_t>> graph = conflicts(items);
   std::vector<std::size_t> best;
   std::size_t best_high = SIZE_MAX;
   for (const auto& before : orders) {
@@ -131,7 +145,7 @@ std::optional<PlacementTable> plan_placement(const AllocationTrace& trace, const
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), before);  // ties: allocation order
     for (bool tightest : {false, true}) {
-      std::vector<std::size_t> offset = lay_out(items, order, tightest);
+      std::vector<std::size_t> offset = lay_out(items, graph, order, tightest);
       std::size_t high = 0;
       for (std::size_t i = 0; i < items.size(); ++i) high = std::max(high, offset[i] + items[i].size);
       if (high < best_high) best_high = high, best = std::move(offset);
