@@ -67,9 +67,10 @@ struct Case {
 // together") best fit on every rank needs more and does not place it in that minimum.
 TEST(BlockPlacement, TheStrongestPlanPlacesInTheMinimumAndNotOneByteBelow) {
   int better_than_best_fit = 0;
-  for (const Case& c :
-       {Case{"tiny.yaml", "stp", "1"}, Case{"llama-tiny.yaml", "stp", "1"}, Case{"tiny.yaml", "stp", "auto"},
-        Case{"llama-tiny.yaml", "stp", "auto"}, Case{"tiny.yaml", "zb-v", "auto"}}) {
+  for (const Case& c : stp::testing::sweep<Case>(
+           {Case{"tiny.yaml", "stp", "1"}, Case{"llama-tiny.yaml", "stp", "1"}, Case{"tiny.yaml", "stp", "auto"},
+            Case{"llama-tiny.yaml", "stp", "auto"}, Case{"tiny.yaml", "zb-v", "auto"}},
+           {Case{"tiny.yaml", "stp", "1"}, Case{"tiny.yaml", "zb-v", "auto"}})) {
     SCOPED_TRACE(std::string(c.config) + " " + c.schedule + " unit_tiles " + c.unit_tiles);
     const stp::Config cfg = stp::load_config(
         std::string(STP_SOURCE_DIR) + "/configs/" + c.config,
